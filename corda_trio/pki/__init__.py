@@ -1,3 +1,77 @@
-"""corda_trio.pki (see DESIGN.md §1)."""
+"""Identity and PKI of a corda-trio network: X.500 legal names, the certificate hierarchy with Corda's
+role extension, certificate path validation, key hashes, keys on disk and mutual-TLS contexts.
 
-__all__: list[str] = []
+Imports only the standard library and ``cryptography`` (DESIGN.md §1, §7).
+"""
+
+from ._certs import DEFAULT_VALIDITY as DEFAULT_VALIDITY
+from ._certs import CaKey as CaKey
+from ._certs import PublicKey as PublicKey
+from ._certs import create_certificate as create_certificate
+from ._certs import create_root_certificate as create_root_certificate
+from ._certs import generate_ec_key as generate_ec_key
+from ._certs import generate_ed25519_key as generate_ed25519_key
+from ._certs import validate_cert_path as validate_cert_path
+from ._errors import CertificateValidationError as CertificateValidationError
+from ._errors import InvalidNameError as InvalidNameError
+from ._errors import KeyStoreError as KeyStoreError
+from ._errors import PeerIdentityError as PeerIdentityError
+from ._errors import PkiError as PkiError
+from ._identity import CertAndKey as CertAndKey
+from ._identity import NetworkCredentials as NetworkCredentials
+from ._identity import NodeCredentials as NodeCredentials
+from ._keyhash import base58_decode as base58_decode
+from ._keyhash import base58_encode as base58_encode
+from ._keyhash import key_hash as key_hash
+from ._keystore import read_certificate as read_certificate
+from ._keystore import read_certificates as read_certificates
+from ._keystore import read_private_key as read_private_key
+from ._keystore import write_certificates as write_certificates
+from ._keystore import write_private_key as write_private_key
+from ._names import ISO_3166_COUNTRY_CODES as ISO_3166_COUNTRY_CODES
+from ._names import CordaX500Name as CordaX500Name
+from ._roles import CERT_ROLE_OID as CERT_ROLE_OID
+from ._roles import CertRole as CertRole
+from ._roles import get_cert_role as get_cert_role
+from ._tls import check_peer_is_network_node as check_peer_is_network_node
+from ._tls import check_peer_legal_name as check_peer_legal_name
+from ._tls import client_ssl_context as client_ssl_context
+from ._tls import peer_certificate as peer_certificate
+from ._tls import server_ssl_context as server_ssl_context
+
+__all__ = [
+    "CERT_ROLE_OID",
+    "DEFAULT_VALIDITY",
+    "ISO_3166_COUNTRY_CODES",
+    "CaKey",
+    "CertAndKey",
+    "CertRole",
+    "CertificateValidationError",
+    "CordaX500Name",
+    "InvalidNameError",
+    "KeyStoreError",
+    "NetworkCredentials",
+    "NodeCredentials",
+    "PeerIdentityError",
+    "PkiError",
+    "PublicKey",
+    "base58_decode",
+    "base58_encode",
+    "check_peer_is_network_node",
+    "check_peer_legal_name",
+    "client_ssl_context",
+    "create_certificate",
+    "create_root_certificate",
+    "generate_ec_key",
+    "generate_ed25519_key",
+    "get_cert_role",
+    "key_hash",
+    "peer_certificate",
+    "read_certificate",
+    "read_certificates",
+    "read_private_key",
+    "server_ssl_context",
+    "validate_cert_path",
+    "write_certificates",
+    "write_private_key",
+]

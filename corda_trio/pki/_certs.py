@@ -1,0 +1,342 @@
+"""The certificate hierarchy of a Corda network, and validation of certificate paths.
+
+Theory of operation
+-------------------
+::
+
+    network root (self-signed, no role)
+      ├── doorman CA            role DOORMAN_CA
+      │     └── node CA          role NODE_CA, subject = legal name, name-constrained to the legal name
+      │           ├── TLS        role TLS, ECDSA P-256, subject = legal name, serverAuth + clientAuth
+      │           └── identity   role LEGAL_IDENTITY, Ed25519, subject = legal name (a CA: it may issue
+      │                          confidential identities)
+      └── network map            role NETWORK_MAP (signs the network map and the network parameters)
+
+CA keys are ECDSA P-256 (signed with SHA-256) so that every TLS stack can verify the TLS chain; the legal
+identity key is Ed25519, as in Corda.  Certificates carry subject and authority key identifiers and critical
+basic-constraints and key-usage extensions, so OpenSSL's strict mode accepts them.
+
+:func:`validate_cert_path` applies Corda's rules on top of plain X.509 path validation: the path must end at
+the *pinned* root (compared byte for byte, never by name), each certificate must be signed by the next, be
+within its validity period at ``now`` (an argument, never read from a clock), have an issuer that is a CA
+allowed to sign (basic constraints, path length, key usage), carry a role whose allowed parent is its
+issuer's role, and fall inside every name constraint above it.  The first rule broken is reported as a
+:class:`CertificateValidationError` whose ``reason`` is stable enough for tests and HTTP responses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Final
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from ._errors import CertificateValidationError
+from ._names import CordaX500Name
+from ._roles import CertRole, get_cert_role, role_extension
+
+__all__ = [
+    "DEFAULT_VALIDITY",
+    "CaKey",
+    "PublicKey",
+    "create_certificate",
+    "create_root_certificate",
+    "generate_ec_key",
+    "generate_ed25519_key",
+    "validate_cert_path",
+]
+
+CaKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+PublicKey = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
+
+#: Default validity of issued certificates: ten years (a development network; Corda's dev certificates
+#: are valid for ten years too).
+DEFAULT_VALIDITY: Final[dt.timedelta] = dt.timedelta(days=3650)
+#: Certificates start this much before "now" so a peer whose clock is a little behind accepts them.
+BACKDATE: Final[dt.timedelta] = dt.timedelta(hours=1)
+
+
+def generate_ec_key() -> ec.EllipticCurvePrivateKey:
+    """A new ECDSA key on P-256 (secp256r1): CA and TLS keys."""
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def generate_ed25519_key() -> ed25519.Ed25519PrivateKey:
+    """A new Ed25519 key: legal identity keys."""
+    return ed25519.Ed25519PrivateKey.generate()
+
+
+def _hash_for(key: CaKey) -> hashes.HashAlgorithm | None:
+    return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+
+
+def _x509_name(name: CordaX500Name | x509.Name) -> x509.Name:
+    return name.to_x509_name() if isinstance(name, CordaX500Name) else name
+
+
+def _ca_key_usage() -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
+    )  # fmt: skip
+
+
+def create_root_certificate(
+    subject: CordaX500Name | x509.Name,
+    key: CaKey,
+    *,
+    now: dt.datetime,
+    validity: dt.timedelta = DEFAULT_VALIDITY,
+) -> x509.Certificate:
+    """A self-signed network root certificate (no role extension, as in Corda).
+
+    Args:
+        subject: the root's name.
+        key: the root's private key (ECDSA P-256 recommended).
+        now: the issue time (timezone-aware UTC).
+        validity: how long the root is valid from ``now``.
+    """
+    name = _x509_name(subject)
+    public = key.public_key()
+    ski = x509.SubjectKeyIdentifier.from_public_key(public)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(_ca_key_usage(), critical=True)
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(key, _hash_for(key))
+    )
+
+
+def create_certificate(
+    *,
+    role: CertRole,
+    subject: CordaX500Name | x509.Name,
+    public_key: PublicKey,
+    issuer_cert: x509.Certificate,
+    issuer_key: CaKey,
+    now: dt.datetime,
+    validity: dt.timedelta = DEFAULT_VALIDITY,
+) -> x509.Certificate:
+    """Issue a certificate for ``role`` with the extensions Corda expects for it.
+
+    A ``NODE_CA`` certificate is name-constrained to its own subject (the node's legal name); ``TLS``
+    certificates get serverAuth + clientAuth; CA roles get keyCertSign.  The validity is clipped to the
+    issuer's, so a child never outlives its parent.
+
+    Raises:
+        ValueError: the issuer certificate does not belong to ``issuer_key``.
+    """
+    if issuer_cert.public_key() != issuer_key.public_key():
+        raise ValueError("issuer_key does not match issuer_cert")
+    name = _x509_name(subject)
+    not_after = min(now + validity, issuer_cert.not_valid_after_utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(max(now - BACKDATE, issuer_cert.not_valid_before_utc))
+        .not_valid_after(not_after)
+        .add_extension(role_extension(role), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+                issuer_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+            ),
+            critical=False,
+        )
+    )
+    if role in (CertRole.DOORMAN_CA, CertRole.NODE_CA, CertRole.LEGAL_IDENTITY):
+        # Path lengths: doorman -> node CA -> identity -> confidential identity.
+        path_length = {CertRole.DOORMAN_CA: 2, CertRole.NODE_CA: 1, CertRole.LEGAL_IDENTITY: 0}[role]
+        builder = builder.add_extension(
+            x509.BasicConstraints(ca=True, path_length=path_length), critical=True
+        )
+        builder = builder.add_extension(_ca_key_usage(), critical=True)
+    else:
+        builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        tls = role is CertRole.TLS
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=tls,
+                data_encipherment=False, key_agreement=tls, key_cert_sign=False, crl_sign=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )  # fmt: skip
+        if tls:
+            builder = builder.add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False,
+            )
+    if role is CertRole.NODE_CA:
+        builder = builder.add_extension(
+            x509.NameConstraints(permitted_subtrees=[x509.DirectoryName(name)], excluded_subtrees=None),
+            critical=True,
+        )
+    return builder.sign(issuer_key, _hash_for(issuer_key))
+
+
+def _der(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def _describe(cert: x509.Certificate) -> str:
+    return repr(cert.subject.rfc4514_string())
+
+
+def _within(subject: x509.Name, base: x509.Name) -> bool:
+    """RFC 5280 §4.2.1.10 directoryName: ``base`` is a prefix of ``subject``'s RDN sequence."""
+    return list(subject.rdns[: len(base.rdns)]) == list(base.rdns)
+
+
+def validate_cert_path(
+    path: Sequence[x509.Certificate],
+    *,
+    trust_root: x509.Certificate,
+    now: dt.datetime,
+    leaf_role: CertRole | None = None,
+) -> CertRole | None:
+    """Validate a certificate path against the pinned network root with Corda's rules.
+
+    Args:
+        path: leaf first, then each issuer; the root may be the last element (it must then be byte-equal to
+            ``trust_root``) or be left out.
+        trust_root: the pinned network root.
+        now: the validation time (timezone-aware UTC).
+        leaf_role: if given, the role the leaf must have.
+
+    Returns:
+        The leaf's role (``None`` only when ``path`` is just the root).
+
+    Raises:
+        CertificateValidationError: the first rule broken; ``reason`` is one of ``empty``, ``untrusted-root``,
+            ``wrong-parent``, ``bad-signature``, ``expired``, ``not-yet-valid``, ``not-a-ca``,
+            ``path-length``, ``missing-role``, ``wrong-role``, ``name-constraint``, ``malformed``.
+    """
+    if not path:
+        raise CertificateValidationError("empty certificate path", reason="empty")
+    root_der = _der(trust_root)
+    certs = list(path)
+    if _der(certs[-1]) == root_der:
+        certs.pop()
+    elif certs[-1].issuer == certs[-1].subject:
+        raise CertificateValidationError(
+            f"path ends at root {_describe(certs[-1])}, which is not this network's root",
+            reason="untrusted-root",
+        )
+    full = [*certs, trust_root]
+    for cert in full:
+        if now < cert.not_valid_before_utc:
+            raise CertificateValidationError(
+                f"certificate {_describe(cert)} is not valid before {cert.not_valid_before_utc.isoformat()}",
+                reason="not-yet-valid",
+            )
+        if now > cert.not_valid_after_utc:
+            raise CertificateValidationError(
+                f"certificate {_describe(cert)} expired at {cert.not_valid_after_utc.isoformat()}",
+                reason="expired",
+            )
+    for index, child in enumerate(certs):
+        parent = full[index + 1]
+        if child.issuer != parent.subject:
+            reason = "untrusted-root" if parent is trust_root else "wrong-parent"
+            raise CertificateValidationError(
+                f"certificate {_describe(child)} was issued by {child.issuer.rfc4514_string()!r}, "
+                f"not by {_describe(parent)}",
+                reason=reason,
+            )
+        try:
+            child.verify_directly_issued_by(parent)
+        except (ValueError, TypeError, InvalidSignature) as exc:
+            reason = "untrusted-root" if parent is trust_root else "bad-signature"
+            raise CertificateValidationError(
+                f"certificate {_describe(child)} is not signed by the key of {_describe(parent)}",
+                reason=reason,
+            ) from exc
+        _check_issuer_is_ca(parent, cas_below=sum(1 for c in certs[:index] if _is_ca(c)))
+        child_role = get_cert_role(child)
+        parent_role = get_cert_role(parent) if parent is not trust_root else None
+        if child_role is None:
+            raise CertificateValidationError(
+                f"certificate {_describe(child)} has no Corda role extension", reason="missing-role"
+            )
+        if parent_role not in child_role.allowed_parents:
+            parent_shown = "the root" if parent_role is None else parent_role.name
+            raise CertificateValidationError(
+                f"a {child_role.name} certificate ({_describe(child)}) may not be issued by {parent_shown}",
+                reason="wrong-role",
+            )
+        _check_name_constraints(parent, certs[: index + 1])
+    leaf = certs[0] if certs else None
+    role = get_cert_role(leaf) if leaf is not None else None
+    if leaf_role is not None and role is not leaf_role:
+        shown = "no role" if role is None else role.name
+        raise CertificateValidationError(
+            f"expected a {leaf_role.name} certificate, got {shown}", reason="wrong-role"
+        )
+    return role
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        return False
+
+
+def _check_issuer_is_ca(parent: x509.Certificate, *, cas_below: int) -> None:
+    try:
+        constraints = parent.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        raise CertificateValidationError(f"issuer {_describe(parent)} is not a CA", reason="not-a-ca")
+    if constraints.path_length is not None and cas_below > constraints.path_length:
+        raise CertificateValidationError(
+            f"issuer {_describe(parent)} allows {constraints.path_length} CA(s) below it, found {cas_below}",
+            reason="path-length",
+        )
+    try:
+        usage = parent.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return
+    if not usage.key_cert_sign:
+        raise CertificateValidationError(
+            f"issuer {_describe(parent)} has no keyCertSign key usage", reason="not-a-ca"
+        )
+
+
+def _check_name_constraints(constrainer: x509.Certificate, below: Sequence[x509.Certificate]) -> None:
+    try:
+        constraints = constrainer.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return
+    permitted = [g.value for g in constraints.permitted_subtrees or () if isinstance(g, x509.DirectoryName)]
+    excluded = [g.value for g in constraints.excluded_subtrees or () if isinstance(g, x509.DirectoryName)]
+    for cert in below:
+        if permitted and not any(_within(cert.subject, base) for base in permitted):
+            raise CertificateValidationError(
+                f"certificate {_describe(cert)} is outside the name constraint of {_describe(constrainer)}",
+                reason="name-constraint",
+            )
+        if any(_within(cert.subject, base) for base in excluded):
+            raise CertificateValidationError(
+                f"certificate {_describe(cert)} is excluded by the name constraint of "
+                f"{_describe(constrainer)}",
+                reason="name-constraint",
+            )

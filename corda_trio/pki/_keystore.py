@@ -1,0 +1,139 @@
+"""Keys and certificates on disk as PEM.
+
+Private keys are PKCS#8 PEM encrypted with ``BestAvailableEncryption(passphrase)``: with cryptography 44+
+and OpenSSL 3 that is PBES2 with AES-256-CBC and PBKDF2-HMAC-SHA256 (cryptography's iteration count), which
+costs a few milliseconds per key to write and to read on this machine kind (measure with
+``bench/pki_keys.py`` if it matters); a three-node bootstrap writes eleven keys.  Without a passphrase a key
+is written unencrypted, which the caller must ask for explicitly (``passphrase=None``).
+
+Every file is written atomically (temporary file in the same directory, ``fsync``, ``rename``) with mode
+0600 for private keys, 0644 for certificates.  Reading a private key refuses one that group or others can
+read, as OpenSSH does, because a key that leaked once cannot be made secret again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+from ._certs import CaKey
+from ._errors import KeyStoreError
+
+__all__ = [
+    "PRIVATE_FILE_MODE",
+    "read_certificate",
+    "read_certificates",
+    "read_private_key",
+    "write_certificates",
+    "write_private_key",
+]
+
+#: Mode of private key files (and the only mode accepted when reading, apart from stricter ones).
+PRIVATE_FILE_MODE: Final[int] = 0o600
+#: Mode of certificate files (public data).
+PUBLIC_FILE_MODE: Final[int] = 0o644
+
+
+def _atomic_write(path: Path, data: bytes, mode: int) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have removed bits we wanted, never added any we did not
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_private_key(path: str | os.PathLike[str], key: CaKey, passphrase: bytes | None) -> None:
+    """Write ``key`` as PKCS#8 PEM, encrypted with ``passphrase`` (``None``: unencrypted), mode 0600."""
+    if passphrase is not None and not passphrase:
+        raise KeyStoreError("an empty passphrase cannot encrypt a key (pass None for an unencrypted key)")
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
+    )
+    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    _atomic_write(Path(path), data, PRIVATE_FILE_MODE)
+
+
+def read_private_key(path: str | os.PathLike[str], passphrase: bytes | None) -> CaKey:
+    """Read a key written by :func:`write_private_key`.
+
+    Raises:
+        KeyStoreError: missing file, group/world-accessible file, wrong or missing passphrase, not a PEM
+            private key, or an unsupported key type.
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read private key {str(path)!r}: {exc.strerror}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyStoreError(
+            f"private key {str(path)!r} has mode {stat.S_IMODE(st.st_mode):04o}; it must not be accessible "
+            f"by group or others (chmod 600)"
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=passphrase or None)
+    except TypeError as exc:  # encrypted but no passphrase, or a passphrase for a plain key
+        raise KeyStoreError(f"private key {str(path)!r}: {exc}") from exc
+    except ValueError as exc:
+        raise KeyStoreError(
+            f"private key {str(path)!r} cannot be decrypted or parsed (wrong passphrase?)"
+        ) from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+        raise KeyStoreError(f"private key {str(path)!r} is a {type(key).__name__}; expected ECDSA or Ed25519")
+    return key
+
+
+def write_certificates(path: str | os.PathLike[str], certs: Sequence[x509.Certificate]) -> None:
+    """Write one or more certificates (leaf first) as concatenated PEM, mode 0644."""
+    data = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+    _atomic_write(Path(path), data, PUBLIC_FILE_MODE)
+
+
+def read_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
+    """Read a PEM file of one or more certificates, in file order.
+
+    Raises:
+        KeyStoreError: missing file, or no / malformed certificates.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read certificates {os.fspath(path)!r}: {exc.strerror}") from exc
+    try:
+        certs = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise KeyStoreError(f"{os.fspath(path)!r} does not hold PEM certificates: {exc}") from exc
+    return certs
+
+
+def read_certificate(path: str | os.PathLike[str]) -> x509.Certificate:
+    """Read a PEM file holding exactly one certificate.
+
+    Raises:
+        KeyStoreError: as :func:`read_certificates`, or the file holds more than one certificate.
+    """
+    certs = read_certificates(path)
+    if len(certs) != 1:
+        raise KeyStoreError(f"{os.fspath(path)!r} holds {len(certs)} certificates, expected exactly one")
+    return certs[0]

@@ -1,0 +1,252 @@
+"""``ssl.SSLContext`` builders for node-to-node mutual TLS, and the post-handshake peer identity check.
+
+Theory of operation
+-------------------
+Every node holds a TLS certificate (ECDSA P-256, role ``TLS``) issued by its node CA, which the doorman CA
+issued, which the network root issued.  Both ends of a connection present their chain (leaf, node CA,
+doorman CA) and trust *only* the network root: no system CA store is loaded.  The server requires a client
+certificate (``CERT_REQUIRED`` set explicitly: ``Purpose.CLIENT_AUTH`` contexts default to ``CERT_NONE``).
+OpenSSL then checks signatures, validity dates, CA flags, path lengths and the node CA's name constraint.
+
+Host names mean nothing here (``check_hostname`` is off): a node is identified by its X.500 legal name,
+which is the subject of its TLS certificate.  OpenSSL alone would therefore accept *any* certificate from the
+network for *any* peer, so after the handshake the caller must run :func:`check_peer_legal_name` (outbound:
+the peer we meant to dial) or :func:`check_peer_is_network_node` (inbound: any node of the network; the
+name then becomes the authenticated sender).  Both also insist on Corda's ``TLS`` role, so a legal-identity
+or CA certificate cannot be used as a TLS certificate.
+
+TLS 1.2 is the minimum and 1.3 is negotiated whenever both sides have it.  With TLS 1.3 a client whose
+certificate the server rejects still completes ``do_handshake()`` and only fails on its first read: treat a
+link as authenticated only after the peer's first bytes arrive (see STACK-NOTES.md).
+
+``ssl`` only loads certificate chains and keys from files.  Paths are used directly (an encrypted key with a
+passphrase is fine); in-memory certificates and keys are written to a private temporary directory (mode
+0700, files 0600), loaded, and deleted before the builder returns.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
+from ._names import CordaX500Name
+from ._roles import CertRole, get_cert_role
+
+__all__ = [
+    "TLS_CIPHERS_TLS12",
+    "PeerCertificateSource",
+    "check_peer_is_network_node",
+    "check_peer_legal_name",
+    "client_ssl_context",
+    "peer_certificate",
+    "server_ssl_context",
+]
+
+#: Cipher suites for TLS 1.2 (TLS 1.3 suites are OpenSSL's defaults, all AEAD).  Corda pins
+#: ECDHE-ECDSA with AES-128-GCM; we also allow AES-256-GCM and ChaCha20-Poly1305.
+TLS_CIPHERS_TLS12: Final[str] = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
+)
+
+PathLike = str | os.PathLike[str]
+PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
+
+
+class PeerCertificateSource(Protocol):
+    """Anything with ``getpeercert(binary_form=True)``: ``ssl.SSLObject``, ``ssl.SSLSocket``,
+    ``trio.SSLStream`` (which forwards the call to its ``SSLObject``)."""
+
+    def getpeercert(self, binary_form: bool = ...) -> object: ...
+
+
+def client_ssl_context(
+    *,
+    cert_chain: PathLike | Sequence[x509.Certificate],
+    key: PathLike | PrivateKey,
+    trust_root: PathLike | x509.Certificate,
+    passphrase: bytes | None = None,
+) -> ssl.SSLContext:
+    """Context for dialling a peer: presents our chain, trusts only ``trust_root``, no host-name check.
+
+    Args:
+        cert_chain: PEM file or certificates, leaf (our TLS certificate) first, then node CA and doorman
+            CA; the root may be included but need not be.
+        key: PEM file (encrypted if ``passphrase`` is given) or the private key of the leaf.
+        trust_root: the network root certificate (PEM file or object); nothing else is trusted.
+        passphrase: passphrase of an encrypted key file.
+
+    Raises:
+        KeyStoreError: a file is missing or unreadable, the key does not match the certificate, or the
+            passphrase is wrong.
+    """
+    return _build(ssl.PROTOCOL_TLS_CLIENT, cert_chain, key, trust_root, passphrase)
+
+
+def server_ssl_context(
+    *,
+    cert_chain: PathLike | Sequence[x509.Certificate],
+    key: PathLike | PrivateKey,
+    trust_root: PathLike | x509.Certificate,
+    passphrase: bytes | None = None,
+) -> ssl.SSLContext:
+    """Context for accepting peers: like :func:`client_ssl_context`, and a client certificate is required.
+
+    Raises:
+        KeyStoreError: as for :func:`client_ssl_context`.
+    """
+    return _build(ssl.PROTOCOL_TLS_SERVER, cert_chain, key, trust_root, passphrase)
+
+
+def _build(
+    protocol: ssl._SSLMethod,
+    cert_chain: PathLike | Sequence[x509.Certificate],
+    key: PathLike | PrivateKey,
+    trust_root: PathLike | x509.Certificate,
+    passphrase: bytes | None,
+) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(protocol)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
+    if hasattr(ssl, "OP_NO_RENEGOTIATION"):
+        ctx.options |= ssl.OP_NO_RENEGOTIATION
+    ctx.set_ciphers(TLS_CIPHERS_TLS12)
+    ctx.check_hostname = False  # identity is the legal name, checked after the handshake
+    ctx.verify_mode = ssl.CERT_REQUIRED  # both roles: the server must ask for the client's certificate
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    ctx.load_verify_locations(cadata=_root_pem(trust_root))
+    _load_chain(ctx, cert_chain, key, passphrase)
+    return ctx
+
+
+def _root_pem(trust_root: PathLike | x509.Certificate) -> str:
+    if isinstance(trust_root, x509.Certificate):
+        return trust_root.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    try:
+        data = Path(trust_root).read_bytes()
+        x509.load_pem_x509_certificate(data)  # a clear error now rather than an opaque ssl one later
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read trust root {os.fspath(trust_root)!r}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise KeyStoreError(f"trust root {os.fspath(trust_root)!r} is not a PEM certificate: {exc}") from exc
+    return data.decode("ascii")
+
+
+def _load_chain(
+    ctx: ssl.SSLContext,
+    cert_chain: PathLike | Sequence[x509.Certificate],
+    key: PathLike | PrivateKey,
+    passphrase: bytes | None,
+) -> None:
+    if isinstance(cert_chain, str | os.PathLike) and isinstance(key, str | os.PathLike):
+        _load_files(ctx, os.fspath(cert_chain), os.fspath(key), passphrase)
+        return
+    with tempfile.TemporaryDirectory(prefix="corda-trio-tls-") as tmp:  # created with mode 0700
+        if isinstance(cert_chain, str | os.PathLike):
+            chain_path = os.fspath(cert_chain)
+        else:
+            chain_path = os.path.join(tmp, "chain.pem")
+            _write_private(
+                chain_path, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in cert_chain)
+            )
+        if isinstance(key, str | os.PathLike):
+            key_path = os.fspath(key)
+        else:
+            key_path = os.path.join(tmp, "key.pem")
+            _write_private(
+                key_path,
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                ),
+            )
+            passphrase = None
+        _load_files(ctx, chain_path, key_path, passphrase)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase: bytes | None) -> None:
+    for path in (chain_path, key_path):
+        if not os.path.isfile(path):
+            raise KeyStoreError(f"TLS file {path!r} does not exist")
+    try:
+        # A callable password keeps OpenSSL from prompting on a terminal when none was given.
+        ctx.load_cert_chain(chain_path, key_path, password=lambda: passphrase or b"")
+    except ssl.SSLError as exc:
+        raise KeyStoreError(
+            f"cannot load TLS certificate {chain_path!r} with key {key_path!r}: {exc.reason or exc} "
+            "(wrong passphrase, or a key that does not match the certificate?)"
+        ) from exc
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read TLS files {chain_path!r}, {key_path!r}: {exc}") from exc
+
+
+def peer_certificate(ssl_object: PeerCertificateSource) -> x509.Certificate:
+    """The peer's (already chain-verified) leaf certificate.
+
+    Raises:
+        PeerIdentityError: the peer presented no certificate (the handshake is not complete, or the context
+            did not require one), or it cannot be parsed.
+    """
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        raise PeerIdentityError("the TLS peer presented no certificate")
+    if not isinstance(der, bytes):
+        raise PeerIdentityError("getpeercert(binary_form=True) did not return DER bytes")
+    try:
+        return x509.load_der_x509_certificate(der)
+    except ValueError as exc:
+        raise PeerIdentityError(f"the TLS peer's certificate cannot be parsed: {exc}") from exc
+
+
+def check_peer_is_network_node(ssl_object: PeerCertificateSource) -> CordaX500Name:
+    """Inbound check: the peer is a node of this network; returns its legal name.
+
+    The chain was already verified against the network root during the handshake; this adds Corda's rules:
+    the leaf has the ``TLS`` role and its subject is a valid legal name.
+
+    Raises:
+        PeerIdentityError: no certificate, wrong or missing role, or a subject that is not a legal name.
+    """
+    cert = peer_certificate(ssl_object)
+    subject = cert.subject.rfc4514_string()
+    try:
+        role = get_cert_role(cert)
+    except CertificateValidationError as exc:
+        raise PeerIdentityError(f"TLS peer {subject!r}: {exc}") from exc
+    if role is not CertRole.TLS:
+        shown = "no role extension" if role is None else f"role {role.name}"
+        raise PeerIdentityError(f"TLS peer {subject!r} presented a certificate with {shown}, not role TLS")
+    try:
+        return CordaX500Name.from_x509_name(cert.subject)
+    except InvalidNameError as exc:
+        raise PeerIdentityError(f"TLS peer subject {subject!r} is not a valid legal name: {exc}") from exc
+
+
+def check_peer_legal_name(ssl_object: PeerCertificateSource, expected: CordaX500Name) -> CordaX500Name:
+    """Outbound check: the peer is exactly the node we meant to reach.
+
+    Returns:
+        The peer's legal name (equal to ``expected``).
+
+    Raises:
+        PeerIdentityError: as :func:`check_peer_is_network_node`, or the name differs from ``expected``.
+    """
+    actual = check_peer_is_network_node(ssl_object)
+    if actual != expected:
+        raise PeerIdentityError(f"TLS peer is {str(actual)!r} but {str(expected)!r} was expected")
+    return actual

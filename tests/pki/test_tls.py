@@ -1,0 +1,207 @@
+"""Mutual TLS between two nodes of one network over a real loopback socket, with the legal-name check."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import pki
+
+from .conftest import ALICE, BOB
+
+# Contexts are built from certificates issued "now" in the real world, since OpenSSL checks validity
+# against the system clock.
+REAL_NOW = dt.datetime.now(dt.UTC)
+
+
+@pytest.fixture(scope="module")
+def live_network() -> pki.NetworkCredentials:
+    return pki.NetworkCredentials.create(now=REAL_NOW)
+
+
+@pytest.fixture(scope="module")
+def live_alice(live_network: pki.NetworkCredentials) -> pki.NodeCredentials:
+    return live_network.issue_node(ALICE, now=REAL_NOW)
+
+
+@pytest.fixture(scope="module")
+def live_bob(live_network: pki.NetworkCredentials) -> pki.NodeCredentials:
+    return live_network.issue_node(BOB, now=REAL_NOW)
+
+
+def _contexts(
+    node: pki.NodeCredentials, root: pki.CertAndKey | None = None, *, tls: pki.CertAndKey | None = None
+) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    root_cert = root.cert if root else None
+    leaf = tls or node.tls
+    chain = [leaf.cert, node.node_ca.cert, node.doorman_cert]
+    kwargs = dict(cert_chain=chain, key=leaf.key, trust_root=root_cert)
+    return pki.client_ssl_context(**kwargs), pki.server_ssl_context(**kwargs)  # type: ignore[arg-type]
+
+
+async def _handshake(
+    client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext
+) -> tuple[
+    pki.CordaX500Name | BaseException, pki.CordaX500Name | BaseException, trio.SSLStream, trio.SSLStream
+]:
+    """Connect over 127.0.0.1, run both handshakes, exchange one byte each way (TLS 1.3 reports a rejected
+    client certificate only on the first read), and return what each side learnt about the other."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    results: dict[str, object] = {}
+
+    async def server() -> None:
+        raw = await listeners[0].accept()
+        stream = trio.SSLStream(raw, server_ctx, server_side=True)
+        try:
+            await stream.do_handshake()
+            name = pki.check_peer_is_network_node(stream)
+            await stream.send_all(b"s")
+            await stream.receive_some(1)
+            results["server_saw"] = name
+        except (trio.BrokenResourceError, pki.PeerIdentityError) as exc:
+            results["server_saw"] = exc
+        results["server_stream"] = stream
+        await trio.aclose_forcefully(stream)
+
+    async def client() -> None:
+        raw = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = trio.SSLStream(raw, client_ctx, server_hostname=None)
+        try:
+            await stream.do_handshake()
+            name = pki.check_peer_is_network_node(stream)
+            await stream.send_all(b"c")
+            await stream.receive_some(1)
+            results["client_saw"] = name
+        except (trio.BrokenResourceError, pki.PeerIdentityError) as exc:
+            results["client_saw"] = exc
+        results["client_stream"] = stream
+        await trio.aclose_forcefully(stream)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server)
+            nursery.start_soon(client)
+    await listeners[0].aclose()
+    return (
+        results["client_saw"],  # type: ignore[return-value]
+        results["server_saw"],
+        results["client_stream"],  # type: ignore[return-value]
+        results["server_stream"],  # type: ignore[return-value]
+    )
+
+
+async def test_mutual_tls_handshake_and_name_checks(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    alice_client, _ = _contexts(live_alice, live_network.root)
+    _, bob_server = _contexts(live_bob, live_network.root)
+    client_saw, server_saw, client_stream, server_stream = await _handshake(alice_client, bob_server)
+    assert client_saw == BOB
+    assert server_saw == ALICE
+    assert client_stream.version() in ("TLSv1.3", "TLSv1.2")
+    # The outbound check against the expected name passes for Bob and fails for anyone else.
+    assert pki.check_peer_legal_name(client_stream, BOB) == BOB
+    carol = pki.CordaX500Name.parse("O=Carol, L=Paris, C=FR")
+    with pytest.raises(pki.PeerIdentityError, match="'O=Bob, L=New York, C=US' but 'O=Carol, L=Paris, C=FR'"):
+        pki.check_peer_legal_name(client_stream, carol)
+    with pytest.raises(pki.PeerIdentityError, match="but 'O=Bob"):
+        pki.check_peer_legal_name(server_stream, BOB)  # the server side sees Alice
+
+
+async def test_tls12_also_works(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    alice_client, _ = _contexts(live_alice, live_network.root)
+    alice_client.maximum_version = ssl.TLSVersion.TLSv1_2
+    _, bob_server = _contexts(live_bob, live_network.root)
+    client_saw, server_saw, client_stream, _ = await _handshake(alice_client, bob_server)
+    assert (client_saw, server_saw) == (BOB, ALICE)
+    assert client_stream.version() == "TLSv1.2"
+
+
+async def test_certificate_from_another_root_is_refused(
+    live_network: pki.NetworkCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    other = pki.NetworkCredentials.create(now=REAL_NOW)
+    mallory = other.issue_node(ALICE, now=REAL_NOW)  # same legal name, wrong root
+    # Mallory trusts our root (so she accepts Bob), but Bob must refuse her certificate.
+    mallory_client, _ = _contexts(mallory, live_network.root)
+    _, bob_server = _contexts(live_bob, live_network.root)
+    client_saw, server_saw, _, _ = await _handshake(mallory_client, bob_server)
+    assert isinstance(server_saw, trio.BrokenResourceError)
+    assert isinstance(server_saw.__cause__, ssl.SSLError)
+    assert (
+        "certificate verify failed" in str(server_saw.__cause__)
+        or "unknown ca" in str(server_saw.__cause__).lower()
+    )
+    # The rejected client learns nothing but a broken connection (TLS 1.3: on its first read).
+    assert isinstance(client_saw, trio.BrokenResourceError)
+
+
+async def test_server_with_other_root_is_refused_by_client(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials
+) -> None:
+    other = pki.NetworkCredentials.create(now=REAL_NOW)
+    impostor = other.issue_node(BOB, now=REAL_NOW)
+    alice_client, _ = _contexts(live_alice, live_network.root)
+    _, impostor_server = _contexts(impostor, other.root)
+    client_saw, _, _, _ = await _handshake(alice_client, impostor_server)
+    assert isinstance(client_saw, trio.BrokenResourceError)
+    assert "certificate verify failed" in str(client_saw.__cause__)
+
+
+async def test_identity_certificate_cannot_be_used_for_tls(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    """A certificate from the right root but without the TLS role fails the post-handshake check."""
+    not_tls = pki.generate_ec_key()
+    cert = pki.create_certificate(
+        role=pki.CertRole.LEGAL_IDENTITY, subject=ALICE, public_key=not_tls.public_key(),
+        issuer_cert=live_alice.node_ca.cert, issuer_key=live_alice.node_ca.key, now=REAL_NOW,
+    )  # fmt: skip
+    alice_client, _ = _contexts(live_alice, live_network.root, tls=pki.CertAndKey(cert=cert, key=not_tls))
+    _, bob_server = _contexts(live_bob, live_network.root)
+    _, server_saw, _, _ = await _handshake(alice_client, bob_server)
+    assert isinstance(server_saw, pki.PeerIdentityError)
+    assert "role LEGAL_IDENTITY, not role TLS" in str(server_saw)
+
+
+async def test_contexts_from_encrypted_files(
+    tmp_path: Path,
+    live_network: pki.NetworkCredentials,
+    live_alice: pki.NodeCredentials,
+    live_bob: pki.NodeCredentials,
+) -> None:
+    pki.write_certificates(tmp_path / "root.pem", [live_network.root.cert])
+    pki.write_certificates(tmp_path / "alice-chain.pem", live_alice.tls_chain)
+    pki.write_private_key(tmp_path / "alice-tls.key", live_alice.tls.key, b"secret")
+    ctx = pki.client_ssl_context(
+        cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
+        trust_root=tmp_path / "root.pem", passphrase=b"secret",
+    )  # fmt: skip
+    _, bob_server = _contexts(live_bob, live_network.root)
+    client_saw, server_saw, _, _ = await _handshake(ctx, bob_server)
+    assert (client_saw, server_saw) == (BOB, ALICE)
+    with pytest.raises(pki.KeyStoreError, match="wrong passphrase"):
+        pki.client_ssl_context(
+            cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
+            trust_root=tmp_path / "root.pem", passphrase=b"not the passphrase",
+        )  # fmt: skip
+
+
+def test_context_settings(live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials) -> None:
+    client, server = _contexts(live_alice, live_network.root)
+    for ctx in (client, server):
+        assert ctx.verify_mode == ssl.CERT_REQUIRED
+        assert ctx.check_hostname is False
+        assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+        # Only the network root is trusted.
+        assert [c["subject"] for c in ctx.get_ca_certs()] == [
+            ((("countryName", "GB"),), (("localityName", "London"),), (("organizationName", "Corda Trio"),),
+             (("commonName", "Corda Trio Root CA"),))
+        ]  # fmt: skip
