@@ -31,6 +31,7 @@ class CliError(Exception):
 #: ``register(parser: argparse.ArgumentParser) -> None`` which adds sub-commands and sets ``func``.
 COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
     "demo": ("corda_trio.node._cli_demo", "run a small end-to-end demo on this machine"),
+    "bench": ("corda_trio.node._cli_bench", "run load benchmarks and write records"),
 }
 
 

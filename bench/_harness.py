@@ -1,0 +1,899 @@
+"""The common load-benchmark harness: scenarios, open / closed loop, records, run metadata.
+
+Theory of operation
+===================
+
+A benchmark *run* executes one *scenario* (codec, wal, amqp-link, p2p, flows, loopback ...) under one *load
+profile* and writes two files into an output directory::
+
+    run-<run_id>.records.jsonl   one JSON object per measured operation (message, enqueue, flow ...)
+    run-<run_id>.meta.json       what was measured and on what: machine, Python, git commit, config, counts
+
+``protocol_spec/bench-records.md`` is the normative description of both files; ``spark_reports`` reads them.
+The records file is written as ``....jsonl.part`` and renamed when the run ends, so a reader never sees a
+half-written run.
+
+**Records.** One :class:`Record` per operation: ``run_id``, ``scenario``, ``link`` (the unit a reader wants
+to compare: a peer link, a queue, a message kind), ``size_bytes``, ``seq``, and nanosecond timestamps at each
+stage it passes through (:data:`STAGES`: created, enqueued, sent, accepted, delivered, flow_finished; a stage
+the scenario does not have is ``null``), plus ``intended_ns``, ``outcome`` (``"ok"`` / ``"error"``) and
+``error``. Every latency is ``stage_ns - intended_ns``.
+
+**Clock.** Timestamps come from :class:`Clock`: ``time.perf_counter_ns()`` (monotonic, ns resolution) shifted
+by an anchor taken once from ``time.time_ns()``. Within a process they are monotonic; across processes on one
+machine they agree to within the wall clock's error (they are Unix-epoch nanoseconds), which is what a p2p
+run with sender and receiver in different processes needs.
+
+**Open loop, free of coordinated omission.** With ``LoadProfile(mode="open", rate_per_second=R)`` operation
+``i`` is *due* at ``t0 + i / R`` whatever happened before; that due time is its ``intended_ns``. If the system
+under test stalls, operations start late but their latency is still measured from the due time, so the stall
+shows up in every operation that should have been sent during it (wrk2, HdrHistogram's "coordinated
+omission"). ``created_ns - intended_ns`` is the harness's own schedule lag. At most ``max_in_flight``
+operations run at once; when that bound is hit the schedule slips, and the slip is charged to latency.
+
+**Closed loop** (``mode="closed"``): ``concurrency`` workers each run one operation after another as fast as
+the system allows; ``intended_ns == created_ns``. This measures maximum throughput, not latency under load.
+
+**Warm-up.** Operations due in the first ``warmup_seconds`` run but are not recorded (the meta file counts
+them). Measurement lasts ``duration_seconds`` after warm-up, or until ``max_ops`` operations were recorded.
+
+Writing a scenario
+==================
+
+A scenario is an object with ``name``, ``description`` and ``open(ctx)``, an async context manager that sets
+up the system under test (files, sockets, peers) and yields a :class:`ScenarioSession`: ``links`` (the link
+names operations are spread over, round-robin) and ``async run(op)``, which performs one operation and stamps
+``op`` as it passes each stage::
+
+    async def run(self, op: Operation) -> None:
+        payload = make_payload(op.size_bytes)
+        op.mark("created")            # the harness stamps created itself if you do not
+        await queue.enqueue(payload)
+        op.mark("enqueued")
+
+Raise to report a failed operation: the harness records ``outcome="error"`` with ``"<ExceptionType>:
+<message>"`` and the stages reached so far. A scenario that runs its own loop (a tight CPU micro-benchmark)
+can instead build :class:`Record` objects with :func:`make_record` and hand them to :class:`RecordWriter`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol, final
+
+import attrs
+import trio
+
+__all__ = [
+    "RECORD_FIELDS",
+    "SCHEMA_VERSION",
+    "STAGES",
+    "BenchClock",
+    "BenchError",
+    "Clock",
+    "LoadProfile",
+    "Operation",
+    "Record",
+    "RecordWriter",
+    "RunConfig",
+    "RunSummary",
+    "Scenario",
+    "ScenarioContext",
+    "ScenarioSession",
+    "SizeDistribution",
+    "TrioClock",
+    "environment_metadata",
+    "make_record",
+    "new_run_id",
+    "read_records",
+    "run_benchmark",
+]
+
+#: Version of the record / meta format (``protocol_spec/bench-records.md``); bump on incompatible change.
+SCHEMA_VERSION: Final = 1
+#: The stages an operation may pass through, in order. Scenarios stamp the ones they have.
+STAGES: Final = ("created", "enqueued", "sent", "accepted", "delivered", "flow_finished")
+_STAGE_FIELDS: Final = tuple(f"{s}_ns" for s in STAGES)
+#: Field order of a record line (also the column order the reports use).
+RECORD_FIELDS: Final = (
+    "run_id", "scenario", "link", "size_bytes", "seq", "intended_ns", *_STAGE_FIELDS, "outcome", "error",
+)  # fmt: skip
+#: Error strings are cut to this many characters (a record is a measurement, not a log).
+MAX_ERROR_CHARS: Final = 200
+#: Records are flushed to disk (in a worker thread) in batches of this many.
+FLUSH_BATCH_RECORDS: Final = 8192
+_RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+
+
+class BenchError(Exception):
+    """A benchmark could not be set up or run as configured (bad parameters, output not writable)."""
+
+
+# --------------------------------------------------------------------------------------------- clock
+
+
+@final
+class Clock:
+    """Epoch nanoseconds with monotonic resolution: ``perf_counter_ns()`` shifted by a wall-clock anchor."""
+
+    __slots__ = ("_offset_ns",)
+
+    def __init__(self) -> None:
+        self._offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def now_ns(self) -> int:
+        """Current time in Unix-epoch nanoseconds (monotonic within this clock)."""
+        return time.perf_counter_ns() + self._offset_ns
+
+    def to_trio_time(self, epoch_ns: int) -> float:
+        """The ``trio.current_time()`` value at which this clock reads ``epoch_ns`` (for ``sleep_until``)."""
+        return trio.current_time() + (epoch_ns - self.now_ns()) / 1e9
+
+
+@final
+class TrioClock:
+    """Epoch nanoseconds read from Trio's clock, so that tests can run the harness under ``MockClock``.
+
+    Create it inside ``trio.run``. Resolution is that of ``trio.current_time()`` (a float of seconds).
+    """
+
+    __slots__ = ("_anchor_ns",)
+
+    def __init__(self) -> None:
+        self._anchor_ns = time.time_ns() - round(trio.current_time() * 1e9)
+
+    def now_ns(self) -> int:
+        """Current Trio time as Unix-epoch nanoseconds."""
+        return self._anchor_ns + round(trio.current_time() * 1e9)
+
+    def to_trio_time(self, epoch_ns: int) -> float:
+        """The Trio time at which this clock reads ``epoch_ns``."""
+        return (epoch_ns - self._anchor_ns) / 1e9
+
+
+BenchClock = Clock | TrioClock
+
+
+# --------------------------------------------------------------------------------------------- records
+
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """One measured operation. See ``protocol_spec/bench-records.md`` for every field's meaning."""
+
+    run_id: str
+    scenario: str
+    link: str
+    size_bytes: int
+    seq: int
+    intended_ns: int
+    created_ns: int | None = None
+    enqueued_ns: int | None = None
+    sent_ns: int | None = None
+    accepted_ns: int | None = None
+    delivered_ns: int | None = None
+    flow_finished_ns: int | None = None
+    outcome: Literal["ok", "error"] = "ok"
+    error: str | None = None
+
+    def to_json_line(self) -> str:
+        """The record as one JSON line (no trailing newline), fields in :data:`RECORD_FIELDS` order."""
+        return json.dumps(attrs.asdict(self, recurse=False), separators=(",", ":"))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Record:
+        """Validate one decoded JSON object and build the record.
+
+        Raises:
+            BenchError: a field is missing or has the wrong type. Stages are not required to be in order:
+                they may be stamped by different tasks or processes (``sent`` is stamped when ``send_all``
+                returns, which can be after the receiver stamped ``delivered``).
+        """
+        missing = [f for f in RECORD_FIELDS if f not in data]
+        if missing:
+            raise BenchError(f"record lacks field(s) {', '.join(missing)}")
+        for name in ("run_id", "scenario", "link"):
+            if not isinstance(data[name], str) or not data[name]:
+                raise BenchError(f"record field {name!r} must be a non-empty string")
+        for name in ("size_bytes", "seq", "intended_ns"):
+            if not _is_int(data[name]) or data[name] < 0:
+                raise BenchError(f"record field {name!r} must be a non-negative integer")
+        for name in _STAGE_FIELDS:
+            value = data[name]
+            if value is not None and (not _is_int(value) or value < 0):
+                raise BenchError(f"record field {name!r} must be a non-negative integer or null")
+        if data["outcome"] not in ("ok", "error"):
+            raise BenchError("record field 'outcome' must be 'ok' or 'error'")
+        if data["error"] is not None and not isinstance(data["error"], str):
+            raise BenchError("record field 'error' must be a string or null")
+        if (data["outcome"] == "error") != (data["error"] is not None):
+            raise BenchError("record has an error text iff outcome is 'error'")
+        return cls(**{f: data[f] for f in RECORD_FIELDS})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def make_record(
+    *,
+    run_id: str,
+    scenario: str,
+    link: str,
+    size_bytes: int,
+    seq: int,
+    intended_ns: int,
+    stages: Mapping[str, int | None],
+    error: BaseException | str | None = None,
+) -> Record:
+    """Build a record from a ``{stage: ns}`` mapping (stage names from :data:`STAGES`).
+
+    For scenarios that run their own loop. ``error`` (an exception or text) marks the operation failed.
+    """
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        raise BenchError(f"unknown stage(s) {sorted(unknown)}; stages are {STAGES}")
+    return Record(
+        run_id=run_id,
+        scenario=scenario,
+        link=link,
+        size_bytes=size_bytes,
+        seq=seq,
+        intended_ns=intended_ns,
+        **{f"{s}_ns": v for s, v in stages.items()},
+        outcome="ok" if error is None else "error",
+        error=None if error is None else _error_text(error),
+    )
+
+
+def _error_text(error: BaseException | str) -> str:
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return text[:MAX_ERROR_CHARS]
+
+
+def new_run_id(scenario: str, *, now: datetime | None = None) -> str:
+    """A sortable, unique run id: ``<UTC yyyymmddThhmmss>-<scenario>-<6 hex>``."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario)[:30]
+    return f"{stamp}-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+@final
+class RecordWriter:
+    """Writes one run's records (JSON lines) and its meta file into ``out_dir``.
+
+    Records go to ``run-<id>.records.jsonl.part``; :meth:`finish` writes the meta file and renames the
+    records file into place, so a reader never sees a run in progress. :meth:`abort` removes the part file.
+    Use :meth:`add` from a Trio task (it flushes batches in a worker thread), :meth:`add_sync` from plain
+    code.
+    """
+
+    def __init__(self, out_dir: Path, run_id: str) -> None:
+        if not _RUN_ID_RE.match(run_id):
+            raise BenchError(f"run id {run_id!r} must match {_RUN_ID_RE.pattern}")
+        self.run_id = run_id
+        self.out_dir = Path(out_dir)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BenchError(f"cannot create output directory {self.out_dir}: {exc}") from exc
+        self.records_path = self.out_dir / f"run-{run_id}.records.jsonl"
+        self.meta_path = self.out_dir / f"run-{run_id}.meta.json"
+        if self.records_path.exists() or self.meta_path.exists():
+            raise BenchError(f"run {run_id} already exists in {self.out_dir}")
+        self._part_path = self.records_path.with_name(self.records_path.name + ".part")
+        self._file = self._part_path.open("w", encoding="utf-8")
+        self._pending: list[Record] = []
+        self.count = 0
+
+    async def add(self, record: Record) -> None:
+        """Queue a record; every :data:`FLUSH_BATCH_RECORDS` the batch is written in a worker thread."""
+        self._pending.append(record)
+        self.count += 1
+        if len(self._pending) >= FLUSH_BATCH_RECORDS:
+            batch, self._pending = self._pending, []
+            await trio.to_thread.run_sync(self._write, batch)
+
+    def add_sync(self, record: Record) -> None:
+        """Queue a record from non-async code (written on the next batch boundary or at :meth:`finish`)."""
+        self._pending.append(record)
+        self.count += 1
+        if len(self._pending) >= FLUSH_BATCH_RECORDS:
+            batch, self._pending = self._pending, []
+            self._write(batch)
+
+    def _write(self, batch: list[Record]) -> None:
+        self._file.write("".join(r.to_json_line() + "\n" for r in batch))
+
+    def finish(self, meta: Mapping[str, Any]) -> None:
+        """Flush, fsync, write ``run-<id>.meta.json`` and publish the records file."""
+        self._write(self._pending)
+        self._pending = []
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        tmp = self.meta_path.with_name(self.meta_path.name + ".part")
+        tmp.write_text(json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        os.replace(self._part_path, self.records_path)
+        os.replace(tmp, self.meta_path)
+
+    def abort(self) -> None:
+        """Discard the run: close and delete the partial records file."""
+        if not self._file.closed:
+            self._file.close()
+        self._part_path.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------- configuration
+
+
+@attrs.frozen(kw_only=True)
+class SizeDistribution:
+    """Message sizes: a weighted choice over fixed sizes, or a uniform integer range.
+
+    Text forms (CLI ``--sizes``): ``"1024"``; ``"256,1024,65536"`` (equal weights); ``"256:3,65536:1"``
+    (weights); ``"uniform:100-2000"``. Sizes accept ``k`` / ``m`` suffixes (KiB / MiB).
+    """
+
+    sizes: tuple[int, ...] = (1024,)
+    weights: tuple[float, ...] = (1.0,)
+    uniform: tuple[int, int] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> SizeDistribution:
+        """Parse the text form; raises :class:`BenchError` with the reason on bad input."""
+        text = text.strip().lower()
+        if text.startswith("uniform:"):
+            lo_text, sep, hi_text = text[len("uniform:") :].partition("-")
+            if not sep:
+                raise BenchError(f"size distribution {text!r}: expected uniform:LOW-HIGH")
+            lo, hi = _parse_size(lo_text), _parse_size(hi_text)
+            if lo > hi:
+                raise BenchError(f"size distribution {text!r}: LOW > HIGH")
+            return cls(sizes=(lo, hi), weights=(1.0, 1.0), uniform=(lo, hi))
+        sizes: list[int] = []
+        weights: list[float] = []
+        for part in text.split(","):
+            size_text, _, weight_text = part.partition(":")
+            sizes.append(_parse_size(size_text))
+            try:
+                weight = float(weight_text) if weight_text else 1.0
+            except ValueError:
+                raise BenchError(f"size distribution {text!r}: bad weight {weight_text!r}") from None
+            if not weight > 0 or math.isinf(weight):
+                raise BenchError(f"size distribution {text!r}: weights must be positive")
+            weights.append(weight)
+        return cls(sizes=tuple(sizes), weights=tuple(weights))
+
+    def sample(self, rng: random.Random) -> int:
+        """Draw one size."""
+        if self.uniform is not None:
+            return rng.randint(*self.uniform)
+        if len(self.sizes) == 1:
+            return self.sizes[0]
+        return rng.choices(self.sizes, self.weights)[0]
+
+    def describe(self) -> str:
+        """The canonical text form (goes into the run's meta file)."""
+        if self.uniform is not None:
+            return f"uniform:{self.uniform[0]}-{self.uniform[1]}"
+        return ",".join(f"{s}:{w:g}" for s, w in zip(self.sizes, self.weights, strict=True))
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().lower()
+    factor = 1
+    if text.endswith(("k", "m")):
+        factor = 1024 if text[-1] == "k" else 1024 * 1024
+        text = text[:-1]
+    try:
+        value = int(text) * factor
+    except ValueError:
+        raise BenchError(f"bad size {text!r}: expected an integer with optional k/m suffix") from None
+    if value < 0:
+        raise BenchError(f"bad size {text!r}: negative")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class LoadProfile:
+    """How operations are issued.
+
+    Attributes:
+        mode: ``"open"`` (fixed rate, latency from the schedule) or ``"closed"`` (max throughput).
+        rate_per_second: open loop only: operations due per second (over all links).
+        concurrency: closed loop only: number of workers, each with one operation outstanding.
+        duration_seconds: measured time after warm-up.
+        warmup_seconds: operations due during this leading time run but are not recorded.
+        max_ops: stop after this many recorded operations (``None``: time-limited only).
+        max_in_flight: open loop only: bound on concurrent operations (the schedule slips beyond it).
+        drain_seconds: after the last operation was issued, wait this long for stragglers; an operation
+            still unfinished then is recorded as an error ``"Timeout: ..."``.
+    """
+
+    mode: Literal["open", "closed"] = "closed"
+    rate_per_second: float | None = None
+    concurrency: int = 1
+    duration_seconds: float = 10.0
+    warmup_seconds: float = 1.0
+    max_ops: int | None = None
+    max_in_flight: int = 10_000
+    drain_seconds: float = 30.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in ("open", "closed"):
+            raise BenchError(f"load mode must be 'open' or 'closed', not {self.mode!r}")
+        if self.mode == "open" and (self.rate_per_second is None or not self.rate_per_second > 0):
+            raise BenchError("open-loop load needs a positive rate (operations per second)")
+        if self.mode == "closed" and self.rate_per_second is not None:
+            raise BenchError("a rate applies to open-loop load only; closed loop runs as fast as it can")
+        if self.concurrency < 1 or self.max_in_flight < 1:
+            raise BenchError("concurrency and max_in_flight must be at least 1")
+        if not (self.duration_seconds > 0 and self.warmup_seconds >= 0 and self.drain_seconds >= 0):
+            raise BenchError("duration must be positive; warm-up and drain must not be negative")
+        if self.max_ops is not None and self.max_ops < 1:
+            raise BenchError("max_ops must be at least 1")
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """Everything that defines a run (it is written verbatim into the meta file).
+
+    ``params`` are the scenario's own knobs (``nodes``, ``peers``, ``fsync`` ...), as scalars.
+    """
+
+    scenario: str
+    load: LoadProfile = attrs.field(factory=LoadProfile)
+    sizes: SizeDistribution = attrs.field(factory=SizeDistribution)
+    params: Mapping[str, str | int | float | bool] = attrs.field(factory=dict)
+    seed: int = 1
+    run_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description of the configuration."""
+        load = attrs.asdict(self.load)
+        return {
+            "scenario": self.scenario,
+            "load": load,
+            "sizes": self.sizes.describe(),
+            "params": dict(self.params),
+            "seed": self.seed,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ScenarioContext:
+    """What a scenario gets when it sets up: the config, a scratch directory, the clock."""
+
+    config: RunConfig
+    scratch_dir: Path
+    clock: BenchClock
+
+    def param(self, name: str, default: Any) -> Any:
+        """A scenario parameter converted to the type of ``default`` (CLI values arrive as strings)."""
+        value = self.config.params.get(name, default)
+        if isinstance(default, bool) and isinstance(value, str):
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise BenchError(f"parameter {name}={value!r}: expected a boolean")
+            return value.lower() in ("1", "true", "yes", "on")
+        if default is not None and not isinstance(value, type(default)):
+            try:
+                return type(default)(value)
+            except (TypeError, ValueError):
+                raise BenchError(
+                    f"parameter {name}={value!r}: expected {type(default).__name__}"
+                ) from None
+        return value
+
+
+# --------------------------------------------------------------------------------------------- scenarios
+
+
+@attrs.define(slots=True, eq=False)
+class Operation:
+    """One operation in flight; the scenario stamps it with :meth:`mark` as it passes each stage."""
+
+    seq: int
+    link: str
+    size_bytes: int
+    intended_ns: int
+    clock: BenchClock
+    created_ns: int | None = None
+    enqueued_ns: int | None = None
+    sent_ns: int | None = None
+    accepted_ns: int | None = None
+    delivered_ns: int | None = None
+    flow_finished_ns: int | None = None
+
+    def mark(self, stage: str, ns: int | None = None) -> int:
+        """Stamp ``stage`` (one of :data:`STAGES`) now, or at ``ns``; returns the timestamp."""
+        if stage not in STAGES:
+            raise BenchError(f"unknown stage {stage!r}; stages are {STAGES}")
+        when = self.clock.now_ns() if ns is None else ns
+        setattr(self, f"{stage}_ns", when)
+        return when
+
+
+class ScenarioSession(Protocol):
+    """A scenario that is set up and ready to run operations."""
+
+    @property
+    def links(self) -> Sequence[str]:
+        """Names of the links operations are spread over (round-robin by ``seq``)."""
+        ...
+
+    async def run(self, op: Operation) -> None:
+        """Perform one operation, stamping ``op``; raise if it failed."""
+        ...
+
+
+class Scenario(Protocol):
+    """A named benchmark. ``open`` sets up the system under test and tears it down on exit."""
+
+    name: str
+    description: str
+
+    def open(self, ctx: ScenarioContext) -> AbstractAsyncContextManager[ScenarioSession]:
+        """Set up; yields the session that runs operations."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------- environment
+
+
+def _git_commit(start: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(start), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if out.returncode != 0:
+            return None
+        commit = out.stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(start), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return commit + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment_metadata() -> dict[str, Any]:
+    """What the run measured on: CPU count, Python, OS, host, git commit of this checkout."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": socket.gethostname(),
+        "git_commit": _git_commit(Path(__file__).resolve().parent),
+        "trio": trio.__version__,
+    }
+
+
+# --------------------------------------------------------------------------------------------- running
+
+
+@attrs.frozen(kw_only=True)
+class RunSummary:
+    """The end-of-run summary (also stored in the meta file under ``"summary"``).
+
+    Latencies are exact, over the recorded successful operations, from intended time to the last stage.
+    """
+
+    run_id: str
+    scenario: str
+    records_path: Path
+    meta_path: Path
+    recorded_ops: int
+    error_ops: int
+    warmup_ops: int
+    elapsed_seconds: float
+    throughput_per_second: float
+    latency_ns: Mapping[str, int]
+    max_schedule_lag_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form (paths as strings)."""
+        data = attrs.asdict(self)
+        data["records_path"] = str(self.records_path)
+        data["meta_path"] = str(self.meta_path)
+        return data
+
+    def format(self) -> str:
+        """A few human-readable lines."""
+        lat = self.latency_ns
+        ms = {k: v / 1e6 for k, v in lat.items()}
+        lines = [
+            f"run {self.run_id} ({self.scenario}): {self.recorded_ops} ops recorded, "
+            f"{self.error_ops} errors, {self.warmup_ops} warm-up ops not recorded",
+            f"  throughput {self.throughput_per_second:,.1f} ops/s over {self.elapsed_seconds:.2f} s",
+        ]
+        if lat:
+            lines.append(
+                "  latency (intended -> last stage) ms: "
+                + " ".join(f"{k}={v:.3f}" for k, v in ms.items())
+            )
+        lines.append(f"  max schedule lag {self.max_schedule_lag_ns / 1e6:.3f} ms")
+        lines.append(f"  records: {self.records_path}")
+        return "\n".join(lines)
+
+
+def _exact_percentiles(values: array[int]) -> dict[str, int]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    n = len(ordered)
+
+    def rank(p: float) -> int:  # nearest-rank: smallest value with at least p of the data at or below it
+        return ordered[max(0, math.ceil(p * n) - 1)]
+
+    return {
+        "p50": rank(0.5),
+        "p90": rank(0.9),
+        "p99": rank(0.99),
+        "p99.9": rank(0.999),
+        "max": ordered[-1],
+    }
+
+
+@attrs.define(eq=False)
+class _RunState:
+    clock: BenchClock
+    writer: RecordWriter
+    config: RunConfig
+    run_id: str
+    links: Sequence[str]
+    rng: random.Random
+    measure_from_ns: int
+    end_ns: int
+    deadline_ns: int
+    issued: int = 0
+    recorded: int = 0
+    errors: int = 0
+    warmup: int = 0
+    latencies: array[int] = attrs.field(factory=lambda: array("q"))
+    max_lag_ns: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+    stop: bool = False
+
+    def next_operation(self, intended_ns: int) -> Operation:
+        seq = self.issued
+        self.issued += 1
+        link = self.links[seq % len(self.links)]
+        return Operation(
+            seq=seq,
+            link=link,
+            size_bytes=self.config.sizes.sample(self.rng),
+            intended_ns=intended_ns,
+            clock=self.clock,
+        )
+
+    def budget_left(self) -> bool:
+        max_ops = self.config.load.max_ops
+        return not self.stop and (max_ops is None or self.recorded < max_ops)
+
+
+async def _perform(state: _RunState, session: ScenarioSession, op: Operation) -> None:
+    error: BaseException | str | None = None
+    if op.created_ns is None:
+        op.mark("created")
+    with trio.move_on_at(state.clock.to_trio_time(state.deadline_ns)) as scope:
+        try:
+            await session.run(op)
+        except Exception as exc:  # a failed operation is a measurement, not a crash
+            error = exc
+    if scope.cancelled_caught:
+        error = "Timeout: operation not finished within the drain time after the run"
+    if op.intended_ns < state.measure_from_ns:
+        state.warmup += 1
+        return
+    max_ops = state.config.load.max_ops
+    if max_ops is not None and state.recorded >= max_ops:
+        return
+    stages = {s: getattr(op, f"{s}_ns") for s in STAGES}
+    record = make_record(
+        run_id=state.run_id,
+        scenario=state.config.scenario,
+        link=op.link,
+        size_bytes=op.size_bytes,
+        seq=op.seq,
+        intended_ns=op.intended_ns,
+        stages=stages,
+        error=error,
+    )
+    state.recorded += 1
+    lag = (op.created_ns or op.intended_ns) - op.intended_ns
+    state.max_lag_ns = max(state.max_lag_ns, lag)
+    last = max((v for v in stages.values() if v is not None), default=op.intended_ns)
+    state.first_ns = op.intended_ns if state.first_ns is None else min(state.first_ns, op.intended_ns)
+    state.last_ns = last if state.last_ns is None else max(state.last_ns, last)
+    if error is None:
+        state.latencies.append(last - op.intended_ns)
+    else:
+        state.errors += 1
+    await state.writer.add(record)
+
+
+async def _open_loop(state: _RunState, session: ScenarioSession, start_ns: int) -> None:
+    rate = state.config.load.rate_per_second
+    assert rate is not None
+    interval_ns = 1e9 / rate
+    in_flight = trio.Semaphore(state.config.load.max_in_flight)
+
+    async def one(op: Operation) -> None:
+        try:
+            await _perform(state, session, op)
+        finally:
+            in_flight.release()
+
+    async with trio.open_nursery() as nursery:
+        i = 0
+        while state.budget_left():
+            intended = start_ns + round(i * interval_ns)
+            if intended >= state.end_ns:
+                break
+            delay_ns = intended - state.clock.now_ns()
+            if delay_ns > 0:
+                await trio.sleep(delay_ns / 1e9)
+            await in_flight.acquire()  # beyond max_in_flight the schedule slips; latency still counts
+            nursery.start_soon(one, state.next_operation(intended))
+            i += 1
+
+
+async def _closed_loop(state: _RunState, session: ScenarioSession) -> None:
+    async def worker() -> None:
+        while state.budget_left():
+            now = state.clock.now_ns()
+            if now >= state.end_ns:
+                return
+            op = state.next_operation(now)
+            op.created_ns = now
+            await _perform(state, session, op)
+            await trio.lowlevel.checkpoint()  # a scenario that never blocks must not starve the others
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(state.config.load.concurrency):
+            nursery.start_soon(worker)
+
+
+ProgressCallback = Callable[[float, int], None]
+"""``progress(fraction_of_time_done, recorded_ops)``, called a few times per second."""
+
+
+async def run_benchmark(
+    scenario: Scenario,
+    config: RunConfig,
+    out_dir: Path,
+    *,
+    scratch_dir: Path | None = None,
+    progress: ProgressCallback | None = None,
+    clock: BenchClock | None = None,
+) -> RunSummary:
+    """Run ``scenario`` under ``config`` and write its records and meta file into ``out_dir``.
+
+    Args:
+        scenario: what to run (see the module docstring).
+        config: load profile, sizes, scenario parameters, seed, optional fixed run id.
+        out_dir: where ``run-<id>.records.jsonl`` and ``run-<id>.meta.json`` go.
+        scratch_dir: where the scenario may create files (WAL segments ...); a temporary directory by default.
+        progress: optional callback for a progress bar.
+        clock: the time source (default :class:`Clock`; tests pass :class:`TrioClock` under ``MockClock``).
+
+    Returns:
+        The summary; also written into the meta file.
+
+    Raises:
+        BenchError: bad configuration or unusable output directory. Errors raised by the scenario's set-up
+            propagate (the partial records file is removed); errors of single operations are recorded.
+    """
+    import tempfile
+
+    run_id = config.run_id or new_run_id(config.scenario)
+    writer = RecordWriter(out_dir, run_id)
+    clock = clock or Clock()
+    started_at = datetime.now(UTC)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"bench-{config.scenario}-") as tmp:
+            ctx = ScenarioContext(config=config, scratch_dir=Path(scratch_dir or tmp), clock=clock)
+            async with scenario.open(ctx) as session:
+                links = list(session.links)
+                if not links:
+                    raise BenchError(f"scenario {scenario.name} offers no links")
+                load = config.load
+                start_ns = clock.now_ns()
+                measure_from = start_ns + round(load.warmup_seconds * 1e9)
+                end_ns = measure_from + round(load.duration_seconds * 1e9)
+                state = _RunState(
+                    clock=clock,
+                    writer=writer,
+                    config=config,
+                    run_id=run_id,
+                    links=links,
+                    rng=random.Random(config.seed),
+                    measure_from_ns=measure_from,
+                    end_ns=end_ns,
+                    deadline_ns=end_ns + round(load.drain_seconds * 1e9),
+                )
+                async with trio.open_nursery() as nursery:
+                    if progress is not None:
+                        nursery.start_soon(_report_progress, state, start_ns, progress)
+                    if load.mode == "open":
+                        await _open_loop(state, session, start_ns)
+                    else:
+                        await _closed_loop(state, session)
+                    nursery.cancel_scope.cancel()
+                finished_ns = clock.now_ns()
+    except BaseException:
+        writer.abort()
+        raise
+    elapsed = ((state.last_ns or finished_ns) - (state.first_ns or measure_from)) / 1e9
+    summary = RunSummary(
+        run_id=run_id,
+        scenario=config.scenario,
+        records_path=writer.records_path,
+        meta_path=writer.meta_path,
+        recorded_ops=state.recorded,
+        error_ops=state.errors,
+        warmup_ops=state.warmup,
+        elapsed_seconds=elapsed,
+        throughput_per_second=state.recorded / elapsed if elapsed > 0 else 0.0,
+        latency_ns=_exact_percentiles(state.latencies),
+        max_schedule_lag_ns=state.max_lag_ns,
+    )
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "scenario": config.scenario,
+        "description": scenario.description,
+        "started_at": started_at.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "clock": "epoch ns from perf_counter_ns anchored to time_ns at run start",
+        "links": links,
+        "config": config.to_json(),
+        "environment": environment_metadata(),
+        "summary": summary.to_json(),
+    }
+    writer.finish(meta)
+    return summary
+
+
+async def _report_progress(state: _RunState, start_ns: int, progress: ProgressCallback) -> None:
+    total_ns = state.end_ns - start_ns
+    while True:
+        done = min(1.0, (state.clock.now_ns() - start_ns) / total_ns)
+        max_ops = state.config.load.max_ops
+        if max_ops is not None:
+            done = max(done, state.recorded / max_ops)
+        progress(min(done, 1.0), state.recorded)
+        await trio.sleep(0.2)
+
+
+def read_records(path: Path) -> Iterable[Record]:
+    """Read and validate a records file (JSON lines); raises :class:`BenchError` naming the bad line."""
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield Record.from_mapping(json.loads(line))
+                except (ValueError, BenchError) as exc:
+                    raise BenchError(f"{path}:{lineno}: {exc}") from exc

@@ -1,0 +1,158 @@
+"""``corda-trio bench``: run load benchmarks and write records (``protocol_spec/bench-records.md``).
+
+Examples::
+
+    corda-trio bench list
+    corda-trio bench run loopback --out bench-out --rate 5000 --duration 10 --warmup 2 --sizes 256,4k
+    corda-trio bench run wal --out bench-out --closed --concurrency 8 --duration 5 --param fsync=true
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._cli import CliError
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``bench list`` and ``bench run``."""
+    sub = parser.add_subparsers(dest="bench_command", metavar="SUBCOMMAND", required=True)
+
+    listing = sub.add_parser("list", help="list the scenarios")
+    listing.set_defaults(func=_list)
+
+    run = sub.add_parser(
+        "run",
+        help="run one scenario and write its records",
+        description="Run one benchmark scenario; records and a meta file go into --out.",
+    )
+    run.add_argument("scenario", help="scenario name (see `corda-trio bench list`)")
+    run.add_argument("--out", type=Path, required=True, help="output directory for records (created)")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--rate", type=float, help="open loop: operations per second on a fixed schedule (latency free of "
+        "coordinated omission)"
+    )
+    mode.add_argument("--closed", action="store_true", help="closed loop: maximum throughput (default)")
+    run.add_argument("--concurrency", type=int, default=1, help="closed loop: concurrent workers (default 1)")
+    run.add_argument("--duration", type=float, default=10.0, help="measured seconds after warm-up (10)")
+    run.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds, not recorded (1)")
+    run.add_argument("--ops", type=int, help="stop after this many recorded operations")
+    run.add_argument("--max-in-flight", type=int, default=10_000, help="open loop: concurrency bound")
+    run.add_argument("--drain", type=float, default=30.0, help="seconds to wait for stragglers at the end")
+    run.add_argument(
+        "--sizes", default="1024", help="message sizes: 1024 | 256,4k,64k | 256:3,64k:1 | uniform:100-2000"
+    )
+    run.add_argument("--nodes", type=int, help="scenario parameter: number of nodes")
+    run.add_argument("--peers", type=int, help="scenario parameter: number of peers / links")
+    run.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="scenario parameter (repeatable)"
+    )
+    run.add_argument("--seed", type=int, default=1, help="seed for the size distribution (1)")
+    run.add_argument("--run-id", help="fixed run id (default: timestamp-scenario-random)")
+    run.add_argument("--scratch", type=Path, help="directory for the scenario's files (default: a temp dir)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.set_defaults(func=_run)
+
+
+def _list(args: argparse.Namespace) -> int:
+    import bench
+
+    width = max(len(n) for n in bench.SCENARIOS)
+    for name, (_, description) in sorted(bench.SCENARIOS.items()):
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--param {item!r}: expected KEY=VALUE", 2)
+        params[key.strip()] = value.strip()
+    if args.nodes is not None:
+        params["nodes"] = args.nodes
+    if args.peers is not None:
+        params["peers"] = args.peers
+    return params
+
+
+def _run(args: argparse.Namespace) -> int:
+    import trio
+
+    import bench
+
+    try:
+        load = bench.LoadProfile(
+            mode="open" if args.rate is not None else "closed",
+            rate_per_second=args.rate,
+            concurrency=args.concurrency,
+            duration_seconds=args.duration,
+            warmup_seconds=args.warmup,
+            max_ops=args.ops,
+            max_in_flight=args.max_in_flight,
+            drain_seconds=args.drain,
+        )
+        config = bench.RunConfig(
+            scenario=args.scenario,
+            load=load,
+            sizes=bench.SizeDistribution.parse(args.sizes),
+            params=_params(args),
+            seed=args.seed,
+            run_id=args.run_id,
+        )
+        scenario = bench.load_scenario(args.scenario)
+    except bench.BenchError as exc:
+        raise CliError(str(exc), 2) from exc
+
+    show_progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        if show_progress:
+            summary = _run_with_progress(scenario, config, args)
+        else:
+            summary = trio.run(
+                functools.partial(bench.run_benchmark, scratch_dir=args.scratch),
+                scenario,
+                config,
+                args.out,
+            )
+    except bench.BenchError as exc:
+        raise CliError(str(exc), 1) from exc
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        print(summary.format())
+    return 0
+
+
+def _run_with_progress(scenario: Any, config: Any, args: argparse.Namespace) -> Any:
+    import trio
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    import bench
+
+    columns = (
+        TextColumn(f"[bold]{config.scenario}[/bold]"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[ops]:>10,} ops"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("run", total=1.0, ops=0)
+
+        def progress(fraction: float, ops: int) -> None:
+            bar.update(task, completed=fraction, ops=ops)
+
+        run = functools.partial(bench.run_benchmark, scratch_dir=args.scratch, progress=progress)
+        return trio.run(run, scenario, config, args.out)

@@ -1,0 +1,1 @@
+"""PySpark reports over benchmark records (see ``protocol_spec/bench-records.md``)."""

@@ -1,0 +1,311 @@
+"""The benchmark harness: record format, load profiles, open loop free of coordinated omission."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import bench
+
+# ----------------------------------------------------------------------------------------- records
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    base = bench.make_record(
+        run_id="r1", scenario="s", link="l", size_bytes=10, seq=0, intended_ns=100,
+        stages={"created": 100, "enqueued": 150, "delivered": 400},
+    )  # fmt: skip
+    data = json.loads(base.to_json_line())
+    data.update(changes)
+    return data
+
+
+def test_record_json_line_has_every_field_in_order() -> None:
+    data = _record()
+    assert list(data) == list(bench.RECORD_FIELDS)
+    assert data["sent_ns"] is None and data["delivered_ns"] == 400 and data["outcome"] == "ok"
+    assert bench.Record.from_mapping(data) == bench.Record(**data)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"run_id": ""}, "run_id"),
+        ({"size_bytes": -1}, "size_bytes"),
+        ({"seq": True}, "seq"),
+        ({"sent_ns": "12"}, "sent_ns"),
+        ({"outcome": "maybe"}, "outcome"),
+        ({"outcome": "error"}, "error text"),
+        ({"error": "boom"}, "error text"),
+    ],
+)
+def test_record_validation_names_the_bad_field(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(bench.BenchError, match=message):
+        bench.Record.from_mapping(_record(**changes))
+
+
+def test_record_missing_field() -> None:
+    data = _record()
+    del data["accepted_ns"]
+    with pytest.raises(bench.BenchError, match=r"lacks field.*accepted_ns"):
+        bench.Record.from_mapping(data)
+
+
+def test_make_record_rejects_unknown_stage_and_formats_errors() -> None:
+    with pytest.raises(bench.BenchError, match="unknown stage"):
+        bench.make_record(
+            run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=0, stages={"landed": 1}
+        )
+    rec = bench.make_record(
+        run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=0, stages={},
+        error=ValueError("x" * 500),
+    )  # fmt: skip
+    assert rec.outcome == "error" and rec.error is not None
+    assert rec.error.startswith("ValueError: xxx") and len(rec.error) == 200
+
+
+def test_writer_publishes_only_on_finish(tmp_path: Path) -> None:
+    writer = bench.RecordWriter(tmp_path, "run-a")
+    for i in range(10_000):  # crosses a flush batch
+        writer.add_sync(bench.Record(**_record(seq=i, run_id="run-a")))
+    assert not writer.records_path.exists()
+    writer.finish({"run_id": "run-a"})
+    lines = writer.records_path.read_text().splitlines()
+    assert len(lines) == 10_000
+    assert [r.seq for r in bench.read_records(writer.records_path)] == list(range(10_000))
+    assert json.loads(writer.meta_path.read_text()) == {"run_id": "run-a"}
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".part"] == []
+    with pytest.raises(bench.BenchError, match="already exists"):
+        bench.RecordWriter(tmp_path, "run-a")
+
+
+def test_writer_abort_leaves_nothing(tmp_path: Path) -> None:
+    writer = bench.RecordWriter(tmp_path, "run-b")
+    writer.add_sync(bench.Record(**_record(run_id="run-b")))
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_id_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(bench.BenchError, match="run id"):
+        bench.RecordWriter(tmp_path, "../escape")
+    assert bench.RecordWriter(tmp_path, bench.new_run_id("a b/c")).run_id
+
+
+def test_read_records_names_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(_record()) + "\n{not json\n")
+    with pytest.raises(bench.BenchError, match=r"x.jsonl:2"):
+        list(bench.read_records(path))
+
+
+# ----------------------------------------------------------------------------------------- configuration
+
+
+def test_size_distribution_forms() -> None:
+    rng = random.Random(3)
+    assert bench.SizeDistribution.parse("4k").sample(rng) == 4096
+    choice = bench.SizeDistribution.parse("256,1m")
+    assert {choice.sample(rng) for _ in range(200)} == {256, 1024 * 1024}
+    weighted = bench.SizeDistribution.parse("10:9,20:1")
+    draws = [weighted.sample(rng) for _ in range(5000)]
+    assert 0.87 < draws.count(10) / len(draws) < 0.93
+    uniform = bench.SizeDistribution.parse("uniform:100-200")
+    values = {uniform.sample(rng) for _ in range(2000)}
+    assert min(values) >= 100 and max(values) <= 200 and len(values) > 90
+    assert bench.SizeDistribution.parse(weighted.describe()) == weighted
+    assert bench.SizeDistribution.parse(uniform.describe()) == uniform
+
+
+@pytest.mark.parametrize("text", ["", "abc", "10:0", "10:-1", "uniform:5", "uniform:9-3", "-5", "1:x"])
+def test_size_distribution_rejects(text: str) -> None:
+    with pytest.raises(bench.BenchError):
+        bench.SizeDistribution.parse(text)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mode": "open"},
+        {"mode": "open", "rate_per_second": 0},
+        {"mode": "closed", "rate_per_second": 10},
+        {"mode": "sideways"},
+        {"concurrency": 0},
+        {"duration_seconds": 0},
+        {"max_ops": 0},
+    ],
+)
+def test_load_profile_rejects(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(bench.BenchError):
+        bench.LoadProfile(**kwargs)
+
+
+def test_scenario_param_conversion(tmp_path: Path) -> None:
+    config = bench.RunConfig(scenario="x", params={"peers": "3", "fsync": "off", "bad": "x"})
+    ctx = bench.ScenarioContext(config=config, scratch_dir=tmp_path, clock=bench.Clock())
+    assert ctx.param("peers", 1) == 3
+    assert ctx.param("fsync", True) is False
+    assert ctx.param("missing", 2.5) == 2.5
+    with pytest.raises(bench.BenchError, match="expected int"):
+        ctx.param("bad", 1)
+
+
+def test_unknown_scenario_lists_known() -> None:
+    with pytest.raises(bench.BenchError, match=r"known: .*loopback"):
+        bench.load_scenario("nope")
+
+
+# ------------------------------------------------------------------------------ running (virtual time)
+
+
+@attrs.define
+class _StallingService:
+    """A service that takes ``service_s`` per operation, one at a time, and stalls once for ``stall_s``."""
+
+    service_s: float
+    stall_at_seq: int
+    stall_s: float
+    fail_seq: int | None = None
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    @property
+    def links(self) -> list[str]:
+        return ["a", "b"]
+
+    async def run(self, op: bench.Operation) -> None:
+        async with self.lock:  # a single server: requests queue behind a stall
+            op.mark("sent")
+            await trio.sleep(self.stall_s if op.seq == self.stall_at_seq else self.service_s)
+            if op.seq == self.fail_seq:
+                raise RuntimeError("refused")
+            op.mark("delivered")
+
+
+@attrs.define
+class _Scenario:
+    service: _StallingService
+    name: str = "stall"
+    description: str = "test service"
+
+    @asynccontextmanager
+    async def open(self, ctx: bench.ScenarioContext) -> AsyncIterator[_StallingService]:
+        yield self.service
+
+
+async def test_open_loop_charges_a_stall_to_every_operation_due_during_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # 100 ops/s = one due every 10 ms; service 1 ms; op 20 (the first measured one after 0.2 s warm-up) stalls
+    # 100 ms. Coordinated-omission-free: the ops due during the stall wait for it, and their latency is
+    # measured from when they were due, so it decreases in 10 ms steps from the stall's end.
+    service = _StallingService(service_s=0.001, stall_at_seq=20, stall_s=0.1, fail_seq=35)
+    config = bench.RunConfig(
+        scenario="stall",
+        load=bench.LoadProfile(mode="open", rate_per_second=100, duration_seconds=0.5, warmup_seconds=0.2),
+        run_id="open-1",
+    )
+    summary = await bench.run_benchmark(_Scenario(service), config, tmp_path, clock=bench.TrioClock())
+    records = {r.seq: r for r in bench.read_records(summary.records_path)}
+    assert sorted(records) == list(range(20, 70))
+    assert summary.warmup_ops == 20 and summary.recorded_ops == 50 and summary.error_ops == 1
+
+    def latency_ms(seq: int) -> float:
+        r = records[seq]
+        assert r.delivered_ns is not None
+        return (r.delivered_ns - r.intended_ns) / 1e6
+
+    assert latency_ms(20) == pytest.approx(100, abs=0.01)
+    for k in range(1, 10):  # due at +10k ms, done at 100 + k ms
+        assert latency_ms(20 + k) == pytest.approx(100 - 10 * k + k, abs=0.01)
+    assert latency_ms(31) == pytest.approx(1, abs=0.01)  # backlog drained
+    assert records[35].outcome == "error" and records[35].error == "RuntimeError: refused"
+    assert records[35].delivered_ns is None and records[35].sent_ns is not None
+    assert {records[s].link for s in records} == {"a", "b"}
+    assert records[20].link == "a" and records[21].link == "b"
+    assert summary.latency_ns["max"] == pytest.approx(100e6, abs=1e4)
+    meta = json.loads(summary.meta_path.read_text())
+    assert meta["config"]["load"]["rate_per_second"] == 100
+    assert meta["environment"]["cpu_count"] >= 1 and meta["schema_version"] == bench.SCHEMA_VERSION
+    assert meta["summary"]["recorded_ops"] == 50
+
+
+async def test_closed_loop_runs_back_to_back_and_honours_max_ops(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    service = _StallingService(service_s=0.002, stall_at_seq=-1, stall_s=0)
+    config = bench.RunConfig(
+        scenario="stall",
+        load=bench.LoadProfile(
+            mode="closed", concurrency=1, duration_seconds=10, warmup_seconds=0, max_ops=40
+        ),
+    )
+    summary = await bench.run_benchmark(_Scenario(service), config, tmp_path, clock=bench.TrioClock())
+    records = list(bench.read_records(summary.records_path))
+    assert len(records) == 40
+    for r in records:
+        assert r.intended_ns == r.created_ns
+        assert r.delivered_ns is not None
+        assert r.delivered_ns - r.intended_ns == pytest.approx(2e6, abs=1e3)
+    assert summary.throughput_per_second == pytest.approx(500, rel=0.01)
+
+
+async def test_unfinished_operations_time_out_as_errors(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    service = _StallingService(service_s=0.001, stall_at_seq=3, stall_s=1000)
+    config = bench.RunConfig(
+        scenario="stall",
+        load=bench.LoadProfile(
+            mode="open", rate_per_second=10, duration_seconds=1, warmup_seconds=0, drain_seconds=2
+        ),
+    )
+    summary = await bench.run_benchmark(_Scenario(service), config, tmp_path, clock=bench.TrioClock())
+    records = list(bench.read_records(summary.records_path))
+    assert len(records) == 10
+    timed_out = [r for r in records if r.outcome == "error"]
+    assert sorted(r.seq for r in timed_out) == list(range(3, 10))
+    assert all(r.error is not None and r.error.startswith("Timeout") for r in timed_out)
+
+
+async def test_setup_failure_leaves_no_partial_run(tmp_path: Path) -> None:
+    class Broken:
+        name = "broken"
+        description = "fails to set up"
+
+        @asynccontextmanager
+        async def open(self, ctx: bench.ScenarioContext) -> AsyncIterator[Any]:
+            raise OSError("no such device")
+            yield  # pragma: no cover
+
+    with pytest.raises(OSError, match="no such device"):
+        await bench.run_benchmark(Broken(), bench.RunConfig(scenario="broken"), tmp_path)
+    assert not any(p.name for p in await trio.Path(tmp_path).iterdir())
+
+
+# ----------------------------------------------------------------------------------------- real scenario
+
+
+async def test_loopback_scenario_real_sockets(tmp_path: Path) -> None:
+    config = bench.RunConfig(
+        scenario="loopback",
+        load=bench.LoadProfile(mode="open", rate_per_second=400, duration_seconds=0.5, warmup_seconds=0.1),
+        sizes=bench.SizeDistribution.parse("16,4k"),
+        params={"peers": 2},
+    )
+    summary = await bench.run_benchmark(bench.load_scenario("loopback"), config, tmp_path)
+    records = list(bench.read_records(summary.records_path))
+    assert 150 <= len(records) <= 200 and summary.error_ops == 0
+    assert {r.link for r in records} == {"loopback-0", "loopback-1"}
+    assert {r.size_bytes for r in records} == {16, 4096}
+    for r in records:
+        assert None not in (r.created_ns, r.enqueued_ns, r.sent_ns, r.delivered_ns)
+        assert r.accepted_ns is None and r.flow_finished_ns is None
+        assert r.delivered_ns >= r.enqueued_ns >= r.created_ns >= r.intended_ns  # type: ignore[operator]
