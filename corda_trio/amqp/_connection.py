@@ -1,0 +1,1158 @@
+"""The sans-IO AMQP 1.0 connection engine (h2-shaped): bytes in -> events, calls -> bytes out, ``tick(now)``.
+
+Theory of operation
+-------------------
+:class:`Connection` never touches a socket or a clock. The driver (``corda_trio.transport``) feeds it what it
+reads (``receive_data``; ``b""`` means EOF), sends whatever ``data_to_send()`` returns, and calls
+``tick(now)`` after every read and write and at the deadline ``tick`` returned. Application calls
+(``begin_session``, ``attach_sender``, ``send_transfer``, ``settle``, ``flow``, ``detach``, ``close``...)
+validate, update state and *queue* frames; nothing is written until ``data_to_send()``.
+
+Layers, in the order bytes meet them:
+
+1. protocol headers. The client sends the SASL header (or the AMQP header when SASL is off); the server
+   answers. A header we do not speak is answered with the one we do, and the connection ends (spec 2.2).
+2. SASL (``_sasl_engine.py``) until ``sasl-outcome``; then the AMQP header exchange starts over.
+3. frames. ``FrameBuffer`` checks each frame's size against *our* max-frame-size before buffering its body.
+   Performatives are dispatched by class to ``_on_<name>``. Channels and handles in received frames are the
+   peer's numbers and are mapped to our :class:`Session` / :class:`Link` objects; everything we send uses our
+   own numbers.
+
+State machines are the tables of ``_state.py``. Protocol violations are raised inside the handlers as
+:class:`LocalProtocolError` carrying the AMQP condition; ``receive_data`` catches them, queues ``open`` (if
+ours was not sent yet: spec 2.4.1 demands it before ``close``) and ``close`` with that condition and an
+explanatory description, moves to DISCARDING and raises :class:`RemoteProtocolError` (with the events that
+came before the violation). The driver flushes the ``close`` and drops the transport.
+
+Outgoing transfers are split at the peer's max-frame-size; frames that do not fit the peer's session window
+wait in the session (see ``_session.py``). Dispositions that the application queues with ``settle`` are
+coalesced into ranges (``first``..``last``) when the output is drained, so settling 1,000 deliveries one by one
+costs a handful of frames.
+
+Idle timeout (spec 2.4.5): we advertise half our real threshold; we send an empty frame when we have sent
+nothing for half the peer's advertised value; a peer silent for our full threshold gets ``close`` with
+``amqp:resource-limit-exceeded``. Activity is sampled by ``tick``: the driver calls it right after each
+``receive_data`` and each write, so the timestamps are exact to within one call.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final
+
+from . import _performatives as P
+from ._config import MIN_MAX_FRAME_SIZE_BYTES, UINT_MAX, ConnectionConfig
+from ._engine_errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
+from ._errors import AmqpError, Condition
+from ._events import (
+    ConnectionClosed,
+    ConnectionOpened,
+    CreditUpdated,
+    DeliveryReceived,
+    DeliverySettled,
+    DeliveryStateChanged,
+    Event,
+    LinkAttached,
+    LinkAttachRequested,
+    LinkDetached,
+    SaslCompleted,
+    SessionBegun,
+    SessionEnded,
+    TransferAborted,
+)
+from ._frames import AMQP_HEADER, SASL_HEADER, FrameBuffer, encode_empty_frame, encode_frame
+from ._link import SERIAL_MOD, Link
+from ._sasl_engine import SaslClient, SaslResult, SaslServer
+from ._session import Session
+from ._state import (
+    CONNECTION_TRANSITIONS,
+    ConnectionInput,
+    ConnectionState,
+    LinkInput,
+    LinkState,
+    SessionInput,
+    SessionState,
+    StateMachine,
+)
+from ._types import Symbol
+
+__all__ = ["Connection"]
+
+_CI = ConnectionInput
+_CS = ConnectionState
+
+# States in which our open is on the wire and our close is not.
+_OPEN_SENT_STATES: Final = frozenset({_CS.OPEN_PIPE, _CS.OPEN_SENT, _CS.OPENED})
+_TERMINAL_STATES: Final = frozenset({_CS.END, _CS.DISCARDING})
+_ACCEPTED: Final = P.Accepted()
+_TERMINAL_OUTCOMES: Final = (P.Accepted, P.Rejected, P.Released, P.Modified)
+
+
+class _Phase(enum.Enum):
+    """Which layer the next bytes from the peer belong to."""
+
+    HEADER = "awaiting the client's protocol header"  # server only
+    SASL_HEADER = "awaiting the SASL header"
+    SASL = "SASL exchange"
+    AMQP_HEADER = "awaiting the AMQP header"
+    AMQP = "AMQP frames"
+    CLOSED = "closed"
+
+
+def _error(condition: Symbol, description: str) -> P.Error:
+    return P.Error(condition=condition, description=description)
+
+
+class Connection:
+    """One AMQP 1.0 connection endpoint, client or server, without I/O.
+
+    Args:
+        config: our limits, identity and SASL settings (DESIGN.md §3 defaults).
+        client: ``True`` for the side that opened the transport (it speaks first).
+
+    Every method that takes ``channel`` / ``handle`` expects *our* numbers, as returned by
+    :meth:`begin_session` / :meth:`attach_sender` or reported in events.
+    """
+
+    def __init__(self, config: ConnectionConfig | None = None, *, client: bool) -> None:
+        self.config = config if config is not None else ConnectionConfig()
+        self.client = client
+        self._machine: StateMachine[ConnectionState, ConnectionInput] = StateMachine(
+            "connection", CONNECTION_TRANSITIONS, _CS.START
+        )
+        self._buffer = FrameBuffer(self.config.max_frame_size)
+        self._out: list[bytes] = []
+        self._events: list[Event] = []
+        self._sessions: dict[int, Session] = {}
+        self._sessions_by_remote: dict[int, Session] = {}
+        self._dispositions_dirty = False
+        self.remote_open: Any = None
+        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE_BYTES
+        self.remote_channel_max = 65_535
+        self.remote_idle_timeout_ms: int | None = None
+        self.sasl_result: SaslResult | None = None
+        self.close_error: Any = None
+        # idle-timeout bookkeeping (seconds, the driver's clock)
+        self._rx_flag = False
+        self._tx_flag = False
+        self._last_rx: float | None = None
+        self._last_tx: float | None = None
+        self._sasl_client: SaslClient | None = None
+        self._sasl_server: SaslServer | None = None
+        cfg = self.config
+        if client:
+            if cfg.sasl:
+                self._sasl_client = SaslClient(
+                    mechanisms=cfg.sasl_mechanisms, username=cfg.sasl_username, password=cfg.sasl_password,
+                    hostname=cfg.hostname,
+                )
+                self._out.append(SASL_HEADER)
+                self._phase = _Phase.SASL_HEADER
+            else:
+                self._start_amqp()
+                self._phase = _Phase.AMQP_HEADER
+        else:
+            self._phase = _Phase.HEADER
+        self._dispatch = {
+            P.Open: self._on_open,
+            P.Begin: self._on_begin,
+            P.Attach: self._on_attach,
+            P.Flow: self._on_flow,
+            P.Transfer: self._on_transfer,
+            P.Disposition: self._on_disposition,
+            P.Detach: self._on_detach,
+            P.End: self._on_end,
+            P.Close: self._on_close,
+        }
+
+    # ------------------------------------------------------------------------------------------------
+    # introspection
+
+    @property
+    def state(self) -> ConnectionState:
+        """The connection state (spec 2.4.6); START until the SASL layer is done."""
+        return self._machine.state
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is finished (nothing more will be sent or accepted)."""
+        return self._phase is _Phase.CLOSED or self._machine.state in _TERMINAL_STATES
+
+    @property
+    def opened(self) -> bool:
+        """Whether both ``open`` frames have been exchanged and no ``close`` yet."""
+        return self._machine.state is _CS.OPENED
+
+    def session(self, channel: int) -> Session:
+        """Our session on ``channel`` (raises :class:`LocalProtocolError` if there is none)."""
+        try:
+            return self._sessions[channel]
+        except KeyError:
+            raise LocalProtocolError(f"no session on channel {channel}") from None
+
+    def link(self, channel: int, handle: int) -> Link:
+        """Our link ``handle`` in the session on ``channel``."""
+        try:
+            return self.session(channel).links[handle]
+        except KeyError:
+            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}") from None
+
+    def credit(self, channel: int, handle: int) -> int:
+        """The link's current credit (sender: how many deliveries we may start)."""
+        return self.link(channel, handle).link_credit
+
+    # ------------------------------------------------------------------------------------------------
+    # bytes in / bytes out / time
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes read from the transport; ``b""`` means the peer closed it (EOF).
+
+        Returns:
+            The events the bytes produced, in order.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol. A ``close`` carrying the condition is queued
+                (flush ``data_to_send()``, then drop the transport); ``exc.events`` holds the events that
+                preceded the violation, the last of them a :class:`ConnectionClosed`.
+        """
+        events: list[Event] = []
+        self._events = events
+        if not data:
+            self._on_eof()
+            return events
+        self._rx_flag = True
+        if self.closed:
+            if self._machine.state is _CS.DISCARDING:
+                self._discard(data)
+            return events
+        try:
+            self._buffer.feed(data)
+            self._process()
+        except AmqpError as exc:
+            condition = exc.condition
+            description = exc.description
+            self._fail(condition, description)
+            raise RemoteProtocolError(description, condition=condition, events=events) from exc
+        return events
+
+    def data_to_send(self) -> bytes:
+        """Everything queued for the peer since the last call (``b""`` if nothing)."""
+        if self._dispositions_dirty:
+            self._flush_dispositions()
+        if not self._out:
+            return b""
+        out = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        self._tx_flag = True
+        return out
+
+    def tick(self, now: float) -> float | None:
+        """Account for the passage of time; send heartbeats; enforce our idle timeout.
+
+        Args:
+            now: the driver's clock in seconds (any monotonic origin, the same on every call).
+
+        Returns:
+            When ``tick`` must be called next at the latest, or ``None`` if no timer runs.
+
+        Raises:
+            RemoteProtocolError: the peer has been silent longer than our idle timeout; a ``close`` with
+                ``amqp:resource-limit-exceeded`` is queued.
+        """
+        if self._rx_flag or self._last_rx is None:
+            self._last_rx = now
+            self._rx_flag = False
+        if self._tx_flag or self._last_tx is None:
+            self._last_tx = now
+            self._tx_flag = False
+        if self.closed:
+            return None
+        deadline: float | None = None
+        state = self._machine.state
+        timeout_ms = self.config.idle_timeout_ms
+        if timeout_ms and state in _OPEN_SENT_STATES:
+            limit = self._last_rx + timeout_ms / 1000
+            if now >= limit:
+                description = (f"no frame received for {now - self._last_rx:.3f} s; "
+                               f"our idle timeout is {timeout_ms} ms (advertised "
+                               f"{self.config.idle_time_out_field} ms)")
+                self._events = []
+                self._fail(Condition.RESOURCE_LIMIT_EXCEEDED, description)
+                raise RemoteProtocolError(description, condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+                                          events=self._events)
+            deadline = limit
+        peer_ms = self.remote_idle_timeout_ms
+        if peer_ms and state in (_CS.OPENED, _CS.CLOSE_RCVD):
+            interval = peer_ms / 2000
+            due = self._last_tx + interval
+            if now >= due:
+                self._out.append(encode_empty_frame())
+                self._last_tx = now
+                due = now + interval
+            deadline = due if deadline is None else min(deadline, due)
+        return deadline
+
+    # ------------------------------------------------------------------------------------------------
+    # connection-level calls
+
+    def close(self, error: P.Error | None = None) -> None:
+        """Queue our ``close`` (with ``error`` if given). Closing twice is a no-op."""
+        if self.closed or self._machine.state in (_CS.CLOSE_SENT,):
+            return
+        if self._phase is not _Phase.AMQP:
+            # Before the AMQP header exchange there is no close frame: just stop.
+            self._phase = _Phase.CLOSED
+            self.close_error = error
+            return
+        self._ensure_open_sent()
+        self._machine.process(_CI.SEND_CLOSE)
+        self.close_error = error
+        self._out.append(encode_frame(P.Close(error=error)))
+        if self._machine.state is _CS.END:
+            self._phase = _Phase.CLOSED
+
+    def begin_session(self, *, incoming_window: int | None = None, handle_max: int | None = None) -> int:
+        """Queue a ``begin`` for a new session; returns its (our) channel number."""
+        self._check_can_send()
+        channel = 0
+        while channel in self._sessions:
+            channel += 1
+        if channel > self.remote_channel_max:
+            raise LocalProtocolError(f"the peer's channel-max {self.remote_channel_max} is used up",
+                                     condition=Condition.RESOURCE_LIMIT_EXCEEDED)
+        session = self._new_session(channel, incoming_window, handle_max)
+        session.machine.process(SessionInput.SEND_BEGIN)
+        self._send_begin(session)
+        return channel
+
+    def end_session(self, channel: int, error: P.Error | None = None) -> None:
+        """Queue an ``end`` for the session on ``channel``."""
+        session = self.session(channel)
+        self._flush_dispositions()
+        session.machine.process(SessionInput.SEND_END)
+        self._out.append(encode_frame(P.End(error=error), channel))
+        if session.state is SessionState.UNMAPPED:
+            self._drop_session(session, error=error, by_peer=True)
+
+    # ------------------------------------------------------------------------------------------------
+    # link-level calls
+
+    def attach_sender(self, channel: int, *, name: str, target: Any, source: Any = None,
+                      snd_settle_mode: int | None = None, rcv_settle_mode: int | None = None,
+                      properties: dict[Symbol, Any] | None = None) -> int:
+        """Queue an ``attach`` for a sending link; returns its handle.
+
+        ``target`` / ``source`` may be addresses (``str``) or :class:`~corda_trio.amqp.Target` /
+        :class:`~corda_trio.amqp.Source` objects.
+        """
+        return self._attach(channel, name=name, role=P.Role.SENDER, source=_source(source),
+                            target=_target(target), snd_settle_mode=snd_settle_mode,
+                            rcv_settle_mode=rcv_settle_mode, properties=properties)
+
+    def attach_receiver(self, channel: int, *, name: str, source: Any, target: Any = None,
+                        snd_settle_mode: int | None = None, rcv_settle_mode: int | None = None,
+                        properties: dict[Symbol, Any] | None = None) -> int:
+        """Queue an ``attach`` for a receiving link (no credit yet: call :meth:`flow`); returns its handle."""
+        return self._attach(channel, name=name, role=P.Role.RECEIVER, source=_source(source),
+                            target=_target(target), snd_settle_mode=snd_settle_mode,
+                            rcv_settle_mode=rcv_settle_mode, properties=properties)
+
+    def accept_link(self, channel: int, handle: int, *, source: Any = None, target: Any = None,
+                    properties: dict[Symbol, Any] | None = None) -> None:
+        """Answer a :class:`LinkAttachRequested` with our ``attach`` (source/target default to the peer's)."""
+        link = self.link(channel, handle)
+        if link.state is not LinkState.ATTACH_RCVD:
+            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        remote = link.remote_attach
+        link.source = _source(source) if source is not None else remote.source
+        link.target = _target(target) if target is not None else remote.target
+        self._send_attach(self.session(channel), link, properties)
+
+    def refuse_link(self, channel: int, handle: int, error: P.Error) -> None:
+        """Refuse a peer's attach: answer with a null terminus, then detach with ``error`` (spec 2.6.3)."""
+        link = self.link(channel, handle)
+        if link.state is not LinkState.ATTACH_RCVD:
+            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        session = self.session(channel)
+        if link.is_sender:  # the peer wants to receive from a source we refuse
+            link.source, link.target = None, link.remote_attach.target
+        else:
+            link.source, link.target = link.remote_attach.source, None
+        self._send_attach(session, link, None)
+        self.detach(channel, handle, error=error, closed=True)
+
+    def detach(self, channel: int, handle: int, *, error: P.Error | None = None, closed: bool = True) -> None:
+        """Queue a ``detach`` for our link ``handle``."""
+        session = self.session(channel)
+        link = self.link(channel, handle)
+        self._flush_dispositions()
+        link.machine.process(LinkInput.SEND_DETACH)
+        self._out.append(encode_frame(P.Detach(handle=link.handle, closed=closed, error=error), session.channel))
+        if link.state is LinkState.DETACHED:
+            self._drop_link(session, link, error=error, closed=closed, by_peer=True)
+
+    def flow(self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False) -> None:
+        """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``."""
+        link = self.link(channel, handle)
+        if link.is_sender:
+            raise LocalProtocolError("flow(credit=...) is for receiving links; senders get credit")
+        if not 0 <= credit <= UINT_MAX:
+            raise LocalProtocolError(f"credit must fit a uint, got {credit}")
+        link.link_credit = credit
+        link.drain = drain
+        self._send_flow(self.session(channel), link, echo=echo)
+
+    def drained(self, channel: int, handle: int) -> None:
+        """Sender link: we have nothing to send for a draining receiver: give the credit back (spec 2.6.7)."""
+        link = self.link(channel, handle)
+        if not link.is_sender:
+            raise LocalProtocolError("drained() is for sending links")
+        link.delivery_count = (link.delivery_count + link.link_credit) % SERIAL_MOD
+        link.link_credit = 0
+        self._send_flow(self.session(channel), link)
+
+    def send_transfer(self, channel: int, handle: int, payload: bytes, *, delivery_tag: bytes | None = None,
+                      settled: bool | None = None, message_format: int = 0) -> int:
+        """Queue a delivery (split into frames at the peer's max-frame-size); returns its delivery id.
+
+        Args:
+            payload: the encoded message (its sections).
+            delivery_tag: unique among the link's unsettled deliveries; default: a link-local counter.
+            settled: send pre-settled; default follows the link's snd-settle-mode.
+
+        Raises:
+            LocalProtocolError: the link is not an attached sender, has no credit (condition
+                ``amqp:link:transfer-limit-exceeded``), or the message exceeds the peer's max-message-size
+                (``amqp:link:message-size-exceeded``).
+        """
+        session = self._sessions.get(channel)
+        link = session.links.get(handle) if session is not None else None
+        if link is None or session is None:
+            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
+        if link.role or link.machine.state is not LinkState.ATTACHED:
+            raise LocalProtocolError(f"link {link.name!r} is not an attached sending link "
+                                     f"({link.machine.state.value})")
+        self._check_can_send()
+        if link.link_credit <= 0:
+            raise LocalProtocolError(f"link {link.name!r} has no credit",
+                                     condition=Condition.TRANSFER_LIMIT_EXCEEDED)
+        limit = link.remote_max_message_size
+        if limit and len(payload) > limit:
+            raise LocalProtocolError(f"message of {len(payload)} bytes exceeds the peer's max-message-size "
+                                     f"{limit}", condition=Condition.MESSAGE_SIZE_EXCEEDED)
+        if settled is None:
+            settled = link.snd_settle_mode == P.SenderSettleMode.SETTLED
+        if delivery_tag is None:
+            delivery_tag = link.next_tag.to_bytes(8, "big") if link.next_tag > 0xFFFFFFFF else \
+                link.next_tag.to_bytes(4, "big")
+            link.next_tag += 1
+        if self._dispositions_dirty:
+            self._flush_dispositions()
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = (delivery_id + 1) % SERIAL_MOD
+        link.link_credit -= 1
+        link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
+        if not settled:
+            session.outgoing_unsettled[delivery_id] = link
+            link.unsettled[delivery_id] = delivery_tag
+        ch = session.channel
+        max_frame = self.remote_max_frame_size
+        first = P.Transfer(handle=link.handle, delivery_id=delivery_id, delivery_tag=delivery_tag,
+                           message_format=message_format, settled=settled, more=False)
+        frame = encode_frame(first, ch, payload)
+        if len(frame) <= max_frame:
+            frames = [frame]
+        else:
+            frames = self._split_transfer(link, ch, delivery_id, delivery_tag, message_format, settled,
+                                          payload, max_frame)
+        if session.blocked or session.remote_incoming_window < len(frames):
+            session.blocked.extend(frames)
+            self._unblock(session)
+        else:
+            session.remote_incoming_window -= len(frames)
+            session.next_outgoing_id = (session.next_outgoing_id + len(frames)) % SERIAL_MOD
+            self._out.extend(frames)
+        return delivery_id
+
+    def settle(self, channel: int, delivery_id: int, state: Any = _ACCEPTED, *, settled: bool = True) -> None:
+        """Queue a ``disposition`` for a delivery we received (coalesced into ranges on output).
+
+        Args:
+            state: the outcome: ``Accepted()`` (default), ``Rejected(error=...)``, ``Released()``,
+                ``Modified(...)``, or ``None`` to settle without one.
+            settled: ``False`` reports ``state`` without settling (receiver-settle-mode second).
+        """
+        session = self.session(channel)
+        if delivery_id not in session.incoming_unsettled:
+            raise LocalProtocolError(f"delivery {delivery_id} on channel {channel} is unknown or settled")
+        if settled:
+            del session.incoming_unsettled[delivery_id]
+        session.pending_dispositions.append((delivery_id, True, settled, state))
+        self._dispositions_dirty = True
+
+    # ------------------------------------------------------------------------------------------------
+    # internals: output helpers
+
+    def _check_can_send(self) -> None:
+        if self.closed or self._machine.state in (_CS.CLOSE_SENT, _CS.CLOSE_RCVD):
+            raise ConnectionClosedError("the connection is closed or closing")
+        if self._phase is not _Phase.AMQP and self._machine.state not in _OPEN_SENT_STATES:
+            raise LocalProtocolError("the connection is not open yet (SASL or header exchange running)")
+
+    def _start_amqp(self) -> None:
+        """Send the AMQP header and our open (client after SASL, or without SASL)."""
+        self._machine.process(_CI.SEND_HEADER)
+        self._out.append(AMQP_HEADER)
+        self._send_open()
+
+    def _send_open(self) -> None:
+        cfg = self.config
+        self._machine.process(_CI.SEND_OPEN)
+        self._out.append(encode_frame(P.Open(
+            container_id=cfg.container_id, hostname=cfg.hostname, max_frame_size=cfg.max_frame_size,
+            channel_max=cfg.channel_max, idle_time_out=cfg.idle_time_out_field,
+            properties=cfg.properties,
+        )))
+
+    def _ensure_open_sent(self) -> None:
+        if self._machine.state in (_CS.HDR_EXCH, _CS.OPEN_RCVD):
+            self._send_open()
+
+    def _new_session(self, channel: int, incoming_window: int | None, handle_max: int | None) -> Session:
+        cfg = self.config
+        session = Session(channel=channel, incoming_window=incoming_window or cfg.incoming_window,
+                          outgoing_window=cfg.outgoing_window,
+                          handle_max=cfg.handle_max if handle_max is None else handle_max)
+        self._sessions[channel] = session
+        return session
+
+    def _send_begin(self, session: Session) -> None:
+        self._out.append(encode_frame(P.Begin(
+            remote_channel=session.remote_channel, next_outgoing_id=session.next_outgoing_id,
+            incoming_window=session.incoming_window, outgoing_window=session.outgoing_window,
+            handle_max=session.handle_max,
+        ), session.channel))
+
+    def _attach(self, channel: int, *, name: str, role: bool, source: Any, target: Any,
+                snd_settle_mode: int | None, rcv_settle_mode: int | None,
+                properties: dict[Symbol, Any] | None) -> int:
+        self._check_can_send()
+        session = self.session(channel)
+        if session.state not in (SessionState.BEGIN_SENT, SessionState.MAPPED):
+            raise LocalProtocolError(f"session {channel} is {session.state.value}; cannot attach")
+        if (name, role) in session.links_by_name:
+            raise LocalProtocolError(f"a link named {name!r} with this role is already attached",
+                                     condition=Condition.NOT_ALLOWED)
+        handle = session.free_handle()
+        if handle > session.remote_handle_max:
+            raise LocalProtocolError(f"the peer's handle-max {session.remote_handle_max} is used up",
+                                     condition=Condition.RESOURCE_LIMIT_EXCEEDED)
+        link = Link(handle=handle, name=name, role=role)
+        link.source, link.target = source, target
+        cfg = self.config
+        link.snd_settle_mode = cfg.snd_settle_mode if snd_settle_mode is None else snd_settle_mode
+        link.rcv_settle_mode = cfg.rcv_settle_mode if rcv_settle_mode is None else rcv_settle_mode
+        if role:
+            link.max_message_size = cfg.max_message_size
+        session.links[handle] = link
+        session.links_by_name[(name, role)] = link
+        self._send_attach(session, link, properties)
+        return handle
+
+    def _send_attach(self, session: Session, link: Link, properties: dict[Symbol, Any] | None) -> None:
+        link.machine.process(LinkInput.SEND_ATTACH)
+        self._out.append(encode_frame(P.Attach(
+            name=link.name, handle=link.handle, role=link.role, snd_settle_mode=link.snd_settle_mode,
+            rcv_settle_mode=link.rcv_settle_mode, source=link.source, target=link.target,
+            initial_delivery_count=None if link.role else link.delivery_count,
+            max_message_size=link.max_message_size if link.role else None, properties=properties,
+        ), session.channel))
+
+    def _send_flow(self, session: Session, link: Link | None, *, echo: bool = False) -> None:
+        if self._dispositions_dirty:
+            self._flush_dispositions()
+        if link is None:
+            flow = P.Flow(next_incoming_id=session.next_incoming_id, incoming_window=session.incoming_window,
+                          next_outgoing_id=session.next_outgoing_id, outgoing_window=session.outgoing_window,
+                          echo=echo)
+        else:
+            flow = P.Flow(next_incoming_id=session.next_incoming_id, incoming_window=session.incoming_window,
+                          next_outgoing_id=session.next_outgoing_id, outgoing_window=session.outgoing_window,
+                          handle=link.handle, delivery_count=link.delivery_count, link_credit=link.link_credit,
+                          drain=link.drain if link.role else False, echo=echo)
+        self._out.append(encode_frame(flow, session.channel))
+
+    def _split_transfer(self, link: Link, channel: int, delivery_id: int, tag: bytes, message_format: int,
+                        settled: bool, payload: bytes, max_frame: int) -> list[bytes]:
+        """Cut one delivery into transfer frames of at most ``max_frame`` bytes (spec 2.6.14 ``more``)."""
+        first = P.Transfer(handle=link.handle, delivery_id=delivery_id, delivery_tag=tag,
+                           message_format=message_format, settled=settled, more=True)
+        cont = P.Transfer(handle=link.handle, more=True)
+        last = P.Transfer(handle=link.handle, more=False)
+        first_room = max_frame - len(encode_frame(first, channel))
+        cont_room = max_frame - len(encode_frame(cont, channel))
+        if first_room <= 0 or cont_room <= 0:
+            raise LocalProtocolError(f"the peer's max-frame-size {max_frame} cannot hold a transfer",
+                                     condition=Condition.FRAME_SIZE_TOO_SMALL)
+        view = memoryview(payload)
+        frames = [encode_frame(first, channel, bytes(view[:first_room]))]
+        pos = first_room
+        total = len(payload)
+        while pos < total:
+            end = pos + cont_room
+            perf = cont if end < total else last
+            frames.append(encode_frame(perf, channel, bytes(view[pos:end])))
+            pos = end
+        return frames
+
+    def _unblock(self, session: Session) -> None:
+        """Send blocked transfer frames as far as the peer's incoming window allows."""
+        blocked = session.blocked
+        while blocked and session.remote_incoming_window > 0:
+            self._out.append(blocked.popleft())
+            session.remote_incoming_window -= 1
+            session.next_outgoing_id = (session.next_outgoing_id + 1) % SERIAL_MOD
+
+    def _flush_dispositions(self) -> None:
+        """Coalesce queued settlements into ranged ``disposition`` frames (same role/settled/state)."""
+        self._dispositions_dirty = False
+        for session in self._sessions.values():
+            pending = session.pending_dispositions
+            if not pending:
+                continue
+            session.pending_dispositions = []
+            ch = session.channel
+            first, role, settled, state = pending[0]
+            last = first
+            for did, r, s, st in pending[1:]:
+                if did == last + 1 and r == role and s == settled and st == state:
+                    last = did
+                    continue
+                self._out.append(encode_frame(P.Disposition(
+                    role=role, first=first, last=last if last != first else None, settled=settled, state=state,
+                ), ch))
+                first = last = did
+                role, settled, state = r, s, st
+            self._out.append(encode_frame(P.Disposition(
+                role=role, first=first, last=last if last != first else None, settled=settled, state=state,
+            ), ch))
+
+    # ------------------------------------------------------------------------------------------------
+    # internals: failure
+
+    def _fail(self, condition: Symbol, description: str) -> None:
+        """Stop after a protocol violation: queue open (if needed) and close(error), or just stop."""
+        error = _error(condition, description)
+        self.close_error = error
+        if self._phase is _Phase.AMQP and self._machine.state not in _TERMINAL_STATES:
+            if self._machine.state in (_CS.HDR_RCVD,):
+                self._machine.process(_CI.SEND_HEADER)
+                self._out.append(AMQP_HEADER)
+            self._ensure_open_sent()
+            if self._machine.can(_CI.SEND_CLOSE_ERROR):
+                self._machine.process(_CI.SEND_CLOSE_ERROR)
+                self._out.append(encode_frame(P.Close(error=error)))
+            else:
+                self._phase = _Phase.CLOSED
+        else:
+            self._phase = _Phase.CLOSED
+        self._events.append(ConnectionClosed(error=error, by_peer=False))
+
+    def _discard(self, data: bytes) -> None:
+        """DISCARDING: read frames only to find the peer's close; anything broken just ends it."""
+        try:
+            self._buffer.feed(data)
+            while (frame := self._buffer.next_frame()) is not None:
+                if isinstance(frame.performative, P.Close):
+                    self._machine.process(_CI.RECV_CLOSE)
+                    self._phase = _Phase.CLOSED
+                    return
+        except AmqpError:
+            self._phase = _Phase.CLOSED
+
+    def _on_eof(self) -> None:
+        if self._phase is _Phase.CLOSED or self._machine.state is _CS.END:
+            return
+        if self._machine.state is _CS.DISCARDING:
+            self._phase = _Phase.CLOSED
+            return
+        pending = self._buffer.buffered_bytes
+        where = self._phase.value if self._phase is not _Phase.AMQP else f"state {self._machine.state.value}"
+        detail = f" with {pending} bytes of an incomplete frame buffered" if pending else ""
+        error = _error(Condition.CONNECTION_FORCED,
+                       f"the peer closed the transport without a close frame ({where}){detail}")
+        self._phase = _Phase.CLOSED
+        self.close_error = error
+        self._events.append(ConnectionClosed(error=error, by_peer=True))
+
+    # ------------------------------------------------------------------------------------------------
+    # internals: input
+
+    def _process(self) -> None:
+        buffer = self._buffer
+        dispatch = self._dispatch
+        while True:
+            phase = self._phase
+            if phase is _Phase.AMQP:
+                frame = buffer.next_frame()
+                if frame is None:
+                    return
+                if frame.type != 0:
+                    raise LocalProtocolError(f"SASL frame (type {frame.type}) after the AMQP header",
+                                             condition=Condition.FRAMING_ERROR)
+                performative = frame.performative
+                if performative is None:
+                    continue  # heartbeat (empty frame)
+                handler = dispatch.get(type(performative))
+                if handler is None:
+                    raise LocalProtocolError(
+                        f"unexpected frame body {type(performative).__name__} in an AMQP frame",
+                        condition=Condition.NOT_IMPLEMENTED)
+                handler(frame.channel, performative, frame.payload)
+                if self._phase is not _Phase.AMQP:
+                    return
+            elif phase is _Phase.CLOSED:
+                return
+            elif phase is _Phase.SASL:
+                frame = buffer.next_frame()
+                if frame is None:
+                    return
+                self._on_sasl_frame(frame)
+            else:
+                header = buffer.next_protocol_header()
+                if header is None:
+                    return
+                self._on_header(bytes(header))
+
+    def _on_header(self, header: bytes) -> None:
+        phase = self._phase
+        cfg = self.config
+        if phase is _Phase.HEADER:  # server, first bytes from the client
+            if header == SASL_HEADER and cfg.sasl:
+                self._sasl_server = SaslServer(mechanisms=cfg.sasl_mechanisms, plain_check=cfg.sasl_plain_check)
+                self._out.append(SASL_HEADER)
+                self._out.extend(encode_frame(f) for f in self._sasl_server.start())
+                self._phase = _Phase.SASL
+                return
+            if header == AMQP_HEADER and (not cfg.sasl or cfg.allow_bare_amqp):
+                self._machine.process(_CI.RECV_HEADER)
+                self._machine.process(_CI.SEND_HEADER)
+                self._out.append(AMQP_HEADER)
+                self._send_open()
+                self._phase = _Phase.AMQP
+                return
+            ours = SASL_HEADER if cfg.sasl else AMQP_HEADER
+            self._out.append(ours)
+            self._phase = _Phase.CLOSED
+            if header == AMQP_HEADER:
+                raise LocalProtocolError("this server requires SASL: the client sent the bare AMQP header",
+                                         condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(f"unsupported protocol header {header!r}; we speak {ours!r}",
+                                     condition=Condition.FRAMING_ERROR)
+        if phase is _Phase.SASL_HEADER:  # client
+            if header != SASL_HEADER:
+                self._phase = _Phase.CLOSED
+                raise LocalProtocolError(f"the server answered protocol header {header!r} to our SASL header",
+                                         condition=Condition.FRAMING_ERROR)
+            self._phase = _Phase.SASL
+            return
+        # AMQP_HEADER
+        if header != AMQP_HEADER:
+            if not self.client and self._machine.state is _CS.START:
+                self._out.append(AMQP_HEADER)
+            self._phase = _Phase.CLOSED
+            raise LocalProtocolError(f"expected the AMQP header, got {header!r}", condition=Condition.FRAMING_ERROR)
+        self._machine.process(_CI.RECV_HEADER)
+        if not self.client:
+            self._machine.process(_CI.SEND_HEADER)
+            self._out.append(AMQP_HEADER)
+            self._send_open()
+        self._phase = _Phase.AMQP
+
+    def _on_sasl_frame(self, frame: Any) -> None:
+        if frame.type != 1:
+            self._phase = _Phase.CLOSED
+            raise LocalProtocolError("AMQP frame during the SASL exchange", condition=Condition.FRAMING_ERROR)
+        engine = self._sasl_client or self._sasl_server
+        assert engine is not None
+        to_send, result = engine.on_frame(frame.performative)
+        self._out.extend(encode_frame(f) for f in to_send)
+        if result is None:
+            return
+        self.sasl_result = result
+        if result.ok:
+            self._events.append(SaslCompleted(mechanism=result.mechanism, username=result.username))
+            if self.client:
+                self._start_amqp()
+            self._phase = _Phase.AMQP_HEADER
+            return
+        self._phase = _Phase.CLOSED
+        error = _error(Condition.UNAUTHORIZED_ACCESS, result.description)
+        self.close_error = error
+        # The client learns it from the server (by_peer); the server decided itself.
+        self._events.append(ConnectionClosed(error=error, by_peer=self.client))
+
+    # --- connection performatives --------------------------------------------------------------------
+
+    def _on_open(self, channel: int, frame: P.Open, payload: bytes) -> None:
+        if channel != 0:
+            raise LocalProtocolError(f"open on channel {channel}", condition=Condition.FRAMING_ERROR)
+        self._machine.process(_CI.RECV_OPEN)
+        self.remote_open = frame
+        mfs = frame.max_frame_size if frame.max_frame_size is not None else UINT_MAX
+        if mfs < MIN_MAX_FRAME_SIZE_BYTES:
+            raise LocalProtocolError(f"peer max-frame-size {mfs} is below the minimum 512 (spec 2.7.1)",
+                                     condition=Condition.INVALID_FIELD)
+        self.remote_max_frame_size = mfs
+        self.remote_channel_max = frame.channel_max if frame.channel_max is not None else 65_535
+        self.remote_idle_timeout_ms = frame.idle_time_out or None
+        if self._machine.state is _CS.OPEN_RCVD:
+            self._send_open()
+        self._events.append(ConnectionOpened(remote_open=frame))
+
+    def _on_close(self, channel: int, frame: P.Close, payload: bytes) -> None:
+        self._machine.process(_CI.RECV_CLOSE)
+        if self._machine.state is _CS.CLOSE_RCVD:
+            self._flush_dispositions()
+            self._machine.process(_CI.SEND_CLOSE)
+            self._out.append(encode_frame(P.Close()))
+            self.close_error = frame.error
+            self._events.append(ConnectionClosed(error=frame.error, by_peer=True))
+        else:  # our close is answered
+            self._events.append(ConnectionClosed(error=self.close_error, by_peer=False))
+        self._phase = _Phase.CLOSED
+
+    # --- sessions ------------------------------------------------------------------------------------
+
+    def _remote_session(self, channel: int, what: str) -> Session:
+        session = self._sessions_by_remote.get(channel)
+        if session is None:
+            raise LocalProtocolError(f"{what} on channel {channel}, which has no session",
+                                     condition=Condition.NOT_ALLOWED)
+        return session
+
+    def _on_begin(self, channel: int, frame: P.Begin, payload: bytes) -> None:
+        if channel > self.config.channel_max:
+            raise LocalProtocolError(f"begin on channel {channel} above our channel-max {self.config.channel_max}",
+                                     condition=Condition.FRAMING_ERROR)
+        if channel in self._sessions_by_remote:
+            raise LocalProtocolError(f"begin on channel {channel}, which is already in use",
+                                     condition=Condition.NOT_ALLOWED)
+        if frame.remote_channel is not None:
+            session = self._sessions.get(frame.remote_channel)
+            if session is None or session.state is not SessionState.BEGIN_SENT:
+                raise LocalProtocolError(f"begin answers our channel {frame.remote_channel}, "
+                                         "where we began no session", condition=Condition.NOT_ALLOWED)
+            initiated_by_peer = False
+        else:
+            local = 0
+            while local in self._sessions:
+                local += 1
+            session = self._new_session(local, None, None)
+            initiated_by_peer = True
+        session.machine.process(SessionInput.RECV_BEGIN)
+        session.remote_channel = channel
+        session.remote_begin = frame
+        session.next_incoming_id = frame.next_outgoing_id
+        session.remote_incoming_window = frame.incoming_window
+        session.remote_outgoing_window = frame.outgoing_window
+        session.remote_handle_max = frame.handle_max if frame.handle_max is not None else UINT_MAX
+        self._sessions_by_remote[channel] = session
+        if initiated_by_peer:
+            session.machine.process(SessionInput.SEND_BEGIN)
+            self._send_begin(session)
+        self._events.append(SessionBegun(channel=session.channel, remote_begin=frame,
+                                         initiated_by_peer=initiated_by_peer))
+
+    def _on_end(self, channel: int, frame: P.End, payload: bytes) -> None:
+        session = self._remote_session(channel, "end")
+        session.machine.process(SessionInput.RECV_END)
+        if session.state is SessionState.END_RCVD:
+            self._flush_dispositions()
+            session.machine.process(SessionInput.SEND_END)
+            self._out.append(encode_frame(P.End(), session.channel))
+            self._drop_session(session, error=frame.error, by_peer=True)
+        else:
+            self._drop_session(session, error=frame.error, by_peer=False)
+
+    def _drop_session(self, session: Session, *, error: Any, by_peer: bool) -> None:
+        for link in list(session.links.values()):
+            self._drop_link(session, link, error=None, closed=False, by_peer=by_peer)
+        self._sessions.pop(session.channel, None)
+        if session.remote_channel is not None:
+            self._sessions_by_remote.pop(session.remote_channel, None)
+        self._events.append(SessionEnded(channel=session.channel, error=error, by_peer=by_peer))
+
+    # --- links ---------------------------------------------------------------------------------------
+
+    def _on_attach(self, channel: int, frame: P.Attach, payload: bytes) -> None:
+        session = self._remote_session(channel, "attach")
+        if frame.handle > session.handle_max:
+            raise LocalProtocolError(f"attach with handle {frame.handle} above our handle-max {session.handle_max}",
+                                     condition=Condition.FRAMING_ERROR)
+        if frame.handle in session.links_by_remote:
+            raise LocalProtocolError(f"attach with handle {frame.handle}, which is already in use",
+                                     condition=Condition.HANDLE_IN_USE)
+        our_role = not frame.role
+        link = session.links_by_name.get((frame.name, our_role))
+        if link is not None and link.state in (LinkState.ATTACH_SENT, LinkState.DETACH_SENT) \
+                and link.remote_handle is None:
+            link.machine.process(LinkInput.RECV_ATTACH)
+            self._bind_remote(session, link, frame)
+            if not our_role:  # we send: the receiver chooses rcv-settle-mode
+                link.rcv_settle_mode = frame.rcv_settle_mode
+            if link.state is LinkState.ATTACHED:
+                self._events.append(LinkAttached(channel=session.channel, handle=link.handle, remote_attach=frame))
+            return
+        if link is not None:
+            raise LocalProtocolError(f"attach for link name {frame.name!r}, which is already attached",
+                                     condition=Condition.NOT_ALLOWED)
+        if our_role and frame.initial_delivery_count is None:
+            raise LocalProtocolError("a sender's attach must carry initial-delivery-count (spec 2.7.3)",
+                                     condition=Condition.INVALID_FIELD)
+        link = Link(handle=session.free_handle(), name=frame.name, role=our_role)
+        link.machine.process(LinkInput.RECV_ATTACH)
+        link.snd_settle_mode = frame.snd_settle_mode
+        link.rcv_settle_mode = frame.rcv_settle_mode
+        link.source, link.target = frame.source, frame.target
+        if our_role:
+            link.max_message_size = self.config.max_message_size
+        session.links[link.handle] = link
+        session.links_by_name[(frame.name, our_role)] = link
+        self._bind_remote(session, link, frame)
+        self._events.append(LinkAttachRequested(channel=session.channel, handle=link.handle, attach=frame))
+
+    @staticmethod
+    def _bind_remote(session: Session, link: Link, frame: P.Attach) -> None:
+        link.remote_handle = frame.handle
+        link.remote_attach = frame
+        session.links_by_remote[frame.handle] = link
+        if link.role:  # we receive: the sender's count is the start
+            link.delivery_count = (frame.initial_delivery_count or 0) % SERIAL_MOD
+        else:
+            link.remote_max_message_size = frame.max_message_size or None
+
+    def _on_detach(self, channel: int, frame: P.Detach, payload: bytes) -> None:
+        session = self._remote_session(channel, "detach")
+        link = session.links_by_remote.get(frame.handle)
+        if link is None:
+            raise LocalProtocolError(f"detach of handle {frame.handle}, which is not attached",
+                                     condition=Condition.UNATTACHED_HANDLE)
+        link.machine.process(LinkInput.RECV_DETACH)
+        if link.state is LinkState.DETACH_RCVD:
+            self._flush_dispositions()
+            link.machine.process(LinkInput.SEND_DETACH)
+            self._out.append(encode_frame(P.Detach(handle=link.handle, closed=frame.closed), session.channel))
+            self._drop_link(session, link, error=frame.error, closed=frame.closed, by_peer=True)
+        else:
+            self._drop_link(session, link, error=frame.error, closed=frame.closed, by_peer=False)
+
+    def _drop_link(self, session: Session, link: Link, *, error: Any, closed: bool, by_peer: bool) -> None:
+        session.links.pop(link.handle, None)
+        session.links_by_name.pop((link.name, link.role), None)
+        if link.remote_handle is not None:
+            session.links_by_remote.pop(link.remote_handle, None)
+        unsettled = tuple(sorted(link.unsettled))
+        for did in unsettled:
+            session.outgoing_unsettled.pop(did, None)
+        link.unsettled.clear()
+        if link.role:
+            for did in [d for d, lk in session.incoming_unsettled.items() if lk is link]:
+                del session.incoming_unsettled[did]
+        self._events.append(LinkDetached(channel=session.channel, handle=link.handle, error=error, closed=closed,
+                                         by_peer=by_peer, unsettled=unsettled))
+
+    def _on_flow(self, channel: int, frame: P.Flow, payload: bytes) -> None:
+        session = self._remote_session(channel, "flow")
+        base = frame.next_incoming_id if frame.next_incoming_id is not None else 0
+        window = (base + frame.incoming_window - session.next_outgoing_id) % SERIAL_MOD
+        session.remote_incoming_window = window if window < SERIAL_MOD // 2 else 0
+        session.remote_outgoing_window = frame.outgoing_window
+        if session.blocked:
+            self._unblock(session)
+        if frame.handle is None:
+            if frame.echo:
+                self._send_flow(session, None)
+            return
+        link = session.links_by_remote.get(frame.handle)
+        if link is None:
+            raise LocalProtocolError(f"flow for handle {frame.handle}, which is not attached",
+                                     condition=Condition.UNATTACHED_HANDLE)
+        if link.role:
+            link.apply_receiver_flow(frame.delivery_count)
+            link.available = frame.available
+        else:
+            link.apply_sender_flow(frame.delivery_count, frame.link_credit)
+            link.drain = frame.drain
+        self._events.append(CreditUpdated(channel=session.channel, handle=link.handle, credit=link.link_credit,
+                                          drain=bool(frame.drain), available=frame.available))
+        if frame.echo:
+            self._send_flow(session, link)
+
+    def _on_transfer(self, channel: int, frame: P.Transfer, payload: bytes) -> None:
+        session = self._sessions_by_remote.get(channel)
+        if session is None:
+            session = self._remote_session(channel, "transfer")
+        if session.incoming_window <= 0:
+            raise LocalProtocolError("transfer beyond our session incoming-window "
+                                     f"({session.incoming_window_config} frames)",
+                                     condition=Condition.WINDOW_VIOLATION)
+        session.incoming_window -= 1
+        if session.next_incoming_id is not None:
+            session.next_incoming_id = (session.next_incoming_id + 1) % SERIAL_MOD
+        link = session.links_by_remote.get(frame.handle)
+        if link is None:
+            raise LocalProtocolError(f"transfer on handle {frame.handle}, which is not attached",
+                                     condition=Condition.UNATTACHED_HANDLE)
+        if not link.role:
+            raise LocalProtocolError(f"transfer on handle {frame.handle}, where the peer is the receiver",
+                                     condition=Condition.NOT_ALLOWED)
+        state = link.machine.state
+        if state is not LinkState.ATTACHED:
+            if state is LinkState.DETACH_SENT:
+                self._refill_window(session)
+                return  # in flight when we detached: ignore
+            if state is not LinkState.ATTACH_RCVD:
+                raise LocalProtocolError(f"transfer on link {link.name!r} in state {state.value}",
+                                         condition=Condition.ILLEGAL_STATE)
+        events = self._events
+        if link.partial_chunks is None:
+            if frame.delivery_id is None:
+                raise LocalProtocolError("the first transfer of a delivery has no delivery-id",
+                                         condition=Condition.INVALID_FIELD)
+            if link.link_credit <= 0:
+                raise LocalProtocolError(
+                    f"transfer on link {link.name!r} without link credit (credit overrun; "
+                    f"delivery-count {link.delivery_count})", condition=Condition.TRANSFER_LIMIT_EXCEEDED)
+            link.link_credit -= 1
+            link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
+            tag = frame.delivery_tag if frame.delivery_tag is not None else b""
+            if frame.aborted:
+                events.append(TransferAborted(channel=session.channel, handle=link.handle,
+                                              delivery_id=frame.delivery_id, delivery_tag=tag))
+            elif not frame.more:
+                limit = link.max_message_size
+                if limit is not None and len(payload) > limit:
+                    self._too_big(session, link, len(payload))
+                else:
+                    settled = bool(frame.settled)
+                    if not settled:
+                        session.incoming_unsettled[frame.delivery_id] = link
+                    events.append(DeliveryReceived(
+                        channel=session.channel, handle=link.handle, delivery_id=frame.delivery_id,
+                        delivery_tag=tag, payload=payload, settled=settled,
+                        message_format=frame.message_format or 0, state=frame.state))
+            else:
+                link.partial_chunks = [payload]
+                link.partial_size = len(payload)
+                link.partial_id = frame.delivery_id
+                link.partial_tag = tag
+                link.partial_settled = bool(frame.settled)
+                link.partial_format = frame.message_format or 0
+                link.partial_state = frame.state
+                self._check_size(session, link)
+        else:
+            if frame.delivery_id is not None and frame.delivery_id != link.partial_id:
+                raise LocalProtocolError(f"transfer for delivery {frame.delivery_id} while delivery "
+                                         f"{link.partial_id} is incomplete", condition=Condition.INVALID_FIELD)
+            if frame.aborted:
+                events.append(TransferAborted(channel=session.channel, handle=link.handle,
+                                              delivery_id=link.partial_id, delivery_tag=link.partial_tag))
+                link.reset_partial()
+            else:
+                link.partial_chunks.append(payload)
+                link.partial_size += len(payload)
+                if frame.settled:
+                    link.partial_settled = True
+                if frame.state is not None:
+                    link.partial_state = frame.state
+                if self._check_size(session, link) and not frame.more:
+                    settled = link.partial_settled
+                    if not settled:
+                        session.incoming_unsettled[link.partial_id] = link
+                    events.append(DeliveryReceived(
+                        channel=session.channel, handle=link.handle, delivery_id=link.partial_id,
+                        delivery_tag=link.partial_tag, payload=b"".join(link.partial_chunks), settled=settled,
+                        message_format=link.partial_format, state=link.partial_state))
+                    link.reset_partial()
+        self._refill_window(session)
+
+    def _refill_window(self, session: Session) -> None:
+        if session.incoming_window * 2 <= session.incoming_window_config:
+            session.incoming_window = session.incoming_window_config
+            self._send_flow(session, None)
+
+    def _check_size(self, session: Session, link: Link) -> bool:
+        limit = link.max_message_size
+        if limit is not None and link.partial_size > limit:
+            self._too_big(session, link, link.partial_size)
+            link.reset_partial()
+            return False
+        return True
+
+    def _too_big(self, session: Session, link: Link, size: int) -> None:
+        """A delivery over our max-message-size: detach the link with message-size-exceeded (spec 2.7.3)."""
+        error = _error(Condition.MESSAGE_SIZE_EXCEEDED,
+                       f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size}")
+        self.detach(session.channel, link.handle, error=error, closed=True)
+
+    def _on_disposition(self, channel: int, frame: P.Disposition, payload: bytes) -> None:
+        session = self._remote_session(channel, "disposition")
+        first = frame.first
+        last = frame.last if frame.last is not None else first
+        if last < first:
+            raise LocalProtocolError(f"disposition range {first}..{last} is reversed",
+                                     condition=Condition.INVALID_FIELD)
+        from_receiver = bool(frame.role)
+        table = session.outgoing_unsettled if from_receiver else session.incoming_unsettled
+        if last - first + 1 <= len(table):
+            ids: Any = range(first, last + 1)
+        else:
+            ids = sorted(d for d in table if first <= d <= last)
+        settled = frame.settled
+        state = frame.state
+        events = self._events
+        ch = session.channel
+        for did in ids:
+            link = table.get(did)
+            if link is None:
+                continue
+            if not from_receiver:
+                if settled:
+                    del table[did]
+                    events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did,
+                                                  delivery_tag=b"", state=state))
+                continue
+            tag = link.unsettled.get(did, b"")
+            if settled:
+                del table[did]
+                link.unsettled.pop(did, None)
+                events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag,
+                                              state=state))
+            elif link.rcv_settle_mode == 1 and isinstance(state, _TERMINAL_OUTCOMES):
+                # receiver-settle-mode second: the receiver waits for us to settle first (spec 3.8.3)
+                del table[did]
+                link.unsettled.pop(did, None)
+                session.pending_dispositions.append((did, False, True, state))
+                self._dispositions_dirty = True
+                events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag,
+                                              state=state))
+            else:
+                events.append(DeliveryStateChanged(channel=ch, handle=link.handle, delivery_id=did,
+                                                   delivery_tag=tag, state=state))
+
+
+def _source(value: Any) -> Any:
+    if value is None or isinstance(value, P.Source):
+        return value
+    if isinstance(value, str):
+        return P.Source(address=value)
+    raise TypeError(f"source must be an address (str) or amqp.Source, not {type(value).__name__}")
+
+
+def _target(value: Any) -> Any:
+    if value is None or isinstance(value, P.Target):
+        return value
+    if isinstance(value, str):
+        return P.Target(address=value)
+    raise TypeError(f"target must be an address (str) or amqp.Target, not {type(value).__name__}")

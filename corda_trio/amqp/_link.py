@@ -1,0 +1,127 @@
+"""Per-link bookkeeping of the engine: state machine, credit, delivery-count, partial transfers (spec 2.6).
+
+Theory of operation
+-------------------
+A :class:`Link` is one endpoint of a link, seen from our side: ``role`` is *our* role (``False`` = we send,
+``True`` = we receive, the wire encoding of spec 2.8.1). Credit follows spec 2.6.7:
+
+* sender: ``link_credit = flow.delivery_count + flow.link_credit - delivery_count`` (mod 2^32) when the
+  receiver's ``flow`` arrives; each delivery we send uses one credit and advances ``delivery_count``.
+* receiver: we grant credit (``flow`` with our ``delivery_count`` and ``link_credit``); each delivery that
+  arrives consumes one; a delivery arriving with no credit is a violation (``transfer-limit-exceeded``).
+
+Partial (multi-frame) deliveries are collected in ``partial_chunks`` until a frame with ``more=False``. The
+size is checked as the frames arrive, never after, so a hostile sender cannot make us buffer more than
+``max_message_size`` (plus one frame).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ._state import LINK_TRANSITIONS, LinkInput, LinkState, StateMachine
+
+__all__ = ["SERIAL_MOD", "Link"]
+
+# Spec 2.8.4: sequence-no is an RFC-1982 serial number (32 bits).
+SERIAL_MOD: Final = 1 << 32
+
+
+class Link:
+    """One link endpoint (identity object; the engine owns it, applications see only handles)."""
+
+    __slots__ = (
+        "available",
+        "delivery_count",
+        "drain",
+        "handle",
+        "link_credit",
+        "machine",
+        "max_message_size",
+        "name",
+        "next_tag",
+        "partial_chunks",
+        "partial_format",
+        "partial_id",
+        "partial_settled",
+        "partial_size",
+        "partial_state",
+        "partial_tag",
+        "rcv_settle_mode",
+        "remote_attach",
+        "remote_handle",
+        "remote_max_message_size",
+        "role",
+        "snd_settle_mode",
+        "source",
+        "target",
+        "unsettled",
+    )
+
+    def __init__(self, *, handle: int, name: str, role: bool) -> None:
+        self.handle = handle
+        self.name = name
+        self.role = role
+        self.remote_handle: int | None = None
+        self.machine: StateMachine[LinkState, LinkInput] = StateMachine(
+            f"link {name!r}", LINK_TRANSITIONS, LinkState.DETACHED
+        )
+        self.source: Any = None
+        self.target: Any = None
+        self.snd_settle_mode = 0
+        self.rcv_settle_mode = 0
+        self.remote_attach: Any = None
+        self.max_message_size: int | None = None
+        self.remote_max_message_size: int | None = None
+        # flow control (spec 2.6.7)
+        self.delivery_count = 0
+        self.link_credit = 0
+        self.available: int | None = None
+        self.drain = False
+        # sender: our unsettled deliveries on this link, delivery-id -> tag
+        self.unsettled: dict[int, bytes] = {}
+        self.next_tag = 0
+        # receiver: the delivery being reassembled
+        self.partial_chunks: list[bytes] | None = None
+        self.partial_id = 0
+        self.partial_tag = b""
+        self.partial_settled = False
+        self.partial_size = 0
+        self.partial_format = 0
+        self.partial_state: Any = None
+
+    @property
+    def state(self) -> LinkState:
+        """The link's state (spec 2.6.3)."""
+        return self.machine.state
+
+    @property
+    def is_sender(self) -> bool:
+        """Whether we are the sending end."""
+        return not self.role
+
+    def apply_sender_flow(self, delivery_count: int | None, link_credit: int | None) -> None:
+        """Recompute our credit from the receiver's ``flow`` (spec 2.6.7, sender side)."""
+        if link_credit is None:
+            return
+        if delivery_count is None:
+            delivery_count = 0  # the receiver has not seen our attach yet: initial-delivery-count is 0
+        credit = (delivery_count + link_credit - self.delivery_count) % SERIAL_MOD
+        # A receiver that lowers credit below what we already used would give a huge modular value.
+        self.link_credit = credit if credit < SERIAL_MOD // 2 else 0
+
+    def apply_receiver_flow(self, delivery_count: int | None) -> None:
+        """Account for the sender's ``delivery_count`` (it advances when the sender drains credit)."""
+        if delivery_count is None:
+            return
+        limit = (self.delivery_count + self.link_credit) % SERIAL_MOD
+        self.delivery_count = delivery_count % SERIAL_MOD
+        remaining = (limit - self.delivery_count) % SERIAL_MOD
+        self.link_credit = remaining if remaining < SERIAL_MOD // 2 else 0
+
+    def reset_partial(self) -> None:
+        """Forget the delivery being reassembled."""
+        self.partial_chunks = None
+        self.partial_size = 0
+        self.partial_state = None
+        self.partial_settled = False
