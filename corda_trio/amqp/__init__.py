@@ -1,3 +1,93 @@
-"""corda_trio.amqp (see DESIGN.md §1)."""
+"""corda_trio.amqp: pure sans-IO AMQP 1.0 (see DESIGN.md §1 and protocol_spec/amqp-codec.md).
 
-__all__: list[str] = []
+The codec: the type system (:func:`encode_value` / :func:`decode_value`), performatives, SASL frames,
+delivery states, terminus, message sections and :class:`Message`, frames and :class:`FrameBuffer`, and
+the errors with their AMQP conditions.
+"""
+
+from ._decode import MAX_ZERO_WIDTH_ARRAY_COUNT as MAX_ZERO_WIDTH_ARRAY_COUNT
+from ._decode import decode_value as decode_value
+from ._encode import encode_value as encode_value
+from ._errors import AmqpError as AmqpError
+from ._errors import Condition as Condition
+from ._errors import DecodeError as DecodeError
+from ._errors import EncodeError as EncodeError
+from ._errors import FramingError as FramingError
+from ._frames import AMQP_HEADER as AMQP_HEADER
+from ._frames import EMPTY_FRAME as EMPTY_FRAME
+from ._frames import MIN_MAX_FRAME_SIZE as MIN_MAX_FRAME_SIZE
+from ._frames import SASL_HEADER as SASL_HEADER
+from ._frames import TLS_HEADER as TLS_HEADER
+from ._frames import Frame as Frame
+from ._frames import FrameBuffer as FrameBuffer
+from ._frames import FrameType as FrameType
+from ._frames import decode_frame as decode_frame
+from ._frames import encode_empty_frame as encode_empty_frame
+from ._frames import encode_frame as encode_frame
+from ._messages import AmqpSequence as AmqpSequence
+from ._messages import AmqpValue as AmqpValue
+from ._messages import Header as Header
+from ._messages import Message as Message
+from ._messages import Properties as Properties
+from ._performatives import DELIVERY_STATES as DELIVERY_STATES
+from ._performatives import PERFORMATIVES as PERFORMATIVES
+from ._performatives import SASL_FRAMES as SASL_FRAMES
+from ._performatives import Accepted as Accepted
+from ._performatives import Attach as Attach
+from ._performatives import Begin as Begin
+from ._performatives import Close as Close
+from ._performatives import Detach as Detach
+from ._performatives import Disposition as Disposition
+from ._performatives import End as End
+from ._performatives import Error as Error
+from ._performatives import Flow as Flow
+from ._performatives import Modified as Modified
+from ._performatives import Open as Open
+from ._performatives import Received as Received
+from ._performatives import ReceiverSettleMode as ReceiverSettleMode
+from ._performatives import Rejected as Rejected
+from ._performatives import Released as Released
+from ._performatives import Role as Role
+from ._performatives import SaslChallenge as SaslChallenge
+from ._performatives import SaslCode as SaslCode
+from ._performatives import SaslInit as SaslInit
+from ._performatives import SaslMechanisms as SaslMechanisms
+from ._performatives import SaslOutcome as SaslOutcome
+from ._performatives import SaslResponse as SaslResponse
+from ._performatives import SenderSettleMode as SenderSettleMode
+from ._performatives import Source as Source
+from ._performatives import Target as Target
+from ._performatives import TerminusDurability as TerminusDurability
+from ._performatives import TerminusExpiryPolicy as TerminusExpiryPolicy
+from ._performatives import Transfer as Transfer
+from ._types import Array as Array
+from ._types import Byte as Byte
+from ._types import Char as Char
+from ._types import Decimal32 as Decimal32
+from ._types import Decimal64 as Decimal64
+from ._types import Decimal128 as Decimal128
+from ._types import Described as Described
+from ._types import Float as Float
+from ._types import Int as Int
+from ._types import Long as Long
+from ._types import Short as Short
+from ._types import Symbol as Symbol
+from ._types import Timestamp as Timestamp
+from ._types import UByte as UByte
+from ._types import UInt as UInt
+from ._types import ULong as ULong
+from ._types import UShort as UShort
+
+__all__ = [
+    # codec (issue 2)
+    "AMQP_HEADER", "DELIVERY_STATES", "EMPTY_FRAME", "MAX_ZERO_WIDTH_ARRAY_COUNT", "MIN_MAX_FRAME_SIZE",
+    "PERFORMATIVES", "SASL_FRAMES", "SASL_HEADER", "TLS_HEADER",
+    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "Array", "Attach", "Begin", "Byte", "Char", "Close",
+    "Condition", "Decimal32", "Decimal64", "Decimal128", "DecodeError", "Described", "Detach", "Disposition",
+    "EncodeError", "End", "Error", "Float", "Flow", "Frame", "FrameBuffer", "FrameType", "FramingError",
+    "Header", "Int", "Long", "Message", "Modified", "Open", "Properties", "Received", "ReceiverSettleMode",
+    "Rejected", "Released", "Role", "SaslChallenge", "SaslCode", "SaslInit", "SaslMechanisms", "SaslOutcome",
+    "SaslResponse", "SenderSettleMode", "Short", "Source", "Symbol", "Target", "TerminusDurability",
+    "TerminusExpiryPolicy", "Timestamp", "Transfer", "UByte", "UInt", "ULong", "UShort",
+    "decode_frame", "decode_value", "encode_empty_frame", "encode_frame", "encode_value",
+]  # fmt: skip

@@ -1,0 +1,284 @@
+"""Composite types (spec 1.4 "composite type representation"): schema-driven encoders and decoders.
+
+Theory of operation
+-------------------
+A composite is a described list: ``0x00 <descriptor> <list>`` whose elements are the fields in spec order.
+Each composite class here is a frozen attrs class whose fields carry their AMQP type in ``metadata`` (see
+:func:`field`); the :func:`composite` class decorator reads that table **once** and generates (``exec``) a
+specialised encoder and decoder for the class, so the hot paths do no reflection at all:
+
+* the encoder reads each attribute, writes ``null`` for a value that is ``None`` or equal to the spec
+  default (the receiver maps null back to the default, spec 1.4), encodes the rest with the type-specific
+  encoder of the field, drops trailing nulls and picks ``list0`` / ``list8`` / ``list32``;
+* the decoder accepts all three list encodings, decodes each field through the field's constructor table
+  (plain ``int`` / ``str`` / ``bytes``..., see ``_decode.FIELD_TABLES``), maps null or a missing trailing
+  field to the spec default, checks mandatory fields, ignores extra trailing fields (the spec allows newer
+  versions to add fields), checks that the fields end exactly where the list's size says, and sets the
+  attributes of a fresh instance through the slot descriptors (bypassing ``__init__``, which for a frozen
+  class costs about twice as much). Field values are not re-validated beyond their wire type.
+
+Both are registered with the value codec, so ``encode_value`` / ``decode_value`` handle composites anywhere
+(inside maps, as delivery states, ...). A class is identified on decode by its numeric descriptor
+(``0x00 0x53 code`` or ``0x00 0x80 ulong``) or its symbolic one (``amqp:open:list``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from . import _decode as D
+from . import _encode as E
+from ._errors import Condition, DecodeError, EncodeError
+from ._types import Array, Symbol, ULong
+
+__all__ = ["composite", "field"]
+
+NOTHING: Final = attrs.NOTHING
+
+
+def field(kind: str, default: Any = NOTHING, *, allowed: tuple[type, ...] | None = None) -> Any:
+    """Declare a composite field.
+
+    Args:
+        kind: the wire type of the field: ``boolean``, ``ubyte``, ``ushort``, ``uint``, ``ulong``,
+            ``timestamp``, ``binary``, ``string``, ``symbol``, ``symbols`` (symbol, multiple="true"),
+            ``fields`` (map with symbol keys), ``annotations`` (map with symbol or ulong keys), ``map``,
+            ``any`` (the spec's ``*``), or ``described`` (a composite; ``allowed`` lists the classes).
+        default: the spec default; omitted means mandatory (no default, never null on the wire).
+        allowed: for ``described`` fields, the accepted classes.
+    """
+    return attrs.field(default=default, metadata={"amqp": (kind, allowed)})
+
+
+def _enc_binary(v: Any) -> bytes:
+    if type(v) is not bytes:
+        if not isinstance(v, bytes | bytearray | memoryview):
+            raise EncodeError(f"binary field needs bytes, not {type(v).__name__}")
+        v = bytes(v)
+    return E.enc_binary(v)
+
+
+def _enc_symbols(v: Any) -> bytes:
+    """A symbol field with multiple="true": always written as an array of symbols (as Proton does)."""
+    if isinstance(v, str):
+        v = (v,)
+    elif not isinstance(v, tuple | list | frozenset | set):
+        raise EncodeError(f"a multiple symbol field needs a tuple of symbols, not {type(v).__name__}")
+    return E.enc_array(Array("symbol", tuple(v)))
+
+
+def _map_keys(key_encoder: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    def enc(v: Any) -> bytes:
+        if not isinstance(v, dict):
+            raise EncodeError(f"map field needs a dict, not {type(v).__name__}")
+        parts: list[bytes] = []
+        append = parts.append
+        for k, x in v.items():
+            append(key_encoder(k))
+            append(E.encode_value(x))
+        return E._compound(0xC1, 0xD1, 2 * len(v), b"".join(parts))
+
+    return enc
+
+
+def _symbol_key(k: Any) -> bytes:
+    if isinstance(k, str):
+        return E.enc_symbol(k)
+    raise EncodeError(f"this map needs symbol keys, not {k!r}")
+
+
+def _annotation_key(k: Any) -> bytes:
+    if isinstance(k, str):
+        return E.enc_symbol(k)
+    if isinstance(k, int) and not isinstance(k, bool):
+        return E.enc_ulong(k)
+    raise EncodeError(f"annotation keys are symbols or ulongs, not {k!r}")
+
+
+def _enc_message_id(v: Any) -> bytes:
+    """message-id (spec 3.2.11-3.2.15): ulong, uuid, binary or string; a plain ``int`` is a ulong."""
+    if type(v) is int:
+        return E.enc_ulong(v)
+    return E.encode_value(v)
+
+
+def _enc_map(v: Any) -> bytes:
+    if not isinstance(v, dict):
+        raise EncodeError(f"map field needs a dict, not {type(v).__name__}")
+    return E.enc_map(v)
+
+
+FIELD_ENCODERS: Final[dict[str, Callable[[Any], bytes]]] = {
+    "boolean": E.enc_bool,
+    "ubyte": E.enc_ubyte,
+    "ushort": E.enc_ushort,
+    "uint": E.enc_uint,
+    "ulong": E.enc_ulong,
+    "timestamp": E.enc_timestamp,
+    "binary": _enc_binary,
+    "string": E.enc_string,
+    "symbol": E.enc_symbol,
+    "symbols": _enc_symbols,
+    "fields": _map_keys(_symbol_key),
+    "annotations": _map_keys(_annotation_key),
+    "map": _enc_map,
+    "list": E.enc_list,
+    "any": E.encode_value,
+    "message-id": _enc_message_id,
+    "described": E.encode_value,
+}
+FIELD_DECODE_KIND: Final = {"fields": "map", "annotations": "map", "message-id": "any"}
+
+
+def missing_field(cls_name: str, name: str) -> EncodeError:
+    return EncodeError(f"{cls_name}.{name} is mandatory and cannot be None")
+
+
+def descriptor_prefix(code: int) -> bytes:
+    return b"\x00\x53" + bytes((code,))
+
+
+def composite(code: int, name: str) -> Callable[[type], type]:
+    """Class decorator: register an attrs class as the composite with descriptor ``code`` / ``name``.
+
+    Must be applied on top of ``@attrs.frozen(kw_only=True)``; the fields must be declared with
+    :func:`field`, in spec order.
+    """
+
+    def wrap(cls: type) -> type:
+        specs = []
+        for a in attrs.fields(cls):  # type: ignore[misc]
+            kind, allowed = a.metadata["amqp"]
+            default = None if a.default is NOTHING else a.default
+            specs.append((a.name, kind, default, a.default is NOTHING, allowed))
+        prefix = descriptor_prefix(code)
+        encode = _make_encoder(cls, prefix, specs)
+        decode = _make_decoder(cls, specs)
+        cls.DESCRIPTOR_CODE = ULong(code)  # type: ignore[attr-defined]
+        cls.DESCRIPTOR_NAME = Symbol(name)  # type: ignore[attr-defined]
+        cls.FIELD_KINDS = tuple((s[0], s[1]) for s in specs)  # type: ignore[attr-defined]
+        cls._encode = encode  # type: ignore[attr-defined]
+        cls._decode = staticmethod(decode)  # type: ignore[attr-defined]
+        E.register_encoder(cls, encode)
+        D.COMPOSITES_BY_CODE[code] = decode
+        D.COMPOSITES_BY_NAME[name] = decode
+        return cls
+
+    return wrap
+
+
+def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Callable[[Any], bytes]:
+    ns: dict[str, Any] = {
+        "NULL": E.NULL,
+        "PREFIX0": prefix + E.LIST0,
+        "PREFIX8": prefix + b"\xc0",
+        "PREFIX32": prefix + b"\xd0",
+        "pack_II": struct.Struct(">II").pack,
+        "missing": missing_field,
+        "CLS": cls.__name__,
+        "EncodeError": EncodeError,
+    }
+    lines = ["def encode(self):", "    p = []", "    a = p.append"]
+    for i, (name, kind, default, mandatory, _allowed) in enumerate(specs):
+        ns[f"E{i}"] = FIELD_ENCODERS[kind]
+        ns[f"D{i}"] = default
+        lines.append(f"    v = self.{name}")
+        if mandatory:
+            lines.append(f"    if v is None: raise missing(CLS, {name!r})")
+            lines.append(f"    a(E{i}(v))")
+        elif default is None:
+            lines.append(f"    a(NULL if v is None else E{i}(v))")
+        else:
+            lines.append(f"    a(NULL if v is None or v == D{i} else E{i}(v))")
+    lines += [
+        "    while p and p[-1] is NULL:",
+        "        p.pop()",
+        "    n = len(p)",
+        "    if not n:",
+        "        return PREFIX0",
+        "    body = b''.join(p)",
+        "    s = len(body)",
+        "    if s < 255 and n < 256:",
+        "        return PREFIX8 + bytes((s + 1, n)) + body",
+        "    return PREFIX32 + pack_II(s + 4, n) + body",
+    ]
+    exec("\n".join(lines), ns)  # the source is built above from the class's own field table
+    return ns["encode"]  # type: ignore[no-any-return]
+
+
+def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int], tuple[Any, int]]:
+    ns: dict[str, Any] = {
+        "new": object.__new__,
+        "C": cls,
+        "U32x2": struct.Struct(">II").unpack_from,
+        "DecodeError": DecodeError,
+        "truncated": D.truncated,
+        "TYPED": D.TYPED,
+        "INVALID_FIELD": Condition.INVALID_FIELD,
+    }
+    n = len(specs)
+    lines = [
+        "def decode(buf, pos):",
+        "    start = pos",
+        "    c = buf[pos]",
+        "    if c == 0xc0:",
+        "        size = buf[pos + 1]",
+        "        count = buf[pos + 2]",
+        "        end = pos + 2 + size",
+        "        pos += 3",
+        "        if size < 1: raise DecodeError('list8 size must count its count byte', start)",
+        "    elif c == 0x45:",
+        "        count = 0",
+        "        pos += 1",
+        "        end = pos",
+        "    elif c == 0xd0:",
+        "        size, count = U32x2(buf, pos + 1)",
+        "        end = pos + 5 + size",
+        "        pos += 9",
+        "        if size < 4: raise DecodeError('list32 size must count its count field', start)",
+        "    else:",
+        f"        raise DecodeError('{cls.__name__} must be a list, found constructor 0x%02x' % c, start)",
+        "    if end > len(buf): raise truncated(start)",
+        "    if count > end - pos: raise DecodeError('list count cannot fit in its size', start)",
+        "    o = new(C)",
+    ]
+    for i, (name, kind, default, mandatory, allowed) in enumerate(specs):
+        ns[f"T{i}"] = D.FIELD_TABLES[FIELD_DECODE_KIND.get(kind, kind)]
+        ns[f"D{i}"] = default
+        ns[f"S{i}"] = cls.__dict__[name].__set__
+        ns[f"A{i}"] = allowed
+        lines += [
+            f"    if count > {i}:",
+            "        c = buf[pos]",
+            "        if c == 0x40:",
+            "            pos += 1",
+            f"            v = D{i}",
+            "        else:",
+            f"            v, pos = T{i}[c](buf, pos + 1)",
+        ]
+        if allowed is not None:
+            lines.append(
+                f"            if not isinstance(v, A{i}): raise DecodeError("
+                f"'{cls.__name__}.{name} cannot hold ' + type(v).__name__, pos, condition=INVALID_FIELD)"
+            )
+        lines += ["    else:", f"        v = D{i}"]
+        if mandatory:
+            lines.append(
+                f"    if v is None: raise DecodeError('{cls.__name__}.{name} is mandatory but null or "
+                "absent', start, condition=INVALID_FIELD)"
+            )
+        lines.append(f"    S{i}(o, v)")
+    lines += [
+        f"    if count > {n}:",
+        f"        for _ in range(count - {n}):",
+        "            _, pos = TYPED[buf[pos]](buf, pos + 1)",
+        "    if pos != end:",
+        f"        raise DecodeError('{cls.__name__} fields do not match the list size', pos)",
+        "    return o, pos",
+    ]
+    exec("\n".join(lines), ns)  # the source is built above from the class's own field table
+    return ns["decode"]  # type: ignore[no-any-return]

@@ -1,0 +1,577 @@
+"""Decoding of AMQP 1.0 values (spec part 1): every encoding of every type, bounded, one error type.
+
+Theory of operation
+-------------------
+A decoder is a function ``f(buf, pos) -> (value, new_pos)`` where ``pos`` is the index just *after* the
+constructor byte; tables of 256 such functions, indexed by the constructor byte, do the dispatch, so decoding
+one value is ``TYPED[buf[pos]](buf, pos + 1)`` with no branching on the type. ``buf`` is ``bytes`` or a
+``memoryview`` (or ``bytearray``); nothing is copied except the bytes that become the decoded value.
+
+* ``TYPED`` gives the representation that re-encodes canonically (wrappers such as :class:`UInt`,
+  :class:`Symbol`); it is what :func:`decode_value` and the ``*``-typed fields of composites use.
+* ``FIELD_TABLES[kind]`` are the tables the composite decoders use for a field whose type the schema knows
+  (``"uint"``, ``"symbol"``, ``"boolean"``, ...): they accept exactly the constructors of that type plus
+  ``null``, and return plain Python values (``int`` rather than ``UInt``) because the schema already fixes
+  how the field re-encodes. Any other constructor raises :class:`DecodeError`.
+
+Bounds: every variable-width value checks its declared size against the buffer *before* touching the bytes,
+and a compound's element count against its size (each element takes at least one byte), so a declared size
+of 4 GiB in a 20-byte buffer is an immediate :class:`DecodeError`, never an allocation. Arrays of zero-width
+elements (``null``, ``true``, ``uint0``...) carry no bytes per element, so their count is capped at
+``MAX_ZERO_WIDTH_ARRAY_COUNT``. Reads past the end of the buffer (``IndexError`` / ``struct.error``) and
+nesting deeper than the interpreter's recursion limit are converted to :class:`DecodeError` at the entry
+points (:func:`decode_value`, composite and frame decoders), which are the only places that catch.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._errors import Condition, DecodeError
+from ._types import (
+    Array,
+    Byte,
+    Char,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Described,
+    Float,
+    Int,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
+__all__ = ["MAX_ZERO_WIDTH_ARRAY_COUNT", "decode_value"]
+
+Decoder = Callable[[Any, int], tuple[Any, int]]
+
+#: Upper bound on the element count of an array whose element constructor has no per-element bytes.
+MAX_ZERO_WIDTH_ARRAY_COUNT: Final = 65536
+
+_U16: Final = struct.Struct(">H").unpack_from
+_I16: Final = struct.Struct(">h").unpack_from
+_U32: Final = struct.Struct(">I").unpack_from
+_I32: Final = struct.Struct(">i").unpack_from
+_U64: Final = struct.Struct(">Q").unpack_from
+_I64: Final = struct.Struct(">q").unpack_from
+_F32: Final = struct.Struct(">f").unpack_from
+_F64: Final = struct.Struct(">d").unpack_from
+_U32x2: Final = struct.Struct(">II").unpack_from
+
+_int_new: Final = int.__new__
+_str_new: Final = str.__new__
+_float_new: Final = float.__new__
+_bytes_new: Final = bytes.__new__
+_obj_new: Final = object.__new__
+
+
+def truncated(pos: int) -> DecodeError:
+    return DecodeError("truncated: the value runs past the end of the buffer", pos)
+
+
+# --- fixed-width ---------------------------------------------------------------------------------------
+
+
+def _null(buf: Any, pos: int) -> tuple[Any, int]:
+    return None, pos
+
+
+def _true(buf: Any, pos: int) -> tuple[Any, int]:
+    return True, pos
+
+
+def _false(buf: Any, pos: int) -> tuple[Any, int]:
+    return False, pos
+
+
+def _boolean(buf: Any, pos: int) -> tuple[Any, int]:
+    b = buf[pos]
+    if b == 1:
+        return True, pos + 1
+    if b == 0:
+        return False, pos + 1
+    raise DecodeError(f"boolean byte must be 0x00 or 0x01, not 0x{b:02x}", pos)
+
+
+def _ubyte(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(UByte, buf[pos]), pos + 1
+
+
+def _ushort(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(UShort, _U16(buf, pos)[0]), pos + 2
+
+
+def _uint(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(UInt, _U32(buf, pos)[0]), pos + 4
+
+
+def _smalluint(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(UInt, buf[pos]), pos + 1
+
+
+_UINT0: Final = UInt(0)
+_ULONG0: Final = ULong(0)
+
+
+def _uint0(buf: Any, pos: int) -> tuple[Any, int]:
+    return _UINT0, pos
+
+
+def _ulong(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(ULong, _U64(buf, pos)[0]), pos + 8
+
+
+def _smallulong(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(ULong, buf[pos]), pos + 1
+
+
+def _ulong0(buf: Any, pos: int) -> tuple[Any, int]:
+    return _ULONG0, pos
+
+
+def _byte(buf: Any, pos: int) -> tuple[Any, int]:
+    b = buf[pos]
+    return _int_new(Byte, b - 256 if b > 127 else b), pos + 1
+
+
+def _short(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(Short, _I16(buf, pos)[0]), pos + 2
+
+
+def _int(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(Int, _I32(buf, pos)[0]), pos + 4
+
+
+def _smallint(buf: Any, pos: int) -> tuple[Any, int]:
+    b = buf[pos]
+    return _int_new(Int, b - 256 if b > 127 else b), pos + 1
+
+
+def _long(buf: Any, pos: int) -> tuple[Any, int]:
+    return _I64(buf, pos)[0], pos + 8
+
+
+def _smalllong(buf: Any, pos: int) -> tuple[Any, int]:
+    b = buf[pos]
+    return (b - 256 if b > 127 else b), pos + 1
+
+
+def _float(buf: Any, pos: int) -> tuple[Any, int]:
+    return _float_new(Float, _F32(buf, pos)[0]), pos + 4
+
+
+def _double(buf: Any, pos: int) -> tuple[Any, int]:
+    return _F64(buf, pos)[0], pos + 8
+
+
+def _fixed_bytes(cls: type, size: int) -> Decoder:
+    def decode(buf: Any, pos: int) -> tuple[Any, int]:
+        end = pos + size
+        if end > len(buf):
+            raise truncated(pos)
+        return _bytes_new(cls, buf[pos:end]), end
+
+    return decode
+
+
+def _char(buf: Any, pos: int) -> tuple[Any, int]:
+    cp = _U32(buf, pos)[0]
+    if cp > 0x10FFFF:
+        raise DecodeError(f"char code point out of range: 0x{cp:x}", pos - 1)
+    return _str_new(Char, chr(cp)), pos + 4
+
+
+def _timestamp(buf: Any, pos: int) -> tuple[Any, int]:
+    return _int_new(Timestamp, _I64(buf, pos)[0]), pos + 8
+
+
+def _uuid(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 16
+    if end > len(buf):
+        raise truncated(pos)
+    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+
+
+# --- variable-width ------------------------------------------------------------------------------------
+
+
+def _vbin8(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 1 + buf[pos]
+    if end > len(buf):
+        raise truncated(pos)
+    return bytes(buf[pos + 1 : end]), end
+
+
+def _vbin32(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 4 + _U32(buf, pos)[0]
+    if end > len(buf):
+        raise truncated(pos)
+    return bytes(buf[pos + 4 : end]), end
+
+
+def _utf8(buf: Any, start: int, end: int) -> str:
+    try:
+        return str(buf[start:end], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"string is not valid UTF-8: {exc.reason}", start + exc.start) from None
+
+
+def _str8(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 1 + buf[pos]
+    if end > len(buf):
+        raise truncated(pos)
+    return _utf8(buf, pos + 1, end), end
+
+
+def _str32(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 4 + _U32(buf, pos)[0]
+    if end > len(buf):
+        raise truncated(pos)
+    return _utf8(buf, pos + 4, end), end
+
+
+def _ascii(buf: Any, start: int, end: int) -> Symbol:
+    try:
+        return _str_new(Symbol, str(buf[start:end], "ascii"))
+    except UnicodeDecodeError as exc:
+        raise DecodeError("symbol is not ASCII", start + exc.start) from None
+
+
+def _sym8(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 1 + buf[pos]
+    if end > len(buf):
+        raise truncated(pos)
+    return _ascii(buf, pos + 1, end), end
+
+
+def _sym32(buf: Any, pos: int) -> tuple[Any, int]:
+    end = pos + 4 + _U32(buf, pos)[0]
+    if end > len(buf):
+        raise truncated(pos)
+    return _ascii(buf, pos + 4, end), end
+
+
+# --- compounds -----------------------------------------------------------------------------------------
+
+
+def _list0(buf: Any, pos: int) -> tuple[Any, int]:
+    return [], pos
+
+
+def _list_items(buf: Any, pos: int, end: int, count: int) -> tuple[Any, int]:
+    if end > len(buf):
+        raise truncated(pos)
+    if count > end - pos:
+        raise DecodeError(f"list count {count} cannot fit in its size", pos)
+    table = TYPED
+    out = []
+    append = out.append
+    for _ in range(count):
+        v, pos = table[buf[pos]](buf, pos + 1)
+        append(v)
+    if pos != end:
+        raise DecodeError("list elements do not match the list's declared size", pos)
+    return out, pos
+
+
+def _list8(buf: Any, pos: int) -> tuple[Any, int]:
+    size = buf[pos]
+    if size < 1:
+        raise DecodeError("list8 size must count its count byte", pos)
+    return _list_items(buf, pos + 2, pos + 1 + size, buf[pos + 1])
+
+
+def _list32(buf: Any, pos: int) -> tuple[Any, int]:
+    size, count = _U32x2(buf, pos)
+    if size < 4:
+        raise DecodeError("list32 size must count its count field", pos)
+    return _list_items(buf, pos + 8, pos + 4 + size, count)
+
+
+def _map_items(buf: Any, pos: int, end: int, count: int) -> tuple[Any, int]:
+    if end > len(buf):
+        raise truncated(pos)
+    if count & 1:
+        raise DecodeError(f"map has an odd number of elements ({count})", pos)
+    if count > end - pos:
+        raise DecodeError(f"map count {count} cannot fit in its size", pos)
+    table = TYPED
+    out: dict[Any, Any] = {}
+    for _ in range(count >> 1):
+        kpos = pos
+        k, pos = table[buf[pos]](buf, pos + 1)
+        v, pos = table[buf[pos]](buf, pos + 1)
+        try:
+            if k in out:
+                raise DecodeError(f"duplicate map key {k!r}", kpos)
+            out[k] = v
+        except TypeError:
+            raise DecodeError(f"unhashable map key of type {type(k).__name__}", kpos) from None
+    if pos != end:
+        raise DecodeError("map elements do not match the map's declared size", pos)
+    return out, pos
+
+
+def _map8(buf: Any, pos: int) -> tuple[Any, int]:
+    size = buf[pos]
+    if size < 1:
+        raise DecodeError("map8 size must count its count byte", pos)
+    return _map_items(buf, pos + 2, pos + 1 + size, buf[pos + 1])
+
+
+def _map32(buf: Any, pos: int) -> tuple[Any, int]:
+    size, count = _U32x2(buf, pos)
+    if size < 4:
+        raise DecodeError("map32 size must count its count field", pos)
+    return _map_items(buf, pos + 8, pos + 4 + size, count)
+
+
+# AMQP type name of each constructor (for Array.type) and the constructors without per-element bytes.
+TYPE_NAMES: Final[dict[int, str]] = {
+    0x40: "null", 0x41: "boolean", 0x42: "boolean", 0x56: "boolean", 0x50: "ubyte", 0x60: "ushort",
+    0x70: "uint", 0x52: "uint", 0x43: "uint", 0x80: "ulong", 0x53: "ulong", 0x44: "ulong", 0x51: "byte",
+    0x61: "short", 0x71: "int", 0x54: "int", 0x81: "long", 0x55: "long", 0x72: "float", 0x82: "double",
+    0x74: "decimal32", 0x84: "decimal64", 0x94: "decimal128", 0x73: "char", 0x83: "timestamp", 0x98: "uuid",
+    0xA0: "binary", 0xB0: "binary", 0xA1: "string", 0xB1: "string", 0xA3: "symbol", 0xB3: "symbol",
+    0x45: "list", 0xC0: "list", 0xD0: "list", 0xC1: "map", 0xD1: "map", 0xE0: "array", 0xF0: "array",
+}  # fmt: skip
+ZERO_WIDTH: Final = frozenset({0x40, 0x41, 0x42, 0x43, 0x44, 0x45})
+
+
+def _array_items(buf: Any, pos: int, end: int, count: int) -> tuple[Any, int]:
+    if end > len(buf):
+        raise truncated(pos)
+    start = pos
+    c = buf[pos]
+    pos += 1
+    descriptor = None
+    if c == 0x00:
+        descriptor, pos = TYPED[buf[pos]](buf, pos + 1)
+        c = buf[pos]
+        pos += 1
+    name = TYPE_NAMES.get(c)
+    if name is None:
+        raise DecodeError(f"invalid array element constructor 0x{c:02x}", pos - 1)
+    if c in ZERO_WIDTH:
+        if count > MAX_ZERO_WIDTH_ARRAY_COUNT:
+            raise DecodeError(
+                f"array of {count} zero-width elements exceeds {MAX_ZERO_WIDTH_ARRAY_COUNT}",
+                start,
+                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+            )
+    elif count > end - pos:
+        raise DecodeError(f"array count {count} cannot fit in its size", start)
+    fn = TYPED[c]
+    items = []
+    append = items.append
+    for _ in range(count):
+        v, pos = fn(buf, pos)
+        append(v)
+    if pos != end:
+        raise DecodeError("array elements do not match the array's declared size", pos)
+    arr = _obj_new(Array)
+    _set_array(arr, name, tuple(items), descriptor)
+    return arr, pos
+
+
+def _set_array(arr: Array, name: str, items: tuple[Any, ...], descriptor: Any) -> None:
+    object.__setattr__(arr, "type", name)
+    object.__setattr__(arr, "items", items)
+    object.__setattr__(arr, "descriptor", descriptor)
+
+
+def _array8(buf: Any, pos: int) -> tuple[Any, int]:
+    size = buf[pos]
+    if size < 2:
+        raise DecodeError("array8 size must count its count byte and constructor", pos)
+    return _array_items(buf, pos + 2, pos + 1 + size, buf[pos + 1])
+
+
+def _array32(buf: Any, pos: int) -> tuple[Any, int]:
+    size, count = _U32x2(buf, pos)
+    if size < 5:
+        raise DecodeError("array32 size must count its count field and constructor", pos)
+    return _array_items(buf, pos + 8, pos + 4 + size, count)
+
+
+# --- described -----------------------------------------------------------------------------------------
+
+#: Composite decoders by numeric descriptor (domain 0) and by symbolic descriptor; filled by _composite.py.
+#: Each is ``f(buf, pos) -> (instance, pos)`` with ``pos`` at the described value's constructor.
+COMPOSITES_BY_CODE: Final[dict[int, Decoder]] = {}
+COMPOSITES_BY_NAME: Final[dict[str, Decoder]] = {}
+
+
+def _described(buf: Any, pos: int) -> tuple[Any, int]:
+    c = buf[pos]
+    if c == 0x53:  # smallulong: the common case for every spec-defined type
+        code = buf[pos + 1]
+        dec = COMPOSITES_BY_CODE.get(code)
+        pos += 2
+        if dec is not None:
+            return dec(buf, pos)
+        descriptor: Any = _int_new(ULong, code)
+    else:
+        if c == 0x00:
+            raise DecodeError("a descriptor cannot itself be described", pos)
+        descriptor, pos = TYPED[c](buf, pos + 1)
+        if type(descriptor) is ULong:
+            dec = COMPOSITES_BY_CODE.get(descriptor)
+        elif type(descriptor) is Symbol:
+            dec = COMPOSITES_BY_NAME.get(descriptor)
+        else:
+            dec = None
+        if dec is not None:
+            return dec(buf, pos)
+    value, pos = TYPED[buf[pos]](buf, pos + 1)
+    d = _obj_new(Described)
+    object.__setattr__(d, "descriptor", descriptor)
+    object.__setattr__(d, "value", value)
+    return d, pos
+
+
+def _invalid(buf: Any, pos: int) -> tuple[Any, int]:
+    raise DecodeError(f"invalid constructor 0x{buf[pos - 1]:02x}", pos - 1)
+
+
+TYPED: Final[list[Decoder]] = [_invalid] * 256
+for _code, _fn in {
+    0x00: _described, 0x40: _null, 0x41: _true, 0x42: _false, 0x56: _boolean, 0x50: _ubyte, 0x60: _ushort,
+    0x70: _uint, 0x52: _smalluint, 0x43: _uint0, 0x80: _ulong, 0x53: _smallulong, 0x44: _ulong0, 0x51: _byte,
+    0x61: _short, 0x71: _int, 0x54: _smallint, 0x81: _long, 0x55: _smalllong, 0x72: _float, 0x82: _double,
+    0x74: _fixed_bytes(Decimal32, 4), 0x84: _fixed_bytes(Decimal64, 8), 0x94: _fixed_bytes(Decimal128, 16),
+    0x73: _char, 0x83: _timestamp, 0x98: _uuid, 0xA0: _vbin8, 0xB0: _vbin32, 0xA1: _str8, 0xB1: _str32,
+    0xA3: _sym8, 0xB3: _sym32, 0x45: _list0, 0xC0: _list8, 0xD0: _list32, 0xC1: _map8, 0xD1: _map32,
+    0xE0: _array8, 0xF0: _array32,
+}.items():  # fmt: skip
+    TYPED[_code] = _fn
+
+
+# --- field tables: schema-typed, plain values ------------------------------------------------------------
+
+
+def _plain_uint(buf: Any, pos: int) -> tuple[Any, int]:
+    return _U32(buf, pos)[0], pos + 4
+
+
+def _plain_small(buf: Any, pos: int) -> tuple[Any, int]:
+    return buf[pos], pos + 1
+
+
+def _plain_zero(buf: Any, pos: int) -> tuple[Any, int]:
+    return 0, pos
+
+
+def _plain_ulong(buf: Any, pos: int) -> tuple[Any, int]:
+    return _U64(buf, pos)[0], pos + 8
+
+
+def _plain_ushort(buf: Any, pos: int) -> tuple[Any, int]:
+    return _U16(buf, pos)[0], pos + 2
+
+
+def _plain_timestamp(buf: Any, pos: int) -> tuple[Any, int]:
+    return _I64(buf, pos)[0], pos + 8
+
+
+def _symbols_one(fn: Decoder) -> Decoder:
+    def decode(buf: Any, pos: int) -> tuple[Any, int]:
+        v, pos = fn(buf, pos)
+        return (v,), pos
+
+    return decode
+
+
+def _symbols_array(fn: Decoder) -> Decoder:
+    def decode(buf: Any, pos: int) -> tuple[Any, int]:
+        arr, end = fn(buf, pos)
+        if arr.type != "symbol" or arr.descriptor is not None:
+            raise DecodeError(f"expected an array of symbols, found an array of {arr.type}", pos - 1)
+        return arr.items, end
+
+    return decode
+
+
+def _table(kind: str, entries: dict[int, Decoder]) -> list[Decoder]:
+    def wrong(buf: Any, pos: int) -> tuple[Any, int]:
+        raise DecodeError(f"expected {kind}, found constructor 0x{buf[pos - 1]:02x}", pos - 1)
+
+    table = [wrong] * 256
+    table[0x40] = _null
+    for code, fn in entries.items():
+        table[code] = fn
+    return table
+
+
+FIELD_TABLES: Final[dict[str, list[Decoder]]] = {
+    "any": TYPED,
+    "boolean": _table("boolean", {0x41: _true, 0x42: _false, 0x56: _boolean}),
+    "ubyte": _table("ubyte", {0x50: _plain_small}),
+    "ushort": _table("ushort", {0x60: _plain_ushort}),
+    "uint": _table("uint", {0x70: _plain_uint, 0x52: _plain_small, 0x43: _plain_zero}),
+    "ulong": _table("ulong", {0x80: _plain_ulong, 0x53: _plain_small, 0x44: _plain_zero}),
+    "timestamp": _table("timestamp", {0x83: _plain_timestamp}),
+    "binary": _table("binary", {0xA0: _vbin8, 0xB0: _vbin32}),
+    "string": _table("string", {0xA1: _str8, 0xB1: _str32}),
+    "symbol": _table("symbol", {0xA3: _sym8, 0xB3: _sym32}),
+    "symbols": _table(
+        "symbol or array of symbols",
+        {
+            0xA3: _symbols_one(_sym8),
+            0xB3: _symbols_one(_sym32),
+            0xE0: _symbols_array(_array8),
+            0xF0: _symbols_array(_array32),
+        },
+    ),
+    "map": _table("map", {0xC1: _map8, 0xD1: _map32}),
+    "list": _table("list", {0x45: _list0, 0xC0: _list8, 0xD0: _list32}),
+    "described": _table("a described type", {0x00: _described}),
+}
+
+
+def guarded(fn: Callable[..., Any], buf: Any, offset: int, *args: Any) -> Any:
+    """Run a decoder, converting every failure on malformed input into :class:`DecodeError`."""
+    try:
+        return fn(buf, offset, *args)
+    except DecodeError:
+        raise
+    except (IndexError, struct.error):
+        raise truncated(len(buf)) from None
+    except RecursionError:
+        raise DecodeError("values are nested too deeply", offset) from None
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:  # pragma: no cover - defensive
+        raise DecodeError(f"malformed value: {exc}", offset) from None
+
+
+def _decode_one(buf: Any, offset: int) -> tuple[Any, int]:
+    return TYPED[buf[offset]](buf, offset + 1)
+
+
+def decode_value(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[Any, int]:
+    """Decode one AMQP value starting at ``buf[offset]``.
+
+    Args:
+        buf: the encoded bytes (``bytes``, ``bytearray`` or ``memoryview``); bytes after the value are left
+            alone.
+        offset: where the value's constructor is.
+
+    Returns:
+        ``(value, end)``: the decoded value (see the mapping in :mod:`corda_trio.amqp._types`) and the index
+        just after it.
+
+    Raises:
+        DecodeError: the bytes are not one complete, valid AMQP value (``offset`` says where). Truncated
+            input is a ``DecodeError`` too: the caller that streams must wait for a whole frame first.
+    """
+    if offset < 0:
+        raise DecodeError("negative offset", offset)
+    return guarded(_decode_one, buf, offset)  # type: ignore[no-any-return]

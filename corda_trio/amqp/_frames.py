@@ -1,0 +1,238 @@
+"""Protocol headers, frames and the incremental frame buffer (spec 2.2, 2.3, 5.2.1, 5.3.1).
+
+Theory of operation
+-------------------
+A connection starts with an 8-byte protocol header (``AMQP`` + protocol id + 1.0.0: 0 = AMQP, 2 = TLS,
+3 = SASL), then carries frames::
+
+    +------------+------+------+---------+--------------------+-----------------------------------+
+    | SIZE (u32) | DOFF | TYPE | CHANNEL | extended header    | body: performative [+ payload]    |
+    |            | (u8) | (u8) | (u16)   | (DOFF*4 - 8 bytes) | (absent: empty frame / heartbeat) |
+    +------------+------+------+---------+--------------------+-----------------------------------+
+
+SIZE counts the whole frame, header included (so >= 8); DOFF is the body offset in 4-byte words (>= 2).
+TYPE 0 is an AMQP frame (the channel is the session's), TYPE 1 a SASL frame (channel ignored).
+
+:class:`FrameBuffer` keeps one ``bytearray``. Once 8 bytes are there it parses the header **once**, checks
+SIZE against ``max_frame_size`` and DOFF against SIZE *before* buffering the body (a peer announcing a
+4 GiB frame is refused at once, without waiting for or storing its bytes), remembers how many bytes the
+frame needs and, on later calls, only compares that with the buffered length (no rescanning); when the
+whole frame is there it is decoded and removed with one ``del buf[:size]``.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any, Final
+
+import attrs
+
+from . import _decode as D
+from ._errors import DecodeError, FramingError
+from ._performatives import PERFORMATIVES, SASL_FRAMES, Transfer
+
+__all__ = [
+    "AMQP_HEADER",
+    "EMPTY_FRAME",
+    "MIN_MAX_FRAME_SIZE",
+    "SASL_HEADER",
+    "TLS_HEADER",
+    "Frame",
+    "FrameBuffer",
+    "FrameType",
+    "decode_frame",
+    "encode_empty_frame",
+    "encode_frame",
+]
+
+AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"  # 2.2: protocol id 0
+TLS_HEADER: Final = b"AMQP\x02\x01\x00\x00"  # 5.2.1: protocol id 2
+SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"  # 5.3.1: protocol id 3
+EMPTY_FRAME: Final = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # 2.4.5: an empty AMQP frame on channel 0
+#: The smallest max-frame-size a peer may announce (spec 2.7.1, MIN-MAX-FRAME-SIZE).
+MIN_MAX_FRAME_SIZE: Final = 512
+DEFAULT_MAX_FRAME_SIZE: Final = 0xFFFF_FFFF  # spec default of open.max-frame-size
+
+_HEADER: Final = struct.Struct(">IBBH")
+
+
+class FrameType(enum.IntEnum):
+    """The TYPE byte of the frame header (spec 2.3.2, 5.3.1)."""
+
+    AMQP = 0
+    SASL = 1
+
+
+_FRAME_TYPE: Final[dict[type, int]] = {
+    **{cls: FrameType.AMQP for cls in PERFORMATIVES},
+    **{cls: FrameType.SASL for cls in SASL_FRAMES},
+}
+_ALLOWED: Final[dict[int, tuple[type, ...]]] = {FrameType.AMQP: PERFORMATIVES, FrameType.SASL: SASL_FRAMES}
+
+
+@attrs.frozen
+class Frame:
+    """One decoded frame.
+
+    Attributes:
+        type: :class:`FrameType` value (0 AMQP, 1 SASL).
+        channel: the channel (session) number; 0 for SASL frames.
+        performative: the decoded performative or SASL frame; ``None`` for an empty frame (heartbeat).
+        payload: the bytes after the performative (the message bytes of a transfer; empty otherwise).
+    """
+
+    type: int
+    channel: int
+    performative: Any
+    payload: bytes = b""
+
+
+def encode_frame(performative: Any, channel: int = 0, payload: bytes = b"") -> bytes:
+    """Encode a whole frame: header, performative and (for a transfer) the payload.
+
+    Args:
+        performative: a performative (frame type 0) or SASL frame (frame type 1) instance.
+        channel: the outgoing channel number (ignored by peers for SASL frames; keep 0).
+        payload: bytes appended after the performative (the message section bytes of a transfer).
+
+    Raises:
+        EncodeError: the performative has a field that cannot be encoded (a local bug).
+        TypeError: ``performative`` is not a performative or SASL frame.
+    """
+    ftype = _FRAME_TYPE.get(type(performative))
+    if ftype is None:
+        raise TypeError(f"not a performative or SASL frame: {type(performative).__name__}")
+    body = performative._encode()
+    return _HEADER.pack(8 + len(body) + len(payload), 2, ftype, channel) + body + payload
+
+
+def encode_empty_frame(channel: int = 0) -> bytes:
+    """An empty AMQP frame (no performative): the heartbeat of spec 2.4.5."""
+    if channel == 0:
+        return EMPTY_FRAME
+    return _HEADER.pack(8, 2, 0, channel)
+
+
+def _check_header(size: int, doff: int, ftype: int, max_frame_size: int) -> None:
+    if size < 8:
+        raise FramingError(f"frame SIZE {size} is below the 8-byte header", 0)
+    if size > max_frame_size:
+        raise FramingError(f"frame SIZE {size} exceeds max-frame-size {max_frame_size}", 0)
+    if doff < 2:
+        raise FramingError(f"frame DOFF {doff} is below 2", 4)
+    if doff * 4 > size:
+        raise FramingError(f"frame DOFF {doff} points past the frame's SIZE {size}", 4)
+    if ftype not in _ALLOWED:
+        raise FramingError(f"unknown frame TYPE 0x{ftype:02x}", 5)
+
+
+def _decode_body(data: Any, size: int, doff: int, ftype: int, channel: int) -> Frame:
+    pos = doff * 4
+    if pos == size:
+        return Frame(ftype, channel, None, b"")
+    if data[pos] != 0x00:
+        raise DecodeError(f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos)
+    performative, pos = D.guarded(D.TYPED[0x00], data, pos + 1)
+    if type(performative) not in _ALLOWED[ftype]:
+        kind = "SASL" if ftype == FrameType.SASL else "AMQP"
+        raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", doff * 4)
+    if pos > size:  # pragma: no cover - the decoders are bounded by the frame already
+        raise DecodeError("performative runs past the frame", size)
+    return Frame(ftype, channel, performative, bytes(data[pos:size]) if pos < size else b"")
+
+
+def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> Frame:
+    """Decode exactly one whole frame (``len(data)`` must equal its SIZE).
+
+    Raises:
+        FramingError: bad SIZE / DOFF / TYPE, or ``data`` is not exactly one frame.
+        DecodeError: the body is not a valid performative.
+    """
+    if len(data) < 8:
+        raise FramingError(f"a frame needs at least 8 bytes, got {len(data)}", len(data))
+    size, doff, ftype, channel = _HEADER.unpack_from(data, 0)
+    _check_header(size, doff, ftype, max_frame_size)
+    if size != len(data):
+        raise FramingError(f"frame SIZE {size} does not match the {len(data)} bytes given", 0)
+    return _decode_body(data, size, doff, ftype, channel)
+
+
+class FrameBuffer:
+    """Incremental frame decoder: ``feed`` bytes as they arrive, take protocol headers and frames out.
+
+    Args:
+        max_frame_size: the largest frame accepted (our own announced ``max-frame-size``); settable later,
+            e.g. once the Open exchange is done.
+    """
+
+    __slots__ = ("_buf", "_header", "_need", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self._need = 0  # SIZE of the frame whose header was already parsed, 0 when none
+        self._header: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.max_frame_size = max_frame_size
+
+    @property
+    def buffered_bytes(self) -> int:
+        """How many received bytes are waiting (an incomplete header or frame)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes."""
+        self._buf += data
+
+    def next_protocol_header(self) -> bytes | None:
+        """Take the next 8-byte protocol header, or ``None`` if fewer than 8 bytes are buffered.
+
+        Raises:
+            FramingError: the bytes are not an ``AMQP`` protocol header (checked as soon as they differ,
+                even before 8 bytes arrived). The protocol id and version are returned, not judged.
+        """
+        buf = self._buf
+        n = len(buf)
+        if buf[: min(n, 4)] != b"AMQP"[: min(n, 4)]:
+            raise FramingError(f"not an AMQP protocol header: {bytes(buf[:8])!r}", 0)
+        if n < 8:
+            return None
+        header = bytes(buf[:8])
+        del buf[:8]
+        return header
+
+    def next_frame(self) -> Frame | None:
+        """Take the next whole frame, or ``None`` if it has not fully arrived yet.
+
+        Raises:
+            FramingError: SIZE below 8 or above ``max_frame_size``, DOFF below 2 or past SIZE, unknown TYPE
+                (raised as soon as the 8-byte header is buffered).
+            DecodeError: the frame's body is not a valid performative (the frame is consumed).
+        """
+        buf = self._buf
+        need = self._need
+        if not need:
+            if len(buf) < 8:
+                return None
+            size, doff, ftype, channel = header = _HEADER.unpack_from(buf, 0)
+            _check_header(size, doff, ftype, self.max_frame_size)
+            self._header = header
+            self._need = need = size
+        if len(buf) < need:
+            return None
+        size, doff, ftype, channel = self._header
+        data = bytes(buf[:size])
+        del buf[:size]
+        self._need = 0
+        return _decode_body(data, size, doff, ftype, channel)
+
+    def frames(self) -> list[Frame]:
+        """Every whole frame currently buffered (stops at the first incomplete one)."""
+        out = []
+        while (frame := self.next_frame()) is not None:
+            out.append(frame)
+        return out
+
+
+def is_transfer(frame: Frame) -> bool:
+    """True if ``frame`` carries a :class:`Transfer`."""
+    return type(frame.performative) is Transfer

@@ -1,0 +1,331 @@
+"""The AMQP 1.0 message format (spec 3.2): sections, and :class:`Message` with ``encode`` / ``decode``.
+
+A bare message is a sequence of described sections, in this order (each optional)::
+
+    header (0x70, list)  delivery-annotations (0x71, map)  message-annotations (0x72, map)
+    properties (0x73, list)  application-properties (0x74, map)
+    body: data (0x75, binary)+ | amqp-sequence (0x76, list)+ | amqp-value (0x77, *)
+    footer (0x78, map)
+
+:class:`Message` ``body`` is one of:
+
+* ``None``: no body section;
+* ``bytes``: exactly one data section (the usual case, and what Corda's P2P messages use);
+* ``tuple[bytes, ...]`` of two or more: that many data sections;
+* :class:`AmqpValue`: one amqp-value section;
+* :class:`AmqpSequence`, or a ``tuple`` of them: one or more amqp-sequence sections.
+
+Decoding is strict about the order: a section out of order, a repeated non-body section, a mix of body kinds
+or an unknown section descriptor raises :class:`DecodeError`.
+"""
+
+# ruff: noqa: RUF009  (`field` is attrs.field with AMQP metadata: ruff cannot see that)
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import attrs
+
+from . import _decode as D
+from . import _encode as E
+from ._composite import FIELD_ENCODERS, composite, field
+from ._errors import DecodeError, EncodeError
+from ._types import Symbol, ULong
+
+__all__ = [
+    "SECTION_CODES",
+    "AmqpSequence",
+    "AmqpValue",
+    "Header",
+    "Message",
+    "Properties",
+]
+
+#: Section descriptor codes (spec 3.2.1-3.2.10), by section name.
+SECTION_CODES: Final = {
+    "header": 0x70,
+    "delivery-annotations": 0x71,
+    "message-annotations": 0x72,
+    "properties": 0x73,
+    "application-properties": 0x74,
+    "data": 0x75,
+    "amqp-sequence": 0x76,
+    "amqp-value": 0x77,
+    "footer": 0x78,
+}
+_SECTION_NAMES: Final = {
+    "amqp:header:list": 0x70,
+    "amqp:delivery-annotations:map": 0x71,
+    "amqp:message-annotations:map": 0x72,
+    "amqp:properties:list": 0x73,
+    "amqp:application-properties:map": 0x74,
+    "amqp:data:binary": 0x75,
+    "amqp:amqp-sequence:list": 0x76,
+    "amqp:value:*": 0x77,
+    "amqp:footer:map": 0x78,
+}
+
+
+@composite(0x70, "amqp:header:list")
+@attrs.frozen(kw_only=True)
+class Header:
+    """Transport headers of a message (spec 3.2.1)."""
+
+    durable: bool = field("boolean", False)
+    priority: int = field("ubyte", 4)
+    ttl: int | None = field("uint", None)
+    first_acquirer: bool = field("boolean", False)
+    delivery_count: int = field("uint", 0)
+
+
+@composite(0x73, "amqp:properties:list")
+@attrs.frozen(kw_only=True)
+class Properties:
+    """Immutable properties of a message (spec 3.2.4).
+
+    ``message_id`` / ``correlation_id`` are message-id values (spec 3.2.11-3.2.15): a plain ``int`` is
+    written as ulong, ``str`` as string, ``bytes`` as binary, ``uuid.UUID`` as uuid. ``to`` / ``reply_to``
+    are addresses (usually ``str``). Timestamps are ``int`` milliseconds since the epoch.
+    """
+
+    message_id: Any = field("message-id", None)
+    user_id: bytes | None = field("binary", None)
+    to: Any = field("any", None)
+    subject: str | None = field("string", None)
+    reply_to: Any = field("any", None)
+    correlation_id: Any = field("message-id", None)
+    content_type: Symbol | None = field("symbol", None)
+    content_encoding: Symbol | None = field("symbol", None)
+    absolute_expiry_time: int | None = field("timestamp", None)
+    creation_time: int | None = field("timestamp", None)
+    group_id: str | None = field("string", None)
+    group_sequence: int | None = field("uint", None)
+    reply_to_group_id: str | None = field("string", None)
+
+
+@attrs.frozen
+class AmqpValue:
+    """An amqp-value body section (spec 3.2.8): one AMQP value of any type."""
+
+    value: Any = None
+
+
+@attrs.frozen
+class AmqpSequence:
+    """An amqp-sequence body section (spec 3.2.7): a list of AMQP values."""
+
+    items: list[Any] = attrs.field(factory=list, converter=list)
+
+
+# --- encoding ------------------------------------------------------------------------------------------
+
+_S_BI: Final = struct.Struct(">BI")
+_DA: Final = b"\x00\x53\x71"
+_MA: Final = b"\x00\x53\x72"
+_AP: Final = b"\x00\x53\x74"
+_DATA8: Final = b"\x00\x53\x75\xa0"
+_DATA32: Final = b"\x00\x53\x75\xb0"
+_SEQ: Final = b"\x00\x53\x76"
+_VALUE: Final = b"\x00\x53\x77"
+_FOOTER: Final = b"\x00\x53\x78"
+_STR8: Final = E._STR8
+
+
+def _app_properties(props: dict[str, Any]) -> bytes:
+    """application-properties (3.2.5): string keys, simple values (any value is accepted here)."""
+    if not isinstance(props, dict):
+        raise EncodeError(f"application_properties must be a dict, not {type(props).__name__}")
+    parts: list[bytes] = []
+    append = parts.append
+    encoders = E._ENCODERS
+    enc_value = E.encode_value
+    for k, v in props.items():
+        if type(k) is str and len(k) < 64 and k.isascii():
+            append(_STR8[len(k)] + k.encode())
+        elif isinstance(k, str):
+            append(E.enc_string(k))
+        else:
+            raise EncodeError(f"application-properties keys must be strings, not {k!r}")
+        enc = encoders.get(type(v))
+        append(enc(v) if enc is not None else enc_value(v))
+    return E._compound(0xC1, 0xD1, 2 * len(props), b"".join(parts))
+
+
+_annotations: Final = FIELD_ENCODERS["annotations"]  # symbol (or ulong) keys, any values
+
+
+def _data(part: Any) -> list[bytes]:
+    if type(part) is not bytes:
+        if not isinstance(part, bytes | bytearray | memoryview):
+            raise EncodeError(f"a data section holds bytes, not {type(part).__name__}")
+        part = bytes(part)
+    n = len(part)
+    if n < 256:
+        return [_DATA8 + bytes((n,)), part]
+    if n > 0xFFFF_FFFF:
+        raise EncodeError("a data section holds at most 4 GiB - 1")
+    return [_DATA32 + n.to_bytes(4, "big"), part]
+
+
+def _body(body: Any) -> list[bytes]:
+    if body is None:
+        return []
+    if isinstance(body, bytes | bytearray | memoryview):
+        return _data(body)
+    if isinstance(body, AmqpValue):
+        return [_VALUE, E.encode_value(body.value)]
+    if isinstance(body, AmqpSequence):
+        return [_SEQ, E.enc_list(body.items)]
+    if isinstance(body, tuple | list) and body:
+        if all(isinstance(p, bytes | bytearray | memoryview) for p in body):
+            return [b for p in body for b in _data(p)]
+        if all(isinstance(p, AmqpSequence) for p in body):
+            return [b for p in body for b in (_SEQ, E.enc_list(p.items))]
+    raise EncodeError(
+        "Message.body must be None, bytes, a tuple of bytes, AmqpValue, AmqpSequence or a tuple of "
+        f"AmqpSequence, not {type(body).__name__}"
+    )
+
+
+# --- decoding ------------------------------------------------------------------------------------------
+
+_obj_new: Final = object.__new__
+_MAP_TABLE: Final = D.FIELD_TABLES["map"]
+_BIN_TABLE: Final = D.FIELD_TABLES["binary"]
+_LIST_TABLE: Final = D.FIELD_TABLES["list"]
+_TYPED: Final = D.TYPED
+
+
+def _section_code(buf: Any, pos: int) -> tuple[int, int]:
+    """(section code, position of the section's value) for the section starting at ``pos``."""
+    if buf[pos] != 0x00:
+        raise DecodeError(f"expected a described message section, found constructor 0x{buf[pos]:02x}", pos)
+    if buf[pos + 1] == 0x53:
+        return buf[pos + 2], pos + 3
+    descriptor, vpos = _TYPED[buf[pos + 1]](buf, pos + 2)
+    if type(descriptor) is ULong:
+        return int(descriptor), vpos
+    if type(descriptor) is Symbol and descriptor in _SECTION_NAMES:
+        return _SECTION_NAMES[descriptor], vpos
+    raise DecodeError(f"unknown message section descriptor {descriptor!r}", pos)
+
+
+def _decode_message(buf: Any, pos: int) -> Message:
+    end = len(buf)
+    header = da = ma = props = ap = footer = None
+    body: Any = None
+    bodies: list[Any] = []
+    body_code = 0
+    last = 0
+    while pos < end:
+        start = pos
+        code, pos = _section_code(buf, pos)
+        if code < last or (code == last and code not in (0x75, 0x76)):
+            raise DecodeError(f"message section 0x{code:02x} is out of order or repeated", start)
+        c = buf[pos]
+        if code == 0x75:
+            if c == 0x40:
+                raise DecodeError("a data section cannot be null", pos)
+            v, pos = _BIN_TABLE[c](buf, pos + 1)
+            bodies.append(v)
+        elif code == 0x73:
+            props, pos = Properties._decode(buf, pos)  # type: ignore[attr-defined]
+        elif code == 0x74:
+            ap, pos = _MAP_TABLE[c](buf, pos + 1)
+        elif code == 0x70:
+            header, pos = Header._decode(buf, pos)  # type: ignore[attr-defined]
+        elif code == 0x72:
+            ma, pos = _MAP_TABLE[c](buf, pos + 1)
+        elif code == 0x71:
+            da, pos = _MAP_TABLE[c](buf, pos + 1)
+        elif code == 0x76:
+            if c == 0x40:
+                raise DecodeError("an amqp-sequence section cannot be null", pos)
+            v, pos = _LIST_TABLE[c](buf, pos + 1)
+            bodies.append(AmqpSequence(v))
+        elif code == 0x77:
+            v, pos = _TYPED[c](buf, pos + 1)
+            body = AmqpValue(v)
+        elif code == 0x78:
+            footer, pos = _MAP_TABLE[c](buf, pos + 1)
+        else:
+            raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
+        if 0x75 <= code <= 0x77:
+            if body_code and body_code != code:
+                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
+            body_code = code
+        last = code
+    if bodies:
+        body = bodies[0] if len(bodies) == 1 else tuple(bodies)
+    m = _obj_new(Message)
+    _set_header(m, header)
+    _set_da(m, da)
+    _set_ma(m, ma)
+    _set_props(m, props)
+    _set_ap(m, ap)
+    _set_body(m, body)
+    _set_footer(m, footer)
+    return m
+
+
+@attrs.frozen(kw_only=True)
+class Message:
+    """An AMQP 1.0 bare (or annotated) message (spec 3.2). See the module docstring for ``body``."""
+
+    header: Header | None = None
+    delivery_annotations: dict[Any, Any] | None = None
+    message_annotations: dict[Any, Any] | None = None
+    properties: Properties | None = None
+    application_properties: dict[str, Any] | None = None
+    body: Any = None
+    footer: dict[Any, Any] | None = None
+
+    def encode_parts(self) -> list[bytes]:
+        """The encoded sections as a list of byte strings (join them, or write them out as they are)."""
+        parts: list[bytes] = []
+        if self.header is not None:
+            parts.append(self.header._encode())  # type: ignore[attr-defined]
+        if self.delivery_annotations is not None:
+            parts += (_DA, _annotations(self.delivery_annotations))
+        if self.message_annotations is not None:
+            parts += (_MA, _annotations(self.message_annotations))
+        if self.properties is not None:
+            parts.append(self.properties._encode())  # type: ignore[attr-defined]
+        if self.application_properties is not None:
+            parts += (_AP, _app_properties(self.application_properties))
+        body = self.body
+        if type(body) is bytes:
+            n = len(body)
+            parts += (_DATA8 + bytes((n,)) if n < 256 else _DATA32 + n.to_bytes(4, "big"), body)
+        elif body is not None:
+            parts += _body(body)
+        if self.footer is not None:
+            parts += (_FOOTER, _annotations(self.footer))
+        return parts
+
+    def encode(self) -> bytes:
+        """The message's sections, encoded (the payload of a transfer).
+
+        Raises:
+            EncodeError: a field cannot be encoded (a local bug).
+        """
+        return b"".join(self.encode_parts())
+
+    @classmethod
+    def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> Message:
+        """Decode a message from all the bytes of ``buf`` from ``offset`` on.
+
+        Raises:
+            DecodeError: the bytes are not a valid sequence of message sections.
+        """
+        return D.guarded(_decode_message, buf, offset)  # type: ignore[no-any-return]
+
+
+_set_header = Message.__dict__["header"].__set__
+_set_da = Message.__dict__["delivery_annotations"].__set__
+_set_ma = Message.__dict__["message_annotations"].__set__
+_set_props = Message.__dict__["properties"].__set__
+_set_ap = Message.__dict__["application_properties"].__set__
+_set_body = Message.__dict__["body"].__set__
+_set_footer = Message.__dict__["footer"].__set__
