@@ -1,3 +1,67 @@
-"""corda_trio.store (see DESIGN.md §1)."""
+"""Durable queues: a write-ahead log per queue with group commit, recovery and compaction, and the
+local broker on top (DESIGN.md §4). Payloads are opaque bytes; this package imports nothing else from
+``corda_trio``.
 
-__all__: list[str] = []
+Typical use::
+
+    async with store.open_broker(directory) as broker:
+        queue = await broker.declare_queue("p2p.inbound.DLBz7a...")
+        message_id = await queue.enqueue(payload)           # returns once durable
+        async with queue.consumer(credit=64) as consumer:
+            delivery = await consumer.receive()
+            await consumer.ack(delivery.message_id)          # or consumer.release(...)
+
+The on-disk format is specified in ``protocol_spec/store-format.md``.
+"""
+
+from ._broker import Broker as Broker
+from ._broker import BrokerConfig as BrokerConfig
+from ._broker import Consumer as Consumer
+from ._broker import Delivery as Delivery
+from ._broker import FsyncPolicy as FsyncPolicy
+from ._broker import Queue as Queue
+from ._broker import QueueStatistics as QueueStatistics
+from ._broker import open_broker as open_broker
+from ._errors import BrokerLockedError as BrokerLockedError
+from ._errors import CorruptSegmentError as CorruptSegmentError
+from ._errors import InvalidQueueNameError as InvalidQueueNameError
+from ._errors import QueueExistsError as QueueExistsError
+from ._errors import QueueNotFoundError as QueueNotFoundError
+from ._errors import StoreClosedError as StoreClosedError
+from ._errors import StoreError as StoreError
+from ._errors import StoreFailedError as StoreFailedError
+from ._errors import UnknownDeliveryError as UnknownDeliveryError
+from ._recovery import LostRecords as LostRecords
+from ._recovery import RecoveryMode as RecoveryMode
+from ._recovery import RecoveryReport as RecoveryReport
+from ._recovery import RepairAction as RepairAction
+from ._recovery import TornTail as TornTail
+from ._recovery import recover_queue as recover_queue
+from ._segment import validate_queue_name as validate_queue_name
+
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "BrokerLockedError",
+    "Consumer",
+    "CorruptSegmentError",
+    "Delivery",
+    "FsyncPolicy",
+    "InvalidQueueNameError",
+    "LostRecords",
+    "Queue",
+    "QueueExistsError",
+    "QueueNotFoundError",
+    "QueueStatistics",
+    "RecoveryMode",
+    "RecoveryReport",
+    "RepairAction",
+    "StoreClosedError",
+    "StoreError",
+    "StoreFailedError",
+    "TornTail",
+    "UnknownDeliveryError",
+    "open_broker",
+    "recover_queue",
+    "validate_queue_name",
+]

@@ -1,0 +1,831 @@
+"""The local broker: a registry of queues, consumers with credit, ack / release, browse and statistics.
+
+Theory of operation
+-------------------
+A :class:`Queue` keeps three in-memory structures over its log's live set: ``ready`` (a deque of ids never
+delivered, in id order), ``redeliver`` (a heap of released ids) and ``in_flight`` (id -> consumer). Every
+released id is smaller than every id still in ``ready`` (it was delivered, so it was taken from the
+front), so "heap first, then deque" hands out the smallest available id: delivery is FIFO per queue,
+redeliveries included. A message becomes *ready* only once its enqueue record is durable (the writer
+calls ``_on_durable``), so no consumer ever sees a message a crash could take back.
+
+:class:`Consumer` credit follows AMQP link credit: each delivery consumes one unit. In *window* mode
+(default) a unit comes back when the delivery is acked or released, so ``credit`` bounds the unsettled
+deliveries the consumer holds (a prefetch window, like Artemis' consumer window); in explicit mode
+(``window=False``) only :meth:`Consumer.add_credit` grants more, which lets a bridge pass its peer's link
+credit straight through. ``ack`` removes the message (durably: it returns once the ack record is synced);
+``release`` puts it back for redelivery with ``delivery_count + 1``; closing a consumer releases what it
+still holds. Delivery counts live in memory: after a restart every unacked message is delivered again
+with a count of 1 (the receiving side deduplicates, DESIGN.md §5).
+
+Non-durable queues (bridge control) use the same structures with payloads in memory and no log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import heapq
+import logging
+import os
+import shutil
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Final, final
+
+import attrs
+import trio
+
+from ._errors import (
+    BrokerLockedError,
+    QueueExistsError,
+    QueueNotFoundError,
+    StoreClosedError,
+    UnknownDeliveryError,
+)
+from ._recovery import RecoveryMode, RecoveryReport, recover_queue
+from ._segment import RESERVED_NAMES, fsync_dir, validate_queue_name
+from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
+
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "Consumer",
+    "Delivery",
+    "FsyncPolicy",
+    "Queue",
+    "QueueStatistics",
+    "open_broker",
+]
+
+logger = logging.getLogger("corda_trio.store")
+
+LOCK_FILE: Final = "broker.lock"
+_DELETED_PREFIX: Final = ".deleted-"
+#: Read-ahead: when a delivery must read from disk, the next ready messages come along (same thread call).
+READ_AHEAD_RECORDS: Final = READ_BATCH_RECORDS
+
+
+class FsyncPolicy(enum.Enum):
+    """When a durable queue's group commit calls ``fdatasync``."""
+
+    #: Every group commit is synced before any of its appenders returns (the default).
+    ALWAYS = "always"
+    #: Never sync: writes reach the page cache only. A machine crash loses acknowledged messages.
+    #: For benchmarks only; logged as a warning and shown in :class:`QueueStatistics`.
+    NONE = "none"
+
+
+@attrs.frozen(kw_only=True)
+class BrokerConfig:
+    """Tuning of a broker (all queues)."""
+
+    #: A segment is sealed once the next batch would take it past this size. 64 MiB keeps a 1 GiB queue
+    #: at 16 files and a compaction's copy short.
+    segment_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=attrs.validators.ge(4096))
+    #: Background compaction rewrites a sealed segment once its live bytes are at most this fraction.
+    compact_live_ratio: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    #: Payloads of recently enqueued messages kept in memory per queue (older ones are read on delivery).
+    cache_bytes_per_queue: int = attrs.field(default=16 * 1024 * 1024, validator=attrs.validators.ge(0))
+    #: Worker threads the broker may use at once for disk work (all queues together).
+    io_threads: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    """A message handed to a consumer (or shown by :meth:`Queue.browse`).
+
+    Attributes:
+        queue: the queue's name.
+        message_id: the store's id: unique in the queue, increasing in enqueue order (FIFO).
+        payload: the opaque payload.
+        headers: the opaque application blob given at enqueue (``b""`` if none).
+        delivery_count: 1 on the first delivery, +1 on each redelivery since the queue was opened
+            (0 in :meth:`Queue.browse` for a message never delivered).
+        enqueued_at_ms: enqueue time, milliseconds since the Unix epoch.
+    """
+
+    queue: str
+    message_id: int
+    payload: bytes
+    headers: bytes
+    delivery_count: int
+    enqueued_at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class QueueStatistics:
+    """A snapshot of one queue.
+
+    ``depth`` counts messages stored and not acked (``ready + in_flight``); ``bytes`` their record bytes
+    (headers and payloads plus 32 bytes each). ``records_per_fsync`` is the mean group-commit size.
+    ``warning`` is set when the queue is not durable in the usual sense (``fsync="none"``).
+    """
+
+    name: str
+    durable: bool
+    fsync: str
+    depth: int
+    ready: int
+    in_flight: int
+    bytes: int
+    oldest_age_seconds: float | None
+    consumers: int
+    enqueued: int
+    acked: int
+    released: int
+    delivered: int
+    group_commits: int
+    fsyncs: int
+    records_per_fsync: float
+    segments: int
+    disk_bytes: int
+    compactions: int
+    warning: str | None
+
+
+def _as_bytes(value: object, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)  # copy: the caller may reuse its buffer before the write happens
+    raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
+
+
+@final
+@attrs.define(eq=False)
+class Queue:
+    """A FIFO queue: durable (a write-ahead log in its own directory) or in memory. Get one from
+    :meth:`Broker.declare_queue`; do not construct it directly."""
+
+    name: str
+    durable: bool
+    fsync: FsyncPolicy
+    _log: DurableLog | None
+    _next_id: int = 0
+    _mem: dict[int, tuple[int, bytes, bytes]] = attrs.field(factory=dict)
+    _mem_bytes: int = 0
+    _ready: deque[int] = attrs.field(factory=deque)
+    _redeliver: list[int] = attrs.field(factory=list)
+    _in_flight: dict[int, Consumer] = attrs.field(factory=dict)
+    _delivery_counts: dict[int, int] = attrs.field(factory=dict)
+    _read_ahead: dict[int, StoredMessage] = attrs.field(factory=dict)
+    _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    _consumers: set[Consumer] = attrs.field(factory=set)
+    _closed: bool = False
+    _enqueued: int = 0
+    _acked: int = 0
+    _released: int = 0
+    _delivered: int = 0
+
+    # ------------------------------------------------------------------ producing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"queue {self.name} is closed")
+
+    async def enqueue(self, payload: bytes, *, headers: bytes = b"") -> int:
+        """Store one message and return its id once it is durable.
+
+        Args:
+            payload: opaque bytes.
+            headers: an optional opaque application blob (message id, properties...) kept with it.
+
+        Returns:
+            The message id (increasing per queue).
+
+        Raises:
+            StoreFailedError: the disk write or fsync failed (the queue stopped).
+            StoreClosedError: the queue or broker is closed.
+
+        If cancelled while waiting for the group commit, the message may or may not be stored (as with a
+        cancelled ``send_all``); the id is then unknown to the caller.
+        """
+        (mid,) = await self.enqueue_many([(payload, headers)])
+        return mid
+
+    async def enqueue_many(self, items: Iterable[bytes | tuple[bytes, bytes]]) -> list[int]:
+        """Store several messages in one group commit; returns their ids (in order) once all are durable.
+
+        Args:
+            items: payloads, or ``(payload, headers)`` pairs.
+        """
+        self._check_open()
+        pairs = [(_as_bytes(i, "payload"), b"") if not isinstance(i, tuple) else
+                 (_as_bytes(i[0], "payload"), _as_bytes(i[1], "headers")) for i in items]  # fmt: skip
+        log = self._log
+        if log is None:
+            await trio.lowlevel.checkpoint()
+            ids = []
+            ts = now_ms()
+            for payload, headers in pairs:
+                mid = self._next_id
+                self._next_id += 1
+                self._mem[mid] = (ts, headers, payload)
+                self._mem_bytes += len(headers) + len(payload) + 32
+                ids.append(mid)
+            self._enqueued += len(ids)
+            self._on_durable(ids)
+            return ids
+        ts = now_ms()
+        ids = []
+        batch = None
+        for payload, headers in pairs:
+            mid, batch = log.add_enqueue(payload, headers, ts)
+            ids.append(mid)
+        self._enqueued += len(ids)
+        if batch is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await batch.wait()
+        return ids
+
+    def _on_durable(self, ids: list[int]) -> None:
+        self._ready.extend(ids)
+        self._lot.unpark(count=len(ids))
+
+    # ------------------------------------------------------------------ consuming
+
+    def consumer(self, *, credit: int = 64, window: bool = True) -> Consumer:
+        """A new consumer (use it as ``async with``; closing releases what it still holds).
+
+        Args:
+            credit: initial credit (deliveries it may receive before more credit is granted).
+            window: give a unit of credit back on each ack / release (prefetch window). With
+                ``window=False`` only :meth:`Consumer.add_credit` grants more (AMQP link credit).
+        """
+        self._check_open()
+        if credit < 0:
+            raise ValueError("credit must be >= 0")
+        consumer = Consumer(queue=self, credit=credit, window=window)
+        self._consumers.add(consumer)
+        return consumer
+
+    def _take(self) -> int | None:
+        if self._redeliver:
+            return heapq.heappop(self._redeliver)
+        if self._ready:
+            return self._ready.popleft()
+        return None
+
+    def _put_back(self, mid: int) -> None:
+        heapq.heappush(self._redeliver, mid)
+        self._lot.unpark()
+
+    async def _load(self, mid: int) -> StoredMessage:
+        if self._log is None:
+            ts, headers, payload = self._mem[mid]
+            return StoredMessage(message_id=mid, timestamp_ms=ts, headers=headers, payload=payload)
+        ahead = self._read_ahead.pop(mid, None)
+        if ahead is not None:
+            return ahead
+        log = self._log
+        if mid in log.cache:
+            (message,) = await log.read([mid])
+            return message
+        # From disk: bring the next ready messages along in the same worker-thread call.
+        ids = [mid]
+        for nxt in self._ready:
+            if len(ids) >= READ_AHEAD_RECORDS:
+                break
+            if nxt not in log.cache and nxt not in self._read_ahead:
+                ids.append(nxt)
+        messages = await log.read(ids)
+        for message in messages[1:]:
+            if message.message_id in log.live:
+                self._read_ahead[message.message_id] = message
+        return messages[0]
+
+    def _forget(self, mid: int) -> None:
+        self._delivery_counts.pop(mid, None)
+        self._read_ahead.pop(mid, None)
+
+    async def ack(self, message_id: int) -> None:
+        """Acknowledge (remove) an in-flight message, whichever consumer holds it; returns once durable.
+
+        Raises:
+            UnknownDeliveryError: the message is not in flight.
+            StoreFailedError: the ack record could not be written.
+        """
+        consumer = self._in_flight.get(message_id)
+        if consumer is None:
+            raise UnknownDeliveryError(f"message {message_id} is not in flight on queue {self.name}")
+        await consumer.ack(message_id)
+
+    # ------------------------------------------------------------------ inspection
+
+    async def browse(self, *, limit: int | None = None) -> AsyncIterator[Delivery]:
+        """Iterate over stored messages in id order without consuming them (ready and in flight).
+
+        A snapshot of the ids is taken first; messages acked meanwhile are skipped.
+        """
+        self._check_open()
+        ids = list(self._log.live) if self._log is not None else list(self._mem)
+        if limit is not None:
+            ids = ids[:limit]
+        for start in range(0, len(ids), READ_BATCH_RECORDS):
+            chunk = [mid for mid in ids[start : start + READ_BATCH_RECORDS] if self._is_live(mid)]
+            if self._log is not None:
+                messages = await self._log.read(chunk)
+            else:
+                await trio.lowlevel.checkpoint()
+                messages = [await self._load(mid) for mid in chunk]
+            for m in messages:
+                yield Delivery(
+                    queue=self.name, message_id=m.message_id, payload=m.payload, headers=m.headers,
+                    delivery_count=self._delivery_counts.get(m.message_id, 0), enqueued_at_ms=m.timestamp_ms,
+                )  # fmt: skip
+
+    def _is_live(self, mid: int) -> bool:
+        return mid in self._log.live if self._log is not None else mid in self._mem
+
+    def statistics(self) -> QueueStatistics:
+        """A snapshot of this queue's counters (see :class:`QueueStatistics`)."""
+        log = self._log
+        candidates = []
+        if self._ready:
+            candidates.append(self._ready[0])
+        if self._redeliver:
+            candidates.append(self._redeliver[0])
+        if self._in_flight:
+            candidates.append(min(self._in_flight))
+        oldest_ms: int | None = None
+        if candidates:
+            first = min(candidates)
+            if log is not None:
+                oldest_ms = log.live[first] >> 136  # timestamp field of the packed location
+            else:
+                oldest_ms = self._mem[first][0]
+        age = max(0.0, (now_ms() - oldest_ms) / 1000.0) if oldest_ms is not None else None
+        depth = len(log.live) if log is not None else len(self._mem)
+        return QueueStatistics(
+            name=self.name,
+            durable=self.durable,
+            fsync=self.fsync.value if self.durable else "n/a",
+            depth=depth,
+            ready=len(self._ready) + len(self._redeliver),
+            in_flight=len(self._in_flight),
+            bytes=log.live_bytes if log is not None else self._mem_bytes,
+            oldest_age_seconds=age,
+            consumers=len(self._consumers),
+            enqueued=self._enqueued,
+            acked=self._acked,
+            released=self._released,
+            delivered=self._delivered,
+            group_commits=log.batches if log is not None else 0,
+            fsyncs=log.fsyncs if log is not None else 0,
+            records_per_fsync=(log.records_written / log.fsyncs) if log is not None and log.fsyncs else 0.0,
+            segments=len(log.segments) if log is not None else 0,
+            disk_bytes=sum(s.size for s in log.segments.values()) if log is not None else 0,
+            compactions=log.compactions if log is not None else 0,
+            warning=(
+                "fsync disabled: enqueues are NOT durable against a machine crash (benchmark mode)"
+                if self.durable and self.fsync is FsyncPolicy.NONE
+                else None
+            ),
+        )
+
+    async def compact(self) -> int:
+        """Compact this queue now, the current segment included; returns the bytes reclaimed (0 for an
+        in-memory queue)."""
+        self._check_open()
+        if self._log is None:
+            await trio.lowlevel.checkpoint()
+            return 0
+        return await self._log.compact(seal_tail=True)
+
+    def _close(self) -> None:
+        self._closed = True
+        for consumer in list(self._consumers):
+            consumer._closed = True
+            consumer._credit_changed.set()
+        self._lot.unpark_all()
+        if self._log is not None:
+            self._log.close()
+
+
+@final
+@attrs.define(eq=False)
+class Consumer:
+    """Receives messages of one queue (see the module docstring for credit, ack and release).
+
+    Use ``async with queue.consumer() as c: async for delivery in c: ...``.
+    """
+
+    _queue: Queue = attrs.field(alias="queue")
+    _credit: int = attrs.field(alias="credit")
+    _window: bool = attrs.field(alias="window")
+    _held: dict[int, None] = attrs.field(factory=dict, init=False)
+    _credit_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    @property
+    def credit(self) -> int:
+        """Deliveries this consumer may still receive before it needs more credit."""
+        return self._credit
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """Ids delivered to this consumer and not yet acked or released, in delivery order."""
+        return tuple(self._held)
+
+    def add_credit(self, n: int) -> None:
+        """Grant ``n`` more deliveries."""
+        if n < 0:
+            raise ValueError("credit increments must be >= 0")
+        self._credit += n
+        if n:
+            self._credit_changed.set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"consumer of queue {self._queue.name} is closed")
+
+    async def receive(self) -> Delivery:
+        """Wait for the next message (and for credit), mark it in flight and return it.
+
+        Raises:
+            StoreClosedError: the consumer, queue or broker was closed.
+            StoreFailedError: the stored message could not be read.
+        """
+        await trio.lowlevel.checkpoint()
+        queue = self._queue
+        while True:
+            self._check_open()
+            if self._credit <= 0:
+                self._credit_changed = trio.Event()
+                await self._credit_changed.wait()
+                continue
+            mid = queue._take()
+            if mid is not None:
+                break
+            await queue._lot.park()
+        self._credit -= 1
+        self._held[mid] = None
+        queue._in_flight[mid] = self
+        count = queue._delivery_counts.get(mid, 0) + 1
+        queue._delivery_counts[mid] = count
+        try:
+            message = await queue._load(mid)
+        except BaseException:
+            # Not delivered after all: undo, keep its place at the head of the queue.
+            self._credit += 1
+            del self._held[mid]
+            del queue._in_flight[mid]
+            queue._delivery_counts[mid] = count - 1
+            if not queue._closed:
+                queue._put_back(mid)
+            raise
+        queue._delivered += 1
+        return Delivery(
+            queue=queue.name, message_id=mid, payload=message.payload, headers=message.headers,
+            delivery_count=count, enqueued_at_ms=message.timestamp_ms,
+        )  # fmt: skip
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        try:
+            return await self.receive()
+        except StoreClosedError:
+            raise StopAsyncIteration from None
+
+    def _settle(self, message_id: int) -> None:
+        if message_id not in self._held:
+            raise UnknownDeliveryError(
+                f"message {message_id} is not held by this consumer of queue {self._queue.name}"
+            )
+        del self._held[message_id]
+        del self._queue._in_flight[message_id]
+        if self._window:
+            self._credit += 1
+            self._credit_changed.set()
+
+    async def ack(self, message_id: int) -> None:
+        """Remove a message this consumer holds; returns once the removal is durable.
+
+        Raises:
+            UnknownDeliveryError: this consumer does not hold ``message_id`` (a caller bug).
+            StoreFailedError: the ack record could not be written (the message may be redelivered after
+                a restart).
+        """
+        await self.ack_many([message_id])
+
+    async def ack_many(self, message_ids: Sequence[int]) -> None:
+        """Acknowledge several held messages in one group commit."""
+        for mid in message_ids:
+            if mid not in self._held:
+                raise UnknownDeliveryError(
+                    f"message {mid} is not held by this consumer of queue {self._queue.name}"
+                )
+        queue = self._queue
+        batch = None
+        for mid in message_ids:
+            self._settle(mid)
+            queue._forget(mid)
+            queue._acked += 1
+            if queue._log is not None:
+                batch = queue._log.add_ack(mid)
+            else:
+                _ts, headers, payload = queue._mem.pop(mid)
+                queue._mem_bytes -= len(headers) + len(payload) + 32
+        if batch is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await batch.wait()
+
+    def release(self, message_id: int) -> None:
+        """Give a held message back: it is delivered again (first in line) with ``delivery_count + 1``.
+
+        Raises:
+            UnknownDeliveryError: this consumer does not hold ``message_id``.
+        """
+        self._settle(message_id)
+        self._queue._released += 1
+        if not self._queue._closed:
+            self._queue._put_back(message_id)
+
+    async def aclose(self) -> None:
+        """Release every held message and stop receiving."""
+        self._close()
+        await trio.lowlevel.checkpoint()
+
+    def _close(self) -> None:
+        if self._closed and self not in self._queue._consumers:
+            return
+        self._closed = True
+        for mid in list(self._held):
+            self.release(mid)
+        self._queue._consumers.discard(self)
+        self._credit_changed.set()
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._close()
+
+
+@final
+@attrs.define(eq=False)
+class Broker:
+    """A registry of queues under one directory. Get one from :func:`open_broker`."""
+
+    directory: str
+    config: BrokerConfig
+    _nursery: trio.Nursery
+    _limiter: trio.CapacityLimiter
+    _queues: dict[str, Queue] = attrs.field(factory=dict)
+    _registry_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _closed: bool = False
+    #: What recovery found in each durable queue when the broker opened.
+    recovery_reports: dict[str, RecoveryReport] = attrs.field(factory=dict)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("broker is closed")
+
+    async def declare_queue(
+        self, name: str, *, durable: bool = True, fsync: FsyncPolicy | str | None = None
+    ) -> Queue:
+        """Return queue ``name``, creating it if needed (idempotent).
+
+        Args:
+            name: see :func:`validate_queue_name` (the directory is named exactly like the queue).
+            durable: a durable queue lives in its own directory and survives restarts; a non-durable one
+                lives in memory only.
+            fsync: :class:`FsyncPolicy` for a durable queue (default ``always``). Passing it for an
+                existing queue changes the policy from now on.
+
+        Raises:
+            InvalidQueueNameError: bad name.
+            QueueExistsError: it exists with the other durability.
+        """
+        self._check_open()
+        validate_queue_name(name)
+        policy = FsyncPolicy(fsync) if fsync is not None else None
+        async with self._registry_lock:
+            queue = self._queues.get(name)
+            if queue is not None:
+                if queue.durable != durable:
+                    kind = "durable" if queue.durable else "non-durable"
+                    raise QueueExistsError(f"queue {name} already exists as a {kind} queue")
+                if policy is not None and durable:
+                    self._set_fsync(queue, policy)
+                await trio.lowlevel.checkpoint()
+                return queue
+            if not durable:
+                await trio.lowlevel.checkpoint()
+                queue = Queue(name=name, durable=False, fsync=FsyncPolicy.ALWAYS, log=None)
+                self._queues[name] = queue
+                return queue
+            path = os.path.join(self.directory, name)
+            recovered = await trio.to_thread.run_sync(
+                _create_queue_dir, self.directory, path, limiter=self._limiter
+            )
+            queue = self._start_durable(name, recovered, policy or FsyncPolicy.ALWAYS)
+            logger.info("created durable queue %s", name)
+            return queue
+
+    def _set_fsync(self, queue: Queue, policy: FsyncPolicy) -> None:
+        assert queue._log is not None
+        if policy is FsyncPolicy.NONE and queue.fsync is not FsyncPolicy.NONE:
+            logger.warning(
+                "queue %s: fsync disabled (fsync=none): enqueues are NOT durable; benchmarks only", queue.name
+            )
+        queue.fsync = policy
+        queue._log.config = attrs.evolve(queue._log.config, sync=policy is FsyncPolicy.ALWAYS)
+
+    def _start_durable(self, name: str, recovered: object, policy: FsyncPolicy) -> Queue:
+        from ._recovery import RecoveredLog
+
+        assert isinstance(recovered, RecoveredLog)
+        queue = Queue(name=name, durable=True, fsync=FsyncPolicy.ALWAYS, log=None)
+        log = DurableLog.from_recovered(
+            name=name,
+            directory=os.path.join(self.directory, name),
+            recovered=recovered,
+            config=LogConfig(
+                segment_bytes=self.config.segment_bytes,
+                compact_live_ratio=self.config.compact_live_ratio,
+                cache_bytes=self.config.cache_bytes_per_queue,
+                sync=True,
+            ),
+            limiter=self._limiter,
+            on_durable=queue._on_durable,
+        )
+        queue._log = log
+        queue._ready.extend(log.live)
+        if policy is not FsyncPolicy.ALWAYS:
+            self._set_fsync(queue, policy)
+        self._queues[name] = queue
+        self.recovery_reports[name] = recovered.report
+        self._nursery.start_soon(log.run_writer, name=f"store-writer:{name}")
+        self._nursery.start_soon(log.run_compactor, name=f"store-compactor:{name}")
+        return queue
+
+    def get_queue(self, name: str) -> Queue:
+        """The existing queue ``name``.
+
+        Raises:
+            QueueNotFoundError: no such queue.
+        """
+        self._check_open()
+        try:
+            return self._queues[name]
+        except KeyError:
+            raise QueueNotFoundError(f"no queue named {name!r}") from None
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        """Names of the queues starting with ``prefix``, sorted."""
+        return sorted(n for n in self._queues if n.startswith(prefix))
+
+    def statistics(self, prefix: str = "") -> list[QueueStatistics]:
+        """Statistics of every queue whose name starts with ``prefix``, sorted by name."""
+        return [self._queues[n].statistics() for n in self.list_queues(prefix)]
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete a queue and everything in it (consumers see :class:`StoreClosedError`).
+
+        Raises:
+            QueueNotFoundError: no such queue.
+        """
+        self._check_open()
+        async with self._registry_lock:
+            queue = self.get_queue(name)
+            del self._queues[name]
+            queue._close()
+            log = queue._log
+            if log is None:
+                await trio.lowlevel.checkpoint()
+                return
+            await log.wait_closed()
+            log.release_resources()
+            await trio.to_thread.run_sync(
+                _remove_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
+            )
+            self.recovery_reports.pop(name, None)
+            logger.info("deleted queue %s", name)
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        queues = list(self._queues.values())
+        for queue in queues:
+            queue._close()
+        for queue in queues:
+            if queue._log is not None:
+                await queue._log.wait_closed()
+
+
+def _create_queue_dir(root: str, path: str) -> object:
+    created = False
+    try:
+        os.mkdir(path)
+        created = True
+    except FileExistsError:
+        pass
+    if created:
+        fsync_dir(root)
+    return recover_queue(path, RecoveryMode.OPEN)
+
+
+def _remove_queue_dir(root: str, path: str) -> None:
+    n = 0
+    while os.path.exists(target := os.path.join(root, f"{_DELETED_PREFIX}{os.path.basename(path)}-{n}")):
+        n += 1
+    os.rename(path, target)  # atomic: the queue is gone from the registry's point of view
+    fsync_dir(root)
+    shutil.rmtree(target)
+
+
+def _open_root(directory: str) -> tuple[int, list[str]]:
+    """Create/lock the broker directory; return the lock descriptor and the queue directories."""
+    os.makedirs(directory, exist_ok=True)
+    lock_path = os.path.join(directory, LOCK_FILE)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise BrokerLockedError(
+                    f"broker directory {directory} is in use by another process (lock {lock_path})"
+                ) from None
+            raise
+        names = []
+        for entry in sorted(os.listdir(directory)):
+            full = os.path.join(directory, entry)
+            if entry.startswith(_DELETED_PREFIX):
+                shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
+                continue
+            if entry in RESERVED_NAMES or not os.path.isdir(full):
+                continue
+            try:
+                validate_queue_name(entry)
+            except ValueError:
+                logger.warning("ignoring %s: not a queue directory name", full)
+                continue
+            names.append(entry)
+        return fd, names
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.asynccontextmanager
+async def open_broker(
+    directory: str | os.PathLike[str], *, config: BrokerConfig | None = None
+) -> AsyncIterator[Broker]:
+    """Open (creating if needed) the broker rooted at ``directory`` and recover every durable queue.
+
+    The broker owns a nursery with one group-commit writer and one compactor task per durable queue.
+    Leaving the block closes every queue, lets the writers finish what is pending, and closes files.
+    Only one process may open a directory at a time (an ``flock`` on ``broker.lock``).
+
+    Raises:
+        BrokerLockedError: another process has the directory open.
+        CorruptSegmentError: a queue holds a corrupt record (run ``corda-trio store check --repair``).
+        OSError: the directory cannot be created or read.
+    """
+    config = config or BrokerConfig()
+    root = os.fspath(directory)
+    limiter = trio.CapacityLimiter(config.io_threads)
+    lock_fd, names = await trio.to_thread.run_sync(_open_root, root, limiter=limiter)
+    broker: Broker | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            broker = Broker(directory=root, config=config, nursery=nursery, limiter=limiter)
+            try:
+                for name in names:
+                    path = os.path.join(root, name)
+                    recovered = await trio.to_thread.run_sync(
+                        recover_queue, path, RecoveryMode.OPEN, limiter=limiter
+                    )
+                    report = recovered.report
+                    broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
+                    if report.torn_tail is not None:
+                        t = report.torn_tail
+                        logger.warning(
+                            "queue %s: torn tail in %s at offset %d: dropped %d bytes (%s)",
+                            name, t.path, t.offset, t.dropped_bytes, t.reason,
+                        )  # fmt: skip
+                    logger.info(
+                        "recovered queue %s: %d messages in %d segments (%.3f s)",
+                        name, report.live_messages, report.segments, report.duration_seconds,
+                    )  # fmt: skip
+                yield broker
+            finally:
+                with trio.CancelScope(shield=True):
+                    await broker._aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        for queue in list(broker._queues.values()) if broker is not None else []:
+            if queue._log is not None:
+                queue._log.release_resources()
+        os.close(lock_fd)

@@ -1,0 +1,181 @@
+"""Blocking file operations on segments and queue directories (run them in worker threads).
+
+Every function here may block on the disk, so the async layer calls them through
+``trio.to_thread.run_sync`` with the broker's :class:`trio.CapacityLimiter`. None of them touches the
+in-memory index: they take plain values (paths, descriptors, buffers) and return plain values.
+
+Crash safety rests on four POSIX facts used below:
+
+* ``fdatasync`` after ``write`` makes appended bytes *and* the new file size durable.
+* A new file (or a rename, or an unlink) is durable only after ``fsync`` of its directory.
+* ``rename`` over an existing file atomically replaces it: after a crash a reader sees the old file or
+  the new one, never a mix.
+* A descriptor keeps reading the inode it was opened on even after the name points elsewhere, so a
+  reader holding the pre-compaction descriptor keeps reading consistent (old) bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Final
+
+from ._errors import InvalidQueueNameError
+from ._record import SEGMENT_HEADER_BYTES, encode_segment_header
+
+__all__ = [
+    "COMPACT_SUFFIX",
+    "MAX_QUEUE_NAME_LENGTH",
+    "QUARANTINE_DIR",
+    "SEGMENT_SUFFIX",
+    "create_segment",
+    "fsync_dir",
+    "list_segment_numbers",
+    "pread_exact",
+    "segment_path",
+    "validate_queue_name",
+    "write_all",
+]
+
+SEGMENT_SUFFIX: Final = ".seg"
+COMPACT_SUFFIX: Final = ".seg.compact"
+QUARANTINE_DIR: Final = "quarantine"
+#: A queue name becomes a directory name as is, so it must fit NAME_MAX (255) with room to spare.
+MAX_QUEUE_NAME_LENGTH: Final = 200
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_SEGMENT_RE: Final = re.compile(r"(\d{20})\.seg\Z")
+#: Directory entries of a broker directory that are not queues.
+RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR})
+
+
+def validate_queue_name(name: str) -> str:
+    """Check that ``name`` can be used verbatim as a directory name, and return it.
+
+    A queue's directory is named exactly like the queue (``p2p.inbound.DLBz7a...``), so that operators see
+    the same name everywhere. Allowed: 1 to 200 ASCII letters, digits, ``.``, ``_`` and ``-``, starting with
+    a letter or digit, without ``..``. That rules out path separators, ``.`` / ``..``, hidden files, NUL and
+    anything a shell or another OS would mangle.
+
+    Raises:
+        InvalidQueueNameError: the name breaks one of these rules (the message says which).
+    """
+    if not isinstance(name, str):
+        raise InvalidQueueNameError(f"queue name must be a str, not {type(name).__name__}")
+    if not name:
+        raise InvalidQueueNameError("queue name is empty")
+    if len(name) > MAX_QUEUE_NAME_LENGTH:
+        raise InvalidQueueNameError(
+            f"queue name is {len(name)} characters long, the maximum is {MAX_QUEUE_NAME_LENGTH}"
+        )
+    if "/" in name or "\\" in name or "\0" in name:
+        raise InvalidQueueNameError(f"queue name {name!r} contains a path separator or NUL")
+    if ".." in name:
+        raise InvalidQueueNameError(f"queue name {name!r} contains '..'")
+    if not _NAME_RE.match(name) or not name.isascii():
+        raise InvalidQueueNameError(
+            f"queue name {name!r} must start with a letter or digit and contain only ASCII letters, "
+            "digits, '.', '_' and '-'"
+        )
+    if name in RESERVED_NAMES:
+        raise InvalidQueueNameError(f"queue name {name!r} is reserved")
+    return name
+
+
+def segment_path(queue_dir: str, number: int) -> str:
+    """Path of segment ``number`` (20 decimal digits, so that names sort like numbers)."""
+    return os.path.join(queue_dir, f"{number:020d}{SEGMENT_SUFFIX}")
+
+
+def list_segment_numbers(queue_dir: str) -> list[int]:
+    """Segment numbers present in ``queue_dir``, ascending."""
+    numbers = []
+    for entry in os.listdir(queue_dir):
+        match = _SEGMENT_RE.match(entry)
+        if match:
+            numbers.append(int(match.group(1)))
+    numbers.sort()
+    return numbers
+
+
+def fsync_dir(path: str) -> None:
+    """Make creations, renames and unlinks inside directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview, sync: bool) -> None:
+    """Append ``data`` to ``fd`` (opened with ``O_APPEND``), then ``fdatasync`` it when ``sync``.
+
+    Raises:
+        OSError: the write or the sync failed. The caller must treat the file as failed: after a failed
+            fsync the kernel may have dropped the dirty pages, so retrying could report success for data
+            that is not on disk.
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    if sync:
+        _datasync(fd)
+
+
+def pread_exact(fd: int, offset: int, length: int) -> bytes:
+    """Read exactly ``length`` bytes at ``offset``.
+
+    Raises:
+        OSError: the read failed, or the file ended early (``EIO``-like: a record the index promised is
+            missing, which means the file changed under us).
+    """
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        chunk = os.pread(fd, length - got, offset + got)
+        if not chunk:
+            raise OSError(f"short read: wanted {length} bytes at offset {offset}, file ended after {got}")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def create_segment(queue_dir: str, number: int, base_id: int) -> int:
+    """Create segment ``number`` with its header, durably, and return a descriptor open for appends.
+
+    The header is written and synced, then the directory is synced, before any record goes in: a crash
+    leaves either no file, or a file whose header is complete, or (if the crash hits between creation and
+    the header write) a short file that recovery recognises as a torn, empty last segment.
+    """
+    path = segment_path(queue_dir, number)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        write_all(fd, encode_segment_header(number, base_id), sync=True)
+        fsync_dir(queue_dir)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_segment(path: str) -> int:
+    """Open an existing segment for appends and positional reads."""
+    return os.open(path, os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+
+
+def close_quietly(fd: int) -> None:
+    """Close ``fd`` ignoring errors (used on cleanup paths that already report a failure)."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def is_header_only(size: int) -> bool:
+    """True when a segment of ``size`` bytes holds no record."""
+    return size <= SEGMENT_HEADER_BYTES

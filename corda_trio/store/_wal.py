@@ -1,0 +1,559 @@
+"""The write-ahead log of one durable queue: group commit, lazy payload reads, compaction.
+
+Theory of operation
+-------------------
+*Group commit.* Appenders never touch the disk. ``add_enqueue`` / ``add_ack`` encode the record straight
+into the pending batch (one ``bytearray``) and return that batch; the caller then awaits ``batch.wait()``.
+One writer task per queue loops: take the whole pending batch, start a new empty one, write the batch with
+a single ``write`` and a single ``fdatasync`` in a worker thread, then publish it (index update) and set
+the batch's one shared ``trio.Event``, which wakes every appender of the batch at once. While the thread
+syncs batch *n*, the event loop keeps filling batch *n+1*, so the batch size adapts to the load by itself:
+one appender pays one fsync; 64 concurrent appenders share one. Nothing is acknowledged before its fsync
+returned (with ``fsync="none"`` the sync is skipped, which is for benchmarks only and says so).
+
+*Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
+durable, unacked message; insertion order is id order. Payloads are read lazily with ``pread`` when a
+message is delivered, except for recently enqueued ones kept in a bounded cache, so a queue of a million
+messages costs about a hundred bytes each in memory, not its payloads.
+
+*Rotation.* Before a batch is written, a tail segment that would exceed ``segment_bytes`` is sealed and a
+new segment is created (header + fsync + directory fsync) first. Only the last write of the last segment
+can therefore be torn, which is what recovery relies on.
+
+*Compaction.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less are
+rewritten: a worker thread reads the segment, the event loop decides which records stay (live enqueues,
+and acks whose enqueue may still exist in an older segment), the thread writes them to
+``<segment>.seg.compact``, fsyncs it, renames it over the segment and fsyncs the directory. The rename is
+the commit point: before it the old file is intact (the leftover temp file is deleted at recovery); after
+it the new file holds every live record exactly once, in the same order. A segment with nothing to keep is
+unlinked instead. Messages acked while a compaction runs are simply kept (their ack records, in later
+segments, stay too: an ack is dropped only when no older segment can hold its enqueue). Readers that
+already hold the old descriptor keep reading the old inode; it is closed when the last one is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import attrs
+import trio
+
+from ._errors import StoreClosedError, StoreFailedError
+from ._record import (
+    ACK_RECORD_BYTES,
+    RECORD_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
+    RecordKind,
+    append_ack,
+    append_enqueue,
+    decode_enqueue_body,
+    pack_location,
+    scan_records,
+    unpack_location,
+)
+from ._recovery import RecoveredLog, SegmentState
+from ._segment import (
+    COMPACT_SUFFIX,
+    close_quietly,
+    create_segment,
+    fsync_dir,
+    open_segment,
+    pread_exact,
+    segment_path,
+    write_all,
+)
+
+__all__ = ["Batch", "DurableLog", "LogConfig", "StoredMessage"]
+
+logger = logging.getLogger("corda_trio.store")
+
+_MASK32: Final = 0xFFFFFFFF
+#: Reads of at most this many records go to one worker-thread call.
+READ_BATCH_RECORDS: Final = 256
+
+
+@attrs.frozen(kw_only=True)
+class LogConfig:
+    """Tuning of one durable log (the broker builds it from :class:`~._broker.BrokerConfig`)."""
+
+    segment_bytes: int
+    compact_live_ratio: float
+    cache_bytes: int
+    sync: bool
+
+
+@attrs.frozen(kw_only=True)
+class StoredMessage:
+    """A message as stored: id, enqueue time (ms since the epoch), opaque headers blob and payload."""
+
+    message_id: int
+    timestamp_ms: int
+    headers: bytes
+    payload: bytes
+
+
+@attrs.define(eq=False)
+class Batch:
+    """Records waiting for one group commit; every appender of the batch awaits the same event."""
+
+    buf: bytearray = attrs.field(factory=bytearray)
+    #: (message_id, offset in buf, record length, meta length, timestamp ms, meta, payload)
+    enqueues: list[tuple[int, int, int, int, int, bytes, bytes]] = attrs.field(factory=list)
+    acks: int = 0
+    done: trio.Event = attrs.field(factory=trio.Event)
+    error: BaseException | None = None
+
+    async def wait(self) -> None:
+        """Wait until this batch is durable.
+
+        Raises:
+            StoreFailedError: the write or fsync failed; nothing of this batch may be assumed durable.
+        """
+        await self.done.wait()
+        if self.error is not None:
+            raise StoreFailedError(f"write-ahead log write failed: {self.error}") from self.error
+
+
+@attrs.define(eq=False)
+class DurableLog:
+    """The on-disk log of one durable queue and its in-memory index (see the module docstring).
+
+    All methods run on the Trio thread; blocking work goes to worker threads through ``limiter``.
+    ``on_durable`` is called (synchronously, by the writer task) with the ids of each batch once it is
+    durable, in id order.
+    """
+
+    name: str
+    directory: str
+    config: LogConfig
+    limiter: trio.CapacityLimiter
+    on_durable: Callable[[list[int]], None]
+    segments: dict[int, SegmentState]
+    live: dict[int, int]
+    next_id: int
+    tail: SegmentState = attrs.field(init=False)
+    pending: Batch = attrs.field(factory=Batch, init=False)
+    cache: dict[int, tuple[bytes, bytes]] = attrs.field(factory=dict, init=False)
+    cache_bytes: int = attrs.field(default=0, init=False)
+    live_bytes: int = attrs.field(default=0, init=False)
+    failure: BaseException | None = attrs.field(default=None, init=False)
+    closing: bool = attrs.field(default=False, init=False)
+    # statistics
+    batches: int = attrs.field(default=0, init=False)
+    records_written: int = attrs.field(default=0, init=False)
+    bytes_written: int = attrs.field(default=0, init=False)
+    fsyncs: int = attrs.field(default=0, init=False)
+    compactions: int = attrs.field(default=0, init=False)
+    compacted_bytes: int = attrs.field(default=0, init=False)
+    _work: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _compact_wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _writer_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _compaction_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _seal_requests: list[trio.Event] = attrs.field(factory=list, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.tail = self.segments[max(self.segments)]
+        self.live_bytes = sum(s.live_bytes for s in self.segments.values())
+
+    @classmethod
+    def from_recovered(
+        cls,
+        *,
+        name: str,
+        directory: str,
+        recovered: RecoveredLog,
+        config: LogConfig,
+        limiter: trio.CapacityLimiter,
+        on_durable: Callable[[list[int]], None],
+    ) -> DurableLog:
+        """Build the log of a queue that :func:`~._recovery.recover_queue` just rebuilt."""
+        return cls(
+            name=name,
+            directory=directory,
+            config=config,
+            limiter=limiter,
+            on_durable=on_durable,
+            segments={s.number: s for s in recovered.segments},
+            live=recovered.live,
+            next_id=recovered.next_id,
+        )
+
+    # ------------------------------------------------------------------ appending
+
+    def _check_usable(self) -> None:
+        if self.failure is not None:
+            raise StoreFailedError(f"queue {self.name} failed earlier: {self.failure}") from self.failure
+        if self.closing:
+            raise StoreClosedError(f"queue {self.name} is closed")
+
+    def add_enqueue(self, payload: bytes, headers: bytes, timestamp_ms: int) -> tuple[int, Batch]:
+        """Encode one enqueue record into the pending batch; returns its id and the batch to await."""
+        self._check_usable()
+        batch = self.pending
+        mid = self.next_id
+        self.next_id = mid + 1
+        buf = batch.buf
+        rel = len(buf)
+        length = append_enqueue(buf, mid, timestamp_ms, headers, payload)
+        batch.enqueues.append((mid, rel, length, len(headers), timestamp_ms, headers, payload))
+        if not self._work.is_set():
+            self._work.set()
+        return mid, batch
+
+    def add_ack(self, message_id: int) -> Batch:
+        """Forget ``message_id`` (it must be live) and encode its ack record into the pending batch."""
+        self._check_usable()
+        loc = self.live.pop(message_id)
+        seg, _off, length, _meta, _ts = unpack_location(loc)
+        state = self.segments.get(seg)
+        if state is not None:
+            state.live_bytes -= length
+            state.live_count -= 1
+            self._maybe_want_compaction(state)
+        self.live_bytes -= length
+        cached = self.cache.pop(message_id, None)
+        if cached is not None:
+            self.cache_bytes -= len(cached[0]) + len(cached[1])
+        batch = self.pending
+        append_ack(batch.buf, message_id)
+        batch.acks += 1
+        if not self._work.is_set():
+            self._work.set()
+        return batch
+
+    # ------------------------------------------------------------------ writer task
+
+    async def run_writer(self) -> None:
+        """The group-commit loop (one task per queue, in the broker's nursery). Returns after ``close``
+        once everything pending is written."""
+        try:
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                while self._seal_requests:
+                    if self.tail.size > SEGMENT_HEADER_BYTES:
+                        try:
+                            await self._rotate(self._first_pending_id())
+                        except OSError as exc:
+                            self._fail(exc, self.pending)
+                    self._seal_requests.pop(0).set()
+                if self.failure is not None:
+                    return
+                batch = self.pending
+                if not batch.buf:
+                    batch.done.set()
+                    if self.closing:
+                        return
+                    continue
+                self.pending = Batch()
+                await self._commit(batch)
+                if self.failure is not None:
+                    return
+        finally:
+            self._writer_done.set()
+
+    async def _commit(self, batch: Batch) -> None:
+        try:
+            tail = self.tail
+            if tail.size > SEGMENT_HEADER_BYTES and tail.size + len(batch.buf) > self.config.segment_bytes:
+                await self._rotate(batch.enqueues[0][0] if batch.enqueues else self.next_id)
+                tail = self.tail
+            await trio.to_thread.run_sync(
+                write_all, tail.fd, batch.buf, self.config.sync, limiter=self.limiter
+            )
+        except OSError as exc:
+            self._fail(exc, batch)
+            return
+        base = tail.size
+        tail.size += len(batch.buf)
+        self.batches += 1
+        self.records_written += len(batch.enqueues) + batch.acks
+        self.bytes_written += len(batch.buf)
+        if self.config.sync:
+            self.fsyncs += 1
+        tail.ack_count += batch.acks
+        ids: list[int] = []
+        if batch.enqueues:
+            live = self.live
+            cache = self.cache
+            budget = self.config.cache_bytes
+            cache_bytes = self.cache_bytes
+            seg = tail.number
+            added = 0
+            for mid, rel, length, meta_len, ts, meta, payload in batch.enqueues:
+                live[mid] = pack_location(seg, base + rel, length, meta_len, ts)
+                added += length
+                if cache_bytes < budget:
+                    cache[mid] = (meta, payload)
+                    cache_bytes += meta_len + len(payload)
+                ids.append(mid)
+            self.cache_bytes = cache_bytes
+            tail.live_bytes += added
+            tail.live_count += len(ids)
+            self.live_bytes += added
+            if tail.min_id < 0:
+                tail.min_id = ids[0]
+            tail.max_id = ids[-1]
+        batch.done.set()
+        if ids:
+            self.on_durable(ids)
+
+    async def _rotate(self, first_id: int) -> None:
+        """Seal the tail and start the next segment; ``first_id`` is the smallest id it will hold (its
+        ``base_id``: no earlier segment holds an id that large)."""
+        old = self.tail
+        number = old.number + 1
+        fd = await trio.to_thread.run_sync(
+            create_segment, self.directory, number, first_id, limiter=self.limiter
+        )
+        new = SegmentState(
+            number=number, path=segment_path(self.directory, number), base_id=first_id,
+            size=SEGMENT_HEADER_BYTES, live_bytes=0, live_count=0, min_id=-1, max_id=-1, ack_count=0, fd=fd,
+        )  # fmt: skip
+        self.segments[number] = new
+        self.tail = new
+        old.dirty = True
+        self._maybe_want_compaction(old)
+
+    def _first_pending_id(self) -> int:
+        return self.pending.enqueues[0][0] if self.pending.enqueues else self.next_id
+
+    def _fail(self, exc: BaseException, batch: Batch) -> None:
+        logger.critical("queue %s: write-ahead log write failed, queue stopped: %r", self.name, exc)
+        self.failure = exc
+        for failed in (batch, self.pending):
+            failed.error = exc
+            failed.done.set()
+        for waiter in self._seal_requests:
+            waiter.set()
+        self._compact_wanted.set()
+
+    def close(self) -> None:
+        """Stop accepting records; the writer drains what is pending, then returns."""
+        self.closing = True
+        self._work.set()
+        self._compact_wanted.set()
+
+    async def wait_closed(self) -> None:
+        """Wait for the writer to finish (after :meth:`close`)."""
+        await self._writer_done.wait()
+
+    def release_resources(self) -> None:
+        """Close every descriptor (after the writer and compactor stopped)."""
+        for state in self.segments.values():
+            if state.fd >= 0:
+                close_quietly(state.fd)
+                state.fd = -1
+
+    # ------------------------------------------------------------------ reading
+
+    async def read(self, ids: Sequence[int]) -> list[StoredMessage]:
+        """The stored messages ``ids`` (all live), from the cache or, in one worker-thread call, from disk.
+
+        Raises:
+            StoreFailedError: a record could not be read or failed its checksum.
+        """
+        out: list[StoredMessage | None] = [None] * len(ids)
+        todo: list[tuple[int, int, SegmentState, int, int]] = []
+        for i, mid in enumerate(ids):
+            loc = self.live[mid]
+            cached = self.cache.get(mid)
+            seg, off, length, _meta, ts = unpack_location(loc)
+            if cached is not None:
+                out[i] = StoredMessage(message_id=mid, timestamp_ms=ts, headers=cached[0], payload=cached[1])
+            else:
+                todo.append((i, mid, self.segments[seg], off, length))
+        if todo:
+            pinned = {id(state): state for _i, _m, state, _o, _l in todo}
+            for state in pinned.values():
+                state.readers += 1
+            try:
+                requests = [(state.fd, off, length) for _i, _m, state, off, length in todo]
+                try:
+                    records = await trio.to_thread.run_sync(_read_records, requests, limiter=self.limiter)
+                except (OSError, ValueError) as exc:
+                    raise StoreFailedError(f"queue {self.name}: cannot read a stored message: {exc}") from exc
+            finally:
+                for state in pinned.values():
+                    state.readers -= 1
+                    if state.retired and state.readers == 0:
+                        close_quietly(state.fd)
+            for (i, mid, _s, _o, _l), (rid, ts, meta, payload) in zip(todo, records, strict=True):
+                if rid != mid:
+                    raise StoreFailedError(f"queue {self.name}: record at the location of {mid} holds {rid}")
+                out[i] = StoredMessage(message_id=mid, timestamp_ms=ts, headers=meta, payload=payload)
+        return [m for m in out if m is not None]
+
+    # ------------------------------------------------------------------ compaction
+
+    def _maybe_want_compaction(self, state: SegmentState) -> None:
+        state.dirty = True
+        if state is not self.tail and self._worth_compacting(state):
+            self._compact_wanted.set()
+
+    def _worth_compacting(self, state: SegmentState) -> bool:
+        data = state.size - SEGMENT_HEADER_BYTES
+        return data > 0 and state.live_bytes <= self.config.compact_live_ratio * data
+
+    async def run_compactor(self) -> None:
+        """Compact sealed segments as they become mostly acked (one task per queue)."""
+        while not self.closing and self.failure is None:
+            await self._compact_wanted.wait()
+            self._compact_wanted = trio.Event()
+            if self.closing or self.failure is not None:
+                return
+            try:
+                await self.compact(only_dirty=True)
+            except OSError as exc:
+                # The segment being compacted is intact (the rename is the commit point); try again
+                # when something changes. Running out of disk here must not stop the queue.
+                logger.error("queue %s: compaction failed, will retry later: %r", self.name, exc)
+
+    async def compact(self, *, only_dirty: bool = False, seal_tail: bool = False) -> int:
+        """Compact sealed segments; returns the number of bytes reclaimed.
+
+        Args:
+            only_dirty: the background policy: only segments changed since their last compaction whose
+                live bytes fell to ``compact_live_ratio`` of their size. Otherwise every sealed segment
+                holding anything reclaimable is compacted.
+            seal_tail: first have the writer start a new segment, so that the current one can be compacted
+                too (operator command and tests; the background task never does this).
+
+        Raises:
+            StoreFailedError: the log failed (now or earlier).
+        """
+        async with self._compaction_lock:
+            if seal_tail and self.tail.size > SEGMENT_HEADER_BYTES:
+                self._check_usable()
+                done = trio.Event()
+                self._seal_requests.append(done)
+                self._work.set()
+                await done.wait()
+                self._check_usable()
+            reclaimed = 0
+            for number in sorted(self.segments):
+                state = self.segments.get(number)
+                if state is None or state is self.tail or self.failure is not None or self.closing:
+                    continue
+                data_bytes = state.size - SEGMENT_HEADER_BYTES
+                if only_dirty:
+                    if not (state.dirty and self._worth_compacting(state)):
+                        continue
+                elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
+                    continue
+                reclaimed += await self._compact_one(state)
+            return reclaimed
+
+    async def _compact_one(self, state: SegmentState) -> int:
+        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=self.limiter)
+        result = scan_records(data, SEGMENT_HEADER_BYTES, state.number, -1)
+        if result.stop is not None or result.end != state.size:
+            raise StoreFailedError(
+                f"queue {self.name}: segment {state.path} changed or is unreadable at offset {result.end} "
+                f"({result.stop.value if result.stop else 'size mismatch'}); compaction stopped"
+            )
+        # Which acks must stay: those whose enqueue may still be in an older segment.
+        older = [
+            (s.min_id, s.max_id) for s in self.segments.values() if s.number < state.number and s.min_id >= 0
+        ]
+        keep: list[tuple[int, int]] = []  # (offset, length) in log order
+        kept_ids: list[int] = []
+        live = self.live
+        for mid, loc in zip(result.enqueue_ids, result.enqueue_locations, strict=True):
+            if mid in live:
+                _seg, off, length, _meta, _ts = unpack_location(loc)
+                keep.append((off, length))
+                kept_ids.append(mid)
+        kept_acks = 0
+        for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
+            if any(lo <= mid <= hi for lo, hi in older):
+                keep.append((off, ACK_RECORD_BYTES))
+                kept_acks += 1
+        keep.sort()
+        if keep and sum(length for _o, length in keep) == state.size - SEGMENT_HEADER_BYTES:
+            state.dirty = False  # nothing to drop (every ack still needed)
+            return 0
+        new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
+            _rewrite_segment, self.directory, state.path, data, keep, limiter=self.limiter
+        )
+        # The rename (or unlink) is durable now: switch the index over, synchronously.
+        old_size = state.size
+        offset_of = dict(zip((off for off, _l in keep), new_offsets, strict=True))
+        self.compactions += 1
+        self.compacted_bytes += old_size - new_size
+        if new_fd < 0:
+            del self.segments[state.number]
+        else:
+            new = SegmentState(
+                number=state.number, path=state.path, base_id=state.base_id, size=new_size, live_bytes=0,
+                live_count=0, min_id=-1, max_id=-1, ack_count=kept_acks, fd=new_fd,
+            )  # fmt: skip
+            for mid in kept_ids:
+                loc = live.get(mid)
+                if loc is None:
+                    continue  # acked during the compaction: its record stays until the next one
+                seg, off, length, meta_len, ts = unpack_location(loc)
+                live[mid] = pack_location(seg, offset_of[off], length, meta_len, ts)
+                new.live_bytes += length
+                new.live_count += 1
+            if kept_ids:
+                new.min_id, new.max_id = kept_ids[0], kept_ids[-1]
+            self.segments[state.number] = new
+        state.retired = True
+        if state.readers == 0:
+            close_quietly(state.fd)
+        # Acks in later segments may have become unnecessary.
+        for later in self.segments.values():
+            if later.number > state.number and later.ack_count:
+                later.dirty = True
+        logger.debug(
+            "queue %s: compacted segment %d: %d -> %d bytes", self.name, state.number, old_size, new_size
+        )
+        return old_size - new_size
+
+
+def _read_records(requests: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes, bytes]]:
+    return [decode_enqueue_body(pread_exact(fd, off, length)) for fd, off, length in requests]
+
+
+def _read_whole(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return pread_exact(fd, 0, size)
+
+
+def _rewrite_segment(
+    directory: str, path: str, data: bytes, keep: list[tuple[int, int]]
+) -> tuple[int, int, list[int]]:
+    """Write the kept records of a segment to a temp file and rename it over the segment (see the
+    module docstring). Returns ``(new descriptor or -1 if deleted, new size, new offset of each kept)``."""
+    view = memoryview(data)
+    if not keep:
+        os.unlink(path)
+        fsync_dir(directory)
+        return -1, 0, []
+    tmp = path[: -len(".seg")] + COMPACT_SUFFIX
+    out = bytearray(view[:SEGMENT_HEADER_BYTES])
+    offsets = []
+    for off, length in keep:
+        offsets.append(len(out))
+        out += view[off : off + length]
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        write_all(fd, out, sync=True)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(directory)
+    return open_segment(path), len(out), offsets
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the Unix epoch (the enqueue timestamp)."""
+    return time.time_ns() // 1_000_000
+
+
+_ = (RECORD_HEADER_BYTES, RecordKind)  # documented in the module docstring's format reference
