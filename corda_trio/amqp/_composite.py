@@ -251,10 +251,32 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
         ns[f"D{i}"] = default
         ns[f"S{i}"] = cls.__dict__[name].__set__
         ns[f"A{i}"] = allowed
+        lines += [f"    if count > {i}:", "        c = buf[pos]"]
+        # Inline the one-byte encodings of the commonest field types; the rest go through the table.
+        if kind in ("uint", "ulong"):
+            small, zero = (0x52, 0x43) if kind == "uint" else (0x53, 0x44)
+            lines += [
+                f"        if c == {small}:",
+                "            v = buf[pos + 1]",
+                "            pos += 2",
+                f"        elif c == {zero}:",
+                "            v = 0",
+                "            pos += 1",
+                "        elif c == 0x40:",
+            ]
+        elif kind == "boolean":
+            lines += [
+                "        if c == 0x42:",
+                "            v = False",
+                "            pos += 1",
+                "        elif c == 0x41:",
+                "            v = True",
+                "            pos += 1",
+                "        elif c == 0x40:",
+            ]
+        else:
+            lines.append("        if c == 0x40:")
         lines += [
-            f"    if count > {i}:",
-            "        c = buf[pos]",
-            "        if c == 0x40:",
             "            pos += 1",
             f"            v = D{i}",
             "        else:",

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 A decoder is a function ``f(buf, pos) -> (value, new_pos)`` where ``pos`` is the index just *after* the
 constructor byte; tables of 256 such functions, indexed by the constructor byte, do the dispatch, so decoding
-one value is ``TYPED[buf[pos]](buf, pos + 1)`` with no branching on the type. ``buf`` is ``bytes`` or a
-``memoryview`` (or ``bytearray``); nothing is copied except the bytes that become the decoded value.
+one value is ``TYPED[buf[pos]](buf, pos + 1)`` with no branching on the type. ``buf`` is ``bytes`` (the
+entry points convert a ``memoryview`` or ``bytearray`` once); slices of it become the decoded values.
 
 * ``TYPED`` gives the representation that re-encodes canonically (wrappers such as :class:`UInt`,
   :class:`Symbol`); it is what :func:`decode_value` and the ``*``-typed fields of composites use.
@@ -198,62 +198,66 @@ def _uuid(buf: Any, pos: int) -> tuple[Any, int]:
     end = pos + 16
     if end > len(buf):
         raise truncated(pos)
-    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+    return uuid.UUID(bytes=buf[pos:end]), end
 
 
 # --- variable-width ------------------------------------------------------------------------------------
+# (``buf`` is always ``bytes`` here: the entry points convert other buffers once, see ``guarded``.)
 
 
-def _vbin8(buf: Any, pos: int) -> tuple[Any, int]:
+def _vbin8(buf: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 1 + buf[pos]
     if end > len(buf):
         raise truncated(pos)
-    return bytes(buf[pos + 1 : end]), end
+    return buf[pos + 1 : end], end
 
 
-def _vbin32(buf: Any, pos: int) -> tuple[Any, int]:
+def _vbin32(buf: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 4 + _U32(buf, pos)[0]
     if end > len(buf):
         raise truncated(pos)
-    return bytes(buf[pos + 4 : end]), end
+    return buf[pos + 4 : end], end
 
 
-def _utf8(buf: Any, start: int, end: int) -> str:
+def _bad_utf8(exc: UnicodeDecodeError, start: int) -> DecodeError:
+    return DecodeError(f"string is not valid UTF-8: {exc.reason}", start + exc.start)
+
+
+def _str8(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = pos + 1 + buf[pos]
+    if end > len(buf):
+        raise truncated(pos)
     try:
-        return str(buf[start:end], "utf-8")
+        return buf[pos + 1 : end].decode(), end
     except UnicodeDecodeError as exc:
-        raise DecodeError(f"string is not valid UTF-8: {exc.reason}", start + exc.start) from None
+        raise _bad_utf8(exc, pos + 1) from None
 
 
-def _str8(buf: Any, pos: int) -> tuple[Any, int]:
-    end = pos + 1 + buf[pos]
-    if end > len(buf):
-        raise truncated(pos)
-    return _utf8(buf, pos + 1, end), end
-
-
-def _str32(buf: Any, pos: int) -> tuple[Any, int]:
+def _str32(buf: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 4 + _U32(buf, pos)[0]
     if end > len(buf):
         raise truncated(pos)
-    return _utf8(buf, pos + 4, end), end
-
-
-def _ascii(buf: Any, start: int, end: int) -> Symbol:
     try:
-        return _str_new(Symbol, str(buf[start:end], "ascii"))
+        return buf[pos + 4 : end].decode(), end
+    except UnicodeDecodeError as exc:
+        raise _bad_utf8(exc, pos + 4) from None
+
+
+def _ascii(buf: bytes, start: int, end: int) -> Symbol:
+    try:
+        return _str_new(Symbol, buf[start:end].decode("ascii"))
     except UnicodeDecodeError as exc:
         raise DecodeError("symbol is not ASCII", start + exc.start) from None
 
 
-def _sym8(buf: Any, pos: int) -> tuple[Any, int]:
+def _sym8(buf: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 1 + buf[pos]
     if end > len(buf):
         raise truncated(pos)
     return _ascii(buf, pos + 1, end), end
 
 
-def _sym32(buf: Any, pos: int) -> tuple[Any, int]:
+def _sym32(buf: bytes, pos: int) -> tuple[Any, int]:
     end = pos + 4 + _U32(buf, pos)[0]
     if end > len(buf):
         raise truncated(pos)
@@ -297,7 +301,7 @@ def _list32(buf: Any, pos: int) -> tuple[Any, int]:
     return _list_items(buf, pos + 8, pos + 4 + size, count)
 
 
-def _map_items(buf: Any, pos: int, end: int, count: int) -> tuple[Any, int]:
+def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     if end > len(buf):
         raise truncated(pos)
     if count & 1:
@@ -308,14 +312,26 @@ def _map_items(buf: Any, pos: int, end: int, count: int) -> tuple[Any, int]:
     out: dict[Any, Any] = {}
     for _ in range(count >> 1):
         kpos = pos
-        k, pos = table[buf[pos]](buf, pos + 1)
-        v, pos = table[buf[pos]](buf, pos + 1)
+        c = buf[pos]
+        if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
+            kend = pos + 2 + buf[pos + 1]
+            k = buf[pos + 2 : kend].decode()
+            pos = kend
+        else:
+            k, pos = table[c](buf, pos + 1)
+        c = buf[pos]
+        if c == 0xA1:  # str8 value: inlined as well
+            vend = pos + 2 + buf[pos + 1]
+            v = buf[pos + 2 : vend].decode()
+            pos = vend
+        else:
+            v, pos = table[c](buf, pos + 1)
         try:
             if k in out:
                 raise DecodeError(f"duplicate map key {k!r}", kpos)
-            out[k] = v
         except TypeError:
             raise DecodeError(f"unhashable map key of type {type(k).__name__}", kpos) from None
+        out[k] = v
     if pos != end:
         raise DecodeError("map elements do not match the map's declared size", pos)
     return out, pos
@@ -539,7 +555,13 @@ FIELD_TABLES: Final[dict[str, list[Decoder]]] = {
 
 
 def guarded(fn: Callable[..., Any], buf: Any, offset: int, *args: Any) -> Any:
-    """Run a decoder, converting every failure on malformed input into :class:`DecodeError`."""
+    """Run a decoder on ``bytes``, converting every failure on malformed input into :class:`DecodeError`.
+
+    The decoders index and slice ``bytes`` only (slices of ``bytes`` are the decoded ``bytes`` / ``str``
+    values, with no second copy); a ``memoryview`` or ``bytearray`` is converted here, once.
+    """
+    if type(buf) is not bytes:
+        buf = bytes(buf)
     try:
         return fn(buf, offset, *args)
     except DecodeError:

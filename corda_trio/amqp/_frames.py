@@ -127,19 +127,33 @@ def _check_header(size: int, doff: int, ftype: int, max_frame_size: int) -> None
         raise FramingError(f"unknown frame TYPE 0x{ftype:02x}", 5)
 
 
-def _decode_body(data: Any, size: int, doff: int, ftype: int, channel: int) -> Frame:
+_frame_new: Final = object.__new__
+_set_type: Final = Frame.__dict__["type"].__set__
+_set_channel: Final = Frame.__dict__["channel"].__set__
+_set_performative: Final = Frame.__dict__["performative"].__set__
+_set_payload: Final = Frame.__dict__["payload"].__set__
+_DESCRIBED: Final = D.TYPED[0x00]
+
+
+def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) -> Frame:
+    """Decode the body of one whole frame; ``data`` is exactly the frame's bytes."""
     pos = doff * 4
+    frame = _frame_new(Frame)
+    _set_type(frame, ftype)
+    _set_channel(frame, channel)
     if pos == size:
-        return Frame(ftype, channel, None, b"")
+        _set_performative(frame, None)
+        _set_payload(frame, b"")
+        return frame
     if data[pos] != 0x00:
         raise DecodeError(f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos)
-    performative, pos = D.guarded(D.TYPED[0x00], data, pos + 1)
+    performative, end = D.guarded(_DESCRIBED, data, pos + 1)
     if type(performative) not in _ALLOWED[ftype]:
         kind = "SASL" if ftype == FrameType.SASL else "AMQP"
-        raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", doff * 4)
-    if pos > size:  # pragma: no cover - the decoders are bounded by the frame already
-        raise DecodeError("performative runs past the frame", size)
-    return Frame(ftype, channel, performative, bytes(data[pos:size]) if pos < size else b"")
+        raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", pos)
+    _set_performative(frame, performative)
+    _set_payload(frame, data[end:] if end < size else b"")
+    return frame
 
 
 def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> Frame:
@@ -155,7 +169,7 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
     _check_header(size, doff, ftype, max_frame_size)
     if size != len(data):
         raise FramingError(f"frame SIZE {size} does not match the {len(data)} bytes given", 0)
-    return _decode_body(data, size, doff, ftype, channel)
+    return _decode_body(data if type(data) is bytes else bytes(data), size, doff, ftype, channel)
 
 
 class FrameBuffer:

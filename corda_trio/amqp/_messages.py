@@ -120,7 +120,6 @@ class AmqpSequence:
 
 # --- encoding ------------------------------------------------------------------------------------------
 
-_S_BI: Final = struct.Struct(">BI")
 _DA: Final = b"\x00\x53\x71"
 _MA: Final = b"\x00\x53\x72"
 _AP: Final = b"\x00\x53\x74"
@@ -195,6 +194,9 @@ _MAP_TABLE: Final = D.FIELD_TABLES["map"]
 _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
 _TYPED: Final = D.TYPED
+_U32: Final = struct.Struct(">I").unpack_from
+_decode_header: Final = Header._decode  # type: ignore[attr-defined]
+_decode_properties: Final = Properties._decode  # type: ignore[attr-defined]
 
 
 def _section_code(buf: Any, pos: int) -> tuple[int, int]:
@@ -211,30 +213,43 @@ def _section_code(buf: Any, pos: int) -> tuple[int, int]:
     raise DecodeError(f"unknown message section descriptor {descriptor!r}", pos)
 
 
-def _decode_message(buf: Any, pos: int) -> Message:
+def _decode_message(buf: bytes, pos: int) -> Message:
     end = len(buf)
-    header = da = ma = props = ap = footer = None
-    body: Any = None
-    bodies: list[Any] = []
-    body_code = 0
+    header = da = ma = props = ap = footer = body = None
+    bodies: list[Any] | None = None
     last = 0
     while pos < end:
         start = pos
-        code, pos = _section_code(buf, pos)
-        if code < last or (code == last and code not in (0x75, 0x76)):
+        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+            code = buf[pos + 2]
+            pos += 3
+        else:
+            code, pos = _section_code(buf, pos)
+        if code < last or (code == last and code != 0x75 and code != 0x76):
             raise DecodeError(f"message section 0x{code:02x} is out of order or repeated", start)
+        last = code
         c = buf[pos]
-        if code == 0x75:
-            if c == 0x40:
+        if code == 0x75:  # data
+            if c == 0xB0:
+                dend = pos + 5 + _U32(buf, pos + 1)[0]
+                if dend > end:
+                    raise D.truncated(pos)
+                v = buf[pos + 5 : dend]
+                pos = dend
+            elif c == 0x40:
                 raise DecodeError("a data section cannot be null", pos)
-            v, pos = _BIN_TABLE[c](buf, pos + 1)
-            bodies.append(v)
-        elif code == 0x73:
-            props, pos = Properties._decode(buf, pos)  # type: ignore[attr-defined]
+            else:
+                v, pos = _BIN_TABLE[c](buf, pos + 1)
+            if bodies is None:
+                bodies = [v]
+            else:
+                bodies.append(v)
         elif code == 0x74:
             ap, pos = _MAP_TABLE[c](buf, pos + 1)
+        elif code == 0x73:
+            props, pos = _decode_properties(buf, pos)
         elif code == 0x70:
-            header, pos = Header._decode(buf, pos)  # type: ignore[attr-defined]
+            header, pos = _decode_header(buf, pos)
         elif code == 0x72:
             ma, pos = _MAP_TABLE[c](buf, pos + 1)
         elif code == 0x71:
@@ -243,20 +258,22 @@ def _decode_message(buf: Any, pos: int) -> Message:
             if c == 0x40:
                 raise DecodeError("an amqp-sequence section cannot be null", pos)
             v, pos = _LIST_TABLE[c](buf, pos + 1)
-            bodies.append(AmqpSequence(v))
+            if bodies is None:
+                bodies = [AmqpSequence(v)]
+            else:
+                bodies.append(AmqpSequence(v))
         elif code == 0x77:
+            if bodies is not None:
+                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
             v, pos = _TYPED[c](buf, pos + 1)
             body = AmqpValue(v)
         elif code == 0x78:
             footer, pos = _MAP_TABLE[c](buf, pos + 1)
         else:
             raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
-        if 0x75 <= code <= 0x77:
-            if body_code and body_code != code:
-                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
-            body_code = code
-        last = code
-    if bodies:
+        if bodies is not None and code == 0x76 and type(bodies[0]) is not AmqpSequence:
+            raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
+    if bodies is not None:
         body = bodies[0] if len(bodies) == 1 else tuple(bodies)
     m = _obj_new(Message)
     _set_header(m, header)
