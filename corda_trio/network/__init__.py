@@ -1,3 +1,73 @@
-"""corda_trio.network (see DESIGN.md §1)."""
+"""The network map: NodeInfo and network parameters (signed, canonical msgpack), the map HTTP service
+(h11 under Trio), the node-side client, cache and updater, and the development-network bootstrapper.
 
-__all__: list[str] = []
+Wire contract: ``protocol_spec/network-map.md``.
+"""
+
+from ._cache import MapEvent as MapEvent
+from ._cache import NetworkMapUpdater as NetworkMapUpdater
+from ._cache import NetworkParametersChanged as NetworkParametersChanged
+from ._cache import NodeAdded as NodeAdded
+from ._cache import NodeChanged as NodeChanged
+from ._cache import NodeInfoCache as NodeInfoCache
+from ._cache import NodeRemoved as NodeRemoved
+from ._client import MapResponse as MapResponse
+from ._client import NetworkMapClient as NetworkMapClient
+from ._errors import MalformedPayloadError as MalformedPayloadError
+from ._errors import NetworkMapError as NetworkMapError
+from ._errors import NetworkMapHttpError as NetworkMapHttpError
+from ._errors import PayloadRejectedError as PayloadRejectedError
+from ._model import NetworkHostAndPort as NetworkHostAndPort
+from ._model import NetworkMap as NetworkMap
+from ._model import NetworkParameters as NetworkParameters
+from ._model import NodeInfo as NodeInfo
+from ._model import SignedNodeInfo as SignedNodeInfo
+from ._model import SignedWithCert as SignedWithCert
+from ._model import sha256_hex as sha256_hex
+from ._server import HttpResponse as HttpResponse
+from ._server import NetworkMapService as NetworkMapService
+from ._server import serve_network_map as serve_network_map
+from ._signing import VerifiedNodeInfo as VerifiedNodeInfo
+from ._signing import decode_signed_node_info as decode_signed_node_info
+from ._signing import sign_network_map as sign_network_map
+from ._signing import sign_network_parameters as sign_network_parameters
+from ._signing import sign_node_info as sign_node_info
+from ._signing import verify_network_map as verify_network_map
+from ._signing import verify_network_parameters as verify_network_parameters
+from ._signing import verify_node_info as verify_node_info
+from ._store import NetworkMapStore as NetworkMapStore
+
+__all__ = [
+    "HttpResponse",
+    "MalformedPayloadError",
+    "MapEvent",
+    "MapResponse",
+    "NetworkHostAndPort",
+    "NetworkMap",
+    "NetworkMapClient",
+    "NetworkMapError",
+    "NetworkMapHttpError",
+    "NetworkMapService",
+    "NetworkMapStore",
+    "NetworkMapUpdater",
+    "NetworkParameters",
+    "NetworkParametersChanged",
+    "NodeAdded",
+    "NodeChanged",
+    "NodeInfo",
+    "NodeInfoCache",
+    "NodeRemoved",
+    "PayloadRejectedError",
+    "SignedNodeInfo",
+    "SignedWithCert",
+    "VerifiedNodeInfo",
+    "decode_signed_node_info",
+    "serve_network_map",
+    "sha256_hex",
+    "sign_network_map",
+    "sign_network_parameters",
+    "sign_node_info",
+    "verify_network_map",
+    "verify_network_parameters",
+    "verify_node_info",
+]

@@ -1,0 +1,333 @@
+"""The node side of the network map: a persistent cache of verified NodeInfos and the poller that keeps it
+current and tells the bridge manager what changed.
+
+Theory of operation
+-------------------
+The updater owns ``nodes``: legal name -> :class:`VerifiedNodeInfo`.  Its sources are the map service
+(``GET /network-map``, then the NodeInfos whose hashes it does not know yet) and, optionally, a directory of
+signed NodeInfo files (``additional-node-infos/``) for networks without a map service.  Every NodeInfo is
+verified against the pinned network root before it is believed; one that fails is logged and ignored, never
+fatal.  When both sources know a legal name, the higher serial wins.
+
+Each poll computes the new ``nodes`` and diffs it against the old one by legal name: a new name is
+:class:`NodeAdded`, a vanished one :class:`NodeRemoved`, a different hash :class:`NodeChanged` (new addresses,
+say).  The new state is written to SQLite in one transaction *before* the events are sent, so after a crash
+the cache never claims less than the consumer was told.  :meth:`NetworkMapUpdater.run` first emits
+``NodeAdded`` for everything in the persisted cache (so a consumer that starts empty converges), publishes
+the node's own NodeInfo (retrying with backoff), then polls every ``max-age`` seconds as the server asks.
+Events go into a bounded memory channel: a slow consumer slows polling rather than growing memory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Final, final
+
+import attrs
+import trio
+from cryptography import x509
+
+from ._client import NetworkMapClient
+from ._errors import MalformedPayloadError, NetworkMapError, PayloadRejectedError
+from ._model import NetworkParameters
+from ._signing import VerifiedNodeInfo, verify_network_map, verify_network_parameters, verify_node_info
+
+__all__ = [
+    "MapEvent",
+    "NetworkMapUpdater",
+    "NetworkParametersChanged",
+    "NodeAdded",
+    "NodeChanged",
+    "NodeInfoCache",
+    "NodeRemoved",
+]
+
+log = logging.getLogger("corda_trio.network.cache")
+
+#: Poll interval when the server sends no ``max-age``, and the longest we ever wait between polls.
+DEFAULT_POLL_SECONDS: Final[float] = 30.0
+MAX_POLL_SECONDS: Final[float] = 600.0
+#: Retry after a failed poll or publish: doubling from 1 s up to 60 s.
+RETRY_INITIAL_SECONDS: Final[float] = 1.0
+RETRY_MAX_SECONDS: Final[float] = 60.0
+#: Files in the node-infos directory are called ``nodeInfo-<HASH>`` (as Corda's are).
+NODE_INFO_FILE_PREFIX: Final[str] = "nodeInfo-"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeAdded:
+    """A legal name appeared in the network."""
+
+    node: VerifiedNodeInfo
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeRemoved:
+    """A legal name left the network."""
+
+    node: VerifiedNodeInfo
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeChanged:
+    """A node published a new NodeInfo (new serial; addresses may have changed)."""
+
+    old: VerifiedNodeInfo
+    new: VerifiedNodeInfo
+
+    @property
+    def addresses_changed(self) -> bool:
+        return self.old.node_info.addresses != self.new.node_info.addresses
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NetworkParametersChanged:
+    """The map advertises parameters other than the ones the node had (``old_hash`` None at first sight)."""
+
+    old_hash: str | None
+    new_hash: str
+    parameters: NetworkParameters
+
+
+MapEvent = NodeAdded | NodeRemoved | NodeChanged | NetworkParametersChanged
+
+
+class NodeInfoCache:
+    """SQLite cache of signed NodeInfos by legal name, plus the last accepted network parameters."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            "CREATE TABLE IF NOT EXISTS node_infos (legal_name TEXT PRIMARY KEY, hash TEXT NOT NULL, "
+            "signed BLOB NOT NULL);"
+            "CREATE TABLE IF NOT EXISTS parameters (id INTEGER PRIMARY KEY CHECK (id = 1), "
+            "hash TEXT NOT NULL, signed BLOB NOT NULL);"
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def load(self) -> dict[str, bytes]:
+        """legal name -> signed NodeInfo bytes."""
+        with self._lock:
+            return {r[0]: bytes(r[1]) for r in self._db.execute("SELECT legal_name, signed FROM node_infos")}
+
+    def replace_all(self, nodes: Mapping[str, VerifiedNodeInfo]) -> None:
+        """Make the cache hold exactly ``nodes`` (one transaction)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM node_infos")
+                self._db.executemany(
+                    "INSERT INTO node_infos (legal_name, hash, signed) VALUES (?, ?, ?)",
+                    [(name, n.hash, n.serialize()) for name, n in nodes.items()],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def parameters(self) -> tuple[str, bytes] | None:
+        with self._lock:
+            row = self._db.execute("SELECT hash, signed FROM parameters WHERE id = 1").fetchone()
+        return None if row is None else (str(row[0]), bytes(row[1]))
+
+    def set_parameters(self, hash_hex: str, signed: bytes) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO parameters (id, hash, signed) VALUES (1, ?, ?)", (hash_hex, signed)
+            )
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@attrs.define(eq=False)
+class NetworkMapUpdater:
+    """Keeps a node's view of the network current and reports changes as :data:`MapEvent` s.
+
+    Attributes:
+        trust_root: the pinned network root.
+        cache: the persistent cache.
+        events: where events go (bounded channel; the bridge manager reads the other end).
+        client: the map service client, or ``None`` for a network without one.
+        node_infos_dir: directory of ``nodeInfo-*`` files, or ``None``.
+        own_node_info: this node's signed NodeInfo, published by :meth:`run` (``None``: do not publish).
+        clock: current UTC time, for certificate validity.
+    """
+
+    trust_root: x509.Certificate
+    cache: NodeInfoCache
+    events: trio.MemorySendChannel[MapEvent]
+    client: NetworkMapClient | None = None
+    node_infos_dir: Path | None = None
+    own_node_info: bytes | None = None
+    clock: Callable[[], dt.datetime] = _utcnow
+    _nodes: dict[str, VerifiedNodeInfo] = attrs.field(factory=dict, init=False)
+    _parameters_hash: str | None = attrs.field(default=None, init=False)
+
+    def nodes(self) -> dict[str, VerifiedNodeInfo]:
+        """Snapshot: canonical legal name -> verified NodeInfo."""
+        return dict(self._nodes)
+
+    async def load_cache(self) -> list[MapEvent]:
+        """Load and re-verify the persisted cache; emits and returns ``NodeAdded`` for each entry."""
+        stored = await trio.to_thread.run_sync(self.cache.load)
+        params = await trio.to_thread.run_sync(self.cache.parameters)
+        self._parameters_hash = params[0] if params else None
+        events: list[MapEvent] = []
+        for name, data in sorted(stored.items()):
+            node = self._verify(data, f"cached NodeInfo of {name}")
+            if node is not None:
+                self._nodes[str(node.legal_name)] = node
+                events.append(NodeAdded(node=node))
+        for event in events:
+            await self.events.send(event)
+        return events
+
+    async def publish_own(self) -> str:
+        """Publish ``own_node_info`` once (raises :class:`NetworkMapHttpError` on failure)."""
+        if self.client is None or self.own_node_info is None:
+            raise RuntimeError("nothing to publish, or no map service")
+        return await self.client.publish(self.own_node_info)
+
+    async def poll_once(self) -> tuple[list[MapEvent], float]:
+        """Fetch the current view from every source, persist it, emit and return the events.
+
+        Returns:
+            The events and the number of seconds until the next poll (the map's ``max-age``).
+
+        Raises:
+            NetworkMapError: the map service failed or sent a map that does not verify (the view is then
+                left as it was).
+        """
+        wanted: dict[str, VerifiedNodeInfo] = {}
+        interval = DEFAULT_POLL_SECONDS
+        events: list[MapEvent] = []
+        if self.client is not None:
+            response = await self.client.fetch_map()
+            network_map = verify_network_map(
+                response.signed_map, trust_root=self.trust_root, now=self.clock()
+            )
+            if response.max_age_seconds is not None:
+                interval = min(max(float(response.max_age_seconds), 1.0), MAX_POLL_SECONDS)
+            if network_map.network_parameters_hash != self._parameters_hash:
+                events.append(await self._fetch_parameters(network_map.network_parameters_hash))
+            known = {n.hash: n for n in self._nodes.values()}
+            for hash_hex in network_map.node_info_hashes:
+                node = known.get(hash_hex)
+                if node is None:
+                    data = await self.client.fetch_node_info(hash_hex)
+                    node = self._verify(data, f"NodeInfo {hash_hex}")
+                    if node is not None and node.hash != hash_hex:
+                        log.warning("map listed %s but the service returned %s; ignored", hash_hex, node.hash)
+                        node = None
+                if node is not None:
+                    self._merge(wanted, node)
+        if self.node_infos_dir is not None:
+            for name, data in await trio.to_thread.run_sync(self._scan_dir):
+                node = self._verify(data, name)
+                if node is not None:
+                    self._merge(wanted, node)
+        events.extend(self._diff(wanted))
+        if any(not isinstance(e, NetworkParametersChanged) for e in events):
+            await trio.to_thread.run_sync(self.cache.replace_all, wanted)
+        self._nodes = wanted
+        for event in events:
+            await self.events.send(event)
+        return events, interval
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the cache, then publish and poll forever (until cancelled)."""
+        await self.load_cache()
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.client is not None and self.own_node_info is not None:
+                nursery.start_soon(self._publish_with_retry)
+            retry = RETRY_INITIAL_SECONDS
+            while True:
+                try:
+                    _, interval = await self.poll_once()
+                    retry = RETRY_INITIAL_SECONDS
+                except (NetworkMapError, OSError) as exc:
+                    log.warning("network map poll failed (retry in %.0f s): %s", retry, exc)
+                    interval, retry = retry, min(retry * 2, RETRY_MAX_SECONDS)
+                await trio.sleep(interval)
+
+    async def _publish_with_retry(self) -> None:
+        delay = RETRY_INITIAL_SECONDS
+        while True:
+            try:
+                log.info("published own NodeInfo: %s", await self.publish_own())
+                return
+            except NetworkMapError as exc:
+                if getattr(exc, "status", 0) in (400, 403, 409):
+                    log.error("the network map refused our NodeInfo: %s", exc)
+                    return
+                log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, exc)
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    async def _fetch_parameters(self, hash_hex: str) -> NetworkParametersChanged:
+        assert self.client is not None
+        data = await self.client.fetch_network_parameters(hash_hex)
+        params, actual = verify_network_parameters(data, trust_root=self.trust_root, now=self.clock())
+        if actual != hash_hex:
+            raise PayloadRejectedError(f"parameters {hash_hex} hash to {actual}", reason="hash-mismatch")
+        await trio.to_thread.run_sync(self.cache.set_parameters, hash_hex, data)
+        event = NetworkParametersChanged(old_hash=self._parameters_hash, new_hash=hash_hex, parameters=params)
+        self._parameters_hash = hash_hex
+        return event
+
+    def _verify(self, data: bytes, what: str) -> VerifiedNodeInfo | None:
+        try:
+            return verify_node_info(data, trust_root=self.trust_root, now=self.clock())
+        except (MalformedPayloadError, PayloadRejectedError) as exc:
+            log.warning("ignoring %s: %s", what, exc)
+            return None
+
+    @staticmethod
+    def _merge(into: dict[str, VerifiedNodeInfo], node: VerifiedNodeInfo) -> None:
+        name = str(node.legal_name)
+        current = into.get(name)
+        if current is None or node.node_info.serial > current.node_info.serial:
+            into[name] = node
+
+    def _scan_dir(self) -> list[tuple[str, bytes]]:
+        assert self.node_infos_dir is not None
+        if not self.node_infos_dir.is_dir():
+            return []
+        found = []
+        for path in sorted(self.node_infos_dir.iterdir()):
+            if path.name.startswith(NODE_INFO_FILE_PREFIX) and path.is_file():
+                try:
+                    found.append((str(path), path.read_bytes()))
+                except OSError as exc:
+                    log.warning("cannot read %s: %s", path, exc)
+        return found
+
+    def _diff(self, wanted: Mapping[str, VerifiedNodeInfo]) -> list[MapEvent]:
+        events: list[MapEvent] = []
+        for name in sorted(self._nodes.keys() - wanted.keys()):
+            events.append(NodeRemoved(node=self._nodes[name]))
+        for name in sorted(wanted):
+            old = self._nodes.get(name)
+            if old is None:
+                events.append(NodeAdded(node=wanted[name]))
+            elif old.hash != wanted[name].hash:
+                events.append(NodeChanged(old=old, new=wanted[name]))
+        return events

@@ -1,0 +1,327 @@
+"""PURE data model of the network map: NodeInfo, NetworkParameters, NetworkMap and their signed envelopes.
+
+Theory of operation
+-------------------
+Every object has one *wire form*: a msgpack array whose first two items are a type tag and a format version,
+followed by the fields in a fixed order (see ``protocol_spec/network-map.md``).  Arrays rather than maps, and
+msgpack's rule of always choosing the shortest encoding, make the bytes canonical: one value has exactly one
+encoding, so a hash or signature over the bytes is a hash or signature over the value.  The codec
+(``_codec.py``) re-encodes what it decoded and refuses input that is not byte-identical, so a peer cannot
+smuggle a second encoding of a signed value past us.
+
+This module only converts between attrs objects and plain Python structures (lists, ints, bytes, str) and
+validates field types and ranges; msgpack, hashing of certificates and signature checks live in ``_codec.py``
+and ``_signing.py``.  No I/O, no clock: times are integers (milliseconds since the epoch) passed in.
+Certificates appear as DER ``bytes``: this module does not parse them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+import attrs
+
+from ._errors import MalformedPayloadError
+
+__all__ = [
+    "NETWORK_MAP_TAG",
+    "NETWORK_PARAMETERS_TAG",
+    "NODE_INFO_TAG",
+    "SIGNED_NODE_INFO_TAG",
+    "SIGNED_WITH_CERT_TAG",
+    "MalformedPayloadError",
+    "NetworkHostAndPort",
+    "NetworkMap",
+    "NetworkParameters",
+    "NodeInfo",
+    "SignedNodeInfo",
+    "SignedWithCert",
+    "sha256_hex",
+]
+
+NODE_INFO_TAG: Final[str] = "corda-trio/node-info"
+SIGNED_NODE_INFO_TAG: Final[str] = "corda-trio/signed-node-info"
+NETWORK_PARAMETERS_TAG: Final[str] = "corda-trio/network-parameters"
+NETWORK_MAP_TAG: Final[str] = "corda-trio/network-map"
+SIGNED_WITH_CERT_TAG: Final[str] = "corda-trio/signed-with-cert"
+FORMAT_VERSION: Final[int] = 1
+
+#: Limits on what we accept from the network (a NodeInfo is a few KiB).
+MAX_ADDRESSES: Final[int] = 16
+MAX_IDENTITIES: Final[int] = 8
+MAX_CERT_PATH_LENGTH: Final[int] = 8
+MAX_CERT_SIZE_BYTES: Final[int] = 16 * 1024
+MAX_HOST_LENGTH: Final[int] = 253  # RFC 1035 name length
+MAX_SIGNATURE_SIZE_BYTES: Final[int] = 512
+MAX_MAP_ENTRIES: Final[int] = 100_000
+
+
+def sha256_hex(data: bytes) -> str:
+    """Upper-case hex SHA-256, the form used in URLs and logs (Corda's ``SecureHash.toString``)."""
+    return hashlib.sha256(data).hexdigest().upper()
+
+
+def _check_header(obj: Any, tag: str, n_fields: int) -> list[Any]:
+    if not isinstance(obj, list) or len(obj) < 2:
+        raise MalformedPayloadError(f"expected a {tag} array, got {type(obj).__name__}")
+    if obj[0] != tag:
+        raise MalformedPayloadError(f"expected type tag {tag!r}, got {str(obj[0])[:64]!r}")
+    if obj[1] != FORMAT_VERSION:
+        raise MalformedPayloadError(
+            f"{tag}: unsupported format version {obj[1]!r} (supported: {FORMAT_VERSION})"
+        )
+    if len(obj) != 2 + n_fields:
+        raise MalformedPayloadError(f"{tag}: expected {n_fields} fields, got {len(obj) - 2}")
+    return obj[2:]
+
+
+def _int(value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise MalformedPayloadError(f"{what}: expected an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _bytes(value: Any, what: str, max_len: int) -> bytes:
+    if not isinstance(value, bytes) or not value or len(value) > max_len:
+        raise MalformedPayloadError(f"{what}: expected 1..{max_len} bytes")
+    return value
+
+
+def _list(value: Any, what: str, lo: int, hi: int) -> list[Any]:
+    if not isinstance(value, list) or not lo <= len(value) <= hi:
+        raise MalformedPayloadError(f"{what}: expected a list of {lo}..{hi} items")
+    return value
+
+
+def _valid_port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValueError(f"port must be in 1..65535, got {value!r}")
+
+
+def _valid_host(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_HOST_LENGTH:
+        raise ValueError(f"host must be 1..{MAX_HOST_LENGTH} characters, got {value!r}")
+    if any(c.isspace() or c in "/?#@" for c in value):
+        raise ValueError(f"host {value!r} contains characters not allowed in a host name or address")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NetworkHostAndPort:
+    """A P2P address.  ``str()`` is ``host:port`` (``[v6]:port`` for IPv6 literals)."""
+
+    host: str = attrs.field(validator=_valid_host)
+    port: int = attrs.field(validator=_valid_port)
+
+    @classmethod
+    def parse(cls, text: str) -> NetworkHostAndPort:
+        """Parse ``host:port`` or ``[ipv6]:port``.
+
+        Raises:
+            ValueError: no port, a port out of range, or an empty host.
+        """
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        elif ":" in host:
+            raise ValueError(f"IPv6 address in {text!r} must be in brackets: [addr]:port")
+        if not port.isdigit():
+            raise ValueError(f"port in {text!r} is not a number")
+        return cls(host=host, port=int(port))
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeInfo:
+    """What a node publishes about itself.
+
+    Attributes:
+        addresses: where peers reach its P2P (AMQP over TLS) endpoint, most preferred first.
+        legal_identities: one certificate path per legal identity, each as DER certificates from the
+            identity certificate up to (excluding) the network root.  The first is the node's main identity.
+        platform_version: the corda-trio platform version the node runs.
+        serial: increases with every new version the node publishes (milliseconds since the epoch by
+            convention); the map keeps only the highest per legal name.
+    """
+
+    addresses: tuple[NetworkHostAndPort, ...]
+    legal_identities: tuple[tuple[bytes, ...], ...]
+    platform_version: int
+    serial: int
+
+    def to_wire(self) -> list[Any]:
+        """The msgpack-ready structure (see the module docstring)."""
+        return [
+            NODE_INFO_TAG,
+            FORMAT_VERSION,
+            [[a.host, a.port] for a in self.addresses],
+            [list(path) for path in self.legal_identities],
+            self.platform_version,
+            self.serial,
+        ]
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> NodeInfo:
+        """Inverse of :meth:`to_wire`.
+
+        Raises:
+            MalformedPayloadError: any deviation from the wire form.
+        """
+        addresses, identities, platform_version, serial = _check_header(obj, NODE_INFO_TAG, 4)
+        parsed_addresses = []
+        for item in _list(addresses, "addresses", 1, MAX_ADDRESSES):
+            pair = _list(item, "address", 2, 2)
+            if not isinstance(pair[0], str):
+                raise MalformedPayloadError("address host must be a string")
+            try:
+                parsed_addresses.append(NetworkHostAndPort(host=pair[0], port=pair[1]))
+            except ValueError as exc:
+                raise MalformedPayloadError(f"address: {exc}") from None
+        paths = []
+        for path in _list(identities, "legal identities", 1, MAX_IDENTITIES):
+            certs = _list(path, "certificate path", 1, MAX_CERT_PATH_LENGTH)
+            paths.append(tuple(_bytes(c, "certificate", MAX_CERT_SIZE_BYTES) for c in certs))
+        return cls(
+            addresses=tuple(parsed_addresses),
+            legal_identities=tuple(paths),
+            platform_version=_int(platform_version, "platform version", 1, 2**31 - 1),
+            serial=_int(serial, "serial", 0, 2**63 - 1),
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SignedNodeInfo:
+    """A serialised :class:`NodeInfo` and one signature per legal identity (same order), each by the
+    identity's key over ``raw``.  Its hash (the map's key for it) is :func:`sha256_hex` of ``raw``."""
+
+    raw: bytes
+    signatures: tuple[bytes, ...]
+
+    @property
+    def hash(self) -> str:
+        return sha256_hex(self.raw)
+
+    def to_wire(self) -> list[Any]:
+        return [SIGNED_NODE_INFO_TAG, FORMAT_VERSION, self.raw, list(self.signatures)]
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> SignedNodeInfo:
+        raw, signatures = _check_header(obj, SIGNED_NODE_INFO_TAG, 2)
+        return cls(
+            raw=_bytes(raw, "raw node info", 2**20),
+            signatures=tuple(
+                _bytes(s, "signature", MAX_SIGNATURE_SIZE_BYTES)
+                for s in _list(signatures, "signatures", 1, MAX_IDENTITIES)
+            ),
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NetworkParameters:
+    """Parameters every node of the network must agree on.
+
+    Attributes:
+        minimum_platform_version: nodes below it may not join (publish is refused).
+        max_message_size: largest P2P message in bytes (DESIGN.md §3; default 10 MiB).
+        max_transaction_size: largest transaction in bytes (kept for Corda parity).
+        modified_time_ms: when these parameters were made (milliseconds since the epoch).
+        epoch: increases with every change of parameters.
+        event_horizon_seconds: a node not re-published for this long may be dropped from the map.
+    """
+
+    minimum_platform_version: int
+    max_message_size: int
+    max_transaction_size: int
+    modified_time_ms: int
+    epoch: int
+    event_horizon_seconds: int
+
+    def to_wire(self) -> list[Any]:
+        return [
+            NETWORK_PARAMETERS_TAG, FORMAT_VERSION, self.minimum_platform_version, self.max_message_size,
+            self.max_transaction_size, self.modified_time_ms, self.epoch, self.event_horizon_seconds,
+        ]  # fmt: skip
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> NetworkParameters:
+        mpv, mms, mts, modified, epoch, horizon = _check_header(obj, NETWORK_PARAMETERS_TAG, 6)
+        return cls(
+            minimum_platform_version=_int(mpv, "minimum platform version", 1, 2**31 - 1),
+            max_message_size=_int(mms, "max message size", 1024, 2**31 - 1),
+            max_transaction_size=_int(mts, "max transaction size", 1024, 2**31 - 1),
+            modified_time_ms=_int(modified, "modified time", 0, 2**63 - 1),
+            epoch=_int(epoch, "epoch", 1, 2**31 - 1),
+            event_horizon_seconds=_int(horizon, "event horizon", 1, 2**40),
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NetworkMap:
+    """The list of current NodeInfo hashes (sorted, upper-case hex) and the current parameters' hash."""
+
+    node_info_hashes: tuple[str, ...]
+    network_parameters_hash: str
+
+    def to_wire(self) -> list[Any]:
+        return [
+            NETWORK_MAP_TAG,
+            FORMAT_VERSION,
+            [bytes.fromhex(h) for h in sorted(self.node_info_hashes)],
+            bytes.fromhex(self.network_parameters_hash),
+        ]
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> NetworkMap:
+        hashes, params_hash = _check_header(obj, NETWORK_MAP_TAG, 2)
+        entries = [
+            _bytes(h, "node info hash", 32) for h in _list(hashes, "node info hashes", 0, MAX_MAP_ENTRIES)
+        ]
+        if any(len(h) != 32 for h in entries) or len(_bytes(params_hash, "parameters hash", 32)) != 32:
+            raise MalformedPayloadError("hashes must be 32-byte SHA-256 digests")
+        as_hex = [h.hex().upper() for h in entries]
+        if as_hex != sorted(set(as_hex)):
+            raise MalformedPayloadError("node info hashes must be sorted and unique")
+        return cls(node_info_hashes=tuple(as_hex), network_parameters_hash=params_hash.hex().upper())
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SignedWithCert:
+    """``raw`` signed by the key of ``cert`` (DER): how the map and the network parameters travel.
+
+    ``cert_path`` is the signer's certificate path up to (excluding) the root; its first element signed.
+    """
+
+    raw: bytes
+    signature: bytes
+    cert_path: tuple[bytes, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [SIGNED_WITH_CERT_TAG, FORMAT_VERSION, self.raw, self.signature, list(self.cert_path)]
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> SignedWithCert:
+        raw, signature, path = _check_header(obj, SIGNED_WITH_CERT_TAG, 3)
+        return cls(
+            raw=_bytes(raw, "raw payload", 64 * 2**20),
+            signature=_bytes(signature, "signature", MAX_SIGNATURE_SIZE_BYTES),
+            cert_path=tuple(
+                _bytes(c, "certificate", MAX_CERT_SIZE_BYTES)
+                for c in _list(path, "cert path", 1, MAX_CERT_PATH_LENGTH)
+            ),
+        )
+
+
+def node_info_hashes_sorted(hashes: Sequence[str]) -> tuple[str, ...]:
+    """Normalise a collection of hex hashes to the map's order (sorted, unique, upper-case)."""
+    return tuple(sorted({h.upper() for h in hashes}))

@@ -1,0 +1,292 @@
+"""The network map HTTP service: h11 under Trio (DESIGN.md §7, ``protocol_spec/network-map.md``).
+
+Theory of operation
+-------------------
+One task per TCP connection drives an ``h11.Connection``: read a request (head, then a body of at most
+``MAX_BODY_BYTES``), answer it, and start the next cycle while the client keeps the connection alive.  Each
+request is handled by :meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature
+checks) run in a worker thread behind a one-thread ``CapacityLimiter``, so requests are serialised
+and the Trio loop never blocks.  Anything wrong with a request becomes a 4xx with a one-line text reason; a
+protocol error from h11 gets a 400 when a response can still be sent, then the connection is closed.  No
+request can stop the server: exceptions other than ``Cancelled`` inside a connection are logged and end that
+connection only.
+
+The map itself is not cached: every ``GET /network-map`` reads the current hashes from the store and signs
+them, so that an operator's change to the store (``corda-trio networkmap remove``) is served at once.  The
+response carries ``Cache-Control: max-age=N``, which clients use as their polling interval.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Final, final
+
+import attrs
+import h11
+import trio
+from cryptography import x509
+
+from corda_trio import pki
+
+from . import _codec
+from ._errors import MalformedPayloadError, PayloadRejectedError
+from ._model import NetworkMap
+from ._signing import sign_network_map, verify_network_parameters, verify_node_info
+from ._store import NetworkMapStore
+
+__all__ = ["HttpResponse", "NetworkMapService", "serve_network_map"]
+
+log = logging.getLogger("corda_trio.network.server")
+
+#: Largest request body (a signed NodeInfo is a few KiB).
+MAX_BODY_BYTES: Final[int] = 256 * 1024
+#: Largest request head (h11 default is 16 KiB too).
+MAX_HEAD_BYTES: Final[int] = 16 * 1024
+#: A connection that sends nothing for this long is closed.
+IDLE_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Default ``Cache-Control: max-age`` of the map, i.e. how often nodes poll.
+DEFAULT_MAX_AGE_SECONDS: Final[int] = 30
+SERVER_NAME: Final[bytes] = b"corda-trio-networkmap/1"
+_HASH_RE: Final = re.compile(r"^[0-9A-Fa-f]{64}$")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HttpResponse:
+    """A response: status, body, content type and extra headers."""
+
+    status: int
+    body: bytes
+    content_type: bytes = b"text/plain; charset=utf-8"
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    @classmethod
+    def text(cls, status: int, message: str) -> HttpResponse:
+        return cls(status=status, body=(message + "\n").encode())
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@attrs.define(eq=False)
+class NetworkMapService:
+    """Request handling of the map service, independent of sockets (testable with plain calls).
+
+    Attributes:
+        store: the persistent map.
+        trust_root: the network root every NodeInfo must chain to.
+        map_key: the network map signing key.
+        map_cert_path: its certificate path (map certificate first, root excluded).
+        max_age_seconds: advertised in ``Cache-Control``.
+        clock: returns the current UTC time (certificate validity checks).
+    """
+
+    store: NetworkMapStore
+    trust_root: x509.Certificate
+    map_key: pki.CaKey
+    map_cert_path: Sequence[x509.Certificate]
+    max_age_seconds: int = DEFAULT_MAX_AGE_SECONDS
+    clock: Callable[[], dt.datetime] = _utcnow
+
+    def minimum_platform_version(self) -> int:
+        current = self.store.current_parameters_hash()
+        if current is None:
+            return 1
+        signed = self.store.get_parameters(current)
+        assert signed is not None
+        params, _ = verify_network_parameters(signed, trust_root=self.trust_root, now=self.clock())
+        return params.minimum_platform_version
+
+    def handle(self, method: str, target: str, body: bytes) -> HttpResponse:
+        """Answer one request (blocking; run it in a worker thread)."""
+        path, _, _query = target.partition("?")
+        if path == "/network-map/publish":
+            if method != "POST":
+                return self._not_allowed("POST")
+            return self._publish(body)
+        if path == "/network-map":
+            if method not in ("GET", "HEAD"):
+                return self._not_allowed("GET, HEAD")
+            return self._get_map()
+        for prefix, getter in (
+            ("/network-map/node-info/", self.store.get_node_info),
+            ("/network-map/network-parameters/", self.store.get_parameters),
+        ):
+            if path.startswith(prefix):
+                if method not in ("GET", "HEAD"):
+                    return self._not_allowed("GET, HEAD")
+                wanted = path[len(prefix) :]
+                if not _HASH_RE.match(wanted):
+                    return HttpResponse.text(400, f"{wanted[:80]!r} is not a SHA-256 hash (64 hex digits)")
+                data = getter(wanted.upper())
+                if data is None:
+                    return HttpResponse.text(404, f"no entry with hash {wanted.upper()}")
+                return HttpResponse(
+                    status=200, body=data, content_type=b"application/octet-stream",
+                    headers=((b"cache-control", b"max-age=31536000, immutable"),),
+                )  # fmt: skip
+        return HttpResponse.text(404, f"no such resource: {path[:200]}")
+
+    @staticmethod
+    def _not_allowed(allowed: str) -> HttpResponse:
+        return attrs.evolve(
+            HttpResponse.text(405, f"method not allowed; use {allowed}"),
+            headers=((b"allow", allowed.encode()),),
+        )
+
+    def _publish(self, body: bytes) -> HttpResponse:
+        if not body:
+            return HttpResponse.text(400, "empty body: expected a signed NodeInfo")
+        try:
+            node = verify_node_info(
+                body,
+                trust_root=self.trust_root,
+                now=self.clock(),
+                minimum_platform_version=self.minimum_platform_version(),
+            )
+        except MalformedPayloadError as exc:
+            return HttpResponse.text(400, f"malformed NodeInfo: {exc}")
+        except PayloadRejectedError as exc:
+            log.warning("refused NodeInfo: %s", exc)
+            return HttpResponse.text(403, f"{exc.reason}: {exc}")
+        result = self.store.put_node_info(node)
+        if result == "stale":
+            current = self.store.current_serial(str(node.legal_name))
+            return HttpResponse.text(
+                409,
+                f"stale-serial: the map holds serial {current} for {node.legal_name}; "
+                f"publish a higher serial than {node.node_info.serial}",
+            )
+        log.info("NodeInfo of %s %s (%s)", node.legal_name, result, node.hash)
+        return HttpResponse.text(200, f"{result} {node.hash}")
+
+    def signed_map(self) -> bytes:
+        params_hash = self.store.current_parameters_hash()
+        if params_hash is None:
+            raise RuntimeError("the store has no current network parameters")
+        network_map = NetworkMap(
+            node_info_hashes=tuple(self.store.node_info_hashes()), network_parameters_hash=params_hash
+        )
+        return _codec.encode(sign_network_map(network_map, self.map_key, self.map_cert_path).to_wire())
+
+    def _get_map(self) -> HttpResponse:
+        return HttpResponse(
+            status=200,
+            body=self.signed_map(),
+            content_type=b"application/octet-stream",
+            headers=((b"cache-control", f"max-age={self.max_age_seconds}".encode()),),
+        )
+
+
+async def serve_network_map(
+    service: NetworkMapService,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``service`` on ``host:port`` until cancelled (``port=0``: any free port, see the listeners)."""
+    limiter = trio.CapacityLimiter(1)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        try:
+            await _serve_connection(service, stream, limiter)
+        except Exception:  # one bad connection must never stop the server
+            log.exception("network map connection failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+
+
+async def _send(
+    stream: trio.SocketStream, conn: h11.Connection, response: HttpResponse, *, head: bool
+) -> None:
+    headers = [
+        (b"content-type", response.content_type),
+        (b"content-length", str(len(response.body)).encode()),
+        (b"server", SERVER_NAME),
+        *response.headers,
+    ]
+    if response.status >= 400:
+        headers.append((b"connection", b"close"))
+    data = conn.send(h11.Response(status_code=response.status, headers=headers))
+    if not head:
+        data += conn.send(h11.Data(data=response.body))
+    data += conn.send(h11.EndOfMessage())
+    await stream.send_all(data)
+
+
+async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Event | type[h11.PAUSED]:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        data = await stream.receive_some(65536)
+        conn.receive_data(data)
+
+
+async def _serve_connection(
+    service: NetworkMapService, stream: trio.SocketStream, limiter: trio.CapacityLimiter
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    while True:
+        try:
+            with trio.move_on_after(IDLE_TIMEOUT_SECONDS) as idle:
+                event = await _next_event(stream, conn)
+            if idle.cancelled_caught:
+                return
+            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return
+            if not isinstance(event, h11.Request):
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}", 400)
+            request = event
+            length = dict(request.headers).get(b"content-length")
+            if length is not None and int(length) > MAX_BODY_BYTES:
+                await _send(stream, conn, HttpResponse.text(413, f"body larger than {MAX_BODY_BYTES} bytes"),
+                            head=False)  # fmt: skip
+                return
+            body = bytearray()
+            with trio.move_on_after(IDLE_TIMEOUT_SECONDS) as body_timeout:
+                while True:
+                    event = await _next_event(stream, conn)
+                    if isinstance(event, h11.Data):
+                        body += event.data
+                        if len(body) > MAX_BODY_BYTES:
+                            await _send(stream, conn, HttpResponse.text(413, "body too large"), head=False)
+                            return
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    else:
+                        raise h11.RemoteProtocolError(
+                            "connection closed in the middle of a request body", 400
+                        )
+            if body_timeout.cancelled_caught:
+                return
+        except h11.RemoteProtocolError as exc:
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                status = exc.error_status_hint if 400 <= exc.error_status_hint < 500 else 400
+                await _send(stream, conn, HttpResponse.text(status, f"bad request: {exc}"), head=False)
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        method = request.method.decode("ascii", "replace")
+        target = request.target.decode("ascii", "replace")
+        try:
+            response = await trio.to_thread.run_sync(
+                service.handle, method, target, bytes(body), limiter=limiter
+            )
+        except Exception as exc:  # a bug or a broken store: answer 500 and keep serving
+            log.exception("network map request %s %s failed", method, target)
+            response = HttpResponse.text(500, f"internal error: {type(exc).__name__}")
+        await _send(stream, conn, response, head=method == "HEAD")
+        if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+            return
+        try:
+            conn.start_next_cycle()
+        except h11.LocalProtocolError:
+            return

@@ -1,0 +1,152 @@
+"""Wire forms, canonical encoding, signatures, and tampered payloads."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from corda_trio import network, pki
+from corda_trio.network import _codec
+
+from .conftest import ALICE, NOW, PARAMS, der_path, signed_node_info
+
+
+def test_node_info_round_trip_and_verify(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
+    data = signed_node_info(alice, port=10002, serial=5)
+    node = network.verify_node_info(data, trust_root=creds.root.cert, now=NOW)
+    assert node.legal_name == ALICE
+    assert node.node_info.addresses == (network.NetworkHostAndPort(host="127.0.0.1", port=10002),)
+    assert node.node_info.serial == 5
+    assert node.identity_key_hash == pki.key_hash(alice.identity.key.public_key())
+    assert node.serialize() == data
+    assert node.hash == network.sha256_hex(node.signed.raw) and len(node.hash) == 64
+
+
+def test_parameters_and_map_round_trip(creds: pki.NetworkCredentials) -> None:
+    signed = network.sign_network_parameters(PARAMS, creds.network_map.key, [creds.network_map.cert])
+    params, params_hash = network.verify_network_parameters(
+        _codec.encode(signed.to_wire()), trust_root=creds.root.cert, now=NOW
+    )
+    assert params == PARAMS and params_hash == network.sha256_hex(signed.raw)
+    m = network.NetworkMap(node_info_hashes=("AB" * 32, "01" * 32), network_parameters_hash=params_hash)
+    signed_map = network.sign_network_map(m, creds.network_map.key, [creds.network_map.cert])
+    got = network.verify_network_map(_codec.encode(signed_map.to_wire()), trust_root=creds.root.cert, now=NOW)
+    assert got.node_info_hashes == ("01" * 32, "AB" * 32)  # sorted on the wire
+
+
+def test_tampered_node_info_is_refused(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
+    signed = network.decode_signed_node_info(signed_node_info(alice, port=10002))
+    obj = msgpack.unpackb(signed.raw)
+    obj[2][0][1] = 10003  # redirect Alice's traffic to another port
+    tampered = network.SignedNodeInfo(raw=_codec.encode(obj), signatures=signed.signatures)
+    with pytest.raises(network.PayloadRejectedError) as info:
+        network.verify_node_info(tampered, trust_root=creds.root.cert, now=NOW)
+    assert info.value.reason == "bad-signature"
+
+
+def test_node_info_signed_by_someone_else(
+    creds: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials
+) -> None:
+    """Bob signs a NodeInfo claiming Alice's identity: the signature is not by Alice's key."""
+    info = network.NodeInfo(
+        addresses=(network.NetworkHostAndPort(host="127.0.0.1", port=1),),
+        legal_identities=(der_path(alice.identity_chain),),
+        platform_version=1,
+        serial=1,
+    )
+    with pytest.raises(network.PayloadRejectedError, match="not by the key of legal identity"):
+        network.verify_node_info(
+            network.sign_node_info(info, [bob.identity.key]), trust_root=creds.root.cert, now=NOW
+        )
+
+
+def test_node_info_from_another_root(creds: pki.NetworkCredentials) -> None:
+    other = pki.NetworkCredentials.create(now=NOW)
+    mallory = other.issue_node(ALICE, now=NOW)
+    with pytest.raises(network.PayloadRejectedError) as info:
+        network.verify_node_info(signed_node_info(mallory), trust_root=creds.root.cert, now=NOW)
+    assert info.value.reason == "untrusted-root"
+
+
+def test_tls_certificate_is_not_a_legal_identity(
+    creds: pki.NetworkCredentials, alice: pki.NodeCredentials
+) -> None:
+    info = network.NodeInfo(
+        addresses=(network.NetworkHostAndPort(host="h", port=1),),
+        legal_identities=(der_path(alice.tls_chain),),
+        platform_version=1,
+        serial=1,
+    )
+    with pytest.raises(network.PayloadRejectedError) as err:
+        network.verify_node_info(
+            network.sign_node_info(info, [alice.tls.key]), trust_root=creds.root.cert, now=NOW
+        )
+    assert err.value.reason == "wrong-role"
+
+
+def test_map_signed_by_a_node_is_refused(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
+    m = network.NetworkMap(node_info_hashes=(), network_parameters_hash="00" * 32)
+    forged = network.sign_network_map(m, alice.tls.key, alice.tls_chain)
+    with pytest.raises(network.PayloadRejectedError) as err:
+        network.verify_network_map(forged, trust_root=creds.root.cert, now=NOW)
+    assert err.value.reason == "wrong-role"
+    signed = network.sign_network_map(m, creds.network_map.key, [creds.network_map.cert])
+    flipped = network.SignedWithCert(raw=signed.raw[:-1] + b"\x01", signature=signed.signature,
+                                     cert_path=signed.cert_path)  # fmt: skip
+    with pytest.raises(network.PayloadRejectedError, match="signature"):
+        network.verify_network_map(flipped, trust_root=creds.root.cert, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "not valid msgpack"),
+        (b"\xc1", "not valid msgpack"),
+        (b"\x93\x01\x02", "not valid msgpack"),
+        (msgpack.packb({"a": 1}), "contains a dict"),
+        (msgpack.packb([1.5]), "contains a float"),
+        (msgpack.packb(["corda-trio/signed-node-info", 1, b"x", [b"s"]]) + b"\x00", "not valid msgpack"),
+        (bytes.fromhex("94") + msgpack.packb("corda-trio/signed-node-info") + bytes.fromhex("d001")
+         + msgpack.packb(b"x") + msgpack.packb([b"s"]), "canonical"),  # int 1 encoded as int8
+        (msgpack.packb(["corda-trio/node-info", 1, b"x", [b"s"]]), "expected type tag"),
+        (msgpack.packb(["corda-trio/signed-node-info", 2, b"x", [b"s"]]), "unsupported format version"),
+        (msgpack.packb(["corda-trio/signed-node-info", 1, b"x"]), "expected 2 fields"),
+        (msgpack.packb(["corda-trio/signed-node-info", 1, "x", [b"s"]]), "raw node info"),
+    ],
+)  # fmt: skip
+def test_malformed_envelopes(data: bytes, message: str) -> None:
+    with pytest.raises(network.MalformedPayloadError, match=message):
+        network.decode_signed_node_info(data)
+
+
+def test_bad_node_info_fields(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
+    good = network.NodeInfo(
+        addresses=(network.NetworkHostAndPort(host="h", port=1),),
+        legal_identities=(der_path(alice.identity_chain),),
+        platform_version=1,
+        serial=1,
+    ).to_wire()
+    for index, value, message in [
+        (2, [], "addresses"),
+        (2, [["h", 0]], "port must be in 1..65535"),
+        (2, [["h/x", 1]], "not allowed in a host"),
+        (3, [[b"not der"]], "not valid DER"),
+        (4, 0, "platform version"),
+        (5, -1, "serial"),
+        (5, True, "serial"),
+    ]:
+        obj = list(good)
+        obj[index] = value
+        raw = _codec.encode(obj)
+        envelope = network.SignedNodeInfo(raw=raw, signatures=(alice.identity.key.sign(raw),))
+        with pytest.raises(network.MalformedPayloadError, match=message):
+            network.verify_node_info(envelope, trust_root=creds.root.cert, now=NOW)
+
+
+def test_host_and_port_parsing() -> None:
+    assert str(network.NetworkHostAndPort.parse("127.0.0.1:10002")) == "127.0.0.1:10002"
+    assert network.NetworkHostAndPort.parse("[::1]:5").host == "::1"
+    assert str(network.NetworkHostAndPort.parse("[::1]:5")) == "[::1]:5"
+    for bad in ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5"):
+        with pytest.raises(ValueError):
+            network.NetworkHostAndPort.parse(bad)
