@@ -257,7 +257,10 @@ class NetworkMapUpdater:
         task_status.started()
         async with trio.open_nursery() as nursery:
             if self.client is not None and self.own_node_info is not None:
-                nursery.start_soon(self._publish_with_retry)
+                try:  # first attempt inline, so the first poll already sees our own NodeInfo
+                    log.info("published own NodeInfo: %s", await self.publish_own())
+                except NetworkMapError:
+                    nursery.start_soon(self._publish_with_retry)
             retry = RETRY_INITIAL_SECONDS
             while True:
                 try:

@@ -1,0 +1,126 @@
+"""Node-side updater: publish -> poll -> added / changed / removed events across two clients, the persisted
+cache, and directory mode."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import trio
+
+from corda_trio import network, pki
+
+from .conftest import ALICE, BOB, NOW, signed_node_info
+
+
+def _updater(
+    creds: pki.NetworkCredentials,
+    db: Path,
+    *,
+    port: int | None = None,
+    directory: Path | None = None,
+    own: bytes | None = None,
+) -> tuple[network.NetworkMapUpdater, trio.MemoryReceiveChannel[network.MapEvent]]:
+    send, receive = trio.open_memory_channel[network.MapEvent](100)
+    updater = network.NetworkMapUpdater(
+        trust_root=creds.root.cert,
+        cache=network.NodeInfoCache(db),
+        events=send,
+        client=network.NetworkMapClient(f"http://127.0.0.1:{port}") if port else None,
+        node_infos_dir=directory,
+        own_node_info=own,
+    )
+    return updater, receive
+
+
+def _summary(events: list[network.MapEvent]) -> list[tuple[str, str]]:
+    out = []
+    for e in events:
+        if isinstance(e, network.NodeAdded | network.NodeRemoved):
+            out.append((type(e).__name__, str(e.node.legal_name)))
+        elif isinstance(e, network.NodeChanged):
+            out.append(("NodeChanged", str(e.new.legal_name)))
+        else:
+            out.append((type(e).__name__, e.new_hash[:8]))
+    return out
+
+
+async def test_two_clients_see_each_other_and_changes(
+    map_server: tuple[network.NetworkMapService, int],
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tmp_path: Path,
+) -> None:
+    service, port = map_server
+    a, a_events = _updater(creds, tmp_path / "a.db", port=port, own=signed_node_info(alice, 10002, serial=1))
+    b, _b_events = _updater(creds, tmp_path / "b.db", port=port, own=signed_node_info(bob, 10003, serial=1))
+    await a.publish_own()
+    await b.publish_own()
+    events, interval = await a.poll_once()
+    assert interval == 7.0
+    params_hash = service.store.current_parameters_hash()
+    assert params_hash is not None
+    assert _summary(events) == [
+        ("NetworkParametersChanged", params_hash[:8]), ("NodeAdded", str(ALICE)), ("NodeAdded", str(BOB)),
+    ]  # fmt: skip
+    assert _summary(events) == _summary([a_events.receive_nowait() for _ in events])
+    events, _ = await b.poll_once()
+    assert {n for _, n in _summary(events)[1:]} == {str(ALICE), str(BOB)}
+    assert b.nodes()[str(ALICE)].node_info.addresses[0].port == 10002
+    # Nothing new: no events.
+    assert (await a.poll_once())[0] == []
+    # Bob moves to another port: both see "changed" with new addresses.
+    await network.NetworkMapClient(f"http://127.0.0.1:{port}").publish(signed_node_info(bob, 20003, serial=2))
+    (changed,), _ = await a.poll_once()
+    assert isinstance(changed, network.NodeChanged) and changed.addresses_changed
+    assert changed.new.node_info.addresses[0].port == 20003 and changed.old.node_info.serial == 1
+    assert _summary((await b.poll_once())[0]) == [("NodeChanged", str(BOB))]
+    # The operator removes Alice: both see "removed".
+    assert service.store.remove_node(str(ALICE))
+    assert _summary((await a.poll_once())[0]) == [("NodeRemoved", str(ALICE))]
+    assert _summary((await b.poll_once())[0]) == [("NodeRemoved", str(ALICE))]
+
+    # Restart of A: the persisted cache comes back as NodeAdded events, then polling has nothing new.
+    a.cache.close()
+    a2, _a2_events = _updater(creds, tmp_path / "a.db", port=port)
+    assert _summary(await a2.load_cache()) == [("NodeAdded", str(BOB))]
+    assert a2.nodes()[str(BOB)].node_info.addresses[0].port == 20003
+    assert (await a2.poll_once())[0] == []
+
+
+async def test_run_publishes_and_polls(
+    map_server: tuple[network.NetworkMapService, int],
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+) -> None:
+    _, port = map_server
+    a, a_events = _updater(creds, tmp_path / "a.db", port=port, own=signed_node_info(alice, 10002))
+    await nursery.start(a.run)
+    with trio.fail_after(10):
+        seen = []
+        while ("NodeAdded", str(ALICE)) not in seen:  # its own NodeInfo comes back from the map
+            seen.extend(_summary([await a_events.receive()]))
+
+
+async def test_bad_entries_are_ignored_and_directory_mode(
+    creds: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials, tmp_path: Path
+) -> None:
+    infos = tmp_path / "additional-node-infos"
+    infos.mkdir()
+    alice_info = signed_node_info(alice, 10002, serial=1)
+    (infos / f"nodeInfo-{network.decode_signed_node_info(alice_info).hash}").write_bytes(alice_info)
+    (infos / "nodeInfo-garbage").write_bytes(b"garbage")
+    mallory = pki.NetworkCredentials.create(now=NOW).issue_node(BOB, now=NOW)
+    (infos / "nodeInfo-mallory").write_bytes(signed_node_info(mallory))
+    (infos / "README").write_text("not a node info")
+    u, _ = _updater(creds, tmp_path / "c.db", directory=infos)
+    assert _summary((await u.poll_once())[0]) == [("NodeAdded", str(ALICE))]
+    # A newer serial in another file wins; the old file can stay.
+    (infos / "nodeInfo-alice-2").write_bytes(signed_node_info(alice, 10009, serial=2))
+    (changed,), _ = await u.poll_once()
+    assert isinstance(changed, network.NodeChanged) and changed.new.node_info.addresses[0].port == 10009
+    shutil.rmtree(infos)
+    assert _summary((await u.poll_once())[0]) == [("NodeRemoved", str(ALICE))]
