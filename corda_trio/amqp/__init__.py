@@ -5,14 +5,34 @@ delivery states, terminus, message sections and :class:`Message`, frames and :cl
 the errors with their AMQP conditions.
 """
 
+from ._config import ConnectionConfig as ConnectionConfig
+from ._config import default_container_id as default_container_id
+from ._connection import Connection as Connection
 from ._decode import MAX_ZERO_WIDTH_ARRAY_COUNT as MAX_ZERO_WIDTH_ARRAY_COUNT
 from ._decode import decode_value as decode_value
 from ._encode import encode_value as encode_value
+from ._engine_errors import ConnectionClosedError as ConnectionClosedError
+from ._engine_errors import LocalProtocolError as LocalProtocolError
+from ._engine_errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import AmqpError as AmqpError
 from ._errors import Condition as Condition
 from ._errors import DecodeError as DecodeError
 from ._errors import EncodeError as EncodeError
 from ._errors import FramingError as FramingError
+from ._events import ConnectionClosed as ConnectionClosed
+from ._events import ConnectionOpened as ConnectionOpened
+from ._events import CreditUpdated as CreditUpdated
+from ._events import DeliveryReceived as DeliveryReceived
+from ._events import DeliverySettled as DeliverySettled
+from ._events import DeliveryStateChanged as DeliveryStateChanged
+from ._events import Event as Event
+from ._events import LinkAttached as LinkAttached
+from ._events import LinkAttachRequested as LinkAttachRequested
+from ._events import LinkDetached as LinkDetached
+from ._events import SaslCompleted as SaslCompleted
+from ._events import SessionBegun as SessionBegun
+from ._events import SessionEnded as SessionEnded
+from ._events import TransferAborted as TransferAborted
 from ._frames import AMQP_HEADER as AMQP_HEADER
 from ._frames import EMPTY_FRAME as EMPTY_FRAME
 from ._frames import MIN_MAX_FRAME_SIZE as MIN_MAX_FRAME_SIZE
@@ -60,6 +80,9 @@ from ._performatives import Target as Target
 from ._performatives import TerminusDurability as TerminusDurability
 from ._performatives import TerminusExpiryPolicy as TerminusExpiryPolicy
 from ._performatives import Transfer as Transfer
+from ._state import ConnectionState as ConnectionState
+from ._state import LinkState as LinkState
+from ._state import SessionState as SessionState
 from ._types import Array as Array
 from ._types import Byte as Byte
 from ._types import Char as Char
@@ -80,14 +103,100 @@ from ._types import UShort as UShort
 
 __all__ = [
     # codec (issue 2)
-    "AMQP_HEADER", "DELIVERY_STATES", "EMPTY_FRAME", "MAX_ZERO_WIDTH_ARRAY_COUNT", "MIN_MAX_FRAME_SIZE",
-    "PERFORMATIVES", "SASL_FRAMES", "SASL_HEADER", "TLS_HEADER",
-    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "Array", "Attach", "Begin", "Byte", "Char", "Close",
-    "Condition", "Decimal32", "Decimal64", "Decimal128", "DecodeError", "Described", "Detach", "Disposition",
-    "EncodeError", "End", "Error", "Float", "Flow", "Frame", "FrameBuffer", "FrameType", "FramingError",
-    "Header", "Int", "Long", "Message", "Modified", "Open", "Properties", "Received", "ReceiverSettleMode",
-    "Rejected", "Released", "Role", "SaslChallenge", "SaslCode", "SaslInit", "SaslMechanisms", "SaslOutcome",
-    "SaslResponse", "SenderSettleMode", "Short", "Source", "Symbol", "Target", "TerminusDurability",
-    "TerminusExpiryPolicy", "Timestamp", "Transfer", "UByte", "UInt", "ULong", "UShort",
-    "decode_frame", "decode_value", "encode_empty_frame", "encode_frame", "encode_value",
+    "AMQP_HEADER",
+    "DELIVERY_STATES",
+    "EMPTY_FRAME",
+    "MAX_ZERO_WIDTH_ARRAY_COUNT",
+    "MIN_MAX_FRAME_SIZE",
+    "PERFORMATIVES",
+    "SASL_FRAMES",
+    "SASL_HEADER",
+    "TLS_HEADER",
+    "Accepted",
+    "AmqpError",
+    "AmqpSequence",
+    "AmqpValue",
+    "Array",
+    "Attach",
+    "Begin",
+    "Byte",
+    "Char",
+    "Close",
+    "Condition",
+    # connection engine (issue 3)
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionClosedError",
+    "ConnectionConfig",
+    "ConnectionOpened",
+    "ConnectionState",
+    "CreditUpdated",
+    "Decimal32",
+    "Decimal64",
+    "Decimal128",
+    "DecodeError",
+    "DeliveryReceived",
+    "DeliverySettled",
+    "DeliveryStateChanged",
+    "Described",
+    "Detach",
+    "Disposition",
+    "EncodeError",
+    "End",
+    "Error",
+    "Event",
+    "Float",
+    "Flow",
+    "Frame",
+    "FrameBuffer",
+    "FrameType",
+    "FramingError",
+    "Header",
+    "Int",
+    "LinkAttachRequested",
+    "LinkAttached",
+    "LinkDetached",
+    "LinkState",
+    "LocalProtocolError",
+    "Long",
+    "Message",
+    "Modified",
+    "Open",
+    "Properties",
+    "Received",
+    "ReceiverSettleMode",
+    "Rejected",
+    "Released",
+    "RemoteProtocolError",
+    "Role",
+    "SaslChallenge",
+    "SaslCode",
+    "SaslCompleted",
+    "SaslInit",
+    "SaslMechanisms",
+    "SaslOutcome",
+    "SaslResponse",
+    "SenderSettleMode",
+    "SessionBegun",
+    "SessionEnded",
+    "SessionState",
+    "Short",
+    "Source",
+    "Symbol",
+    "Target",
+    "TerminusDurability",
+    "TerminusExpiryPolicy",
+    "Timestamp",
+    "Transfer",
+    "TransferAborted",
+    "UByte",
+    "UInt",
+    "ULong",
+    "UShort",
+    "decode_frame",
+    "decode_value",
+    "default_container_id",
+    "encode_empty_frame",
+    "encode_frame",
+    "encode_value",
 ]  # fmt: skip

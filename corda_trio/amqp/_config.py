@@ -48,11 +48,15 @@ def _uint(instance: object, attribute: attrs.Attribute[int], value: int) -> None
         raise ValueError(f"{attribute.name} must fit a uint (0..{UINT_MAX}), got {value}")
 
 
-def _mechanisms(instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+def _mechanisms(
+    instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
+) -> None:
     unknown = [m for m in value if m not in SASL_MECHANISMS_KNOWN]
     if unknown:
-        raise ValueError(f"{attribute.name}: unsupported SASL mechanism(s) {unknown}; "
-                         f"supported: {sorted(SASL_MECHANISMS_KNOWN)}")
+        raise ValueError(
+            f"{attribute.name}: unsupported SASL mechanism(s) {unknown}; "
+            f"supported: {sorted(SASL_MECHANISMS_KNOWN)}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -109,8 +113,10 @@ class ConnectionConfig:
 
     def __attrs_post_init__(self) -> None:
         if self.max_frame_size < MIN_MAX_FRAME_SIZE_BYTES:
-            raise ValueError(f"max_frame_size must be >= {MIN_MAX_FRAME_SIZE_BYTES} (spec 2.7.1), "
-                             f"got {self.max_frame_size}")
+            raise ValueError(
+                f"max_frame_size must be >= {MIN_MAX_FRAME_SIZE_BYTES} (spec 2.7.1), "
+                f"got {self.max_frame_size}"
+            )
         if not 0 <= self.channel_max <= 65_535:
             raise ValueError(f"channel_max must fit a ushort, got {self.channel_max}")
         if self.idle_timeout_ms is not None:

@@ -26,8 +26,8 @@ came before the violation). The driver flushes the ``close`` and drops the trans
 
 Outgoing transfers are split at the peer's max-frame-size; frames that do not fit the peer's session window
 wait in the session (see ``_session.py``). Dispositions that the application queues with ``settle`` are
-coalesced into ranges (``first``..``last``) when the output is drained, so settling 1,000 deliveries one by one
-costs a handful of frames.
+coalesced into ranges (``first``..``last``) when the output is drained, so settling 1,000 deliveries one
+by one costs a handful of frames.
 
 Idle timeout (spec 2.4.5): we advertise half our real threshold; we send an empty frame when we have sent
 nothing for half the peer's advertised value; a peer silent for our full threshold gets ``close`` with
@@ -143,7 +143,9 @@ class Connection:
         if client:
             if cfg.sasl:
                 self._sasl_client = SaslClient(
-                    mechanisms=cfg.sasl_mechanisms, username=cfg.sasl_username, password=cfg.sasl_password,
+                    mechanisms=cfg.sasl_mechanisms,
+                    username=cfg.sasl_username,
+                    password=cfg.sasl_password,
                     hostname=cfg.hostname,
                 )
                 self._out.append(SASL_HEADER)
@@ -273,13 +275,16 @@ class Connection:
         if timeout_ms and state in _OPEN_SENT_STATES:
             limit = self._last_rx + timeout_ms / 1000
             if now >= limit:
-                description = (f"no frame received for {now - self._last_rx:.3f} s; "
-                               f"our idle timeout is {timeout_ms} ms (advertised "
-                               f"{self.config.idle_time_out_field} ms)")
+                description = (
+                    f"no frame received for {now - self._last_rx:.3f} s; "
+                    f"our idle timeout is {timeout_ms} ms (advertised "
+                    f"{self.config.idle_time_out_field} ms)"
+                )
                 self._events = []
                 self._fail(Condition.RESOURCE_LIMIT_EXCEEDED, description)
-                raise RemoteProtocolError(description, condition=Condition.RESOURCE_LIMIT_EXCEEDED,
-                                          events=self._events)
+                raise RemoteProtocolError(
+                    description, condition=Condition.RESOURCE_LIMIT_EXCEEDED, events=self._events
+                )
             deadline = limit
         peer_ms = self.remote_idle_timeout_ms
         if peer_ms and state in (_CS.OPENED, _CS.CLOSE_RCVD):
@@ -318,8 +323,10 @@ class Connection:
         while channel in self._sessions:
             channel += 1
         if channel > self.remote_channel_max:
-            raise LocalProtocolError(f"the peer's channel-max {self.remote_channel_max} is used up",
-                                     condition=Condition.RESOURCE_LIMIT_EXCEEDED)
+            raise LocalProtocolError(
+                f"the peer's channel-max {self.remote_channel_max} is used up",
+                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+            )
         session = self._new_session(channel, incoming_window, handle_max)
         session.machine.process(SessionInput.SEND_BEGIN)
         self._send_begin(session)
@@ -337,28 +344,65 @@ class Connection:
     # ------------------------------------------------------------------------------------------------
     # link-level calls
 
-    def attach_sender(self, channel: int, *, name: str, target: Any, source: Any = None,
-                      snd_settle_mode: int | None = None, rcv_settle_mode: int | None = None,
-                      properties: dict[Symbol, Any] | None = None) -> int:
+    def attach_sender(
+        self,
+        channel: int,
+        *,
+        name: str,
+        target: Any,
+        source: Any = None,
+        snd_settle_mode: int | None = None,
+        rcv_settle_mode: int | None = None,
+        properties: dict[Symbol, Any] | None = None,
+    ) -> int:
         """Queue an ``attach`` for a sending link; returns its handle.
 
         ``target`` / ``source`` may be addresses (``str``) or :class:`~corda_trio.amqp.Target` /
         :class:`~corda_trio.amqp.Source` objects.
         """
-        return self._attach(channel, name=name, role=P.Role.SENDER, source=_source(source),
-                            target=_target(target), snd_settle_mode=snd_settle_mode,
-                            rcv_settle_mode=rcv_settle_mode, properties=properties)
+        return self._attach(
+            channel,
+            name=name,
+            role=P.Role.SENDER,
+            source=_source(source),
+            target=_target(target),
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            properties=properties,
+        )
 
-    def attach_receiver(self, channel: int, *, name: str, source: Any, target: Any = None,
-                        snd_settle_mode: int | None = None, rcv_settle_mode: int | None = None,
-                        properties: dict[Symbol, Any] | None = None) -> int:
+    def attach_receiver(
+        self,
+        channel: int,
+        *,
+        name: str,
+        source: Any,
+        target: Any = None,
+        snd_settle_mode: int | None = None,
+        rcv_settle_mode: int | None = None,
+        properties: dict[Symbol, Any] | None = None,
+    ) -> int:
         """Queue an ``attach`` for a receiving link (no credit yet: call :meth:`flow`); returns its handle."""
-        return self._attach(channel, name=name, role=P.Role.RECEIVER, source=_source(source),
-                            target=_target(target), snd_settle_mode=snd_settle_mode,
-                            rcv_settle_mode=rcv_settle_mode, properties=properties)
+        return self._attach(
+            channel,
+            name=name,
+            role=P.Role.RECEIVER,
+            source=_source(source),
+            target=_target(target),
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            properties=properties,
+        )
 
-    def accept_link(self, channel: int, handle: int, *, source: Any = None, target: Any = None,
-                    properties: dict[Symbol, Any] | None = None) -> None:
+    def accept_link(
+        self,
+        channel: int,
+        handle: int,
+        *,
+        source: Any = None,
+        target: Any = None,
+        properties: dict[Symbol, Any] | None = None,
+    ) -> None:
         """Answer a :class:`LinkAttachRequested` with our ``attach`` (source/target default to the peer's)."""
         link = self.link(channel, handle)
         if link.state is not LinkState.ATTACH_RCVD:
@@ -387,11 +431,15 @@ class Connection:
         link = self.link(channel, handle)
         self._flush_dispositions()
         link.machine.process(LinkInput.SEND_DETACH)
-        self._out.append(encode_frame(P.Detach(handle=link.handle, closed=closed, error=error), session.channel))
+        self._out.append(
+            encode_frame(P.Detach(handle=link.handle, closed=closed, error=error), session.channel)
+        )
         if link.state is LinkState.DETACHED:
             self._drop_link(session, link, error=error, closed=closed, by_peer=True)
 
-    def flow(self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False) -> None:
+    def flow(
+        self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False
+    ) -> None:
         """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``."""
         link = self.link(channel, handle)
         if link.is_sender:
@@ -411,8 +459,16 @@ class Connection:
         link.link_credit = 0
         self._send_flow(self.session(channel), link)
 
-    def send_transfer(self, channel: int, handle: int, payload: bytes, *, delivery_tag: bytes | None = None,
-                      settled: bool | None = None, message_format: int = 0) -> int:
+    def send_transfer(
+        self,
+        channel: int,
+        handle: int,
+        payload: bytes,
+        *,
+        delivery_tag: bytes | None = None,
+        settled: bool | None = None,
+        message_format: int = 0,
+    ) -> int:
         """Queue a delivery (split into frames at the peer's max-frame-size); returns its delivery id.
 
         Args:
@@ -430,21 +486,28 @@ class Connection:
         if link is None or session is None:
             raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
         if link.role or link.machine.state is not LinkState.ATTACHED:
-            raise LocalProtocolError(f"link {link.name!r} is not an attached sending link "
-                                     f"({link.machine.state.value})")
+            raise LocalProtocolError(
+                f"link {link.name!r} is not an attached sending link ({link.machine.state.value})"
+            )
         self._check_can_send()
         if link.link_credit <= 0:
-            raise LocalProtocolError(f"link {link.name!r} has no credit",
-                                     condition=Condition.TRANSFER_LIMIT_EXCEEDED)
+            raise LocalProtocolError(
+                f"link {link.name!r} has no credit", condition=Condition.TRANSFER_LIMIT_EXCEEDED
+            )
         limit = link.remote_max_message_size
         if limit and len(payload) > limit:
-            raise LocalProtocolError(f"message of {len(payload)} bytes exceeds the peer's max-message-size "
-                                     f"{limit}", condition=Condition.MESSAGE_SIZE_EXCEEDED)
+            raise LocalProtocolError(
+                f"message of {len(payload)} bytes exceeds the peer's max-message-size {limit}",
+                condition=Condition.MESSAGE_SIZE_EXCEEDED,
+            )
         if settled is None:
             settled = link.snd_settle_mode == P.SenderSettleMode.SETTLED
         if delivery_tag is None:
-            delivery_tag = link.next_tag.to_bytes(8, "big") if link.next_tag > 0xFFFFFFFF else \
-                link.next_tag.to_bytes(4, "big")
+            delivery_tag = (
+                link.next_tag.to_bytes(8, "big")
+                if link.next_tag > 0xFFFFFFFF
+                else link.next_tag.to_bytes(4, "big")
+            )
             link.next_tag += 1
         if self._dispositions_dirty:
             self._flush_dispositions()
@@ -457,14 +520,21 @@ class Connection:
             link.unsettled[delivery_id] = delivery_tag
         ch = session.channel
         max_frame = self.remote_max_frame_size
-        first = P.Transfer(handle=link.handle, delivery_id=delivery_id, delivery_tag=delivery_tag,
-                           message_format=message_format, settled=settled, more=False)
+        first = P.Transfer(
+            handle=link.handle,
+            delivery_id=delivery_id,
+            delivery_tag=delivery_tag,
+            message_format=message_format,
+            settled=settled,
+            more=False,
+        )
         frame = encode_frame(first, ch, payload)
         if len(frame) <= max_frame:
             frames = [frame]
         else:
-            frames = self._split_transfer(link, ch, delivery_id, delivery_tag, message_format, settled,
-                                          payload, max_frame)
+            frames = self._split_transfer(
+                link, ch, delivery_id, delivery_tag, message_format, settled, payload, max_frame
+            )
         if session.blocked or session.remote_incoming_window < len(frames):
             session.blocked.extend(frames)
             self._unblock(session)
@@ -508,11 +578,18 @@ class Connection:
     def _send_open(self) -> None:
         cfg = self.config
         self._machine.process(_CI.SEND_OPEN)
-        self._out.append(encode_frame(P.Open(
-            container_id=cfg.container_id, hostname=cfg.hostname, max_frame_size=cfg.max_frame_size,
-            channel_max=cfg.channel_max, idle_time_out=cfg.idle_time_out_field,
-            properties=cfg.properties,
-        )))
+        self._out.append(
+            encode_frame(
+                P.Open(
+                    container_id=cfg.container_id,
+                    hostname=cfg.hostname,
+                    max_frame_size=cfg.max_frame_size,
+                    channel_max=cfg.channel_max,
+                    idle_time_out=cfg.idle_time_out_field,
+                    properties=cfg.properties,
+                )
+            )
+        )
 
     def _ensure_open_sent(self) -> None:
         if self._machine.state in (_CS.HDR_EXCH, _CS.OPEN_RCVD):
@@ -520,33 +597,55 @@ class Connection:
 
     def _new_session(self, channel: int, incoming_window: int | None, handle_max: int | None) -> Session:
         cfg = self.config
-        session = Session(channel=channel, incoming_window=incoming_window or cfg.incoming_window,
-                          outgoing_window=cfg.outgoing_window,
-                          handle_max=cfg.handle_max if handle_max is None else handle_max)
+        session = Session(
+            channel=channel,
+            incoming_window=incoming_window or cfg.incoming_window,
+            outgoing_window=cfg.outgoing_window,
+            handle_max=cfg.handle_max if handle_max is None else handle_max,
+        )
         self._sessions[channel] = session
         return session
 
     def _send_begin(self, session: Session) -> None:
-        self._out.append(encode_frame(P.Begin(
-            remote_channel=session.remote_channel, next_outgoing_id=session.next_outgoing_id,
-            incoming_window=session.incoming_window, outgoing_window=session.outgoing_window,
-            handle_max=session.handle_max,
-        ), session.channel))
+        self._out.append(
+            encode_frame(
+                P.Begin(
+                    remote_channel=session.remote_channel,
+                    next_outgoing_id=session.next_outgoing_id,
+                    incoming_window=session.incoming_window,
+                    outgoing_window=session.outgoing_window,
+                    handle_max=session.handle_max,
+                ),
+                session.channel,
+            )
+        )
 
-    def _attach(self, channel: int, *, name: str, role: bool, source: Any, target: Any,
-                snd_settle_mode: int | None, rcv_settle_mode: int | None,
-                properties: dict[Symbol, Any] | None) -> int:
+    def _attach(
+        self,
+        channel: int,
+        *,
+        name: str,
+        role: bool,
+        source: Any,
+        target: Any,
+        snd_settle_mode: int | None,
+        rcv_settle_mode: int | None,
+        properties: dict[Symbol, Any] | None,
+    ) -> int:
         self._check_can_send()
         session = self.session(channel)
         if session.state not in (SessionState.BEGIN_SENT, SessionState.MAPPED):
             raise LocalProtocolError(f"session {channel} is {session.state.value}; cannot attach")
         if (name, role) in session.links_by_name:
-            raise LocalProtocolError(f"a link named {name!r} with this role is already attached",
-                                     condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(
+                f"a link named {name!r} with this role is already attached", condition=Condition.NOT_ALLOWED
+            )
         handle = session.free_handle()
         if handle > session.remote_handle_max:
-            raise LocalProtocolError(f"the peer's handle-max {session.remote_handle_max} is used up",
-                                     condition=Condition.RESOURCE_LIMIT_EXCEEDED)
+            raise LocalProtocolError(
+                f"the peer's handle-max {session.remote_handle_max} is used up",
+                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+            )
         link = Link(handle=handle, name=name, role=role)
         link.source, link.target = source, target
         cfg = self.config
@@ -561,39 +660,78 @@ class Connection:
 
     def _send_attach(self, session: Session, link: Link, properties: dict[Symbol, Any] | None) -> None:
         link.machine.process(LinkInput.SEND_ATTACH)
-        self._out.append(encode_frame(P.Attach(
-            name=link.name, handle=link.handle, role=link.role, snd_settle_mode=link.snd_settle_mode,
-            rcv_settle_mode=link.rcv_settle_mode, source=link.source, target=link.target,
-            initial_delivery_count=None if link.role else link.delivery_count,
-            max_message_size=link.max_message_size if link.role else None, properties=properties,
-        ), session.channel))
+        self._out.append(
+            encode_frame(
+                P.Attach(
+                    name=link.name,
+                    handle=link.handle,
+                    role=link.role,
+                    snd_settle_mode=link.snd_settle_mode,
+                    rcv_settle_mode=link.rcv_settle_mode,
+                    source=link.source,
+                    target=link.target,
+                    initial_delivery_count=None if link.role else link.delivery_count,
+                    max_message_size=link.max_message_size if link.role else None,
+                    properties=properties,
+                ),
+                session.channel,
+            )
+        )
 
     def _send_flow(self, session: Session, link: Link | None, *, echo: bool = False) -> None:
         if self._dispositions_dirty:
             self._flush_dispositions()
         if link is None:
-            flow = P.Flow(next_incoming_id=session.next_incoming_id, incoming_window=session.incoming_window,
-                          next_outgoing_id=session.next_outgoing_id, outgoing_window=session.outgoing_window,
-                          echo=echo)
+            flow = P.Flow(
+                next_incoming_id=session.next_incoming_id,
+                incoming_window=session.incoming_window,
+                next_outgoing_id=session.next_outgoing_id,
+                outgoing_window=session.outgoing_window,
+                echo=echo,
+            )
         else:
-            flow = P.Flow(next_incoming_id=session.next_incoming_id, incoming_window=session.incoming_window,
-                          next_outgoing_id=session.next_outgoing_id, outgoing_window=session.outgoing_window,
-                          handle=link.handle, delivery_count=link.delivery_count, link_credit=link.link_credit,
-                          drain=link.drain if link.role else False, echo=echo)
+            flow = P.Flow(
+                next_incoming_id=session.next_incoming_id,
+                incoming_window=session.incoming_window,
+                next_outgoing_id=session.next_outgoing_id,
+                outgoing_window=session.outgoing_window,
+                handle=link.handle,
+                delivery_count=link.delivery_count,
+                link_credit=link.link_credit,
+                drain=link.drain if link.role else False,
+                echo=echo,
+            )
         self._out.append(encode_frame(flow, session.channel))
 
-    def _split_transfer(self, link: Link, channel: int, delivery_id: int, tag: bytes, message_format: int,
-                        settled: bool, payload: bytes, max_frame: int) -> list[bytes]:
+    def _split_transfer(
+        self,
+        link: Link,
+        channel: int,
+        delivery_id: int,
+        tag: bytes,
+        message_format: int,
+        settled: bool,
+        payload: bytes,
+        max_frame: int,
+    ) -> list[bytes]:
         """Cut one delivery into transfer frames of at most ``max_frame`` bytes (spec 2.6.14 ``more``)."""
-        first = P.Transfer(handle=link.handle, delivery_id=delivery_id, delivery_tag=tag,
-                           message_format=message_format, settled=settled, more=True)
+        first = P.Transfer(
+            handle=link.handle,
+            delivery_id=delivery_id,
+            delivery_tag=tag,
+            message_format=message_format,
+            settled=settled,
+            more=True,
+        )
         cont = P.Transfer(handle=link.handle, more=True)
         last = P.Transfer(handle=link.handle, more=False)
         first_room = max_frame - len(encode_frame(first, channel))
         cont_room = max_frame - len(encode_frame(cont, channel))
         if first_room <= 0 or cont_room <= 0:
-            raise LocalProtocolError(f"the peer's max-frame-size {max_frame} cannot hold a transfer",
-                                     condition=Condition.FRAME_SIZE_TOO_SMALL)
+            raise LocalProtocolError(
+                f"the peer's max-frame-size {max_frame} cannot hold a transfer",
+                condition=Condition.FRAME_SIZE_TOO_SMALL,
+            )
         view = memoryview(payload)
         frames = [encode_frame(first, channel, bytes(view[:first_room]))]
         pos = first_room
@@ -628,14 +766,32 @@ class Connection:
                 if did == last + 1 and r == role and s == settled and st == state:
                     last = did
                     continue
-                self._out.append(encode_frame(P.Disposition(
-                    role=role, first=first, last=last if last != first else None, settled=settled, state=state,
-                ), ch))
+                self._out.append(
+                    encode_frame(
+                        P.Disposition(
+                            role=role,
+                            first=first,
+                            last=last if last != first else None,
+                            settled=settled,
+                            state=state,
+                        ),
+                        ch,
+                    )
+                )
                 first = last = did
                 role, settled, state = r, s, st
-            self._out.append(encode_frame(P.Disposition(
-                role=role, first=first, last=last if last != first else None, settled=settled, state=state,
-            ), ch))
+            self._out.append(
+                encode_frame(
+                    P.Disposition(
+                        role=role,
+                        first=first,
+                        last=last if last != first else None,
+                        settled=settled,
+                        state=state,
+                    ),
+                    ch,
+                )
+            )
 
     # ------------------------------------------------------------------------------------------------
     # internals: failure
@@ -679,8 +835,10 @@ class Connection:
         pending = self._buffer.buffered_bytes
         where = self._phase.value if self._phase is not _Phase.AMQP else f"state {self._machine.state.value}"
         detail = f" with {pending} bytes of an incomplete frame buffered" if pending else ""
-        error = _error(Condition.CONNECTION_FORCED,
-                       f"the peer closed the transport without a close frame ({where}){detail}")
+        error = _error(
+            Condition.CONNECTION_FORCED,
+            f"the peer closed the transport without a close frame ({where}){detail}",
+        )
         self._phase = _Phase.CLOSED
         self.close_error = error
         self._events.append(ConnectionClosed(error=error, by_peer=True))
@@ -698,8 +856,10 @@ class Connection:
                 if frame is None:
                     return
                 if frame.type != 0:
-                    raise LocalProtocolError(f"SASL frame (type {frame.type}) after the AMQP header",
-                                             condition=Condition.FRAMING_ERROR)
+                    raise LocalProtocolError(
+                        f"SASL frame (type {frame.type}) after the AMQP header",
+                        condition=Condition.FRAMING_ERROR,
+                    )
                 performative = frame.performative
                 if performative is None:
                     continue  # heartbeat (empty frame)
@@ -707,7 +867,8 @@ class Connection:
                 if handler is None:
                     raise LocalProtocolError(
                         f"unexpected frame body {type(performative).__name__} in an AMQP frame",
-                        condition=Condition.NOT_IMPLEMENTED)
+                        condition=Condition.NOT_IMPLEMENTED,
+                    )
                 handler(frame.channel, performative, frame.payload)
                 if self._phase is not _Phase.AMQP:
                     return
@@ -729,7 +890,9 @@ class Connection:
         cfg = self.config
         if phase is _Phase.HEADER:  # server, first bytes from the client
             if header == SASL_HEADER and cfg.sasl:
-                self._sasl_server = SaslServer(mechanisms=cfg.sasl_mechanisms, plain_check=cfg.sasl_plain_check)
+                self._sasl_server = SaslServer(
+                    mechanisms=cfg.sasl_mechanisms, plain_check=cfg.sasl_plain_check
+                )
                 self._out.append(SASL_HEADER)
                 self._out.extend(encode_frame(f) for f in self._sasl_server.start())
                 self._phase = _Phase.SASL
@@ -745,15 +908,21 @@ class Connection:
             self._out.append(ours)
             self._phase = _Phase.CLOSED
             if header == AMQP_HEADER:
-                raise LocalProtocolError("this server requires SASL: the client sent the bare AMQP header",
-                                         condition=Condition.NOT_ALLOWED)
-            raise LocalProtocolError(f"unsupported protocol header {header!r}; we speak {ours!r}",
-                                     condition=Condition.FRAMING_ERROR)
+                raise LocalProtocolError(
+                    "this server requires SASL: the client sent the bare AMQP header",
+                    condition=Condition.NOT_ALLOWED,
+                )
+            raise LocalProtocolError(
+                f"unsupported protocol header {header!r}; we speak {ours!r}",
+                condition=Condition.FRAMING_ERROR,
+            )
         if phase is _Phase.SASL_HEADER:  # client
             if header != SASL_HEADER:
                 self._phase = _Phase.CLOSED
-                raise LocalProtocolError(f"the server answered protocol header {header!r} to our SASL header",
-                                         condition=Condition.FRAMING_ERROR)
+                raise LocalProtocolError(
+                    f"the server answered protocol header {header!r} to our SASL header",
+                    condition=Condition.FRAMING_ERROR,
+                )
             self._phase = _Phase.SASL
             return
         # AMQP_HEADER
@@ -761,7 +930,9 @@ class Connection:
             if not self.client and self._machine.state is _CS.START:
                 self._out.append(AMQP_HEADER)
             self._phase = _Phase.CLOSED
-            raise LocalProtocolError(f"expected the AMQP header, got {header!r}", condition=Condition.FRAMING_ERROR)
+            raise LocalProtocolError(
+                f"expected the AMQP header, got {header!r}", condition=Condition.FRAMING_ERROR
+            )
         self._machine.process(_CI.RECV_HEADER)
         if not self.client:
             self._machine.process(_CI.SEND_HEADER)
@@ -801,8 +972,10 @@ class Connection:
         self.remote_open = frame
         mfs = frame.max_frame_size if frame.max_frame_size is not None else UINT_MAX
         if mfs < MIN_MAX_FRAME_SIZE_BYTES:
-            raise LocalProtocolError(f"peer max-frame-size {mfs} is below the minimum 512 (spec 2.7.1)",
-                                     condition=Condition.INVALID_FIELD)
+            raise LocalProtocolError(
+                f"peer max-frame-size {mfs} is below the minimum 512 (spec 2.7.1)",
+                condition=Condition.INVALID_FIELD,
+            )
         self.remote_max_frame_size = mfs
         self.remote_channel_max = frame.channel_max if frame.channel_max is not None else 65_535
         self.remote_idle_timeout_ms = frame.idle_time_out or None
@@ -827,22 +1000,28 @@ class Connection:
     def _remote_session(self, channel: int, what: str) -> Session:
         session = self._sessions_by_remote.get(channel)
         if session is None:
-            raise LocalProtocolError(f"{what} on channel {channel}, which has no session",
-                                     condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(
+                f"{what} on channel {channel}, which has no session", condition=Condition.NOT_ALLOWED
+            )
         return session
 
     def _on_begin(self, channel: int, frame: P.Begin, payload: bytes) -> None:
         if channel > self.config.channel_max:
-            raise LocalProtocolError(f"begin on channel {channel} above our channel-max {self.config.channel_max}",
-                                     condition=Condition.FRAMING_ERROR)
+            raise LocalProtocolError(
+                f"begin on channel {channel} above our channel-max {self.config.channel_max}",
+                condition=Condition.FRAMING_ERROR,
+            )
         if channel in self._sessions_by_remote:
-            raise LocalProtocolError(f"begin on channel {channel}, which is already in use",
-                                     condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(
+                f"begin on channel {channel}, which is already in use", condition=Condition.NOT_ALLOWED
+            )
         if frame.remote_channel is not None:
             session = self._sessions.get(frame.remote_channel)
             if session is None or session.state is not SessionState.BEGIN_SENT:
-                raise LocalProtocolError(f"begin answers our channel {frame.remote_channel}, "
-                                         "where we began no session", condition=Condition.NOT_ALLOWED)
+                raise LocalProtocolError(
+                    f"begin answers our channel {frame.remote_channel}, where we began no session",
+                    condition=Condition.NOT_ALLOWED,
+                )
             initiated_by_peer = False
         else:
             local = 0
@@ -861,8 +1040,9 @@ class Connection:
         if initiated_by_peer:
             session.machine.process(SessionInput.SEND_BEGIN)
             self._send_begin(session)
-        self._events.append(SessionBegun(channel=session.channel, remote_begin=frame,
-                                         initiated_by_peer=initiated_by_peer))
+        self._events.append(
+            SessionBegun(channel=session.channel, remote_begin=frame, initiated_by_peer=initiated_by_peer)
+        )
 
     def _on_end(self, channel: int, frame: P.End, payload: bytes) -> None:
         session = self._remote_session(channel, "end")
@@ -888,28 +1068,41 @@ class Connection:
     def _on_attach(self, channel: int, frame: P.Attach, payload: bytes) -> None:
         session = self._remote_session(channel, "attach")
         if frame.handle > session.handle_max:
-            raise LocalProtocolError(f"attach with handle {frame.handle} above our handle-max {session.handle_max}",
-                                     condition=Condition.FRAMING_ERROR)
+            raise LocalProtocolError(
+                f"attach with handle {frame.handle} above our handle-max {session.handle_max}",
+                condition=Condition.FRAMING_ERROR,
+            )
         if frame.handle in session.links_by_remote:
-            raise LocalProtocolError(f"attach with handle {frame.handle}, which is already in use",
-                                     condition=Condition.HANDLE_IN_USE)
+            raise LocalProtocolError(
+                f"attach with handle {frame.handle}, which is already in use",
+                condition=Condition.HANDLE_IN_USE,
+            )
         our_role = not frame.role
         link = session.links_by_name.get((frame.name, our_role))
-        if link is not None and link.state in (LinkState.ATTACH_SENT, LinkState.DETACH_SENT) \
-                and link.remote_handle is None:
+        if (
+            link is not None
+            and link.state in (LinkState.ATTACH_SENT, LinkState.DETACH_SENT)
+            and link.remote_handle is None
+        ):
             link.machine.process(LinkInput.RECV_ATTACH)
             self._bind_remote(session, link, frame)
             if not our_role:  # we send: the receiver chooses rcv-settle-mode
                 link.rcv_settle_mode = frame.rcv_settle_mode
             if link.state is LinkState.ATTACHED:
-                self._events.append(LinkAttached(channel=session.channel, handle=link.handle, remote_attach=frame))
+                self._events.append(
+                    LinkAttached(channel=session.channel, handle=link.handle, remote_attach=frame)
+                )
             return
         if link is not None:
-            raise LocalProtocolError(f"attach for link name {frame.name!r}, which is already attached",
-                                     condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(
+                f"attach for link name {frame.name!r}, which is already attached",
+                condition=Condition.NOT_ALLOWED,
+            )
         if our_role and frame.initial_delivery_count is None:
-            raise LocalProtocolError("a sender's attach must carry initial-delivery-count (spec 2.7.3)",
-                                     condition=Condition.INVALID_FIELD)
+            raise LocalProtocolError(
+                "a sender's attach must carry initial-delivery-count (spec 2.7.3)",
+                condition=Condition.INVALID_FIELD,
+            )
         link = Link(handle=session.free_handle(), name=frame.name, role=our_role)
         link.machine.process(LinkInput.RECV_ATTACH)
         link.snd_settle_mode = frame.snd_settle_mode
@@ -936,8 +1129,10 @@ class Connection:
         session = self._remote_session(channel, "detach")
         link = session.links_by_remote.get(frame.handle)
         if link is None:
-            raise LocalProtocolError(f"detach of handle {frame.handle}, which is not attached",
-                                     condition=Condition.UNATTACHED_HANDLE)
+            raise LocalProtocolError(
+                f"detach of handle {frame.handle}, which is not attached",
+                condition=Condition.UNATTACHED_HANDLE,
+            )
         link.machine.process(LinkInput.RECV_DETACH)
         if link.state is LinkState.DETACH_RCVD:
             self._flush_dispositions()
@@ -959,8 +1154,16 @@ class Connection:
         if link.role:
             for did in [d for d, lk in session.incoming_unsettled.items() if lk is link]:
                 del session.incoming_unsettled[did]
-        self._events.append(LinkDetached(channel=session.channel, handle=link.handle, error=error, closed=closed,
-                                         by_peer=by_peer, unsettled=unsettled))
+        self._events.append(
+            LinkDetached(
+                channel=session.channel,
+                handle=link.handle,
+                error=error,
+                closed=closed,
+                by_peer=by_peer,
+                unsettled=unsettled,
+            )
+        )
 
     def _on_flow(self, channel: int, frame: P.Flow, payload: bytes) -> None:
         session = self._remote_session(channel, "flow")
@@ -976,16 +1179,25 @@ class Connection:
             return
         link = session.links_by_remote.get(frame.handle)
         if link is None:
-            raise LocalProtocolError(f"flow for handle {frame.handle}, which is not attached",
-                                     condition=Condition.UNATTACHED_HANDLE)
+            raise LocalProtocolError(
+                f"flow for handle {frame.handle}, which is not attached",
+                condition=Condition.UNATTACHED_HANDLE,
+            )
         if link.role:
             link.apply_receiver_flow(frame.delivery_count)
             link.available = frame.available
         else:
             link.apply_sender_flow(frame.delivery_count, frame.link_credit)
             link.drain = frame.drain
-        self._events.append(CreditUpdated(channel=session.channel, handle=link.handle, credit=link.link_credit,
-                                          drain=bool(frame.drain), available=frame.available))
+        self._events.append(
+            CreditUpdated(
+                channel=session.channel,
+                handle=link.handle,
+                credit=link.link_credit,
+                drain=bool(frame.drain),
+                available=frame.available,
+            )
+        )
         if frame.echo:
             self._send_flow(session, link)
 
@@ -994,42 +1206,58 @@ class Connection:
         if session is None:
             session = self._remote_session(channel, "transfer")
         if session.incoming_window <= 0:
-            raise LocalProtocolError("transfer beyond our session incoming-window "
-                                     f"({session.incoming_window_config} frames)",
-                                     condition=Condition.WINDOW_VIOLATION)
+            raise LocalProtocolError(
+                f"transfer beyond our session incoming-window ({session.incoming_window_config} frames)",
+                condition=Condition.WINDOW_VIOLATION,
+            )
         session.incoming_window -= 1
         if session.next_incoming_id is not None:
             session.next_incoming_id = (session.next_incoming_id + 1) % SERIAL_MOD
         link = session.links_by_remote.get(frame.handle)
         if link is None:
-            raise LocalProtocolError(f"transfer on handle {frame.handle}, which is not attached",
-                                     condition=Condition.UNATTACHED_HANDLE)
+            raise LocalProtocolError(
+                f"transfer on handle {frame.handle}, which is not attached",
+                condition=Condition.UNATTACHED_HANDLE,
+            )
         if not link.role:
-            raise LocalProtocolError(f"transfer on handle {frame.handle}, where the peer is the receiver",
-                                     condition=Condition.NOT_ALLOWED)
+            raise LocalProtocolError(
+                f"transfer on handle {frame.handle}, where the peer is the receiver",
+                condition=Condition.NOT_ALLOWED,
+            )
         state = link.machine.state
         if state is not LinkState.ATTACHED:
             if state is LinkState.DETACH_SENT:
                 self._refill_window(session)
                 return  # in flight when we detached: ignore
             if state is not LinkState.ATTACH_RCVD:
-                raise LocalProtocolError(f"transfer on link {link.name!r} in state {state.value}",
-                                         condition=Condition.ILLEGAL_STATE)
+                raise LocalProtocolError(
+                    f"transfer on link {link.name!r} in state {state.value}",
+                    condition=Condition.ILLEGAL_STATE,
+                )
         events = self._events
         if link.partial_chunks is None:
             if frame.delivery_id is None:
-                raise LocalProtocolError("the first transfer of a delivery has no delivery-id",
-                                         condition=Condition.INVALID_FIELD)
+                raise LocalProtocolError(
+                    "the first transfer of a delivery has no delivery-id", condition=Condition.INVALID_FIELD
+                )
             if link.link_credit <= 0:
                 raise LocalProtocolError(
                     f"transfer on link {link.name!r} without link credit (credit overrun; "
-                    f"delivery-count {link.delivery_count})", condition=Condition.TRANSFER_LIMIT_EXCEEDED)
+                    f"delivery-count {link.delivery_count})",
+                    condition=Condition.TRANSFER_LIMIT_EXCEEDED,
+                )
             link.link_credit -= 1
             link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
             tag = frame.delivery_tag if frame.delivery_tag is not None else b""
             if frame.aborted:
-                events.append(TransferAborted(channel=session.channel, handle=link.handle,
-                                              delivery_id=frame.delivery_id, delivery_tag=tag))
+                events.append(
+                    TransferAborted(
+                        channel=session.channel,
+                        handle=link.handle,
+                        delivery_id=frame.delivery_id,
+                        delivery_tag=tag,
+                    )
+                )
             elif not frame.more:
                 limit = link.max_message_size
                 if limit is not None and len(payload) > limit:
@@ -1038,10 +1266,18 @@ class Connection:
                     settled = bool(frame.settled)
                     if not settled:
                         session.incoming_unsettled[frame.delivery_id] = link
-                    events.append(DeliveryReceived(
-                        channel=session.channel, handle=link.handle, delivery_id=frame.delivery_id,
-                        delivery_tag=tag, payload=payload, settled=settled,
-                        message_format=frame.message_format or 0, state=frame.state))
+                    events.append(
+                        DeliveryReceived(
+                            channel=session.channel,
+                            handle=link.handle,
+                            delivery_id=frame.delivery_id,
+                            delivery_tag=tag,
+                            payload=payload,
+                            settled=settled,
+                            message_format=frame.message_format or 0,
+                            state=frame.state,
+                        )
+                    )
             else:
                 link.partial_chunks = [payload]
                 link.partial_size = len(payload)
@@ -1053,11 +1289,20 @@ class Connection:
                 self._check_size(session, link)
         else:
             if frame.delivery_id is not None and frame.delivery_id != link.partial_id:
-                raise LocalProtocolError(f"transfer for delivery {frame.delivery_id} while delivery "
-                                         f"{link.partial_id} is incomplete", condition=Condition.INVALID_FIELD)
+                raise LocalProtocolError(
+                    f"transfer for delivery {frame.delivery_id} while delivery "
+                    f"{link.partial_id} is incomplete",
+                    condition=Condition.INVALID_FIELD,
+                )
             if frame.aborted:
-                events.append(TransferAborted(channel=session.channel, handle=link.handle,
-                                              delivery_id=link.partial_id, delivery_tag=link.partial_tag))
+                events.append(
+                    TransferAborted(
+                        channel=session.channel,
+                        handle=link.handle,
+                        delivery_id=link.partial_id,
+                        delivery_tag=link.partial_tag,
+                    )
+                )
                 link.reset_partial()
             else:
                 link.partial_chunks.append(payload)
@@ -1070,10 +1315,18 @@ class Connection:
                     settled = link.partial_settled
                     if not settled:
                         session.incoming_unsettled[link.partial_id] = link
-                    events.append(DeliveryReceived(
-                        channel=session.channel, handle=link.handle, delivery_id=link.partial_id,
-                        delivery_tag=link.partial_tag, payload=b"".join(link.partial_chunks), settled=settled,
-                        message_format=link.partial_format, state=link.partial_state))
+                    events.append(
+                        DeliveryReceived(
+                            channel=session.channel,
+                            handle=link.handle,
+                            delivery_id=link.partial_id,
+                            delivery_tag=link.partial_tag,
+                            payload=b"".join(link.partial_chunks),
+                            settled=settled,
+                            message_format=link.partial_format,
+                            state=link.partial_state,
+                        )
+                    )
                     link.reset_partial()
         self._refill_window(session)
 
@@ -1092,8 +1345,10 @@ class Connection:
 
     def _too_big(self, session: Session, link: Link, size: int) -> None:
         """A delivery over our max-message-size: detach the link with message-size-exceeded (spec 2.7.3)."""
-        error = _error(Condition.MESSAGE_SIZE_EXCEEDED,
-                       f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size}")
+        error = _error(
+            Condition.MESSAGE_SIZE_EXCEEDED,
+            f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size}",
+        )
         self.detach(session.channel, link.handle, error=error, closed=True)
 
     def _on_disposition(self, channel: int, frame: P.Disposition, payload: bytes) -> None:
@@ -1101,8 +1356,9 @@ class Connection:
         first = frame.first
         last = frame.last if frame.last is not None else first
         if last < first:
-            raise LocalProtocolError(f"disposition range {first}..{last} is reversed",
-                                     condition=Condition.INVALID_FIELD)
+            raise LocalProtocolError(
+                f"disposition range {first}..{last} is reversed", condition=Condition.INVALID_FIELD
+            )
         from_receiver = bool(frame.role)
         table = session.outgoing_unsettled if from_receiver else session.incoming_unsettled
         if last - first + 1 <= len(table):
@@ -1120,26 +1376,38 @@ class Connection:
             if not from_receiver:
                 if settled:
                     del table[did]
-                    events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did,
-                                                  delivery_tag=b"", state=state))
+                    events.append(
+                        DeliverySettled(
+                            channel=ch, handle=link.handle, delivery_id=did, delivery_tag=b"", state=state
+                        )
+                    )
                 continue
             tag = link.unsettled.get(did, b"")
             if settled:
                 del table[did]
                 link.unsettled.pop(did, None)
-                events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag,
-                                              state=state))
+                events.append(
+                    DeliverySettled(
+                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
+                    )
+                )
             elif link.rcv_settle_mode == 1 and isinstance(state, _TERMINAL_OUTCOMES):
                 # receiver-settle-mode second: the receiver waits for us to settle first (spec 3.8.3)
                 del table[did]
                 link.unsettled.pop(did, None)
                 session.pending_dispositions.append((did, False, True, state))
                 self._dispositions_dirty = True
-                events.append(DeliverySettled(channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag,
-                                              state=state))
+                events.append(
+                    DeliverySettled(
+                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
+                    )
+                )
             else:
-                events.append(DeliveryStateChanged(channel=ch, handle=link.handle, delivery_id=did,
-                                                   delivery_tag=tag, state=state))
+                events.append(
+                    DeliveryStateChanged(
+                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
+                    )
+                )
 
 
 def _source(value: Any) -> Any:

@@ -1,9 +1,9 @@
 """Errors of the connection engine: local misuse versus a misbehaving peer (h11 ``_util.py`` style).
 
 The engine validates every input with the same rules whichever side produced it. Validation raises
-:class:`LocalProtocolError`; when the offending input came from the peer (``receive_data``), the engine queues
-the ``close`` frame that carries the condition and re-raises as :class:`RemoteProtocolError`, so the driver can
-flush the ``close`` before it drops the transport (h2 ``_terminate_connection``).
+:class:`LocalProtocolError`; when the offending input came from the peer (``receive_data``), the engine
+queues the ``close`` frame that carries the condition and re-raises as :class:`RemoteProtocolError`, so the
+driver can flush the ``close`` before it drops the transport (h2 ``_terminate_connection``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ __all__ = ["ConnectionClosedError", "LocalProtocolError", "RemoteProtocolError"]
 class LocalProtocolError(AmqpError):
     """The local application asked the engine for something the protocol forbids (a bug in the caller).
 
-    Examples: sending on a link without credit, settling an unknown delivery, attaching on an unmapped session.
-    The connection stays usable unless :attr:`fatal` is true.
+    Examples: sending on a link without credit, settling an unknown delivery, attaching on an unmapped
+    session. The connection stays usable.
     """
 
     condition: Symbol = Condition.ILLEGAL_STATE

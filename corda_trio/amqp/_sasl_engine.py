@@ -24,7 +24,7 @@ from ._engine_errors import LocalProtocolError
 from ._errors import Condition
 from ._types import Symbol
 
-__all__ = ["SaslClient", "SaslResult", "SaslServer", "plain_response", "parse_plain_response"]
+__all__ = ["SaslClient", "SaslResult", "SaslServer", "parse_plain_response", "plain_response"]
 
 
 @attrs.frozen(kw_only=True)
@@ -57,15 +57,18 @@ def parse_plain_response(data: bytes) -> tuple[str, str, str]:
     try:
         authzid, authcid, passwd = (p.decode("utf-8") for p in parts)
     except UnicodeDecodeError:
-        raise LocalProtocolError("SASL PLAIN response is not UTF-8", condition=Condition.DECODE_ERROR) from None
+        raise LocalProtocolError(
+            "SASL PLAIN response is not UTF-8", condition=Condition.DECODE_ERROR
+        ) from None
     return authzid, authcid, passwd
 
 
 class SaslClient:
     """Client side: mechanisms -> init -> outcome."""
 
-    def __init__(self, *, mechanisms: tuple[str, ...], username: str, password: str,
-                 hostname: str | None) -> None:
+    def __init__(
+        self, *, mechanisms: tuple[str, ...], username: str, password: str, hostname: str | None
+    ) -> None:
         self.mechanisms = mechanisms
         self.username = username
         self.password = password
@@ -87,7 +90,9 @@ class SaslClient:
                     break
             else:
                 return [], SaslResult(
-                    ok=False, mechanism="", code=int(perf.SaslCode.SYS_PERM),
+                    ok=False,
+                    mechanism="",
+                    code=int(perf.SaslCode.SYS_PERM),
                     description=f"server offers SASL mechanisms {sorted(offered_set)}, "
                     f"none of ours {list(self.mechanisms)}",
                 )
@@ -96,11 +101,18 @@ class SaslClient:
                 response = plain_response(self.username, self.password)
             else:
                 response = b""
-            return [perf.SaslInit(mechanism=Symbol(self.mechanism), initial_response=response,
-                                  hostname=self.hostname)], None
+            return [
+                perf.SaslInit(
+                    mechanism=Symbol(self.mechanism), initial_response=response, hostname=self.hostname
+                )
+            ], None
         if isinstance(frame, perf.SaslChallenge):
-            return [], SaslResult(ok=False, mechanism=self.mechanism or "", code=int(perf.SaslCode.SYS_PERM),
-                                  description=f"unexpected SASL challenge for mechanism {self.mechanism}")
+            return [], SaslResult(
+                ok=False,
+                mechanism=self.mechanism or "",
+                code=int(perf.SaslCode.SYS_PERM),
+                description=f"unexpected SASL challenge for mechanism {self.mechanism}",
+            )
         if isinstance(frame, perf.SaslOutcome):
             if self.mechanism is None:
                 raise LocalProtocolError("sasl-outcome before sasl-init", condition=Condition.ILLEGAL_STATE)
@@ -110,18 +122,22 @@ class SaslClient:
             name = perf.SaslCode(code).name.lower() if code in iter(perf.SaslCode) else str(code)
             who = f" as {self.username!r}" if self.mechanism == "PLAIN" else ""
             return [], SaslResult(
-                ok=False, mechanism=self.mechanism, code=code,
+                ok=False,
+                mechanism=self.mechanism,
+                code=code,
                 description=f"SASL {self.mechanism} authentication{who} failed: outcome {name} ({code})",
             )
-        raise LocalProtocolError(f"unexpected SASL frame {type(frame).__name__} at the client",
-                                 condition=Condition.ILLEGAL_STATE)
+        raise LocalProtocolError(
+            f"unexpected SASL frame {type(frame).__name__} at the client", condition=Condition.ILLEGAL_STATE
+        )
 
 
 class SaslServer:
     """Server side: offer mechanisms, judge the init, report the outcome."""
 
-    def __init__(self, *, mechanisms: tuple[str, ...],
-                 plain_check: Callable[[str, str], bool] | None) -> None:
+    def __init__(
+        self, *, mechanisms: tuple[str, ...], plain_check: Callable[[str, str], bool] | None
+    ) -> None:
         self.mechanisms = mechanisms
         self.plain_check = plain_check
         self.done = False
@@ -133,15 +149,21 @@ class SaslServer:
     def on_frame(self, frame: Any) -> tuple[list[Any], SaslResult | None]:
         """Process one SASL frame from the client; return (frames to send, result or None)."""
         if not isinstance(frame, perf.SaslInit) or self.done:
-            raise LocalProtocolError(f"unexpected SASL frame {type(frame).__name__} at the server",
-                                     condition=Condition.ILLEGAL_STATE)
+            raise LocalProtocolError(
+                f"unexpected SASL frame {type(frame).__name__} at the server",
+                condition=Condition.ILLEGAL_STATE,
+            )
         self.done = True
         mech = str(frame.mechanism)
         if mech not in self.mechanisms:
-            return self._outcome(False, mech, None, f"SASL mechanism {mech!r} is not offered "
-                                 f"(offered: {list(self.mechanisms)})")
+            return self._outcome(
+                False,
+                mech,
+                None,
+                f"SASL mechanism {mech!r} is not offered (offered: {list(self.mechanisms)})",
+            )
         if mech == "PLAIN":
-            authzid, user, password = parse_plain_response(frame.initial_response or b"")
+            _authzid, user, password = parse_plain_response(frame.initial_response or b"")
             ok = self.plain_check(user, password) if self.plain_check is not None else True
             return self._outcome(ok, mech, user, "" if ok else f"SASL PLAIN: bad credentials for {user!r}")
         return self._outcome(True, mech, None, "")
@@ -149,5 +171,7 @@ class SaslServer:
     @staticmethod
     def _outcome(ok: bool, mech: str, user: str | None, why: str) -> tuple[list[Any], SaslResult]:
         code = perf.SaslCode.OK if ok else perf.SaslCode.AUTH
-        return ([perf.SaslOutcome(code=code)],
-                SaslResult(ok=ok, mechanism=mech, username=user, code=int(code), description=why))
+        return (
+            [perf.SaslOutcome(code=code)],
+            SaslResult(ok=ok, mechanism=mech, username=user, code=int(code), description=why),
+        )

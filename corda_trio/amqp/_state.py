@@ -213,7 +213,7 @@ class StateMachine(Generic[S, I]):
         return (self.state, event) in self.table
 
     def process(self, event: I) -> S:
-        """Apply ``event``; raise :class:`LocalProtocolError` (condition ``amqp:illegal-state``) if illegal."""
+        """Apply ``event``; raise :class:`LocalProtocolError` (``amqp:illegal-state``) if illegal."""
         try:
             self.state = self.table[(self.state, event)]
         except KeyError:

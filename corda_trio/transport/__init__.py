@@ -1,3 +1,49 @@
-"""corda_trio.transport (see DESIGN.md §1)."""
+"""corda_trio.transport: Trio drivers for the sans-IO AMQP engine, TLS dial / listen, peer checks.
 
-__all__: list[str] = []
+``open_amqp_connection`` (client) and ``serve_amqp`` (server) run ``corda_trio.amqp.Connection`` over TCP,
+optionally TLS (contexts and peer checks come from ``corda_trio.pki``); ``open_amqp_over_stream`` runs it over
+any trio Stream. The sender/receiver API: ``Sender.send`` returns the peer's outcome only once settled;
+``Receiver`` is an async iterator of ``Delivery`` objects that are settled with ``accept()`` and friends.
+"""
+
+from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+from ._connect import PeerCheck as PeerCheck
+from ._connect import open_amqp_connection as open_amqp_connection
+from ._connect import open_amqp_over_stream as open_amqp_over_stream
+from ._connect import secure_stream as secure_stream
+from ._driver import AmqpConnection as AmqpConnection
+from ._driver import Delivery as Delivery
+from ._driver import LinkRequest as LinkRequest
+from ._driver import PendingDelivery as PendingDelivery
+from ._driver import Receiver as Receiver
+from ._driver import Sender as Sender
+from ._errors import AmqpConnectionError as AmqpConnectionError
+from ._errors import AmqpTransportError as AmqpTransportError
+from ._errors import AuthenticationError as AuthenticationError
+from ._errors import DeliveryUnknownError as DeliveryUnknownError
+from ._errors import HandshakeError as HandshakeError
+from ._errors import LinkDetachedError as LinkDetachedError
+from ._serve import listener_port as listener_port
+from ._serve import serve_amqp as serve_amqp
+
+__all__ = [
+    "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
+    "AmqpConnection",
+    "AmqpConnectionError",
+    "AmqpTransportError",
+    "AuthenticationError",
+    "Delivery",
+    "DeliveryUnknownError",
+    "HandshakeError",
+    "LinkDetachedError",
+    "LinkRequest",
+    "PeerCheck",
+    "PendingDelivery",
+    "Receiver",
+    "Sender",
+    "listener_port",
+    "open_amqp_connection",
+    "open_amqp_over_stream",
+    "secure_stream",
+    "serve_amqp",
+]

@@ -1,0 +1,159 @@
+"""Open AMQP connections: TLS (optional) over TCP, or over any trio Stream (tests, in-memory networks)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import trio
+
+from corda_trio import amqp
+
+from ._driver import AmqpConnection
+from ._errors import AmqpConnectionError, HandshakeError
+
+__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_SECONDS", "PeerCheck", "open_amqp_connection", "open_amqp_over_stream"]
+
+log = logging.getLogger("corda_trio.transport")
+
+# TLS + SASL + open on loopback take a few ms; 10 s leaves room for a loaded machine and a slow peer.
+DEFAULT_HANDSHAKE_TIMEOUT_SECONDS: Final = 10.0
+
+PeerCheck = Callable[[Any], Any]
+"""``(ssl_object) -> identity``: inspects ``getpeercert(binary_form=True)`` after the TLS handshake and
+raises if the peer is not who it must be (``corda_trio.pki.check_peer_legal_name`` fits). Its return value
+becomes ``AmqpConnection.peer_identity``."""
+
+
+@contextlib.contextmanager
+def _handshake_deadline(timeout: float | None, what: str) -> Any:
+    if timeout is None:
+        yield
+        return
+    try:
+        with trio.fail_after(timeout):
+            yield
+    except trio.TooSlowError:
+        raise HandshakeError(f"{what} did not complete within {timeout} s") from None
+
+
+async def secure_stream(
+    stream: trio.abc.Stream,
+    ssl_context: ssl.SSLContext | None,
+    peer_check: PeerCheck | None,
+    *,
+    server_side: bool,
+    server_hostname: str | None = None,
+) -> tuple[trio.abc.Stream, Any]:
+    """Run the TLS handshake (if ``ssl_context``) and the peer check; returns ``(stream, peer_identity)``.
+
+    Raises:
+        HandshakeError: the handshake failed or the peer check refused the peer (the stream is closed).
+    """
+    if ssl_context is None:
+        if peer_check is not None:
+            raise ValueError("peer_check needs TLS: pass an ssl_context")
+        return stream, None
+    tls = trio.SSLStream(
+        stream, ssl_context, server_side=server_side, server_hostname=None if server_side else server_hostname
+    )
+    try:
+        await tls.do_handshake()
+    except (trio.BrokenResourceError, ssl.SSLError) as exc:
+        await trio.aclose_forcefully(tls)
+        cause = exc.__cause__ or exc
+        raise HandshakeError(f"TLS handshake failed: {cause}") from exc
+    except BaseException:
+        await trio.aclose_forcefully(tls)
+        raise
+    identity = None
+    if peer_check is not None:
+        try:
+            identity = peer_check(tls)
+        except Exception as exc:
+            await trio.aclose_forcefully(tls)
+            raise HandshakeError(f"TLS peer identity check failed: {exc}") from exc
+    return tls, identity
+
+
+@contextlib.asynccontextmanager
+async def open_amqp_over_stream(
+    stream: trio.abc.Stream,
+    *,
+    client: bool = True,
+    config: amqp.ConnectionConfig | None = None,
+    peer_identity: Any = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
+) -> AsyncIterator[AmqpConnection]:
+    """Run an AMQP connection over an already connected (and secured) stream.
+
+    As client it waits for the peer's ``open`` and begins one session; as server it waits for the peer's
+    ``open`` (the peer begins its sessions; we answer automatically). On exit the connection is closed
+    gracefully (``close`` frame, a short wait for the peer's) and the stream closed.
+
+    Raises:
+        AuthenticationError: SASL failed.
+        HandshakeError: no ``open`` within ``handshake_timeout`` seconds.
+        AmqpConnectionError: the peer closed or broke the connection during the handshake.
+    """
+    engine = amqp.Connection(config, client=client)
+    conn = AmqpConnection(stream, engine, peer_identity=peer_identity)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn._run)
+            try:
+                with _handshake_deadline(handshake_timeout, "the AMQP handshake (SASL and open)"):
+                    await conn._handshake(begin_session=client)
+                yield conn
+            finally:
+                await conn.aclose()
+    except BaseExceptionGroup as group:
+        # The background tasks do not raise; a group holds the body's exception: give it back unwrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+@contextlib.asynccontextmanager
+async def open_amqp_connection(
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    peer_check: PeerCheck | None = None,
+    config: amqp.ConnectionConfig | None = None,
+    server_hostname: str | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
+) -> AsyncIterator[AmqpConnection]:
+    """Dial ``host:port``, run TLS (if ``ssl_context``) and the peer check, then AMQP; yields the connection.
+
+    ``async with open_amqp_connection("127.0.0.1", 10002, ssl_context=ctx, peer_check=check) as conn:``,
+    then ``sender = await conn.open_sender(address)``, ``await sender.send(message)``.
+
+    Args:
+        ssl_context: a client context (e.g. ``corda_trio.pki.client_ssl_context``); ``None`` = plain TCP.
+        peer_check: called with the TLS stream after the handshake; raise to refuse the peer.
+        config: engine configuration (DESIGN.md §3 defaults).
+        server_hostname: SNI / host-name check name (default ``host``; ignored when the context does not
+            check host names).
+        handshake_timeout: bound on TCP + TLS + SASL + open, in seconds (``None`` = unbounded).
+
+    Raises:
+        OSError: the TCP connection failed.
+        HandshakeError / AuthenticationError / AmqpConnectionError: see :func:`open_amqp_over_stream`.
+    """
+    with _handshake_deadline(handshake_timeout, f"TCP/TLS connection to {host}:{port}"):
+        tcp = await trio.open_tcp_stream(host, port)
+        stream, identity = await secure_stream(
+            tcp, ssl_context, peer_check, server_side=False, server_hostname=server_hostname or host
+        )
+    try:
+        async with open_amqp_over_stream(
+            stream, client=True, config=config, peer_identity=identity, handshake_timeout=handshake_timeout
+        ) as conn:
+            yield conn
+    except AmqpConnectionError:
+        raise

@@ -1,0 +1,783 @@
+"""Drive an ``amqp.Connection`` over any trio Stream: one reader, one write lock, bounded channels.
+
+Theory of operation
+-------------------
+:class:`AmqpConnection` owns a stream and a sans-IO engine. Three tasks run in a nursery the connection's
+owner supplies (``open_amqp_connection`` / ``serve_amqp`` do that):
+
+* the *reader* owns ``receive_some``: it feeds the engine, routes the events to the objects waiting for them
+  (senders, receivers, link requests), calls ``tick`` and flushes whatever the engine queued in reply;
+* the *writer* flushes output that application calls queued without writing themselves (transfers and
+  settlements are batched this way: one ``send_all`` carries many frames);
+* the *timer* sleeps until the deadline ``tick`` returned (heartbeats, idle timeout).
+
+Every write goes through :meth:`AmqpConnection._flush`, which holds a ``StrictFIFOLock`` and drains the engine
+*inside* the lock, so frames leave in the order the engine produced them. A write that fails or is cancelled
+may have sent part of a frame: the connection is then marked broken, the stream closed forcefully and the
+exception re-raised (STYLE.md habit 11).
+
+Nothing is reported as delivered that the peer did not settle: ``Sender.send`` returns the peer's terminal
+state only after a ``disposition`` settled it; if the link or the connection goes away first, every waiting
+``send`` raises (:class:`LinkDetachedError` / :class:`AmqpConnectionError`) and the caller sends again.
+
+Incoming deliveries go into a memory channel whose buffer equals the receiver's credit; the credit is topped
+up only for deliveries the application took out, so a slow consumer slows the peer instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import trio
+
+from corda_trio import amqp
+
+from ._errors import (
+    AmqpConnectionError,
+    AmqpTransportError,
+    AuthenticationError,
+    DeliveryUnknownError,
+    LinkDetachedError,
+)
+
+__all__ = ["AmqpConnection", "Delivery", "LinkRequest", "PendingDelivery", "Receiver", "Sender"]
+
+log = logging.getLogger("corda_trio.transport")
+
+RECEIVE_SIZE_BYTES: Final = 256 * 1024
+LINK_REQUEST_BACKLOG: Final = 64
+_ids = itertools.count(1)
+
+
+class PendingDelivery:
+    """An outgoing delivery waiting for the peer's settlement."""
+
+    __slots__ = ("_done", "delivery_id", "error", "settled", "state")
+
+    def __init__(self, delivery_id: int) -> None:
+        self.delivery_id = delivery_id
+        self.state: Any = None
+        self.error: BaseException | None = None
+        self.settled = False
+        self._done = trio.Event()
+
+    def _resolve(self, state: Any) -> None:
+        self.state = state
+        self.settled = True
+        self._done.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._done.is_set():
+            self.error = error
+            self._done.set()
+
+    async def outcome(self) -> Any:
+        """Wait for the peer's terminal delivery state (``amqp.Accepted()``, ``Rejected``, ...).
+
+        Raises:
+            LinkDetachedError / AmqpConnectionError: the link or connection ended first: not delivered.
+            DeliveryUnknownError: the peer settled without a state.
+        """
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        if self.state is None:
+            raise DeliveryUnknownError(f"delivery {self.delivery_id} was settled without an outcome")
+        return self.state
+
+
+class Sender:
+    """A sending link. Use :meth:`send` (or :meth:`start_send` + ``outcome()`` to pipeline)."""
+
+    def __init__(
+        self, conn: AmqpConnection, channel: int, handle: int, address: str | None, name: str
+    ) -> None:
+        self._conn = conn
+        self.channel = channel
+        self.handle = handle
+        self.address = address
+        self.name = name
+        self._pending: dict[int, PendingDelivery] = {}
+        self._credit_lot = trio.lowlevel.ParkingLot()
+        self._attached = trio.Event()
+        self._error: BaseException | None = None
+        self.remote_attach: Any = None
+
+    @property
+    def credit(self) -> int:
+        """Credit the peer currently grants us."""
+        if self._error is not None:
+            return 0
+        return self._conn._engine.credit(self.channel, self.handle)
+
+    async def send(self, message: amqp.Message | bytes, *, settled: bool = False) -> Any:
+        """Send one message and wait for its outcome.
+
+        Returns:
+            The peer's terminal delivery state (``amqp.Accepted()`` on success), or ``None`` for a
+            pre-settled send (``settled=True``: fire and forget).
+
+        Raises:
+            LinkDetachedError / AmqpConnectionError: the link or connection ended before the outcome arrived:
+                the message must be considered *not* delivered.
+        """
+        pending = await self.start_send(message, settled=settled)
+        if pending is None:
+            return None
+        return await pending.outcome()
+
+    async def start_send(
+        self, message: amqp.Message | bytes, *, settled: bool = False
+    ) -> PendingDelivery | None:
+        """Wait for credit, then queue the message (see :meth:`send_nowait`); always a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                return self.send_nowait(message, settled=settled)
+            except trio.WouldBlock:
+                await self._credit_lot.park()
+
+    def send_nowait(self, message: amqp.Message | bytes, *, settled: bool = False) -> PendingDelivery | None:
+        """Queue the message now; returns a handle to await its outcome (``None`` when pre-settled).
+
+        The frames go out with the next flush, which the connection's writer task does as soon as the caller
+        blocks, so a burst of ``send_nowait`` calls leaves in one write.
+
+        Raises:
+            trio.WouldBlock: no credit right now.
+            LinkDetachedError / AmqpConnectionError: the link or connection is gone.
+            AmqpTransportError: the message is larger than the peer accepts.
+        """
+        self._raise_if_dead()
+        conn = self._conn
+        engine = conn._engine
+        if engine.credit(self.channel, self.handle) <= 0:
+            raise trio.WouldBlock
+        payload = message.encode() if isinstance(message, amqp.Message) else bytes(message)
+        try:
+            delivery_id = engine.send_transfer(self.channel, self.handle, payload, settled=settled)
+        except amqp.LocalProtocolError as exc:
+            raise AmqpTransportError(exc.description, condition=str(exc.condition)) from exc
+        pending = None
+        if not settled:
+            pending = PendingDelivery(delivery_id)
+            self._pending[delivery_id] = pending
+        conn._request_flush()
+        return pending
+
+    def _raise_if_dead(self) -> None:
+        if self._error is not None:
+            raise self._error
+        self._conn._raise_if_broken()
+
+    def _on_settled(self, delivery_id: int, state: Any) -> None:
+        pending = self._pending.pop(delivery_id, None)
+        if pending is not None:
+            pending._resolve(state)
+
+    def _on_detached(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            p._fail(error)
+        self._credit_lot.unpark_all()
+        self._attached.set()
+
+    async def aclose(self) -> None:
+        """Detach the link (closing it). Deliveries still waiting fail with :class:`LinkDetachedError`."""
+        await self._conn._detach(self)
+
+    async def __aenter__(self) -> Sender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self.aclose()
+
+
+class Delivery:
+    """A message received on a :class:`Receiver`; settle it with :meth:`accept` (or reject/release/modify)."""
+
+    __slots__ = ("_receiver", "delivery_id", "delivery_tag", "payload", "settled")
+
+    def __init__(self, receiver: Receiver, event: amqp.DeliveryReceived) -> None:
+        self._receiver = receiver
+        self.delivery_id = event.delivery_id
+        self.delivery_tag = event.delivery_tag
+        self.payload = event.payload
+        self.settled = event.settled
+
+    @property
+    def message(self) -> amqp.Message:
+        """The decoded message (raises ``amqp.DecodeError`` for a malformed payload)."""
+        return amqp.Message.decode(self.payload)
+
+    async def settle(self, state: Any) -> None:
+        """Settle with ``state`` (``amqp.Accepted()``, ``amqp.Rejected(...)``, ...); no-op if pre-settled."""
+        if self.settled:
+            await trio.lowlevel.checkpoint()
+            return
+        self.settled = True
+        await self._receiver._settle(self.delivery_id, state)
+
+    async def accept(self) -> None:
+        """Settle with ``accepted``."""
+        await self.settle(amqp.Accepted())
+
+    async def reject(self, condition: str = "amqp:internal-error", description: str | None = None) -> None:
+        """Settle with ``rejected`` and an error."""
+        await self.settle(
+            amqp.Rejected(error=amqp.Error(condition=amqp.Symbol(condition), description=description))
+        )
+
+    async def release(self) -> None:
+        """Settle with ``released`` (the sender may deliver it again, elsewhere)."""
+        await self.settle(amqp.Released())
+
+
+class Receiver:
+    """A receiving link: ``async for delivery in receiver`` (ends when the link or connection closes)."""
+
+    def __init__(
+        self, conn: AmqpConnection, channel: int, handle: int, address: str | None, name: str, credit: int
+    ) -> None:
+        if credit < 1:
+            raise ValueError(f"credit must be at least 1, got {credit}")
+        self._conn = conn
+        self.channel = channel
+        self.handle = handle
+        self.address = address
+        self.name = name
+        self.capacity = credit
+        self._send_channel, self._receive_channel = trio.open_memory_channel[Delivery](credit)
+        self._taken = 0
+        self._attached = trio.Event()
+        self._error: BaseException | None = None
+        self.remote_attach: Any = None
+
+    def _on_delivery(self, event: amqp.DeliveryReceived) -> None:
+        # Cannot overflow: the engine refuses deliveries beyond credit, and credit never exceeds free buffer.
+        self._send_channel.send_nowait(Delivery(self, event))
+
+    def _on_detached(self, error: BaseException | None) -> None:
+        if self._error is None:
+            self._error = error
+        self._send_channel.close()
+        self._attached.set()
+
+    async def receive(self) -> Delivery:
+        """The next delivery.
+
+        Raises:
+            LinkDetachedError / AmqpConnectionError: the link or connection ended with an error.
+            trio.EndOfChannel: the link was closed cleanly and every delivery was consumed.
+        """
+        try:
+            delivery = await self._receive_channel.receive()
+        except trio.EndOfChannel:
+            if self._error is not None:
+                raise self._error from None
+            raise
+        self._taken += 1
+        if self._taken * 2 >= self.capacity:
+            self._replenish()
+        return delivery
+
+    def _replenish(self) -> None:
+        conn = self._conn
+        if self._error is not None or conn._broken is not None:
+            return
+        buffered = self._receive_channel.statistics().current_buffer_used
+        self._taken = 0
+        conn._engine.flow(self.channel, self.handle, credit=self.capacity - buffered)
+        conn._request_flush()
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    async def _settle(self, delivery_id: int, state: Any) -> None:
+        conn = self._conn
+        conn._raise_if_broken()
+        if self._error is not None:
+            raise self._error
+        conn._engine.settle(self.channel, delivery_id, state)
+        conn._request_flush()
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        """Detach the link (closing it)."""
+        await self._conn._detach(self)
+
+    async def __aenter__(self) -> Receiver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self.aclose()
+
+
+class LinkRequest:
+    """A link the peer attached (server side): answer ``accept_receiver``, ``accept_sender`` or ``refuse``.
+
+    Attributes:
+        attach: the peer's ``amqp.Attach``.
+        peer_is_sender: ``True`` if the peer wants to send to us (then ``address`` is its target).
+        address: the target address (peer sends) or the source address (peer receives).
+    """
+
+    def __init__(self, conn: AmqpConnection, channel: int, handle: int, attach: Any) -> None:
+        self._conn = conn
+        self.channel = channel
+        self.handle = handle
+        self.attach = attach
+        self.peer_is_sender = not attach.role
+        terminus = attach.target if self.peer_is_sender else attach.source
+        self.address: str | None = terminus.address if terminus is not None else None
+        self.name: str = attach.name
+        self.answered = False
+
+    async def accept_receiver(self, *, credit: int = 100) -> Receiver:
+        """Accept a peer's sending link: we receive, granting ``credit``."""
+        if not self.peer_is_sender:
+            raise ValueError("the peer wants to receive: use accept_sender()")
+        self._answer()
+        conn = self._conn
+        receiver = Receiver(conn, self.channel, self.handle, self.address, self.name, credit)
+        receiver.remote_attach = self.attach
+        receiver._attached.set()
+        conn._links[(self.channel, self.handle)] = receiver
+        conn._engine.accept_link(self.channel, self.handle)
+        conn._engine.flow(self.channel, self.handle, credit=credit)
+        await conn._flush()
+        return receiver
+
+    async def accept_sender(self) -> Sender:
+        """Accept a peer's receiving link: we send from ``address``."""
+        if self.peer_is_sender:
+            raise ValueError("the peer wants to send: use accept_receiver()")
+        self._answer()
+        conn = self._conn
+        sender = Sender(conn, self.channel, self.handle, self.address, self.name)
+        sender.remote_attach = self.attach
+        sender._attached.set()
+        conn._links[(self.channel, self.handle)] = sender
+        conn._engine.accept_link(self.channel, self.handle)
+        await conn._flush()
+        return sender
+
+    async def refuse(
+        self, condition: str = "amqp:unauthorized-access", description: str | None = None
+    ) -> None:
+        """Refuse the link (null terminus + detach with the error, spec 2.6.3)."""
+        self._answer()
+        conn = self._conn
+        if conn._broken is None:
+            conn._engine.refuse_link(
+                self.channel,
+                self.handle,
+                amqp.Error(condition=amqp.Symbol(condition), description=description),
+            )
+            await conn._flush()
+
+    def _answer(self) -> None:
+        if self.answered:
+            raise RuntimeError("this link request was already answered")
+        self.answered = True
+        self._conn._raise_if_broken()
+
+
+class AmqpConnection:
+    """A running AMQP connection (either role). Build it with ``open_amqp_connection`` or ``serve_amqp``.
+
+    Attributes:
+        peer_identity: whatever the ``peer_check`` callable returned (e.g. the peer's legal name).
+        remote_open: the peer's ``open`` once the connection is open.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        engine: amqp.Connection,
+        *,
+        peer_identity: Any = None,
+        label: str | None = None,
+    ) -> None:
+        self._stream = stream
+        self._engine = engine
+        self.peer_identity = peer_identity
+        self.id = label or f"amqp-{next(_ids)}"
+        self._write_lock = trio.StrictFIFOLock()
+        self._flush_wanted = trio.Event()
+        self._timer_wake = trio.Event()
+        self._deadline: float | None = None
+        self._broken: AmqpConnectionError | None = None
+        self._stream_dead = False
+        self._link_change: trio.Event | None = None
+        self._closed = trio.Event()
+        self._opened = trio.Event()
+        self._session_begun = trio.Event()
+        self._channel: int | None = None
+        self._links: dict[tuple[int, int], Sender | Receiver] = {}
+        self._link_names = itertools.count()
+        self._requests_send, self._requests_receive = trio.open_memory_channel[LinkRequest](
+            LINK_REQUEST_BACKLOG
+        )
+        self.remote_open: Any = None
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the reader, writer and timer until the connection ends (started with ``nursery.start``)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reader)
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._timer)
+            task_status.started()
+            await self._flush()
+            await self._closed.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _handshake(self, *, begin_session: bool) -> None:
+        """Wait for the peer's open (and, as client, map our session)."""
+        await self._wait_for(self._opened)
+        if begin_session:
+            self._channel = self._engine.begin_session()
+            await self._flush()
+            await self._wait_for(self._session_begun)
+
+    async def _wait_for(self, event: trio.Event) -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await self._closed.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            await event.wait()
+            nursery.cancel_scope.cancel()
+        self._raise_if_broken()
+        if not event.is_set():
+            raise AmqpConnectionError("the connection ended during the AMQP handshake")
+
+    async def aclose(self) -> None:
+        """Close gracefully (``close`` frame, wait briefly for the peer's), then close the stream."""
+        with trio.CancelScope(shield=True):
+            if self._broken is None and not self._engine.closed:
+                self._engine.close()
+                with trio.move_on_after(2.0):
+                    try:
+                        await self._flush()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
+                        pass
+                    await self._closed.wait()
+            self._set_broken(AmqpConnectionError("the connection was closed locally"))
+            await self._drop_stream()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended."""
+        return self._broken is not None
+
+    @property
+    def close_error(self) -> AmqpConnectionError | None:
+        """Why the connection ended (``None`` while it runs)."""
+        return self._broken
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection has ended (for any reason)."""
+        await self._closed.wait()
+
+    # --- public API ----------------------------------------------------------------------------------
+
+    async def open_sender(
+        self, address: str, *, name: str | None = None, settle_mode: int | None = None
+    ) -> Sender:
+        """Attach a sending link to ``address`` and wait until the peer answers.
+
+        Raises:
+            LinkDetachedError: the peer refused the link (e.g. ``amqp:unauthorized-access``).
+        """
+        self._raise_if_broken()
+        channel = self._require_session()
+        name = name or f"{self._engine.config.container_id}-sender-{next(self._link_names)}"
+        handle = self._engine.attach_sender(channel, name=name, target=address, snd_settle_mode=settle_mode)
+        sender = Sender(self, channel, handle, address, name)
+        self._links[(channel, handle)] = sender
+        await self._flush()
+        await sender._attached.wait()
+        sender._raise_if_dead()
+        if sender.remote_attach is not None and sender.remote_attach.target is None:
+            # refused: the detach with the reason follows the attach
+            await self._wait_detached(sender)
+        return sender
+
+    async def open_receiver(self, address: str, *, credit: int = 100, name: str | None = None) -> Receiver:
+        """Attach a receiving link from ``address`` and grant ``credit`` (kept topped up as you consume)."""
+        self._raise_if_broken()
+        channel = self._require_session()
+        name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
+        handle = self._engine.attach_receiver(channel, name=name, source=address)
+        receiver = Receiver(self, channel, handle, address, name, credit)
+        self._links[(channel, handle)] = receiver
+        self._engine.flow(channel, handle, credit=credit)
+        await self._flush()
+        await receiver._attached.wait()
+        if receiver._error is not None:
+            raise receiver._error
+        if receiver.remote_attach is not None and receiver.remote_attach.source is None:
+            await self._wait_detached(receiver)
+        return receiver
+
+    def link_requests(self) -> trio.MemoryReceiveChannel[LinkRequest]:
+        """Links the peer attaches (server side); iterate and answer each one."""
+        return self._requests_receive
+
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _require_session(self) -> int:
+        if self._channel is None:
+            raise AmqpTransportError("no session on this connection")
+        return self._channel
+
+    async def _wait_detached(self, link: Sender | Receiver) -> None:
+        with trio.move_on_after(5.0):
+            while link._error is None:
+                await self._wait_link_change()
+        if link._error is not None:
+            raise link._error
+        raise LinkDetachedError(f"the peer answered the attach of {link.address!r} with a null terminus")
+
+    async def _wait_link_change(self) -> None:
+        if self._link_change is None:
+            self._link_change = trio.Event()
+        await self._link_change.wait()
+
+    def _notify_link_change(self) -> None:
+        if self._link_change is not None:
+            self._link_change.set()
+            self._link_change = None
+
+    async def _detach(self, link: Sender | Receiver) -> None:
+        if link._error is not None or self._broken is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            self._engine.detach(link.channel, link.handle, closed=True)
+        except amqp.LocalProtocolError:
+            await trio.lowlevel.checkpoint()
+            return
+        link._on_detached(LinkDetachedError("the link was closed locally"))
+        try:
+            await self._flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
+            pass
+
+    def _raise_if_broken(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+
+    def _request_flush(self) -> None:
+        self._flush_wanted.set()
+
+    async def _flush(self) -> None:
+        """Write everything the engine queued (in order, under the write lock)."""
+        async with self._write_lock:
+            data = self._engine.data_to_send()
+            if data and not self._stream_dead:
+                try:
+                    await self._stream.send_all(data)
+                except BaseException as exc:
+                    # Part of a frame may be on the wire: the connection cannot continue (STYLE.md habit 11).
+                    self._set_broken(AmqpConnectionError(f"write failed or was interrupted: {exc!r}"))
+                    with trio.CancelScope(shield=True):
+                        await self._drop_stream()
+                    if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
+                        raise AmqpConnectionError(f"write failed: {exc!r}") from exc
+                    raise
+            self._tick()
+
+    def _tick(self) -> None:
+        try:
+            deadline = self._engine.tick(trio.current_time())
+        except amqp.RemoteProtocolError as exc:
+            self._handle_events(exc.events)
+            log.warning("%s: %s", self.id, exc)
+            self._flush_wanted.set()
+            return
+        if deadline != self._deadline:
+            earlier = deadline is not None and (self._deadline is None or deadline < self._deadline)
+            self._deadline = deadline
+            if earlier:
+                self._timer_wake.set()
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                await self._flush_wanted.wait()
+                self._flush_wanted = trio.Event()
+                await self._flush()
+                if self._engine.closed:
+                    await self._finish_after_close()
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
+            self._set_broken(AmqpConnectionError("the transport broke while writing"))
+            with trio.CancelScope(shield=True):
+                await self._drop_stream()
+
+    async def _timer(self) -> None:
+        while self._broken is None:
+            deadline = self._deadline if self._deadline is not None else math.inf
+            with trio.move_on_at(deadline):
+                await self._timer_wake.wait()
+            self._timer_wake = trio.Event()
+            self._tick()
+            self._flush_wanted.set()
+        await trio.lowlevel.checkpoint()
+
+    async def _reader(self) -> None:
+        engine = self._engine
+        stream = self._stream
+        try:
+            while True:
+                data = await stream.receive_some(RECEIVE_SIZE_BYTES)
+                try:
+                    events = engine.receive_data(data)
+                except amqp.RemoteProtocolError as exc:
+                    log.warning("%s: protocol violation by the peer: %s", self.id, exc)
+                    self._handle_events(exc.events)
+                    await self._flush()
+                    await self._finish_after_close(grace=0.5)
+                    return
+                if events:
+                    self._handle_events(events)
+                await self._flush()
+                if not data or engine.closed:
+                    await self._finish_after_close()
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError) as exc:
+            self._set_broken(AmqpConnectionError(f"transport failed: {exc!r}"))
+            with trio.CancelScope(shield=True):
+                await self._drop_stream()
+
+    async def _finish_after_close(self, grace: float = 0.0) -> None:
+        """The engine is done: give the peer a moment to read our close, then drop the stream."""
+        if grace:
+            with trio.move_on_after(grace):
+                await trio.sleep(grace)
+        error = self._engine.close_error
+        if self._broken is None:
+            if error is None:
+                self._set_broken(AmqpConnectionError("the connection was closed"))
+            else:
+                self._set_broken(AmqpConnectionError.from_error(error, "the connection was closed"))
+        with trio.CancelScope(shield=True):
+            await self._drop_stream()
+
+    async def _drop_stream(self) -> None:
+        """Close the stream without ceremony; the connection is over."""
+        self._stream_dead = True
+        await trio.aclose_forcefully(self._stream)
+        self._closed.set()
+
+    def _set_broken(self, error: AmqpConnectionError, *, clean: bool = False) -> None:
+        """No more API operations: fail every waiter with ``error`` (the stream may still flush a close).
+
+        ``clean``: the peer closed without an error: receivers then simply end (``async for`` stops);
+        senders still fail their unsettled deliveries, which were not delivered.
+        """
+        if self._broken is not None:
+            return
+        self._broken = error
+        for link in list(self._links.values()):
+            link._on_detached(None if clean and isinstance(link, Receiver) else error)
+        self._links.clear()
+        self._requests_send.close()
+        self._notify_link_change()
+
+    # --- events --------------------------------------------------------------------------------------
+
+    def _handle_events(self, events: list[amqp.Event]) -> None:
+        links = self._links
+        for event in events:
+            kind = type(event)
+            if kind is amqp.DeliverySettled:
+                link = links.get((event.channel, event.handle))
+                if isinstance(link, Sender):
+                    link._on_settled(event.delivery_id, event.state)
+            elif kind is amqp.DeliveryReceived:
+                link = links.get((event.channel, event.handle))
+                if isinstance(link, Receiver):
+                    link._on_delivery(event)
+            elif kind is amqp.CreditUpdated:
+                link = links.get((event.channel, event.handle))
+                if isinstance(link, Sender):
+                    link._credit_lot.unpark_all()
+            else:
+                self._handle_rare_event(event)
+
+    def _handle_rare_event(self, event: amqp.Event) -> None:
+        if isinstance(event, amqp.ConnectionOpened):
+            self.remote_open = event.remote_open
+            self._opened.set()
+        elif isinstance(event, amqp.SessionBegun):
+            if self._channel is None:
+                self._channel = event.channel
+            self._session_begun.set()
+        elif isinstance(event, amqp.LinkAttached):
+            link = self._links.get((event.channel, event.handle))
+            if link is not None:
+                link.remote_attach = event.remote_attach
+                link._attached.set()
+        elif isinstance(event, amqp.LinkAttachRequested):
+            request = LinkRequest(self, event.channel, event.handle, event.attach)
+            try:
+                self._requests_send.send_nowait(request)
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                self._engine.refuse_link(
+                    event.channel,
+                    event.handle,
+                    amqp.Error(
+                        condition=amqp.Condition.RESOURCE_LIMIT_EXCEEDED,
+                        description="too many unanswered link attaches",
+                    ),
+                )
+        elif isinstance(event, amqp.LinkDetached):
+            link = self._links.pop((event.channel, event.handle), None)
+            if link is not None:
+                if event.error is not None:
+                    err: BaseException = LinkDetachedError.from_error(event.error, "link detached")
+                    link._on_detached(err)
+                elif isinstance(link, Receiver) and event.by_peer:
+                    link._on_detached(None)
+                else:
+                    link._on_detached(
+                        LinkDetachedError("the link was detached" + (" by the peer" if event.by_peer else ""))
+                    )
+            self._notify_link_change()
+        elif isinstance(event, amqp.SessionEnded):
+            error = AmqpConnectionError.from_error(event.error, "the session ended")
+            for key, link in list(self._links.items()):
+                if key[0] == event.channel:
+                    link._on_detached(error)
+                    del self._links[key]
+            if event.channel == self._channel:
+                self._channel = None
+        elif isinstance(event, amqp.ConnectionClosed):
+            sasl = self._engine.sasl_result
+            error_cls = AuthenticationError if sasl is not None and not sasl.ok else AmqpConnectionError
+            default = "the peer closed the connection" if event.by_peer else "we closed the connection"
+            clean = event.by_peer and event.error is None
+            self._set_broken(error_cls.from_error(event.error, default), clean=clean)  # type: ignore[arg-type]
+        elif isinstance(event, amqp.DeliveryStateChanged | amqp.TransferAborted | amqp.SaslCompleted):
+            log.debug("%s: %s", self.id, event)
