@@ -44,7 +44,7 @@ from ._errors import (
     StoreClosedError,
     UnknownDeliveryError,
 )
-from ._recovery import RecoveryMode, RecoveryReport, recover_queue
+from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
 from ._segment import RESERVED_NAMES, fsync_dir, validate_queue_name
 from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
 
@@ -83,7 +83,7 @@ class BrokerConfig:
 
     #: A segment is sealed once the next batch would take it past this size. 64 MiB keeps a 1 GiB queue
     #: at 16 files and a compaction's copy short.
-    segment_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=attrs.validators.ge(4096))
+    segment_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=attrs.validators.ge(1024))
     #: Background compaction rewrites a sealed segment once its live bytes are at most this fraction.
     compact_live_ratio: float = attrs.field(
         default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
@@ -156,10 +156,13 @@ def _as_bytes(value: object, what: str) -> bytes:
 
 
 @final
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Queue:
     """A FIFO queue: durable (a write-ahead log in its own directory) or in memory. Get one from
     :meth:`Broker.declare_queue`; do not construct it directly."""
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name} durable={self.durable} depth={self.statistics().depth}>"
 
     name: str
     durable: bool
@@ -204,7 +207,14 @@ class Queue:
         If cancelled while waiting for the group commit, the message may or may not be stored (as with a
         cancelled ``send_all``); the id is then unknown to the caller.
         """
-        (mid,) = await self.enqueue_many([(payload, headers)])
+        log = self._log
+        if log is None or self._closed or type(payload) is not bytes or type(headers) is not bytes:
+            (mid,) = await self.enqueue_many([(payload, headers)])
+            return mid
+        # The hot path (one record): no lists, one shared batch event.
+        mid, batch = log.add_enqueue(payload, headers, now_ms())
+        self._enqueued += 1
+        await batch.wait()
         return mid
 
     async def enqueue_many(self, items: Iterable[bytes | tuple[bytes, bytes]]) -> list[int]:
@@ -408,12 +418,15 @@ class Queue:
 
 
 @final
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Consumer:
     """Receives messages of one queue (see the module docstring for credit, ack and release).
 
     Use ``async with queue.consumer() as c: async for delivery in c: ...``.
     """
+
+    def __repr__(self) -> str:
+        return f"<Consumer of {self._queue.name} credit={self._credit} held={len(self._held)}>"
 
     _queue: Queue = attrs.field(alias="queue")
     _credit: int = attrs.field(alias="credit")
@@ -571,9 +584,12 @@ class Consumer:
 
 
 @final
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Broker:
     """A registry of queues under one directory. Get one from :func:`open_broker`."""
+
+    def __repr__(self) -> str:
+        return f"<Broker {self.directory} queues={len(self._queues)}>"
 
     directory: str
     config: BrokerConfig
@@ -640,10 +656,7 @@ class Broker:
         queue.fsync = policy
         queue._log.config = attrs.evolve(queue._log.config, sync=policy is FsyncPolicy.ALWAYS)
 
-    def _start_durable(self, name: str, recovered: object, policy: FsyncPolicy) -> Queue:
-        from ._recovery import RecoveredLog
-
-        assert isinstance(recovered, RecoveredLog)
+    def _start_durable(self, name: str, recovered: RecoveredLog, policy: FsyncPolicy) -> Queue:
         queue = Queue(name=name, durable=True, fsync=FsyncPolicy.ALWAYS, log=None)
         log = DurableLog.from_recovered(
             name=name,
@@ -721,7 +734,7 @@ class Broker:
                 await queue._log.wait_closed()
 
 
-def _create_queue_dir(root: str, path: str) -> object:
+def _create_queue_dir(root: str, path: str) -> RecoveredLog:
     created = False
     try:
         os.mkdir(path)
@@ -797,34 +810,41 @@ async def open_broker(
     root = os.fspath(directory)
     limiter = trio.CapacityLimiter(config.io_threads)
     lock_fd, names = await trio.to_thread.run_sync(_open_root, root, limiter=limiter)
+    recovered_logs: list[tuple[str, RecoveredLog]] = []
     broker: Broker | None = None
     try:
+        # Recover everything before the nursery exists, so that a corrupt queue raises plainly.
+        for name in names:
+            path = os.path.join(root, name)
+            recovered = await trio.to_thread.run_sync(recover_queue, path, RecoveryMode.OPEN, limiter=limiter)
+            recovered_logs.append((name, recovered))
+            report = recovered.report
+            if report.torn_tail is not None:
+                t = report.torn_tail
+                logger.warning(
+                    "queue %s: torn tail in %s at offset %d: dropped %d bytes (%s)",
+                    name, t.path, t.offset, t.dropped_bytes, t.reason,
+                )  # fmt: skip
+            logger.info(
+                "recovered queue %s: %d messages in %d segments (%.3f s)",
+                name, report.live_messages, report.segments, report.duration_seconds,
+            )  # fmt: skip
         async with trio.open_nursery() as nursery:
             broker = Broker(directory=root, config=config, nursery=nursery, limiter=limiter)
+            for name, recovered in recovered_logs:
+                broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
+            recovered_logs.clear()
             try:
-                for name in names:
-                    path = os.path.join(root, name)
-                    recovered = await trio.to_thread.run_sync(
-                        recover_queue, path, RecoveryMode.OPEN, limiter=limiter
-                    )
-                    report = recovered.report
-                    broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
-                    if report.torn_tail is not None:
-                        t = report.torn_tail
-                        logger.warning(
-                            "queue %s: torn tail in %s at offset %d: dropped %d bytes (%s)",
-                            name, t.path, t.offset, t.dropped_bytes, t.reason,
-                        )  # fmt: skip
-                    logger.info(
-                        "recovered queue %s: %d messages in %d segments (%.3f s)",
-                        name, report.live_messages, report.segments, report.duration_seconds,
-                    )  # fmt: skip
                 yield broker
             finally:
                 with trio.CancelScope(shield=True):
                     await broker._aclose()
                 nursery.cancel_scope.cancel()
     finally:
+        for _name, recovered in recovered_logs:
+            for state in recovered.segments:
+                if state.fd >= 0:
+                    os.close(state.fd)
         for queue in list(broker._queues.values()) if broker is not None else []:
             if queue._log is not None:
                 queue._log.release_resources()

@@ -118,7 +118,7 @@ class Batch:
             raise StoreFailedError(f"write-ahead log write failed: {self.error}") from self.error
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class DurableLog:
     """The on-disk log of one durable queue and its in-memory index (see the module docstring).
 

@@ -1,0 +1,308 @@
+"""The broker API: queues, consumers with credit, ack / release, browse, statistics, restart."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from corda_trio import store
+
+
+async def test_enqueue_receive_ack_fifo(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("p2p.inbound.DLBz7aAbc")
+        ids = [await queue.enqueue(f"m{i}".encode(), headers=f"h{i}".encode()) for i in range(10)]
+        assert ids == sorted(ids) and len(set(ids)) == 10
+        async with queue.consumer(credit=100) as consumer:
+            got = [await consumer.receive() for _ in range(10)]
+            assert [d.message_id for d in got] == ids
+            assert [d.payload for d in got] == [f"m{i}".encode() for i in range(10)]
+            assert [d.headers for d in got] == [f"h{i}".encode() for i in range(10)]
+            assert all(d.delivery_count == 1 and d.queue == "p2p.inbound.DLBz7aAbc" for d in got)
+            for d in got:
+                await consumer.ack(d.message_id)
+        stats = queue.statistics()
+        assert (stats.depth, stats.ready, stats.in_flight, stats.acked, stats.enqueued) == (0, 0, 0, 10, 10)
+
+
+async def test_release_redelivers_first_with_delivery_count(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        a, b, c = [await queue.enqueue(x) for x in (b"a", b"b", b"c")]
+        async with queue.consumer(credit=10) as consumer:
+            da = await consumer.receive()
+            db = await consumer.receive()
+            consumer.release(da.message_id)
+            again = await consumer.receive()
+            assert (again.message_id, again.delivery_count, again.payload) == (a, 2, b"a")
+            consumer.release(again.message_id)
+            consumer.release(db.message_id)
+            order = [await consumer.receive() for _ in range(3)]
+            assert [(d.message_id, d.delivery_count) for d in order] == [(a, 3), (b, 2), (c, 1)]
+            with pytest.raises(store.UnknownDeliveryError):
+                consumer.release(12345)
+            await consumer.ack(a)
+            with pytest.raises(store.UnknownDeliveryError):
+                await consumer.ack(a)
+        assert queue.statistics().released == 5  # 3 explicit + 2 still held when the consumer closed
+
+
+async def test_closing_a_consumer_releases_what_it_holds(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        mid = await queue.enqueue(b"x")
+        async with queue.consumer() as first:
+            assert (await first.receive()).message_id == mid
+            assert queue.statistics().in_flight == 1
+        async with queue.consumer() as second:
+            d = await second.receive()
+            assert (d.message_id, d.delivery_count) == (mid, 2)
+
+
+async def test_window_credit_bounds_unacked_deliveries(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        await queue.enqueue_many([b"%d" % i for i in range(5)])
+        async with queue.consumer(credit=2) as consumer:
+            d1 = await consumer.receive()
+            await consumer.receive()
+            assert consumer.credit == 0
+            with trio.move_on_after(5) as scope:
+                await consumer.receive()
+            assert scope.cancelled_caught  # no credit: blocks
+            await consumer.ack(d1.message_id)
+            assert consumer.credit == 1
+            assert (await consumer.receive()).payload == b"2"
+
+
+async def test_explicit_credit_mode(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        await queue.enqueue_many([b"a", b"b", b"c"])
+        async with queue.consumer(credit=1, window=False) as consumer:
+            d = await consumer.receive()
+            await consumer.ack(d.message_id)
+            assert consumer.credit == 0  # an ack does not give credit back in explicit mode
+            with trio.move_on_after(5) as scope:
+                await consumer.receive()
+            assert scope.cancelled_caught
+            consumer.add_credit(2)
+            assert [(await consumer.receive()).payload for _ in range(2)] == [b"b", b"c"]
+
+
+async def test_receive_waits_for_durable_enqueue(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        queue = await broker.declare_queue("q")
+        got: list[bytes] = []
+
+        async def consume() -> None:
+            async with queue.consumer() as consumer:
+                got.append((await consumer.receive()).payload)
+
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        await queue.enqueue(b"late")
+    assert got == [b"late"]
+
+
+async def test_cancelled_receive_keeps_message_first(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        first = await queue.enqueue(b"1")
+        await queue.enqueue(b"2")
+        async with queue.consumer() as consumer:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await consumer.receive()
+            assert (await consumer.receive()).message_id == first
+
+
+async def test_queue_ack_by_id_and_browse(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        ids = await queue.enqueue_many([b"a", (b"b", b"hb"), bytearray(b"c")])
+        async with queue.consumer() as consumer:
+            d = await consumer.receive()
+            browsed = [m async for m in queue.browse()]
+            assert [(m.message_id, m.payload, m.headers, m.delivery_count) for m in browsed] == [
+                (ids[0], b"a", b"", 1),
+                (ids[1], b"b", b"hb", 0),
+                (ids[2], b"c", b"", 0),
+            ]
+            await queue.ack(d.message_id)
+            with pytest.raises(store.UnknownDeliveryError):
+                await queue.ack(d.message_id)
+        assert [m.message_id async for m in queue.browse(limit=1)] == [ids[1]]
+
+
+async def test_bad_payload_types_are_rejected(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        with pytest.raises(TypeError, match="payload must be bytes"):
+            await queue.enqueue("text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="headers must be bytes"):
+            await queue.enqueue(b"x", headers=3)  # type: ignore[arg-type]
+        assert queue.statistics().depth == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("", "empty"),
+        ("a/b", "path separator"),
+        ("a\\b", "path separator"),
+        ("..", "'..'"),
+        ("a..b", "'..'"),
+        (".hidden", "must start with"),
+        ("x" * 201, "maximum is 200"),
+        ("p2p inbound", "must start with"),
+        ("caf\u00e9", "must start with"),
+        ("broker.lock", "reserved"),
+        ("a\0b", "NUL"),
+    ],
+)
+async def test_invalid_queue_names(tmp_path: Path, name: str, match: str) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        with pytest.raises(store.InvalidQueueNameError, match=match):
+            await broker.declare_queue(name)
+    assert sorted(os.listdir(tmp_path)) == ["broker.lock"]
+
+
+async def test_registry_prefix_listing_durability_and_restart(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        a = await broker.declare_queue("p2p.inbound.DLaaa")
+        await broker.declare_queue("internal.peers.DLbbb")
+        await broker.declare_queue("internal.peers.DLccc")
+        control = await broker.declare_queue("internal.bridge.control", durable=False)
+        assert await broker.declare_queue("p2p.inbound.DLaaa") is a
+        with pytest.raises(store.QueueExistsError):
+            await broker.declare_queue("internal.bridge.control")
+        await a.enqueue(b"kept")
+        await control.enqueue(b"gone")
+        assert broker.list_queues("internal.peers.") == ["internal.peers.DLbbb", "internal.peers.DLccc"]
+        assert [s.name for s in broker.statistics("internal.")] == [
+            "internal.bridge.control", "internal.peers.DLbbb", "internal.peers.DLccc",
+        ]  # fmt: skip
+        with pytest.raises(store.QueueNotFoundError):
+            broker.get_queue("nope")
+    async with store.open_broker(tmp_path) as broker:
+        assert broker.list_queues() == ["internal.peers.DLbbb", "internal.peers.DLccc", "p2p.inbound.DLaaa"]
+        assert [m.payload async for m in broker.get_queue("p2p.inbound.DLaaa").browse()] == [b"kept"]
+        await broker.delete_queue("internal.peers.DLbbb")
+        assert "internal.peers.DLbbb" not in os.listdir(tmp_path)
+    async with store.open_broker(tmp_path) as broker:
+        assert broker.list_queues() == ["internal.peers.DLccc", "p2p.inbound.DLaaa"]
+
+
+async def test_ids_keep_increasing_after_everything_is_compacted_away(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        ids = await queue.enqueue_many([b"x"] * 5)
+        async with queue.consumer() as consumer:
+            await consumer.ack_many([(await consumer.receive()).message_id for _ in range(5)])
+        assert await queue.compact() > 0
+    async with store.open_broker(tmp_path) as broker:
+        queue = broker.get_queue("q")
+        assert queue.statistics().depth == 0
+        assert await queue.enqueue(b"y") > ids[-1]
+
+
+async def test_second_process_cannot_open_the_directory(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path):
+        with pytest.raises(store.BrokerLockedError, match="in use"):
+            async with store.open_broker(tmp_path):
+                pass
+
+
+async def test_statistics_oldest_age_and_fsync_none_warning(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("bench", fsync="none")
+        assert queue.statistics().oldest_age_seconds is None
+        await queue.enqueue(b"x" * 100)
+        stats = queue.statistics()
+        assert stats.fsync == "none" and stats.warning and "NOT durable" in stats.warning
+        assert stats.oldest_age_seconds is not None and 0 <= stats.oldest_age_seconds < 60
+        assert stats.bytes == 100 + 32 and stats.fsyncs == 0 and stats.group_commits == 1
+        durable = await broker.declare_queue("durable")
+        await durable.enqueue(b"y")
+        assert durable.statistics().warning is None and durable.statistics().fsyncs == 1
+
+
+async def test_closed_broker_rejects_work(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        consumer = queue.consumer()
+    with pytest.raises(store.StoreClosedError):
+        await queue.enqueue(b"x")
+    with pytest.raises(store.StoreClosedError):
+        await consumer.receive()
+    with pytest.raises(store.StoreClosedError):
+        await broker.declare_queue("other")
+
+
+async def test_payloads_are_read_lazily_after_restart(tmp_path: Path) -> None:
+    config = store.BrokerConfig(cache_bytes_per_queue=0, segment_bytes=8192)
+    payloads = [random.randbytes(random.randrange(0, 3000)) for _ in range(40)]
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue("q")
+        await queue.enqueue_many(payloads)
+        assert queue.statistics().segments == 1  # one batch never splits across segments
+        for p in payloads:
+            await queue.enqueue(p)
+        assert queue.statistics().segments > 3
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = broker.get_queue("q")
+        async with queue.consumer(credit=100) as consumer:
+            got = [(await consumer.receive()).payload for _ in range(80)]
+    assert got == payloads + payloads
+
+
+async def test_many_producers_and_consumers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    producers, per_producer, consumers = 100, 30, 10
+    async with store.open_broker(tmp_path, config=store.BrokerConfig(segment_bytes=16384)) as broker:
+        queue = await broker.declare_queue("shared")
+        sent: set[bytes] = set()
+        received: list[bytes] = []
+        done_producing = trio.Event()
+
+        async def produce(p: int) -> None:
+            for i in range(per_producer):
+                payload = f"{p}:{i}".encode()
+                await queue.enqueue(payload)
+                sent.add(payload)
+                if random.random() < 0.3:
+                    await trio.lowlevel.checkpoint()
+
+        async def consume() -> None:
+            async with queue.consumer(credit=8) as consumer:
+                while True:
+                    with trio.move_on_after(0.5 if done_producing.is_set() else 10):
+                        d = await consumer.receive()
+                        if random.random() < 0.1:
+                            consumer.release(d.message_id)  # redelivered to someone later
+                            continue
+                        received.append(d.payload)
+                        await consumer.ack(d.message_id)
+                        continue
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for _c in range(consumers):
+                nursery.start_soon(consume)
+            async with trio.open_nursery() as producing:
+                for p in range(producers):
+                    producing.start_soon(produce, p)
+            done_producing.set()
+        assert len(received) == len(set(received)) == producers * per_producer
+        assert set(received) == sent
+        stats = queue.statistics()
+        assert (stats.depth, stats.in_flight) == (0, 0)
+        assert stats.records_per_fsync > 1  # group commit happened
