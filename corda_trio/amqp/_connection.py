@@ -1057,7 +1057,7 @@ class Connection:
 
     def _drop_session(self, session: Session, *, error: Any, by_peer: bool) -> None:
         for link in list(session.links.values()):
-            self._drop_link(session, link, error=None, closed=False, by_peer=by_peer)
+            self._drop_link(session, link, error=error, closed=False, by_peer=by_peer)
         self._sessions.pop(session.channel, None)
         if session.remote_channel is not None:
             self._sessions_by_remote.pop(session.remote_channel, None)

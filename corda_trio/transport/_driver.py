@@ -452,9 +452,7 @@ class AmqpConnection:
         """Wait for the peer's open (and, as client, map our session)."""
         await self._wait_for(self._opened)
         if begin_session:
-            self._channel = self._engine.begin_session()
-            await self._flush()
-            await self._wait_for(self._session_begun)
+            await self._require_session()
 
     async def _wait_for(self, event: trio.Event) -> None:
         async with trio.open_nursery() as nursery:
@@ -509,7 +507,7 @@ class AmqpConnection:
             LinkDetachedError: the peer refused the link (e.g. ``amqp:unauthorized-access``).
         """
         self._raise_if_broken()
-        channel = self._require_session()
+        channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-sender-{next(self._link_names)}"
         handle = self._engine.attach_sender(channel, name=name, target=address, snd_settle_mode=settle_mode)
         sender = Sender(self, channel, handle, address, name)
@@ -525,7 +523,7 @@ class AmqpConnection:
     async def open_receiver(self, address: str, *, credit: int = 100, name: str | None = None) -> Receiver:
         """Attach a receiving link from ``address`` and grant ``credit`` (kept topped up as you consume)."""
         self._raise_if_broken()
-        channel = self._require_session()
+        channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
         handle = self._engine.attach_receiver(channel, name=name, source=address)
         receiver = Receiver(self, channel, handle, address, name, credit)
@@ -545,9 +543,13 @@ class AmqpConnection:
 
     # --- internals -----------------------------------------------------------------------------------
 
-    def _require_session(self) -> int:
+    async def _require_session(self) -> int:
+        """Our session's channel; begins a new session if the peer ended the last one."""
         if self._channel is None:
-            raise AmqpTransportError("no session on this connection")
+            self._session_begun = trio.Event()
+            self._channel = self._engine.begin_session()
+            await self._flush()
+            await self._wait_for(self._session_begun)
         return self._channel
 
     async def _wait_detached(self, link: Sender | Receiver) -> None:
@@ -731,9 +733,9 @@ class AmqpConnection:
             self.remote_open = event.remote_open
             self._opened.set()
         elif isinstance(event, amqp.SessionBegun):
-            if self._channel is None:
+            if self._channel is None or self._channel == event.channel:
                 self._channel = event.channel
-            self._session_begun.set()
+                self._session_begun.set()
         elif isinstance(event, amqp.LinkAttached):
             link = self._links.get((event.channel, event.handle))
             if link is not None:
@@ -773,6 +775,7 @@ class AmqpConnection:
                     del self._links[key]
             if event.channel == self._channel:
                 self._channel = None
+                self._session_begun = trio.Event()
         elif isinstance(event, amqp.ConnectionClosed):
             sasl = self._engine.sasl_result
             error_cls = AuthenticationError if sasl is not None and not sasl.ok else AmqpConnectionError
