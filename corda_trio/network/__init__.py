@@ -4,6 +4,11 @@
 Wire contract: ``protocol_spec/network-map.md``.
 """
 
+from ._bootstrap import PLATFORM_VERSION as PLATFORM_VERSION
+from ._bootstrap import BootstrapError as BootstrapError
+from ._bootstrap import BootstrappedNetwork as BootstrappedNetwork
+from ._bootstrap import BootstrappedNode as BootstrappedNode
+from ._bootstrap import bootstrap_network as bootstrap_network
 from ._cache import MapEvent as MapEvent
 from ._cache import NetworkMapUpdater as NetworkMapUpdater
 from ._cache import NetworkParametersChanged as NetworkParametersChanged
@@ -38,6 +43,10 @@ from ._signing import verify_node_info as verify_node_info
 from ._store import NetworkMapStore as NetworkMapStore
 
 __all__ = [
+    "PLATFORM_VERSION",
+    "BootstrapError",
+    "BootstrappedNetwork",
+    "BootstrappedNode",
     "HttpResponse",
     "MalformedPayloadError",
     "MapEvent",
@@ -61,6 +70,7 @@ __all__ = [
     "SignedNodeInfo",
     "SignedWithCert",
     "VerifiedNodeInfo",
+    "bootstrap_network",
     "decode_signed_node_info",
     "serve_network_map",
     "sha256_hex",

@@ -19,6 +19,7 @@ response carries ``Cache-Control: max-age=N``, which clients use as their pollin
 from __future__ import annotations
 
 import datetime as dt
+import http
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -214,7 +215,11 @@ async def _send(
     ]
     if response.status >= 400:
         headers.append((b"connection", b"close"))
-    data = conn.send(h11.Response(status_code=response.status, headers=headers))
+    try:
+        reason = http.HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        reason = b""
+    data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
     if not head:
         data += conn.send(h11.Data(data=response.body))
     data += conn.send(h11.EndOfMessage())

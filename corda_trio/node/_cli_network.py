@@ -1,0 +1,185 @@
+"""``corda-trio network``: create and inspect development networks.
+
+Examples::
+
+    corda-trio network bootstrap --dir net --node "O=Alice,L=London,C=GB" --node "O=Bob,L=New York,C=US"
+    corda-trio network bootstrap --dir net --node "O=Alice,L=London,C=GB" --no-map   # directory mode
+    corda-trio network show --dir net
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+from corda_trio import network, pki
+
+from ._cli import CliError
+from ._config import (
+    DEFAULT_PASSPHRASE_ENV,
+    ConfigError,
+    KeyPassphrase,
+    NetworkMapServiceConfig,
+    NodeConfig,
+    dump_network_map_config,
+    dump_node_config,
+    load_node_config,
+)
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``network bootstrap`` and ``network show``."""
+    sub = parser.add_subparsers(dest="network_command", metavar="SUBCOMMAND", required=True)
+    boot = sub.add_parser(
+        "bootstrap",
+        help="create a network: CAs, node keys and certificates, node.toml files, network parameters",
+        description="Create a development network in --dir (which must not exist or be empty).",
+    )
+    boot.add_argument("--dir", type=Path, required=True, help="network directory to create")
+    boot.add_argument(
+        "--node", action="append", required=True, metavar="LEGAL_NAME",
+        help='legal name of a node, e.g. "O=Alice,L=London,C=GB" (repeat for each node)',
+    )  # fmt: skip
+    where = boot.add_mutually_exclusive_group()
+    where.add_argument(
+        "--map-port", type=int, default=0, help="port of the network map service (default: free)"
+    )
+    where.add_argument(
+        "--no-map", action="store_true", help="no map service: nodes use additional-node-infos/ only"
+    )
+    boot.add_argument(
+        "--host", default="127.0.0.1", help="host to listen on and advertise (default 127.0.0.1)"
+    )
+    boot.add_argument(
+        "--passphrase-env", default=DEFAULT_PASSPHRASE_ENV, metavar="VAR",
+        help="encrypt keys with the passphrase in this environment variable "
+        f"(default {DEFAULT_PASSPHRASE_ENV}); if it is unset, random passphrases are generated "
+        "and stored in 0600 files beside the keys",
+    )  # fmt: skip
+    boot.add_argument(
+        "--max-message-size",
+        type=int,
+        default=10 * 1024 * 1024,
+        help="network parameter (bytes, default 10 MiB)",
+    )
+    boot.set_defaults(func=_bootstrap)
+
+    show = sub.add_parser("show", help="list the nodes of a bootstrapped network")
+    show.add_argument("--dir", type=Path, required=True, help="network directory")
+    show.set_defaults(func=_show)
+
+
+def _bootstrap(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    names = []
+    for text in args.node:
+        try:
+            names.append(pki.CordaX500Name.parse(text))
+        except pki.InvalidNameError as exc:
+            raise CliError(f"--node {text!r}: {exc}", 2) from None
+    if args.map_port is not None and not 0 <= args.map_port <= 65535:
+        raise CliError(f"--map-port {args.map_port}: must be in 0..65535", 2)
+    env_value = os.environ.get(args.passphrase_env, "")
+    passphrase = env_value.encode() if env_value else None
+    try:
+        result = network.bootstrap_network(
+            args.dir,
+            names,
+            now=dt.datetime.now(dt.UTC),
+            host=args.host,
+            map_port=None if args.no_map else args.map_port,
+            passphrase=passphrase,
+            passphrase_env=args.passphrase_env if passphrase else None,
+            max_message_size=args.max_message_size,
+        )
+    except network.BootstrapError as exc:
+        raise CliError(str(exc), 2) from None
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    for node in result.nodes:
+        _write_node_config(result, node)
+    if result.map_address is not None:
+        map_config = NetworkMapServiceConfig(
+            address=result.map_address,
+            max_age_seconds=30,
+            trust_root=result.root_cert,
+            map_cert_chain=result.map_directory / "map.chain.pem",
+            map_key=result.map_directory / "map.key.pem",
+            network_parameters=result.map_directory / "network-parameters",
+            database=result.map_directory / "networkmap.db",
+            key_passphrase=_passphrase_source(result, result.map_passphrase_file),
+        )
+        (result.map_directory / "networkmap.toml").write_text(
+            dump_network_map_config(map_config, result.map_directory), encoding="utf-8"
+        )
+    elapsed = time.perf_counter() - started
+    print(f"created network in {result.directory} ({len(result.nodes)} nodes, {elapsed:.2f} s)")
+    print(f"  network map: {result.map_url or 'none (directory mode: additional-node-infos/)'}")
+    for node in result.nodes:
+        print(
+            f"  {node.legal_name}: {node.directory / 'node.toml'}  "
+            f"p2p {node.p2p_address}  rpc {node.rpc_address}"
+        )
+    if result.passphrase_env:
+        print(f"  keys are encrypted with the passphrase in ${result.passphrase_env}")
+    else:
+        print("  keys are encrypted with generated passphrases (0600 'passphrase' files beside them)")
+    return 0
+
+
+def _passphrase_source(result: network.BootstrappedNetwork, file: Path | None) -> KeyPassphrase:
+    if result.passphrase_env is not None:
+        return KeyPassphrase(env=result.passphrase_env)
+    return KeyPassphrase(file=file)
+
+
+def _write_node_config(result: network.BootstrappedNetwork, node: network.BootstrappedNode) -> None:
+    d, certs = node.directory, node.certificates
+    config = NodeConfig(
+        legal_name=node.legal_name,
+        base_directory=d,
+        p2p_address=node.p2p_address,
+        p2p_listen=node.p2p_address,
+        rpc_address=node.rpc_address,
+        network_map_url=result.map_url,
+        trust_root=certs / "network-root.cert.pem",
+        network_parameters=d / "network-parameters",
+        additional_node_infos=d / "additional-node-infos",
+        node_info_cache=d / "network-map-cache.db",
+        node_ca_cert_chain=certs / "node-ca.chain.pem",
+        node_ca_key=certs / "node-ca.key.pem",
+        tls_cert_chain=certs / "tls.chain.pem",
+        tls_key=certs / "tls.key.pem",
+        identity_cert_chain=certs / "identity.chain.pem",
+        identity_key=certs / "identity.key.pem",
+        key_passphrase=_passphrase_source(result, node.passphrase_file),
+        store_directory=d / "store",
+    )
+    (d / "node.toml").write_text(dump_node_config(config, d), encoding="utf-8")
+
+
+def _show(args: argparse.Namespace) -> int:
+    configs = sorted((args.dir / "nodes").glob("*/node.toml"))
+    if not configs:
+        raise CliError(f"no nodes found under {args.dir / 'nodes'} (is this a bootstrapped network?)", 2)
+    for path in configs:
+        try:
+            cfg = load_node_config(path)
+        except ConfigError as exc:
+            raise CliError(str(exc), 2) from None
+        try:
+            identity = pki.read_certificates(cfg.identity_cert_chain)[0]
+        except pki.KeyStoreError as exc:
+            raise CliError(str(exc), 1) from None
+        print(f"{cfg.legal_name}")
+        print(f"  config     {path}")
+        print(f"  p2p        {cfg.p2p_address}   rpc {cfg.rpc_address}")
+        print(f"  map        {cfg.network_map_url or 'none (directory mode)'}")
+        print(f"  key hash   {pki.key_hash(identity.public_key())}")
+        print(f"  valid to   {identity.not_valid_after_utc.isoformat()}")
+    return 0

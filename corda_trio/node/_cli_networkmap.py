@@ -1,0 +1,148 @@
+"""``corda-trio networkmap``: run and administer the network map service.
+
+Examples::
+
+    corda-trio networkmap serve --dir net                 # uses net/network-map/networkmap.toml
+    corda-trio networkmap list --dir net
+    corda-trio networkmap remove --dir net --node "O=Bob,L=New York,C=US"
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from corda_trio import network, pki
+
+from ._cli import CliError
+from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``networkmap serve``, ``list`` and ``remove``."""
+    sub = parser.add_subparsers(dest="networkmap_command", metavar="SUBCOMMAND", required=True)
+    for name, func, text in (
+        ("serve", _serve, "serve the network map over HTTP until interrupted"),
+        ("list", _list, "list the legal names in the map"),
+        ("remove", _remove, "remove a node from the map (served at once, also while running)"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
+        p.add_argument("--config", type=Path, help="path of networkmap.toml (instead of --dir)")
+        if name == "remove":
+            p.add_argument("--node", required=True, metavar="LEGAL_NAME", help="legal name to remove")
+        p.set_defaults(func=func)
+
+
+def _config(args: argparse.Namespace) -> NetworkMapServiceConfig:
+    if (args.dir is None) == (args.config is None):
+        raise CliError("give exactly one of --dir and --config", 2)
+    path = args.config or args.dir / "network-map" / "networkmap.toml"
+    try:
+        return load_network_map_config(path)
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
+    try:
+        passphrase = cfg.key_passphrase.read()
+        root = pki.read_certificate(cfg.trust_root)
+        map_chain = pki.read_certificates(cfg.map_cert_chain)
+        map_key = pki.read_private_key(cfg.map_key, passphrase)
+        params_bytes = cfg.network_parameters.read_bytes()
+    except (ConfigError, pki.KeyStoreError) as exc:
+        raise CliError(str(exc), 2) from None
+    except OSError as exc:
+        raise CliError(f"cannot read {cfg.network_parameters}: {exc.strerror}", 2) from None
+    if map_chain[0].public_key() != map_key.public_key():
+        raise CliError(f"{cfg.map_key} is not the key of the certificate in {cfg.map_cert_chain}", 2)
+    now = dt.datetime.now(dt.UTC)
+    try:
+        pki.validate_cert_path(map_chain, trust_root=root, now=now, leaf_role=pki.CertRole.NETWORK_MAP)
+        _, params_hash = network.verify_network_parameters(params_bytes, trust_root=root, now=now)
+    except (pki.CertificateValidationError, network.NetworkMapError) as exc:
+        raise CliError(f"network map material does not verify: {exc}", 2) from None
+    store = network.NetworkMapStore(cfg.database)
+    if store.current_parameters_hash() != params_hash:
+        store.set_current_parameters(params_hash, params_bytes)
+    return network.NetworkMapService(
+        store=store,
+        trust_root=root,
+        map_key=map_key,
+        map_cert_path=map_chain,
+        max_age_seconds=cfg.max_age_seconds,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    service = _service(cfg)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            try:
+                listeners = await nursery.start(
+                    functools.partial(network.serve_network_map, host=cfg.address.host),
+                    service,
+                    cfg.address.port,
+                )
+            except OSError as exc:
+                raise CliError(f"cannot listen on {cfg.address}: {exc.strerror}", 1) from None
+            port = listeners[0].socket.getsockname()[1]
+            print(
+                f"corda-trio networkmap: serving http://{cfg.address.host}:{port} "
+                f"({len(service.store.legal_names())} nodes)",
+                flush=True,
+            )
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    print(f"corda-trio networkmap: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:
+        leaves = group.subgroup(CliError)
+        if leaves is not None:
+            raise leaves.exceptions[0] from None
+        raise
+    finally:
+        service.store.close()
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = network.NetworkMapStore(_config(args).database)
+    try:
+        for name in store.legal_names():
+            print(name)
+    finally:
+        store.close()
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    try:
+        name = pki.CordaX500Name.parse(args.node)
+    except pki.InvalidNameError as exc:
+        raise CliError(f"--node {args.node!r}: {exc}", 2) from None
+    store = network.NetworkMapStore(_config(args).database)
+    try:
+        if not store.remove_node(str(name)):
+            raise CliError(f"{name} is not in the map", 1)
+    finally:
+        store.close()
+    print(f"removed {name}")
+    return 0
