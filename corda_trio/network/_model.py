@@ -18,7 +18,6 @@ Certificates appear as DER ``bytes``: this module does not parse them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -321,7 +320,3 @@ class SignedWithCert:
             ),
         )
 
-
-def node_info_hashes_sorted(hashes: Sequence[str]) -> tuple[str, ...]:
-    """Normalise a collection of hex hashes to the map's order (sorted, unique, upper-case)."""
-    return tuple(sorted({h.upper() for h in hashes}))

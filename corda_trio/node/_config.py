@@ -195,6 +195,11 @@ class _Reader:
             raise self.fail(sorted(self.data)[0], "unknown setting")
 
 
+def _join(base: Path, relative: str) -> Path:
+    """``base / relative`` with ``..`` and ``.`` folded (symlinks are left alone, unlike ``resolve``)."""
+    return Path(os.path.normpath(base / relative))
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
@@ -215,7 +220,7 @@ def _passphrase(r: _Reader, keys: dict[str, Any], base: Path) -> KeyPassphrase:
     if file is not None and (not isinstance(file, str) or not file):
         raise r.fail("keys.passphrase_file", "must be a non-empty path")
     try:
-        return KeyPassphrase(env=env, file=base / file if file else None)
+        return KeyPassphrase(env=env, file=_join(base, file) if file else None)
     except ConfigError as exc:
         raise r.fail("keys", str(exc)) from None
 
@@ -264,7 +269,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         raise r.fail("store.fsync", f'must be "always" or "never", got {fsync!r}')
 
     def p(table: dict[str, Any], key: str, where: str, default: str) -> Path:
-        return base / r.string(table, key, where, default)
+        return _join(base, r.string(table, key, where, default))
 
     return NodeConfig(
         legal_name=legal_name,
@@ -314,11 +319,11 @@ def load_network_map_config(path: str | os.PathLike[str]) -> NetworkMapServiceCo
     return NetworkMapServiceConfig(
         address=r.address(service, "address", "service.address"),
         max_age_seconds=max_age,
-        database=base / r.string(service, "database", "service.database", "networkmap.db"),
-        trust_root=base / r.string(files, "trust_root", "files.trust_root"),
-        map_cert_chain=base / r.string(files, "map_cert_chain", "files.map_cert_chain"),
-        map_key=base / r.string(files, "map_key", "files.map_key"),
-        network_parameters=base / r.string(files, "network_parameters", "files.network_parameters"),
+        database=_join(base, r.string(service, "database", "service.database", "networkmap.db")),
+        trust_root=_join(base, r.string(files, "trust_root", "files.trust_root")),
+        map_cert_chain=_join(base, r.string(files, "map_cert_chain", "files.map_cert_chain")),
+        map_key=_join(base, r.string(files, "map_key", "files.map_key")),
+        network_parameters=_join(base, r.string(files, "network_parameters", "files.network_parameters")),
         key_passphrase=_passphrase(r, keys, base),
     )
 

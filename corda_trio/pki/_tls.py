@@ -107,13 +107,13 @@ def server_ssl_context(
 
 
 def _build(
-    protocol: ssl._SSLMethod,
+    protocol: int,
     cert_chain: PathLike | Sequence[x509.Certificate],
     key: PathLike | PrivateKey,
     trust_root: PathLike | x509.Certificate,
     passphrase: bytes | None,
 ) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(protocol)
+    ctx = ssl.SSLContext(protocol)  # PROTOCOL_TLS_CLIENT / PROTOCOL_TLS_SERVER
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
     if hasattr(ssl, "OP_NO_RENEGOTIATION"):
