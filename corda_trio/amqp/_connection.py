@@ -126,6 +126,7 @@ class Connection:
         self._sessions: dict[int, Session] = {}
         self._sessions_by_remote: dict[int, Session] = {}
         self._dispositions_dirty = False
+        self._refills: list[Session] = []
         self.remote_open: Any = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE_BYTES
         self.remote_channel_max = 65_535
@@ -752,8 +753,15 @@ class Connection:
             session.next_outgoing_id = (session.next_outgoing_id + 1) % SERIAL_MOD
 
     def _flush_dispositions(self) -> None:
-        """Coalesce queued settlements into ranged ``disposition`` frames (same role/settled/state)."""
+        """Coalesce queued settlements into ranged ``disposition`` frames; send pending window refills."""
         self._dispositions_dirty = False
+        if self._refills:
+            refills, self._refills = self._refills, []
+            for session in refills:
+                session.refill_pending = False
+                if session.channel in self._sessions and session.state is SessionState.MAPPED:
+                    session.incoming_window = session.incoming_window_config
+                    self._send_flow(session, None)
         for session in self._sessions.values():
             pending = session.pending_dispositions
             if not pending:
@@ -1331,9 +1339,12 @@ class Connection:
         self._refill_window(session)
 
     def _refill_window(self, session: Session) -> None:
-        if session.incoming_window * 2 <= session.incoming_window_config:
-            session.incoming_window = session.incoming_window_config
-            self._send_flow(session, None)
+        # Re-open the window when the output is next drained, not now: the peer cannot have seen a window
+        # we have not sent, so frames beyond the advertised one in the same input are a window violation.
+        if session.incoming_window * 2 <= session.incoming_window_config and not session.refill_pending:
+            session.refill_pending = True
+            self._refills.append(session)
+            self._dispositions_dirty = True
 
     def _check_size(self, session: Session, link: Link) -> bool:
         limit = link.max_message_size

@@ -49,6 +49,7 @@ class Session:
         "outgoing_unsettled",
         "outgoing_window",
         "pending_dispositions",
+        "refill_pending",
         "remote_begin",
         "remote_channel",
         "remote_handle_max",
@@ -82,6 +83,7 @@ class Session:
         self.blocked: deque[bytes] = deque()
         # (delivery_id, role, settled, state) queued by settle(); coalesced into ranges on flush
         self.pending_dispositions: list[tuple[int, bool, bool, Any]] = []
+        self.refill_pending = False
 
     @property
     def state(self) -> SessionState:

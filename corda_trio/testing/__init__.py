@@ -1,3 +1,5 @@
-"""corda_trio.testing (see DESIGN.md §1)."""
+"""corda_trio.testing: public test helpers (DESIGN.md §1): engine pairs without I/O, ..."""
 
-__all__: list[str] = []
+from ._pair import ConnectionPair as ConnectionPair
+
+__all__ = ["ConnectionPair"]
