@@ -33,7 +33,7 @@ import trio
 from cryptography import x509
 
 from ._client import NetworkMapClient
-from ._errors import MalformedPayloadError, NetworkMapError, PayloadRejectedError
+from ._errors import MalformedPayloadError, NetworkMapError, NetworkMapHttpError, PayloadRejectedError
 from ._model import NetworkParameters
 from ._signing import VerifiedNodeInfo, verify_network_map, verify_network_parameters, verify_node_info
 
@@ -231,7 +231,13 @@ class NetworkMapUpdater:
             for hash_hex in network_map.node_info_hashes:
                 node = known.get(hash_hex)
                 if node is None:
-                    data = await self.client.fetch_node_info(hash_hex)
+                    try:
+                        data = await self.client.fetch_node_info(hash_hex)
+                    except NetworkMapHttpError as exc:
+                        if exc.status != 404:
+                            raise
+                        log.info("NodeInfo %s left the map while we polled; skipped", hash_hex)
+                        continue
                     node = self._verify(data, f"NodeInfo {hash_hex}")
                     if node is not None and node.hash != hash_hex:
                         log.warning("map listed %s but the service returned %s; ignored", hash_hex, node.hash)

@@ -319,4 +319,3 @@ class SignedWithCert:
                 for c in _list(path, "cert path", 1, MAX_CERT_PATH_LENGTH)
             ),
         )
-

@@ -268,7 +268,8 @@ def validate_cert_path(
                 f"certificate {_describe(child)} is not signed by the key of {_describe(parent)}",
                 reason=reason,
             ) from exc
-        _check_issuer_is_ca(parent, cas_below=sum(1 for c in certs[:index] if _is_ca(c)))
+        # RFC 5280 §4.2.1.9: intermediate CAs between ``parent`` and the leaf (the leaf never counts).
+        _check_issuer_is_ca(parent, cas_below=sum(1 for c in certs[1 : index + 1] if _is_ca(c)))
         child_role = get_cert_role(child)
         parent_role = get_cert_role(parent) if parent is not trust_root else None
         if child_role is None:

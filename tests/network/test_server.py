@@ -113,6 +113,8 @@ async def test_refusals_and_errors(
     status, headers, _ = await http_call(port, "GET", "/network-map/publish")
     assert status == 405 and headers["allow"] == "POST"
     assert (await http_call(port, "DELETE", "/network-map"))[0] == 405
+    status, headers, body = await http_call(port, "HEAD", "/network-map")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
     # Too large a body -> 413.
     assert (await http_call(port, "POST", "/network-map/publish", b"x" * (300 * 1024)))[0] == 413
     # The server is still up and serving.

@@ -241,3 +241,57 @@ def test_base58_vectors(raw: bytes, text: str) -> None:
 def test_base58_rejects_bad_characters() -> None:
     with pytest.raises(ValueError, match="'0' is not a Base58 character"):
         pki.base58_decode("10")
+
+
+def test_path_length_is_enforced(network: pki.NetworkCredentials) -> None:
+    """A node CA restricted to path length 0 cannot have an identity CA below it that issues again."""
+    from cryptography.hazmat.primitives import hashes
+
+    from corda_trio.pki._roles import role_extension
+
+    def issue(subject_key, issuer_cert, issuer_key, role, *, ca: bool, path_length: int | None):  # type: ignore[no-untyped-def]
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(ALICE.to_x509_name())
+            .issuer_name(issuer_cert.subject)
+            .public_key(subject_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(NOW - dt.timedelta(hours=1))
+            .not_valid_after(NOW + dt.timedelta(days=1))
+            .add_extension(role_extension(role), critical=False)
+            .add_extension(
+                x509.BasicConstraints(ca=ca, path_length=path_length if ca else None), critical=True
+            )
+        )
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, id_key, conf_key = pki.generate_ec_key(), pki.generate_ec_key(), pki.generate_ec_key()
+    node_ca = issue(
+        ca_key, network.doorman.cert, network.doorman.key, CertRole.NODE_CA, ca=True, path_length=0
+    )
+    identity = issue(id_key, node_ca, ca_key, CertRole.LEGAL_IDENTITY, ca=True, path_length=0)
+    conf = issue(conf_key, identity, id_key, CertRole.CONFIDENTIAL_LEGAL_IDENTITY, ca=False, path_length=None)
+    root = network.root.cert
+    # identity directly under the node CA: no intermediate, fine.
+    assert pki.validate_cert_path([identity, node_ca, network.doorman.cert], trust_root=root, now=NOW)
+    # confidential identity: one intermediate CA (identity) below a path-length-0 node CA.
+    assert _reason([conf, identity, node_ca, network.doorman.cert], root) == "path-length"
+
+
+def test_confidential_identity_chain(network: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
+    key = pki.generate_ed25519_key()
+    conf = pki.create_certificate(
+        role=CertRole.CONFIDENTIAL_LEGAL_IDENTITY, subject=ALICE, public_key=key.public_key(),
+        issuer_cert=alice.identity.cert, issuer_key=alice.identity.key, now=NOW,
+    )  # fmt: skip
+    path = [conf, *alice.identity_chain]
+    assert (
+        pki.validate_cert_path(path, trust_root=network.root.cert, now=NOW)
+        is CertRole.CONFIDENTIAL_LEGAL_IDENTITY
+    )
+    # ... but not issued by the node CA directly.
+    wrong = pki.create_certificate(
+        role=CertRole.CONFIDENTIAL_LEGAL_IDENTITY, subject=ALICE, public_key=key.public_key(),
+        issuer_cert=alice.node_ca.cert, issuer_key=alice.node_ca.key, now=NOW,
+    )  # fmt: skip
+    assert _reason([wrong, alice.node_ca.cert, network.doorman.cert], network.root.cert) == "wrong-role"
