@@ -6,7 +6,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -16,7 +16,9 @@ from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_ov
 from ._driver import AmqpConnection
 from ._errors import AmqpConnectionError, HandshakeError
 
-__all__ = ["listener_port", "serve_amqp"]
+__all__ = ["SERVER_SASL_MECHANISMS", "listener_port", "serve_amqp"]
+
+SERVER_SASL_MECHANISMS: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
 
 log = logging.getLogger("corda_trio.transport")
 
@@ -49,6 +51,9 @@ async def serve_amqp(
     closed. A failing handshake, a misbehaving peer or a crashing handler ends that connection only (logged);
     the server keeps serving.
     """
+    if config is None:
+        # DESIGN.md §3: the server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
+        config = amqp.ConnectionConfig(sasl_mechanisms=SERVER_SASL_MECHANISMS)
     listeners = await trio.open_tcp_listeners(port, host=host)
     serve_one = functools.partial(
         _serve_one,

@@ -36,7 +36,7 @@ class Client(MessagingHandler):
         kwargs = {}
         if a.user:
             kwargs.update(user=a.user, password=a.password, allowed_mechs="PLAIN", allow_insecure_mechs=True)
-        self.conn = event.container.connect(f"amqp://127.0.0.1:{a.port}", **kwargs)
+        self.conn = event.container.connect(f"amqp://127.0.0.1:{a.port}", reconnect=False, **kwargs)
         if not a.receive_only:
             event.container.create_sender(self.conn, a.address)
         else:

@@ -1,0 +1,75 @@
+"""Qpid Proton's client against our server (``serve_amqp`` + ``QueueBroker``): send, then receive back."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import pytest
+import trio
+
+from corda_trio import amqp, transport
+from corda_trio.testing import QueueBroker
+
+from .conftest import PEERS
+
+pytestmark = [pytest.mark.interop]
+
+
+async def run_proton_client(port: int, *args: str) -> dict:
+    result = await trio.run_process(
+        [sys.executable, str(PEERS / "proton_client.py"), "--port", str(port), *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+    assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("sasl", ["ANONYMOUS", "PLAIN"])
+async def test_proton_client_sends_and_receives(nursery: trio.Nursery, sasl: str) -> None:
+    seen_users: list[str] = []
+
+    def check(user: str, password: str) -> bool:
+        seen_users.append(user)
+        return password == "secret"
+
+    broker = QueueBroker(allow=lambda a: a is not None and a.startswith("p2p.inbound."))
+    config = amqp.ConnectionConfig(sasl_mechanisms=("PLAIN", "ANONYMOUS", "EXTERNAL"), sasl_plain_check=check)
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, broker.handle, 0, config=config))
+    port = transport.listener_port(listeners)
+    creds = ["--user", "proton", "--password", "secret"] if sasl == "PLAIN" else []
+    with trio.fail_after(60):
+        out = await run_proton_client(
+            port, "--address", "p2p.inbound.DLabc", "--count", "500", "--size", "1024", *creds
+        )
+    assert out == {
+        **out,
+        "sent": 500,
+        "accepted": 500,
+        "rejected": 0,
+        "released": 0,
+        "received": 500,
+        "mismatches": 0,
+    }
+    assert out["remote_container"].startswith("corda-trio:")
+    assert seen_users == (["proton"] if sasl == "PLAIN" else [])
+
+
+async def test_proton_client_refused_target(nursery: trio.Nursery) -> None:
+    broker = QueueBroker(allow=lambda a: a == "p2p.inbound.mine")
+    listeners = await nursery.start(
+        transport.serve_amqp,
+        broker.handle,
+        0,
+    )
+    port = transport.listener_port(listeners)
+    with trio.fail_after(30):
+        out = await run_proton_client(
+            port, "--address", "internal.peers.other", "--count", "1", "--send-only"
+        )
+    assert out["accepted"] == 0 and broker.received == 0
+    assert "unauthorized" in out.get("error", "") or out["sent"] == 0
