@@ -330,10 +330,10 @@ def classify_stop(
 ) -> Verdict:
     """Decide whether the place where ``result`` stopped is a torn tail or corruption.
 
-    Only the last segment can have a torn tail. There, a header cut short, a record running past the end
-    of the file, or a remainder made only of zero bytes (blocks allocated but never written) are a torn
-    tail; anything else (a bad record followed by non-zero bytes, an id out of order, an unknown kind in a
-    record whose checksum is good) is corruption.
+    Only the last segment can have a torn tail. There, a header cut short, a record whose length field
+    runs past the end of the file, or a remainder made only of zero bytes (blocks allocated but never
+    written) are a torn tail; anything else (a bad record followed by non-zero bytes, an id out of order,
+    an unknown kind in a record whose checksum is good) is corruption.
     """
     if result.stop is None:
         raise ValueError("the scan did not stop early")
@@ -342,6 +342,10 @@ def classify_stop(
     if result.stop in (StopReason.SHORT_HEADER, StopReason.PAST_END):
         return Verdict.TORN_TAIL
     rest = memoryview(data)[result.end :]
+    if result.stop is StopReason.BAD_LENGTH and len(rest) >= 4:
+        (length,) = struct.unpack_from("<I", rest, 0)
+        if length > len(rest):
+            return Verdict.TORN_TAIL  # claims more bytes than the file has: cannot be complete
     if result.stop in (StopReason.BAD_LENGTH, StopReason.BAD_CHECKSUM) and not bytes(rest).strip(b"\x00"):
         return Verdict.TORN_TAIL
     if result.stop is StopReason.BAD_CHECKSUM:

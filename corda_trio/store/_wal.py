@@ -244,8 +244,7 @@ class DurableLog:
                 if self.failure is not None:
                     return
                 batch = self.pending
-                if not batch.buf:
-                    batch.done.set()
+                if not batch.buf:  # woken for a seal request or close: nobody waits on an empty batch
                     if self.closing:
                         return
                     continue

@@ -299,12 +299,8 @@ async def test_compaction_interrupted_at_every_step_never_loses_or_duplicates(tm
     assert changed
     for n in changed:
         old_path = segment_path(qdir, n)
-        new_bytes = (
-            _read(segment_path(cdir, n)) if _exists(segment_path(cdir, n)) else None
-        )
-        states: list[tuple[str, bytes | None, bytes | None]] = [
-            ("temp partial", _read(old_path), None)
-        ]
+        new_bytes = _read(segment_path(cdir, n)) if _exists(segment_path(cdir, n)) else None
+        states: list[tuple[str, bytes | None, bytes | None]] = [("temp partial", _read(old_path), None)]
         if new_bytes is not None:
             states = [
                 ("temp partial", _read(old_path), new_bytes[: len(new_bytes) // 2]),
