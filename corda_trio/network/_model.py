@@ -67,7 +67,7 @@ def _check_header(obj: Any, tag: str, n_fields: int) -> list[Any]:
         raise MalformedPayloadError(f"expected a {tag} array, got {type(obj).__name__}")
     if obj[0] != tag:
         raise MalformedPayloadError(f"expected type tag {tag!r}, got {str(obj[0])[:64]!r}")
-    if obj[1] != FORMAT_VERSION:
+    if type(obj[1]) is not int or obj[1] != FORMAT_VERSION:  # True == 1 in Python: refuse bools
         raise MalformedPayloadError(
             f"{tag}: unsupported format version {obj[1]!r} (supported: {FORMAT_VERSION})"
         )

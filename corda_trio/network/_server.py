@@ -196,6 +196,8 @@ async def serve_network_map(
     async def handler(stream: trio.SocketStream) -> None:
         try:
             await _serve_connection(service, stream, limiter)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.debug("client went away before its response was sent")
         except Exception:  # one bad connection must never stop the server
             log.exception("network map connection failed")
         finally:

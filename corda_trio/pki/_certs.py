@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -230,6 +230,8 @@ def validate_cert_path(
     """
     if not path:
         raise CertificateValidationError("empty certificate path", reason="empty")
+    for cert in path:
+        _check_parses(cert)
     root_der = _der(trust_root)
     certs = list(path)
     if _der(certs[-1]) == root_der:
@@ -291,6 +293,21 @@ def validate_cert_path(
             f"expected a {leaf_role.name} certificate, got {shown}", reason="wrong-role"
         )
     return role
+
+
+def _check_parses(cert: x509.Certificate) -> None:
+    """cryptography parses some fields lazily: touch them all so that a malformed certificate fails here,
+    as ``malformed``, and not later with a bare ``ValueError``."""
+    try:
+        cert.subject.rdns  # noqa: B018
+        cert.issuer.rdns  # noqa: B018
+        cert.extensions  # noqa: B018
+        cert.public_key()
+        cert.not_valid_before_utc  # noqa: B018
+        cert.not_valid_after_utc  # noqa: B018
+        cert.signature_hash_algorithm  # noqa: B018
+    except (ValueError, TypeError, x509.UnsupportedGeneralNameType, UnsupportedAlgorithm) as exc:
+        raise CertificateValidationError(f"malformed certificate: {exc}", reason="malformed") from None
 
 
 def _is_ca(cert: x509.Certificate) -> bool:

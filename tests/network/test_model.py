@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corda_trio import network, pki
 from corda_trio.network import _codec
 
 from .conftest import ALICE, NOW, PARAMS, der_path, signed_node_info
+
+# Module-level material for the hypothesis tests (function-scoped fixtures do not mix with @given).
+_NET = pki.NetworkCredentials.create(now=NOW)
+GOOD_ROOT = _NET.root.cert
+GOOD_SIGNED_NODE_INFO = signed_node_info(_NET.issue_node(ALICE, now=NOW))
 
 
 def test_node_info_round_trip_and_verify(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> None:
@@ -111,6 +118,7 @@ def test_map_signed_by_a_node_is_refused(creds: pki.NetworkCredentials, alice: p
         (msgpack.packb(["corda-trio/node-info", 1, b"x", [b"s"]]), "expected type tag"),
         (msgpack.packb(["corda-trio/signed-node-info", 2, b"x", [b"s"]]), "unsupported format version"),
         (msgpack.packb(["corda-trio/signed-node-info", 1, b"x"]), "expected 2 fields"),
+        (msgpack.packb(["corda-trio/signed-node-info", True, b"x", [b"s"]]), "unsupported format version"),
         (msgpack.packb(["corda-trio/signed-node-info", 1, "x", [b"s"]]), "raw node info"),
     ],
 )  # fmt: skip
@@ -150,3 +158,23 @@ def test_host_and_port_parsing() -> None:
     for bad in ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5"):
         with pytest.raises(ValueError):
             network.NetworkHostAndPort.parse(bad)
+
+
+@given(st.binary(max_size=512))
+def test_random_bytes_only_raise_malformed(data: bytes) -> None:
+    """The decoder's invariant: arbitrary input is either a signed NodeInfo or MalformedPayloadError."""
+    try:
+        network.decode_signed_node_info(data)
+    except network.MalformedPayloadError:
+        pass
+
+
+@given(st.data())
+def test_mutated_node_info_never_verifies_as_something_else(data: st.DataObject) -> None:
+    """Flip any byte of a good signed NodeInfo: the result is refused (400 or 403 class), never accepted."""
+    good = GOOD_SIGNED_NODE_INFO
+    index = data.draw(st.integers(0, len(good) - 1))
+    value = data.draw(st.integers(0, 255).filter(lambda v: v != good[index]))
+    mutated = good[:index] + bytes([value]) + good[index + 1 :]
+    with pytest.raises((network.MalformedPayloadError, network.PayloadRejectedError)):
+        network.verify_node_info(mutated, trust_root=GOOD_ROOT, now=NOW)
