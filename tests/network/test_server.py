@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import http.client
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corda_trio import network, pki
 
@@ -204,3 +207,29 @@ async def test_h11_client_against_server(
     with pytest.raises(network.NetworkMapHttpError) as info:
         await network.NetworkMapClient("http://127.0.0.1:1").fetch_map()
     assert info.value.status == 0
+
+
+@settings(max_examples=200)
+@given(
+    method=st.sampled_from(["GET", "POST", "HEAD", "PUT", "DELETE"]),
+    target=st.one_of(
+        st.text(max_size=80).map(lambda s: "/" + s),
+        st.sampled_from(["/network-map", "/network-map/publish", "/network-map/node-info/",
+                         "/network-map/network-parameters/"]).flatmap(
+            lambda p: st.text(alphabet="0123456789abcdefABCDEFxyz/?.", max_size=70).map(lambda s: p + s)
+        ),
+    ),
+    body=st.binary(max_size=300),
+)  # fmt: skip
+def test_handler_answers_everything_with_a_status(method: str, target: str, body: bytes) -> None:
+    """Whatever arrives, the handler answers 2xx/4xx (never raises, never 5xx)."""
+    response = _FUZZ_SERVICE.handle(method, target, body)
+    assert 200 <= response.status < 500
+    if response.status >= 400:
+        assert response.body.endswith(b"\n") and len(response.body) > 1
+
+
+# Module-level service for the property test (function-scoped fixtures do not mix with @given); the
+# directory is removed when the interpreter exits.
+_FUZZ_DIR = tempfile.TemporaryDirectory(prefix="corda-trio-fuzz-")
+_FUZZ_SERVICE = make_service(pki.NetworkCredentials.create(now=NOW), Path(_FUZZ_DIR.name) / "map.db")
