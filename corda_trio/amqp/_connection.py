@@ -819,6 +819,8 @@ class Connection:
             else:
                 self._phase = _Phase.CLOSED
         else:
+            if self._phase is _Phase.HEADER:  # not even a protocol header: answer with ours (spec 2.2)
+                self._out.append(SASL_HEADER if self.config.sasl else AMQP_HEADER)
             self._phase = _Phase.CLOSED
         self._events.append(ConnectionClosed(error=error, by_peer=False))
 

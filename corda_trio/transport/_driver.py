@@ -469,16 +469,21 @@ class AmqpConnection:
             raise AmqpConnectionError("the connection ended during the AMQP handshake")
 
     async def aclose(self) -> None:
-        """Close gracefully (``close`` frame, wait briefly for the peer's), then close the stream."""
+        """Close gracefully (``close`` frame, wait briefly for the peer's), then close the stream.
+
+        Whatever the engine still has queued (for example the ``close`` that reports a peer's protocol
+        violation) is flushed first; the whole goodbye is bounded to 2 s and shielded from cancellation.
+        """
         with trio.CancelScope(shield=True):
-            if self._broken is None and not self._engine.closed:
-                self._engine.close()
-                with trio.move_on_after(2.0):
-                    try:
-                        await self._flush()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
-                        pass
-                    await self._closed.wait()
+            with trio.move_on_after(2.0):
+                if self._broken is None and not self._engine.closed:
+                    self._engine.close()
+                try:
+                    await self._flush()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
+                    pass
+                if self._engine.state is amqp.ConnectionState.CLOSE_SENT and not self._stream_dead:
+                    await self._closed.wait()  # the reader sees the peer's close and drops the stream
             self._set_broken(AmqpConnectionError("the connection was closed locally"))
             await self._drop_stream()
 

@@ -1,0 +1,321 @@
+"""The trio driver: our client and server over TCP, TLS (corda_trio.pki contexts) and memory streams."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+
+import pytest
+import trio
+import trio.testing
+
+from corda_trio import amqp, pki, transport
+from corda_trio.testing import QueueBroker
+
+NOW = dt.datetime.now(dt.UTC)
+ALICE = pki.CordaX500Name.parse("O=Alice, L=London, C=GB")
+BOB = pki.CordaX500Name.parse("O=Bob, L=New York, C=US")
+MALLORY = pki.CordaX500Name.parse("O=Mallory, L=Paris, C=FR")
+C = amqp.Condition
+
+
+@pytest.fixture(scope="module")
+def network() -> pki.NetworkCredentials:
+    return pki.NetworkCredentials.create(now=NOW - dt.timedelta(hours=1))
+
+
+@pytest.fixture(scope="module")
+def nodes(network: pki.NetworkCredentials) -> dict[str, pki.NodeCredentials]:
+    when = NOW - dt.timedelta(minutes=30)
+    return {"alice": network.issue_node(ALICE, now=when), "bob": network.issue_node(BOB, now=when)}
+
+
+def contexts(node: pki.NodeCredentials, network: pki.NetworkCredentials) -> tuple:
+    kw = dict(cert_chain=node.tls_chain, key=node.tls.key, trust_root=network.root.cert)
+    return pki.client_ssl_context(**kw), pki.server_ssl_context(**kw)  # type: ignore[arg-type]
+
+
+async def start_broker(nursery: trio.Nursery, broker: QueueBroker, **kw: object) -> int:
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, broker.handle, 0, **kw))
+    return transport.listener_port(listeners)
+
+
+# --- end to end over TCP ----------------------------------------------------------------------------------
+
+
+async def test_send_and_receive_over_tcp(nursery: trio.Nursery) -> None:
+    broker = QueueBroker(allow=lambda a: a in ("inbox", "big"))
+    port = await start_broker(nursery, broker)
+    with trio.fail_after(20):
+        async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+            with pytest.raises(transport.LinkDetachedError) as info:
+                await conn.open_sender("elsewhere")
+            assert info.value.condition == "amqp:unauthorized-access"
+            sender = await conn.open_sender("inbox")
+            pending = [await sender.start_send(amqp.Message(body=bytes([i % 256]) * 10)) for i in range(300)]
+            assert [await p.outcome() for p in pending if p] == [amqp.Accepted()] * 300
+            receiver = await conn.open_receiver("inbox", credit=7)
+            for i in range(300):
+                d = await receiver.receive()
+                assert d.message.body == bytes([i % 256]) * 10
+                await d.accept()
+
+
+async def test_mutual_tls_with_pki_contexts_and_legal_name_check(
+    nursery: trio.Nursery, network: pki.NetworkCredentials, nodes: dict
+) -> None:
+    alice_client, _ = contexts(nodes["alice"], network)
+    _, bob_server = contexts(nodes["bob"], network)
+    broker = QueueBroker()
+    port = await start_broker(
+        nursery, broker, ssl_context=bob_server, peer_check=pki.check_peer_is_network_node
+    )
+    with trio.fail_after(20):
+        check = functools.partial(pki.check_peer_legal_name, expected=BOB)
+        async with transport.open_amqp_connection(
+            "127.0.0.1", port, ssl_context=alice_client, peer_check=check
+        ) as conn:
+            assert conn.peer_identity == BOB
+            sender = await conn.open_sender("p2p.inbound.x")
+            assert await sender.send(amqp.Message(body=b"hi")) == amqp.Accepted()
+        # the same server, but we expected someone else: refused after the handshake
+        wrong = functools.partial(pki.check_peer_legal_name, expected=MALLORY)
+        with pytest.raises(transport.HandshakeError) as info:
+            async with transport.open_amqp_connection(
+                "127.0.0.1", port, ssl_context=alice_client, peer_check=wrong
+            ):
+                pass
+        assert "Mallory" in str(info.value)
+    assert broker.received == 1
+
+
+async def test_tls_from_another_network_is_refused(
+    nursery: trio.Nursery, network: pki.NetworkCredentials, nodes: dict
+) -> None:
+    other = pki.NetworkCredentials.create(now=NOW - dt.timedelta(hours=1))
+    stranger = other.issue_node(MALLORY, now=NOW - dt.timedelta(minutes=30))
+    stranger_client, _ = contexts(stranger, other)
+    _, bob_server = contexts(nodes["bob"], network)
+    broker = QueueBroker()
+    port = await start_broker(
+        nursery, broker, ssl_context=bob_server, peer_check=pki.check_peer_is_network_node
+    )
+    with trio.fail_after(20), pytest.raises(transport.AmqpConnectionError):
+        async with transport.open_amqp_connection("127.0.0.1", port, ssl_context=stranger_client):
+            pass
+    # the server is still serving
+    alice_client, _ = contexts(nodes["alice"], network)
+    async with transport.open_amqp_connection("127.0.0.1", port, ssl_context=alice_client) as conn:
+        assert await (await conn.open_sender("q")).send(b"\x00Sw\xa1\x01x") == amqp.Accepted()
+
+
+# --- hostile input against our server ---------------------------------------------------------------------
+
+
+async def raw_exchange(port: int, chunks: list[bytes], *, dribble: bool = False) -> bytes:
+    """Send ``chunks`` (one byte at a time if ``dribble``), then read until the server closes."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    received = bytearray()
+    async with stream:
+        for chunk in chunks:
+            if dribble:
+                for i in range(len(chunk)):
+                    await stream.send_all(chunk[i : i + 1])
+            else:
+                await stream.send_all(chunk)
+        with trio.fail_after(10):
+            while data := await stream.receive_some(65536):
+                received += data
+    return bytes(received)
+
+
+def close_error(data: bytes) -> amqp.Error | None:
+    """The error of the close frame in the server's reply to a bare-AMQP client (header, then frames)."""
+    assert data.startswith(amqp.AMQP_HEADER), data[:16]
+    buf = amqp.FrameBuffer()
+    buf.feed(data[8:])
+    for frame in buf.frames():
+        if isinstance(frame.performative, amqp.Close):
+            return frame.performative.error  # type: ignore[no-any-return]
+    return None
+
+
+def handshake_bytes() -> tuple[bytes, bytes, bytes]:
+    """A bare-AMQP client hello: header + open + begin."""
+    open_ = amqp.encode_frame(amqp.Open(container_id="hostile"))
+    begin = amqp.encode_frame(amqp.Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100))
+    return amqp.AMQP_HEADER, open_, begin
+
+
+@pytest.fixture
+async def hostile_server(nursery: trio.Nursery) -> tuple[int, QueueBroker]:
+    broker = QueueBroker()
+    config = amqp.ConnectionConfig(sasl_mechanisms=("PLAIN", "ANONYMOUS"), allow_bare_amqp=True)
+    port = await start_broker(nursery, broker, config=config, handshake_timeout=5)
+    return port, broker
+
+
+async def assert_still_serving(port: int) -> None:
+    async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+        sender = await conn.open_sender("still-alive")
+        assert await sender.send(b"\x00Sw\xa1\x02ok") == amqp.Accepted()
+
+
+async def test_garbage_gets_our_header_and_a_close(hostile_server: tuple) -> None:
+    port, _ = hostile_server
+    reply = await raw_exchange(port, [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"])
+    assert reply == amqp.SASL_HEADER  # spec 2.2: answer with the header we speak, then close
+    await assert_still_serving(port)
+
+
+async def test_wrong_protocol_header(hostile_server: tuple) -> None:
+    port, _ = hostile_server
+    reply = await raw_exchange(port, [amqp.TLS_HEADER])
+    assert reply == amqp.SASL_HEADER
+    await assert_still_serving(port)
+
+
+@pytest.mark.parametrize("dribble", [False, True])
+async def test_oversize_frame(hostile_server: tuple, dribble: bool) -> None:
+    port, _ = hostile_server
+    header, open_, _ = handshake_bytes()
+    oversize = (1_000_000).to_bytes(4, "big") + b"\x02\x00\x00\x00"
+    reply = await raw_exchange(port, [header + open_, oversize], dribble=dribble)
+    error = close_error(reply)
+    assert error is not None and error.condition == C.FRAMING_ERROR
+    assert "exceeds max-frame-size 131072" in error.description
+    await assert_still_serving(port)
+
+
+async def test_credit_overrun(hostile_server: tuple) -> None:
+    port, _broker = hostile_server
+    header, open_, begin = handshake_bytes()
+    attach = amqp.encode_frame(
+        amqp.Attach(
+            name="evil", handle=0, role=False, target=amqp.Target(address="q"), initial_delivery_count=0
+        )
+    )
+    # the broker grants 1000 credit; send 1001 deliveries without waiting for the flow
+    transfers = b"".join(
+        amqp.encode_frame(
+            amqp.Transfer(handle=0, delivery_id=i, delivery_tag=i.to_bytes(4, "big"), settled=True),
+            0,
+            b"\x00Sw\x40",
+        )
+        for i in range(1001)
+    )
+    reply = await raw_exchange(port, [header + open_ + begin + attach, transfers])
+    error = close_error(reply)
+    assert error is not None
+    # Before our flow arrives the link has no credit at all; either way it is a credit overrun.
+    assert error.condition == C.TRANSFER_LIMIT_EXCEEDED
+    assert "credit" in error.description
+    await assert_still_serving(port)
+
+
+async def test_transfer_on_unattached_handle(hostile_server: tuple) -> None:
+    port, _ = hostile_server
+    header, open_, begin = handshake_bytes()
+    transfer = amqp.encode_frame(amqp.Transfer(handle=3, delivery_id=0, delivery_tag=b"t"), 0, b"x")
+    reply = await raw_exchange(port, [header + open_ + begin + transfer], dribble=True)
+    error = close_error(reply)
+    assert error is not None and error.condition == C.UNATTACHED_HANDLE
+    await assert_still_serving(port)
+
+
+async def test_silent_client_is_dropped_after_handshake_timeout(hostile_server: tuple) -> None:
+    port, _ = hostile_server
+    with trio.fail_after(15):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(amqp.AMQP_HEADER[:5])  # ...and nothing more
+        data = await stream.receive_some(100)
+        assert data == b""  # closed by the server's 5 s handshake timeout
+        await stream.aclose()
+    await assert_still_serving(port)
+
+
+# --- over memory streams, virtual time ---------------------------------------------------------------------
+
+
+async def test_idle_connection_survives_with_heartbeats(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    broker = QueueBroker()
+    cfg = amqp.ConnectionConfig(idle_timeout_ms=2000, sasl_mechanisms=("PLAIN",))
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+
+    async def run_server() -> None:
+        async with transport.open_amqp_over_stream(server_stream, client=False, config=cfg) as conn:
+            await broker.handle(conn)
+
+    nursery.start_soon(run_server)
+    async with transport.open_amqp_over_stream(client_stream, config=cfg) as conn:
+        sender = await conn.open_sender("q")
+        await trio.sleep(60)  # 30x the idle timeout, virtual time
+        assert not conn.closed
+        assert await sender.send(b"\x00Sw\xa1\x01x") == amqp.Accepted()
+
+
+async def test_silent_peer_is_closed_with_resource_limit_exceeded(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    """A peer that completes the handshake and then never sends another frame (not even heartbeats)."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    peer = amqp.Connection(amqp.ConnectionConfig(idle_timeout_ms=None, sasl=False), client=False)
+    seen: list[bytes] = []
+
+    async def mute_peer() -> None:
+        # answers the handshake, then only listens
+        while data := await server_stream.receive_some(65536):
+            seen.append(data)
+            try:
+                peer.receive_data(data)
+            except amqp.RemoteProtocolError:
+                pass
+            out = peer.data_to_send()
+            if out and not peer.closed and len(seen) < 3:
+                await server_stream.send_all(out)
+
+    nursery.start_soon(mute_peer)
+    cfg = amqp.ConnectionConfig(idle_timeout_ms=3000, sasl=False)
+    start = trio.current_time()
+    with pytest.raises(transport.AmqpConnectionError) as info:
+        async with transport.open_amqp_over_stream(client_stream, config=cfg) as conn:
+            await conn.wait_closed()
+            raise conn.close_error  # type: ignore[misc]
+    assert info.value.condition == "amqp:resource-limit-exceeded"
+    assert 3.0 <= trio.current_time() - start < 4.0
+
+
+async def test_cancelled_send_is_never_reported_delivered(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    """A receiver that never settles: a cancelled send reports nothing; closing the link fails the rest."""
+    cfg = amqp.ConnectionConfig(sasl=False, allow_bare_amqp=True)
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    got: list[transport.Delivery] = []
+
+    async def hoarder(conn: transport.AmqpConnection) -> None:
+        async for request in conn.link_requests():
+            receiver = await request.accept_receiver(credit=10)
+            async for d in receiver:
+                got.append(d)  # never settled
+
+    async def run_server() -> None:
+        async with transport.open_amqp_over_stream(server_stream, client=False, config=cfg) as conn:
+            await hoarder(conn)
+
+    nursery.start_soon(run_server)
+    async with transport.open_amqp_over_stream(client_stream, config=cfg) as conn:
+        sender = await conn.open_sender("q")
+        with trio.move_on_after(1) as scope:
+            await sender.send(b"\x00Sw\xa1\x01a")
+        assert scope.cancelled_caught
+        pending = await sender.start_send(b"\x00Sw\xa1\x01b")
+        assert pending is not None
+        await trio.sleep(1)
+        assert len(got) == 2
+        await sender.aclose()
+        with pytest.raises(transport.LinkDetachedError):
+            await pending.outcome()
+        assert not pending.settled
