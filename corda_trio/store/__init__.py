@@ -37,9 +37,11 @@ from ._recovery import RecoveryReport as RecoveryReport
 from ._recovery import RepairAction as RepairAction
 from ._recovery import TornTail as TornTail
 from ._recovery import recover_queue as recover_queue
+from ._segment import QUARANTINE_DIR as QUARANTINE_DIR
 from ._segment import validate_queue_name as validate_queue_name
 
 __all__ = [
+    "QUARANTINE_DIR",
     "Broker",
     "BrokerConfig",
     "BrokerLockedError",

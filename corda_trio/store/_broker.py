@@ -829,17 +829,24 @@ async def open_broker(
                 "recovered queue %s: %d messages in %d segments (%.3f s)",
                 name, report.live_messages, report.segments, report.duration_seconds,
             )  # fmt: skip
-        async with trio.open_nursery() as nursery:
-            broker = Broker(directory=root, config=config, nursery=nursery, limiter=limiter)
-            for name, recovered in recovered_logs:
-                broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
-            recovered_logs.clear()
-            try:
-                yield broker
-            finally:
-                with trio.CancelScope(shield=True):
-                    await broker._aclose()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                broker = Broker(directory=root, config=config, nursery=nursery, limiter=limiter)
+                for name, recovered in recovered_logs:
+                    broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
+                recovered_logs.clear()
+                try:
+                    yield broker
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await broker._aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The nursery is an implementation detail: one error (from the body or from a writer) is
+            # raised as itself, as if the block had no nursery.
+            if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+                raise group.exceptions[0] from None
+            raise
     finally:
         for _name, recovered in recovered_logs:
             for state in recovered.segments:

@@ -61,6 +61,7 @@ __all__ = [
     "decode_enqueue_body",
     "decode_segment_header",
     "encode_segment_header",
+    "find_records",
     "pack_location",
     "scan_records",
     "unpack_location",
@@ -318,6 +319,39 @@ def scan_records(
     )
 
 
+def find_records(data: bytes | bytearray, start: int) -> list[tuple[int, int, int, int]]:
+    """Well-formed records (good checksum) anywhere in ``data[start:]``: ``(offset, length, kind, id)``.
+
+    Used after a scan stopped: to tell a torn tail (nothing valid can follow it) from corruption, and to
+    list what a quarantined segment held past the bad spot. Candidates are found with ``bytes.find`` on
+    the kind/flags/reserved bytes, so this is fast even on a large segment.
+    """
+    raw = bytes(data) if not isinstance(data, bytes) else data
+    candidates: list[int] = []
+    for marker in (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"):
+        pos = raw.find(marker, start + 8)
+        while pos != -1:
+            candidates.append(pos - 8)
+            pos = raw.find(marker, pos + 1)
+    candidates.sort()
+    view = memoryview(raw)
+    found: list[tuple[int, int, int, int]] = []
+    next_free = start
+    for pos in candidates:
+        if pos < next_free or pos + RECORD_HEADER_BYTES > len(raw):
+            continue
+        length, crc, kind, _flags, _reserved, mid, _ts, meta_len = _RECORD_HEADER.unpack_from(raw, pos)
+        if length < RECORD_HEADER_BYTES or pos + length > len(raw) or RECORD_HEADER_BYTES + meta_len > length:
+            continue
+        if kind == _ACK and length != RECORD_HEADER_BYTES:
+            continue
+        if zlib.crc32(view[pos + 8 : pos + length]) != crc:
+            continue
+        found.append((pos, length, kind, mid))
+        next_free = pos + length
+    return found
+
+
 class Verdict(enum.Enum):
     """What a scan stop means (see the module docstring)."""
 
@@ -332,13 +366,23 @@ def classify_stop(
 
     Only the last segment can have a torn tail. There, a header cut short, a record whose length field
     runs past the end of the file, or a remainder made only of zero bytes (blocks allocated but never
-    written) are a torn tail; anything else (a bad record followed by non-zero bytes, an id out of order,
-    an unknown kind in a record whose checksum is good) is corruption.
+    written) are a torn tail, provided no well-formed record follows; anything else (a bad record
+    followed by non-zero bytes, an id out of order, an unknown kind in a record whose checksum is good)
+    is corruption.
     """
     if result.stop is None:
         raise ValueError("the scan did not stop early")
     if not is_last_segment:
         return Verdict.CORRUPT
+    verdict = _classify_last(data, result)
+    if verdict is Verdict.TORN_TAIL and find_records(bytes(data), result.end + 1):
+        # An append cut short leaves a prefix: nothing valid can follow the incomplete record. A valid
+        # record after it means the bad one was damaged in place (a flipped length bit, say).
+        return Verdict.CORRUPT
+    return verdict
+
+
+def _classify_last(data: bytes | bytearray | memoryview, result: ScanResult) -> Verdict:
     if result.stop in (StopReason.SHORT_HEADER, StopReason.PAST_END):
         return Verdict.TORN_TAIL
     rest = memoryview(data)[result.end :]

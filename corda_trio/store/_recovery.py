@@ -26,7 +26,6 @@ import os
 import shutil
 import struct
 import time
-import zlib
 from array import array
 from typing import Final
 
@@ -34,13 +33,13 @@ import attrs
 
 from ._errors import CorruptSegmentError
 from ._record import (
-    RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     RecordKind,
     Verdict,
     classify_stop,
     decode_segment_header,
     encode_segment_header,
+    find_records,
     scan_records,
     unpack_location,
 )
@@ -171,35 +170,11 @@ def _read_file(path: str) -> bytes:
 
 def _find_records_after(data: bytes, start: int) -> LostRecords:
     """Best-effort list of well-formed records in ``data[start:]`` (used only to report losses)."""
-    enqueues: list[int] = []
-    acks: list[int] = []
-    covered = 0
-    candidates: list[int] = []
-    for marker in (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"):  # kind, flags, reserved(2)
-        pos = data.find(marker, start + 8)
-        while pos != -1:
-            candidates.append(pos - 8)
-            pos = data.find(marker, pos + 1)
-    candidates.sort()
-    view = memoryview(data)
-    next_free = start
-    for pos in candidates:
-        if pos < next_free or pos + RECORD_HEADER_BYTES > len(data):
-            continue
-        length, crc, kind, _f, _r, mid, _ts, meta_len = _HEADER.unpack_from(data, pos)
-        if (
-            length < RECORD_HEADER_BYTES
-            or pos + length > len(data)
-            or RECORD_HEADER_BYTES + meta_len > length
-        ):
-            continue
-        if zlib.crc32(view[pos + 8 : pos + length]) != crc:
-            continue
-        (enqueues if kind == _ENQ else acks).append(mid)
-        covered += length
-        next_free = pos + length
+    found = find_records(data, start)
     return LostRecords(
-        enqueue_ids=tuple(enqueues), ack_ids=tuple(acks), unreadable_bytes=len(data) - start - covered
+        enqueue_ids=tuple(mid for _o, _l, kind, mid in found if kind == _ENQ),
+        ack_ids=tuple(mid for _o, _l, kind, mid in found if kind == _ACK),
+        unreadable_bytes=len(data) - start - sum(length for _o, length, _k, _m in found),
     )
 
 

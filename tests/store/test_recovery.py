@@ -328,3 +328,19 @@ async def test_compaction_interrupted_at_every_step_never_loses_or_duplicates(tm
                 _write(target[: -len(".seg")] + ".seg.compact", tmp_bytes)
             recovered = store.recover_queue(wdir, store.RecoveryMode.CHECK)
             assert list(recovered.live) == live, (n, label)
+
+
+async def test_damaged_length_field_in_the_middle_of_the_last_segment_is_corrupt_not_torn(
+    tmp_path: Path,
+) -> None:
+    await _build(tmp_path)
+    qdir = str(tmp_path / QUEUE)
+    (number,) = list_segment_numbers(qdir)
+    path = segment_path(qdir, number)
+    records = _records(path)
+    start = records[2][0]
+    data = bytearray(_read(path))
+    data[start + 3] ^= 0x80  # the length now claims ~2 GiB: it "runs past the end", yet records follow
+    _write(path, bytes(data))
+    with pytest.raises(store.CorruptSegmentError, match=f"offset {start}: record length field out of range"):
+        store.recover_queue(qdir, store.RecoveryMode.CHECK)

@@ -1,0 +1,266 @@
+"""``corda-trio store``: inspect, check, repair and compact durable queues (offline).
+
+* ``store list DIR`` shows each queue with its depth, bytes, segments and oldest message.
+* ``store check DIR`` scans every segment and reports torn tails (harmless: the next open truncates
+  them) and corrupt records (exit code 1, naming file and offset). Nothing is changed.
+* ``store check DIR --repair`` also fixes what it found: torn tails are truncated, and a segment with a
+  corrupt record is copied to ``<queue>/quarantine/`` and cut back to its valid prefix; the report lists
+  the message ids that were in the lost part (lost enqueues are lost messages; lost acks mean those
+  messages may be delivered again, which receivers deduplicate).
+* ``store compact DIR`` rewrites segments that hold acked messages.
+
+``DIR`` is a broker directory (holding one directory per queue) or a single queue directory. The node
+must not be running: the commands take the broker's lock and refuse to run while it is held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import errno
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from corda_trio import store
+
+from ._cli import CliError
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add the ``store`` sub-commands."""
+    sub = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
+
+    check = sub.add_parser("check", help="verify every segment; --repair quarantines corrupt ones")
+    check.add_argument("directory", metavar="DIR", help="broker directory or one queue's directory")
+    check.add_argument(
+        "--repair", action="store_true", help="truncate torn tails, quarantine corrupt segments"
+    )
+    check.add_argument("--queue", help="only this queue (when DIR is a broker directory)")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(func=_check)
+
+    listing = sub.add_parser("list", help="list queues with depth, bytes and oldest message")
+    listing.add_argument("directory", metavar="DIR")
+    listing.add_argument("--prefix", default="", help="only queues whose name starts with this")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(func=_list)
+
+    compact = sub.add_parser("compact", help="reclaim the space of acked messages")
+    compact.add_argument("directory", metavar="DIR", help="broker directory")
+    compact.add_argument("--queue", help="only this queue")
+    compact.set_defaults(func=_compact)
+
+
+def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, str]]]:
+    """(broker root, [(queue name, queue dir)]) for DIR, which may be a broker or a queue directory."""
+    if not os.path.isdir(directory):
+        raise CliError(f"{directory}: no such directory", 2)
+    entries = os.listdir(directory)
+    if any(e.endswith(".seg") for e in entries):
+        name = os.path.basename(os.path.normpath(directory))
+        return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
+    queues = []
+    for entry in sorted(entries):
+        full = os.path.join(directory, entry)
+        if not os.path.isdir(full) or entry == store.QUARANTINE_DIR:
+            continue
+        try:
+            store.validate_queue_name(entry)
+        except store.InvalidQueueNameError:
+            continue
+        if only is None or entry == only:
+            queues.append((entry, full))
+    if only is not None and not queues:
+        raise CliError(f"{directory}: no queue named {only!r}", 1)
+    return directory, queues
+
+
+@contextlib.contextmanager
+def _offline(root: str) -> Iterator[None]:
+    """Hold the broker lock (if the directory has one) so that no node opens it meanwhile."""
+    lock_path = os.path.join(root, "broker.lock")
+    if not os.path.exists(lock_path):
+        yield
+        return
+    import fcntl
+
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise CliError(
+                    f"{root} is in use by a running node (lock {lock_path}): stop it first", 1
+                ) from None
+            raise
+        yield
+    finally:
+        os.close(fd)
+
+
+def _close(recovered: Any) -> None:
+    for state in recovered.segments:
+        if state.fd >= 0:
+            os.close(state.fd)
+            state.fd = -1
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    if not ids:
+        return "none"
+    shown = ", ".join(str(i) for i in ids[:20])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")
+
+
+def _check(args: argparse.Namespace) -> int:
+    root, queues = _queue_dirs(args.directory, args.queue)
+    mode = store.RecoveryMode.REPAIR if args.repair else store.RecoveryMode.CHECK
+    failures = 0
+    results: list[dict[str, Any]] = []
+    with _offline(root):
+        for name, qdir in queues:
+            entry: dict[str, Any] = {"queue": name, "directory": qdir}
+            try:
+                recovered = store.recover_queue(qdir, mode)
+            except store.CorruptSegmentError as exc:
+                failures += 1
+                entry.update(status="corrupt", path=exc.path, offset=exc.offset, reason=exc.reason)
+                results.append(entry)
+                if not args.json:
+                    print(f"CORRUPT  {name}: {exc.path} at offset {exc.offset}: {exc.reason}")
+                    print(
+                        f"{'':9}run again with --repair to quarantine the segment (it reports what is lost)"
+                    )
+                continue
+            except OSError as exc:
+                raise CliError(f"{qdir}: {exc}", 1) from exc
+            _close(recovered)
+            report = recovered.report
+            entry.update(
+                status="repaired" if report.repairs else "ok",
+                messages=report.live_messages,
+                bytes=report.live_bytes,
+                segments=report.segments,
+                next_id=report.next_id,
+                stale_acks=report.stale_acks,
+                removed_files=list(report.removed_files),
+            )
+            if report.torn_tail is not None:
+                t = report.torn_tail
+                entry["torn_tail"] = {
+                    "path": t.path,
+                    "offset": t.offset,
+                    "bytes": t.dropped_bytes,
+                    "reason": t.reason,
+                }
+            entry["repairs"] = [
+                {
+                    "path": r.path, "offset": r.offset, "reason": r.reason,
+                    "quarantined_as": r.quarantined_as, "kept_bytes": r.kept_bytes,
+                    "lost_enqueue_ids": list(r.lost.enqueue_ids),
+                    "lost_ack_ids": list(r.lost.ack_ids), "unreadable_bytes": r.lost.unreadable_bytes,
+                }
+                for r in report.repairs
+            ]  # fmt: skip
+            results.append(entry)
+            if args.json:
+                continue
+            status = "REPAIRED" if report.repairs else "OK"
+            print(f"{status:<8} {name}: {report.live_messages} messages, {report.segments} segments")
+            if report.torn_tail is not None:
+                t = report.torn_tail
+                verb = "truncated" if args.repair else "will be truncated on the next open"
+                print(f"{'':9}torn tail {verb}: {t.path} at offset {t.offset}, {t.dropped_bytes} bytes")
+                print(f"{'':9}({t.reason})")
+            for path in report.removed_files:
+                verb = "removed" if args.repair else "found"
+                print(f"{'':9}leftover of an interrupted compaction {verb}: {path}")
+            for r in report.repairs:
+                print(f"         corrupt record in {r.path} at offset {r.offset}: {r.reason}")
+                print(
+                    f"         quarantined a copy as {r.quarantined_as}; kept the first {r.kept_bytes} bytes"
+                )
+                print(f"         LOST messages (enqueues): {_ids(r.lost.enqueue_ids)}")
+                print(f"         lost acks (these messages may be delivered again): {_ids(r.lost.ack_ids)}")
+                if r.lost.unreadable_bytes:
+                    print(f"{'':9}{r.lost.unreadable_bytes} unreadable bytes matched no record")
+    if args.json:
+        print(json.dumps({"queues": results, "corrupt": failures}, indent=2))
+    elif not queues:
+        print(f"no queues in {args.directory}")
+    return 1 if failures else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    root, queues = _queue_dirs(args.directory, None)
+    rows = []
+    with _offline(root):
+        for name, qdir in queues:
+            if not name.startswith(args.prefix):
+                continue
+            try:
+                recovered = store.recover_queue(qdir, store.RecoveryMode.CHECK)
+            except store.CorruptSegmentError as exc:
+                rows.append({"queue": name, "error": str(exc)})
+                continue
+            oldest = None
+            if recovered.live:
+                first = next(iter(recovered.live.values()))
+                oldest = datetime.datetime.fromtimestamp((first >> 136) / 1000, datetime.UTC).isoformat()
+            disk = sum(s.size for s in recovered.segments)
+            rows.append(
+                {
+                    "queue": name, "messages": recovered.report.live_messages,
+                    "bytes": recovered.report.live_bytes, "segments": recovered.report.segments,
+                    "disk_bytes": disk, "oldest": oldest,
+                    "next_id": recovered.next_id,
+                }
+            )  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no queues in {args.directory}")
+    for row in rows:
+        if "error" in row:
+            print(f"{row['queue']}: {row['error']}")
+            continue
+        print(
+            f"{row['queue']}: {row['messages']} messages, {row['bytes']} bytes in {row['segments']} segments "
+            f"({row['disk_bytes']} on disk), oldest {row['oldest'] or '-'}"
+        )
+    return 1 if any("error" in r for r in rows) else 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    import trio
+
+    async def run() -> int:
+        try:
+            async with store.open_broker(args.directory) as broker:
+                names = [args.queue] if args.queue else broker.list_queues()
+                for name in names:
+                    try:
+                        queue = broker.get_queue(name)
+                    except store.QueueNotFoundError as exc:
+                        raise CliError(str(exc), 1) from None
+                    before = queue.statistics().disk_bytes
+                    reclaimed = await queue.compact()
+                    print(
+                        f"{name}: {before} -> {queue.statistics().disk_bytes} bytes (reclaimed {reclaimed})"
+                    )
+        except store.BrokerLockedError as exc:
+            raise CliError(f"{exc}: stop the node first", 1) from None
+        except store.CorruptSegmentError as exc:
+            raise CliError(f"{exc}; run 'corda-trio store check --repair' first", 1) from None
+        return 0
+
+    if not os.path.isdir(args.directory):
+        raise CliError(f"{args.directory}: no such directory", 2)
+    return trio.run(run)

@@ -1,0 +1,112 @@
+"""``corda-trio store check / list / compact``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import store
+from corda_trio.node._cli import main
+from corda_trio.store._segment import list_segment_numbers, segment_path
+
+QUEUE = "p2p.inbound.DLcli"
+
+
+def _corrupt_middle(root: Path) -> tuple[str, int]:
+    qdir = str(root / QUEUE)
+    path = segment_path(qdir, list_segment_numbers(qdir)[0])
+    data = bytearray(Path(path).read_bytes())
+    offset = 40 + 3 * (32 + 5)  # the fourth record (payloads are 5 bytes)
+    data[offset + 34] ^= 0xFF  # a payload byte
+    Path(path).write_bytes(bytes(data))
+    return path, offset
+
+
+def _append(path: str, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+async def _fill(root: Path) -> None:
+    async with store.open_broker(root) as broker:
+        queue = await broker.declare_queue(QUEUE)
+        for i in range(8):
+            await queue.enqueue(b"msg-%d" % i)
+        await broker.declare_queue("internal.peers.DLother")
+
+
+async def test_check_repair_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    await _fill(tmp_path)
+    assert main(["store", "check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"OK       {QUEUE}: 8 messages" in out and "internal.peers.DLother: 0 messages" in out
+
+    path, offset = _corrupt_middle(tmp_path)
+    assert main(["store", "check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"CORRUPT  {QUEUE}: {path} at offset {offset}: checksum mismatch" in out
+    with pytest.raises(store.CorruptSegmentError):
+        async with store.open_broker(tmp_path):
+            pass
+
+    assert main(["store", "check", str(tmp_path), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert "REPAIRED" in out and "LOST messages (enqueues): 4, 5, 6, 7" in out
+    quarantined = os.listdir(tmp_path / QUEUE / store.QUARANTINE_DIR)
+    assert quarantined == [os.path.basename(path) + ".corrupt-0"]
+    assert main(["store", "check", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["corrupt"] == 0
+    assert {q["queue"] for q in report["queues"]} == {QUEUE, "internal.peers.DLother"}
+
+    async with store.open_broker(tmp_path) as broker:
+        assert [m.payload async for m in broker.get_queue(QUEUE).browse()] == [b"msg-0", b"msg-1", b"msg-2"]
+
+    assert main(["store", "list", str(tmp_path), "--prefix", "p2p."]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{QUEUE}: 3 messages") and "DLother" not in out
+
+
+async def test_check_a_single_queue_directory_reports_a_torn_tail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _fill(tmp_path)
+    qdir = tmp_path / QUEUE
+    path = segment_path(str(qdir), list_segment_numbers(str(qdir))[0])
+    _append(path, b"\x50\x00\x00\x00partial")
+    assert main(["store", "check", str(qdir)]) == 0
+    out = capsys.readouterr().out
+    assert "torn tail will be truncated on the next open" in out and "11 bytes" in out
+    assert main(["store", "check", str(qdir), "--repair"]) == 0
+    assert "torn tail truncated" in capsys.readouterr().out
+    assert main(["store", "check", str(qdir)]) == 0
+    assert "torn tail" not in capsys.readouterr().out
+
+
+async def test_compact_and_refusal_while_the_broker_is_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue(QUEUE)
+        await queue.enqueue_many([b"x" * 100] * 10)
+        async with queue.consumer() as consumer:
+            for _ in range(9):
+                await consumer.ack((await consumer.receive()).message_id)
+        assert main(["store", "check", str(tmp_path)]) == 1
+        assert "in use by a running node" in capsys.readouterr().err
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path)]) == 0  # runs its own trio
+    assert f"{QUEUE}: " in capsys.readouterr().out
+    assert main(["store", "list", str(tmp_path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["messages"] == 1 and row["disk_bytes"] < 400
+
+
+def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["store", "check", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["store", "check", str(tmp_path)]) == 0
+    assert "no queues" in capsys.readouterr().out
