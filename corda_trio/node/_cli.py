@@ -34,6 +34,7 @@ COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
     "bench": ("corda_trio.node._cli_bench", "run load benchmarks and write records"),
     "network": ("corda_trio.node._cli_network", "create and inspect networks (bootstrap)"),
     "networkmap": ("corda_trio.node._cli_networkmap", "run the network map service"),
+    "store": ("corda_trio.node._cli_store", "inspect and repair durable queues"),
 }
 
 
