@@ -168,6 +168,8 @@ class NetworkMapUpdater:
         node_infos_dir: directory of ``nodeInfo-*`` files, or ``None``.
         own_node_info: this node's signed NodeInfo, published by :meth:`run` (``None``: do not publish).
         clock: current UTC time, for certificate validity.
+        poll_interval_seconds: interval between polls when the map sends no ``max-age`` (and in directory
+            mode).
     """
 
     trust_root: x509.Certificate
@@ -177,6 +179,7 @@ class NetworkMapUpdater:
     node_infos_dir: Path | None = None
     own_node_info: bytes | None = None
     clock: Callable[[], dt.datetime] = _utcnow
+    poll_interval_seconds: float = DEFAULT_POLL_SECONDS
     _nodes: dict[str, VerifiedNodeInfo] = attrs.field(factory=dict, init=False)
     _parameters_hash: str | None = attrs.field(default=None, init=False)
 
@@ -186,6 +189,12 @@ class NetworkMapUpdater:
 
     async def load_cache(self) -> list[MapEvent]:
         """Load and re-verify the persisted cache; emits and returns ``NodeAdded`` for each entry."""
+        events = await self._load_cache_state()
+        for event in events:
+            await self.events.send(event)
+        return events
+
+    async def _load_cache_state(self) -> list[MapEvent]:
         stored = await trio.to_thread.run_sync(self.cache.load)
         params = await trio.to_thread.run_sync(self.cache.parameters)
         self._parameters_hash = params[0] if params else None
@@ -195,8 +204,6 @@ class NetworkMapUpdater:
             if node is not None:
                 self._nodes[str(node.legal_name)] = node
                 events.append(NodeAdded(node=node))
-        for event in events:
-            await self.events.send(event)
         return events
 
     async def publish_own(self) -> str:
@@ -216,7 +223,7 @@ class NetworkMapUpdater:
                 left as it was).
         """
         wanted: dict[str, VerifiedNodeInfo] = {}
-        interval = DEFAULT_POLL_SECONDS
+        interval = self.poll_interval_seconds
         events: list[MapEvent] = []
         if self.client is not None:
             response = await self.client.fetch_map()
@@ -258,9 +265,15 @@ class NetworkMapUpdater:
         return events, interval
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load the cache, then publish and poll forever (until cancelled)."""
-        await self.load_cache()
+        """Load the cache, then publish and poll forever (until cancelled).
+
+        ``nodes()`` holds the cached view when ``nursery.start(updater.run)`` returns; the matching
+        ``NodeAdded`` events are sent right after, so the consumer may start reading only then.
+        """
+        cached = await self._load_cache_state()
         task_status.started()
+        for event in cached:
+            await self.events.send(event)
         async with trio.open_nursery() as nursery:
             if self.client is not None and self.own_node_info is not None:
                 try:  # first attempt inline, so the first poll already sees our own NodeInfo

@@ -124,3 +124,34 @@ async def test_bad_entries_are_ignored_and_directory_mode(
     assert isinstance(changed, network.NodeChanged) and changed.new.node_info.addresses[0].port == 10009
     shutil.rmtree(infos)
     assert _summary((await u.poll_once())[0]) == [("NodeRemoved", str(ALICE))]
+
+
+async def test_run_with_cache_and_unbuffered_channel(
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+) -> None:
+    """Cached nodes are in ``nodes()`` when start() returns and arrive as events after it (a consumer that
+    starts late does not deadlock); directory changes show up at the next poll.  Real time: the updater
+    works in threads, and an autojump clock would jump while they run."""
+    infos = tmp_path / "infos"
+    infos.mkdir()
+    cache = network.NodeInfoCache(tmp_path / "cache.db")
+    alice_node = network.verify_node_info(
+        signed_node_info(alice, serial=1), trust_root=creds.root.cert, now=NOW
+    )
+    cache.replace_all({str(ALICE): alice_node})
+    (infos / "nodeInfo-alice").write_bytes(alice_node.serialize())
+    send, receive = trio.open_memory_channel[network.MapEvent](0)
+    updater = network.NetworkMapUpdater(
+        trust_root=creds.root.cert, cache=cache, events=send, node_infos_dir=infos
+    )
+    await nursery.start(updater.run)
+    assert list(updater.nodes()) == [str(ALICE)]
+    with trio.fail_after(10):
+        assert _summary([await receive.receive()]) == [("NodeAdded", str(ALICE))]
+        (infos / "nodeInfo-bob").write_bytes(signed_node_info(bob, serial=1))
+        assert _summary([await receive.receive()]) == [("NodeAdded", str(BOB))]
+    assert set(network.NodeInfoCache(tmp_path / "cache.db").load()) == {str(ALICE), str(BOB)}
