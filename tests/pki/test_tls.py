@@ -205,3 +205,20 @@ def test_context_settings(live_network: pki.NetworkCredentials, live_alice: pki.
             ((("countryName", "GB"),), (("localityName", "London"),), (("organizationName", "Corda Trio"),),
              (("commonName", "Corda Trio Root CA"),))
         ]  # fmt: skip
+
+
+async def test_name_constraint_enforced_in_handshake(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    """Alice's node CA issues a TLS certificate in Bob's name: OpenSSL refuses it (name constraint), so
+    Alice cannot impersonate Bob even though the chain reaches the right root."""
+    key = pki.generate_ec_key()
+    forged = pki.create_certificate(
+        role=pki.CertRole.TLS, subject=BOB, public_key=key.public_key(),
+        issuer_cert=live_alice.node_ca.cert, issuer_key=live_alice.node_ca.key, now=REAL_NOW,
+    )  # fmt: skip
+    forger_client, _ = _contexts(live_alice, live_network.root, tls=pki.CertAndKey(cert=forged, key=key))
+    _, bob_server = _contexts(live_bob, live_network.root)
+    _, server_saw, _, _ = await _handshake(forger_client, bob_server)
+    assert isinstance(server_saw, trio.BrokenResourceError)
+    assert "permitted subtree violation" in str(server_saw.__cause__)
