@@ -136,6 +136,13 @@ class NodeConfig:
     store_directory: Path
     store_fsync: FsyncPolicy = "always"
 
+    def __attrs_post_init__(self) -> None:
+        _check_absolute(self)
+        if self.store_fsync not in ("always", "never"):
+            raise ConfigError(f"store_fsync must be \"always\" or \"never\", got {self.store_fsync!r}")
+        if self.network_map_url is not None and not self.network_map_url.startswith("http://"):
+            raise ConfigError(f"network_map_url must be an http:// URL, got {self.network_map_url!r}")
+
 
 @final
 @attrs.frozen(kw_only=True)
@@ -150,6 +157,16 @@ class NetworkMapServiceConfig:
     network_parameters: Path
     database: Path
     key_passphrase: KeyPassphrase
+
+    def __attrs_post_init__(self) -> None:
+        _check_absolute(self)
+
+
+def _check_absolute(config: object) -> None:
+    for field in attrs.fields(type(config)):
+        value = getattr(config, field.name)
+        if isinstance(value, Path) and not value.is_absolute():
+            raise ConfigError(f"{field.name} must be an absolute path, got {str(value)!r}")
 
 
 class _Reader:

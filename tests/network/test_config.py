@@ -114,3 +114,13 @@ def test_toml_string_escaping(tmp_path: Path) -> None:
     cfg2 = attrs.evolve(cfg, store_directory=odd / "store\tx")
     (tmp_path / "odd.toml").write_text(_config.dump_node_config(cfg2, tmp_path), encoding="utf-8")
     assert _config.load_node_config(tmp_path / "odd.toml").store_directory == odd / "store\tx"
+
+
+def test_direct_construction_is_validated(tmp_path: Path) -> None:
+    import attrs
+
+    cfg = _config.load_node_config(_write(tmp_path, GOOD))
+    with pytest.raises(_config.ConfigError, match="tls_key must be an absolute path"):
+        attrs.evolve(cfg, tls_key=Path("relative/tls.key.pem"))
+    with pytest.raises(_config.ConfigError, match="store_fsync"):
+        attrs.evolve(cfg, store_fsync="sometimes")  # type: ignore[arg-type]
