@@ -238,6 +238,11 @@ class Connection:
             raise RemoteProtocolError(description, condition=condition, events=events) from exc
         return events
 
+    @property
+    def wants_write(self) -> bool:
+        """Whether ``data_to_send()`` would return bytes (cheap; lets a driver skip an empty flush)."""
+        return bool(self._out) or self._dispositions_dirty
+
     def data_to_send(self) -> bytes:
         """Everything queued for the peer since the last call (``b""`` if nothing)."""
         if self._dispositions_dirty:

@@ -599,6 +599,10 @@ class AmqpConnection:
 
     async def _flush(self) -> None:
         """Write everything the engine queued (in order, under the write lock)."""
+        if not self._engine.wants_write:
+            await trio.lowlevel.checkpoint()
+            self._tick()
+            return
         async with self._write_lock:
             data = self._engine.data_to_send()
             if data and not self._stream_dead:
@@ -632,6 +636,9 @@ class AmqpConnection:
         try:
             while True:
                 await self._flush_wanted.wait()
+                # Let every runnable task queue its frames first (consumers settling a batch of deliveries,
+                # a sender filling its window): one send_all then carries all of them.
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 self._flush_wanted = trio.Event()
                 await self._flush()
                 if self._engine.closed:
@@ -668,8 +675,11 @@ class AmqpConnection:
                     return
                 if events:
                     self._handle_events(events)
-                await self._flush()
+                self._tick()
+                if engine.wants_write:
+                    self._flush_wanted.set()  # the writer sends replies (flows, heartbeats) in its next batch
                 if not data or engine.closed:
+                    await self._flush()
                     await self._finish_after_close()
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError) as exc:
