@@ -34,7 +34,7 @@ Theory of operation
 
     [store]
     directory = "store"
-    fsync = "always"                     # "always" | "never" (never: benchmarks only, loses data on crash)
+    fsync = "always"                     # "always" | "none" (none: benchmarks only, loses data on crash)
 
 Only ``legal_name``, ``p2p.address``, ``rpc.address`` and ``keys.passphrase_*`` are required; the rest
 default to the values shown.  Unknown sections or keys are errors (a typo must not silently fall back to a
@@ -48,11 +48,11 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, final
+from typing import Any, Final, final
 
 import attrs
 
-from corda_trio import network, pki
+from corda_trio import network, pki, store
 
 __all__ = [
     "ConfigError",
@@ -65,7 +65,6 @@ __all__ = [
     "load_node_config",
 ]
 
-FsyncPolicy = Literal["always", "never"]
 #: Default environment variable holding the key passphrase.
 DEFAULT_PASSPHRASE_ENV: Final[str] = "CORDA_TRIO_KEY_PASSPHRASE"
 
@@ -134,12 +133,12 @@ class NodeConfig:
     identity_key: Path
     key_passphrase: KeyPassphrase
     store_directory: Path
-    store_fsync: FsyncPolicy = "always"
+    store_fsync: store.FsyncPolicy = store.FsyncPolicy.ALWAYS
 
     def __attrs_post_init__(self) -> None:
         _check_absolute(self)
-        if self.store_fsync not in ("always", "never"):
-            raise ConfigError(f"store_fsync must be \"always\" or \"never\", got {self.store_fsync!r}")
+        if not isinstance(self.store_fsync, store.FsyncPolicy):
+            raise ConfigError(f"store_fsync must be a store.FsyncPolicy, got {self.store_fsync!r}")
         if self.network_map_url is not None and not self.network_map_url.startswith("http://"):
             raise ConfigError(f"network_map_url must be an http:// URL, got {self.network_map_url!r}")
 
@@ -270,7 +269,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         {"node_ca_cert_chain", "node_ca_key", "tls_cert_chain", "tls_key", "identity_cert_chain",
          "identity_key", "passphrase_env", "passphrase_file"},
     )  # fmt: skip
-    store = r.section("store", {"directory", "fsync"})
+    store_table = r.section("store", {"directory", "fsync"})
     r.finish()
     p2p_address = r.address(p2p, "address", "p2p.address")
     map_url = net.get("map_url")
@@ -281,9 +280,11 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
             network.NetworkMapClient(map_url)
         except ValueError as exc:
             raise r.fail("network.map_url", str(exc)) from None
-    fsync = store.get("fsync", "always")
-    if fsync not in ("always", "never"):
-        raise r.fail("store.fsync", f'must be "always" or "never", got {fsync!r}')
+    try:
+        fsync = store.FsyncPolicy(store_table.get("fsync", store.FsyncPolicy.ALWAYS.value))
+    except ValueError:
+        choices = " or ".join(f'"{policy.value}"' for policy in store.FsyncPolicy)
+        raise r.fail("store.fsync", f"must be {choices}, got {store_table.get('fsync')!r}") from None
 
     def p(table: dict[str, Any], key: str, where: str, default: str) -> Path:
         return _join(base, r.string(table, key, where, default))
@@ -312,7 +313,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         ),
         identity_key=p(keys, "identity_key", "keys.identity_key", "certificates/identity.key.pem"),
         key_passphrase=_passphrase(r, keys, base),
-        store_directory=p(store, "directory", "store.directory", "store"),
+        store_directory=p(store_table, "directory", "store.directory", "store"),
         store_fsync=fsync,
     )
 
@@ -396,7 +397,7 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "",
         "[store]",
         f"directory = {_toml_str(_rel(config.store_directory, base))}",
-        f"fsync = {_toml_str(config.store_fsync)}",
+        f"fsync = {_toml_str(config.store_fsync.value)}",
         "",
     ]
     return "\n".join(lines)

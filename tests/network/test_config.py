@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corda_trio import network, pki
+from corda_trio import network, pki, store
 from corda_trio.node import _config
 
 GOOD = """
@@ -27,7 +27,7 @@ map_url = "http://127.0.0.1:40000"
 passphrase_env = "ALICE_PASS"
 
 [store]
-fsync = "never"
+fsync = "none"
 """
 
 
@@ -48,7 +48,7 @@ def test_defaults_and_paths(tmp_path: Path) -> None:
     assert cfg.tls_key == base / "certificates" / "tls.key.pem"
     assert cfg.trust_root == base / "certificates" / "network-root.cert.pem"
     assert cfg.additional_node_infos == base / "additional-node-infos"
-    assert cfg.store_directory == base / "store" and cfg.store_fsync == "never"
+    assert cfg.store_directory == base / "store" and cfg.store_fsync is store.FsyncPolicy.NONE
     assert cfg.key_passphrase.read({"ALICE_PASS": "s3cret"}) == b"s3cret"
 
 
@@ -81,8 +81,8 @@ def test_passphrase_file(tmp_path: Path) -> None:
         (("127.0.0.1:40001", "127.0.0.1:99999"), "p2p.address: port must be in 1..65535"),
         (("127.0.0.1:40002", "localhost"), "rpc.address: expected HOST:PORT"),
         (("http://127.0.0.1:40000", "https://map"), "network.map_url: must be an http:// URL"),
-        (("fsync = \"never\"", "fsync = \"sometimes\""), "store.fsync: must be \"always\" or \"never\""),
-        (("fsync = \"never\"", "fsync = \"never\"\nfsynk = 1"), "store.fsynk: unknown setting"),
+        (("fsync = \"none\"", "fsync = \"sometimes\""), "store.fsync: must be \"always\" or \"none\""),
+        (("fsync = \"none\"", "fsync = \"none\"\nfsynk = 1"), "store.fsynk: unknown setting"),
         (("[store]", "[storage]"), "storage: unknown setting"),
         (("passphrase_env = \"ALICE_PASS\"", ""), "exactly one of keys.passphrase_env and keys.passphrase_"),
         (("passphrase_env = \"ALICE_PASS\"", "passphrase_env = \"A\"\npassphrase_file = \"f\""), "one of"),
