@@ -452,7 +452,7 @@ class Connection:
             raise LocalProtocolError("flow(credit=...) is for receiving links; senders get credit")
         if not 0 <= credit <= UINT_MAX:
             raise LocalProtocolError(f"credit must fit a uint, got {credit}")
-        link.link_credit = credit
+        link.grant(credit)
         link.drain = drain
         self._send_flow(self.session(channel), link, echo=echo)
 
@@ -1255,13 +1255,14 @@ class Connection:
                 raise LocalProtocolError(
                     "the first transfer of a delivery has no delivery-id", condition=Condition.INVALID_FIELD
                 )
-            if link.link_credit <= 0:
+            if link.received_total >= link.max_limit:
                 raise LocalProtocolError(
                     f"transfer on link {link.name!r} without link credit (credit overrun; "
-                    f"delivery-count {link.delivery_count})",
+                    f"delivery-count {link.delivery_count}, we granted up to {link.max_limit} deliveries)",
                     condition=Condition.TRANSFER_LIMIT_EXCEEDED,
                 )
-            link.link_credit -= 1
+            link.received_total += 1
+            link.link_credit = max(0, link.link_credit - 1)
             link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
             tag = frame.delivery_tag if frame.delivery_tag is not None else b""
             if frame.aborted:

@@ -37,6 +37,7 @@ class Link:
         "handle",
         "link_credit",
         "machine",
+        "max_limit",
         "max_message_size",
         "name",
         "next_tag",
@@ -48,6 +49,7 @@ class Link:
         "partial_state",
         "partial_tag",
         "rcv_settle_mode",
+        "received_total",
         "remote_attach",
         "remote_handle",
         "remote_max_message_size",
@@ -78,6 +80,11 @@ class Link:
         self.link_credit = 0
         self.available: int | None = None
         self.drain = False
+        # receiver: deliveries received (plus credit the sender drained), unbounded, and the highest
+        # received_total + credit we ever granted. A grant we lower may cross transfers the sender sent under
+        # the old one (spec 2.6.7): only a delivery beyond every limit we granted is a credit overrun.
+        self.received_total = 0
+        self.max_limit = 0
         # sender: our unsettled deliveries on this link, delivery-id -> tag
         self.unsettled: dict[int, bytes] = {}
         self.next_tag = 0
@@ -115,9 +122,17 @@ class Link:
         if delivery_count is None:
             return
         limit = (self.delivery_count + self.link_credit) % SERIAL_MOD
+        advanced = (delivery_count - self.delivery_count) % SERIAL_MOD
+        if advanced < SERIAL_MOD // 2:
+            self.received_total += advanced  # credit the sender used up without sending (drain)
         self.delivery_count = delivery_count % SERIAL_MOD
         remaining = (limit - self.delivery_count) % SERIAL_MOD
         self.link_credit = remaining if remaining < SERIAL_MOD // 2 else 0
+
+    def grant(self, credit: int) -> None:
+        """Receiver: set our credit to ``credit`` (the ``flow`` is sent by the engine)."""
+        self.link_credit = credit
+        self.max_limit = max(self.max_limit, self.received_total + credit)
 
     def reset_partial(self) -> None:
         """Forget the delivery being reassembled."""
