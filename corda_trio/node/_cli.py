@@ -32,6 +32,10 @@ class CliError(Exception):
 COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
     "demo": ("corda_trio.node._cli_demo", "run a small end-to-end demo on this machine"),
     "bench": ("corda_trio.node._cli_bench", "run load benchmarks and write records"),
+    "report": (
+        "corda_trio.node._cli_report",
+        "turn benchmark records into a Spark latency/throughput report",
+    ),
     "network": ("corda_trio.node._cli_network", "create and inspect networks (bootstrap)"),
     "networkmap": ("corda_trio.node._cli_networkmap", "run the network map service"),
     "store": ("corda_trio.node._cli_store", "inspect and repair durable queues"),

@@ -1,0 +1,65 @@
+"""``corda-trio report``: turn benchmark records into a Spark latency / throughput report.
+
+Example::
+
+    corda-trio report --in bench-out --out report.html                 # local[*]
+    corda-trio report --in before/ --in after/ --out cmp.html --compare RUN_A RUN_B
+    corda-trio report --in bench-out --out report.html --master spark://head:7077 --driver-memory 2g
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._cli import CliError
+
+__all__ = ["register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add the ``report`` arguments (the group has no sub-commands)."""
+    parser.add_argument(
+        "--in", dest="in_dirs", type=Path, action="append", required=True, metavar="DIR",
+        help="directory of benchmark records (repeatable; runs from all are combined)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, required=True, help="the HTML report to write (tables go next to it)"
+    )
+    parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    parser.add_argument("--driver-memory", default="4g", help="Spark driver heap, e.g. 2g (default 4g)")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+        help="compare two runs (ids or unique prefixes); default: the two runs when there are exactly two",
+    )  # fmt: skip
+    parser.add_argument(
+        "--accuracy", type=int, default=10_000,
+        help="percentile_approx accuracy: rank error <= n/accuracy (default 10000)",
+    )  # fmt: skip
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import spark_reports
+
+    if args.accuracy < 1:
+        raise CliError("--accuracy must be at least 1", 2)
+    settings = spark_reports.SparkSettings(master=args.master, driver_memory=args.driver_memory)
+    try:
+        result = spark_reports.build_report(
+            args.in_dirs,
+            args.out,
+            settings=settings,
+            compare=tuple(args.compare) if args.compare else None,
+            accuracy=args.accuracy,
+        )
+    except spark_reports.ReportInputError as exc:
+        raise CliError(str(exc), 2) from exc
+    except spark_reports.ReportError as exc:
+        raise CliError(str(exc), 1) from exc
+    compared = f"; compared {result.compared[0]} -> {result.compared[1]}" if result.compared else ""
+    print(
+        f"report {result.html_path} ({result.records:,} records, {len(result.runs)} run(s){compared}) "
+        f"in {result.elapsed_seconds:.1f} s; tables in {result.tables_dir}"
+    )
+    return 0

@@ -1,0 +1,436 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no scripts, no network).
+
+Order: what was measured and on what (runs, machine, configuration), the per-link table, per run and
+scenario the latency CDF and the throughput-over-time charts, the before / after comparison, per-stage
+latency, errors, and how to read the numbers (definitions, approximation error).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+import attrs
+
+from ._compare import METRICS, ComparisonRow
+from ._job import PERCENTILES, GroupStats, JobResult
+from ._svg import PALETTE, Axis, Series, format_latency_ms, line_chart
+from ._tables import peak_per_second
+
+__all__ = ["ReportContext", "render_html"]
+
+_NA = "\u2013"  # en dash: "no value"
+_TIMES = "\u00d7"
+
+#: At most this many series per chart; the rest are in the tables.
+MAX_SERIES_PER_CHART = 10
+
+_STAGE_MEANING = {
+    "created": "the harness created the operation (open loop: schedule lag behind its due time)",
+    "enqueued": "accepted by the first queue (durable queue, send channel)",
+    "sent": "handed to the transport (AMQP transfer written, socket send returned)",
+    "accepted": "peer settled it accepted / durable on disk",
+    "delivered": "the receiving side handed it to its consumer",
+    "flow_finished": "the flow the message belongs to finished",
+    "end": "the last stage the operation reached (end-to-end)",
+}
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;
+color:#1d2330;padding:0 16px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #dde;
+padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
+.sub{color:#5a6274}.banner{background:#fde2e1;border:1px solid #e15759;padding:8px 12px;border-radius:4px;
+margin:12px 0}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:12.5px}
+th,td{border:1px solid #dfe3ea;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f3f5f9;font-weight:600}td.l,th.l{text-align:left}
+tr:nth-child(even) td{background:#fafbfd}
+td.bad{background:#fde2e1!important}td.good{background:#e3f4e1!important}td.warn{background:#fff4d6!important}
+.charts{display:flex;flex-wrap:wrap;gap:14px}
+.chart{background:#fff;border:1px solid #e4e7ee;border-radius:4px}
+.chart .plot-area{fill:#fcfdff;stroke:#c9ced8}.chart .grid{stroke:#e6e9ef}
+.chart .tick{font-size:10.5px;fill:#5a6274}
+.chart .axis-label{font-size:11.5px;fill:#333}.chart .chart-title{font-size:13px;font-weight:600;fill:#1d2330}
+.chart .legend{font-size:11px;fill:#333}
+.caption{color:#5a6274;font-size:12.5px;max-width:760px;margin:2px 0 10px}
+dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0}
+dl.kv dt{color:#5a6274}dl.kv dd{margin:0;font-family:ui-monospace,Menlo,monospace;font-size:12.5px}
+code{font-family:ui-monospace,Menlo,monospace;font-size:12.5px}
+"""
+
+
+@attrs.frozen(kw_only=True)
+class ReportContext:
+    """Facts about the report run itself (stated in the report)."""
+
+    generated_at: str
+    input_dirs: tuple[str, ...]
+    tables_dir: str
+    spark_version: str
+    master: str
+    driver_memory: str
+    report_host: Mapping[str, Any]
+    records: int
+    elapsed_seconds: float | None = None
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor} {unit}"
+    return f"{n} B"
+
+
+def _ms(ns: float | None) -> str:
+    return _NA if ns is None else format_latency_ms(ns / 1e6)
+
+
+def _ms_or_na(ms: float | None) -> str:
+    return _NA if ms is None else format_latency_ms(ms)
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0) -> str:
+    """Cells are values (escaped) or ``(text, css_class)``; the first ``left`` columns align left."""
+    out = ["<table><tr>"]
+    out += [f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(headers)]
+    out.append("</tr>")
+    for row in rows:
+        out.append("<tr>")
+        for i, cell in enumerate(row):
+            text, css = cell if isinstance(cell, tuple) else (cell, "")
+            classes = " ".join(c for c in ("l" if i < left else "", css) if c)
+            out.append(f'<td class="{classes}">{escape(str(text))}</td>')
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult) -> str:
+    groups = [g for g in result.groups if g.run_id == run_id]
+    count = sum(g.count for g in groups)
+    errors = sum(g.errors for g in groups)
+    scenarios = sorted({g.scenario for g in groups})
+    parts = [f"<h3>Run <code>{escape(run_id)}</code></h3>"]
+    if meta is None:
+        parts.append(
+            '<p class="banner">No meta file for this run: machine and configuration were not recorded.</p>'
+        )
+    elif meta.get("synthetic"):
+        parts.append(
+            '<p class="banner"><b>Synthetic data</b>: these records were generated, not measured. '
+            f"{escape(str(meta.get('description', '')))}</p>"
+        )
+    env = (meta or {}).get("environment", {})
+    config = (meta or {}).get("config", {})
+    load = config.get("load", {}) if isinstance(config, dict) else {}
+    kv = [
+        ("scenario", ", ".join(scenarios)),
+        ("what it measures", (meta or {}).get("description", "not recorded")),
+        ("records", f"{count:,} ({errors:,} errors)"),
+        ("started", (meta or {}).get("started_at", "not recorded")),
+        (
+            "machine",
+            f"{env.get('cpu_count', '?')} CPUs, {env.get('platform', '?')}, host {env.get('hostname', '?')}",
+        ),
+        ("python", f"{env.get('python_implementation', '')} {env.get('python', '?')}".strip()),
+        ("git commit", env.get("git_commit") or "not recorded"),
+    ]
+    if load:
+        if load.get("mode") == "open":
+            mode = f"open loop, {load.get('rate_per_second'):,} ops/s on a fixed schedule"
+        else:
+            mode = f"closed loop, {load.get('concurrency')} concurrent"
+        kv.append(
+            (
+                "load",
+                f"{mode}; {load.get('duration_seconds')} s measured after "
+                f"{load.get('warmup_seconds')} s warm-up"
+                + (f"; max {load['max_ops']} ops" if load.get("max_ops") else ""),
+            )
+        )
+    if isinstance(config, dict) and config:
+        kv.append(("sizes", str(config.get("sizes", "?"))))
+        kv.append(("config", json.dumps(config, sort_keys=True)))
+    parts.append('<dl class="kv">')
+    parts += [f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in kv]
+    parts.append("</dl>")
+    return "".join(parts)
+
+
+def _ordered(result: JobResult) -> list[GroupStats]:
+    order = {r: i for i, r in enumerate(result.run_ids)}
+    return sorted(result.groups, key=lambda g: (order[g.run_id], g.scenario, g.link, g.size_class))
+
+
+def _group_table(result: JobResult) -> str:
+    peaks = peak_per_second(result)
+    rows = []
+    for g in _ordered(result):
+        end = g.stage("end")
+        rate = g.errors / g.count if g.count else 0.0
+        pct = [(_ms(end.percentiles_ns[p]) if end else _NA) for p in PERCENTILES]
+        rows.append(
+            [
+                g.run_id,
+                g.scenario,
+                g.link,
+                _size(g.size_class),
+                f"{g.count:,}",
+                (f"{g.errors:,} ({rate:.2%})", "bad" if rate > 0.01 else ("warn" if g.errors else "")),
+                _rate(g.throughput_per_second),
+                f"{peaks.get(g.key, 0):,}",
+                f"{g.bytes_total / 1e6 / g.duration_seconds:,.2f}" if g.duration_seconds > 0 else _NA,
+                *pct,
+                _ms(end.max_ns) if end else _NA,
+            ]
+        )
+    headers = ["run", "scenario", "link", "size ≤", "ops", "errors", "ops/s", "peak ops/s (1 s)", "MB/s",
+               *[f"end {p}" for p in PERCENTILES], "end max"]  # fmt: skip
+    return _table(headers, rows, left=3)
+
+
+def _stage_table(result: JobResult) -> str:
+    rows = []
+    for g in _ordered(result):
+        for s in g.stages:
+            rows.append(
+                [g.run_id, g.scenario, g.link, _size(g.size_class), s.stage, f"{s.count:,}",
+                 *[_ms(s.percentiles_ns[p]) for p in PERCENTILES], _ms(s.max_ns), _ms(s.mean_ns)]
+            )  # fmt: skip
+    headers = ["run", "scenario", "link", "size ≤", "stage", "n", *PERCENTILES, "max", "mean"]
+    return _table(headers, rows, left=5)
+
+
+def _label(g: GroupStats, with_run: bool = False) -> str:
+    text = f"{g.link} · {_size(g.size_class)}"
+    return f"{g.run_id} · {text}" if with_run else text
+
+
+def _top(groups: list[GroupStats]) -> list[GroupStats]:
+    return sorted(groups, key=lambda g: (-g.count, g.link, g.size_class))[:MAX_SERIES_PER_CHART]
+
+
+def _cdf_chart(
+    title: str, groups: list[GroupStats], dashed_run: str | None = None, with_run: bool = False
+) -> str:
+    series = []
+    for i, g in enumerate(groups):
+        pts = tuple((p, ns / 1e6) for p, ns in g.cdf_ns if ns > 0)
+        series.append(
+            Series(
+                name=_label(g, with_run),
+                points=pts,
+                color=PALETTE[(i // 2 if dashed_run else i) % len(PALETTE)],
+                dashed=g.run_id == dashed_run,
+            )
+        )
+    return line_chart(
+        title=title,
+        series=series,
+        x_axis=Axis(label="percentile of operations (tail-stretched: 90, 99, 99.9 ... equally spaced)",
+                    scale="nines"),
+        y_axis=Axis(label="latency from due time (log)", scale="log", unit_format="latency_ms"),
+    )  # fmt: skip
+
+
+def _throughput_chart(title: str, result: JobResult, run_id: str, scenario: str) -> str:
+    per_link: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    per_link_err: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for p in result.series:
+        if p.run_id == run_id and p.scenario == scenario:
+            per_link[p.link][p.second] += p.ok
+            per_link_err[p.link][p.second] += p.errors
+    links = sorted(per_link, key=lambda k: -sum(per_link[k].values()))[:MAX_SERIES_PER_CHART]
+    series = []
+    for i, link in enumerate(links):
+        secs = per_link[link]
+        lo, hi = min(secs), max(secs)
+        series.append(
+            Series(name=f"{link} ok/s", points=tuple((s, secs.get(s, 0)) for s in range(lo, hi + 1)),
+                   color=PALETTE[i % len(PALETTE)])
+        )  # fmt: skip
+        errs = per_link_err[link]
+        if any(errs.values()):
+            series.append(
+                Series(name=f"{link} errors/s", points=tuple((s, errs.get(s, 0)) for s in range(lo, hi + 1)),
+                       color=PALETTE[i % len(PALETTE)], dashed=True)
+            )  # fmt: skip
+    return line_chart(
+        title=title,
+        series=series,
+        x_axis=Axis(label="seconds since the run's first due operation (completions per 1 s bin)"),
+        y_axis=Axis(label="operations completed per second", include_zero=True),
+    )
+
+
+def _comparison_section(rows: list[ComparisonRow], before: str, after: str, result: JobResult) -> str:
+    parts = [
+        '<h2 id="comparison">Before / after</h2>',
+        f'<p class="caption">Before: <code>{escape(before)}</code>; after: <code>{escape(after)}</code>. '
+        "Ratios are after ÷ before: for latency and error rate below 1 is better (green when &lt; 0.9, red "
+        "when &gt; 1.1); for throughput above 1 is better.</p>",
+    ]
+    if not rows:
+        parts.append("<p>The two runs have no (scenario, link, size) in common.</p>")
+        return "".join(parts)
+    table_rows = []
+    for r in rows:
+        if r.stage != "end":
+            continue
+        cells: list[Any] = [r.scenario, r.link, _size(r.size_class)]
+        for m in METRICS:
+            ratio = r.ratio(m)
+            b, a = r.before[m], r.after[m]
+            if m == "throughput_per_s":
+                text = f"{_rate(b or 0)} → {_rate(a or 0)}"
+                better, worse = ratio is not None and ratio > 1.1, ratio is not None and ratio < 0.9
+            elif m == "error_rate":
+                text = f"{(b or 0):.2%} → {(a or 0):.2%}"
+                better, worse = ratio is not None and ratio < 0.9, ratio is not None and ratio > 1.1
+            else:
+                text = f"{_ms_or_na(b)} → {_ms_or_na(a)}"
+                better, worse = ratio is not None and ratio < 0.9, ratio is not None and ratio > 1.1
+            css = "good" if better else ("bad" if worse else "")
+            cells.append((f"{text} ({_TIMES}{ratio:.2f})" if ratio is not None else text, css))
+        table_rows.append(cells)
+    headers = ["scenario", "link", "size ≤", *[f"end {p}" for p in PERCENTILES], "end max", "ops/s",
+               "error rate"]  # fmt: skip
+    parts.append(_table(headers, table_rows, left=3))
+    parts.append(
+        '<p class="caption">End-to-end latency only; every stage\'s ratios are in '
+        "<code>comparison.csv</code> / <code>comparison.parquet</code>.</p>"
+    )
+    charts = []
+    for scenario in sorted({r.scenario for r in rows}):
+        keys = {(r.link, r.size_class) for r in rows if r.scenario == scenario}
+        groups = [g for g in result.groups if g.scenario == scenario and (g.link, g.size_class) in keys
+                  and g.run_id in (before, after) and g.cdf_ns]  # fmt: skip
+        groups.sort(key=lambda g: (g.link, g.size_class, g.run_id != before))
+        groups = groups[: MAX_SERIES_PER_CHART]
+        charts.append(_cdf_chart(f"{scenario}: end-to-end latency, before (dashed) vs after (solid)", groups,
+                                 dashed_run=before, with_run=True))  # fmt: skip
+    parts.append('<div class="charts">' + "".join(charts) + "</div>")
+    parts.append(
+        '<p class="caption">Same link and size share a colour; the dashed line is the before run.</p>'
+    )
+    return "".join(parts)
+
+
+def render_html(
+    result: JobResult,
+    metas: Mapping[str, Mapping[str, Any]],
+    context: ReportContext,
+    comparison: tuple[list[ComparisonRow], str, str] | None,
+) -> str:
+    """The whole report as one HTML document."""
+    runs = result.run_ids
+    total = sum(g.count for g in result.groups)
+    errors = sum(g.errors for g in result.groups)
+    title = "corda-trio benchmark report"
+    synthetic = any(metas.get(r, {}).get("synthetic") for r in runs)
+    out = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{title}</h1>",
+        f'<p class="sub">{total:,} records, {errors:,} errors, {len(runs)} run(s): '
+        f"{escape(', '.join(runs))}. Generated {escape(context.generated_at)}.</p>",
+    ]
+    nav = [("measured", "what was measured"), ("per-link", "per link"), ("charts-1", "charts"),
+           *([("comparison", "before / after")] if comparison else []), ("stages", "per stage"),
+           ("errors", "errors"), ("notes", "how to read")]  # fmt: skip
+    out.append('<p class="sub">' + " · ".join(f'<a href="#{a}">{t}</a>' for a, t in nav) + "</p>")
+    if synthetic:
+        out.append('<p class="banner">This report includes <b>synthetic</b> records (marked below).</p>')
+    out.append('<h2 id="measured">What was measured, and on what</h2>')
+    for r in runs:
+        out.append(_run_section(r, metas.get(r), result))
+    host = context.report_host
+    out.append("<h3>This report</h3><dl class=\"kv\">")
+    for k, v in [
+        ("input", ", ".join(context.input_dirs)),
+        ("summary tables", f"{context.tables_dir} (groups, stages, throughput, errors"
+                           + (", comparison" if comparison else "") + ": CSV and Parquet)"),
+        ("spark", f"{context.spark_version}, master {context.master}, driver memory {context.driver_memory}"),
+        ("report machine",
+         f"{host.get('cpu_count')} CPUs, Python {host.get('python')}, {host.get('platform')}"),
+        ("report git commit", host.get("git_commit") or "not recorded"),
+        ("job time", f"{context.elapsed_seconds:.1f} s" if context.elapsed_seconds is not None else _NA),
+    ]:  # fmt: skip
+        out.append(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>")
+    out.append("</dl>")
+
+    out.append('<h2 id="per-link">Per link</h2>')
+    out.append(
+        '<p class="caption">One row per run, scenario, link and size class (sizes rounded up to a power of '
+        "two). <i>ops/s</i>: successful operations ÷ time from the first due operation to the last "
+        "completion; <i>peak</i>: the busiest one-second bin. <i>end pXX</i>: end-to-end latency, from the "
+        "moment each operation was due to the last stage it reached.</p>"
+    )
+    out.append(_group_table(result))
+
+    chart_no = 0
+    for r in runs:
+        for scenario in sorted({g.scenario for g in result.groups if g.run_id == r}):
+            groups = _top([g for g in result.groups if g.run_id == r and g.scenario == scenario and g.cdf_ns])
+            chart_no += 1
+            out.append(
+                f'<h2 id="charts-{chart_no}">{escape(scenario)} — run <code>{escape(r)}</code></h2>'
+            )
+            out.append('<div class="charts">')
+            out.append(_cdf_chart(f"{scenario}: end-to-end latency distribution", groups))
+            out.append(_throughput_chart(f"{scenario}: throughput over time", result, r, scenario))
+            out.append("</div>")
+            out.append(
+                '<p class="caption"><b>Latency CDF</b>: for each link and size, the latency (log scale) that '
+                "the given fraction of operations stayed under, measured from each operation's <i>due</i> "
+                "time, so open-loop stalls are charged to every operation they delayed (no coordinated "
+                "omission). The x axis stretches the tail: 90%, 99%, 99.9% ... are equally spaced; the last "
+                "point is the maximum. <b>Throughput</b>: operations completed in each one-second bin per "
+                "link (dashed: errors per second, when there are any).</p>"
+            )
+
+    if comparison is not None:
+        out.append(_comparison_section(*comparison, result))
+
+    out.append('<h2 id="stages">Latency per stage</h2>')
+    out.append(
+        '<p class="caption">Latency of each stage from the operation\'s due time: '
+        + "; ".join(f"<i>{escape(k)}</i>: {escape(v)}" for k, v in _STAGE_MEANING.items())
+        + ". Stages a scenario does not have are omitted.</p>"
+    )
+    out.append(_stage_table(result))
+
+    out.append('<h2 id="errors">Errors</h2>')
+    if result.errors:
+        out.append(
+            _table(
+                ["run", "scenario", "link", "error", "count"],
+                [[e.run_id, e.scenario, e.link, e.error, f"{e.count:,}"] for e in result.errors],
+                left=4,
+            )
+        )
+    else:
+        out.append("<p>No operation failed.</p>")
+
+    out.append('<h2 id="notes">How to read the numbers</h2><ul>')
+    out.append(
+        "<li>Percentiles come from Spark's <code>percentile_approx</code> with accuracy "
+        f"{result.accuracy:,}: the value returned has a rank within n/{result.accuracy:,} of the exact rank "
+        "(n = operations in the row). Counts, maxima, means and throughput are exact.</li>"
+        "<li>Open-loop runs issue operations on a fixed schedule; latency counts from the scheduled time. "
+        "Closed-loop runs measure maximum throughput; their latency is service time under full load.</li>"
+        "<li>Warm-up operations are not recorded. Failed operations are excluded from latency and counted "
+        "as errors.</li>"
+        "<li>Record format: <code>protocol_spec/bench-records.md</code>.</li></ul>"
+    )
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -1,0 +1,341 @@
+"""The Spark job: records -> per-group latency percentiles, throughput series, errors.
+
+Theory of operation
+===================
+
+A *group* is (run_id, scenario, link, size class); the size class of an operation is the smallest power of
+two >= its ``size_bytes`` (so a run with sizes 256 / 4 KiB / 64 KiB has exactly those classes, and a uniform
+size range falls into a few octaves). Three Spark jobs read the records:
+
+1. **Main aggregate**, one pass, grouped by group: counts (ok / error / bytes), first due time and last
+   completion, and for every latency *stage* (created ... flow_finished, plus *end* = the last stage an
+   operation reached) ``percentile_approx`` at p50 / p90 / p99 / p99.9 with exact max and mean. The *end*
+   stage also gets a grid of ~100 percentiles for the CDF chart. The same pass counts records that break
+   the format (missing required fields, unknown outcome), which fail the report.
+2. **Throughput series**: completions per second per group, ok and error separately, in one-second bins
+   counted from the run's first due time (``floor((completion_ns - run_start_ns) / 1e9)``).
+3. **Errors**: the most frequent error texts per run / scenario / link.
+
+Latency is always ``stage_ns - intended_ns`` over ``ok`` records (see ``protocol_spec/bench-records.md``).
+
+**Approximation error.** ``percentile_approx(col, p, accuracy)`` (Greenwald-Khanna) returns a value whose
+rank is within ``n / accuracy`` of the exact rank ``p * n``, where n is the group's count; with the default
+accuracy 10,000 that is 0.01% of the ranks (for n = 1M, p99.9 is the value at rank 999,000 +/- 100). Max,
+mean, counts and throughput are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ._errors import ReportInputError
+from ._schema import REQUIRED_COLUMNS, STAGES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "CDF_GRID",
+    "LATENCY_STAGES",
+    "PERCENTILES",
+    "PERCENTILE_ACCURACY",
+    "ErrorCount",
+    "GroupStats",
+    "JobResult",
+    "SeriesPoint",
+    "StageLatency",
+    "compute",
+    "size_class",
+]
+
+#: Reported percentiles and their labels.
+PERCENTILES: Final = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
+#: Latency stages: the record stages plus ``end`` (the last stage an operation reached).
+LATENCY_STAGES: Final = (*STAGES, "end")
+#: Percentiles computed for the end-to-end CDF chart.
+CDF_GRID: Final = tuple(
+    sorted({round(i / 100, 2) for i in range(1, 100)} | {0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999})
+)
+#: ``percentile_approx`` accuracy: rank error <= n / accuracy (see the module docstring).
+PERCENTILE_ACCURACY: Final = 10_000
+#: How many distinct error texts per (run, scenario, link) the report keeps.
+MAX_ERROR_TEXTS: Final = 20
+
+
+def size_class(size_bytes: int) -> int:
+    """The smallest power of two >= ``size_bytes`` (0 and 1 map to themselves); as the Spark expression."""
+    return size_bytes if size_bytes <= 1 else 1 << (size_bytes - 1).bit_length()
+
+
+_SIZE_CLASS_SQL: Final = (
+    "CASE WHEN size_bytes <= 1 THEN size_bytes ELSE shiftleft(1L, length(bin(size_bytes - 1))) END"
+)
+_KEYS: Final = ("run_id", "scenario", "link", "size_class")
+
+
+@attrs.frozen(kw_only=True)
+class StageLatency:
+    """Latency of one stage in one group, in nanoseconds from the operation's intended time."""
+
+    stage: str
+    count: int
+    percentiles_ns: dict[str, int]
+    max_ns: int
+    mean_ns: float
+
+
+@attrs.frozen(kw_only=True)
+class GroupStats:
+    """Everything the report knows about one (run, scenario, link, size class)."""
+
+    run_id: str
+    scenario: str
+    link: str
+    size_class: int
+    count: int
+    ok: int
+    errors: int
+    bytes_total: int
+    first_intended_ns: int
+    last_done_ns: int
+    stages: tuple[StageLatency, ...]
+    cdf_ns: tuple[tuple[float, int], ...]
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.run_id, self.scenario, self.link, self.size_class)
+
+    @property
+    def duration_seconds(self) -> float:
+        """From the first operation's due time to the last completion."""
+        return max(0.0, (self.last_done_ns - self.first_intended_ns) / 1e9)
+
+    @property
+    def throughput_per_second(self) -> float:
+        """Successful operations per second over :attr:`duration_seconds` (0 if the span is empty)."""
+        d = self.duration_seconds
+        return self.ok / d if d > 0 else 0.0
+
+    def stage(self, name: str) -> StageLatency | None:
+        """The latency of stage ``name``, or ``None`` if no ok operation of this group has it."""
+        return next((s for s in self.stages if s.stage == name), None)
+
+
+@attrs.frozen(kw_only=True)
+class SeriesPoint:
+    """Completions in one second of one group; ``second`` counts from the run's first due time."""
+
+    run_id: str
+    scenario: str
+    link: str
+    size_class: int
+    second: int
+    ok: int
+    errors: int
+
+
+@attrs.frozen(kw_only=True)
+class ErrorCount:
+    run_id: str
+    scenario: str
+    link: str
+    error: str
+    count: int
+
+
+@attrs.frozen(kw_only=True)
+class JobResult:
+    """The collected output of the Spark job (small: one row per group / second / error text)."""
+
+    groups: tuple[GroupStats, ...]
+    series: tuple[SeriesPoint, ...]
+    errors: tuple[ErrorCount, ...]
+    run_start_ns: dict[str, int]
+    accuracy: int
+
+    @property
+    def run_ids(self) -> list[str]:
+        """Runs in order of their first due time."""
+        return sorted(self.run_start_ns, key=lambda r: (self.run_start_ns[r], r))
+
+
+def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
+    """Run the three Spark jobs over ``df`` (records, as loaded by ``_schema.load_records``).
+
+    Raises:
+        ReportInputError: no records, records missing required fields, or malformed JSON lines.
+    """
+    from pyspark.sql import functions as F
+
+    ok = F.col("outcome") == "ok"
+    stage_cols = [F.col(f"{s}_ns") for s in STAGES]
+    done = F.coalesce(F.greatest(*stage_cols), F.col("intended_ns"))
+    bad_required = F.lit(False)
+    for name in REQUIRED_COLUMNS:
+        bad_required = bad_required | F.col(name).isNull()
+    prepared = df.select(
+        *_KEYS[:3],
+        F.expr(_SIZE_CLASS_SQL).alias("size_class"),
+        F.col("size_bytes"),
+        F.col("intended_ns"),
+        done.alias("done_ns"),
+        ok.alias("is_ok"),
+        (F.col("outcome") == "error").alias("is_error"),
+        bad_required.alias("bad_required"),
+        (F.col("outcome").isNotNull() & ~F.col("outcome").isin("ok", "error")).alias("bad_outcome"),
+        *[F.when(ok, F.col(f"{s}_ns") - F.col("intended_ns")).alias(f"lat_{s}") for s in STAGES],
+        F.when(ok, done - F.col("intended_ns")).alias("lat_end"),
+    )
+
+    aggs = [
+        F.count(F.lit(1)).alias("count"),
+        F.sum(F.col("is_ok").cast("long")).alias("ok"),
+        F.sum(F.col("is_error").cast("long")).alias("errors"),
+        F.sum(F.col("bad_required").cast("long")).alias("bad_required"),
+        F.sum(F.col("bad_outcome").cast("long")).alias("bad_outcome"),
+        F.sum("size_bytes").alias("bytes_total"),
+        F.min("intended_ns").alias("first_intended_ns"),
+        F.max("done_ns").alias("last_done_ns"),
+    ]
+    pct_values = list(PERCENTILES.values())
+    for s in LATENCY_STAGES:
+        col = f"lat_{s}"
+        grid = sorted(set(pct_values) | set(CDF_GRID)) if s == "end" else pct_values
+        aggs += [
+            F.count(col).alias(f"{s}_n"),
+            F.percentile_approx(col, grid, accuracy).alias(f"{s}_pct"),
+            F.max(col).alias(f"{s}_max"),
+            F.avg(col).alias(f"{s}_mean"),
+        ]
+    rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs))
+    _check_valid(rows)
+
+    groups = tuple(_group_from_row(row, pct_values) for row in rows)
+    run_start: dict[str, int] = {}
+    for g in groups:
+        run_start[g.run_id] = min(run_start.get(g.run_id, g.first_intended_ns), g.first_intended_ns)
+
+    # Seconds counted from each run's first due operation, so every bin but the last is a full second.
+    start_of = F.create_map(*[x for r, ns in sorted(run_start.items()) for x in (F.lit(r), F.lit(ns))])
+    second = F.floor((F.col("done_ns") - F.element_at(start_of, F.col("run_id"))) / F.lit(1_000_000_000))
+    series_rows = _collect(
+        prepared.groupBy(*_KEYS, second.alias("sec")).agg(
+            F.sum(F.col("is_ok").cast("long")).alias("ok"),
+            F.sum(F.col("is_error").cast("long")).alias("errors"),
+        )
+    )
+    series = tuple(
+        sorted(
+            (
+                SeriesPoint(
+                    run_id=r["run_id"],
+                    scenario=r["scenario"],
+                    link=r["link"],
+                    size_class=int(r["size_class"]),
+                    second=int(r["sec"]),
+                    ok=int(r["ok"]),
+                    errors=int(r["errors"]),
+                )
+                for r in series_rows
+            ),
+            key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second),
+        )
+    )
+
+    error_rows = _collect(
+        df.where(F.col("outcome") == "error")
+        .groupBy(
+            "run_id", "scenario", "link", F.coalesce(F.col("error"), F.lit("(no error text)")).alias("error")
+        )
+        .count()
+    )
+    per_link: dict[tuple[str, str, str], list[ErrorCount]] = defaultdict(list)
+    for r in error_rows:
+        e = ErrorCount(
+            run_id=r["run_id"], scenario=r["scenario"], link=r["link"], error=r["error"], count=r["count"]
+        )
+        per_link[(e.run_id, e.scenario, e.link)].append(e)
+    errors = tuple(
+        e
+        for key in sorted(per_link)
+        for e in sorted(per_link[key], key=lambda e: (-e.count, e.error))[:MAX_ERROR_TEXTS]
+    )
+    return JobResult(groups=groups, series=series, errors=errors, run_start_ns=run_start, accuracy=accuracy)
+
+
+def _collect(df: DataFrame) -> list[Any]:
+    """``df.collect()``, turning Spark's malformed-input failures into :class:`ReportInputError`."""
+    try:
+        return df.collect()
+    except Exception as exc:
+        text = str(exc)
+        if "Malformed" in text or "MALFORMED" in text or "FAILFAST" in text or "JSON" in text:
+            detail = next(
+                (line.strip() for line in text.splitlines() if "alformed" in line or "MALFORMED" in line),
+                text.strip().splitlines()[0] if text.strip() else type(exc).__name__,
+            )
+            raise ReportInputError(
+                f"malformed benchmark records (not JSON lines of the record schema): {detail}"
+            ) from exc
+        raise
+
+
+def _check_valid(rows: list[Any]) -> None:
+    if not rows:
+        raise ReportInputError("the input holds no benchmark records")
+    bad_required = sum(int(r["bad_required"] or 0) for r in rows)
+    bad_outcome = sum(int(r["bad_outcome"] or 0) for r in rows)
+    if bad_required:
+        raise ReportInputError(
+            f"{bad_required} record(s) lack a required field ({', '.join(REQUIRED_COLUMNS)}); "
+            "see protocol_spec/bench-records.md"
+        )
+    if bad_outcome:
+        raise ReportInputError(f"{bad_outcome} record(s) have an outcome other than 'ok' or 'error'")
+
+
+def _group_from_row(row: Any, pct_values: list[float]) -> GroupStats:
+    stages: list[StageLatency] = []
+    cdf: tuple[tuple[float, int], ...] = ()
+    for s in LATENCY_STAGES:
+        n = int(row[f"{s}_n"] or 0)
+        if n == 0:
+            continue
+        values = [int(v) for v in row[f"{s}_pct"]]
+        if s == "end":
+            grid = sorted(set(pct_values) | set(CDF_GRID))
+            by_p = dict(zip(grid, values, strict=True))
+            cdf = (*((p, by_p[p]) for p in grid), (1.0, int(row["end_max"])))
+            values = [by_p[p] for p in pct_values]
+        stages.append(
+            StageLatency(
+                stage=s,
+                count=n,
+                percentiles_ns=dict(zip(PERCENTILES, values, strict=True)),
+                max_ns=int(row[f"{s}_max"]),
+                mean_ns=float(row[f"{s}_mean"]),
+            )
+        )
+    return GroupStats(
+        run_id=row["run_id"],
+        scenario=row["scenario"],
+        link=row["link"],
+        size_class=int(row["size_class"]),
+        count=int(row["count"]),
+        ok=int(row["ok"] or 0),
+        errors=int(row["errors"] or 0),
+        bytes_total=int(row["bytes_total"] or 0),
+        first_intended_ns=int(row["first_intended_ns"]),
+        last_done_ns=int(row["last_done_ns"]),
+        stages=tuple(stages),
+        cdf_ns=cdf,
+    )
+
+
+def exact_nearest_rank(sorted_values: list[int], p: float) -> int:
+    """Nearest-rank percentile of already sorted values (used by tests and the harness summary)."""
+    return sorted_values[max(0, math.ceil(p * len(sorted_values)) - 1)]

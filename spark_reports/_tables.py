@@ -1,0 +1,144 @@
+"""The summary tables (flat rows) and their CSV / Parquet files."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._job import PERCENTILES, JobResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["build_tables", "peak_per_second", "write_tables"]
+
+
+#: Header of a table that has no rows (so an empty CSV still says what it would hold).
+EMPTY_TABLE_COLUMNS = {
+    "errors": ("run_id", "scenario", "link", "error", "count"),
+    "comparison": ("before_run", "after_run", "scenario", "link", "size_class_bytes", "stage"),
+}
+
+
+def peak_per_second(result: JobResult) -> dict[tuple[str, str, str, int], int]:
+    """Highest ok completions in any one second, per group."""
+    peak: dict[tuple[str, str, str, int], int] = defaultdict(int)
+    for p in result.series:
+        key = (p.run_id, p.scenario, p.link, p.size_class)
+        peak[key] = max(peak[key], p.ok)
+    return dict(peak)
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+Table = list[dict[str, Any]]
+
+
+def build_tables(result: JobResult, comparison: Table | None) -> dict[str, Table]:
+    """``{table name: rows}``: groups, stages, throughput, errors and (with two runs) comparison."""
+    peaks = peak_per_second(result)
+    groups = []
+    stages = []
+    for g in result.groups:
+        end = g.stage("end")
+        row: dict[str, Any] = {
+            "run_id": g.run_id,
+            "scenario": g.scenario,
+            "link": g.link,
+            "size_class_bytes": g.size_class,
+            "count": g.count,
+            "ok": g.ok,
+            "errors": g.errors,
+            "error_rate": g.errors / g.count if g.count else 0.0,
+            "duration_s": g.duration_seconds,
+            "throughput_per_s": g.throughput_per_second,
+            "peak_per_s": peaks.get(g.key, 0),
+            "mb_per_s": (g.bytes_total / 1e6 / g.duration_seconds) if g.duration_seconds > 0 else 0.0,
+        }
+        for label in PERCENTILES:
+            row[f"end_{label.replace('.', '_')}_ms"] = _ms(end.percentiles_ns[label]) if end else None
+        row["end_max_ms"] = _ms(end.max_ns) if end else None
+        groups.append(row)
+        for s in g.stages:
+            srow: dict[str, Any] = {
+                "run_id": g.run_id,
+                "scenario": g.scenario,
+                "link": g.link,
+                "size_class_bytes": g.size_class,
+                "stage": s.stage,
+                "count": s.count,
+            }
+            for label, ns in s.percentiles_ns.items():
+                srow[f"{label.replace('.', '_')}_ms"] = _ms(ns)
+            srow["max_ms"] = _ms(s.max_ns)
+            srow["mean_ms"] = _ms(s.mean_ns)
+            stages.append(srow)
+    throughput = [
+        {
+            "run_id": p.run_id,
+            "scenario": p.scenario,
+            "link": p.link,
+            "size_class_bytes": p.size_class,
+            "second": p.second,
+            "ok_per_s": p.ok,
+            "errors_per_s": p.errors,
+        }
+        for p in result.series
+    ]
+    errors = [
+        {"run_id": e.run_id, "scenario": e.scenario, "link": e.link, "error": e.error, "count": e.count}
+        for e in result.errors
+    ]
+    tables = {"groups": groups, "stages": stages, "throughput": throughput, "errors": errors}
+    if comparison is not None:
+        tables["comparison"] = comparison
+    return tables
+
+
+def write_tables(
+    spark: SparkSession | None, tables: dict[str, list[dict[str, Any]]], out_dir: Path
+) -> list[Path]:
+    """Write each table as ``<name>.csv`` (one file) and, with Spark, ``<name>.parquet`` (a directory)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in tables.items():
+        columns = list(rows[0]) if rows else list(EMPTY_TABLE_COLUMNS.get(name, ()))
+        csv_path = out_dir / f"{name}.csv"
+        with csv_path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        written.append(csv_path)
+        if spark is not None and rows:
+            parquet_path = out_dir / f"{name}.parquet"
+            frame = spark.createDataFrame(rows, schema=_spark_schema(rows))
+            frame.coalesce(1).write.mode("overwrite").parquet(str(parquet_path))
+            written.append(parquet_path)
+    return written
+
+
+def _spark_schema(rows: list[dict[str, Any]]) -> Any:
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    fields = []
+    for name in rows[0]:
+        values = [r[name] for r in rows if r[name] is not None]
+        if values and all(isinstance(v, str) for v in values):
+            kind: Any = StringType()
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            kind = LongType()
+        elif not values and name.endswith(("_run", "_id", "scenario", "link", "stage", "error")):
+            kind = StringType()
+        else:
+            kind = DoubleType()
+        fields.append(StructField(name, kind, nullable=True))
+    schema = StructType(fields)
+    for r in rows:  # ints in double columns must be floats for createDataFrame's verification
+        for f in fields:
+            if isinstance(f.dataType, DoubleType) and isinstance(r[f.name], int):
+                r[f.name] = float(r[f.name])
+    return schema
