@@ -83,6 +83,7 @@ class ConnectionConfig:
         outgoing_window: session outgoing-window we advertise (informational in AMQP 1.0).
         handle_max: the highest link handle we accept (advertised in ``begin``).
         snd_settle_mode / rcv_settle_mode: defaults for the links we attach (DESIGN.md §3: unsettled/first).
+        min_peer_idle_timeout_ms: the smallest ``idle-time-out`` we honour from a peer; below it we close.
         max_message_size: the largest message we accept on a receiving link (``attach.max-message-size``);
             ``None`` = no limit.
         properties: ``open.properties`` (symbol keys).
@@ -110,6 +111,9 @@ class ConnectionConfig:
     rcv_settle_mode: int = 0  # first (spec 3.8.3)
     max_message_size: int | None = None
     properties: dict[str, object] | None = None
+    # A peer asking for heartbeats more often than every 50 ms would make us spin: refuse it (spec 2.4.5
+    # allows closing with resource-limit-exceeded when the requested idle-time-out cannot be supported).
+    min_peer_idle_timeout_ms: int = 100
 
     def __attrs_post_init__(self) -> None:
         if self.max_frame_size < MIN_MAX_FRAME_SIZE_BYTES:

@@ -994,6 +994,15 @@ class Connection:
         self.remote_max_frame_size = mfs
         self.remote_channel_max = frame.channel_max if frame.channel_max is not None else 65_535
         self.remote_idle_timeout_ms = frame.idle_time_out or None
+        if (
+            self.remote_idle_timeout_ms is not None
+            and self.remote_idle_timeout_ms < self.config.min_peer_idle_timeout_ms
+        ):
+            raise LocalProtocolError(
+                f"peer idle-time-out {self.remote_idle_timeout_ms} ms is below the "
+                f"{self.config.min_peer_idle_timeout_ms} ms we support (spec 2.4.5)",
+                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+            )
         if self._machine.state is _CS.OPEN_RCVD:
             self._send_open()
         self._events.append(ConnectionOpened(remote_open=frame))

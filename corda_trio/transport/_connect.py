@@ -13,7 +13,7 @@ import trio
 from corda_trio import amqp
 
 from ._driver import AmqpConnection
-from ._errors import AmqpConnectionError, HandshakeError
+from ._errors import HandshakeError
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_SECONDS", "PeerCheck", "open_amqp_connection", "open_amqp_over_stream"]
 
@@ -150,10 +150,7 @@ async def open_amqp_connection(
         stream, identity = await secure_stream(
             tcp, ssl_context, peer_check, server_side=False, server_hostname=server_hostname or host
         )
-    try:
-        async with open_amqp_over_stream(
-            stream, client=True, config=config, peer_identity=identity, handshake_timeout=handshake_timeout
-        ) as conn:
-            yield conn
-    except AmqpConnectionError:
-        raise
+    async with open_amqp_over_stream(
+        stream, client=True, config=config, peer_identity=identity, handshake_timeout=handshake_timeout
+    ) as conn:
+        yield conn

@@ -739,6 +739,11 @@ class AmqpConnection:
             elif kind is amqp.CreditUpdated:
                 link = links.get((event.channel, event.handle))
                 if isinstance(link, Sender):
+                    if event.drain and event.credit > 0 and not link._credit_lot:
+                        # The receiver asks us to use the credit or give it back, and no task is waiting
+                        # to send: nothing is queued, so give it back at once (spec 2.6.7).
+                        self._engine.drained(event.channel, event.handle)
+                        self._flush_wanted.set()
                     link._credit_lot.unpark_all()
             else:
                 self._handle_rare_event(event)

@@ -405,3 +405,24 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError):
         cfg(sasl_mechanisms=("GSSAPI",))
     assert attrs.evolve(cfg(), idle_timeout_ms=None).idle_time_out_field is None
+
+
+def test_peer_idle_timeout_below_our_minimum_is_refused() -> None:
+    pair = ConnectionPair(cfg(advertised_idle_timeout_ms=10))
+    with pytest.raises(amqp.RemoteProtocolError) as info:
+        pair.pump()
+    assert info.value.condition == C.RESOURCE_LIMIT_EXCEEDED and "10 ms" in info.value.description
+
+
+def test_drain_and_echo() -> None:
+    pair, L = opened_link("client", "client", credit=0)
+    L["receiver"].flow(L["rch"], L["rh"], credit=5, drain=True, echo=True)
+    client_ev, server_ev = pair.pump()
+    (update,) = of(client_ev, amqp.CreditUpdated)
+    assert update.drain and update.credit == 5
+    L["sender"].send_transfer(L["sch"], L["sh"], b"one")
+    L["sender"].drained(L["sch"], L["sh"])  # nothing more to send: give the rest back
+    _, server_ev = pair.pump()
+    assert len(of(server_ev, amqp.DeliveryReceived)) == 1
+    assert of(server_ev, amqp.CreditUpdated)[-1].credit == 0
+    assert L["receiver"].link(L["rch"], L["rh"]).delivery_count == 5

@@ -114,6 +114,8 @@ def tls_pems(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, trustme.CA
     with open(d / "server.pem", "wb") as f:
         for blob in server.cert_chain_pems:
             f.write(blob.bytes())
+    client.private_key_pem.write_to_path(str(d / "client.key"))
+    (d / "client.pem").write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
     return d, ca, client
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import ssl
 import sys
 
 import pytest
@@ -73,3 +74,28 @@ async def test_proton_client_refused_target(nursery: trio.Nursery) -> None:
         )
     assert out["accepted"] == 0 and broker.received == 0
     assert "unauthorized" in out.get("error", "") or out["sent"] == 0
+
+
+async def test_proton_client_over_mutual_tls(nursery: trio.Nursery, tls_pems: tuple) -> None:
+    """Proton dials our TLS server: both sides present certificates from the test CA; our peer check sees
+    Proton's client certificate."""
+    d, ca, _ = tls_pems
+    server_cert = ca.issue_cert("localhost")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ca.configure_trust(ctx)
+    server_cert.configure_cert(ctx)
+    peers: list[object] = []
+
+    def peer_check(tls: object) -> object:
+        cert = tls.getpeercert()  # type: ignore[attr-defined]
+        peers.append(cert)
+        return cert["subjectAltName"]
+
+    broker = QueueBroker()
+    serve = functools.partial(transport.serve_amqp, broker.handle, 0, ssl_context=ctx, peer_check=peer_check)
+    port = transport.listener_port(await nursery.start(serve))
+    with trio.fail_after(60):
+        out = await run_proton_client(port, "--address", "tls-q", "--count", "200", "--tls", str(d))
+    assert out["accepted"] == 200 and out["received"] == 200 and out["mismatches"] == 0
+    assert peers and ("DNS", "interop-client.example") in peers[0]["subjectAltName"]

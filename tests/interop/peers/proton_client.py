@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
-from proton import Message
+from proton import Message, SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
@@ -36,7 +37,16 @@ class Client(MessagingHandler):
         kwargs = {}
         if a.user:
             kwargs.update(user=a.user, password=a.password, allowed_mechs="PLAIN", allow_insecure_mechs=True)
-        self.conn = event.container.connect(f"amqp://127.0.0.1:{a.port}", reconnect=False, **kwargs)
+        if a.tls:  # mutual TLS: our certificate, trust only the test CA, check the server's name
+            domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            domain.set_credentials(os.path.join(a.tls, "client.pem"), os.path.join(a.tls, "client.key"), None)
+            domain.set_trusted_ca_db(os.path.join(a.tls, "ca.pem"))
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, os.path.join(a.tls, "ca.pem"))
+            kwargs["ssl_domain"] = domain
+            url = f"amqps://localhost:{a.port}"
+        else:
+            url = f"amqp://127.0.0.1:{a.port}"
+        self.conn = event.container.connect(url, reconnect=False, **kwargs)
         if not a.receive_only:
             event.container.create_sender(self.conn, a.address)
         else:
@@ -103,6 +113,7 @@ def main() -> None:
     ap.add_argument("--password")
     ap.add_argument("--send-only", action="store_true")
     ap.add_argument("--receive-only", action="store_true")
+    ap.add_argument("--tls", metavar="DIR", help="mutual TLS with DIR/client.pem, client.key, ca.pem")
     args = ap.parse_args()
     client = Client(args)
     Container(client).run()
