@@ -79,6 +79,10 @@ _RECORD_HEADER: Final = struct.Struct("<IIBBHQQI")
 RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 32
 #: the checksummed part of the header: kind .. meta_length
 _RECORD_TAIL: Final = struct.Struct("<BBHQQI")
+_RECORD_PREFIX: Final = struct.Struct("<II")  # length, crc
+_pack_tail: Final = _RECORD_TAIL.pack
+_pack_prefix: Final = _RECORD_PREFIX.pack
+_crc32: Final = zlib.crc32
 ACK_RECORD_BYTES: Final = RECORD_HEADER_BYTES
 #: Upper bound of one record (header + meta + payload): 256 MiB. Larger length fields are corruption.
 MAX_RECORD_BYTES: Final = 256 * 1024 * 1024
@@ -129,20 +133,21 @@ def decode_segment_header(data: bytes | bytearray | memoryview) -> tuple[int, in
 def append_enqueue(buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes) -> int:
     """Append one enqueue record to ``buf``; returns the record's length in bytes.
 
-    This is the hot path of every enqueue: one ``pack`` and three ``crc32`` calls over the caller's
-    buffers, no intermediate copies besides the append itself.
+    This is the hot path of every enqueue: two ``pack`` calls and two or three ``crc32`` calls over the
+    caller's buffers, no intermediate copies besides the appends themselves.
     """
     meta_len = len(meta)
     length = RECORD_HEADER_BYTES + meta_len + len(payload)
     if length > MAX_RECORD_BYTES:
         raise ValueError(f"record of {length} bytes exceeds the maximum of {MAX_RECORD_BYTES}")
-    tail = _RECORD_TAIL.pack(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
-    crc = zlib.crc32(payload, zlib.crc32(meta, zlib.crc32(tail)))
-    buf += length.to_bytes(4, "little")
-    buf += crc.to_bytes(4, "little")
-    buf += tail
+    tail = _pack_tail(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
     if meta_len:
+        buf += _pack_prefix(length, _crc32(payload, _crc32(meta, _crc32(tail))))
+        buf += tail
         buf += meta
+    else:
+        buf += _pack_prefix(length, _crc32(payload, _crc32(tail)))
+        buf += tail
     buf += payload
     return length
 

@@ -110,6 +110,11 @@ def fsync_dir(path: str) -> None:
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
+def sync_file(fd: int) -> None:
+    """``fdatasync`` (or ``fsync`` where there is none): appended bytes and the file size are durable."""
+    _datasync(fd)
+
+
 def write_all(fd: int, data: bytes | bytearray | memoryview, sync: bool) -> None:
     """Append ``data`` to ``fd`` (opened with ``O_APPEND``), then ``fdatasync`` it when ``sync``.
 

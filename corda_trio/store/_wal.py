@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -64,6 +65,7 @@ from ._segment import (
     open_segment,
     pread_exact,
     segment_path,
+    sync_file,
     write_all,
 )
 
@@ -84,6 +86,8 @@ class LogConfig:
     compact_live_ratio: float
     cache_bytes: int
     sync: bool
+    #: How many fdatasync calls of one queue may overlap (writes stay strictly ordered).
+    pipeline_depth: int = 2
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +110,10 @@ class Batch:
     acks: int = 0
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
+    # set when the batch is written: its segment, offset there and write sequence number
+    segment: SegmentState | None = None
+    base: int = 0
+    seq: int = -1
 
     async def wait(self) -> None:
         """Wait until this batch is durable.
@@ -154,10 +162,17 @@ class DurableLog:
     _writer_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _compaction_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _seal_requests: list[trio.Event] = attrs.field(factory=list, init=False)
+    _written: deque[Batch] = attrs.field(factory=deque, init=False)
+    _next_seq: int = attrs.field(default=0, init=False)
+    _durable_seq: int = attrs.field(default=-1, init=False)
+    _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _write_error: BaseException | None = attrs.field(default=None, init=False)
+    _flush_slots: trio.Semaphore = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.tail = self.segments[max(self.segments)]
         self.live_bytes = sum(s.live_bytes for s in self.segments.values())
+        self._flush_slots = trio.Semaphore(self.config.pipeline_depth)
 
     @classmethod
     def from_recovered(
@@ -229,51 +244,120 @@ class DurableLog:
 
     async def run_writer(self) -> None:
         """The group-commit loop (one task per queue, in the broker's nursery). Returns after ``close``
-        once everything pending is written."""
+        once everything pending is written.
+
+        Writes happen strictly one after the other (the loop waits until a batch's ``write`` returned
+        before it writes the next), but up to ``FLUSH_PIPELINE_DEPTH`` ``fdatasync`` calls overlap: while
+        batch *n* is being synced, batch *n+1* is written and its sync started. A sync that returns covers
+        every byte written to the file before it started, so batches are published strictly in order:
+        batch *n* when the sync of *n* or of any later batch in the same segment has returned.
+        """
         try:
-            while True:
-                await self._work.wait()
-                self._work = trio.Event()
-                while self._seal_requests:
-                    if self.tail.size > SEGMENT_HEADER_BYTES:
+            async with trio.open_nursery() as flushes:
+                while True:
+                    await self._work.wait()
+                    self._work = trio.Event()
+                    if self._seal_requests:
+                        await self._drain()
+                        while self._seal_requests:
+                            if self.failure is None and self.tail.size > SEGMENT_HEADER_BYTES:
+                                try:
+                                    await self._rotate(self._first_pending_id())
+                                except OSError as exc:
+                                    self._fail(exc)
+                            self._seal_requests.pop(0).set()
+                    if self.failure is not None:
+                        return
+                    if not self.pending.buf:  # woken for a seal request or close: nobody waits on it
+                        if self.closing:
+                            break
+                        continue
+                    tail = self.tail
+                    if (
+                        tail.size > SEGMENT_HEADER_BYTES
+                        and tail.size + len(self.pending.buf) > self.config.segment_bytes
+                    ):
+                        # A new segment only once everything in the old one is durable: then only the
+                        # last segment can ever end in a torn write.
+                        await self._drain()
+                        if self.failure is not None:
+                            return
                         try:
                             await self._rotate(self._first_pending_id())
                         except OSError as exc:
-                            self._fail(exc, self.pending)
-                    self._seal_requests.pop(0).set()
-                if self.failure is not None:
-                    return
-                batch = self.pending
-                if not batch.buf:  # woken for a seal request or close: nobody waits on an empty batch
-                    if self.closing:
+                            self._fail(exc)
+                            return
+                        tail = self.tail
+                    await self._flush_slots.acquire()
+                    if self.failure is not None:
+                        self._flush_slots.release()
                         return
-                    continue
-                self.pending = Batch()
-                await self._commit(batch)
-                if self.failure is not None:
-                    return
+                    batch = self.pending  # taken last: records that arrived while we waited ride along
+                    self.pending = Batch()
+                    batch.segment = tail
+                    batch.base = tail.size
+                    batch.seq = self._next_seq
+                    self._next_seq += 1
+                    tail.size += len(batch.buf)
+                    self.batches += 1
+                    self.records_written += len(batch.enqueues) + batch.acks
+                    self.bytes_written += len(batch.buf)
+                    self._written.append(batch)
+                    written = trio.Event()
+                    flushes.start_soon(self._flush, batch, written)
+                    await written.wait()
+                    if self._write_error is not None:
+                        self._fail(self._write_error)
+                        return
         finally:
             self._writer_done.set()
 
-    async def _commit(self, batch: Batch) -> None:
+    async def _flush(self, batch: Batch, written: trio.Event) -> None:
+        token = trio.lowlevel.current_trio_token()
+        assert batch.segment is not None
+        fd = batch.segment.fd
+        sync = self.config.sync
+
+        def write_then_sync() -> None:
+            try:
+                write_all(fd, batch.buf, sync=False)
+            except BaseException as exc:
+                self._write_error = exc  # seen by the writer before it writes anything else
+                raise
+            finally:
+                token.run_sync_soon(written.set)
+            if sync:
+                sync_file(fd)
+
         try:
-            tail = self.tail
-            if tail.size > SEGMENT_HEADER_BYTES and tail.size + len(batch.buf) > self.config.segment_bytes:
-                await self._rotate(batch.enqueues[0][0] if batch.enqueues else self.next_id)
-                tail = self.tail
-            await trio.to_thread.run_sync(
-                write_all, tail.fd, batch.buf, self.config.sync, limiter=self.limiter
-            )
+            await trio.to_thread.run_sync(write_then_sync, limiter=self.limiter)
         except OSError as exc:
-            self._fail(exc, batch)
+            self._fail(exc)
             return
-        base = tail.size
-        tail.size += len(batch.buf)
-        self.batches += 1
-        self.records_written += len(batch.enqueues) + batch.acks
-        self.bytes_written += len(batch.buf)
-        if self.config.sync:
+        finally:
+            self._flush_slots.release()
+        if self.failure is not None:
+            return  # after a failed fsync nothing later may be trusted either (see _fail)
+        if sync:
             self.fsyncs += 1
+        if batch.seq > self._durable_seq:
+            self._durable_seq = batch.seq
+        while self._written and self._written[0].seq <= self._durable_seq:
+            self._publish(self._written.popleft())
+        if not self._written:
+            self._drained.set()
+
+    async def _drain(self) -> None:
+        """Wait until every written batch is durable (or the log failed)."""
+        while self._written and self.failure is None:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    def _publish(self, batch: Batch) -> None:
+        """A batch is durable: index its records, wake its appenders, hand its ids to the queue."""
+        tail = batch.segment
+        assert tail is not None
+        base = batch.base
         tail.ack_count += batch.acks
         ids: list[int] = []
         if batch.enqueues:
@@ -321,15 +405,25 @@ class DurableLog:
     def _first_pending_id(self) -> int:
         return self.pending.enqueues[0][0] if self.pending.enqueues else self.next_id
 
-    def _fail(self, exc: BaseException, batch: Batch) -> None:
-        logger.critical("queue %s: write-ahead log write failed, queue stopped: %r", self.name, exc)
-        self.failure = exc
-        for failed in (batch, self.pending):
-            failed.error = exc
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the log for good after a write or fsync error.
+
+        After a failed ``fsync`` the kernel may have dropped the dirty pages and a later ``fsync`` may
+        succeed without them, so no batch that was not yet published can be trusted: all of them, and
+        everything pending, fail. A restart recovers whatever is really on disk.
+        """
+        if self.failure is None:
+            logger.critical("queue %s: write-ahead log write failed, queue stopped: %r", self.name, exc)
+            self.failure = exc
+        for failed in [*self._written, self.pending]:
+            failed.error = self.failure
             failed.done.set()
+        self._written.clear()
+        self._drained.set()
         for waiter in self._seal_requests:
             waiter.set()
         self._compact_wanted.set()
+        self._work.set()
 
     def close(self) -> None:
         """Stop accepting records; the writer drains what is pending, then returns."""

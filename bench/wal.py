@@ -1,0 +1,236 @@
+"""Write-ahead-log benchmark: group commit against a raw fsync loop, 1 KiB durable throughput, recovery.
+
+Run ``python -m bench.wal`` (``--quick`` for a short run, ``--json`` for one JSON record per line). Other
+code calls :func:`run_wal_benchmark`, which returns the results as records (plain dicts).
+
+What is measured, in one run:
+
+``raw-loop``
+    (a) a plain Python loop that appends 256-byte records to a file with ``os.write`` and calls
+    ``fdatasync`` once per batch of N records: the ceiling for this disk at N records per fsync.
+``queue-256``
+    (b) our durable queue with 64 concurrent producers enqueuing 256-byte records (224-byte payload +
+    32-byte header), fsync ``always``. Its mean records per fsync is the N given to (a), so the two run
+    at the same records per fsync; ``ratio_to_raw`` is (b) / (a). Target: >= 0.5.
+``queue-1k``
+    the same with 1 KiB payloads. Target: >= 50,000 durable enqueues per second.
+``recovery-1m``
+    a queue holding 1,000,000 messages of 1 KiB is closed and opened again: ``seconds`` until the broker
+    is ready (every segment scanned and checksummed, the index rebuilt), plus the time to the first
+    delivery. Target: <= 5 s. (The fill uses ``fsync="none"``: durability of the fill is not measured.)
+
+The machine is shared and its fsync latency varies a lot from second to second, so (a) and (b) run
+alternately ``repeats`` times and the records report each run plus the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Final
+
+import trio
+
+from corda_trio import store
+
+__all__ = ["raw_fsync_loop", "run_wal_benchmark"]
+
+RECORD_BYTES: Final = 256
+HEADER_BYTES: Final = 32
+PRODUCERS: Final = 64
+
+
+def raw_fsync_loop(directory: str, *, record_bytes: int, per_fsync: int, total: int) -> dict[str, Any]:
+    """(a): append ``total`` records of ``record_bytes`` with one ``fdatasync`` per ``per_fsync`` records."""
+    records = [os.urandom(record_bytes) for _ in range(per_fsync)]
+    path = os.path.join(directory, "raw.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        batches = max(1, total // per_fsync)
+        start = time.perf_counter()
+        for _ in range(batches):
+            os.write(fd, b"".join(records))
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    count = batches * per_fsync
+    return {
+        "variant": "raw-loop", "record_bytes": record_bytes, "records": count, "seconds": elapsed,
+        "records_per_second": count / elapsed, "records_per_fsync": float(per_fsync), "fsyncs": batches,
+    }  # fmt: skip
+
+
+async def _queue_run(directory: str, *, payload_bytes: int, producers: int, total: int) -> dict[str, Any]:
+    """(b): ``producers`` tasks enqueue ``total`` messages of ``payload_bytes`` into one durable queue."""
+    root = os.path.join(directory, "broker")
+    shutil.rmtree(root, ignore_errors=True)
+    payload = os.urandom(payload_bytes)
+    per_producer = total // producers
+    async with store.open_broker(root) as broker:
+        queue = await broker.declare_queue("bench.wal")
+
+        async def produce() -> None:
+            enqueue = queue.enqueue
+            for _ in range(per_producer):
+                await enqueue(payload)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(producers):
+                nursery.start_soon(produce)
+        elapsed = time.perf_counter() - start
+        stats = queue.statistics()
+    shutil.rmtree(root, ignore_errors=True)
+    count = per_producer * producers
+    return {
+        "variant": f"queue-{'1k' if payload_bytes == 1024 else payload_bytes + HEADER_BYTES}",
+        "record_bytes": payload_bytes + HEADER_BYTES, "payload_bytes": payload_bytes, "producers": producers,
+        "records": count, "seconds": elapsed, "records_per_second": count / elapsed,
+        "records_per_fsync": stats.records_per_fsync, "fsyncs": stats.fsyncs,
+    }  # fmt: skip
+
+
+async def _recovery_run(directory: str, *, messages: int, payload_bytes: int) -> dict[str, Any]:
+    root = os.path.join(directory, "recovery")
+    shutil.rmtree(root, ignore_errors=True)
+    payload = os.urandom(payload_bytes)
+    fill_start = time.perf_counter()
+    async with store.open_broker(root) as broker:
+        queue = await broker.declare_queue("bench.recovery", fsync="none")
+        chunk = 2000
+        for start in range(0, messages, chunk):
+            await queue.enqueue_many([payload] * min(chunk, messages - start))
+        disk = queue.statistics().disk_bytes
+    fill_seconds = time.perf_counter() - fill_start
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    async with store.open_broker(root) as broker:
+        ready = time.perf_counter() - start
+        queue = broker.get_queue("bench.recovery")
+        depth = queue.statistics().depth
+        async with queue.consumer(credit=1) as consumer:
+            first = await consumer.receive()
+        first_delivery = time.perf_counter() - start
+        report = broker.recovery_reports["bench.recovery"]
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    shutil.rmtree(root, ignore_errors=True)
+    assert depth == messages and first.payload == payload
+    return {
+        "variant": "recovery-1m" if messages == 1_000_000 else f"recovery-{messages}",
+        "messages": messages, "payload_bytes": payload_bytes, "disk_bytes": disk, "segments": report.segments,
+        "seconds": ready, "scan_seconds": report.duration_seconds, "first_delivery_seconds": first_delivery,
+        "fill_seconds": fill_seconds, "max_rss_growth_bytes": max(0, rss_after - rss_before) * 1024,
+    }  # fmt: skip
+
+
+def run_wal_benchmark(
+    *,
+    directory: str | None = None,
+    total: int = 64_000,
+    repeats: int = 3,
+    recovery_messages: int = 1_000_000,
+) -> list[dict[str, Any]]:
+    """Run the whole benchmark and return one record (a dict) per measurement, then summary records.
+
+    Args:
+        directory: where to put the files (default: a temporary directory on the same disk as /tmp).
+        total: enqueues per throughput run.
+        repeats: how many times (a) and (b) alternate.
+        recovery_messages: size of the recovery test (0 skips it).
+
+    Every record has ``benchmark="wal"``, ``variant``, ``run``; summaries have ``run="median"`` and carry
+    ``target`` and ``meets_target``.
+    """
+    base = tempfile.mkdtemp(prefix="wal-bench-", dir=directory)
+    records: list[dict[str, Any]] = []
+    try:
+        for run in range(repeats):
+            b = trio.run(lambda: _queue_run(base, payload_bytes=RECORD_BYTES - HEADER_BYTES,
+                                            producers=PRODUCERS, total=total))  # fmt: skip
+            per_fsync = max(1, round(b["records_per_fsync"]))
+            a = raw_fsync_loop(base, record_bytes=RECORD_BYTES, per_fsync=per_fsync, total=total)
+            k = trio.run(lambda: _queue_run(base, payload_bytes=1024, producers=PRODUCERS, total=total))
+            b["ratio_to_raw"] = b["records_per_second"] / a["records_per_second"]
+            records += [dict(r, run=run) for r in (a, b, k)]
+        for variant in ("raw-loop", "queue-256", "queue-1k"):
+            runs = [r for r in records if r["variant"] == variant]
+            summary = {
+                "variant": variant, "run": "median",
+                "records_per_second": statistics.median(r["records_per_second"] for r in runs),
+                "records_per_fsync": statistics.median(r["records_per_fsync"] for r in runs),
+            }  # fmt: skip
+            if variant == "queue-256":
+                summary["ratio_to_raw"] = statistics.median(r["ratio_to_raw"] for r in runs)
+                summary["target"] = "ratio_to_raw >= 0.5 (same records per fsync)"
+                summary["meets_target"] = summary["ratio_to_raw"] >= 0.5
+            if variant == "queue-1k":
+                summary["target"] = "records_per_second >= 50000 (1 KiB, durable, group commit)"
+                summary["meets_target"] = summary["records_per_second"] >= 50_000
+            records.append(summary)
+        if recovery_messages:
+            rec = trio.run(lambda: _recovery_run(base, messages=recovery_messages, payload_bytes=1024))
+            rec["run"] = 0
+            rec["target"] = "seconds <= 5"
+            rec["meets_target"] = rec["seconds"] <= 5.0
+            records.append(rec)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    machine = f"{platform.machine()} {os.cpu_count()} cpu, Python {platform.python_version()}"
+    for r in records:
+        r.setdefault("benchmark", "wal")
+        r["machine"] = machine
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.wal", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small run (a few seconds, no 1M recovery)")
+    parser.add_argument("--json", action="store_true", help="print one JSON record per line")
+    parser.add_argument("--dir", default=None, help="directory for the files (default: system temp)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--recovery-messages", type=int, default=None)
+    args = parser.parse_args(argv)
+    total = 12_800 if args.quick else 64_000
+    recovery = (
+        args.recovery_messages if args.recovery_messages is not None else (0 if args.quick else 1_000_000)
+    )
+    records = run_wal_benchmark(
+        directory=args.dir, total=total, repeats=args.repeats, recovery_messages=recovery
+    )
+    if args.json:
+        for r in records:
+            print(json.dumps(r))
+        return 0
+    for r in records:
+        if r["variant"].startswith("recovery"):
+            print(
+                f"{r['variant']:<12} ready in {r['seconds']:.2f} s (scan {r['scan_seconds']:.2f} s), first "
+                f"delivery {r['first_delivery_seconds']:.2f} s, {r['disk_bytes'] / 2**20:.0f} MiB in "
+                f"{r['segments']} segments, RSS +{r['max_rss_growth_bytes'] / 2**20:.0f} MiB"
+                f"  [{'OK' if r['meets_target'] else 'MISSED'}: {r['target']}]"
+            )
+            continue
+        line = (
+            f"{r['variant']:<10} run {r['run']!s:<6} {r['records_per_second']:>10,.0f} records/s  "
+            f"{r['records_per_fsync']:6.1f} records/fsync"
+        )
+        if "ratio_to_raw" in r:
+            line += f"  ratio to raw {r['ratio_to_raw']:.2f}"
+        if "meets_target" in r:
+            line += f"  [{'OK' if r['meets_target'] else 'MISSED'}: {r['target']}]"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
