@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -131,3 +131,52 @@ def test_every_state_input_pair_is_a_transition_or_an_error(table, states, input
 def test_markdown_rendering() -> None:
     text = _state.transition_table_markdown(_state.LINK_TRANSITIONS)
     assert "| DETACHED | `A:send` | ATTACH_SENT |" in text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.sampled_from([b"", amqp.AMQP_HEADER, amqp.SASL_HEADER]),
+    data=st.binary(max_size=300),
+    split=st.integers(0, 300),
+)
+def test_random_bytes_only_raise_remote_protocol_error(prefix: bytes, data: bytes, split: int) -> None:
+    """The h11 fuzz invariant: whatever a client sends, the server engine raises nothing but
+    RemoteProtocolError, and after it every later input is ignored quietly."""
+    server = amqp.Connection(amqp.ConnectionConfig(allow_bare_amqp=True), client=False)
+    blob = prefix + data
+    try:
+        server.receive_data(blob[:split])
+        server.receive_data(blob[split:])
+    except amqp.RemoteProtocolError:
+        server.data_to_send()
+        server.receive_data(b"more garbage")
+        server.receive_data(b"")
+        assert server.closed
+
+
+@settings(max_examples=100, deadline=None)
+@given(split_points=st.lists(st.integers(1, 50), max_size=20))
+def test_a_split_point_never_changes_the_events(split_points: list[int]) -> None:
+    """A whole conversation fed in random pieces yields the same events as fed at once."""
+
+    def conversation(chunks: list[int] | None) -> list[str]:
+        pair = ConnectionPair()
+        pair.open()
+        ch, och = pair.begin("client")
+        sh, _ = pair.attach("client", ch, och, sender_at="client", credit=3)
+        for i in range(3):
+            pair.client.send_transfer(ch, sh, bytes([i]) * (100 * i))
+        raw = pair.client.data_to_send()
+        events: list[amqp.Event] = []
+        if chunks is None:
+            events = pair.server.receive_data(raw)
+        else:
+            pos = 0
+            for n in [*chunks, len(raw)]:
+                events += pair.server.receive_data(raw[pos : pos + n])
+                pos += n
+                if pos >= len(raw):
+                    break
+        return [repr(e) for e in events]
+
+    assert conversation(split_points) == conversation(None)
