@@ -315,6 +315,8 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         c = buf[pos]
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
             kend = pos + 2 + buf[pos + 1]
+            if kend > end:
+                raise truncated(pos)
             k = buf[pos + 2 : kend].decode()
             pos = kend
         else:
@@ -322,6 +324,8 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         c = buf[pos]
         if c == 0xA1:  # str8 value: inlined as well
             vend = pos + 2 + buf[pos + 1]
+            if vend > end:
+                raise truncated(pos)
             v = buf[pos + 2 : vend].decode()
             pos = vend
         else:
