@@ -162,7 +162,7 @@ def run_wal_benchmark(
             k = trio.run(lambda: _queue_run(base, payload_bytes=1024, producers=PRODUCERS, total=total))
             b["ratio_to_raw"] = b["records_per_second"] / a["records_per_second"]
             records += [dict(r, run=run) for r in (a, b, k)]
-        for variant in ("raw-loop", "queue-256", "queue-1k"):
+        for variant in ("raw-loop", "queue-256", "queue-1k") if repeats else ():
             runs = [r for r in records if r["variant"] == variant]
             summary = {
                 "variant": variant, "run": "median",
