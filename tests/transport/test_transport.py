@@ -319,3 +319,53 @@ async def test_cancelled_send_is_never_reported_delivered(
         with pytest.raises(transport.LinkDetachedError):
             await pending.outcome()
         assert not pending.settled
+
+
+class FreezableStream(trio.abc.Stream):
+    """Wraps a stream; once ``frozen``, ``send_all`` blocks forever (a peer that stopped reading)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.frozen = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.frozen:
+            await trio.sleep_forever()
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_cancelled_write_breaks_the_connection_and_fails_pending(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    cfg = amqp.ConnectionConfig(sasl=False, allow_bare_amqp=True)
+    client_raw, server_stream = trio.testing.memory_stream_pair()
+    client_stream = FreezableStream(client_raw)
+    broker = QueueBroker()
+
+    async def run_server() -> None:
+        async with transport.open_amqp_over_stream(server_stream, client=False, config=cfg) as conn:
+            await broker.handle(conn)
+
+    nursery.start_soon(run_server)
+    pending = None
+    with trio.move_on_after(5) as scope:
+        async with transport.open_amqp_over_stream(client_stream, config=cfg) as conn:
+            sender = await conn.open_sender("q")
+            client_stream.frozen = True
+            pending = await sender.start_send(b"\x00Sw\xa1\x01x")
+            assert pending is not None
+            await pending.outcome()  # never arrives: the write is stuck, then cancelled
+    assert scope.cancelled_caught
+    assert pending is not None and not pending.settled
+    assert isinstance(pending.error, transport.AmqpConnectionError)
+    assert conn.closed and "interrupted" in str(conn.close_error)
+    assert broker.received == 0
