@@ -207,13 +207,15 @@ class Queue:
             StoreFailedError: the disk write or fsync failed (the queue stopped).
             StoreClosedError: the queue or broker is closed.
 
-        If cancelled while waiting for the group commit, the message may or may not be stored (as with a
-        cancelled ``send_all``); the id is then unknown to the caller.
+        If the call is cancelled before it starts, nothing is stored. If it is cancelled while waiting for
+        the group commit, the message may or may not be stored (as with a cancelled ``send_all``); the id
+        is then unknown to the caller.
         """
         log = self._log
         if log is None or self._closed or type(payload) is not bytes or type(headers) is not bytes:
             (mid,) = await self.enqueue_many([(payload, headers)])
             return mid
+        await trio.lowlevel.checkpoint_if_cancelled()  # already cancelled: store nothing
         # The hot path (one record): no lists, one shared batch event.
         mid, batch = log.add_enqueue(payload, headers, now_ms())
         self._enqueued += 1
@@ -229,6 +231,7 @@ class Queue:
             items: payloads, or ``(payload, headers)`` pairs.
         """
         self._check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()
         pairs = [(_as_bytes(i, "payload"), b"") if not isinstance(i, tuple) else
                  (_as_bytes(i[0], "payload"), _as_bytes(i[1], "headers")) for i in items]  # fmt: skip
         log = self._log

@@ -1,0 +1,133 @@
+"""Disk errors, cancellation, and the "async means checkpoint" contract."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from corda_trio import store
+from corda_trio.store import _wal
+
+
+async def test_a_failed_write_stops_the_queue_and_recovery_keeps_the_durable_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write_all = _wal.write_all
+    calls = {"n": 0}
+
+    def failing_write_all(fd: int, data: bytes, sync: bool) -> None:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write_all(fd, data, sync)
+
+    monkeypatch.setattr(_wal, "write_all", failing_write_all)
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        durable = [await queue.enqueue(b"ok-%d" % i) for i in range(3)]
+        with pytest.raises(store.StoreFailedError, match="No space left"):
+            await queue.enqueue(b"lost")
+        with pytest.raises(store.StoreFailedError):
+            await queue.enqueue(b"refused")
+        other = await broker.declare_queue("other")  # other queues are not affected
+        monkeypatch.setattr(_wal, "write_all", real_write_all)
+        await other.enqueue(b"fine")
+    async with store.open_broker(tmp_path) as broker:
+        assert [m.message_id async for m in broker.get_queue("q").browse()] == durable
+        assert [m.payload async for m in broker.get_queue("other").browse()] == [b"fine"]
+
+
+async def test_a_failed_sync_fails_every_unpublished_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        kept = await queue.enqueue(b"before")
+        monkeypatch.setattr(_wal, "sync_file", failing_sync)
+        results: list[BaseException | int] = []
+
+        async def produce(i: int) -> None:
+            try:
+                results.append(await queue.enqueue(b"x%d" % i))
+            except store.StoreFailedError as exc:
+                results.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(produce, i)
+        assert len(results) == 20 and all(isinstance(r, store.StoreFailedError) for r in results)
+        assert queue.statistics().depth == 1
+    async with store.open_broker(tmp_path) as broker:
+        # The failed batches were written (only the sync failed): a restart may find them, never lose `kept`.
+        ids = [m.message_id async for m in broker.get_queue("q").browse()]
+        assert ids[0] == kept
+
+
+async def test_cancelled_enqueue_leaves_the_queue_usable(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await queue.enqueue(b"never")  # cancelled before it started: nothing is stored
+        assert queue.statistics().enqueued == 0
+
+        async def enqueue_then_get_cancelled(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as inner:
+                task_status.started(inner)
+                await queue.enqueue(b"maybe")
+
+        async with trio.open_nursery() as nursery:
+            inner = await nursery.start(enqueue_then_get_cancelled)
+            inner.cancel()  # while it waits for the group commit
+        mid = await queue.enqueue(b"sure")
+        stored = [m.payload async for m in queue.browse()]
+        assert stored in ([b"sure"], [b"maybe", b"sure"])
+        async with queue.consumer() as consumer:
+            got = [await consumer.receive() for _ in stored]
+            assert got[-1].message_id == mid
+
+
+async def test_public_async_methods_checkpoint(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        durable = await broker.declare_queue("q")
+        memory = await broker.declare_queue("m", durable=False)
+        for queue in (durable, memory):
+            with trio.testing.assert_checkpoints():
+                await queue.enqueue(b"a")
+            with trio.testing.assert_checkpoints():
+                await queue.enqueue_many([b"b", b"c"])
+            async with queue.consumer() as consumer:
+                with trio.testing.assert_checkpoints():
+                    d = await consumer.receive()
+                with trio.testing.assert_checkpoints():
+                    await consumer.ack(d.message_id)
+            with trio.testing.assert_checkpoints():
+                await queue.compact()
+        with trio.testing.assert_checkpoints():
+            await broker.declare_queue("q")
+
+
+async def test_non_durable_queue_behaves_like_a_queue(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        control = await broker.declare_queue("internal.bridge.control", durable=False)
+        ids = await control.enqueue_many([b"a", (b"b", b"h")])
+        async with control.consumer(credit=5) as consumer:
+            first = await consumer.receive()
+            consumer.release(first.message_id)
+            again = await consumer.receive()
+            assert (again.message_id, again.delivery_count) == (ids[0], 2)
+            await consumer.ack(again.message_id)
+            second = await consumer.receive()
+            assert (second.payload, second.headers) == (b"b", b"h")
+        stats = control.statistics()
+        assert not stats.durable and stats.depth == 1 and stats.fsync == "n/a"
+        await broker.delete_queue("internal.bridge.control")
+        with pytest.raises(store.QueueNotFoundError):
+            broker.get_queue("internal.bridge.control")
