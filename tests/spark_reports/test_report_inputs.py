@@ -1,0 +1,129 @@
+"""Report pieces that need no Spark: input discovery, CLI errors, SVG charts, size classes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import spark_reports
+from corda_trio.node._cli import main
+from spark_reports import _svg
+from spark_reports._schema import discover_inputs
+
+
+def test_size_class_is_the_next_power_of_two() -> None:
+    assert [spark_reports.size_class(n) for n in (0, 1, 2, 3, 4, 5, 4096, 4097, 65536)] == [
+        0, 1, 2, 4, 4, 8, 4096, 8192, 65536,
+    ]  # fmt: skip
+
+
+def test_missing_and_empty_directories_fail_before_spark(tmp_path: Path) -> None:
+    with pytest.raises(spark_reports.ReportInputError, match="does not exist"):
+        discover_inputs([tmp_path / "nope"])
+    with pytest.raises(spark_reports.ReportInputError, match="no benchmark records"):
+        discover_inputs([tmp_path])
+    (tmp_path / "run-x.records.jsonl").write_text("")
+    with pytest.raises(spark_reports.ReportInputError, match="all empty"):
+        discover_inputs([tmp_path])
+
+
+def test_partial_runs_are_ignored(tmp_path: Path) -> None:
+    (tmp_path / "run-x.records.jsonl.part").write_text("{}\n")
+    with pytest.raises(spark_reports.ReportInputError, match="no benchmark records"):
+        discover_inputs([tmp_path])
+
+
+def test_bad_meta_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "run-x.records.jsonl").write_text("{}\n")
+    (tmp_path / "run-x.meta.json").write_text("{oops")
+    with pytest.raises(spark_reports.ReportInputError, match=r"run-x.meta.json is not valid JSON"):
+        discover_inputs([tmp_path])
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "s"}))
+    assert set(discover_inputs([tmp_path]).metas) == {"x"}
+
+
+def test_cli_fails_clearly_on_empty_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["report", "--in", str(tmp_path), "--out", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("corda-trio: error: no benchmark records in ")
+    assert not (tmp_path / "r.html").exists()
+    code = main(["report", "--in", str(tmp_path / "missing"), "--out", str(tmp_path / "r.html")])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_cli_rejects_non_html_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "run-x.records.jsonl").write_text("{}\n")
+    assert main(["report", "--in", str(tmp_path), "--out", str(tmp_path / "r.pdf")]) == 2
+    assert "*.html" in capsys.readouterr().err
+
+
+def test_java_is_found_on_this_machine() -> None:
+    assert Path(spark_reports.find_java()).name == "java"
+
+
+def test_java_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(spark_reports.ReportEnvironmentError, match="openjdk-17-jre-headless"):
+        spark_reports.find_java()
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(spark_reports.ReportEnvironmentError, match="JAVA_HOME"):
+        spark_reports.find_java()
+
+
+# ----------------------------------------------------------------------------------------- charts
+
+
+def test_nines_scale_spaces_the_tail_evenly() -> None:
+    t = [_svg._transform(p, "nines") for p in (0.9, 0.99, 0.999, 0.9999)]
+    assert t == pytest.approx([1, 2, 3, 4])
+    assert _svg._transform(1.0, "nines") > _svg._transform(0.99999, "nines")  # type: ignore[operator]
+    assert _svg._transform(0, "log") is None
+
+
+def test_latency_format() -> None:
+    assert [_svg.format_latency_ms(v) for v in (0.0000005, 0.0123, 4.5, 2500)] == [
+        "0.5ns", "12.3µs", "4.5ms", "2.5s",
+    ]  # fmt: skip
+
+
+def test_line_chart_draws_every_series_with_legend_and_axes() -> None:
+    svg = _svg.line_chart(
+        title="t <&>",
+        series=[
+            _svg.Series(name="a", points=((0.5, 1.0), (0.99, 10.0), (1.0, 100.0))),
+            _svg.Series(name="b", points=((0.5, 2.0), (0.9, 3.0)), dashed=True),
+            _svg.Series(name="one point", points=((0.5, 2.0),)),
+        ],
+        x_axis=_svg.Axis(label="percentile", scale="nines"),
+        y_axis=_svg.Axis(label="latency", scale="log", unit_format="latency_ms"),
+    )
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 1
+    assert "stroke-dasharray" in svg and "t &lt;&amp;&gt;" in svg
+    for label in ("99.9%", "max", "1ms", "10ms", "100ms", "percentile", "latency", "one point"):
+        assert label in svg
+    # every polyline point lies inside the plot area
+    import re
+
+    for pts in re.findall(r'points="([^"]+)"', svg):
+        for pair in pts.split():
+            x, y = map(float, pair.split(","))
+            assert 74 - 0.01 <= x <= 570 - 16 + 0.01 and 30 - 0.01 <= y <= 320 - 46 + 0.01
+
+
+def test_line_chart_without_data_says_so() -> None:
+    svg = _svg.line_chart(title="x", series=[], x_axis=_svg.Axis(label="x"), y_axis=_svg.Axis(label="y"))
+    assert "no data" in svg
+
+
+def test_linear_ticks_are_round_numbers() -> None:
+    ticks = _svg._ticks(0, 1234, _svg.Axis(label="y"))
+    values = [t for t, _ in ticks]
+    step = values[1] - values[0]
+    assert step in (200, 250)
+    assert all(math.isclose(v % step, 0) or math.isclose(v % step, step) for v in values)

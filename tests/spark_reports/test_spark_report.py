@@ -1,0 +1,332 @@
+"""The Spark report job against independently computed exact values, the HTML report, and end to end.
+
+All tests here share one local Spark session (start-up costs 5-15 s) and are marked ``spark``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bench
+import spark_reports
+from corda_trio.node._cli import main
+from spark_reports._job import LATENCY_STAGES, compute
+from spark_reports._schema import discover_inputs, load_records
+
+pytestmark = pytest.mark.spark
+
+STAGE_NAMES = ("created", "enqueued", "sent", "accepted", "delivered")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    with spark_reports.open_spark(
+        spark_reports.SparkSettings(master="local[2]", driver_memory="1g", shuffle_partitions=4)
+    ) as session:
+        yield session
+
+
+# ----------------------------------------------------------------------------------------- generated data
+
+
+def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int) -> list[bench.Record]:
+    """3,000 records over 2 links x 2 size classes, open-loop schedule at 1,000/s, heavy-tailed stage
+    delays, every 50th operation failing after `sent`; written with the real harness writer."""
+    rng = random.Random(seed)
+    writer = bench.RecordWriter(out, run_id)
+    records = []
+    for seq in range(3000):
+        intended = t0_ns + seq * 1_000_000
+        link = f"O=Bank{seq % 2}->O=Notary"
+        size = (100, 5000)[(seq // 2) % 2]
+        stages: dict[str, int | None] = {}
+        t = intended
+        for i, stage in enumerate(STAGE_NAMES):
+            delay = int(rng.paretovariate(1.5) * (i + 1) * 20_000 * slowdown)
+            t += delay
+            stages[stage] = t
+        error = None
+        if seq % 50 == 7:
+            stages["accepted"] = stages["delivered"] = None
+            error = "ConnectionError: peer went away"
+        rec = bench.make_record(
+            run_id=run_id, scenario="gen", link=link, size_bytes=size, seq=seq, intended_ns=intended,
+            stages=stages, error=error,
+        )  # fmt: skip
+        writer.add_sync(rec)
+        records.append(rec)
+    writer.finish(
+        {
+            "schema_version": 1,
+            "run_id": run_id,
+            "scenario": "gen",
+            "description": "generated test data",
+            "started_at": "2026-11-23T00:00:00+00:00",
+            "config": {
+                "scenario": "gen",
+                "load": {"mode": "open", "rate_per_second": 1000.0},
+                "sizes": "100,5000",
+            },
+            "environment": {
+                "cpu_count": 2, "python": "3.11.7", "git_commit": "abc123def", "platform": "test-os"
+            },
+        }
+    )
+    return records
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[bench.Record]]]:
+    out = tmp_path_factory.mktemp("records")
+    runs = {
+        "gen-a": _generate(out, "gen-a", slowdown=1.0, seed=1, t0_ns=1_800_000_000_000_000_000),
+        "gen-b": _generate(out, "gen-b", slowdown=2.0, seed=1, t0_ns=1_800_000_100_000_000_000),
+    }
+    return out, runs
+
+
+def _exact_groups(records: list[bench.Record]) -> dict[tuple[str, str, str, int], list[bench.Record]]:
+    groups: dict[tuple[str, str, str, int], list[bench.Record]] = {}
+    for r in records:
+        key = (r.run_id, r.scenario, r.link, spark_reports.size_class(r.size_bytes))
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def _latencies(records: list[bench.Record], stage: str) -> list[int]:
+    out = []
+    for r in records:
+        if r.outcome != "ok":
+            continue
+        values = [getattr(r, f"{s}_ns") for s in bench.STAGES if getattr(r, f"{s}_ns") is not None]
+        if stage == "end":
+            out.append(max(values) - r.intended_ns)
+        elif getattr(r, f"{stage}_ns") is not None:
+            out.append(getattr(r, f"{stage}_ns") - r.intended_ns)
+    return sorted(out)
+
+
+def _within_rank_error(value: int, ordered: list[int], p: float, accuracy: int) -> bool:
+    """The documented guarantee: ``value``'s rank is within n/accuracy of the exact rank p*n."""
+    n = len(ordered)
+    slack = math.ceil(n / accuracy) + 1  # +1: rank conventions (nearest-rank vs interpolation) differ by one
+    exact = max(0, math.ceil(p * n) - 1)
+    lo, hi = ordered[max(0, exact - slack)], ordered[min(n - 1, exact + slack)]
+    return lo <= value <= hi
+
+
+# ----------------------------------------------------------------------------------------- the job
+
+
+@pytest.mark.parametrize("accuracy", [10_000, 40])
+def test_percentiles_counts_and_rates_match_exact_values(
+    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], accuracy: int
+) -> None:
+    out, runs = generated
+    result = compute(load_records(spark, discover_inputs([out])), accuracy=accuracy)
+    expected = _exact_groups([r for rs in runs.values() for r in rs])
+    assert {g.key for g in result.groups} == set(expected)
+    assert result.run_ids == ["gen-a", "gen-b"]
+    for g in result.groups:
+        recs = expected[g.key]
+        assert g.count == len(recs)
+        assert g.errors == sum(r.outcome == "error" for r in recs)
+        assert g.ok == g.count - g.errors
+        assert g.bytes_total == sum(r.size_bytes for r in recs)
+        first = min(r.intended_ns for r in recs)
+        last = max(max(v for s in bench.STAGES if (v := getattr(r, f"{s}_ns")) is not None) for r in recs)
+        assert (g.first_intended_ns, g.last_done_ns) == (first, last)
+        assert g.throughput_per_second == pytest.approx(g.ok / ((last - first) / 1e9), rel=1e-12)
+        assert {s.stage for s in g.stages} == {*STAGE_NAMES, "end"}
+        for s in g.stages:
+            ordered = _latencies(recs, s.stage)
+            assert s.count == len(ordered)
+            assert s.max_ns == ordered[-1]
+            assert s.mean_ns == pytest.approx(sum(ordered) / len(ordered), rel=1e-9)
+            for label, p in spark_reports.PERCENTILES.items():
+                value = s.percentiles_ns[label]
+                assert _within_rank_error(value, ordered, p, accuracy), (g.key, s.stage, label)
+        end_ordered = _latencies(recs, "end")
+        for p, value in g.cdf_ns:
+            if p < 1.0:
+                assert _within_rank_error(value, end_ordered, p, accuracy)
+            else:
+                assert value == end_ordered[-1]
+        if accuracy == 10_000:  # n/accuracy < 1 here: the sketch is exact at nearest rank
+            stage = g.stage("end")
+            assert stage is not None
+            assert stage.percentiles_ns["p50"] == end_ordered[math.ceil(0.5 * len(end_ordered)) - 1]
+
+    # throughput series: exact counts per one-second bin from the run's first due time
+    all_records = [r for rs in runs.values() for r in rs]
+    starts = {run: min(r.intended_ns for r in rs) for run, rs in runs.items()}
+    exact_ok: Counter[tuple[Any, ...]] = Counter()
+    exact_err: Counter[tuple[Any, ...]] = Counter()
+    for r in all_records:
+        done = max(v for s in bench.STAGES if (v := getattr(r, f"{s}_ns")) is not None)
+        second = (done - starts[r.run_id]) // 1_000_000_000
+        key = (r.run_id, r.link, spark_reports.size_class(r.size_bytes), second)
+        (exact_ok if r.outcome == "ok" else exact_err)[key] += 1
+    got_ok = {(p.run_id, p.link, p.size_class, p.second): p.ok for p in result.series if p.ok}
+    got_err = {(p.run_id, p.link, p.size_class, p.second): p.errors for p in result.series if p.errors}
+    assert got_ok == dict(exact_ok)
+    assert got_err == dict(exact_err)
+    link = "O=Bank1->O=Notary"
+    assert {(e.run_id, e.error, e.count) for e in result.errors if e.link == link} == {
+        (run, "ConnectionError: peer went away", sum(1 for r in rs if r.error and r.link == link))
+        for run, rs in runs.items()
+    }
+
+
+def test_report_html_tables_and_comparison(
+    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], tmp_path: Path
+) -> None:
+    out, _ = generated
+    html_path = tmp_path / "out" / "report.html"
+    result = spark_reports.build_report([out], html_path, spark=spark)
+    assert result.compared == ("gen-a", "gen-b")  # exactly two runs: earlier vs later
+    html = html_path.read_text(encoding="utf-8")
+    # charts: per run one CDF + one throughput chart, plus one comparison chart
+    assert html.count("<svg") == 5
+    assert html.count('class="chart-title">gen: end-to-end latency distribution') == 2
+    assert html.count('class="chart-title">gen: throughput over time') == 2
+    assert "before (dashed) vs after (solid)" in html
+    expected_texts = (
+        "What was measured", "2 CPUs", "3.11.7", "abc123def", "rate_per_second", "generated test data",
+        "percentile_approx", "Per link", "Latency per stage", "ConnectionError: peer went away",
+        "O=Bank0-&gt;O=Notary", "8 KiB", "128 B", "job time",
+        "<b>Latency CDF</b>", "<b>Throughput</b>",  # each chart says what it measures
+    )  # fmt: skip
+    for text in expected_texts:
+        assert text in html, text
+    # offline: no external references
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script" not in html
+
+    tables = result.tables_dir
+    names = {p.name for p in tables.iterdir()}
+    for t in ("groups", "stages", "throughput", "errors", "comparison"):
+        assert f"{t}.csv" in names and f"{t}.parquet" in names
+    with (tables / "groups.csv").open() as f:
+        groups = list(csv.DictReader(f))
+    assert len(groups) == 8 and sum(int(g["count"]) for g in groups) == 6000
+    with (tables / "comparison.csv").open() as f:
+        comparison = list(csv.DictReader(f))
+    assert len(comparison) == 4 * len(LATENCY_STAGES[:-1])  # 4 groups x (5 stages + end)
+    # run b has every delay doubled (same random draws): latency ratios ~2 within the rank error
+    for row in comparison:
+        for m in ("p50", "p90", "p99", "max"):
+            assert 1.8 < float(row[f"{m}_ratio"]) < 2.2, row
+    assert spark.read.parquet(str(tables / "stages.parquet")).count() == 8 * 6
+    assert spark.read.parquet(str(tables / "comparison.parquet")).count() == len(comparison)
+
+
+def test_compare_option_and_errors(
+    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], tmp_path: Path
+) -> None:
+    out, _ = generated
+    res = spark_reports.build_report([out], tmp_path / "r.html", compare=("gen-b", "gen-a"), spark=spark)
+    assert res.compared == ("gen-b", "gen-a")
+    with pytest.raises(spark_reports.ReportInputError, match="2 runs match"):
+        spark_reports.build_report([out], tmp_path / "r.html", compare=("gen", "gen-a"), spark=spark)
+    with pytest.raises(spark_reports.ReportInputError, match="no run match"):
+        spark_reports.build_report([out], tmp_path / "r.html", compare=("zzz", "gen-a"), spark=spark)
+
+
+def _tiny_record() -> bench.Record:
+    return bench.make_record(
+        run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=5, stages={}
+    )
+
+
+def test_malformed_json_fails_clearly(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    good = _tiny_record()
+    (d / "run-r.records.jsonl").write_text(good.to_json_line() + "\n{this is not json\n")
+    code = main(["report", "--in", str(d), "--out", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "malformed benchmark records" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_wrong_types_and_missing_fields_fail_clearly(spark: Any, tmp_path: Path) -> None:
+    d = tmp_path / "types"
+    d.mkdir()
+    data = json.loads(_tiny_record().to_json_line())
+    (d / "a.jsonl").write_text(json.dumps({**data, "intended_ns": "soon"}) + "\n")
+    with pytest.raises(spark_reports.ReportInputError, match="malformed"):
+        spark_reports.build_report([d], tmp_path / "r.html", spark=spark)
+    d2 = tmp_path / "missing"
+    d2.mkdir()
+    del data["run_id"]
+    (d2 / "a.jsonl").write_text(json.dumps(data) + "\n")
+    with pytest.raises(spark_reports.ReportInputError, match=r"1 record.*lack a required field"):
+        spark_reports.build_report([d2], tmp_path / "r.html", spark=spark)
+
+
+def test_parquet_input_from_the_synthetic_generator(spark: Any, tmp_path: Path) -> None:
+    spark_reports.write_synthetic(spark, tmp_path / "syn", 20_000, run_id="syn-1", rate_per_second=5000.0)
+    res = spark_reports.build_report([tmp_path / "syn"], tmp_path / "syn.html", spark=spark)
+    assert res.records == 20_000 and res.runs == ("syn-1",)
+    html = (tmp_path / "syn.html").read_text(encoding="utf-8")
+    assert "Synthetic data" in html
+    # 5,000/s for 4 s: every full one-second bin holds ~5,000 completions over all groups
+    per_second = Counter()
+    for p in res.job.series:
+        per_second[p.second] += p.ok + p.errors
+    assert per_second[1] == pytest.approx(5000, rel=0.01)
+
+
+# ----------------------------------------------------------------------------------------- end to end
+
+
+def test_end_to_end_real_benchmark_then_report(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench-out"
+    code = main(
+        ["bench", "run", "loopback", "--out", str(out), "--rate", "500", "--duration", "1", "--warmup", "0.2",
+         "--peers", "2", "--sizes", "64,2k", "--no-progress", "--run-id", "e2e-loopback"]
+    )  # fmt: skip
+    assert code == 0
+    summary_text = capsys.readouterr().out
+    assert "run e2e-loopback (loopback)" in summary_text
+    records = list(bench.read_records(out / "run-e2e-loopback.records.jsonl"))
+    html_path = tmp_path / "report.html"
+    assert main(["report", "--in", str(out), "--out", str(html_path), "--master", "local[2]"]) == 0
+    assert "report " in capsys.readouterr().out
+    html = html_path.read_text(encoding="utf-8")
+    assert "e2e-loopback" in html and "loopback-0" in html and "loopback-1" in html
+    assert html.count("<svg") == 2
+    with (html_path.with_name("report_tables") / "groups.csv").open() as f:
+        groups = list(csv.DictReader(f))
+    assert sum(int(g["count"]) for g in groups) == len(records)
+    assert {g["size_class_bytes"] for g in groups} == {"64", "2048"}
+
+
+@pytest.mark.slow
+def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
+    """A real `corda-trio report` process: its own Spark, errors-only logging, clear exit code."""
+    _generate(tmp_path / "in", "proc", slowdown=1.0, seed=3, t0_ns=1_800_000_000_000_000_000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "corda_trio.node._cli", "report", "--in", str(tmp_path / "in"),
+         "--out", str(tmp_path / "r.html"), "--master", "local[1]", "--driver-memory", "1g"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r.html").exists()
+    noisy = [line for line in proc.stderr.splitlines() if " INFO " in line or " WARN " in line]
+    assert noisy == []
