@@ -1,0 +1,338 @@
+"""AMQP codec micro-benchmark: corda_trio vs azure-servicebus's pure-Python ``_pyamqp`` vs Qpid Proton-C.
+
+Run ``python -m bench.codec`` (``--quick`` for a short run, ``--json`` for one JSON record per line; the
+table run ends with one JSON summary line). Other code calls :func:`run_codec_benchmark`, which returns the
+results as records (plain dicts, schema below).
+
+What is measured, for each library, in one process and one run (the libraries alternate within every
+repeat, so a busy machine slows them alike):
+
+``encode``
+    from plain Python data (the body bytes, the five Corda headers, the message id and address, the
+    delivery id and tag) to the bytes of one whole transfer frame: build the library's message object with
+    a durable header, properties (message-id, to), application-properties with five Corda P2P headers
+    (``platform-topic``, ``platform-version`` as an AMQP int, ``corda-vendor``, ``release-version``,
+    ``_AMQ_DUPL_ID``) and one Data body section, encode it, build the transfer performative (handle,
+    delivery-id, delivery-tag, message-format, settled=false), and produce header + performative + payload.
+``decode``
+    from the bytes of that whole frame to decoded objects: the 8-byte frame header, the transfer
+    performative's fields, and the message with **every section decoded** (header, properties,
+    application-properties, and the body as ``bytes``). Each library decodes the frame it encoded itself;
+    before timing, corda_trio checks that it decodes the other two libraries' frames to the same message.
+
+* ``corda_trio``: ``amqp.encode_frame(Transfer, channel, Message(...).encode())`` /
+  ``amqp.decode_frame(frame)`` + ``amqp.Message.decode(frame.payload)``.
+* ``pyamqp``: what ``azure.servicebus._pyamqp``'s own transport and link do: ``encode_payload`` +
+  ``encode_frame(TransferFrame)`` + the channel bytes / ``struct`` header, ``decode_frame`` and
+  ``decode_payload``.
+* ``proton``: ``proton.Message`` (``inferred`` Data body) ``encode()``; the performative via ``proton.Data``
+  (the Python binding has no frame encoder: the same codec Proton-C's engine uses); decode with
+  ``Data.decode`` + ``Message.decode``.
+
+Body sizes: 16 B, 1 KiB (the target case) and 64 KiB. Each figure is the best of ``repeats`` timed batches
+of about ``batch_seconds`` (best-of is the usual estimator for CPU micro-benchmarks on a shared machine);
+the median is reported too. Target (issue 2): corda_trio at least 2x the faster of the other two, for both
+encode and decode of the 1 KiB message.
+
+Record schema (one dict per library x operation x body size, then one ``"summary"`` record per body size)::
+
+    {"benchmark": "codec", "library": "corda_trio" | "pyamqp" | "proton", "operation": "encode" | "decode",
+     "body_bytes": 1024, "frame_bytes": 1186, "ops_per_second": 123456.0, "median_ops_per_second": ...,
+     "us_per_op": 8.1, "repeats": 7, "machine": "...", "python": "3.11.7"}
+    {"benchmark": "codec", "library": "summary", "body_bytes": 1024, "encode_ratio": 2.3,
+     "decode_ratio": 2.1, "target": "...", "meets_target": true, ...}
+
+``encode_ratio`` / ``decode_ratio`` = corda_trio's ops/s over the faster of ``pyamqp`` and ``proton``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from corda_trio import amqp
+
+__all__ = ["BODY_SIZES", "LIBRARIES", "run_codec_benchmark"]
+
+BODY_SIZES: Final = (16, 1024, 65536)
+LIBRARIES: Final = ("corda_trio", "pyamqp", "proton")
+TARGET_RATIO: Final = 2.0
+HANDLE, CHANNEL, DELIVERY_ID = 0, 1, 4711
+DELIVERY_TAG: Final = (4711).to_bytes(8, "big")
+MESSAGE_ID: Final = "N-5f2c1e9a77d04b2c-3-1"
+ADDRESS: Final = "p2p.inbound.DL8eWT8pPPKVq1LqiZE33L5pHNWNQfzdXFmrDnT7pHCrzK"
+_HEADER: Final = struct.Struct(">IBBH")
+
+
+def corda_headers() -> dict[str, Any]:
+    """The five Corda P2P application properties, as plain Python values."""
+    return {
+        "platform-topic": "platform.session",
+        "platform-version": 13,  # written as AMQP int by every library
+        "corda-vendor": "Corda Open Source",
+        "release-version": "4.12",
+        "_AMQ_DUPL_ID": MESSAGE_ID,
+    }
+
+
+# --- the three libraries -------------------------------------------------------------------------------
+
+
+def _ours(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+    headers = corda_headers()
+    Int, Message, Header, Properties = amqp.Int, amqp.Message, amqp.Header, amqp.Properties
+    Transfer, encode_frame, decode_frame = amqp.Transfer, amqp.encode_frame, amqp.decode_frame
+    decode_message = Message.decode
+
+    def encode() -> bytes:
+        app = dict(headers)
+        app["platform-version"] = Int(app["platform-version"])
+        message = Message(
+            header=Header(durable=True),
+            properties=Properties(message_id=MESSAGE_ID, to=ADDRESS),
+            application_properties=app,
+            body=body,
+        )
+        transfer = Transfer(handle=HANDLE, delivery_id=DELIVERY_ID, delivery_tag=DELIVERY_TAG,
+                            message_format=0, settled=False)  # fmt: skip
+        return encode_frame(transfer, CHANNEL, message.encode())
+
+    def decode(frame: bytes) -> Any:
+        f = decode_frame(frame)
+        return f.channel, f.performative, decode_message(f.payload)
+
+    return encode, decode
+
+
+def _pyamqp(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+    from azure.servicebus._pyamqp import _decode as pyd
+    from azure.servicebus._pyamqp import _encode as pye
+    from azure.servicebus._pyamqp import message as pym
+    from azure.servicebus._pyamqp import performatives as pyp
+    from azure.servicebus._pyamqp.types import AMQPTypes
+
+    headers = corda_headers()
+    channel = struct.pack(">H", CHANNEL)
+
+    def encode() -> bytes:
+        app = dict(headers)
+        app["platform-version"] = {pye.TYPE: AMQPTypes.int, pye.VALUE: app["platform-version"]}
+        message = pym.Message(
+            header=pym.Header(durable=True),
+            properties=pym.Properties(message_id=MESSAGE_ID, to=ADDRESS),
+            application_properties=app,
+            data=[body],
+        )
+        payload = pye.encode_payload(bytearray(), message)
+        transfer = pyp.TransferFrame(handle=HANDLE, delivery_id=DELIVERY_ID, delivery_tag=DELIVERY_TAG,
+                                     message_format=0, settled=False, payload=payload)  # fmt: skip
+        header, performative = pye.encode_frame(transfer)
+        return bytes(header + channel + performative)
+
+    def decode(frame: bytes) -> Any:
+        _size, doff, _ftype, ch = _HEADER.unpack_from(frame)
+        _code, fields = pyd.decode_frame(memoryview(frame)[doff * 4 :])
+        message = pyd.decode_payload(fields[-1])
+        return ch, fields, message
+
+    return encode, decode
+
+
+def _proton(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+    import proton
+    from proton import Data, Described, int32, ulong
+
+    headers = corda_headers()
+    descriptor = ulong(0x14)
+    uint = proton.uint
+
+    def encode() -> bytes:
+        app = dict(headers)
+        app["platform-version"] = int32(app["platform-version"])
+        message = proton.Message(inferred=True, durable=True, id=MESSAGE_ID, address=ADDRESS, properties=app,
+                                 body=body)  # fmt: skip
+        payload = message.encode()
+        data = Data()
+        data.put_object(
+            Described(descriptor, [uint(HANDLE), uint(DELIVERY_ID), DELIVERY_TAG, uint(0), False])
+        )
+        performative = data.encode()
+        return _HEADER.pack(8 + len(performative) + len(payload), 2, 0, CHANNEL) + performative + payload
+
+    def decode(frame: bytes) -> Any:
+        _size, doff, _ftype, ch = _HEADER.unpack_from(frame)
+        data = Data()
+        used = data.decode(frame[doff * 4 :])
+        data.rewind()
+        data.next()
+        transfer = data.get_object()
+        message = proton.Message()
+        message.decode(frame[doff * 4 + used :])
+        return ch, transfer, message
+
+    return encode, decode
+
+
+_FACTORIES: Final = {"corda_trio": _ours, "pyamqp": _pyamqp, "proton": _proton}
+
+
+def _check_equivalent(frames: dict[str, bytes], body: bytes) -> None:
+    """corda_trio decodes every library's frame to the same transfer and message (a sanity check)."""
+    expected_app = corda_headers()
+    for library, frame in frames.items():
+        f = amqp.decode_frame(frame)
+        m = amqp.Message.decode(f.payload)
+        t = f.performative
+        problems = []
+        if (f.channel, t.handle, t.delivery_id, t.delivery_tag, t.settled) != (
+            CHANNEL, HANDLE, DELIVERY_ID, DELIVERY_TAG, False):  # fmt: skip
+            problems.append(f"transfer {t}")
+        if m.header is None or not m.header.durable:
+            problems.append(f"header {m.header}")
+        if m.properties is None or (m.properties.message_id, m.properties.to) != (MESSAGE_ID, ADDRESS):
+            problems.append(f"properties {m.properties}")
+        app = m.application_properties or {}
+        if app != expected_app or type(app["platform-version"]) is not amqp.Int:
+            problems.append(f"application-properties {app}")
+        if m.body != body:
+            problems.append("body")
+        if problems:
+            raise AssertionError(f"{library}'s frame differs: {'; '.join(problems)}")
+
+
+def _time(fn: Callable[[], Any], number: int) -> float:
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return time.perf_counter() - start
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _calibrate(fn: Callable[[], Any], batch_seconds: float) -> int:
+    number = 1
+    while True:
+        elapsed = _time(fn, number)
+        if elapsed >= batch_seconds / 4:
+            return max(1, int(number * batch_seconds / elapsed))
+        number *= 4
+
+
+def run_codec_benchmark(
+    *,
+    body_sizes: tuple[int, ...] = BODY_SIZES,
+    libraries: tuple[str, ...] = LIBRARIES,
+    repeats: int = 7,
+    batch_seconds: float = 0.2,
+) -> list[dict[str, Any]]:
+    """Run the benchmark; return one record per library x operation x body size, then summaries.
+
+    Args:
+        body_sizes: Data body sizes in bytes.
+        libraries: which of :data:`LIBRARIES` to measure (the summary needs ``corda_trio`` and another).
+        repeats: timed batches per measurement (best and median are reported).
+        batch_seconds: approximate length of one batch.
+    """
+    machine = f"{platform.machine()} {os.cpu_count()} cpu, {platform.system()} {platform.release()}"
+    records: list[dict[str, Any]] = []
+    for size in body_sizes:
+        body = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+        funcs = {lib: _FACTORIES[lib](body) for lib in libraries}
+        frames = {lib: enc() for lib, (enc, _dec) in funcs.items()}
+        _check_equivalent(frames, body)
+        jobs: dict[tuple[str, str], Callable[[], Any]] = {}
+        for lib, (enc, dec) in funcs.items():
+            frame = frames[lib]
+            jobs[(lib, "encode")] = enc
+            jobs[(lib, "decode")] = lambda dec=dec, frame=frame: dec(frame)
+        numbers = {key: _calibrate(fn, batch_seconds) for key, fn in jobs.items()}
+        rates: dict[tuple[str, str], list[float]] = {key: [] for key in jobs}
+        for _ in range(repeats):  # alternate the libraries inside every repeat
+            for key, fn in jobs.items():
+                rates[key].append(numbers[key] / _time(fn, numbers[key]))
+        for (lib, op), values in rates.items():
+            best = max(values)
+            records.append({
+                "benchmark": "codec", "library": lib, "operation": op, "body_bytes": size,
+                "frame_bytes": len(frames[lib]), "ops_per_second": round(best, 1),
+                "median_ops_per_second": round(statistics.median(values), 1),
+                "us_per_op": round(1e6 / best, 3), "repeats": repeats, "machine": machine,
+                "python": platform.python_version(),
+            })  # fmt: skip
+        others = [lib for lib in libraries if lib != "corda_trio"]
+        if "corda_trio" in libraries and others:
+            summary: dict[str, Any] = {"benchmark": "codec", "library": "summary", "body_bytes": size,
+                                       "machine": machine, "python": platform.python_version()}  # fmt: skip
+            for op in ("encode", "decode"):
+                ours = max(rates[("corda_trio", op)])
+                best_other = max(others, key=lambda lib, op=op: max(rates[(lib, op)]))
+                summary[f"{op}_ratio"] = round(ours / max(rates[(best_other, op)]), 3)
+                summary[f"{op}_anchor"] = best_other
+            summary["target"] = f"corda_trio >= {TARGET_RATIO}x the faster anchor, encode and decode (1 KiB)"
+            summary["meets_target"] = min(summary["encode_ratio"], summary["decode_ratio"]) >= TARGET_RATIO
+            records.append(summary)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.codec", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run (3 repeats of 0.05 s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON record per line")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--sizes", default=",".join(map(str, BODY_SIZES)), help="body sizes, comma-separated")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 7)
+    records = run_codec_benchmark(
+        body_sizes=tuple(int(s) for s in args.sizes.split(",")),
+        repeats=repeats,
+        batch_seconds=0.05 if args.quick else 0.2,
+    )
+    if args.json:
+        for r in records:
+            print(json.dumps(r))
+        return 0
+    print(
+        f"{'body':>7} {'operation':<9} "
+        + "".join(f"{lib:>14}" for lib in LIBRARIES)
+        + "   ratio (ours / best anchor)"
+    )
+    by_key = {
+        (r["body_bytes"], r["operation"], r["library"]): r for r in records if r["library"] != "summary"
+    }
+    summaries = {r["body_bytes"]: r for r in records if r["library"] == "summary"}
+    final: dict[str, Any] = {"benchmark": "codec", "unit": "ops_per_second", "results": {}}
+    for size in sorted({r["body_bytes"] for r in records}):
+        for op in ("encode", "decode"):
+            cells = []
+            for lib in LIBRARIES:
+                r = by_key.get((size, op, lib))
+                cells.append(f"{r['ops_per_second']:>14,.0f}" if r else f"{'-':>14}")
+                if r:
+                    final["results"].setdefault(lib, {})[f"{op}_{size}"] = r["ops_per_second"]
+            s = summaries.get(size)
+            ratio = f"   {s[f'{op}_ratio']:.2f}x vs {s[f'{op}_anchor']}" if s else ""
+            print(f"{size:>7} {op:<9} " + "".join(cells) + ratio)
+    if 1024 in summaries:
+        s = summaries[1024]
+        final["ratios_1k"] = {"encode": s["encode_ratio"], "decode": s["decode_ratio"]}
+        final["meets_target"] = s["meets_target"]
+        print(f"1 KiB target ({s['target']}): {'MET' if s['meets_target'] else 'MISSED'}")
+    print(json.dumps(final))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
