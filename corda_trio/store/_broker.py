@@ -543,7 +543,11 @@ class Consumer:
                 raise UnknownDeliveryError(
                     f"message {mid} is not held by this consumer of queue {self._queue.name}"
                 )
+        if len(set(message_ids)) != len(message_ids):
+            raise UnknownDeliveryError(f"duplicate message ids in one ack of queue {self._queue.name}")
         queue = self._queue
+        if queue._log is not None:
+            queue._log.check_usable()  # fail before settling anything
         batch = None
         for mid in message_ids:
             self._settle(mid)

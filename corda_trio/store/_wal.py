@@ -199,7 +199,8 @@ class DurableLog:
 
     # ------------------------------------------------------------------ appending
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
+        """Raise if the log failed or is closed."""
         if self.failure is not None:
             raise StoreFailedError(f"queue {self.name} failed earlier: {self.failure}") from self.failure
         if self.closing:
@@ -207,7 +208,7 @@ class DurableLog:
 
     def add_enqueue(self, payload: bytes, headers: bytes, timestamp_ms: int) -> tuple[int, Batch]:
         """Encode one enqueue record into the pending batch; returns its id and the batch to await."""
-        self._check_usable()
+        self.check_usable()
         batch = self.pending
         mid = self.next_id
         self.next_id = mid + 1
@@ -221,7 +222,7 @@ class DurableLog:
 
     def add_ack(self, message_id: int) -> Batch:
         """Forget ``message_id`` (it must be live) and encode its ack record into the pending batch."""
-        self._check_usable()
+        self.check_usable()
         loc = self.live.pop(message_id)
         seg, _off, length, _meta, _ts = unpack_location(loc)
         state = self.segments.get(seg)
@@ -521,12 +522,12 @@ class DurableLog:
         """
         async with self._compaction_lock:
             if seal_tail and self.tail.size > SEGMENT_HEADER_BYTES:
-                self._check_usable()
+                self.check_usable()
                 done = trio.Event()
                 self._seal_requests.append(done)
                 self._work.set()
                 await done.wait()
-                self._check_usable()
+                self.check_usable()
             reclaimed = 0
             for number in sorted(self.segments):
                 state = self.segments.get(number)
