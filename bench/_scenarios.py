@@ -11,6 +11,14 @@ __all__ = ["SCENARIOS", "load_scenario"]
 
 #: scenario name -> ("module:ClassName", one-line description for ``corda-trio bench list``).
 SCENARIOS: Final[dict[str, tuple[str, str]]] = {
+    "codec": (
+        "bench._codec_scenario:CodecScenario",
+        "corda_trio.amqp encode + decode of Corda P2P messages (sections, and whole Transfer frames)",
+    ),
+    "wal": (
+        "bench._wal_scenario:WalScenario",
+        "durable enqueue into corda_trio.store WAL queues (group commit + fsync), delivery to a consumer",
+    ),
     "loopback": (
         "bench._loopback:LoopbackScenario",
         "length-prefixed frames over Trio TCP loopback sockets (the floor under amqp-link / p2p)",

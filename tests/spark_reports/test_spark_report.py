@@ -296,25 +296,31 @@ def test_parquet_input_from_the_synthetic_generator(spark: Any, tmp_path: Path) 
 def test_end_to_end_real_benchmark_then_report(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Short real runs of three scenarios (sockets, the AMQP codec, the durable store) -> one report."""
     out = tmp_path / "bench-out"
-    code = main(
-        ["bench", "run", "loopback", "--out", str(out), "--rate", "500", "--duration", "1", "--warmup", "0.2",
-         "--peers", "2", "--sizes", "64,2k", "--no-progress", "--run-id", "e2e-loopback"]
-    )  # fmt: skip
-    assert code == 0
-    summary_text = capsys.readouterr().out
-    assert "run e2e-loopback (loopback)" in summary_text
-    records = list(bench.read_records(out / "run-e2e-loopback.records.jsonl"))
+    runs = {
+        "e2e-loopback": ["loopback", "--rate", "500", "--peers", "2", "--sizes", "64,2k"],
+        "e2e-codec": ["codec", "--closed", "--ops", "300", "--sizes", "1k,16k"],
+        "e2e-wal": ["wal", "--closed", "--concurrency", "16", "--sizes", "1k"],
+    }
+    for run_id, args in runs.items():
+        common = ["--out", str(out), "--duration", "0.5", "--warmup", "0.1", "--no-progress"]
+        common += ["--run-id", run_id]
+        assert main(["bench", "run", *args, *common]) == 0
+        assert f"run {run_id} ({args[0]})" in capsys.readouterr().out
+    counts = {r: len(list(bench.read_records(out / f"run-{r}.records.jsonl"))) for r in runs}
     html_path = tmp_path / "report.html"
     assert main(["report", "--in", str(out), "--out", str(html_path), "--master", "local[2]"]) == 0
     assert "report " in capsys.readouterr().out
     html = html_path.read_text(encoding="utf-8")
-    assert "e2e-loopback" in html and "loopback-0" in html and "loopback-1" in html
-    assert html.count("<svg") == 2
+    for text in (*runs, "loopback-0", "loopback-1", "transfer-frame", "bench.wal.0", "corda_trio.store"):
+        assert text in html, text
+    assert html.count("<svg") == 2 * len(runs)
     with (html_path.with_name("report_tables") / "groups.csv").open() as f:
         groups = list(csv.DictReader(f))
-    assert sum(int(g["count"]) for g in groups) == len(records)
-    assert {g["size_class_bytes"] for g in groups} == {"64", "2048"}
+    for run_id, n in counts.items():
+        assert sum(int(g["count"]) for g in groups if g["run_id"] == run_id) == n
+    assert {g["size_class_bytes"] for g in groups if g["run_id"] == "e2e-codec"} == {"1024", "16384"}
 
 
 @pytest.mark.slow
