@@ -14,8 +14,10 @@ specialised encoder and decoder for the class, so the hot paths do no reflection
   (plain ``int`` / ``str`` / ``bytes``..., see ``_decode.FIELD_TABLES``), maps null or a missing trailing
   field to the spec default, checks mandatory fields, ignores extra trailing fields (the spec allows newer
   versions to add fields), checks that the fields end exactly where the list's size says, and sets the
-  attributes of a fresh instance through the slot descriptors (bypassing ``__init__``, which for a frozen
-  class costs about twice as much). Field values are not re-validated beyond their wire type.
+  instance's ``__dict__`` in one step from a copy of the defaults (bypassing ``__init__``, which for a frozen
+  class costs about twice as much; this is also why composites are dict-based rather than slotted attrs
+  classes: measured, a slotted instance needs one descriptor call per field, a dict-based one a dict
+  copy). Field values are not re-validated beyond their wire type.
 
 Both are registered with the value codec, so ``encode_value`` / ``decode_value`` handle composites anywhere
 (inside maps, as delivery states, ...). A class is identified on decode by its numeric descriptor
@@ -145,7 +147,7 @@ def descriptor_prefix(code: int) -> bytes:
 def composite(code: int, name: str) -> Callable[[type], type]:
     """Class decorator: register an attrs class as the composite with descriptor ``code`` / ``name``.
 
-    Must be applied on top of ``@attrs.frozen(kw_only=True)``; the fields must be declared with
+    Must be applied on top of ``@attrs.frozen(kw_only=True, slots=False)``; the fields must be declared with
     :func:`field`, in spec order.
     """
 
@@ -211,9 +213,12 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
 
 
 def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int], tuple[Any, int]]:
+    defaults = {name: default for name, _kind, default, _mandatory, _allowed in specs}
     ns: dict[str, Any] = {
         "new": object.__new__,
+        "set_dict": object.__setattr__,
         "C": cls,
+        "DEFAULTS": defaults,
         "U32x2": struct.Struct(">II").unpack_from,
         "DecodeError": DecodeError,
         "truncated": D.truncated,
@@ -221,6 +226,7 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
         "INVALID_FIELD": Condition.INVALID_FIELD,
     }
     n = len(specs)
+    required = max((i + 1 for i, spec in enumerate(specs) if spec[3]), default=0)
     lines = [
         "def decode(buf, pos):",
         "    start = pos",
@@ -244,62 +250,67 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
         f"        raise DecodeError('{cls.__name__} must be a list, found constructor 0x%02x' % c, start)",
         "    if end > len(buf): raise truncated(start)",
         "    if count > end - pos: raise DecodeError('list count cannot fit in its size', start)",
-        "    o = new(C)",
     ]
-    for i, (name, kind, default, mandatory, allowed) in enumerate(specs):
+    if required:
+        lines.append(
+            f"    if count < {required}: raise DecodeError('{cls.__name__} lacks mandatory fields', start, "
+            "condition=INVALID_FIELD)"
+        )
+    lines.append("    d = DEFAULTS.copy()")
+
+    # The instance dict starts as a copy of the defaults; field i is decoded inside "if count > i" (nested,
+    # so absent trailing fields cost nothing) and stored only when it is not null.
+    for i, (name, kind, _default, mandatory, allowed) in enumerate(specs):
         ns[f"T{i}"] = D.FIELD_TABLES[FIELD_DECODE_KIND.get(kind, kind)]
-        ns[f"D{i}"] = default
-        ns[f"S{i}"] = cls.__dict__[name].__set__
         ns[f"A{i}"] = allowed
-        lines += [f"    if count > {i}:", "        c = buf[pos]"]
+        ind = "    " * (i + 1)
+        lines += [f"{ind}if count > {i}:", f"{ind}    c = buf[pos]"]
         # Inline the one-byte encodings of the commonest field types; the rest go through the table.
         if kind in ("uint", "ulong"):
             small, zero = (0x52, 0x43) if kind == "uint" else (0x53, 0x44)
             lines += [
-                f"        if c == {small}:",
-                "            v = buf[pos + 1]",
-                "            pos += 2",
-                f"        elif c == {zero}:",
-                "            v = 0",
-                "            pos += 1",
-                "        elif c == 0x40:",
+                f"{ind}    if c == {small}:",
+                f"{ind}        d[{name!r}] = buf[pos + 1]",
+                f"{ind}        pos += 2",
+                f"{ind}    elif c == {zero}:",
+                f"{ind}        d[{name!r}] = 0",
+                f"{ind}        pos += 1",
             ]
         elif kind == "boolean":
             lines += [
-                "        if c == 0x42:",
-                "            v = False",
-                "            pos += 1",
-                "        elif c == 0x41:",
-                "            v = True",
-                "            pos += 1",
-                "        elif c == 0x40:",
+                f"{ind}    if c == 0x42:",
+                f"{ind}        d[{name!r}] = False",
+                f"{ind}        pos += 1",
+                f"{ind}    elif c == 0x41:",
+                f"{ind}        d[{name!r}] = True",
+                f"{ind}        pos += 1",
             ]
         else:
-            lines.append("        if c == 0x40:")
-        lines += [
-            "            pos += 1",
-            f"            v = D{i}",
-            "        else:",
-            f"            v, pos = T{i}[c](buf, pos + 1)",
-        ]
-        if allowed is not None:
-            lines.append(
-                f"            if not isinstance(v, A{i}): raise DecodeError("
-                f"'{cls.__name__}.{name} cannot hold ' + type(v).__name__, pos, condition=INVALID_FIELD)"
-            )
-        lines += ["    else:", f"        v = D{i}"]
+            lines += [f"{ind}    if False:", f"{ind}        pass"]
+        lines += [f"{ind}    elif c == 0x40:"]
         if mandatory:
             lines.append(
-                f"    if v is None: raise DecodeError('{cls.__name__}.{name} is mandatory but null or "
-                "absent', start, condition=INVALID_FIELD)"
+                f"{ind}        raise DecodeError('{cls.__name__}.{name} is mandatory but null', pos, "
+                "condition=INVALID_FIELD)"
             )
-        lines.append(f"    S{i}(o, v)")
+        else:
+            lines.append(f"{ind}        pos += 1")
+        lines += [f"{ind}    else:", f"{ind}        v, pos = T{i}[c](buf, pos + 1)"]
+        if allowed is not None:
+            lines.append(
+                f"{ind}        if not isinstance(v, A{i}): raise DecodeError("
+                f"'{cls.__name__}.{name} cannot hold ' + type(v).__name__, pos, condition=INVALID_FIELD)"
+            )
+        lines.append(f"{ind}        d[{name!r}] = v")
+    ind = "    " * (n + 1)
     lines += [
-        f"    if count > {n}:",
-        f"        for _ in range(count - {n}):",
-        "            _, pos = TYPED[buf[pos]](buf, pos + 1)",
+        f"{ind}if count > {n}:",
+        f"{ind}    for _ in range(count - {n}):",
+        f"{ind}        _, pos = TYPED[buf[pos]](buf, pos + 1)",
         "    if pos != end:",
         f"        raise DecodeError('{cls.__name__} fields do not match the list size', pos)",
+        "    o = new(C)",
+        "    set_dict(o, '__dict__', d)",
         "    return o, pos",
     ]
     exec("\n".join(lines), ns)  # the source is built above from the class's own field table

@@ -310,8 +310,8 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         raise DecodeError(f"map count {count} cannot fit in its size", pos)
     table = TYPED
     out: dict[Any, Any] = {}
+    start = pos
     for _ in range(count >> 1):
-        kpos = pos
         c = buf[pos]
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
             kend = pos + 2 + buf[pos + 1]
@@ -326,18 +326,14 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
             vend = pos + 2 + buf[pos + 1]
             if vend > end:
                 raise truncated(pos)
-            v = buf[pos + 2 : vend].decode()
+            out[k] = buf[pos + 2 : vend].decode()
             pos = vend
         else:
-            v, pos = table[c](buf, pos + 1)
-        try:
-            if k in out:
-                raise DecodeError(f"duplicate map key {k!r}", kpos)
-        except TypeError:
-            raise DecodeError(f"unhashable map key of type {type(k).__name__}", kpos) from None
-        out[k] = v
+            out[k], pos = table[c](buf, pos + 1)
     if pos != end:
         raise DecodeError("map elements do not match the map's declared size", pos)
+    if len(out) != count >> 1:
+        raise DecodeError("map has duplicate keys", start)
     return out, pos
 
 
@@ -574,7 +570,11 @@ def guarded(fn: Callable[..., Any], buf: Any, offset: int, *args: Any) -> Any:
         raise truncated(len(buf)) from None
     except RecursionError:
         raise DecodeError("values are nested too deeply", offset) from None
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:  # pragma: no cover - defensive
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"string is not valid UTF-8: {exc.reason}", offset) from None
+    except TypeError as exc:  # an unhashable map key (a list, a map...): legal AMQP, not a Python dict key
+        raise DecodeError(f"unsupported map key: {exc}", offset) from None
+    except (ValueError, OverflowError) as exc:  # pragma: no cover - defensive
         raise DecodeError(f"malformed value: {exc}", offset) from None
 
 

@@ -68,10 +68,13 @@ _FRAME_TYPE: Final[dict[type, int]] = {
     **{cls: FrameType.AMQP for cls in PERFORMATIVES},
     **{cls: FrameType.SASL for cls in SASL_FRAMES},
 }
-_ALLOWED: Final[dict[int, tuple[type, ...]]] = {FrameType.AMQP: PERFORMATIVES, FrameType.SASL: SASL_FRAMES}
+_ALLOWED: Final[dict[int, frozenset[type]]] = {
+    FrameType.AMQP: frozenset(PERFORMATIVES),
+    FrameType.SASL: frozenset(SASL_FRAMES),
+}
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # dict-based: the decoder fills __dict__ in one step (see _composite.py)
 class Frame:
     """One decoded frame.
 
@@ -128,10 +131,7 @@ def _check_header(size: int, doff: int, ftype: int, max_frame_size: int) -> None
 
 
 _frame_new: Final = object.__new__
-_set_type: Final = Frame.__dict__["type"].__set__
-_set_channel: Final = Frame.__dict__["channel"].__set__
-_set_performative: Final = Frame.__dict__["performative"].__set__
-_set_payload: Final = Frame.__dict__["payload"].__set__
+_set_dict: Final = object.__setattr__
 _DESCRIBED: Final = D.TYPED[0x00]
 
 
@@ -139,11 +139,10 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
     """Decode the body of one whole frame; ``data`` is exactly the frame's bytes."""
     pos = doff * 4
     frame = _frame_new(Frame)
-    _set_type(frame, ftype)
-    _set_channel(frame, channel)
     if pos == size:
-        _set_performative(frame, None)
-        _set_payload(frame, b"")
+        _set_dict(
+            frame, "__dict__", {"type": ftype, "channel": channel, "performative": None, "payload": b""}
+        )
         return frame
     if data[pos] != 0x00:
         raise DecodeError(f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos)
@@ -151,8 +150,12 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
     if type(performative) not in _ALLOWED[ftype]:
         kind = "SASL" if ftype == FrameType.SASL else "AMQP"
         raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", pos)
-    _set_performative(frame, performative)
-    _set_payload(frame, data[end:] if end < size else b"")
+    payload = data[end:] if end < size else b""
+    _set_dict(
+        frame,
+        "__dict__",
+        {"type": ftype, "channel": channel, "performative": performative, "payload": payload},
+    )
     return frame
 
 

@@ -68,7 +68,7 @@ _SECTION_NAMES: Final = {
 
 
 @composite(0x70, "amqp:header:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Header:
     """Transport headers of a message (spec 3.2.1)."""
 
@@ -80,7 +80,7 @@ class Header:
 
 
 @composite(0x73, "amqp:properties:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Properties:
     """Immutable properties of a message (spec 3.2.4).
 
@@ -190,6 +190,7 @@ def _body(body: Any) -> list[bytes]:
 # --- decoding ------------------------------------------------------------------------------------------
 
 _obj_new: Final = object.__new__
+_set_dict: Final = object.__setattr__
 _MAP_TABLE: Final = D.FIELD_TABLES["map"]
 _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
@@ -276,17 +277,14 @@ def _decode_message(buf: bytes, pos: int) -> Message:
     if bodies is not None:
         body = bodies[0] if len(bodies) == 1 else tuple(bodies)
     m = _obj_new(Message)
-    _set_header(m, header)
-    _set_da(m, da)
-    _set_ma(m, ma)
-    _set_props(m, props)
-    _set_ap(m, ap)
-    _set_body(m, body)
-    _set_footer(m, footer)
+    _set_dict(m, "__dict__", {
+        "header": header, "delivery_annotations": da, "message_annotations": ma, "properties": props,
+        "application_properties": ap, "body": body, "footer": footer,
+    })  # fmt: skip
     return m
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)  # dict-based: the decoder fills __dict__ in one step
 class Message:
     """An AMQP 1.0 bare (or annotated) message (spec 3.2). See the module docstring for ``body``."""
 
@@ -339,10 +337,3 @@ class Message:
         return D.guarded(_decode_message, buf, offset)  # type: ignore[no-any-return]
 
 
-_set_header = Message.__dict__["header"].__set__
-_set_da = Message.__dict__["delivery_annotations"].__set__
-_set_ma = Message.__dict__["message_annotations"].__set__
-_set_props = Message.__dict__["properties"].__set__
-_set_ap = Message.__dict__["application_properties"].__set__
-_set_body = Message.__dict__["body"].__set__
-_set_footer = Message.__dict__["footer"].__set__

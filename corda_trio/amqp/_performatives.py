@@ -115,7 +115,7 @@ class SaslCode(enum.IntEnum):
 
 
 @composite(0x1D, "amqp:error:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Error:
     """Details of an error (spec 2.8.14): ``condition`` is one of :class:`~corda_trio.amqp.Condition`."""
 
@@ -128,7 +128,7 @@ class Error:
 
 
 @composite(0x23, "amqp:received:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Received:
     """The receiver's partial progress on a delivery (spec 3.4.1); not terminal."""
 
@@ -137,13 +137,13 @@ class Received:
 
 
 @composite(0x24, "amqp:accepted:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Accepted:
     """Terminal outcome: the message was processed (spec 3.4.2)."""
 
 
 @composite(0x25, "amqp:rejected:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Rejected:
     """Terminal outcome: the message is invalid and will not be processed (spec 3.4.3)."""
 
@@ -151,13 +151,13 @@ class Rejected:
 
 
 @composite(0x26, "amqp:released:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Released:
     """Terminal outcome: the message was not and will not be processed here; redeliver (spec 3.4.4)."""
 
 
 @composite(0x27, "amqp:modified:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Modified:
     """Terminal outcome: released with modifications (spec 3.4.5)."""
 
@@ -175,7 +175,7 @@ _OUTCOME_OR_OTHER: Final = (Accepted, Rejected, Released, Modified, Described)
 
 
 @composite(0x28, "amqp:source:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Source:
     """The source terminus of a link (spec 3.5.3)."""
 
@@ -193,7 +193,7 @@ class Source:
 
 
 @composite(0x29, "amqp:target:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Target:
     """The target terminus of a link (spec 3.5.4)."""
 
@@ -210,7 +210,7 @@ class Target:
 
 
 @composite(0x10, "amqp:open:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Open:
     """Negotiate connection parameters (spec 2.7.1)."""
 
@@ -227,7 +227,7 @@ class Open:
 
 
 @composite(0x11, "amqp:begin:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Begin:
     """Begin a session on a channel (spec 2.7.2)."""
 
@@ -242,7 +242,7 @@ class Begin:
 
 
 @composite(0x12, "amqp:attach:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Attach:
     """Attach a link to a session (spec 2.7.3). ``role``: ``False`` = sender, ``True`` = receiver."""
 
@@ -263,7 +263,7 @@ class Attach:
 
 
 @composite(0x13, "amqp:flow:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Flow:
     """Update link and session flow state (spec 2.7.4)."""
 
@@ -281,7 +281,7 @@ class Flow:
 
 
 @composite(0x14, "amqp:transfer:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Transfer:
     """Transfer (part of) a message (spec 2.7.5); the message bytes follow it in the frame as its payload."""
 
@@ -299,7 +299,7 @@ class Transfer:
 
 
 @composite(0x15, "amqp:disposition:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Disposition:
     """Inform the peer of delivery state changes for the range ``first``..``last`` (spec 2.7.6)."""
 
@@ -312,7 +312,7 @@ class Disposition:
 
 
 @composite(0x16, "amqp:detach:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Detach:
     """Detach (``closed=True``: close) a link (spec 2.7.7)."""
 
@@ -322,7 +322,7 @@ class Detach:
 
 
 @composite(0x17, "amqp:end:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class End:
     """End a session (spec 2.7.8)."""
 
@@ -330,7 +330,7 @@ class End:
 
 
 @composite(0x18, "amqp:close:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Close:
     """Close the connection (spec 2.7.9)."""
 
@@ -344,7 +344,7 @@ PERFORMATIVES: Final = (Open, Begin, Attach, Flow, Transfer, Disposition, Detach
 
 
 @composite(0x40, "amqp:sasl-mechanisms:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class SaslMechanisms:
     """The server's SASL mechanisms, most preferred first (spec 5.3.3.1)."""
 
@@ -352,7 +352,7 @@ class SaslMechanisms:
 
 
 @composite(0x41, "amqp:sasl-init:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class SaslInit:
     """The client's chosen mechanism and initial response (spec 5.3.3.2)."""
 
@@ -362,7 +362,7 @@ class SaslInit:
 
 
 @composite(0x42, "amqp:sasl-challenge:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class SaslChallenge:
     """A security challenge from the server (spec 5.3.3.3)."""
 
@@ -370,7 +370,7 @@ class SaslChallenge:
 
 
 @composite(0x43, "amqp:sasl-response:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class SaslResponse:
     """The client's response to a challenge (spec 5.3.3.4)."""
 
@@ -378,7 +378,7 @@ class SaslResponse:
 
 
 @composite(0x44, "amqp:sasl-outcome:list")
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class SaslOutcome:
     """The outcome of the SASL exchange (spec 5.3.3.5): ``code`` is a :class:`SaslCode`."""
 
