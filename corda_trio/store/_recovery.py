@@ -38,7 +38,6 @@ from ._record import (
     Verdict,
     classify_stop,
     decode_segment_header,
-    encode_segment_header,
     find_records,
     scan_records,
     unpack_location,
@@ -368,8 +367,3 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
         duration_seconds=time.perf_counter() - started,
     )
     return RecoveredLog(segments=states, live=live, next_id=next_id, report=report)
-
-
-def new_segment_header(number: int, base_id: int) -> bytes:
-    """Header bytes for a new segment (re-exported for tests that build segments by hand)."""
-    return encode_segment_header(number, base_id)

@@ -3,13 +3,15 @@
 Theory of operation
 -------------------
 *Group commit.* Appenders never touch the disk. ``add_enqueue`` / ``add_ack`` encode the record straight
-into the pending batch (one ``bytearray``) and return that batch; the caller then awaits ``batch.wait()``.
-One writer task per queue loops: take the whole pending batch, start a new empty one, write the batch with
-a single ``write`` and a single ``fdatasync`` in a worker thread, then publish it (index update) and set
-the batch's one shared ``trio.Event``, which wakes every appender of the batch at once. While the thread
-syncs batch *n*, the event loop keeps filling batch *n+1*, so the batch size adapts to the load by itself:
-one appender pays one fsync; 64 concurrent appenders share one. Nothing is acknowledged before its fsync
-returned (with ``fsync="none"`` the sync is skipped, which is for benchmarks only and says so).
+into the pending batch (one ``bytearray``) and return that batch; the caller then awaits its one shared
+``trio.Event``, which wakes every appender of the batch at once. One writer task per queue loops: take the
+whole pending batch, start a new empty one, and hand the batch to a worker thread that writes it in
+one call and then calls ``fdatasync``. The writer waits only for the *write* before it takes the next batch,
+so up to ``pipeline_depth`` syncs overlap, while the event loop keeps filling the next batch: the batch
+size adapts to the load by itself (one appender pays one fsync; 64 concurrent appenders share one). A sync
+covers every byte written before it started, so batches are published (indexed, appenders woken) strictly
+in write order, each only after a sync that covers it returned. Nothing is acknowledged before that (with
+``fsync="none"`` the sync is skipped, which is for benchmarks only and says so).
 
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
 durable, unacked message; insertion order is id order. Payloads are read lazily with ``pread`` when a
@@ -48,7 +50,6 @@ from ._record import (
     ACK_RECORD_BYTES,
     RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
-    RecordKind,
     append_ack,
     append_enqueue,
     decode_enqueue_body,
@@ -105,8 +106,14 @@ class Batch:
     """Records waiting for one group commit; every appender of the batch awaits the same event."""
 
     buf: bytearray = attrs.field(factory=bytearray)
-    #: (message_id, offset in buf, record length, meta length, timestamp ms, meta, payload)
-    enqueues: list[tuple[int, int, int, int, int, bytes, bytes]] = attrs.field(factory=list)
+    #: ids of the enqueue records, in order
+    ids: list[int] = attrs.field(factory=list)
+    #: their packed locations relative to the start of ``buf`` in segment 0 (see ``_publish``)
+    locs: list[int] = attrs.field(factory=list)
+    #: their (meta, payload), for the payload cache
+    bodies: list[tuple[bytes, bytes]] = attrs.field(factory=list)
+    #: total bytes of the enqueue records
+    enqueue_bytes: int = 0
     acks: int = 0
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
@@ -215,7 +222,10 @@ class DurableLog:
         buf = batch.buf
         rel = len(buf)
         length = append_enqueue(buf, mid, timestamp_ms, headers, payload)
-        batch.enqueues.append((mid, rel, length, len(headers), timestamp_ms, headers, payload))
+        batch.ids.append(mid)
+        batch.locs.append(pack_location(0, rel, length, len(headers), timestamp_ms))
+        batch.bodies.append((headers, payload))
+        batch.enqueue_bytes += length
         if not self._work.is_set():
             self._work.set()
         return mid, batch
@@ -301,7 +311,7 @@ class DurableLog:
                     self._next_seq += 1
                     tail.size += len(batch.buf)
                     self.batches += 1
-                    self.records_written += len(batch.enqueues) + batch.acks
+                    self.records_written += len(batch.ids) + batch.acks
                     self.bytes_written += len(batch.buf)
                     self._written.append(batch)
                     written = trio.Event()
@@ -360,22 +370,15 @@ class DurableLog:
         assert tail is not None
         base = batch.base
         tail.ack_count += batch.acks
-        ids: list[int] = []
-        if batch.enqueues:
-            live = self.live
-            cache = self.cache
-            budget = self.config.cache_bytes
-            cache_bytes = self.cache_bytes
-            seg = tail.number
-            added = 0
-            for mid, rel, length, meta_len, ts, meta, payload in batch.enqueues:
-                live[mid] = pack_location(seg, base + rel, length, meta_len, ts)
-                added += length
-                if cache_bytes < budget:
-                    cache[mid] = (meta, payload)
-                    cache_bytes += meta_len + len(payload)
-                ids.append(mid)
-            self.cache_bytes = cache_bytes
+        ids = batch.ids
+        if ids:
+            # Locations were packed for segment 0 at offset 0 of the batch: shift them in one pass.
+            shift = pack_location(tail.number, base, 0, 0, 0)
+            self.live.update(zip(ids, [loc + shift for loc in batch.locs], strict=True))
+            if self.cache_bytes < self.config.cache_bytes:
+                self.cache.update(zip(ids, batch.bodies, strict=True))
+                self.cache_bytes += batch.enqueue_bytes - RECORD_HEADER_BYTES * len(ids)
+            added = batch.enqueue_bytes
             tail.live_bytes += added
             tail.live_count += len(ids)
             self.live_bytes += added
@@ -404,7 +407,7 @@ class DurableLog:
         self._maybe_want_compaction(old)
 
     def _first_pending_id(self) -> int:
-        return self.pending.enqueues[0][0] if self.pending.enqueues else self.next_id
+        return self.pending.ids[0] if self.pending.ids else self.next_id
 
     def _fail(self, exc: BaseException) -> None:
         """Stop the log for good after a write or fsync error.
@@ -650,4 +653,3 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_ = (RECORD_HEADER_BYTES, RecordKind)  # documented in the module docstring's format reference
