@@ -4,6 +4,7 @@
 Wire contract: ``protocol_spec/network-map.md``.
 """
 
+from ._bootstrap import DEFAULT_MAX_MESSAGE_SIZE_BYTES as DEFAULT_MAX_MESSAGE_SIZE_BYTES
 from ._bootstrap import PLATFORM_VERSION as PLATFORM_VERSION
 from ._bootstrap import BootstrapError as BootstrapError
 from ._bootstrap import BootstrappedNetwork as BootstrappedNetwork
@@ -43,6 +44,7 @@ from ._signing import verify_node_info as verify_node_info
 from ._store import NetworkMapStore as NetworkMapStore
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
     "PLATFORM_VERSION",
     "BootstrapError",
     "BootstrappedNetwork",

@@ -64,7 +64,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     boot.add_argument(
         "--max-message-size",
         type=int,
-        default=10 * 1024 * 1024,
+        default=network.DEFAULT_MAX_MESSAGE_SIZE_BYTES,
         help="network parameter (bytes, default 10 MiB)",
     )
     boot.set_defaults(func=_bootstrap)
@@ -86,20 +86,57 @@ def _bootstrap(args: argparse.Namespace) -> int:
         raise CliError(f"--map-port {args.map_port}: must be in 0..65535", 2)
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
+    result = create_network(
+        args.dir,
+        names,
+        host=args.host,
+        map_port=None if args.no_map else args.map_port,
+        passphrase=passphrase,
+        passphrase_env=args.passphrase_env if passphrase else None,
+        max_message_size=args.max_message_size,
+    )
+    elapsed = time.perf_counter() - started
+    print(f"created network in {result.directory} ({len(result.nodes)} nodes, {elapsed:.2f} s)")
+    print(f"  network map: {result.map_url or 'none (directory mode: additional-node-infos/)'}")
+    for node in result.nodes:
+        print(
+            f"  {node.legal_name}: {node.directory / 'node.toml'}  "
+            f"p2p {node.p2p_address}  rpc {node.rpc_address}"
+        )
+    if result.passphrase_env:
+        print(f"  keys are encrypted with the passphrase in ${result.passphrase_env}")
+    else:
+        print("  keys are encrypted with generated passphrases (0600 'passphrase' files beside them)")
+    return 0
+
+
+def create_network(
+    directory: Path,
+    names: list[pki.CordaX500Name],
+    *,
+    host: str = "127.0.0.1",
+    map_port: int | None = 0,
+    passphrase: bytes | None = None,
+    passphrase_env: str | None = None,
+    max_message_size: int = network.DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+) -> network.BootstrappedNetwork:
+    """``network.bootstrap_network`` plus the ``node.toml`` files and the map's ``networkmap.toml``.
+
+    Raises:
+        CliError: the network cannot be created (exit code 2).
+    """
     try:
         result = network.bootstrap_network(
-            args.dir,
+            directory,
             names,
             now=dt.datetime.now(dt.UTC),
-            host=args.host,
-            map_port=None if args.no_map else args.map_port,
+            host=host,
+            map_port=map_port,
             passphrase=passphrase,
-            passphrase_env=args.passphrase_env if passphrase else None,
-            max_message_size=args.max_message_size,
+            passphrase_env=passphrase_env,
+            max_message_size=max_message_size,
         )
-    except network.BootstrapError as exc:
-        raise CliError(str(exc), 2) from None
-    except ValueError as exc:
+    except (network.BootstrapError, ValueError) as exc:
         raise CliError(str(exc), 2) from None
     for node in result.nodes:
         _write_node_config(result, node)
@@ -117,19 +154,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
         (result.map_directory / "networkmap.toml").write_text(
             dump_network_map_config(map_config, result.map_directory), encoding="utf-8"
         )
-    elapsed = time.perf_counter() - started
-    print(f"created network in {result.directory} ({len(result.nodes)} nodes, {elapsed:.2f} s)")
-    print(f"  network map: {result.map_url or 'none (directory mode: additional-node-infos/)'}")
-    for node in result.nodes:
-        print(
-            f"  {node.legal_name}: {node.directory / 'node.toml'}  "
-            f"p2p {node.p2p_address}  rpc {node.rpc_address}"
-        )
-    if result.passphrase_env:
-        print(f"  keys are encrypted with the passphrase in ${result.passphrase_env}")
-    else:
-        print("  keys are encrypted with generated passphrases (0600 'passphrase' files beside them)")
-    return 0
+    return result
 
 
 def _passphrase_source(result: network.BootstrappedNetwork, file: Path | None) -> KeyPassphrase:
