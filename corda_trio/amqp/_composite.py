@@ -220,6 +220,7 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
         "C": cls,
         "DEFAULTS": defaults,
         "U32x2": struct.Struct(">II").unpack_from,
+        "U32": struct.Struct(">I").unpack_from,
         "DecodeError": DecodeError,
         "truncated": D.truncated,
         "TYPED": D.TYPED,
@@ -287,6 +288,21 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
             ]
         else:
             lines += [f"{ind}    if False:", f"{ind}        pass"]
+        if kind == "uint":
+            lines += [
+                f"{ind}    elif c == 0x70:",
+                f"{ind}        d[{name!r}] = U32(buf, pos + 1)[0]",
+                f"{ind}        pos += 5",
+            ]
+        elif kind in ("binary", "string", "any", "message-id"):
+            code, conv = (0xA0, "") if kind == "binary" else (0xA1, ".decode()")
+            lines += [
+                f"{ind}    elif c == {code}:",
+                f"{ind}        e = pos + 2 + buf[pos + 1]",
+                f"{ind}        if e > end: raise truncated(pos)",
+                f"{ind}        d[{name!r}] = buf[pos + 2 : e]{conv}",
+                f"{ind}        pos = e",
+            ]
         lines += [f"{ind}    elif c == 0x40:"]
         if mandatory:
             lines.append(

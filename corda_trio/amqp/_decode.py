@@ -328,6 +328,10 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
                 raise truncated(pos)
             out[k] = buf[pos + 2 : vend].decode()
             pos = vend
+        elif c == 0x54:  # smallint value (e.g. Corda's platform-version)
+            b = buf[pos + 1]
+            out[k] = _int_new(Int, b - 256 if b > 127 else b)
+            pos += 2
         else:
             out[k], pos = table[c](buf, pos + 1)
     if pos != end:
@@ -554,6 +558,24 @@ FIELD_TABLES: Final[dict[str, list[Decoder]]] = {
 }
 
 
+#: What a decoder raises on malformed input besides DecodeError (reads past the end, bad UTF-8, deep nesting,
+#: unhashable map keys); the entry points convert these with :func:`as_decode_error`.
+DECODER_FAILURES: Final = (IndexError, struct.error, RecursionError, ValueError, TypeError, OverflowError)
+
+
+def as_decode_error(exc: BaseException, buf: Any, offset: int) -> DecodeError:
+    """The :class:`DecodeError` for an exception in :data:`DECODER_FAILURES` raised while decoding ``buf``."""
+    if isinstance(exc, IndexError | struct.error):
+        return truncated(len(buf))
+    if isinstance(exc, RecursionError):
+        return DecodeError("values are nested too deeply", offset)
+    if isinstance(exc, UnicodeDecodeError):
+        return DecodeError(f"string is not valid UTF-8: {exc.reason}", offset)
+    if isinstance(exc, TypeError):  # an unhashable map key (a list, a map...): legal AMQP, not a dict key
+        return DecodeError(f"unsupported map key: {exc}", offset)
+    return DecodeError(f"malformed value: {exc}", offset)  # pragma: no cover - defensive
+
+
 def guarded(fn: Callable[..., Any], buf: Any, offset: int, *args: Any) -> Any:
     """Run a decoder on ``bytes``, converting every failure on malformed input into :class:`DecodeError`.
 
@@ -564,18 +586,8 @@ def guarded(fn: Callable[..., Any], buf: Any, offset: int, *args: Any) -> Any:
         buf = bytes(buf)
     try:
         return fn(buf, offset, *args)
-    except DecodeError:
-        raise
-    except (IndexError, struct.error):
-        raise truncated(len(buf)) from None
-    except RecursionError:
-        raise DecodeError("values are nested too deeply", offset) from None
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"string is not valid UTF-8: {exc.reason}", offset) from None
-    except TypeError as exc:  # an unhashable map key (a list, a map...): legal AMQP, not a Python dict key
-        raise DecodeError(f"unsupported map key: {exc}", offset) from None
-    except (ValueError, OverflowError) as exc:  # pragma: no cover - defensive
-        raise DecodeError(f"malformed value: {exc}", offset) from None
+    except DECODER_FAILURES as exc:
+        raise as_decode_error(exc, buf, offset) from None
 
 
 def _decode_one(buf: Any, offset: int) -> tuple[Any, int]:

@@ -133,6 +133,9 @@ def _check_header(size: int, doff: int, ftype: int, max_frame_size: int) -> None
 _frame_new: Final = object.__new__
 _set_dict: Final = object.__setattr__
 _DESCRIBED: Final = D.TYPED[0x00]
+_BY_CODE: Final = D.COMPOSITES_BY_CODE
+_FAILURES: Final = D.DECODER_FAILURES
+_unpack_header: Final = _HEADER.unpack_from
 
 
 def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) -> Frame:
@@ -144,9 +147,18 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
             frame, "__dict__", {"type": ftype, "channel": channel, "performative": None, "payload": b""}
         )
         return frame
-    if data[pos] != 0x00:
-        raise DecodeError(f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos)
-    performative, end = D.guarded(_DESCRIBED, data, pos + 1)
+    try:
+        if data[pos] != 0x00:
+            raise DecodeError(
+                f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos
+            )
+        dec = _BY_CODE.get(data[pos + 2]) if data[pos + 1] == 0x53 else None
+        if dec is not None:  # the usual `00 53 code` form: straight to the performative's decoder
+            performative, end = dec(data, pos + 3)
+        else:
+            performative, end = _DESCRIBED(data, pos + 1)
+    except _FAILURES as exc:
+        raise D.as_decode_error(exc, data, pos) from None
     if type(performative) not in _ALLOWED[ftype]:
         kind = "SASL" if ftype == FrameType.SASL else "AMQP"
         raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", pos)
@@ -166,13 +178,16 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
         FramingError: bad SIZE / DOFF / TYPE, or ``data`` is not exactly one frame.
         DecodeError: the body is not a valid performative.
     """
-    if len(data) < 8:
-        raise FramingError(f"a frame needs at least 8 bytes, got {len(data)}", len(data))
-    size, doff, ftype, channel = _HEADER.unpack_from(data, 0)
-    _check_header(size, doff, ftype, max_frame_size)
-    if size != len(data):
-        raise FramingError(f"frame SIZE {size} does not match the {len(data)} bytes given", 0)
-    return _decode_body(data if type(data) is bytes else bytes(data), size, doff, ftype, channel)
+    if type(data) is not bytes:
+        data = bytes(data)
+    n = len(data)
+    if n < 8:
+        raise FramingError(f"a frame needs at least 8 bytes, got {n}", n)
+    size, doff, ftype, channel = _unpack_header(data, 0)
+    if size != n or size > max_frame_size or doff < 2 or doff * 4 > size or ftype > 1:
+        _check_header(size, doff, ftype, max_frame_size)
+        raise FramingError(f"frame SIZE {size} does not match the {n} bytes given", 0)
+    return _decode_body(data, size, doff, ftype, channel)
 
 
 class FrameBuffer:
