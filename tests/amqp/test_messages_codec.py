@@ -11,9 +11,9 @@ from corda_trio.amqp import Int, Symbol, ULong
 
 P2P = amqp.Message(
     header=amqp.Header(durable=True),
-    properties=amqp.Properties(message_id="N-1-2-3", to="p2p.inbound.DLx", user_id=b"O=Bank A, L=London, C=GB"),
+    properties=amqp.Properties(message_id="N-1-2-3", to="p2p.inbound.DLx", user_id=b"O=Bank A, C=GB"),
     application_properties={
-        "platform-topic": "platform.session", "platform-version": Int(13), "corda-vendor": "Corda Open Source",
+        "platform-topic": "platform.session", "platform-version": Int(13), "corda-vendor": "Corda OS",
         "release-version": "4.12", "sender-uuid": str(uuid.UUID(int=1)), "send-seq-no": 42,
         "corda_p2p_message_type": "session", "_AMQ_DUPL_ID": "N-1-2-3", "_AMQ_VALIDATED_USER": "O=Bank A",
     },
