@@ -195,6 +195,7 @@ _MAP_TABLE: Final = D.FIELD_TABLES["map"]
 _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
 _TYPED: Final = D.TYPED
+_map_items: Final = D._map_items
 _U32: Final = struct.Struct(">I").unpack_from
 _decode_header: Final = Header._decode  # type: ignore[attr-defined]
 _decode_properties: Final = Properties._decode  # type: ignore[attr-defined]
@@ -226,7 +227,7 @@ def _decode_message(buf: bytes, pos: int) -> Message:
             pos += 3
         else:
             code, pos = _section_code(buf, pos)
-        if code < last or (code == last and code != 0x75 and code != 0x76):
+        if code <= last and (code != last or code < 0x75 or code > 0x76):
             raise DecodeError(f"message section 0x{code:02x} is out of order or repeated", start)
         last = code
         c = buf[pos]
@@ -245,8 +246,11 @@ def _decode_message(buf: bytes, pos: int) -> Message:
                 bodies = [v]
             else:
                 bodies.append(v)
-        elif code == 0x74:
-            ap, pos = _MAP_TABLE[c](buf, pos + 1)
+        elif code == 0x74:  # application-properties
+            if c == 0xC1 and buf[pos + 1]:
+                ap, pos = _map_items(buf, pos + 3, pos + 2 + buf[pos + 1], buf[pos + 2])
+            else:
+                ap, pos = _MAP_TABLE[c](buf, pos + 1)
         elif code == 0x73:
             props, pos = _decode_properties(buf, pos)
         elif code == 0x70:
@@ -258,6 +262,8 @@ def _decode_message(buf: bytes, pos: int) -> Message:
         elif code == 0x76:
             if c == 0x40:
                 raise DecodeError("an amqp-sequence section cannot be null", pos)
+            if bodies is not None and type(bodies[0]) is not AmqpSequence:
+                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
             v, pos = _LIST_TABLE[c](buf, pos + 1)
             if bodies is None:
                 bodies = [AmqpSequence(v)]
@@ -272,8 +278,6 @@ def _decode_message(buf: bytes, pos: int) -> Message:
             footer, pos = _MAP_TABLE[c](buf, pos + 1)
         else:
             raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
-        if bodies is not None and code == 0x76 and type(bodies[0]) is not AmqpSequence:
-            raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
     if bodies is not None:
         body = bodies[0] if len(bodies) == 1 else tuple(bodies)
     m = _obj_new(Message)
