@@ -187,6 +187,22 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
     if size != n or size > max_frame_size or doff < 2 or doff * 4 > size or ftype > 1:
         _check_header(size, doff, ftype, max_frame_size)
         raise FramingError(f"frame SIZE {size} does not match the {n} bytes given", 0)
+    pos = doff * 4
+    if pos < size and data[pos] == 0x00 and data[pos + 1] == 0x53:
+        # The usual `00 53 code` performative: decoded here directly (the hot path of every transfer).
+        dec = _BY_CODE.get(data[pos + 2])
+        if dec is not None:
+            try:
+                performative, end = dec(data, pos + 3)
+            except _FAILURES as exc:
+                raise D.as_decode_error(exc, data, pos) from None
+            if type(performative) in _ALLOWED[ftype]:
+                frame = _frame_new(Frame)
+                payload = data[end:] if end < size else b""
+                _set_dict(frame, "__dict__", {
+                    "type": ftype, "channel": channel, "performative": performative, "payload": payload,
+                })  # fmt: skip
+                return frame
     return _decode_body(data, size, doff, ftype, channel)
 
 

@@ -196,6 +196,9 @@ _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
 _TYPED: Final = D.TYPED
 _map_items: Final = D._map_items
+_FAILURES: Final = D.DECODER_FAILURES
+_HEADER_CACHE: Final[dict[bytes, Header]] = {}
+_HEADER_CACHE_SIZE: Final = 256
 _U32: Final = struct.Struct(">I").unpack_from
 _decode_header: Final = Header._decode  # type: ignore[attr-defined]
 _decode_properties: Final = Properties._decode  # type: ignore[attr-defined]
@@ -254,7 +257,20 @@ def _decode_message(buf: bytes, pos: int) -> Message:
         elif code == 0x73:
             props, pos = _decode_properties(buf, pos)
         elif code == 0x70:
-            header, pos = _decode_header(buf, pos)
+            # Headers repeat (durable, default priority...): decoded ones are immutable, so they are cached
+            # by their exact bytes (bounded), which saves building the same Header for every message.
+            if c == 0xC0:
+                hend = pos + 2 + buf[pos + 1]
+                raw = buf[pos:hend]
+                header = _HEADER_CACHE.get(raw)
+                if header is None:
+                    header, pos = _decode_header(buf, pos)
+                    if len(_HEADER_CACHE) < _HEADER_CACHE_SIZE:
+                        _HEADER_CACHE[raw] = header
+                else:
+                    pos = hend
+            else:
+                header, pos = _decode_header(buf, pos)
         elif code == 0x72:
             ma, pos = _MAP_TABLE[c](buf, pos + 1)
         elif code == 0x71:
@@ -338,6 +354,11 @@ class Message:
         Raises:
             DecodeError: the bytes are not a valid sequence of message sections.
         """
-        return D.guarded(_decode_message, buf, offset)  # type: ignore[no-any-return]
+        if type(buf) is not bytes:
+            buf = bytes(buf)
+        try:
+            return _decode_message(buf, offset)
+        except _FAILURES as exc:
+            raise D.as_decode_error(exc, buf, offset) from None
 
 
