@@ -314,9 +314,7 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     for _ in range(count >> 1):
         c = buf[pos]
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
-            kend = pos + 2 + buf[pos + 1]
-            if kend > end:
-                raise truncated(pos)
+            kend = pos + 2 + buf[pos + 1]  # no bound check: a string past `end` fails the size check below
             k = buf[pos + 2 : kend].decode()
             pos = kend
         else:
@@ -324,8 +322,6 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         c = buf[pos]
         if c == 0xA1:  # str8 value: inlined as well
             vend = pos + 2 + buf[pos + 1]
-            if vend > end:
-                raise truncated(pos)
             out[k] = buf[pos + 2 : vend].decode()
             pos = vend
         elif c == 0x54:  # smallint value (e.g. Corda's platform-version)
@@ -335,7 +331,7 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         else:
             out[k], pos = table[c](buf, pos + 1)
     if pos != end:
-        raise DecodeError("map elements do not match the map's declared size", pos)
+        raise DecodeError("map elements do not match the map's declared size", min(pos, end))
     if len(out) != count >> 1:
         raise DecodeError("map has duplicate keys", start)
     return out, pos
