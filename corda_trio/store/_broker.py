@@ -90,7 +90,8 @@ class BrokerConfig:
     )
     #: Payloads of recently enqueued messages kept in memory per queue (older ones are read on delivery).
     cache_bytes_per_queue: int = attrs.field(default=16 * 1024 * 1024, validator=attrs.validators.ge(0))
-    #: Worker threads the broker may use at once for disk work (all queues together).
+    #: Worker threads the broker may use at once for group commits (all queues together), and as many
+    #: again for payload reads and compactions.
     io_threads: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     #: Group commits of one queue whose fsyncs may overlap (writes stay ordered). 2 lets the next batch
     #: be written and its fsync started while the previous fsync runs.
@@ -607,6 +608,7 @@ class Broker:
     config: BrokerConfig
     _nursery: trio.Nursery
     _limiter: trio.CapacityLimiter
+    _io_limiter: trio.CapacityLimiter
     _queues: dict[str, Queue] = attrs.field(factory=dict)
     _registry_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _closed: bool = False
@@ -682,6 +684,7 @@ class Broker:
                 pipeline_depth=self.config.flush_pipeline_depth,
             ),
             limiter=self._limiter,
+            io_limiter=self._io_limiter,
             on_durable=queue._on_durable,
         )
         queue._log = log
@@ -821,7 +824,9 @@ async def open_broker(
     """
     config = config or BrokerConfig()
     root = os.fspath(directory)
+    # Two dedicated limiters: group commits (write + fsync) never queue behind reads or compactions.
     limiter = trio.CapacityLimiter(config.io_threads)
+    io_limiter = trio.CapacityLimiter(config.io_threads)
     lock_fd, names = await trio.to_thread.run_sync(_open_root, root, limiter=limiter)
     recovered_logs: list[tuple[str, RecoveredLog]] = []
     broker: Broker | None = None
@@ -844,7 +849,9 @@ async def open_broker(
             )  # fmt: skip
         try:
             async with trio.open_nursery() as nursery:
-                broker = Broker(directory=root, config=config, nursery=nursery, limiter=limiter)
+                broker = Broker(
+                    directory=root, config=config, nursery=nursery, limiter=limiter, io_limiter=io_limiter
+                )
                 for name, recovered in recovered_logs:
                     broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
                 recovered_logs.clear()

@@ -137,7 +137,9 @@ class Batch:
 class DurableLog:
     """The on-disk log of one durable queue and its in-memory index (see the module docstring).
 
-    All methods run on the Trio thread; blocking work goes to worker threads through ``limiter``.
+    All methods run on the Trio thread; blocking work goes to worker threads: appends, fsyncs and segment
+    creation through ``limiter`` (the broker's commit limiter), payload reads and compaction through
+    ``io_limiter``, so that a long compaction never holds up a group commit.
     ``on_durable`` is called (synchronously, by the writer task) with the ids of each batch once it is
     durable, in id order.
     """
@@ -146,6 +148,7 @@ class DurableLog:
     directory: str
     config: LogConfig
     limiter: trio.CapacityLimiter
+    io_limiter: trio.CapacityLimiter
     on_durable: Callable[[list[int]], None]
     segments: dict[int, SegmentState]
     live: dict[int, int]
@@ -190,6 +193,7 @@ class DurableLog:
         recovered: RecoveredLog,
         config: LogConfig,
         limiter: trio.CapacityLimiter,
+        io_limiter: trio.CapacityLimiter,
         on_durable: Callable[[list[int]], None],
     ) -> DurableLog:
         """Build the log of a queue that :func:`~._recovery.recover_queue` just rebuilt."""
@@ -198,6 +202,7 @@ class DurableLog:
             directory=directory,
             config=config,
             limiter=limiter,
+            io_limiter=io_limiter,
             on_durable=on_durable,
             segments={s.number: s for s in recovered.segments},
             live=recovered.live,
@@ -471,7 +476,7 @@ class DurableLog:
             try:
                 requests = [(state.fd, off, length) for _i, _m, state, off, length in todo]
                 try:
-                    records = await trio.to_thread.run_sync(_read_records, requests, limiter=self.limiter)
+                    records = await trio.to_thread.run_sync(_read_records, requests, limiter=self.io_limiter)
                 except (OSError, ValueError) as exc:
                     raise StoreFailedError(f"queue {self.name}: cannot read a stored message: {exc}") from exc
             finally:
@@ -546,7 +551,7 @@ class DurableLog:
             return reclaimed
 
     async def _compact_one(self, state: SegmentState) -> int:
-        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=self.limiter)
+        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=self.io_limiter)
         result = scan_records(data, SEGMENT_HEADER_BYTES, state.number, -1)
         if result.stop is not None or result.end != state.size:
             raise StoreFailedError(
@@ -575,7 +580,7 @@ class DurableLog:
             state.dirty = False  # nothing to drop (every ack still needed)
             return 0
         new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
-            _rewrite_segment, self.directory, state.path, data, keep, limiter=self.limiter
+            _rewrite_segment, self.directory, state.path, data, keep, limiter=self.io_limiter
         )
         # The rename (or unlink) is durable now: switch the index over, synchronously.
         old_size = state.size
@@ -651,5 +656,3 @@ def _rewrite_segment(
 def now_ms() -> int:
     """Wall-clock milliseconds since the Unix epoch (the enqueue timestamp)."""
     return time.time_ns() // 1_000_000
-
-
