@@ -306,3 +306,24 @@ async def test_many_producers_and_consumers_lose_and_duplicate_nothing(tmp_path:
         stats = queue.statistics()
         assert (stats.depth, stats.in_flight) == (0, 0)
         assert stats.records_per_fsync > 1  # group commit happened
+
+
+async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> None:
+    config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.5)
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue("q")
+        keep = await queue.enqueue(b"k" * 500)
+        for _ in range(40):
+            await queue.enqueue(b"x" * 500)
+        peak = queue.statistics().disk_bytes
+        async with queue.consumer(credit=100) as consumer:
+            for _ in range(41):
+                d = await consumer.receive()
+                if d.message_id != keep:
+                    await consumer.ack(d.message_id)
+        with trio.fail_after(10):
+            while queue.statistics().compactions == 0 or queue.statistics().disk_bytes > peak // 2:
+                await trio.sleep(0.01)
+        assert queue.statistics().depth == 1
+    async with store.open_broker(tmp_path, config=config) as broker:
+        assert [m.message_id async for m in broker.get_queue("q").browse()] == [keep]
