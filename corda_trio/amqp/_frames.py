@@ -268,7 +268,11 @@ class FrameBuffer:
         if len(buf) < need:
             return None
         size, doff, ftype, channel = self._header
-        data = bytes(buf[:size])
+        if size > 16384:  # one copy through a view (a bytearray slice would copy twice)
+            with memoryview(buf) as view:
+                data = bytes(view[:size])
+        else:  # small frames: the slice is cheaper than setting up the view
+            data = bytes(buf[:size])
         del buf[:size]
         self._need = 0
         return _decode_body(data, size, doff, ftype, channel)

@@ -12,7 +12,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from hypothesis import example, given
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from corda_trio import amqp
@@ -119,3 +120,14 @@ def test_huge_declared_sizes_allocate_nothing() -> None:
     buf.feed(b"\xff\xff\xff\xf0\x02\x00\x00\x00")
     assert buf.next_frame() is None
     assert buf.buffered_bytes == 8
+
+
+@pytest.mark.slow
+@settings(max_examples=3000)
+@given(st.lists(st.sampled_from(VALID), min_size=1, max_size=4), mutations, st.integers(1, 300))
+def test_deep_fuzz_of_concatenated_mutated_streams(parts: list[bytes], ops: Any, chunk: int) -> None:
+    """A longer run of the invariant (marked slow) over streams of several mutated encodings."""
+    bad = mutate(b"".join(parts), ops)
+    check_value(bad)
+    check_message(bad)
+    check_frames(bad, chunk)
