@@ -235,3 +235,15 @@ def test_deep_nesting_is_a_decode_error() -> None:
                     for i in range(depth)) + b"\x40"  # fmt: skip
     with pytest.raises(DecodeError):
         amqp.decode_value(data)
+
+
+def test_public_surface_resolves() -> None:
+    """Every name in ``amqp.__all__`` exists (trio's test_exports habit), and the codec's names are there."""
+    for name in amqp.__all__:
+        assert getattr(amqp, name) is not None, name
+    codec_names = {
+        "encode_value", "decode_value", "Message", "Frame", "FrameBuffer", "encode_frame", "decode_frame",
+        "encode_empty_frame", "DecodeError", "FramingError", "AmqpError", "Condition", "Symbol", "Array",
+        "Described", "Open", "Transfer", "SaslOutcome", "Accepted", "Source", "Target", "Error",
+    }  # fmt: skip
+    assert codec_names <= set(amqp.__all__)
