@@ -151,3 +151,11 @@ def test_oversized_record_is_refused_before_encoding() -> None:
 
     with pytest.raises(ValueError, match="exceeds the maximum"):
         rec.append_enqueue(bytearray(), 1, 0, b"", Huge())
+
+
+def test_public_surface() -> None:
+    from corda_trio import store
+
+    for name in store.__all__:
+        assert getattr(store, name) is not None, name
+    assert sorted(store.__all__) == sorted(set(store.__all__))
