@@ -99,10 +99,12 @@ async def _queue_run(directory: str, *, payload_bytes: int, producers: int, tota
                 await enqueue(payload)
 
         start = time.perf_counter()
+        cpu_start = time.process_time()
         async with trio.open_nursery() as nursery:
             for _ in range(producers):
                 nursery.start_soon(produce)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         stats = queue.statistics()
     shutil.rmtree(root, ignore_errors=True)
     count = per_producer * producers
@@ -111,6 +113,7 @@ async def _queue_run(directory: str, *, payload_bytes: int, producers: int, tota
         "record_bytes": payload_bytes + HEADER_BYTES, "payload_bytes": payload_bytes, "producers": producers,
         "records": count, "seconds": elapsed, "records_per_second": count / elapsed,
         "records_per_fsync": stats.records_per_fsync, "fsyncs": stats.fsyncs,
+        "cpu_microseconds_per_record": cpu / count * 1e6,
     }  # fmt: skip
 
 
@@ -245,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['variant']:<10} run {r['run']!s:<6} {r['records_per_second']:>10,.0f} records/s  "
             f"{r['records_per_fsync']:6.1f} records/fsync"
         )
+        if "cpu_microseconds_per_record" in r:
+            line += f"  cpu {r['cpu_microseconds_per_record']:.1f} us/record"
         if "ratio_to_raw" in r:
             line += f"  ratio to raw {r['ratio_to_raw']:.2f}"
             line += f" (per-record-write loop {r['ratio_to_raw_per_record']:.2f})"
