@@ -212,7 +212,8 @@ def _list(args: argparse.Namespace) -> int:
             oldest = None
             if recovered.live:
                 first = next(iter(recovered.live.values()))
-                oldest = datetime.datetime.fromtimestamp((first >> 136) / 1000, datetime.UTC).isoformat()
+                ts_ms = store.unpack_location(first)[4]
+                oldest = datetime.datetime.fromtimestamp(ts_ms / 1000, datetime.UTC).isoformat()
             disk = sum(s.size for s in recovered.segments)
             rows.append(
                 {

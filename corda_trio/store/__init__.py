@@ -31,6 +31,7 @@ from ._errors import StoreClosedError as StoreClosedError
 from ._errors import StoreError as StoreError
 from ._errors import StoreFailedError as StoreFailedError
 from ._errors import UnknownDeliveryError as UnknownDeliveryError
+from ._record import unpack_location as unpack_location
 from ._recovery import LostRecords as LostRecords
 from ._recovery import RecoveryMode as RecoveryMode
 from ._recovery import RecoveryReport as RecoveryReport
@@ -65,5 +66,6 @@ __all__ = [
     "UnknownDeliveryError",
     "open_broker",
     "recover_queue",
+    "unpack_location",
     "validate_queue_name",
 ]

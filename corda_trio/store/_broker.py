@@ -27,6 +27,7 @@ import contextlib
 import enum
 import errno
 import heapq
+import itertools
 import logging
 import os
 import shutil
@@ -44,6 +45,7 @@ from ._errors import (
     StoreClosedError,
     UnknownDeliveryError,
 )
+from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
 from ._segment import RESERVED_NAMES, fsync_dir, validate_queue_name
 from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
@@ -65,6 +67,8 @@ LOCK_FILE: Final = "broker.lock"
 _DELETED_PREFIX: Final = ".deleted-"
 #: Read-ahead: when a delivery must read from disk, the next ready messages come along (same thread call).
 READ_AHEAD_RECORDS: Final = READ_BATCH_RECORDS
+#: ... and at most this many bytes of them.
+READ_AHEAD_BYTES: Final = 4 * 1024 * 1024
 
 
 class FsyncPolicy(enum.Enum):
@@ -305,12 +309,17 @@ class Queue:
         if mid in log.cache:
             (message,) = await log.read([mid])
             return message
-        # From disk: bring the next ready messages along in the same worker-thread call.
+        # From disk: bring the next ready messages along in the same worker-thread call (bounded in
+        # records, in bytes, and in how far down the queue we look).
         ids = [mid]
-        for nxt in self._ready:
+        budget = READ_AHEAD_BYTES
+        for nxt in itertools.islice(self._ready, 4 * READ_AHEAD_RECORDS):
             if len(ids) >= READ_AHEAD_RECORDS:
                 break
             if nxt not in log.cache and nxt not in self._read_ahead:
+                budget -= unpack_location(log.live[nxt])[2]  # the record's length
+                if budget < 0:
+                    break
                 ids.append(nxt)
         messages = await log.read(ids)
         for message in messages[1:]:
@@ -375,7 +384,7 @@ class Queue:
         if candidates:
             first = min(candidates)
             if log is not None:
-                oldest_ms = log.live[first] >> 136  # timestamp field of the packed location
+                oldest_ms = unpack_location(log.live[first])[4]
             else:
                 oldest_ms = self._mem[first][0]
         age = max(0.0, (now_ms() - oldest_ms) / 1000.0) if oldest_ms is not None else None
