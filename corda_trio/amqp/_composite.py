@@ -184,29 +184,34 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
         "CLS": cls.__name__,
         "EncodeError": EncodeError,
     }
-    lines = ["def encode(self):", "    p = []", "    a = p.append"]
+    # Each field's encoding goes to a local e<i> (NULL for None or the default); then an if/elif chain
+    # from the last field backwards picks the tuple without the trailing nulls (no list, no popping).
+    n = len(specs)
+    lines = ["def encode(self):"]
     for i, (name, kind, default, mandatory, _allowed) in enumerate(specs):
         ns[f"E{i}"] = FIELD_ENCODERS[kind]
         ns[f"D{i}"] = default
         lines.append(f"    v = self.{name}")
         if mandatory:
             lines.append(f"    if v is None: raise missing(CLS, {name!r})")
-            lines.append(f"    a(E{i}(v))")
+            lines.append(f"    e{i} = E{i}(v)")
         elif default is None:
-            lines.append(f"    a(NULL if v is None else E{i}(v))")
+            lines.append(f"    e{i} = NULL if v is None else E{i}(v)")
         else:
-            lines.append(f"    a(NULL if v is None or v == D{i} else E{i}(v))")
+            lines.append(f"    e{i} = NULL if v is None or v == D{i} else E{i}(v)")
+    for i in range(n - 1, -1, -1):
+        fields = ", ".join(f"e{j}" for j in range(i + 1))
+        keyword = "if" if i == n - 1 else "elif"
+        lines += [f"    {keyword} e{i} is not NULL:", f"        p = ({fields},)"]
     lines += [
-        "    while p and p[-1] is NULL:",
-        "        p.pop()",
-        "    n = len(p)",
-        "    if not n:",
+        ("    else:" if n else "    if True:"),
         "        return PREFIX0",
         "    body = b''.join(p)",
         "    s = len(body)",
-        "    if s < 255 and n < 256:",
-        "        return PREFIX8 + bytes((s + 1, n)) + body",
-        "    return PREFIX32 + pack_II(s + 4, n) + body",
+        "    k = len(p)",
+        "    if s < 255:",
+        "        return PREFIX8 + bytes((s + 1, k)) + body",
+        "    return PREFIX32 + pack_II(s + 4, k) + body",
     ]
     exec("\n".join(lines), ns)  # the source is built above from the class's own field table
     return ns["encode"]  # type: ignore[no-any-return]

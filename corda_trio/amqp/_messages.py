@@ -146,8 +146,11 @@ def _app_properties(props: dict[str, Any]) -> bytes:
             append(E.enc_string(k))
         else:
             raise EncodeError(f"application-properties keys must be strings, not {k!r}")
-        enc = encoders.get(type(v))
-        append(enc(v) if enc is not None else enc_value(v))
+        if type(v) is str and len(v) < 256 and v.isascii():  # the usual value: inlined
+            append(_STR8[len(v)] + v.encode())
+        else:
+            enc = encoders.get(type(v))
+            append(enc(v) if enc is not None else enc_value(v))
     return E._compound(0xC1, 0xD1, 2 * len(props), b"".join(parts))
 
 
