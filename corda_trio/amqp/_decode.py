@@ -301,6 +301,16 @@ def _list32(buf: Any, pos: int) -> tuple[Any, int]:
     return _list_items(buf, pos + 8, pos + 4 + size, count)
 
 
+# Memo of small map entries whose key is a str8 and whose value is a str8 or a one-byte integer, keyed by
+# the entry's exact bytes: the same application-properties entries (Corda's platform-topic, versions,
+# vendor...) recur in every message, and an entry's decoding is a pure function of its bytes that gives
+# immutable values. Bounded in entries and entry size; when full (one-off entries such as dedup ids fill
+# it) it is cleared, so recurring entries come back after one miss.
+_ENTRIES: Final[dict[bytes, tuple[str, Any]]] = {}
+_ENTRIES_MAX: Final = 4096
+_ENTRY_MAX_BYTES: Final = 96
+
+
 def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     if end > len(buf):
         raise truncated(pos)
@@ -309,27 +319,52 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     if count > end - pos:
         raise DecodeError(f"map count {count} cannot fit in its size", pos)
     table = TYPED
+    entries = _ENTRIES
     out: dict[Any, Any] = {}
     start = pos
     for _ in range(count >> 1):
         c = buf[pos]
+        vend = 0
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
             kend = pos + 2 + buf[pos + 1]  # no bound check: a string past `end` fails the size check below
+            c = buf[kend]
+            if c == 0xA1:
+                vend = kend + 2 + buf[kend + 1]
+            elif c == 0x54 or c == 0x55:
+                vend = kend + 2
+            if vend and vend - pos <= _ENTRY_MAX_BYTES:
+                raw = buf[pos:vend]
+                entry = entries.get(raw)
+                if entry is not None:  # seen before: the same bytes decode to the same immutable values
+                    out[entry[0]] = entry[1]
+                    pos = vend
+                    continue
+            else:
+                vend = 0
             k = buf[pos + 2 : kend].decode()
             pos = kend
         else:
             k, pos = table[c](buf, pos + 1)
-        c = buf[pos]
+            c = buf[pos]
         if c == 0xA1:  # str8 value: inlined as well
-            vend = pos + 2 + buf[pos + 1]
-            out[k] = buf[pos + 2 : vend].decode()
-            pos = vend
+            e = pos + 2 + buf[pos + 1]
+            v = buf[pos + 2 : e].decode()
+            pos = e
         elif c == 0x54:  # smallint value (e.g. Corda's platform-version)
             b = buf[pos + 1]
-            out[k] = _int_new(Int, b - 256 if b > 127 else b)
+            v = _int_new(Int, b - 256 if b > 127 else b)
+            pos += 2
+        elif c == 0x55:  # smalllong value
+            b = buf[pos + 1]
+            v = b - 256 if b > 127 else b
             pos += 2
         else:
-            out[k], pos = table[c](buf, pos + 1)
+            v, pos = table[c](buf, pos + 1)
+        out[k] = v
+        if vend and pos == vend <= end:
+            if len(entries) >= _ENTRIES_MAX:  # full (of one-off values such as dedup ids): start afresh
+                entries.clear()
+            entries[raw] = (k, v)
     if pos != end:
         raise DecodeError("map elements do not match the map's declared size", min(pos, end))
     if len(out) != count >> 1:
