@@ -247,3 +247,26 @@ def test_public_surface_resolves() -> None:
         "Described", "Open", "Transfer", "SaslOutcome", "Accepted", "Source", "Target", "Error",
     }  # fmt: skip
     assert codec_names <= set(amqp.__all__)
+
+
+def test_memoised_map_entries_stay_correct() -> None:
+    """Recurring small map entries are memoised by their bytes; that never changes what decodes or fails."""
+    from corda_trio.amqp import _decode
+
+    props = {"platform-topic": "platform.session", "platform-version": Int(13), "send-seq-no": 7, "k": "é"}
+    data = amqp.encode_value(props)
+    for _ in range(3):  # miss, then hits
+        value, end = amqp.decode_value(data)
+        assert (value, end) == (props, len(data))
+        assert type(value["platform-version"]) is Int and type(value["send-seq-no"]) is int
+    for cut in range(1, len(data)):  # a memoised entry cut short is still a DecodeError
+        with pytest.raises(DecodeError):
+            amqp.decode_value(data[:cut])
+    bad = bytearray(data)
+    bad[-1] = 0xFF  # the last string is no longer UTF-8
+    with pytest.raises(DecodeError):
+        amqp.decode_value(bytes(bad))
+    for i in range(_decode._ENTRIES_MAX + 10):  # one-off entries fill the memo: it starts afresh, bounded
+        amqp.decode_value(amqp.encode_value({"_AMQ_DUPL_ID": f"N-{i}"}))
+    assert len(_decode._ENTRIES) <= _decode._ENTRIES_MAX
+    assert amqp.decode_value(data) == (props, len(data))
