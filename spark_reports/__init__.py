@@ -16,6 +16,7 @@ from ._job import PERCENTILES as PERCENTILES
 from ._job import GroupStats as GroupStats
 from ._job import JobResult as JobResult
 from ._job import SeriesPoint as SeriesPoint
+from ._job import Sketch as Sketch
 from ._job import StageLatency as StageLatency
 from ._job import size_class as size_class
 from ._report import ReportResult as ReportResult
@@ -39,6 +40,7 @@ __all__ = [
     "ReportInputError",
     "ReportResult",
     "SeriesPoint",
+    "Sketch",
     "SparkSettings",
     "StageLatency",
     "build_report",

@@ -423,9 +423,8 @@ def render_html(
 
     out.append('<h2 id="notes">How to read the numbers</h2><ul>')
     out.append(
-        "<li>Percentiles come from Spark's <code>percentile_approx</code> with accuracy "
-        f"{result.accuracy:,}: the value returned has a rank within n/{result.accuracy:,} of the exact rank "
-        "(n = operations in the row). Counts, maxima, means and throughput are exact.</li>"
+        f"<li>Percentiles are estimated by {escape(result.sketch.describe())} (n = operations in the "
+        "row). Counts, maxima, means and throughput are exact.</li>"
         "<li>Open-loop runs issue operations on a fixed schedule; latency counts from the scheduled time. "
         "Closed-loop runs measure maximum throughput; their latency is service time under full load.</li>"
         "<li>Warm-up operations are not recorded. Failed operations are excluded from latency and counted "

@@ -9,7 +9,7 @@ size range falls into a few octaves). Three Spark jobs read the records:
 
 1. **Main aggregate**, one pass, grouped by group: counts (ok / error / bytes), first due time and last
    completion, and for every latency *stage* (created ... flow_finished, plus *end* = the last stage an
-   operation reached) ``percentile_approx`` at p50 / p90 / p99 / p99.9 with exact max and mean. The *end*
+   operation reached) a quantile sketch read at p50 / p90 / p99 / p99.9, with exact max and mean. The *end*
    stage also gets a grid of ~100 percentiles for the CDF chart. The same pass counts records that break
    the format (missing required fields, unknown outcome), which fail the report.
 2. **Throughput series**: completions per second per group, ok and error separately, in one-second bins
@@ -18,10 +18,17 @@ size range falls into a few octaves). Three Spark jobs read the records:
 
 Latency is always ``stage_ns - intended_ns`` over ``ok`` records (see ``protocol_spec/bench-records.md``).
 
-**Approximation error.** ``percentile_approx(col, p, accuracy)`` (Greenwald-Khanna) returns a value whose
-rank is within ``n / accuracy`` of the exact rank ``p * n``, where n is the group's count; with the default
-accuracy 10,000 that is 0.01% of the ranks (for n = 1M, p99.9 is the value at rank 999,000 +/- 100). Max,
-mean, counts and throughput are exact.
+**Approximation error** (:class:`Sketch`). Percentiles are estimated with a quantile sketch; both kinds
+return a value whose rank is within ``epsilon * n`` of the exact rank ``p * n`` (n = the group's count):
+
+* ``kll`` (default): Spark's ``kll_sketch_agg_bigint`` (Apache DataSketches ``KllLongsSketch``) with
+  ``k`` = 16,384: epsilon = 2.296 / k^0.9723 = 0.018% with 99% confidence (the DataSketches bound for a
+  single rank query). A group with fewer than about k values is kept exactly. Measured 2-3x faster than
+  ``percentile_approx`` on 10M records (primitive longs instead of boxed doubles).
+* ``gk``: ``percentile_approx(col, p, accuracy)`` (Greenwald-Khanna), deterministic epsilon = 1 / accuracy
+  (default 10,000: 0.01%).
+
+Max, mean, counts and throughput are exact.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "GroupStats",
     "JobResult",
     "SeriesPoint",
+    "Sketch",
     "StageLatency",
     "compute",
     "size_class",
@@ -60,8 +68,62 @@ LATENCY_STAGES: Final = (*STAGES, "end")
 CDF_GRID: Final = tuple(
     sorted({round(i / 100, 2) for i in range(1, 100)} | {0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999})
 )
-#: ``percentile_approx`` accuracy: rank error <= n / accuracy (see the module docstring).
+#: ``percentile_approx`` accuracy for the ``gk`` sketch: rank error <= n / accuracy.
 PERCENTILE_ACCURACY: Final = 10_000
+#: KLL ``k`` for the default ``kll`` sketch (DataSketches allows 8 .. 65,535).
+KLL_K: Final = 16_384
+
+
+@attrs.frozen(kw_only=True)
+class Sketch:
+    """Which quantile sketch estimates the percentiles, and its size (see the module docstring).
+
+    Attributes:
+        kind: ``"kll"`` (DataSketches KLL, fast, probabilistic bound) or ``"gk"`` (percentile_approx,
+            deterministic bound).
+        size: KLL ``k`` (8 .. 65,535) or GK ``accuracy`` (>= 1).
+    """
+
+    kind: str = "kll"
+    size: int = KLL_K
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind == "kll" and not 8 <= self.size <= 65_535:
+            raise ValueError(f"KLL k must be within 8..65535, not {self.size}")
+        if self.kind == "gk" and self.size < 1:
+            raise ValueError(f"percentile_approx accuracy must be >= 1, not {self.size}")
+        if self.kind not in ("kll", "gk"):
+            raise ValueError(f"sketch must be 'kll' or 'gk', not {self.kind!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Sketch:
+        """``kll``, ``kll:4096``, ``gk``, ``gk:10000``; raises ``ValueError`` with the reason."""
+        kind, _, size = text.strip().lower().partition(":")
+        default = KLL_K if kind == "kll" else PERCENTILE_ACCURACY
+        try:
+            return cls(kind=kind, size=int(size) if size else default)
+        except ValueError as exc:
+            raise ValueError(f"--sketch {text!r}: {exc}") from None
+
+    @property
+    def rank_error(self) -> float:
+        """epsilon: the estimate's rank is within epsilon * n of the exact rank."""
+        if self.kind == "gk":
+            return 1.0 / self.size
+        return 2.296 / self.size**0.9723
+
+    def describe(self) -> str:
+        """One sentence for the report."""
+        if self.kind == "gk":
+            return (
+                f"Spark percentile_approx (Greenwald-Khanna) with accuracy {self.size:,}: the value's rank "
+                f"is within {self.rank_error:.4%} of n from the exact rank (deterministic)"
+            )
+        return (
+            f"Spark kll_sketch_agg_bigint (Apache DataSketches KLL) with k = {self.size:,}: the value's rank "
+            f"is within {self.rank_error:.4%} of n from the exact rank with 99% confidence; groups of fewer "
+            "than about k operations are exact"
+        )
 #: How many distinct error texts per (run, scenario, link) the report keeps.
 MAX_ERROR_TEXTS: Final = 20
 
@@ -155,7 +217,7 @@ class JobResult:
     series: tuple[SeriesPoint, ...]
     errors: tuple[ErrorCount, ...]
     run_start_ns: dict[str, int]
-    accuracy: int
+    sketch: Sketch
 
     @property
     def run_ids(self) -> list[str]:
@@ -163,7 +225,7 @@ class JobResult:
         return sorted(self.run_start_ns, key=lambda r: (self.run_start_ns[r], r))
 
 
-def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
+def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
     """Run the three Spark jobs over ``df`` (records, as loaded by ``_schema.load_records``).
 
     Raises:
@@ -171,15 +233,19 @@ def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
     """
     from pyspark.sql import functions as F
 
+    sketch = sketch or Sketch()
     ok = F.col("outcome") == "ok"
     stage_cols = [F.col(f"{s}_ns") for s in STAGES]
     done = F.coalesce(F.greatest(*stage_cols), F.col("intended_ns"))
     bad_required = F.lit(False)
     for name in REQUIRED_COLUMNS:
         bad_required = bad_required | F.col(name).isNull()
+    size_class_col = F.expr(_SIZE_CLASS_SQL)
     prepared = df.select(
         *_KEYS[:3],
-        F.expr(_SIZE_CLASS_SQL).alias("size_class"),
+        size_class_col.alias("size_class"),
+        # a 64-bit id of the group: the per-second series groups by it instead of three strings and a long
+        F.xxhash64("run_id", "scenario", "link", size_class_col).alias("gid"),
         F.col("size_bytes"),
         F.col("intended_ns"),
         done.alias("done_ns"),
@@ -200,18 +266,29 @@ def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
         F.sum("size_bytes").alias("bytes_total"),
         F.min("intended_ns").alias("first_intended_ns"),
         F.max("done_ns").alias("last_done_ns"),
+        F.max("gid").alias("gid"),
     ]
     pct_values = list(PERCENTILES.values())
+    totals = ("count", "ok", "errors", "bad_required", "bad_outcome", "bytes_total", "first_intended_ns",
+              "last_done_ns", "gid")  # fmt: skip
+    outputs = [F.col(k) for k in (*_KEYS, *totals)]
     for s in LATENCY_STAGES:
         col = f"lat_{s}"
         grid = sorted(set(pct_values) | set(CDF_GRID)) if s == "end" else pct_values
-        aggs += [
-            F.count(col).alias(f"{s}_n"),
-            F.percentile_approx(col, grid, accuracy).alias(f"{s}_pct"),
-            F.max(col).alias(f"{s}_max"),
-            F.avg(col).alias(f"{s}_mean"),
-        ]
-    rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs))
+        aggs += [F.count(col).alias(f"{s}_n"), F.max(col).alias(f"{s}_max"), F.avg(col).alias(f"{s}_mean")]
+        outputs += [F.col(f"{s}_n"), F.col(f"{s}_max"), F.col(f"{s}_mean")]
+        if sketch.kind == "gk":
+            aggs.append(F.percentile_approx(col, grid, sketch.size).alias(f"{s}_pct"))
+            outputs.append(F.col(f"{s}_pct"))
+        else:
+            aggs.append(F.kll_sketch_agg_bigint(col, sketch.size).alias(f"{s}_kll"))
+            ranks = F.array(*[F.lit(p) for p in grid])
+            outputs.append(  # an empty sketch (stage never reached) has no quantiles
+                F.when(F.col(f"{s}_n") > 0, F.kll_sketch_get_quantile_bigint(F.col(f"{s}_kll"), ranks)).alias(
+                    f"{s}_pct"
+                )
+            )
+    rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs).select(*outputs))
     _check_valid(rows)
 
     groups = tuple(_group_from_row(row, pct_values) for row in rows)
@@ -222,29 +299,24 @@ def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
     # Seconds counted from each run's first due operation, so every bin but the last is a full second.
     start_of = F.create_map(*[x for r, ns in sorted(run_start.items()) for x in (F.lit(r), F.lit(ns))])
     second = F.floor((F.col("done_ns") - F.element_at(start_of, F.col("run_id"))) / F.lit(1_000_000_000))
+    key_of = {int(row["gid"]): g.key for row, g in zip(rows, groups, strict=True)}
+    by_gid = len(key_of) == len(groups)  # a 64-bit hash collision is all but impossible; if so, use the keys
+    series_keys = ["gid"] if by_gid else list(_KEYS)
     series_rows = _collect(
-        prepared.groupBy(*_KEYS, second.alias("sec")).agg(
+        prepared.groupBy(*series_keys, second.alias("sec")).agg(
             F.sum(F.col("is_ok").cast("long")).alias("ok"),
             F.sum(F.col("is_error").cast("long")).alias("errors"),
         )
     )
-    series = tuple(
-        sorted(
-            (
-                SeriesPoint(
-                    run_id=r["run_id"],
-                    scenario=r["scenario"],
-                    link=r["link"],
-                    size_class=int(r["size_class"]),
-                    second=int(r["sec"]),
-                    ok=int(r["ok"]),
-                    errors=int(r["errors"]),
-                )
-                for r in series_rows
-            ),
-            key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second),
-        )
-    )
+    points = []
+    for r in series_rows:
+        run_id, scenario, link, size = key_of[int(r["gid"])] if by_gid else (r[k] for k in _KEYS)
+        point = SeriesPoint(
+            run_id=run_id, scenario=scenario, link=link, size_class=int(size),
+            second=int(r["sec"]), ok=int(r["ok"]), errors=int(r["errors"]),
+        )  # fmt: skip
+        points.append(point)
+    series = tuple(sorted(points, key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second)))
 
     error_rows = _collect(
         df.where(F.col("outcome") == "error")
@@ -264,7 +336,7 @@ def compute(df: DataFrame, *, accuracy: int = PERCENTILE_ACCURACY) -> JobResult:
         for key in sorted(per_link)
         for e in sorted(per_link[key], key=lambda e: (-e.count, e.error))[:MAX_ERROR_TEXTS]
     )
-    return JobResult(groups=groups, series=series, errors=errors, run_start_ns=run_start, accuracy=accuracy)
+    return JobResult(groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch)
 
 
 def _collect(df: DataFrame) -> list[Any]:

@@ -17,7 +17,7 @@ import attrs
 from ._compare import compare_runs, comparison_table, resolve_run
 from ._errors import ReportInputError
 from ._html import ReportContext, render_html
-from ._job import PERCENTILE_ACCURACY, JobResult, compute
+from ._job import JobResult, Sketch, compute
 from ._schema import discover_inputs, load_records
 from ._session import SparkSettings, open_spark
 from ._tables import build_tables, write_tables
@@ -72,7 +72,7 @@ def build_report(
     *,
     settings: SparkSettings | None = None,
     compare: tuple[str, str] | None = None,
-    accuracy: int = PERCENTILE_ACCURACY,
+    sketch: Sketch | None = None,
     spark: SparkSession | None = None,
 ) -> ReportResult:
     """Read the records in ``in_dirs`` and write ``out_html`` plus ``<stem>_tables/``.
@@ -83,7 +83,7 @@ def build_report(
         settings: Spark master, driver memory ... (ignored when ``spark`` is given or a session is active).
         compare: (before, after) run ids or unique prefixes; by default, when the input holds exactly two
             runs, the earlier is compared with the later.
-        accuracy: ``percentile_approx`` accuracy (rank error <= n / accuracy).
+        sketch: the quantile sketch (default KLL, k = 16,384; see ``_job.Sketch``).
         spark: an existing session to use (tests share one).
 
     Raises:
@@ -101,7 +101,7 @@ def build_report(
 
     def run(session: SparkSession) -> ReportResult:
         records = load_records(session, inputs)
-        job = compute(records, accuracy=accuracy)
+        job = compute(records, sketch=sketch)
         runs = job.run_ids
         pair: tuple[str, str] | None = None
         if compare is not None:
