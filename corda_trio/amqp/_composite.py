@@ -194,6 +194,8 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
         lines.append(f"    v = self.{name}")
         if mandatory:
             lines.append(f"    if v is None: raise missing(CLS, {name!r})")
+            if kind == "symbols":  # mandatory + multiple: at least one value (spec 1.3)
+                lines.append(f"    if not v: raise missing(CLS, {name!r})")
             lines.append(f"    e{i} = E{i}(v)")
         elif default is None:
             lines.append(f"    e{i} = NULL if v is None else E{i}(v)")
@@ -321,6 +323,11 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
             lines.append(
                 f"{ind}        if not isinstance(v, A{i}): raise DecodeError("
                 f"'{cls.__name__}.{name} cannot hold ' + type(v).__name__, pos, condition=INVALID_FIELD)"
+            )
+        if mandatory and kind == "symbols":  # mandatory + multiple: at least one value (spec 1.3)
+            lines.append(
+                f"{ind}        if not v: raise DecodeError('{cls.__name__}.{name} needs at least one value', "
+                "pos, condition=INVALID_FIELD)"
             )
         lines.append(f"{ind}        d[{name!r}] = v")
     ind = "    " * (n + 1)

@@ -164,6 +164,8 @@ def composite_strategy(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
             strategy = (
                 st.one_of(*(composite_strategy(c, depth + 1) for c in options)) if depth < 2 else st.nothing()
             )
+        elif kind == "symbols" and a.default is attrs.NOTHING:  # mandatory + multiple: at least one
+            strategy = st.lists(symbols, min_size=1, max_size=4).map(tuple)
         else:
             strategy = FIELD_STRATEGIES[kind]
         if a.default is not attrs.NOTHING:

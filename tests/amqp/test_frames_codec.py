@@ -265,6 +265,16 @@ def test_protocol_headers() -> None:
 def test_mandatory_field_cannot_be_encoded_as_none() -> None:
     with pytest.raises(amqp.EncodeError):
         amqp.encode_value(amqp.Open(container_id=None))  # type: ignore[arg-type]
+    with pytest.raises(amqp.EncodeError):  # mandatory and multiple: at least one value
+        amqp.encode_value(amqp.SaslMechanisms(sasl_server_mechanisms=()))
+
+
+def test_empty_mandatory_multiple_field_is_invalid() -> None:
+    body = bytes.fromhex("005340c00501e00200a3")  # sasl-mechanisms [an empty array of symbols]
+    frame = (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
+    with pytest.raises(amqp.DecodeError) as info:
+        amqp.decode_frame(frame)
+    assert info.value.condition == amqp.Condition.INVALID_FIELD
 
 
 def test_conditions() -> None:
