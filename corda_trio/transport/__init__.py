@@ -16,6 +16,7 @@ from ._driver import Delivery as Delivery
 from ._driver import LinkRequest as LinkRequest
 from ._driver import PendingDelivery as PendingDelivery
 from ._driver import Receiver as Receiver
+from ._driver import RefillPolicy as RefillPolicy
 from ._driver import Sender as Sender
 from ._errors import AmqpConnectionError as AmqpConnectionError
 from ._errors import AmqpTransportError as AmqpTransportError
@@ -40,6 +41,7 @@ __all__ = [
     "PeerCheck",
     "PendingDelivery",
     "Receiver",
+    "RefillPolicy",
     "Sender",
     "listener_port",
     "open_amqp_connection",

@@ -30,7 +30,7 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import trio
 
@@ -50,6 +50,9 @@ log = logging.getLogger("corda_trio.transport")
 
 RECEIVE_SIZE_BYTES: Final = 256 * 1024
 LINK_REQUEST_BACKLOG: Final = 64
+
+#: When a receiving link tops its credit up: see :meth:`AmqpConnection.open_receiver`.
+RefillPolicy = Literal["half", "empty"]
 _ids = itertools.count(1)
 
 
@@ -244,10 +247,21 @@ class Receiver:
     """A receiving link: ``async for delivery in receiver`` (ends when the link or connection closes)."""
 
     def __init__(
-        self, conn: AmqpConnection, channel: int, handle: int, address: str | None, name: str, credit: int
+        self,
+        conn: AmqpConnection,
+        channel: int,
+        handle: int,
+        address: str | None,
+        name: str,
+        credit: int,
+        refill: RefillPolicy = "half",
     ) -> None:
         if credit < 1:
             raise ValueError(f"credit must be at least 1, got {credit}")
+        if refill not in ("half", "empty"):
+            raise ValueError(f'refill must be "half" or "empty", got {refill!r}')
+        # Credit is topped up when this many deliveries were taken since the last grant.
+        self._refill_after = credit if refill == "empty" else max(1, (credit + 1) // 2)
         self._conn = conn
         self.channel = channel
         self.handle = handle
@@ -284,7 +298,7 @@ class Receiver:
                 raise self._error from None
             raise
         self._taken += 1
-        if self._taken * 2 >= self.capacity:
+        if self._taken >= self._refill_after:
             self._replenish()
         return delivery
 
@@ -347,13 +361,13 @@ class LinkRequest:
         self.name: str = attach.name
         self.answered = False
 
-    async def accept_receiver(self, *, credit: int = 100) -> Receiver:
-        """Accept a peer's sending link: we receive, granting ``credit``."""
+    async def accept_receiver(self, *, credit: int = 100, refill: RefillPolicy = "half") -> Receiver:
+        """Accept a peer's sending link: we receive, granting ``credit`` (``refill``: see open_receiver)."""
         if not self.peer_is_sender:
             raise ValueError("the peer wants to receive: use accept_sender()")
         self._answer()
         conn = self._conn
-        receiver = Receiver(conn, self.channel, self.handle, self.address, self.name, credit)
+        receiver = Receiver(conn, self.channel, self.handle, self.address, self.name, credit, refill)
         receiver.remote_attach = self.attach
         receiver._attached.set()
         conn._links[(self.channel, self.handle)] = receiver
@@ -525,13 +539,23 @@ class AmqpConnection:
             await self._wait_detached(sender)
         return sender
 
-    async def open_receiver(self, address: str, *, credit: int = 100, name: str | None = None) -> Receiver:
-        """Attach a receiving link from ``address`` and grant ``credit`` (kept topped up as you consume)."""
+    async def open_receiver(
+        self, address: str, *, credit: int = 100, name: str | None = None, refill: RefillPolicy = "half"
+    ) -> Receiver:
+        """Attach a receiving link from ``address`` and grant ``credit`` (kept topped up as you consume).
+
+        Args:
+            refill: ``"half"`` (default) tops the credit up once half of it was consumed, so the sender
+                never stalls. ``"empty"`` grants new credit only when all of it was consumed, so no
+                transfer is ever in flight when a ``flow`` arrives: for peers that miscount credit granted
+                while transfers are in flight (RabbitMQ 3.x's AMQP 1.0 plugin, rabbitmq-server#2597),
+                which a spec-conforming receiver would otherwise have to close for credit overrun.
+        """
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
         handle = self._engine.attach_receiver(channel, name=name, source=address)
-        receiver = Receiver(self, channel, handle, address, name, credit)
+        receiver = Receiver(self, channel, handle, address, name, credit, refill)
         self._links[(channel, handle)] = receiver
         self._engine.flow(channel, handle, credit=credit)
         await self._flush()

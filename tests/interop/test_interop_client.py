@@ -47,7 +47,7 @@ async def test_thousand_messages_round_trip(peer: Peer) -> None:
             assert all(o == amqp.Accepted() for o in outcomes), {type(o).__name__ for o in outcomes}
             await sender.aclose()
 
-            receiver = await conn.open_receiver(address, credit=200)
+            receiver = await conn.open_receiver(address, credit=200, refill=peer.refill)
             for i in range(COUNT):
                 delivery = await receiver.receive()
                 msg = delivery.message
@@ -129,7 +129,7 @@ async def test_mutual_tls_with_proton(proton_tls_broker: Peer, tls_pems: tuple) 
             sender = await conn.open_sender(address)
             for i in range(50):
                 assert await sender.send(message(i)) == amqp.Accepted()
-            receiver = await conn.open_receiver(address, credit=10)
+            receiver = await conn.open_receiver(address, credit=10, refill=proton_tls_broker.refill)
             for i in range(50):
                 d = await receiver.receive()
                 assert d.message.application_properties["seq"] == i

@@ -369,3 +369,37 @@ async def test_cancelled_write_breaks_the_connection_and_fails_pending(
     assert isinstance(pending.error, transport.AmqpConnectionError)
     assert conn.closed and "interrupted" in str(conn.close_error)
     assert broker.received == 0
+
+
+@pytest.mark.parametrize("refill", ["half", "empty"])
+async def test_receiver_refill_policy(nursery: trio.Nursery, refill: transport.RefillPolicy) -> None:
+    """``half`` tops credit up after half was used; ``empty`` only once all of it was used (RabbitMQ 3.x)."""
+    broker = QueueBroker(allow=lambda a: a == "q")
+    port = await start_broker(nursery, broker)
+    with trio.fail_after(20):
+        async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+            sender = await conn.open_sender("q")
+            for i in range(40):
+                assert await sender.send(amqp.Message(body=bytes([i]))) == amqp.Accepted()
+            consumed = 0
+            grants: list[tuple[int, int]] = []  # (number of the delivery being taken, credit granted)
+            engine_flow = conn._engine.flow
+
+            def spy(channel: int, handle: int, *, credit: int, **kw: object) -> None:
+                grants.append((consumed + 1, credit))
+                engine_flow(channel, handle, credit=credit, **kw)
+
+            conn._engine.flow = spy  # type: ignore[method-assign]
+            receiver = await conn.open_receiver("q", credit=10, refill=refill)
+            for i in range(40):
+                d = await receiver.receive()
+                assert d.message.body == bytes([i])
+                consumed += 1
+                await d.accept()
+    assert grants[0] == (1, 10)  # the initial grant, at attach
+    refills = grants[1:]
+    if refill == "empty":
+        assert refills[:3] == [(10, 10), (20, 10), (30, 10)]
+    else:
+        assert [n for n, _ in refills[:3]] == [5, 10, 15]
+        assert all(5 <= credit <= 10 for _, credit in refills)
