@@ -134,6 +134,8 @@ _frame_new: Final = object.__new__
 _set_dict: Final = object.__setattr__
 _DESCRIBED: Final = D.TYPED[0x00]
 _BY_CODE: Final = D.COMPOSITES_BY_CODE
+_AMQP_DECODERS: Final = {int(c.DESCRIPTOR_CODE): c._decode for c in PERFORMATIVES}  # type: ignore[attr-defined]
+_SASL_DECODERS: Final = {int(c.DESCRIPTOR_CODE): c._decode for c in SASL_FRAMES}  # type: ignore[attr-defined]
 _FAILURES: Final = D.DECODER_FAILURES
 _unpack_header: Final = _HEADER.unpack_from
 
@@ -190,19 +192,19 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
     pos = doff * 4
     if pos < size and data[pos] == 0x00 and data[pos + 1] == 0x53:
         # The usual `00 53 code` performative: decoded here directly (the hot path of every transfer).
-        dec = _BY_CODE.get(data[pos + 2])
+        # Only the decoders of this frame type's performatives are looked up, so the result needs no check.
+        dec = (_SASL_DECODERS if ftype else _AMQP_DECODERS).get(data[pos + 2])
         if dec is not None:
             try:
                 performative, end = dec(data, pos + 3)
             except _FAILURES as exc:
                 raise D.as_decode_error(exc, data, pos) from None
-            if type(performative) in _ALLOWED[ftype]:
-                frame = _frame_new(Frame)
-                payload = data[end:] if end < size else b""
-                _set_dict(frame, "__dict__", {
-                    "type": ftype, "channel": channel, "performative": performative, "payload": payload,
-                })  # fmt: skip
-                return frame
+            frame = _frame_new(Frame)
+            payload = data[end:] if end < size else b""
+            _set_dict(frame, "__dict__", {
+                "type": ftype, "channel": channel, "performative": performative, "payload": payload,
+            })  # fmt: skip
+            return frame
     return _decode_body(data, size, doff, ftype, channel)
 
 

@@ -202,6 +202,7 @@ _map_items: Final = D._map_items
 _FAILURES: Final = D.DECODER_FAILURES
 _HEADER_CACHE: Final[dict[bytes, Header]] = {}
 _HEADER_CACHE_SIZE: Final = 256
+_LAST_HEADER: Final[list[Any]] = [b"\x00\x00", None]  # (raw bytes, Header) of the last header decoded
 _U32: Final = struct.Struct(">I").unpack_from
 _decode_header: Final = Header._decode  # type: ignore[attr-defined]
 _decode_properties: Final = Properties._decode  # type: ignore[attr-defined]
@@ -264,14 +265,19 @@ def _decode_message(buf: bytes, pos: int) -> Message:
             # by their exact bytes (bounded), which saves building the same Header for every message.
             if c == 0xC0:
                 hend = pos + 2 + buf[pos + 1]
-                raw = buf[pos:hend]
-                header = _HEADER_CACHE.get(raw)
-                if header is None:
-                    header, pos = _decode_header(buf, pos)
-                    if len(_HEADER_CACHE) < _HEADER_CACHE_SIZE:
-                        _HEADER_CACHE[raw] = header
-                else:
+                if buf.startswith(_LAST_HEADER[0], pos):  # the very same header as the last one: no slicing
+                    header = _LAST_HEADER[1]
                     pos = hend
+                else:
+                    raw = buf[pos:hend]
+                    header = _HEADER_CACHE.get(raw)
+                    if header is None:
+                        header, pos = _decode_header(buf, pos)
+                        if len(_HEADER_CACHE) < _HEADER_CACHE_SIZE:
+                            _HEADER_CACHE[raw] = header
+                    else:
+                        pos = hend
+                    _LAST_HEADER[:] = (raw, header)
             else:
                 header, pos = _decode_header(buf, pos)
         elif code == 0x72:
