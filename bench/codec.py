@@ -232,9 +232,9 @@ def _check_equivalent(frames: dict[str, bytes], body: bytes) -> None:
             raise AssertionError(f"{library}'s frame differs: {'; '.join(problems)}")
 
 
-def _pool_size(frame_bytes: int) -> int:
-    """How many distinct frames the decoders cycle through: up to 8192, at most ~32 MiB per library."""
-    return max(256, min(POOL_FRAMES, POOL_BYTES // frame_bytes))
+def _pool_size(frame_bytes: int, pool_frames: int) -> int:
+    """How many distinct frames the decoders cycle through: up to ``pool_frames``, at most ~32 MiB each."""
+    return max(1, min(pool_frames, POOL_BYTES // frame_bytes))
 
 
 def _time(fn: Callable[[], Any], number: int) -> float:
@@ -265,6 +265,7 @@ def run_codec_benchmark(
     libraries: tuple[str, ...] = LIBRARIES,
     repeats: int = 7,
     batch_seconds: float = 0.2,
+    pool_frames: int = POOL_FRAMES,
 ) -> list[dict[str, Any]]:
     """Run the benchmark; return one record per library x operation x body size, then summaries.
 
@@ -273,6 +274,7 @@ def run_codec_benchmark(
         libraries: which of :data:`LIBRARIES` to measure (the summary needs ``corda_trio`` and another).
         repeats: timed batches per measurement (best and median are reported).
         batch_seconds: approximate length of one batch.
+        pool_frames: how many distinct frames each decoder cycles through (capped at ~32 MiB).
     """
     machine = f"{platform.machine()} {os.cpu_count()} cpu, {platform.system()} {platform.release()}"
     records: list[dict[str, Any]] = []
@@ -284,7 +286,7 @@ def run_codec_benchmark(
         jobs: dict[tuple[str, str], Callable[[], Any]] = {}
         for lib, (enc, dec) in funcs.items():
             # decode cycles through distinct frames (ids differ), as a receiver sees them
-            pool = [frames[lib]] + [enc() for _ in range(_pool_size(len(frames[lib])) - 1)]
+            pool = [frames[lib]] + [enc() for _ in range(_pool_size(len(frames[lib]), pool_frames) - 1)]
             jobs[(lib, "encode")] = enc
             jobs[(lib, "decode")] = lambda dec=dec, frames=itertools.cycle(pool): dec(next(frames))
         numbers = {key: _calibrate(fn, batch_seconds) for key, fn in jobs.items()}
