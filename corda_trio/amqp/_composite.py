@@ -49,7 +49,8 @@ def field(kind: str, default: Any = NOTHING, *, allowed: tuple[type, ...] | None
         kind: the wire type of the field: ``boolean``, ``ubyte``, ``ushort``, ``uint``, ``ulong``,
             ``timestamp``, ``binary``, ``string``, ``symbol``, ``symbols`` (symbol, multiple="true"),
             ``fields`` (map with symbol keys), ``annotations`` (map with symbol or ulong keys), ``map``,
-            ``any`` (the spec's ``*``), or ``described`` (a composite; ``allowed`` lists the classes).
+            ``any`` (the spec's ``*``), ``message-id`` (``*``; a plain ``int`` is written as ulong), or
+            ``described`` (a composite; ``allowed`` lists the classes).
         default: the spec default; omitted means mandatory (no default, never null on the wire).
         allowed: for ``described`` fields, the accepted classes.
     """
