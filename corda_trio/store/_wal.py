@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -178,6 +179,11 @@ class DurableLog:
     _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
     _write_error: BaseException | None = attrs.field(default=None, init=False)
     _flush_slots: trio.Semaphore = attrs.field(init=False)
+    _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
+    #: set by the worker thread once the last started job's write returned (orders the next write)
+    _last_write: threading.Event | None = attrs.field(default=None, init=False)
+    _jobs: int = attrs.field(default=0, init=False)
+    _jobs_idle: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.tail = self.segments[max(self.segments)]
@@ -260,107 +266,140 @@ class DurableLog:
 
     async def run_writer(self) -> None:
         """The group-commit loop (one task per queue, in the broker's nursery). Returns after ``close``
-        once everything pending is written.
+        once everything pending is written and every job it started has finished.
 
-        Writes happen strictly one after the other (the loop waits until a batch's ``write`` returned
-        before it writes the next), but up to ``FLUSH_PIPELINE_DEPTH`` ``fdatasync`` calls overlap: while
-        batch *n* is being synced, batch *n+1* is written and its sync started. A sync that returns covers
-        every byte written to the file before it started, so batches are published strictly in order:
-        batch *n* when the sync of *n* or of any later batch in the same segment has returned.
+        Each batch is one *job* on a worker thread: wait until the previous job's ``write`` returned,
+        ``write`` the batch, ``fdatasync``. Writes are therefore strictly ordered, while up to
+        ``pipeline_depth`` jobs (and their syncs) overlap. A sync that returns covers every byte written
+        to the file before it started, so batches are published strictly in order: batch *n* when the
+        sync of *n* or of any later batch in the same segment has returned.
         """
+        self._token = trio.lowlevel.current_trio_token()
         try:
-            async with trio.open_nursery() as flushes:
-                while True:
-                    await self._work.wait()
-                    self._work = trio.Event()
-                    if self._seal_requests:
-                        await self._drain()
-                        while self._seal_requests:
-                            if self.failure is None and self.tail.size > SEGMENT_HEADER_BYTES:
-                                try:
-                                    await self._rotate(self._first_pending_id())
-                                except OSError as exc:
-                                    self._fail(exc)
-                            self._seal_requests.pop(0).set()
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                if self._seal_requests:
+                    await self._drain()
+                    while self._seal_requests:
+                        if self.failure is None and self.tail.size > SEGMENT_HEADER_BYTES:
+                            try:
+                                await self._rotate(self._first_pending_id())
+                            except OSError as exc:
+                                self._fail(exc)
+                        self._seal_requests.pop(0).set()
+                if self.failure is not None:
+                    return
+                if not self.pending.buf:  # woken for a seal request or close: nobody waits on it
+                    if self.closing:
+                        break
+                    continue
+                tail = self.tail
+                if (
+                    tail.size > SEGMENT_HEADER_BYTES
+                    and tail.size + len(self.pending.buf) > self.config.segment_bytes
+                ):
+                    # A new segment only once everything in the old one is durable: then only the
+                    # last segment can ever end in a torn write.
+                    await self._drain()
                     if self.failure is not None:
                         return
-                    if not self.pending.buf:  # woken for a seal request or close: nobody waits on it
-                        if self.closing:
-                            break
-                        continue
+                    try:
+                        await self._rotate(self._first_pending_id())
+                    except OSError as exc:
+                        self._fail(exc)
+                        return
                     tail = self.tail
-                    if (
-                        tail.size > SEGMENT_HEADER_BYTES
-                        and tail.size + len(self.pending.buf) > self.config.segment_bytes
-                    ):
-                        # A new segment only once everything in the old one is durable: then only the
-                        # last segment can ever end in a torn write.
-                        await self._drain()
-                        if self.failure is not None:
-                            return
-                        try:
-                            await self._rotate(self._first_pending_id())
-                        except OSError as exc:
-                            self._fail(exc)
-                            return
-                        tail = self.tail
-                    await self._flush_slots.acquire()
-                    if self.failure is not None:
-                        self._flush_slots.release()
-                        return
-                    batch = self.pending  # taken last: records that arrived while we waited ride along
-                    self.pending = Batch()
-                    batch.segment = tail
-                    batch.base = tail.size
-                    batch.seq = self._next_seq
-                    self._next_seq += 1
-                    tail.size += len(batch.buf)
-                    self.batches += 1
-                    self.records_written += len(batch.ids) + batch.acks
-                    self.bytes_written += len(batch.buf)
-                    self._written.append(batch)
-                    written = trio.Event()
-                    flushes.start_soon(self._flush, batch, written)
-                    await written.wait()
-                    if self._write_error is not None:
-                        self._fail(self._write_error)
-                        return
+                await self._flush_slots.acquire()
+                # The pending batch object stays the same until we take it: borrow a thread for it.
+                await self.limiter.acquire_on_behalf_of(self.pending)
+                if self.failure is not None:
+                    self.limiter.release_on_behalf_of(self.pending)
+                    self._flush_slots.release()
+                    return
+                batch = self.pending  # taken last: records that arrived while we waited ride along
+                self.pending = Batch()
+                batch.segment = tail
+                batch.base = tail.size
+                batch.seq = self._next_seq
+                self._next_seq += 1
+                tail.size += len(batch.buf)
+                self.batches += 1
+                self.records_written += len(batch.ids) + batch.acks
+                self.bytes_written += len(batch.buf)
+                self._written.append(batch)
+                self._start_job(batch, tail.fd)
         finally:
+            # A job outlives no writer: the broker closes the descriptors once we return.
+            with trio.CancelScope(shield=True):
+                while self._jobs:
+                    self._jobs_idle = trio.Event()
+                    await self._jobs_idle.wait()
             self._writer_done.set()
 
-    async def _flush(self, batch: Batch, written: trio.Event) -> None:
-        token = trio.lowlevel.current_trio_token()
-        assert batch.segment is not None
-        fd = batch.segment.fd
+    def _start_job(self, batch: Batch, fd: int) -> None:
+        """Write and sync ``batch`` on a worker thread, after the previous job's write returned.
+
+        This is ``trio.to_thread.run_sync`` without its per-call task, cancel scope and context copy
+        (the writer already holds a thread of ``limiter`` for the batch): the thread cache runs the job
+        and the result comes back through ``run_sync_soon`` to :meth:`_job_done`, one wake-up of the
+        event loop per batch. The job never raises: it returns the exception that stopped it.
+        """
+        previous = self._last_write
+        wrote = threading.Event()
+        self._last_write = wrote
         sync = self.config.sync
+        buf = batch.buf
 
-        def write_then_sync() -> None:
+        def job() -> BaseException | None:
             try:
-                write_all(fd, batch.buf, sync=False)
+                try:
+                    if previous is not None:
+                        previous.wait()
+                    if self._write_error is not None:  # an earlier write failed: write nothing after it
+                        return self._write_error
+                    write_all(fd, buf, sync=False)
+                except BaseException as exc:
+                    self._write_error = exc
+                    return exc
+                finally:
+                    wrote.set()
+                if sync:
+                    sync_file(fd)
             except BaseException as exc:
-                self._write_error = exc  # seen by the writer before it writes anything else
-                raise
-            finally:
-                token.run_sync_soon(written.set)
-            if sync:
-                sync_file(fd)
+                return exc
+            return None
 
-        try:
-            await trio.to_thread.run_sync(write_then_sync, limiter=self.limiter)
-        except OSError as exc:
-            self._fail(exc)
+        token = self._token
+        done = self._job_done
+
+        def deliver(result: Any) -> None:  # on the worker thread
+            token.run_sync_soon(done, batch, result)
+
+        self._jobs += 1
+        trio.lowlevel.start_thread_soon(job, deliver, name=f"store-wal:{self.name}")
+
+    def _job_done(self, batch: Batch, result: Any) -> None:
+        """On the Trio thread: the job of ``batch`` returned (``result`` is an outcome of ``job``)."""
+        self._jobs -= 1
+        if not self._jobs:
+            self._jobs_idle.set()
+        self._flush_slots.release()
+        self.limiter.release_on_behalf_of(batch)
+        error = result.unwrap()
+        if error is not None:
+            self._fail(error)
             return
-        finally:
-            self._flush_slots.release()
         if self.failure is not None:
             return  # after a failed fsync nothing later may be trusted either (see _fail)
-        if sync:
+        if self.config.sync:
             self.fsyncs += 1
         if batch.seq > self._durable_seq:
             self._durable_seq = batch.seq
-        while self._written and self._written[0].seq <= self._durable_seq:
-            self._publish(self._written.popleft())
-        if not self._written:
+        written = self._written
+        while written and written[0].seq <= self._durable_seq:
+            self._publish(written.popleft())
+        if not written:
             self._drained.set()
 
     async def _drain(self) -> None:
