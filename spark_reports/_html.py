@@ -59,6 +59,7 @@ td.bad{background:#fde2e1!important}td.good{background:#e3f4e1!important}td.warn
 .caption{color:#5a6274;font-size:12.5px;max-width:760px;margin:2px 0 10px}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0}
 dl.kv dt{color:#5a6274}dl.kv dd{margin:0;font-family:ui-monospace,Menlo,monospace;font-size:12.5px}
+.scroll{overflow-x:auto;max-width:100%}
 code{font-family:ui-monospace,Menlo,monospace;font-size:12.5px}
 """
 
@@ -76,6 +77,8 @@ class ReportContext:
     report_host: Mapping[str, Any]
     records: int
     elapsed_seconds: float | None = None
+    #: seconds per phase (spark start, input schema, aggregate, series, errors, tables)
+    phases: Mapping[str, float] = attrs.field(factory=dict)
 
 
 def _size(n: int) -> str:
@@ -99,7 +102,7 @@ def _rate(x: float) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0) -> str:
     """Cells are values (escaped) or ``(text, css_class)``; the first ``left`` columns align left."""
-    out = ["<table><tr>"]
+    out = ['<div class="scroll"><table><tr>']
     out += [f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(headers)]
     out.append("</tr>")
     for row in rows:
@@ -109,7 +112,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0)
             classes = " ".join(c for c in ("l" if i < left else "", css) if c)
             out.append(f'<td class="{classes}">{escape(str(text))}</td>')
         out.append("</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "".join(out)
 
 
@@ -209,9 +212,9 @@ def _stage_table(result: JobResult) -> str:
     return _table(headers, rows, left=5)
 
 
-def _label(g: GroupStats, with_run: bool = False) -> str:
+def _label(g: GroupStats, prefix: str | None = None) -> str:
     text = f"{g.link} · {_size(g.size_class)}"
-    return f"{g.run_id} · {text}" if with_run else text
+    return f"{prefix} · {text}" if prefix else text
 
 
 def _top(groups: list[GroupStats]) -> list[GroupStats]:
@@ -219,14 +222,17 @@ def _top(groups: list[GroupStats]) -> list[GroupStats]:
 
 
 def _cdf_chart(
-    title: str, groups: list[GroupStats], dashed_run: str | None = None, with_run: bool = False
+    title: str,
+    groups: list[GroupStats],
+    dashed_run: str | None = None,
+    prefixes: dict[str, str] | None = None,
 ) -> str:
     series = []
     for i, g in enumerate(groups):
         pts = tuple((p, ns / 1e6) for p, ns in g.cdf_ns if ns > 0)
         series.append(
             Series(
-                name=_label(g, with_run),
+                name=_label(g, (prefixes or {}).get(g.run_id)),
                 points=pts,
                 color=PALETTE[(i // 2 if dashed_run else i) % len(PALETTE)],
                 dashed=g.run_id == dashed_run,
@@ -316,7 +322,7 @@ def _comparison_section(rows: list[ComparisonRow], before: str, after: str, resu
         groups.sort(key=lambda g: (g.link, g.size_class, g.run_id != before))
         groups = groups[: MAX_SERIES_PER_CHART]
         charts.append(_cdf_chart(f"{scenario}: end-to-end latency, before (dashed) vs after (solid)", groups,
-                                 dashed_run=before, with_run=True))  # fmt: skip
+                                 dashed_run=before, prefixes={before: "before", after: "after"}))  # fmt: skip
     parts.append('<div class="charts">' + "".join(charts) + "</div>")
     parts.append(
         '<p class="caption">Same link and size share a colour; the dashed line is the before run.</p>'
@@ -363,7 +369,9 @@ def render_html(
         ("report machine",
          f"{host.get('cpu_count')} CPUs, Python {host.get('python')}, {host.get('platform')}"),
         ("report git commit", host.get("git_commit") or "not recorded"),
-        ("job time", f"{context.elapsed_seconds:.1f} s" if context.elapsed_seconds is not None else _NA),
+        ("job time", (f"{context.elapsed_seconds:.1f} s" if context.elapsed_seconds is not None else _NA)
+         + (" (" + ", ".join(f"{k} {v:.1f} s" for k, v in context.phases.items()) + ")"
+            if context.phases else "")),
     ]:  # fmt: skip
         out.append(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>")
     out.append("</dl>")

@@ -34,6 +34,7 @@ Max, mean, counts and throughput are exact.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Final
 
@@ -218,6 +219,8 @@ class JobResult:
     errors: tuple[ErrorCount, ...]
     run_start_ns: dict[str, int]
     sketch: Sketch
+    #: seconds spent in each Spark job (aggregate, series, errors)
+    timings: dict[str, float] = attrs.field(factory=dict)
 
     @property
     def run_ids(self) -> list[str]:
@@ -288,7 +291,10 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
                     f"{s}_pct"
                 )
             )
+    timings: dict[str, float] = {}
+    mark = time.perf_counter()
     rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs).select(*outputs))
+    timings["aggregate"], mark = time.perf_counter() - mark, time.perf_counter()
     _check_valid(rows)
 
     groups = tuple(_group_from_row(row, pct_values) for row in rows)
@@ -308,6 +314,7 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
             F.sum(F.col("is_error").cast("long")).alias("errors"),
         )
     )
+    timings["series"], mark = time.perf_counter() - mark, time.perf_counter()
     points = []
     for r in series_rows:
         run_id, scenario, link, size = key_of[int(r["gid"])] if by_gid else (r[k] for k in _KEYS)
@@ -325,6 +332,7 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
         )
         .count()
     )
+    timings["errors"] = time.perf_counter() - mark
     per_link: dict[tuple[str, str, str], list[ErrorCount]] = defaultdict(list)
     for r in error_rows:
         e = ErrorCount(
@@ -336,7 +344,9 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
         for key in sorted(per_link)
         for e in sorted(per_link[key], key=lambda e: (-e.count, e.error))[:MAX_ERROR_TEXTS]
     )
-    return JobResult(groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch)
+    return JobResult(
+        groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch, timings=timings
+    )
 
 
 def _collect(df: DataFrame) -> list[Any]:

@@ -40,6 +40,8 @@ class ReportResult:
     compared: tuple[str, str] | None
     elapsed_seconds: float
     job: JobResult
+    #: seconds per phase: spark start, input schema, aggregate, series, errors, tables
+    phases: dict[str, float] = attrs.field(factory=dict)
 
 
 def tables_dir_for(html_path: Path) -> Path:
@@ -99,8 +101,13 @@ def build_report(
     out_html.parent.mkdir(parents=True, exist_ok=True)
     tables_dir = tables_dir_for(out_html)
 
+    phases: dict[str, float] = {}
+
     def run(session: SparkSession) -> ReportResult:
+        phases["spark start"] = time.perf_counter() - started
+        mark = time.perf_counter()
         records = load_records(session, inputs)
+        phases["input schema"] = time.perf_counter() - mark
         job = compute(records, sketch=sketch)
         runs = job.run_ids
         pair: tuple[str, str] | None = None
@@ -112,7 +119,10 @@ def build_report(
             pair = (runs[0], runs[1])
         rows = compare_runs(job, *pair) if pair else None
         tables = build_tables(job, comparison_table(rows, *pair) if rows is not None and pair else None)
+        phases.update(job.timings)
+        mark = time.perf_counter()
         files = write_tables(session, tables, tables_dir)
+        phases["tables"] = time.perf_counter() - mark
         elapsed = time.perf_counter() - started
         context = ReportContext(
             generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -124,6 +134,7 @@ def build_report(
             report_host=_host(),
             records=sum(g.count for g in job.groups),
             elapsed_seconds=elapsed,
+            phases=dict(phases),
         )
         html = render_html(job, inputs.metas, context, (rows, *pair) if rows is not None and pair else None)
         tmp = out_html.with_name(out_html.name + ".part")
@@ -138,6 +149,7 @@ def build_report(
             compared=pair,
             elapsed_seconds=time.perf_counter() - started,
             job=job,
+            phases=dict(phases),
         )
 
     if spark is not None:

@@ -65,4 +65,5 @@ def _run(args: argparse.Namespace) -> int:
         f"report {result.html_path} ({result.records:,} records, {len(result.runs)} run(s){compared}) "
         f"in {result.elapsed_seconds:.1f} s; tables in {result.tables_dir}"
     )
+    print("  time: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items()))
     return 0
