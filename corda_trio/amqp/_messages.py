@@ -222,95 +222,110 @@ def _section_code(buf: Any, pos: int) -> tuple[int, int]:
     raise DecodeError(f"unknown message section descriptor {descriptor!r}", pos)
 
 
-def _decode_message(buf: bytes, pos: int) -> Message:
-    end = len(buf)
-    header = da = ma = props = ap = footer = body = None
-    bodies: list[Any] | None = None
-    last = 0
-    while pos < end:
-        start = pos
-        if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
-            code = buf[pos + 2]
-            pos += 3
-        else:
-            code, pos = _section_code(buf, pos)
-        if code <= last and (code != last or code < 0x75 or code > 0x76):
-            raise DecodeError(f"message section 0x{code:02x} is out of order or repeated", start)
-        last = code
-        c = buf[pos]
-        if code == 0x75:  # data
-            if c == 0xB0:
-                dend = pos + 5 + _U32(buf, pos + 1)[0]
-                if dend > end:
-                    raise D.truncated(pos)
-                v = buf[pos + 5 : dend]
-                pos = dend
-            elif c == 0x40:
-                raise DecodeError("a data section cannot be null", pos)
+def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Message:
+    """Decode a message from all the bytes of ``buf`` from ``offset`` on (this is ``Message.decode``).
+
+    Raises:
+        DecodeError: the bytes are not a valid sequence of message sections.
+    """
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    pos = offset
+    try:
+        end = len(buf)
+        header = da = ma = props = ap = footer = body = None
+        bodies: list[Any] | None = None
+        last = 0
+        while pos < end:
+            start = pos
+            if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+                code = buf[pos + 2]
+                pos += 3
             else:
-                v, pos = _BIN_TABLE[c](buf, pos + 1)
-            if bodies is None:
-                bodies = [v]
-            else:
-                bodies.append(v)
-        elif code == 0x74:  # application-properties
-            if c == 0xC1 and buf[pos + 1]:
-                ap, pos = _map_items(buf, pos + 3, pos + 2 + buf[pos + 1], buf[pos + 2])
-            else:
-                ap, pos = _MAP_TABLE[c](buf, pos + 1)
-        elif code == 0x73:
-            props, pos = _decode_properties(buf, pos)
-        elif code == 0x70:
-            # Headers repeat (durable, default priority...): decoded ones are immutable, so they are cached
-            # by their exact bytes (bounded), which saves building the same Header for every message.
-            if c == 0xC0:
-                hend = pos + 2 + buf[pos + 1]
-                if buf.startswith(_LAST_HEADER[0], pos):  # the very same header as the last one: no slicing
-                    header = _LAST_HEADER[1]
-                    pos = hend
+                code, pos = _section_code(buf, pos)
+            if code <= last and (code != last or code < 0x75 or code > 0x76):
+                raise DecodeError(f"message section 0x{code:02x} is out of order or repeated", start)
+            last = code
+            c = buf[pos]
+            if code == 0x75:  # data
+                if c == 0xB0:
+                    dend = pos + 5 + _U32(buf, pos + 1)[0]
+                    if dend > end:
+                        raise D.truncated(pos)
+                    v = buf[pos + 5 : dend]
+                    pos = dend
+                elif c == 0x40:
+                    raise DecodeError("a data section cannot be null", pos)
                 else:
-                    raw = buf[pos:hend]
-                    header = _HEADER_CACHE.get(raw)
-                    if header is None:
-                        header, pos = _decode_header(buf, pos)
-                        if len(_HEADER_CACHE) < _HEADER_CACHE_SIZE:
-                            _HEADER_CACHE[raw] = header
-                    else:
+                    v, pos = _BIN_TABLE[c](buf, pos + 1)
+                if bodies is None:
+                    bodies = [v]
+                else:
+                    bodies.append(v)
+            elif code == 0x74:  # application-properties
+                if c == 0xC1 and buf[pos + 1]:
+                    ap, pos = _map_items(buf, pos + 3, pos + 2 + buf[pos + 1], buf[pos + 2])
+                else:
+                    ap, pos = _MAP_TABLE[c](buf, pos + 1)
+            elif code == 0x73:
+                props, pos = _decode_properties(buf, pos)
+            elif code == 0x70:
+                # Headers repeat (durable, default priority...): decoded ones are immutable, so they are
+                # cached by their exact bytes (bounded): no Header is built again for every message.
+                if c == 0xC0:
+                    hend = pos + 2 + buf[pos + 1]
+                    if buf.startswith(_LAST_HEADER[0], pos):  # the same header as the last one: no slicing
+                        header = _LAST_HEADER[1]
                         pos = hend
-                    _LAST_HEADER[:] = (raw, header)
+                    else:
+                        raw = buf[pos:hend]
+                        header = _HEADER_CACHE.get(raw)
+                        if header is None:
+                            header, pos = _decode_header(buf, pos)
+                            if len(_HEADER_CACHE) < _HEADER_CACHE_SIZE:
+                                _HEADER_CACHE[raw] = header
+                        else:
+                            pos = hend
+                        _LAST_HEADER[:] = (raw, header)
+                else:
+                    header, pos = _decode_header(buf, pos)
+            elif code == 0x72:
+                ma, pos = _MAP_TABLE[c](buf, pos + 1)
+            elif code == 0x71:
+                da, pos = _MAP_TABLE[c](buf, pos + 1)
+            elif code == 0x76:
+                if c == 0x40:
+                    raise DecodeError("an amqp-sequence section cannot be null", pos)
+                if bodies is not None and type(bodies[0]) is not AmqpSequence:
+                    raise DecodeError(
+                        "a message body mixes data, amqp-sequence and amqp-value sections", start
+                    )
+                v, pos = _LIST_TABLE[c](buf, pos + 1)
+                if bodies is None:
+                    bodies = [AmqpSequence(v)]
+                else:
+                    bodies.append(AmqpSequence(v))
+            elif code == 0x77:
+                if bodies is not None:
+                    raise DecodeError(
+                        "a message body mixes data, amqp-sequence and amqp-value sections", start
+                    )
+                v, pos = _TYPED[c](buf, pos + 1)
+                body = AmqpValue(v)
+            elif code == 0x78:
+                footer, pos = _MAP_TABLE[c](buf, pos + 1)
             else:
-                header, pos = _decode_header(buf, pos)
-        elif code == 0x72:
-            ma, pos = _MAP_TABLE[c](buf, pos + 1)
-        elif code == 0x71:
-            da, pos = _MAP_TABLE[c](buf, pos + 1)
-        elif code == 0x76:
-            if c == 0x40:
-                raise DecodeError("an amqp-sequence section cannot be null", pos)
-            if bodies is not None and type(bodies[0]) is not AmqpSequence:
-                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
-            v, pos = _LIST_TABLE[c](buf, pos + 1)
-            if bodies is None:
-                bodies = [AmqpSequence(v)]
-            else:
-                bodies.append(AmqpSequence(v))
-        elif code == 0x77:
-            if bodies is not None:
-                raise DecodeError("a message body mixes data, amqp-sequence and amqp-value sections", start)
-            v, pos = _TYPED[c](buf, pos + 1)
-            body = AmqpValue(v)
-        elif code == 0x78:
-            footer, pos = _MAP_TABLE[c](buf, pos + 1)
-        else:
-            raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
-    if bodies is not None:
-        body = bodies[0] if len(bodies) == 1 else tuple(bodies)
-    m = _obj_new(Message)
-    _set_dict(m, "__dict__", {
-        "header": header, "delivery_annotations": da, "message_annotations": ma, "properties": props,
-        "application_properties": ap, "body": body, "footer": footer,
-    })  # fmt: skip
-    return m
+                raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
+        if bodies is not None:
+            body = bodies[0] if len(bodies) == 1 else tuple(bodies)
+        m = _obj_new(Message)
+        _set_dict(m, "__dict__", {
+            "header": header, "delivery_annotations": da, "message_annotations": ma, "properties": props,
+            "application_properties": ap, "body": body, "footer": footer,
+        })  # fmt: skip
+        return m
+    except _FAILURES as exc:
+        raise D.as_decode_error(exc, buf, offset) from None
 
 
 @attrs.frozen(kw_only=True, slots=False)  # dict-based: the decoder fills __dict__ in one step
@@ -356,18 +371,6 @@ class Message:
         """
         return b"".join(self.encode_parts())
 
-    @classmethod
-    def decode(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> Message:
-        """Decode a message from all the bytes of ``buf`` from ``offset`` on.
-
-        Raises:
-            DecodeError: the bytes are not a valid sequence of message sections.
-        """
-        if type(buf) is not bytes:
-            buf = bytes(buf)
-        try:
-            return _decode_message(buf, offset)
-        except _FAILURES as exc:
-            raise D.as_decode_error(exc, buf, offset) from None
-
-
+    #: ``Message.decode(buf, offset=0) -> Message``: decode the sections in ``buf[offset:]``; raises
+    #: :class:`DecodeError` when they are not a valid message (a staticmethod: one call, no wrapper).
+    decode = staticmethod(_decode_message)
