@@ -27,7 +27,7 @@ from corda_trio import amqp
 
 from ._harness import BenchError, Operation, ScenarioContext
 
-__all__ = ["CodecScenario"]
+__all__ = ["CodecScenario", "p2p_message"]
 
 LINKS: Final = ("message", "transfer-frame")
 #: Frame size limit for the transfer path: DESIGN.md §3 max-frame-size is 128 KiB, but a benchmark may ask
@@ -35,7 +35,8 @@ LINKS: Final = ("message", "transfer-frame")
 _MAX_FRAME_BYTES: Final = 1 << 30
 
 
-def _p2p_message(seq: int, body: bytes) -> amqp.Message:
+def p2p_message(seq: int, body: bytes) -> amqp.Message:
+    """The message a bridge sends: header, properties, Corda P2P application-properties, one Data body."""
     return amqp.Message(
         header=amqp.Header(durable=True),
         properties=amqp.Properties(message_id=f"N-bench-{seq}", to="p2p.inbound.DLbench"),
@@ -66,7 +67,7 @@ class _CodecSession:
         if op.size_bytes > len(self.payload):
             raise BenchError(f"size {op.size_bytes} exceeds the scenario's largest size")
         body = self.payload[: op.size_bytes]
-        message = _p2p_message(op.seq, body)
+        message = p2p_message(op.seq, body)
         decoded: Any
         if op.link == "message":
             wire = message.encode()

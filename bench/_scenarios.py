@@ -15,6 +15,10 @@ SCENARIOS: Final[dict[str, tuple[str, str]]] = {
         "bench._codec_scenario:CodecScenario",
         "corda_trio.amqp encode + decode of Corda P2P messages (sections, and whole Transfer frames)",
     ),
+    "amqp-link": (
+        "bench._amqp_link_scenario:AmqpLinkScenario",
+        "Corda P2P messages over corda_trio AMQP links with mutual TLS on 127.0.0.1, until accepted",
+    ),
     "wal": (
         "bench._wal_scenario:WalScenario",
         "durable enqueue into corda_trio.store WAL queues (group commit + fsync), delivery to a consumer",

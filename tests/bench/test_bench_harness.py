@@ -368,3 +368,19 @@ async def test_wal_scenario_delivers_to_a_consumer(tmp_path: Path) -> None:
         assert r.intended_ns <= r.enqueued_ns
     meta = json.loads(summary.meta_path.read_text())
     assert meta["config"]["params"] == {"fsync": "always"} and meta["links"] == ["bench.wal.0"]
+
+
+async def test_amqp_link_scenario_over_mutual_tls(tmp_path: Path) -> None:
+    config = bench.RunConfig(
+        scenario="amqp-link",
+        load=bench.LoadProfile(mode="open", rate_per_second=400, duration_seconds=0.5, warmup_seconds=0.1),
+        sizes=bench.SizeDistribution.parse("100,8k"),
+        params={"peers": 2},
+    )
+    summary = await bench.run_benchmark(bench.load_scenario("amqp-link"), config, tmp_path)
+    records = list(bench.read_records(summary.records_path))
+    assert 180 <= len(records) <= 201 and summary.error_ops == 0
+    assert {r.link for r in records} == {"p2p.inbound.bench-0", "p2p.inbound.bench-1"}
+    for r in records:
+        assert None not in (r.enqueued_ns, r.delivered_ns, r.accepted_ns)
+        assert r.intended_ns <= r.enqueued_ns <= r.delivered_ns <= r.accepted_ns  # type: ignore[operator]

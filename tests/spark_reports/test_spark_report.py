@@ -299,12 +299,13 @@ def test_parquet_input_from_the_synthetic_generator(spark: Any, tmp_path: Path) 
 def test_end_to_end_real_benchmark_then_report(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Short real runs of three scenarios (sockets, the AMQP codec, the durable store) -> one report."""
+    """Short real runs of four scenarios (sockets, AMQP codec, durable store, AMQP over TLS) -> report."""
     out = tmp_path / "bench-out"
     runs = {
         "e2e-loopback": ["loopback", "--rate", "500", "--peers", "2", "--sizes", "64,2k"],
         "e2e-codec": ["codec", "--closed", "--ops", "300", "--sizes", "1k,16k"],
         "e2e-wal": ["wal", "--closed", "--concurrency", "16", "--sizes", "1k"],
+        "e2e-amqp": ["amqp-link", "--rate", "300", "--sizes", "1k"],
     }
     for run_id, args in runs.items():
         common = ["--out", str(out), "--duration", "0.5", "--warmup", "0.1", "--no-progress"]
@@ -316,7 +317,8 @@ def test_end_to_end_real_benchmark_then_report(
     assert main(["report", "--in", str(out), "--out", str(html_path), "--master", "local[2]"]) == 0
     assert "report " in capsys.readouterr().out
     html = html_path.read_text(encoding="utf-8")
-    for text in (*runs, "loopback-0", "loopback-1", "transfer-frame", "bench.wal.0", "corda_trio.store"):
+    for text in (*runs, "loopback-0", "loopback-1", "transfer-frame", "bench.wal.0", "corda_trio.store",
+                 "p2p.inbound.bench-0"):  # fmt: skip
         assert text in html, text
     assert html.count("<svg") == 2 * len(runs)
     with (html_path.with_name("report_tables") / "groups.csv").open() as f:
