@@ -57,6 +57,7 @@ __all__ = [
     "Verdict",
     "append_ack",
     "append_enqueue",
+    "append_enqueue_located",
     "classify_stop",
     "decode_enqueue_body",
     "decode_segment_header",
@@ -150,6 +151,30 @@ def append_enqueue(buf: bytearray, message_id: int, timestamp_ms: int, meta: byt
         buf += tail
     buf += payload
     return length
+
+
+def append_enqueue_located(
+    buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes
+) -> int:
+    """Like :func:`append_enqueue`, but return the record's packed location (:func:`pack_location`) in
+    segment 0 at its offset in ``buf``: the group commit's per-record index entry, computed while the
+    lengths are at hand (the writer later adds the batch's segment and file offset in one addition).
+    """
+    offset = len(buf)
+    meta_len = len(meta)
+    length = RECORD_HEADER_BYTES + meta_len + len(payload)
+    if length > MAX_RECORD_BYTES:
+        raise ValueError(f"record of {length} bytes exceeds the maximum of {MAX_RECORD_BYTES}")
+    tail = _pack_tail(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
+    if meta_len:
+        buf += _pack_prefix(length, _crc32(payload, _crc32(meta, _crc32(tail))))
+        buf += tail
+        buf += meta
+    else:
+        buf += _pack_prefix(length, _crc32(payload, _crc32(tail)))
+        buf += tail
+    buf += payload
+    return (timestamp_ms << _TS_SHIFT) | (meta_len << _META_SHIFT) | (length << _LEN_SHIFT) | offset
 
 
 def append_ack(buf: bytearray, message_id: int) -> None:

@@ -52,7 +52,7 @@ from ._record import (
     RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     append_ack,
-    append_enqueue,
+    append_enqueue_located,
     decode_enqueue_body,
     pack_location,
     scan_records,
@@ -113,8 +113,7 @@ class Batch:
     locs: list[int] = attrs.field(factory=list)
     #: their (meta, payload), for the payload cache
     bodies: list[tuple[bytes, bytes]] = attrs.field(factory=list)
-    #: total bytes of the enqueue records
-    enqueue_bytes: int = 0
+    #: number of ack records (32 bytes each; the rest of ``buf`` is enqueue records)
     acks: int = 0
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
@@ -225,20 +224,22 @@ class DurableLog:
             raise StoreClosedError(f"queue {self.name} is closed")
 
     def add_enqueue(self, payload: bytes, headers: bytes, timestamp_ms: int) -> tuple[int, Batch]:
-        """Encode one enqueue record into the pending batch; returns its id and the batch to await."""
-        self.check_usable()
+        """Encode one enqueue record into the pending batch; returns its id and the batch to await.
+
+        This runs once per enqueue, so it does the least it can: one codec call that also yields the
+        record's batch-relative location, three list appends. Sizes and statistics are derived per batch.
+        """
+        if self.failure is not None or self.closing:
+            self.check_usable()
         batch = self.pending
         mid = self.next_id
-        self.next_id = mid + 1
         buf = batch.buf
-        rel = len(buf)
-        length = append_enqueue(buf, mid, timestamp_ms, headers, payload)
+        if not buf:
+            self._work.set()  # the batch becomes non-empty: the writer has something to take
+        batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload))
+        self.next_id = mid + 1
         batch.ids.append(mid)
-        batch.locs.append(pack_location(0, rel, length, len(headers), timestamp_ms))
         batch.bodies.append((headers, payload))
-        batch.enqueue_bytes += length
-        if not self._work.is_set():
-            self._work.set()
         return mid, batch
 
     def add_ack(self, message_id: int) -> Batch:
@@ -256,10 +257,10 @@ class DurableLog:
         if cached is not None:
             self.cache_bytes -= len(cached[0]) + len(cached[1])
         batch = self.pending
+        if not batch.buf:
+            self._work.set()
         append_ack(batch.buf, message_id)
         batch.acks += 1
-        if not self._work.is_set():
-            self._work.set()
         return batch
 
     # ------------------------------------------------------------------ writer task
@@ -419,10 +420,10 @@ class DurableLog:
             # Locations were packed for segment 0 at offset 0 of the batch: shift them in one pass.
             shift = pack_location(tail.number, base, 0, 0, 0)
             self.live.update(zip(ids, [loc + shift for loc in batch.locs], strict=True))
+            added = len(batch.buf) - ACK_RECORD_BYTES * batch.acks  # bytes of the enqueue records
             if self.cache_bytes < self.config.cache_bytes:
                 self.cache.update(zip(ids, batch.bodies, strict=True))
-                self.cache_bytes += batch.enqueue_bytes - RECORD_HEADER_BYTES * len(ids)
-            added = batch.enqueue_bytes
+                self.cache_bytes += added - RECORD_HEADER_BYTES * len(ids)
             tail.live_bytes += added
             tail.live_count += len(ids)
             self.live_bytes += added

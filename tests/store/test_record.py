@@ -39,6 +39,35 @@ def test_golden_vectors() -> None:
     assert result.stop is None and list(result.enqueue_ids) == [7] and list(result.ack_ids) == [7]
 
 
+@given(
+    prefix=st.binary(max_size=300),
+    mid=st.integers(0, 2**64 - 1),
+    ts=st.integers(0, 2**40),
+    meta=st.binary(max_size=40),
+    payload=st.binary(max_size=300),
+)
+def test_append_enqueue_located_writes_the_same_bytes_and_returns_the_location(
+    prefix: bytes, mid: int, ts: int, meta: bytes, payload: bytes
+) -> None:
+    plain = bytearray(prefix)
+    length = rec.append_enqueue(plain, mid, ts, meta, payload)
+    located = bytearray(prefix)
+    loc = rec.append_enqueue_located(located, mid, ts, meta, payload)
+    assert located == plain
+    assert rec.unpack_location(loc) == (0, len(prefix), length, len(meta), ts)
+
+
+def test_append_enqueue_located_rejects_oversized_records_untouched() -> None:
+    class Huge(bytes):
+        def __len__(self) -> int:
+            return rec.MAX_RECORD_BYTES
+
+    buf = bytearray(b"kept")
+    with pytest.raises(ValueError, match="exceeds the maximum"):
+        rec.append_enqueue_located(buf, 1, 0, b"", Huge())
+    assert buf == b"kept"
+
+
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [
