@@ -21,6 +21,7 @@ from ._harness import ScenarioContext as ScenarioContext
 from ._harness import ScenarioSession as ScenarioSession
 from ._harness import SizeDistribution as SizeDistribution
 from ._harness import TrioClock as TrioClock
+from ._harness import check_parameters as check_parameters
 from ._harness import environment_metadata as environment_metadata
 from ._harness import make_record as make_record
 from ._harness import new_run_id as new_run_id
@@ -48,6 +49,7 @@ __all__ = [
     "ScenarioSession",
     "SizeDistribution",
     "TrioClock",
+    "check_parameters",
     "environment_metadata",
     "load_scenario",
     "make_record",

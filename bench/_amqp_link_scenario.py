@@ -76,6 +76,11 @@ class AmqpLinkScenario:
         "Corda P2P messages over corda_trio AMQP 1.0 links (engine + Trio driver), mutual TLS, 127.0.0.1; "
         "latency to the peer's accepted disposition"
     )
+    parameters: Final = {
+        "peers": "number of sending connections, one sender link each (default 1)",
+        "credit": "receiver link credit (default 1000)",
+        "tls": "true (default): mutual TLS with legal-name checks; false: plain TCP",
+    }
 
     @asynccontextmanager
     async def open(self, ctx: ScenarioContext) -> AsyncIterator[_LinkSession]:

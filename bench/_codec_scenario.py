@@ -96,6 +96,7 @@ class CodecScenario:
 
     name = "codec"
     description = "corda_trio.amqp: encode + decode a Corda P2P message (sections; whole Transfer frame)"
+    parameters: Final[dict[str, str]] = {}
 
     @asynccontextmanager
     async def open(self, ctx: ScenarioContext) -> AsyncIterator[_CodecSession]:

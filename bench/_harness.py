@@ -97,6 +97,7 @@ __all__ = [
     "ScenarioSession",
     "SizeDistribution",
     "TrioClock",
+    "check_parameters",
     "environment_metadata",
     "make_record",
     "new_run_id",
@@ -543,10 +544,15 @@ class ScenarioSession(Protocol):
 
 
 class Scenario(Protocol):
-    """A named benchmark. ``open`` sets up the system under test and tears it down on exit."""
+    """A named benchmark. ``open`` sets up the system under test and tears it down on exit.
+
+    ``parameters`` maps each parameter the scenario understands to a one-line help text; the harness
+    refuses a run with any other parameter (a misspelt ``--param`` must not be silently ignored).
+    """
 
     name: str
     description: str
+    parameters: Mapping[str, str]
 
     def open(self, ctx: ScenarioContext) -> AbstractAsyncContextManager[ScenarioSession]:
         """Set up; yields the session that runs operations."""
@@ -780,6 +786,23 @@ ProgressCallback = Callable[[float, int], None]
 """``progress(fraction_of_time_done, recorded_ops)``, called a few times per second."""
 
 
+def check_parameters(scenario: Scenario, config: RunConfig) -> None:
+    """Refuse parameters the scenario does not declare (a scenario without ``parameters`` accepts any).
+
+    Raises:
+        BenchError: naming the unknown parameters and the scenario's own.
+    """
+    known = getattr(scenario, "parameters", None)
+    if known is None:
+        return
+    unknown = sorted(set(config.params) - set(known))
+    if unknown:
+        offered = ", ".join(sorted(known)) or "none"
+        raise BenchError(
+            f"scenario {scenario.name} has no parameter(s) {', '.join(unknown)}; its parameters: {offered}"
+        )
+
+
 async def run_benchmark(
     scenario: Scenario,
     config: RunConfig,
@@ -808,6 +831,7 @@ async def run_benchmark(
     """
     import tempfile
 
+    check_parameters(scenario, config)
     run_id = config.run_id or new_run_id(config.scenario)
     writer = RecordWriter(out_dir, run_id)
     clock = clock or Clock()

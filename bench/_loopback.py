@@ -95,6 +95,10 @@ class LoopbackScenario:
 
     name = "loopback"
     description = "length-prefixed frames over Trio TCP sockets on 127.0.0.1 (the floor under amqp-link)"
+    parameters: Final = {
+        "peers": "number of TCP connections, one link each (default 1)",
+        "queue_depth": "send channel size per link (default 1024)",
+    }
 
     @asynccontextmanager
     async def open(self, ctx: ScenarioContext) -> AsyncIterator[_LoopbackSession]:

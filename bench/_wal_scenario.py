@@ -94,6 +94,13 @@ class WalScenario:
     description = (
         "durable enqueue into corda_trio.store WAL queues (group commit + fdatasync), delivery to a consumer"
     )
+    parameters: Final = {
+        "queues": "number of durable queues, one link each (default: peers, or 1)",
+        "peers": "same as queues",
+        "fsync": "always (durable, default) | none (page cache only; benchmarks only)",
+        "consume": "true (default): a consumer receives and acks; false: measure enqueue only",
+        "credit": "consumer prefetch (default 256)",
+    }
 
     @asynccontextmanager
     async def open(self, ctx: ScenarioContext) -> AsyncIterator[_WalSession]:

@@ -69,6 +69,8 @@ def _list(args: argparse.Namespace) -> int:
     width = max(len(n) for n in bench.SCENARIOS)
     for name, (_, description) in sorted(bench.SCENARIOS.items()):
         print(f"{name:<{width}}  {description}")
+        for param, text in bench.load_scenario(name).parameters.items():
+            print(f"{'':<{width}}    --param {param}=...  {text}")
     return 0
 
 
@@ -111,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
             run_id=args.run_id,
         )
         scenario = bench.load_scenario(args.scenario)
+        bench.check_parameters(scenario, config)
     except bench.BenchError as exc:
         raise CliError(str(exc), 2) from exc
 

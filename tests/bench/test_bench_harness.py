@@ -384,3 +384,28 @@ async def test_amqp_link_scenario_over_mutual_tls(tmp_path: Path) -> None:
     for r in records:
         assert None not in (r.enqueued_ns, r.delivered_ns, r.accepted_ns)
         assert r.intended_ns <= r.enqueued_ns <= r.delivered_ns <= r.accepted_ns  # type: ignore[operator]
+
+
+async def test_unknown_parameters_are_refused(tmp_path: Path) -> None:
+    config = bench.RunConfig(scenario="wal", params={"fsyncc": "none"})
+    with pytest.raises(bench.BenchError, match=r"no parameter\(s\) fsyncc; its parameters: consume, credit"):
+        await bench.run_benchmark(bench.load_scenario("wal"), config, tmp_path)
+    with pytest.raises(bench.BenchError, match="its parameters: none"):
+        config = bench.RunConfig(scenario="codec", params={"peers": 2})
+        await bench.run_benchmark(bench.load_scenario("codec"), config, tmp_path)
+    assert not any(p.name for p in await trio.Path(tmp_path).iterdir())
+
+
+def test_cli_bench_list_and_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from corda_trio.node._cli import main
+
+    assert main(["bench", "list"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("amqp-link", "codec", "loopback", "wal", "--param fsync=..."):
+        assert name in listing
+    assert main(["bench", "run", "wal", "--out", str(tmp_path), "--param", "oops"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["bench", "run", "codec", "--out", str(tmp_path), "--nodes", "3"]) == 2
+    assert "scenario codec has no parameter(s) nodes" in capsys.readouterr().err
+    assert main(["bench", "run", "codec", "--out", str(tmp_path), "--rate", "-5"]) == 2
+    assert "positive rate" in capsys.readouterr().err
