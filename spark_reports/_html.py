@@ -255,10 +255,14 @@ def _throughput_chart(title: str, result: JobResult, run_id: str, scenario: str)
             per_link[p.link][p.second] += p.ok
             per_link_err[p.link][p.second] += p.errors
     links = sorted(per_link, key=lambda k: -sum(per_link[k].values()))[:MAX_SERIES_PER_CHART]
+    # The run's last bin is cut short by the run's end: leave it out so the line does not dip at the end.
+    last_full = max((s for link in per_link for s in per_link[link]), default=0) - 1
     series = []
     for i, link in enumerate(links):
         secs = per_link[link]
         lo, hi = min(secs), max(secs)
+        if last_full > lo:
+            hi = min(hi, last_full)
         series.append(
             Series(name=f"{link} ok/s", points=tuple((s, secs.get(s, 0)) for s in range(lo, hi + 1)),
                    color=PALETTE[i % len(PALETTE)])
@@ -403,7 +407,8 @@ def render_html(
                 "time, so open-loop stalls are charged to every operation they delayed (no coordinated "
                 "omission). The x axis stretches the tail: 90%, 99%, 99.9% ... are equally spaced; the last "
                 "point is the maximum. <b>Throughput</b>: operations completed in each one-second bin per "
-                "link (dashed: errors per second, when there are any).</p>"
+                "link, counted from the run's first due operation (dashed: errors per second, when there are "
+                "any); the run's last, partial second is left out (it is in <code>throughput.csv</code>).</p>"
             )
 
     if comparison is not None:
