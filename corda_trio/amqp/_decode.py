@@ -307,7 +307,7 @@ def _list32(buf: Any, pos: int) -> tuple[Any, int]:
 # immutable values. Bounded in entries and entry size; when full (one-off entries such as dedup ids fill
 # it) it is cleared, so recurring entries come back after one miss.
 _ENTRIES: Final[dict[bytes, tuple[str, Any]]] = {}
-_ENTRIES_MAX: Final = 4096
+_ENTRIES_MAX: Final = 256
 _ENTRY_MAX_BYTES: Final = 96
 
 
