@@ -341,3 +341,15 @@ def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
     assert (tmp_path / "r.html").exists()
     noisy = [line for line in proc.stderr.splitlines() if " INFO " in line or " WARN " in line]
     assert noisy == []
+
+
+def test_size_class_expression_matches_python_at_every_power_of_two_edge(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_reports._job import _SIZE_CLASS_SQL
+
+    values = sorted({0, 1, 2, 3} | {v for e in range(2, 41) for v in (2**e - 1, 2**e, 2**e + 1)})
+    df = spark.createDataFrame([(v,) for v in values], "size_bytes long")
+    rows = df.select("size_bytes", F.expr(_SIZE_CLASS_SQL).alias("c")).collect()
+    got = {r["size_bytes"]: r["c"] for r in rows}
+    assert got == {v: spark_reports.size_class(v) for v in values}
