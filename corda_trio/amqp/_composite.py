@@ -14,10 +14,11 @@ specialised encoder and decoder for the class, so the hot paths do no reflection
   (plain ``int`` / ``str`` / ``bytes``..., see ``_decode.FIELD_TABLES``), maps null or a missing trailing
   field to the spec default, checks mandatory fields, ignores extra trailing fields (the spec allows newer
   versions to add fields), checks that the fields end exactly where the list's size says, and sets the
-  instance's ``__dict__`` in one step from a copy of the defaults (bypassing ``__init__``, which for a frozen
-  class costs about twice as much; this is also why composites are dict-based rather than slotted attrs
-  classes: measured, a slotted instance needs one descriptor call per field, a dict-based one a dict
-  copy). Field values are not re-validated beyond their wire type.
+  instance's ``__dict__`` in one step with the fields present on the wire only (bypassing ``__init__``,
+  which for a frozen class costs about twice as much); the spec defaults of the other fields are class
+  attributes, which attribute lookup falls back to. This is why composites are dict-based rather than
+  slotted attrs classes: measured, a slotted instance needs one descriptor call per field. Field values
+  are not re-validated beyond their wire type.
 
 Both are registered with the value codec, so ``encode_value`` / ``decode_value`` handle composites anywhere
 (inside maps, as delivery states, ...). A class is identified on decode by its numeric descriptor
@@ -164,6 +165,11 @@ def composite(code: int, name: str) -> Callable[[type], type]:
         cls.DESCRIPTOR_CODE = ULong(code)  # type: ignore[attr-defined]
         cls.DESCRIPTOR_NAME = Symbol(name)  # type: ignore[attr-defined]
         cls.FIELD_KINDS = tuple((s[0], s[1]) for s in specs)  # type: ignore[attr-defined]
+        # Class-level defaults: a decoded instance's __dict__ holds only the fields present on the wire, and
+        # attribute lookup finds the spec default on the class for the others (no per-instance copy).
+        for field_name, _kind, default, mandatory, _allowed in specs:
+            if not mandatory:
+                type.__setattr__(cls, field_name, default)
         cls._encode = encode  # type: ignore[attr-defined]
         cls._decode = staticmethod(decode)  # type: ignore[attr-defined]
         E.register_encoder(cls, encode)
@@ -221,12 +227,10 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
 
 
 def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int], tuple[Any, int]]:
-    defaults = {name: default for name, _kind, default, _mandatory, _allowed in specs}
     ns: dict[str, Any] = {
         "new": object.__new__,
         "set_dict": object.__setattr__,
         "C": cls,
-        "DEFAULTS": defaults,
         "U32x2": struct.Struct(">II").unpack_from,
         "U32": struct.Struct(">I").unpack_from,
         "DecodeError": DecodeError,
@@ -265,10 +269,10 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
             f"    if count < {required}: raise DecodeError('{cls.__name__} lacks mandatory fields', start, "
             "condition=INVALID_FIELD)"
         )
-    lines.append("    d = DEFAULTS.copy()")
+    lines.append("    d = {}")
 
-    # The instance dict starts as a copy of the defaults; field i is decoded inside "if count > i" (nested,
-    # so absent trailing fields cost nothing) and stored only when it is not null.
+    # The instance dict starts empty (defaults live on the class); field i is decoded inside "if count > i"
+    # (nested, so absent trailing fields cost nothing) and stored only when it is not null.
     for i, (name, kind, _default, mandatory, allowed) in enumerate(specs):
         ns[f"T{i}"] = D.FIELD_TABLES[FIELD_DECODE_KIND.get(kind, kind)]
         ns[f"A{i}"] = allowed
