@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,84 @@ async def test_non_durable_queue_behaves_like_a_queue(tmp_path: Path) -> None:
         await broker.delete_queue("internal.bridge.control")
         with pytest.raises(store.QueueNotFoundError):
             broker.get_queue("internal.bridge.control")
+
+
+class _GatedWrites:
+    """``write_all`` stand-in: records every write and holds the first one until ``gate`` is set
+    (it runs on the worker threads of the commit jobs)."""
+
+    def __init__(self, real: object, fail_first: bool) -> None:
+        self.real = real
+        self.fail_first = fail_first
+        self.gate = threading.Event()
+        self.writes: list[bytes] = []
+        self.lock = threading.Lock()
+        self.entered = trio.Event()  # set (on the Trio thread) once the first write is held
+        self.token = trio.lowlevel.current_trio_token()
+
+    def __call__(self, fd: int, data: bytes, sync: bool) -> None:
+        with self.lock:
+            first = not self.writes
+            self.writes.append(bytes(data))
+        if first:
+            self.token.run_sync_soon(self.entered.set)
+            assert self.gate.wait(10)
+            if self.fail_first:
+                raise OSError(errno.EIO, "Input/output error")
+        self.real(fd, data, sync)  # type: ignore[operator]
+
+
+async def _two_jobs_in_flight(
+    queue: store.Queue, gated: _GatedWrites, nursery: trio.Nursery
+) -> list[int | BaseException]:
+    results: list[int | BaseException] = []
+
+    async def produce(payload: bytes) -> None:
+        try:
+            results.append(await queue.enqueue(payload))
+        except store.StoreFailedError as exc:
+            results.append(exc)
+
+    log = queue._log
+    assert log is not None
+    with trio.fail_after(10):
+        nursery.start_soon(produce, b"first")
+        await gated.entered.wait()
+        nursery.start_soon(produce, b"second")
+        await trio.testing.wait_all_tasks_blocked()
+        assert log._jobs == 2  # the second batch's job started while the first one's write is held
+        await trio.sleep(0.05)
+        assert len(gated.writes) == 1  # ... and it waits for that write: writes stay in order
+    gated.gate.set()
+    return results
+
+
+async def test_overlapping_commit_jobs_write_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gated = _GatedWrites(_wal.write_all, fail_first=False)
+    monkeypatch.setattr(_wal, "write_all", gated)
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        async with trio.open_nursery() as nursery:
+            results = await _two_jobs_in_flight(queue, gated, nursery)
+        assert results == [0, 1]  # published in write order
+        assert queue.statistics().group_commits == 2
+    assert [w[32:] for w in gated.writes] == [b"first", b"second"]
+    async with store.open_broker(tmp_path) as broker:
+        assert [m.payload async for m in broker.get_queue("q").browse()] == [b"first", b"second"]
+
+
+async def test_a_job_after_a_failed_write_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gated = _GatedWrites(_wal.write_all, fail_first=True)
+    monkeypatch.setattr(_wal, "write_all", gated)
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        async with trio.open_nursery() as nursery:
+            results = await _two_jobs_in_flight(queue, gated, nursery)
+        assert len(results) == 2 and all(isinstance(r, store.StoreFailedError) for r in results)
+        assert len(gated.writes) == 1  # the second job saw the failure and wrote nothing
+    async with store.open_broker(tmp_path) as broker:
+        assert [m async for m in broker.get_queue("q").browse()] == []
