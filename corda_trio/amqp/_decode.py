@@ -307,6 +307,11 @@ def _list32(buf: Any, pos: int) -> tuple[Any, int]:
 # immutable values. Bounded in entries and entry size; when full (one-off entries such as dedup ids fill
 # it) it is cleared, so recurring entries come back after one miss.
 _ENTRIES: Final[dict[bytes, tuple[str, Any]]] = {}
+# And the memoised entry last seen at each of the first places of a map, checked first with a plain
+# ``startswith`` (no slice, no hash): application-properties keep their order from message to message.
+# Every slot always holds a genuine entry (raw bytes, key, value, length), so a match is always right.
+_PREVIOUS_SLOTS: Final = 16
+_PREVIOUS: Final[list[tuple[bytes, str, Any, int]]] = [(b"\xa1\x00\xa1\x00", "", "", 4)] * _PREVIOUS_SLOTS
 _ENTRIES_MAX: Final = 256
 _ENTRY_MAX_BYTES: Final = 96
 
@@ -320,9 +325,16 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         raise DecodeError(f"map count {count} cannot fit in its size", pos)
     table = TYPED
     entries = _ENTRIES
+    previous = _PREVIOUS
     out: dict[Any, Any] = {}
     start = pos
-    for _ in range(count >> 1):
+    for i in range(count >> 1):
+        if i < _PREVIOUS_SLOTS:
+            prev = previous[i]
+            if buf.startswith(prev[0], pos):  # the entry found at this place last time: no slicing at all
+                out[prev[1]] = prev[2]
+                pos += prev[3]
+                continue
         c = buf[pos]
         vend = 0
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
@@ -337,6 +349,8 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
                 entry = entries.get(raw)
                 if entry is not None:  # seen before: the same bytes decode to the same immutable values
                     out[entry[0]] = entry[1]
+                    if i < _PREVIOUS_SLOTS:
+                        previous[i] = (raw, entry[0], entry[1], vend - pos)
                     pos = vend
                     continue
             else:
@@ -361,10 +375,12 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         else:
             v, pos = table[c](buf, pos + 1)
         out[k] = v
-        if vend and pos == vend <= end:
+        if vend and pos == vend <= end:  # a valid, memoisable entry
             if len(entries) >= _ENTRIES_MAX:  # full (of one-off values such as dedup ids): start afresh
                 entries.clear()
             entries[raw] = (k, v)
+            if i < _PREVIOUS_SLOTS:
+                previous[i] = (raw, k, v, len(raw))
     if pos != end:
         raise DecodeError("map elements do not match the map's declared size", min(pos, end))
     if len(out) != count >> 1:

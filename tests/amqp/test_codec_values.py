@@ -270,3 +270,17 @@ def test_memoised_map_entries_stay_correct() -> None:
         amqp.decode_value(amqp.encode_value({"_AMQ_DUPL_ID": f"N-{i}"}))
     assert len(_decode._ENTRIES) <= _decode._ENTRIES_MAX
     assert amqp.decode_value(data) == (props, len(data))
+
+
+def test_memoised_entries_in_another_order_or_another_map() -> None:
+    """The per-place memo sees other maps and reordered entries: it must only ever match equal bytes."""
+    first = {"a": "1", "b": "2", "c": Int(3)}
+    reordered = {"c": Int(3), "a": "1", "b": "2"}
+    changed = {"a": "1", "b": "X", "c": Int(4)}
+    for value in (first, reordered, changed, first, {"a": "1"}, {}, first):
+        data = amqp.encode_value(value)
+        decoded, _ = amqp.decode_value(data)
+        assert decoded == value and list(decoded) == list(value)
+        assert amqp.encode_value(decoded) == data
+    nested = {"a": "1", "m": {"a": "1", "b": "2"}}  # the inner map shares places with the outer one
+    assert amqp.decode_value(amqp.encode_value(nested))[0] == nested
