@@ -35,8 +35,10 @@ What is measured, in one run:
     is ready (every segment scanned and checksummed, the index rebuilt), plus the time to the first
     delivery. Target: <= 5 s. (The fill uses ``fsync="none"``: durability of the fill is not measured.)
 
-The machine is shared and its fsync latency varies a lot from second to second, so (a) and (b) run
-alternately ``repeats`` times and the records report each run plus the medians.
+The machine is shared and its fsync latency varies a lot from second to second, so (a) runs interleaved
+with (b): each (b) run is cut into 8 slices and the three loops of (a) run a slice's worth of records
+(at the records per fsync (b) showed so far) after each slice, each side timed only while it runs.
+That is repeated ``repeats`` times; the records report each run plus the medians.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -63,6 +66,8 @@ __all__ = ["raw_encoded_loop", "raw_fsync_loop", "run_wal_benchmark"]
 RECORD_BYTES: Final = 256
 HEADER_BYTES: Final = 32
 PRODUCERS: Final = 64
+#: (a) runs between the slices of each (b) run (see :func:`_queue_run`).
+SLICES: Final = 8
 
 
 def raw_fsync_loop(
@@ -135,12 +140,27 @@ def raw_encoded_loop(directory: str, *, record_bytes: int, per_fsync: int, total
     }  # fmt: skip
 
 
-async def _queue_run(directory: str, *, payload_bytes: int, producers: int, total: int) -> dict[str, Any]:
-    """(b): ``producers`` tasks enqueue ``total`` messages of ``payload_bytes`` into one durable queue."""
+async def _queue_run(
+    directory: str,
+    *,
+    payload_bytes: int,
+    producers: int,
+    total: int,
+    slices: int = 1,
+    between: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
+    """(b): ``producers`` tasks enqueue ``total`` messages of ``payload_bytes`` into one durable queue.
+
+    The run is cut into ``slices``; after each one (every enqueue of it durable, the queue idle)
+    ``between(records_per_fsync_so_far)`` runs synchronously, outside the timed part. That is how (a) runs
+    interleaved with (b), a slice at a time, so that both see the same fsync latency: on a shared
+    machine it changes by a factor of ten within seconds.
+    """
     root = os.path.join(directory, "broker")
     shutil.rmtree(root, ignore_errors=True)
     payload = os.urandom(payload_bytes)
-    per_producer = total // producers
+    per_producer = total // producers // slices
+    elapsed = cpu = loop_cpu = 0.0
     async with store.open_broker(root) as broker:
         queue = await broker.declare_queue("bench.wal")
 
@@ -149,26 +169,44 @@ async def _queue_run(directory: str, *, payload_bytes: int, producers: int, tota
             for _ in range(per_producer):
                 await enqueue(payload)
 
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        loop_cpu_start = time.thread_time()
-        async with trio.open_nursery() as nursery:
-            for _ in range(producers):
-                nursery.start_soon(produce)
-        elapsed = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
-        loop_cpu = time.thread_time() - loop_cpu_start
+        for _ in range(slices):
+            start = time.perf_counter()
+            cpu_start = time.process_time()
+            loop_cpu_start = time.thread_time()
+            async with trio.open_nursery() as nursery:
+                for _ in range(producers):
+                    nursery.start_soon(produce)
+            elapsed += time.perf_counter() - start
+            cpu += time.process_time() - cpu_start
+            loop_cpu += time.thread_time() - loop_cpu_start
+            if between is not None:
+                between(queue.statistics().records_per_fsync)
         stats = queue.statistics()
     shutil.rmtree(root, ignore_errors=True)
-    count = per_producer * producers
+    count = per_producer * producers * slices
     return {
         "variant": f"queue-{'1k' if payload_bytes == 1024 else payload_bytes + HEADER_BYTES}",
         "record_bytes": payload_bytes + HEADER_BYTES, "payload_bytes": payload_bytes, "producers": producers,
         "records": count, "seconds": elapsed, "records_per_second": count / elapsed,
-        "records_per_fsync": stats.records_per_fsync, "fsyncs": stats.fsyncs,
+        "records_per_fsync": stats.records_per_fsync, "fsyncs": stats.fsyncs, "slices": slices,
         "cpu_microseconds_per_record": cpu / count * 1e6,
         "loop_cpu_microseconds_per_record": loop_cpu / count * 1e6,
     }  # fmt: skip
+
+
+def _combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record for the slices of a raw loop run between the slices of a queue run."""
+    records = sum(p["records"] for p in parts)
+    seconds = sum(p["seconds"] for p in parts)
+    fsyncs = sum(p["fsyncs"] for p in parts)
+    out = dict(parts[-1], records=records, seconds=seconds, fsyncs=fsyncs, slices=len(parts))
+    out["records_per_second"] = records / seconds
+    out["records_per_fsync"] = records / fsyncs
+    out["fsync_seconds"] = seconds / fsyncs
+    if "cpu_microseconds_per_record" in out:
+        cpu = sum(p["cpu_microseconds_per_record"] * p["records"] for p in parts)
+        out["cpu_microseconds_per_record"] = cpu / records
+    return out
 
 
 async def _recovery_run(directory: str, *, messages: int, payload_bytes: int) -> dict[str, Any]:
@@ -225,19 +263,26 @@ def run_wal_benchmark(
     base = tempfile.mkdtemp(prefix="wal-bench-", dir=directory)
     records: list[dict[str, Any]] = []
     try:
+        slice_total = total // SLICES
         for run in range(repeats):
+            parts: dict[str, list[dict[str, Any]]] = {"bare": [], "encoded": [], "per-record": []}
+
+            def raw_slice(records_per_fsync: float, parts: dict[str, list[dict[str, Any]]] = parts) -> None:
+                n = max(1, round(records_per_fsync))
+                kw: dict[str, Any] = {"record_bytes": RECORD_BYTES, "per_fsync": n, "total": slice_total}
+                parts["bare"].append(raw_fsync_loop(base, **kw))
+                parts["encoded"].append(raw_encoded_loop(base, **kw))
+                parts["per-record"].append(raw_fsync_loop(base, **kw, write_per_record=True))
+
             b = trio.run(lambda: _queue_run(base, payload_bytes=RECORD_BYTES - HEADER_BYTES,
-                                            producers=PRODUCERS, total=total))  # fmt: skip
-            per_fsync = max(1, round(b["records_per_fsync"]))
-            a = raw_fsync_loop(base, record_bytes=RECORD_BYTES, per_fsync=per_fsync, total=total)
-            ae = raw_encoded_loop(base, record_bytes=RECORD_BYTES, per_fsync=per_fsync, total=total)
-            a1 = raw_fsync_loop(
-                base, record_bytes=RECORD_BYTES, per_fsync=per_fsync, total=total, write_per_record=True
-            )
+                                            producers=PRODUCERS, total=total, slices=SLICES,
+                                            between=raw_slice))  # fmt: skip
+            a, ae, a1 = (_combine(parts[key]) for key in ("bare", "encoded", "per-record"))
             k = trio.run(lambda: _queue_run(base, payload_bytes=1024, producers=PRODUCERS, total=total))
             b["ratio_to_raw"] = b["records_per_second"] / a["records_per_second"]
             b["ratio_to_raw_encoded"] = b["records_per_second"] / ae["records_per_second"]
             b["ratio_to_raw_per_record"] = b["records_per_second"] / a1["records_per_second"]
+            per_fsync = ae["records_per_fsync"]
             fsync_seconds = ae["fsync_seconds"] - ae["cpu_microseconds_per_record"] * 1e-6 * per_fsync
             loop_seconds = b["loop_cpu_microseconds_per_record"] * 1e-6 * b["records_per_fsync"]
             b["serial_bound"] = max(0.0, fsync_seconds) / (max(0.0, fsync_seconds) + loop_seconds)

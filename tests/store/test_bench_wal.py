@@ -1,0 +1,27 @@
+"""The WAL benchmark runs end to end and reports comparable records (a smoke test: no timing asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import wal
+
+
+def test_wal_benchmark_reports_paired_runs_and_summaries(tmp_path: Path) -> None:
+    records = wal.run_wal_benchmark(directory=str(tmp_path), total=wal.PRODUCERS * wal.SLICES * 2,
+                                    repeats=1, recovery_messages=500)  # fmt: skip
+    by_variant = {(r["variant"], r["run"]): r for r in records}
+    queue = by_variant[("queue-256", 0)]
+    encoded = by_variant[("raw-loop-encoded", 0)]
+    bare = by_variant[("raw-loop", 0)]
+    # (a) ran between the slices of (b), the same number of records, at (b)'s records per fsync
+    assert encoded["slices"] == bare["slices"] == queue["slices"] == wal.SLICES
+    assert encoded["records"] == bare["records"] == queue["records"] == wal.PRODUCERS * wal.SLICES * 2
+    assert encoded["records_per_fsync"] >= 1 and queue["fsyncs"] >= 1
+    assert queue["ratio_to_raw_encoded"] == queue["records_per_second"] / encoded["records_per_second"]
+    assert 0.0 <= queue["serial_bound"] <= 1.0
+    summary = by_variant[("queue-256", "median")]
+    assert summary["meets_target"] == (summary["ratio_to_raw_encoded"] >= 0.5)
+    recovery = by_variant[("recovery-500", 0)]
+    assert recovery["messages"] == 500 and recovery["seconds"] > 0
+    assert not list(tmp_path.iterdir())  # everything it wrote is gone
