@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -299,7 +300,7 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
     timings: dict[str, float] = {}
     mark = time.perf_counter()
     rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs).select(*outputs))
-    timings["aggregate"], mark = time.perf_counter() - mark, time.perf_counter()
+    timings["aggregate"] = time.perf_counter() - mark
     _check_valid(rows)
 
     groups = tuple(_group_from_row(row, pct_values) for row in rows)
@@ -307,19 +308,32 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
     for g in groups:
         run_start[g.run_id] = min(run_start.get(g.run_id, g.first_intended_ns), g.first_intended_ns)
 
+    mark = time.perf_counter()
     # Seconds counted from each run's first due operation, so every bin but the last is a full second.
     start_of = F.create_map(*[x for r, ns in sorted(run_start.items()) for x in (F.lit(r), F.lit(ns))])
     second = F.floor((F.col("done_ns") - F.element_at(start_of, F.col("run_id"))) / F.lit(1_000_000_000))
     key_of = {int(row["gid"]): g.key for row, g in zip(rows, groups, strict=True)}
     by_gid = len(key_of) == len(groups)  # a 64-bit hash collision is all but impossible; if so, use the keys
     series_keys = ["gid"] if by_gid else list(_KEYS)
-    series_rows = _collect(
-        prepared.groupBy(*series_keys, second.alias("sec")).agg(
-            F.sum(F.col("is_ok").cast("long")).alias("ok"),
-            F.sum(F.col("is_error").cast("long")).alias("errors"),
-        )
+    series_df = prepared.groupBy(*series_keys, second.alias("sec")).agg(
+        F.sum(F.col("is_ok").cast("long")).alias("ok"),
+        F.sum(F.col("is_error").cast("long")).alias("errors"),
     )
-    timings["series"], mark = time.perf_counter() - mark, time.perf_counter()
+    errors_total = sum(g.errors for g in groups)
+    errors_df = (
+        df.where(F.col("outcome") == "error")
+        .groupBy(
+            "run_id", "scenario", "link", F.coalesce(F.col("error"), F.lit("(no error text)")).alias("error")
+        )
+        .count()
+    )
+    # The two small jobs run concurrently: each leaves cores idle while the other's tasks run or start.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="report-job") as pool:
+        series_future = pool.submit(_collect, series_df)
+        errors_future = pool.submit(_collect, errors_df) if errors_total else None
+        series_rows = series_future.result()
+        error_rows = errors_future.result() if errors_future is not None else []
+    timings["series + errors"] = time.perf_counter() - mark
     points = []
     for r in series_rows:
         run_id, scenario, link, size = key_of[int(r["gid"])] if by_gid else (r[k] for k in _KEYS)
@@ -330,14 +344,6 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
         points.append(point)
     series = tuple(sorted(points, key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second)))
 
-    error_rows = _collect(
-        df.where(F.col("outcome") == "error")
-        .groupBy(
-            "run_id", "scenario", "link", F.coalesce(F.col("error"), F.lit("(no error text)")).alias("error")
-        )
-        .count()
-    )
-    timings["errors"] = time.perf_counter() - mark
     per_link: dict[tuple[str, str, str], list[ErrorCount]] = defaultdict(list)
     for r in error_rows:
         e = ErrorCount(

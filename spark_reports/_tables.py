@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +106,7 @@ def write_tables(
     """Write each table as ``<name>.csv`` (one file) and, with Spark, ``<name>.parquet`` (a directory)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    frames = []
     for name, rows in tables.items():
         columns = list(rows[0]) if rows else list(EMPTY_TABLE_COLUMNS.get(name, ()))
         csv_path = out_dir / f"{name}.csv"
@@ -114,10 +116,16 @@ def write_tables(
             writer.writerows(rows)
         written.append(csv_path)
         if spark is not None and rows:
-            parquet_path = out_dir / f"{name}.parquet"
             frame = spark.createDataFrame(rows, schema=_spark_schema(rows))
-            frame.coalesce(1).write.mode("overwrite").parquet(str(parquet_path))
-            written.append(parquet_path)
+            frames.append((out_dir / f"{name}.parquet", frame))
+
+    def write(path: Path, frame: Any) -> Path:
+        frame.coalesce(1).write.mode("overwrite").parquet(str(path))
+        return path
+
+    # Small independent jobs: run them concurrently (Spark schedules jobs from several threads).
+    with ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="report-table") as pool:
+        written += list(pool.map(lambda item: write(*item), frames))
     return written
 
 
