@@ -37,6 +37,13 @@ the system allows; ``intended_ns == created_ns``. This measures maximum throughp
 **Warm-up.** Operations due in the first ``warmup_seconds`` run but are not recorded (the meta file counts
 them). Measurement lasts ``duration_seconds`` after warm-up, or until ``max_ops`` operations were recorded.
 
+**Cost of measuring.** The hot path is kept small so that it does not become the benchmark: one cancel scope
+(the drain deadline) around all operations instead of one per operation, records queued as tuples and
+turned into JSON by a flusher task in a worker thread a batch at a time, a scheduler checkpoint every 16
+closed-loop operations. Measured with a scenario that does nothing: about 9 us per operation (110k
+operations/s on one core of the 2-core build machine), of which the ``Operation`` object and record tuple
+are a few us and Trio's scheduler the rest.
+
 Writing a scenario
 ==================
 
@@ -267,6 +274,24 @@ def _error_text(error: BaseException | str) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+def _record_values(record: Record) -> tuple[Any, ...]:
+    return tuple(getattr(record, f) for f in RECORD_FIELDS)
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_LINE_TEMPLATE: Final = "{{" + ",".join(f'"{f}":{{}}' for f in RECORD_FIELDS) + "}}\n"
+
+
+def _json_line(values: tuple[Any, ...]) -> str:
+    """One record line: the same JSON as ``json.dumps`` of the record's dict, about 3x faster."""
+    return _LINE_TEMPLATE.format(
+        *(
+            "null" if v is None else (_dumps(v) if isinstance(v, str) else str(v))
+            for v in values
+        )
+    )
+
+
 def new_run_id(scenario: str, *, now: datetime | None = None) -> str:
     """A sortable, unique run id: ``<UTC yyyymmddThhmmss>-<scenario>-<6 hex>``."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
@@ -299,27 +324,39 @@ class RecordWriter:
             raise BenchError(f"run {run_id} already exists in {self.out_dir}")
         self._part_path = self.records_path.with_name(self.records_path.name + ".part")
         self._file = self._part_path.open("w", encoding="utf-8")
-        self._pending: list[Record] = []
+        self._pending: list[tuple[Any, ...]] = []
         self.count = 0
 
     async def add(self, record: Record) -> None:
         """Queue a record; every :data:`FLUSH_BATCH_RECORDS` the batch is written in a worker thread."""
-        self._pending.append(record)
-        self.count += 1
-        if len(self._pending) >= FLUSH_BATCH_RECORDS:
-            batch, self._pending = self._pending, []
-            await trio.to_thread.run_sync(self._write, batch)
+        self.add_values(_record_values(record))
+        if self.batch_ready():
+            await self.flush_batch()
 
     def add_sync(self, record: Record) -> None:
         """Queue a record from non-async code (written on the next batch boundary or at :meth:`finish`)."""
-        self._pending.append(record)
-        self.count += 1
-        if len(self._pending) >= FLUSH_BATCH_RECORDS:
+        self.add_values(_record_values(record))
+        if self.batch_ready():
             batch, self._pending = self._pending, []
             self._write(batch)
 
-    def _write(self, batch: list[Record]) -> None:
-        self._file.write("".join(r.to_json_line() + "\n" for r in batch))
+    def add_values(self, values: tuple[Any, ...]) -> None:
+        """Queue one record as a tuple in :data:`RECORD_FIELDS` order (the harness's cheap path)."""
+        self._pending.append(values)
+        self.count += 1
+
+    def batch_ready(self) -> bool:
+        """Whether a full batch is waiting to be written."""
+        return len(self._pending) >= FLUSH_BATCH_RECORDS
+
+    async def flush_batch(self) -> None:
+        """Write what is queued, in a worker thread."""
+        batch, self._pending = self._pending, []
+        if batch:
+            await trio.to_thread.run_sync(self._write, batch)
+
+    def _write(self, batch: list[tuple[Any, ...]]) -> None:
+        self._file.write("".join(map(_json_line, batch)))
 
     def finish(self, meta: Mapping[str, Any]) -> None:
         """Flush, fsync, write ``run-<id>.meta.json`` and publish the records file."""
@@ -681,6 +718,37 @@ class _RunState:
     first_ns: int | None = None
     last_ns: int | None = None
     stop: bool = False
+    deadline_scope: trio.CancelScope | None = None
+    batch_full: trio.Event = attrs.field(factory=trio.Event)
+
+    def record(self, op: Operation, error: BaseException | str | None) -> None:
+        """Account for a finished (or failed) operation and queue its record; never blocks."""
+        if op.intended_ns < self.measure_from_ns:
+            self.warmup += 1
+            return
+        max_ops = self.config.load.max_ops
+        if max_ops is not None and self.recorded >= max_ops:
+            return
+        stamps = (
+            op.created_ns, op.enqueued_ns, op.sent_ns, op.accepted_ns, op.delivered_ns, op.flow_finished_ns
+        )  # fmt: skip
+        last = max((v for v in stamps if v is not None), default=op.intended_ns)
+        self.recorded += 1
+        self.max_lag_ns = max(self.max_lag_ns, (op.created_ns or op.intended_ns) - op.intended_ns)
+        self.first_ns = op.intended_ns if self.first_ns is None else min(self.first_ns, op.intended_ns)
+        self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
+        if error is None:
+            self.latencies.append(last - op.intended_ns)
+        else:
+            self.errors += 1
+        self.writer.add_values(
+            (
+                self.run_id, self.config.scenario, op.link, op.size_bytes, op.seq, op.intended_ns, *stamps,
+                "ok" if error is None else "error", None if error is None else _error_text(error),
+            )
+        )  # fmt: skip
+        if self.writer.batch_ready():
+            self.batch_full.set()
 
     def next_operation(self, intended_ns: int) -> Operation:
         seq = self.issued
@@ -700,44 +768,27 @@ class _RunState:
 
 
 async def _perform(state: _RunState, session: ScenarioSession, op: Operation) -> None:
-    error: BaseException | str | None = None
     if op.created_ns is None:
         op.mark("created")
-    with trio.move_on_at(state.clock.to_trio_time(state.deadline_ns)) as scope:
-        try:
-            await session.run(op)
-        except Exception as exc:  # a failed operation is a measurement, not a crash
-            error = exc
-    if scope.cancelled_caught:
-        error = "Timeout: operation not finished within the drain time after the run"
-    if op.intended_ns < state.measure_from_ns:
-        state.warmup += 1
-        return
-    max_ops = state.config.load.max_ops
-    if max_ops is not None and state.recorded >= max_ops:
-        return
-    stages = {s: getattr(op, f"{s}_ns") for s in STAGES}
-    record = make_record(
-        run_id=state.run_id,
-        scenario=state.config.scenario,
-        link=op.link,
-        size_bytes=op.size_bytes,
-        seq=op.seq,
-        intended_ns=op.intended_ns,
-        stages=stages,
-        error=error,
-    )
-    state.recorded += 1
-    lag = (op.created_ns or op.intended_ns) - op.intended_ns
-    state.max_lag_ns = max(state.max_lag_ns, lag)
-    last = max((v for v in stages.values() if v is not None), default=op.intended_ns)
-    state.first_ns = op.intended_ns if state.first_ns is None else min(state.first_ns, op.intended_ns)
-    state.last_ns = last if state.last_ns is None else max(state.last_ns, last)
-    if error is None:
-        state.latencies.append(last - op.intended_ns)
+    try:
+        await session.run(op)
+    except trio.Cancelled:
+        # the run's drain deadline (one cancel scope around all operations) ended it: a measurement
+        if state.deadline_scope is not None and state.deadline_scope.cancel_called:
+            state.record(op, "Timeout: operation not finished within the drain time after the run")
+        raise
+    except Exception as exc:  # a failed operation is a measurement, not a crash
+        state.record(op, exc)
     else:
-        state.errors += 1
-    await state.writer.add(record)
+        state.record(op, None)
+
+
+async def _flush_records(state: _RunState) -> None:
+    """Write full batches of records in a worker thread while the run goes on."""
+    while True:
+        await state.batch_full.wait()
+        state.batch_full = trio.Event()
+        await state.writer.flush_batch()
 
 
 async def _open_loop(state: _RunState, session: ScenarioSession, start_ns: int) -> None:
@@ -775,7 +826,8 @@ async def _closed_loop(state: _RunState, session: ScenarioSession) -> None:
             op = state.next_operation(now)
             op.created_ns = now
             await _perform(state, session, op)
-            await trio.lowlevel.checkpoint()  # a scenario that never blocks must not starve the others
+            if op.seq % 16 == 0:  # a scenario that never blocks must not starve the other tasks
+                await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as nursery:
         for _ in range(state.config.load.concurrency):
@@ -861,10 +913,13 @@ async def run_benchmark(
                 async with trio.open_nursery() as nursery:
                     if progress is not None:
                         nursery.start_soon(_report_progress, state, start_ns, progress)
-                    if load.mode == "open":
-                        await _open_loop(state, session, start_ns)
-                    else:
-                        await _closed_loop(state, session)
+                    nursery.start_soon(_flush_records, state)
+                    with trio.move_on_at(clock.to_trio_time(state.deadline_ns)) as deadline:
+                        state.deadline_scope = deadline
+                        if load.mode == "open":
+                            await _open_loop(state, session, start_ns)
+                        else:
+                            await _closed_loop(state, session)
                     nursery.cancel_scope.cancel()
                 finished_ns = clock.now_ns()
     except BaseException:

@@ -409,3 +409,16 @@ def test_cli_bench_list_and_errors(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "scenario codec has no parameter(s) nodes" in capsys.readouterr().err
     assert main(["bench", "run", "codec", "--out", str(tmp_path), "--rate", "-5"]) == 2
     assert "positive rate" in capsys.readouterr().err
+
+
+def test_fast_json_lines_equal_json_dumps(tmp_path: Path) -> None:
+    odd = bench.make_record(
+        run_id="r", scenario="s", link='O=Bänk "1"\\x\n->O=N', size_bytes=0, seq=2**62, intended_ns=0,
+        stages={"created": 1, "delivered": 2**63 - 1}, error="Boom: ünïcode \"quoted\" \t tab",
+    )  # fmt: skip
+    writer = bench.RecordWriter(tmp_path, "odd")
+    writer.add_sync(odd)
+    writer.finish({})
+    line = writer.records_path.read_text(encoding="utf-8")
+    assert line == json.dumps(attrs.asdict(odd), separators=(",", ":"), ensure_ascii=False) + "\n"
+    assert list(bench.read_records(writer.records_path)) == [odd]
