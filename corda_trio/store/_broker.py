@@ -97,9 +97,13 @@ class BrokerConfig:
     #: Worker threads the broker may use at once for group commits (all queues together), and as many
     #: again for payload reads and compactions.
     io_threads: int = attrs.field(default=4, validator=attrs.validators.ge(1))
-    #: Group commits of one queue whose fsyncs may overlap (writes stay ordered). 2 lets the next batch
-    #: be written and its fsync started while the previous fsync runs.
-    flush_pipeline_depth: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    #: Group commits of one queue whose fsyncs may overlap (writes stay ordered). The default, 1, keeps
+    #: recovery's premise exact after a power loss: only the last write can be torn, so a gap followed by
+    #: a later batch is corruption, never a torn tail. 2 lets the next batch be written and its fsync
+    #: started while the previous one runs; measured here it gains nothing when many producers share each
+    #: batch, and after a power loss a missing earlier batch would then be reported as corruption (no
+    #: acknowledged message is at risk: nothing is acknowledged before a sync covering it returned).
+    flush_pipeline_depth: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen(kw_only=True)

@@ -101,8 +101,9 @@ class LogConfig:
     compact_live_ratio: float
     cache_bytes: int
     sync: bool
-    #: How many fdatasync calls of one queue may overlap (writes stay strictly ordered).
-    pipeline_depth: int = 2
+    #: How many fdatasync calls of one queue may overlap (writes stay strictly ordered); see
+    #: ``BrokerConfig.flush_pipeline_depth``.
+    pipeline_depth: int = 1
 
 
 @attrs.frozen(kw_only=True)

@@ -159,16 +159,20 @@ class _GatedWrites:
         self.real(fd, data, sync)  # type: ignore[operator]
 
 
+#: Two group commits of one queue in flight at once (the default is one).
+PIPELINED = store.BrokerConfig(flush_pipeline_depth=2)
+
+
 async def _two_jobs_in_flight(
     queue: store.Queue, gated: _GatedWrites, nursery: trio.Nursery
-) -> list[int | BaseException]:
-    results: list[int | BaseException] = []
+) -> dict[bytes, int | BaseException]:
+    results: dict[bytes, int | BaseException] = {}
 
     async def produce(payload: bytes) -> None:
         try:
-            results.append(await queue.enqueue(payload))
+            results[payload] = await queue.enqueue(payload)
         except store.StoreFailedError as exc:
-            results.append(exc)
+            results[payload] = exc
 
     log = queue._log
     assert log is not None
@@ -181,7 +185,7 @@ async def _two_jobs_in_flight(
         await trio.sleep(0.05)
         assert len(gated.writes) == 1  # ... and it waits for that write: writes stay in order
     gated.gate.set()
-    return results
+    return results  # filled in when the caller's nursery has finished
 
 
 async def test_overlapping_commit_jobs_write_in_order(
@@ -189,11 +193,12 @@ async def test_overlapping_commit_jobs_write_in_order(
 ) -> None:
     gated = _GatedWrites(_wal.write_all, fail_first=False)
     monkeypatch.setattr(_wal, "write_all", gated)
-    async with store.open_broker(tmp_path) as broker:
+    async with store.open_broker(tmp_path, config=PIPELINED) as broker:
         queue = await broker.declare_queue("q")
         async with trio.open_nursery() as nursery:
             results = await _two_jobs_in_flight(queue, gated, nursery)
-        assert results == [0, 1]  # published in write order
+        # ids in write order (the two appenders may wake in either order)
+        assert [results[b"first"], results[b"second"]] == [0, 1]
         assert queue.statistics().group_commits == 2
     assert [w[32:] for w in gated.writes] == [b"first", b"second"]
     async with store.open_broker(tmp_path) as broker:
@@ -205,11 +210,11 @@ async def test_a_job_after_a_failed_write_writes_nothing(
 ) -> None:
     gated = _GatedWrites(_wal.write_all, fail_first=True)
     monkeypatch.setattr(_wal, "write_all", gated)
-    async with store.open_broker(tmp_path) as broker:
+    async with store.open_broker(tmp_path, config=PIPELINED) as broker:
         queue = await broker.declare_queue("q")
         async with trio.open_nursery() as nursery:
             results = await _two_jobs_in_flight(queue, gated, nursery)
-        assert len(results) == 2 and all(isinstance(r, store.StoreFailedError) for r in results)
+        assert len(results) == 2 and all(isinstance(r, store.StoreFailedError) for r in results.values())
         assert len(gated.writes) == 1  # the second job saw the failure and wrote nothing
     async with store.open_broker(tmp_path) as broker:
         assert [m async for m in broker.get_queue("q").browse()] == []
