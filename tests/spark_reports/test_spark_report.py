@@ -339,8 +339,14 @@ def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r.html").exists()
-    noisy = [line for line in proc.stderr.splitlines() if " INFO " in line or " WARN " in line]
+    # Only two lines are printed by the JVM itself, outside log4j's reach (see spark_reports/README.md).
+    jvm_notes = (
+        "WARNING: Using incubator modules: jdk.incubator.vector",
+        "Warning: Java versions > Java 11 can only operate in restricted mode",
+    )
+    noisy = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(jvm_notes)]
     assert noisy == []
+    assert proc.stdout.startswith("report ") and "time: spark start" in proc.stdout
 
 
 def test_size_class_expression_matches_python_at_every_power_of_two_edge(spark: Any) -> None:
