@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+#: The console script's entry point, run in a fresh interpreter.
+CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_report", description=__doc__.splitlines()[0])
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark_reports.write_synthetic(spark, data, args.records, run_id="synthetic-1", partitions=8)
             gen_seconds = time.perf_counter() - start
         out = work / "report.html"
-        cmd = [sys.executable, "-m", "corda_trio.node._cli", "report", "--in", str(data), "--out", str(out),
+        cmd = [sys.executable, "-c", CLI, "report", "--in", str(data), "--out", str(out),
                "--master", args.master, "--driver-memory", args.driver_memory]  # fmt: skip
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -328,12 +328,15 @@ def test_end_to_end_real_benchmark_then_report(
     assert {g["size_class_bytes"] for g in groups if g["run_id"] == "e2e-codec"} == {"1024", "16384"}
 
 
+#: The console script's entry point, run in a fresh interpreter.
+CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
+
 @pytest.mark.slow
 def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
     """A real `corda-trio report` process: its own Spark, errors-only logging, clear exit code."""
     _generate(tmp_path / "in", "proc", slowdown=1.0, seed=3, t0_ns=1_800_000_000_000_000_000)
     proc = subprocess.run(
-        [sys.executable, "-m", "corda_trio.node._cli", "report", "--in", str(tmp_path / "in"),
+        [sys.executable, "-c", CLI, "report", "--in", str(tmp_path / "in"),
          "--out", str(tmp_path / "r.html"), "--master", "local[1]", "--driver-memory", "1g"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
