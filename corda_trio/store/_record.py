@@ -134,31 +134,23 @@ def decode_segment_header(data: bytes | bytearray | memoryview) -> tuple[int, in
 def append_enqueue(buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes) -> int:
     """Append one enqueue record to ``buf``; returns the record's length in bytes.
 
-    This is the hot path of every enqueue: two ``pack`` calls and two or three ``crc32`` calls over the
-    caller's buffers, no intermediate copies besides the appends themselves.
+    The same bytes as :func:`append_enqueue_located`, which the group commit uses (it also wants the
+    record's index entry).
     """
-    meta_len = len(meta)
-    length = RECORD_HEADER_BYTES + meta_len + len(payload)
-    if length > MAX_RECORD_BYTES:
-        raise ValueError(f"record of {length} bytes exceeds the maximum of {MAX_RECORD_BYTES}")
-    tail = _pack_tail(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
-    if meta_len:
-        buf += _pack_prefix(length, _crc32(payload, _crc32(meta, _crc32(tail))))
-        buf += tail
-        buf += meta
-    else:
-        buf += _pack_prefix(length, _crc32(payload, _crc32(tail)))
-        buf += tail
-    buf += payload
-    return length
+    start = len(buf)
+    append_enqueue_located(buf, message_id, timestamp_ms, meta, payload)
+    return len(buf) - start
 
 
 def append_enqueue_located(
     buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes
 ) -> int:
-    """Like :func:`append_enqueue`, but return the record's packed location (:func:`pack_location`) in
+    """Append one enqueue record to ``buf``; return its packed location (:func:`pack_location`) in
     segment 0 at its offset in ``buf``: the group commit's per-record index entry, computed while the
     lengths are at hand (the writer later adds the batch's segment and file offset in one addition).
+
+    This is the hot path of every enqueue: two ``pack`` calls and two or three ``crc32`` calls over the
+    caller's buffers, no intermediate copies besides the appends themselves.
     """
     offset = len(buf)
     meta_len = len(meta)
