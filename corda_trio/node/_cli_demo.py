@@ -24,8 +24,10 @@ validated-user stamping, deduplication).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import functools
 import logging
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -100,6 +102,8 @@ class LinkResult:
 @attrs.frozen(kw_only=True)
 class DemoResult:
     links: tuple[LinkResult, ...]
+    started_at: dt.datetime
+    finished_at: dt.datetime
     queue_depths: dict[str, dict[str, int]]  # node -> queue -> depth
 
 
@@ -151,14 +155,35 @@ def _write_records(out_dir: Path, result: DemoResult, args: argparse.Namespace) 
                     stages=stages,
                 )
             )
+    ends = sorted(max(st.values()) - st["created"] for link in result.links for st in link.stages)
+
+    def nearest_rank(q: float) -> int:
+        return ends[min(len(ends) - 1, max(0, math.ceil(q * len(ends)) - 1))]
+
     writer.finish(
         {
+            "schema_version": bench.SCHEMA_VERSION,
             "run_id": run_id,
             "scenario": "p2p-demo",
             "description": "durable outbound queue -> AMQP 1.0 over mutual TLS -> durable inbox",
-            "config": {"messages": args.messages, "size_bytes": args.size, "network": str(args.dir)},
+            "started_at": result.started_at.isoformat(),
+            "finished_at": result.finished_at.isoformat(),
+            "clock": "epoch ns: perf_counter_ns anchored to time_ns at run start, one clock for all nodes",
+            "links": [f"{link.sender} -> {link.receiver}" for link in result.links],
+            "config": {
+                "scenario": "p2p-demo",
+                "sizes": f"{args.size}:1",
+                "params": {"messages": args.messages, "network": str(args.dir)},
+                "load": {"mode": "burst", "note": "all messages enqueued at once, then forwarded"},
+            },
             "environment": bench.environment_metadata(),
-            "records": writer.count,
+            "summary": {
+                "recorded_ops": writer.count,
+                "error_ops": 0,
+                "elapsed_seconds": max(link.elapsed_seconds for link in result.links),
+                "latency_ns": {f"p{q * 100:g}": nearest_rank(q) for q in (0.5, 0.9, 0.99, 0.999)}
+                | {"max": ends[-1]},
+            },
         }
     )
     return writer.records_path
@@ -174,6 +199,7 @@ async def run_demo(net_dir: Path, *, messages: int, size: int) -> DemoResult:
     if len(configs) < 2:
         raise CliError(f"{net_dir} has fewer than two nodes", 2)
     service = network_map_service(map_config)
+    started_at = dt.datetime.now(dt.UTC)
     try:
         async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
             await nursery.start(
@@ -196,7 +222,12 @@ async def run_demo(net_dir: Path, *, messages: int, size: int) -> DemoResult:
             nursery.cancel_scope.cancel()
     finally:
         service.store.close()
-    return DemoResult(links=tuple(results), queue_depths=depths)
+    return DemoResult(
+        links=tuple(results),
+        queue_depths=depths,
+        started_at=started_at,
+        finished_at=dt.datetime.now(dt.UTC),
+    )
 
 
 @attrs.define(eq=False)

@@ -47,7 +47,14 @@ def test_demo_moves_messages_durably_and_keeps_them_across_runs(tmp_path: Path) 
     for r in lines:
         assert r["created_ns"] <= r["enqueued_ns"] <= r["sent_ns"] <= r["accepted_ns"], r
         assert r["delivered_ns"] <= r["accepted_ns"], "accepted only after the message is durable at the peer"
-    assert len(list(records.glob("run-*.meta.json"))) == 1
+    (meta_file,) = records.glob("run-*.meta.json")
+    meta = json.loads(meta_file.read_text())
+    assert meta["schema_version"] == 1 and meta["scenario"] == "p2p-demo"
+    assert meta["links"] == ["O=Alice, L=London, C=GB -> O=Bob, L=New York, C=US"]
+    assert meta["config"]["sizes"] == "700:1" and meta["summary"]["recorded_ops"] == 300
+    assert meta["started_at"] <= meta["finished_at"]
+    ends = sorted(max(v for k, v in r.items() if k.endswith("_ns") and v) - r["intended_ns"] for r in lines)
+    assert meta["summary"]["latency_ns"]["max"] == ends[-1]
 
     # Second run on the same network: the inbox is durable, so it now holds both runs' messages.
     second = _demo("--dir", str(net), "--messages", "50")
