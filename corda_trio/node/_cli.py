@@ -71,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"corda-trio: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BaseExceptionGroup as group:  # a CliError raised inside a Trio nursery arrives grouped
+        errors = group.subgroup(CliError)
+        if errors is None:
+            raise
+        leaf: BaseException = errors
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        assert isinstance(leaf, CliError)
+        print(f"corda-trio: error: {leaf}", file=sys.stderr)
+        return leaf.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `corda-trio ... | head`: the reader left; say nothing more

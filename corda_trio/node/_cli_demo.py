@@ -202,11 +202,15 @@ async def run_demo(net_dir: Path, *, messages: int, size: int) -> DemoResult:
     started_at = dt.datetime.now(dt.UTC)
     try:
         async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-            await nursery.start(
-                functools.partial(network.serve_network_map, host=map_config.address.host),
-                service,
-                map_config.address.port,
-            )
+            try:
+                await nursery.start(
+                    functools.partial(network.serve_network_map, host=map_config.address.host),
+                    service,
+                    map_config.address.port,
+                )
+            except OSError as exc:
+                where = map_config.address
+                raise CliError(f"network map: cannot listen on {where}: {exc.strerror}") from None
             clock = bench.Clock()  # one clock for every node: their stages are compared with each other
             nodes = [await _DemoNode.start(cfg, nursery, stack, clock) for cfg in configs]
             with trio.fail_after(DISCOVERY_TIMEOUT_SECONDS):
@@ -284,16 +288,19 @@ class _DemoNode:
             updater=updater,
             clock=clock,
         )
-        await nursery.start(
-            functools.partial(
-                transport.serve_amqp,
-                host=cfg.p2p_listen.host,
-                ssl_context=server_context,
-                peer_check=pki.check_peer_is_network_node,
-            ),
-            node._handle_connection,
-            cfg.p2p_listen.port,
-        )
+        try:
+            await nursery.start(
+                functools.partial(
+                    transport.serve_amqp,
+                    host=cfg.p2p_listen.host,
+                    ssl_context=server_context,
+                    peer_check=pki.check_peer_is_network_node,
+                ),
+                node._handle_connection,
+                cfg.p2p_listen.port,
+            )
+        except OSError as exc:
+            raise CliError(f"{cfg.legal_name}: cannot listen on {cfg.p2p_listen}: {exc.strerror}") from None
         nursery.start_soon(updater.run)
         nursery.start_soon(node._watch_map, receive_events)
         return node

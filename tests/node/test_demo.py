@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,18 @@ def test_demo_rejects_bad_arguments_clearly(tmp_path: Path) -> None:
     )
     assert bad_name.returncode == 2 and "C is required" in bad_name.stderr
     assert not (tmp_path / "n").exists() or not any((tmp_path / "n").iterdir())
+
+
+def test_demo_reports_a_taken_port_clearly(tmp_path: Path) -> None:
+    net = tmp_path / "net"
+    assert _demo("--dir", str(net), "--messages", "1").returncode == 0
+    bob_toml = (net / "nodes" / "bob" / "node.toml").read_text()
+    port = int(re.search(r'\[p2p\]\naddress = "127\.0\.0\.1:(\d+)"', bob_toml).group(1))  # type: ignore[union-attr]
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the last run left TIME_WAITs
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        taken = _demo("--dir", str(net), "--messages", "1")
+    assert taken.returncode == 1
+    assert f"O=Bob, L=New York, C=US: cannot listen on 127.0.0.1:{port}" in taken.stderr
+    assert "Traceback" not in taken.stderr
