@@ -4,27 +4,29 @@ Theory of operation
 -------------------
 *Group commit.* Appenders never touch the disk. ``add_enqueue`` / ``add_ack`` encode the record straight
 into the pending batch (one ``bytearray``; the codec also returns the record's batch-relative index
-entry) and return that batch; the caller then awaits its one shared ``trio.Event``, which wakes every
-appender of the batch at once. One writer task per queue loops: take the whole pending batch, start a
-new empty one, and start the batch's *job* on a worker thread of the commit limiter: wait until the
-previous job's ``write`` returned (a ``threading.Event`` chain, so writes stay strictly ordered), write
-the batch in one call, ``fdatasync``. The writer does not wait for the job: up to ``pipeline_depth``
-jobs (and so syncs) overlap, while the event loop keeps filling the next batch, so the batch size
-adapts to the load by itself (one appender pays one fsync; 64 concurrent appenders share one). A sync
-covers every byte written before it started, so batches are published (indexed, appenders woken)
+entry) and return that batch; the caller then parks in the batch's ``waiters`` list
+(``trio.lowlevel.wait_task_rescheduled``), and the writer reschedules every appender of the batch at once
+when it is durable (``Batch.finish``). One writer task per queue loops: take the whole pending batch,
+start a new empty one, and start the batch's *job* on a worker thread of the commit limiter: wait until
+the previous job's ``write`` returned (a ``threading.Event`` chain, so writes stay strictly ordered),
+write the batch in one call, ``fdatasync``. The writer does not wait for the job: up to
+``pipeline_depth`` jobs (and so syncs) overlap, while the event loop keeps filling the next batch, so the
+batch size adapts to the load by itself (one appender pays one fsync; 64 concurrent appenders share one).
+A sync covers every byte written before it started, so batches are published (indexed, appenders woken)
 strictly in write order, each only after a sync that covers it returned. Nothing is acknowledged before
 that (with ``fsync="none"`` the sync is skipped, which is for benchmarks only and says so).
 
-*Cost per record.* The enqueue path is the hot loop of the whole node, so the work per record is kept
-to the floor: one codec call (two ``pack``, two ``crc32``, three appends), three list appends, one park
-on the shared event. Everything else is done once per batch: the writer is woken only when a batch
-becomes non-empty, sizes and statistics are derived from the batch, the index is updated with one
-``dict.update``, the appenders are woken by one ``Event.set``. A job is started with
-``trio.lowlevel.start_thread_soon`` rather than ``trio.to_thread.run_sync`` (the writer holds a
-limiter token for the batch itself), so a batch costs one hand-off to a thread and one wake-up of the
-event loop (``run_sync_soon``), and no task, cancel scope or context copy. Measured with 64 producers
-of 256-byte records, about 8 us of CPU per record remain on the event loop, of which trio's own
-wake-up of a parked task is about 3.5 us (``bench/wal.py`` reports both).
+*Cost per record.* The enqueue path is the hot loop of the whole node, so the work per record is kept to
+the floor: one codec call (two ``pack``, two ``crc32``, three appends), four list appends, one park
+(``wait_task_rescheduled``: no ``trio.Event``, no parking lot; a cancelled appender removes itself from
+the list, and its record may or may not be stored). Everything else is done once per batch: the writer is
+woken only when a batch becomes non-empty, sizes and statistics are derived from the batch, the index is
+updated with one ``dict.update``, the appenders are woken by one loop of ``trio.lowlevel.reschedule``. A
+job is started with ``trio.lowlevel.start_thread_soon`` rather than ``trio.to_thread.run_sync`` (the
+writer holds a limiter token for the batch itself), so a batch costs one hand-off to a thread and one
+wake-up of the event loop (``run_sync_soon``), and no task, cancel scope or context copy. Measured with
+64 producers of 256-byte records, about 8 us of CPU per record remain on the event loop, of which trio's
+own wake-up of a parked task is about 3.5 us (``bench/wal.py`` reports both).
 
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
 durable, unacked message; insertion order is id order. Payloads are read lazily with ``pread`` when a
@@ -89,6 +91,10 @@ __all__ = ["Batch", "DurableLog", "LogConfig", "StoredMessage"]
 logger = logging.getLogger("corda_trio.store")
 
 _MASK32: Final = 0xFFFFFFFF
+_current_task = trio.lowlevel.current_task
+_reschedule = trio.lowlevel.reschedule
+_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_ABORT_SUCCEEDED: Final = trio.lowlevel.Abort.SUCCEEDED
 #: Reads of at most this many records go to one worker-thread call.
 READ_BATCH_RECORDS: Final = 256
 
@@ -118,7 +124,7 @@ class StoredMessage:
 
 @attrs.define(eq=False)
 class Batch:
-    """Records waiting for one group commit; every appender of the batch awaits the same event."""
+    """Records waiting for one group commit; every appender of the batch parks in its ``waiters``."""
 
     buf: bytearray = attrs.field(factory=bytearray)
     #: ids of the enqueue records, in order
@@ -129,7 +135,10 @@ class Batch:
     bodies: list[tuple[bytes, bytes]] = attrs.field(factory=list)
     #: number of ack records (32 bytes each; the rest of ``buf`` is enqueue records)
     acks: int = 0
-    done: trio.Event = attrs.field(factory=trio.Event)
+    #: the tasks parked in :meth:`wait` (or in ``Queue.enqueue``), woken by :meth:`finish`
+    waiters: list[trio.lowlevel.Task] = attrs.field(factory=list)
+    #: set by :meth:`finish`: the batch is durable, or failed (then ``error`` is set)
+    finished: bool = False
     error: BaseException | None = None
     # set when the batch is written: its segment, offset there and write sequence number
     segment: SegmentState | None = None
@@ -139,12 +148,47 @@ class Batch:
     async def wait(self) -> None:
         """Wait until this batch is durable.
 
+        If cancelled while waiting, the batch's records may or may not be stored.
+
         Raises:
             StoreFailedError: the write or fsync failed; nothing of this batch may be assumed durable.
         """
-        await self.done.wait()
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+        else:
+            await park(self.waiters)
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`StoreFailedError` if the batch failed (after it finished)."""
         if self.error is not None:
             raise StoreFailedError(f"write-ahead log write failed: {self.error}") from self.error
+
+    def finish(self) -> None:
+        """The batch is durable (or ``error`` is set): wake every task parked on it, once."""
+        if self.finished:
+            return
+        self.finished = True
+        waiters = self.waiters
+        self.waiters = []
+        for task in waiters:
+            _reschedule(task)
+
+
+async def park(waiters: list[trio.lowlevel.Task]) -> None:
+    """Park the calling task in ``waiters`` until :meth:`Batch.finish` reschedules it.
+
+    This is what ``trio.Event.wait`` does, minus its parking lot: one list append, one closure, one
+    trap. A cancelled waiter takes itself off the list (the batch's records may still be stored).
+    """
+    task = _current_task()
+    waiters.append(task)
+
+    def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+        waiters.remove(task)
+        return _ABORT_SUCCEEDED
+
+    await _wait_task_rescheduled(abort)
 
 
 @attrs.define(eq=False, repr=False)
@@ -452,7 +496,7 @@ class DurableLog:
             if tail.min_id < 0:
                 tail.min_id = ids[0]
             tail.max_id = ids[-1]
-        batch.done.set()
+        batch.finish()
         if ids:
             self.on_durable(ids)
 
@@ -488,7 +532,7 @@ class DurableLog:
             self.failure = exc
         for failed in [*self._written, self.pending]:
             failed.error = self.failure
-            failed.done.set()
+            failed.finish()
         self._written.clear()
         self._drained.set()
         for waiter in self._seal_requests:
