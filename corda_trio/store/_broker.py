@@ -230,9 +230,10 @@ class Queue:
         if log is None or self._closed or type(payload) is not bytes or type(headers) is not bytes:
             (mid,) = await self.enqueue_many([(payload, headers)])
             return mid
-        await trio.lowlevel.checkpoint_if_cancelled()  # already cancelled: store nothing
         # The hot path (one record): no lists, no event; park until the writer reschedules this task
-        # (``_wal.park``, inlined: one coroutine frame less per record).
+        # (``_wal.park``, inlined: one coroutine frame less per record). Parking is the checkpoint: a
+        # call cancelled on entry is aborted as it parks, while its record is still the last one of the
+        # pending batch, and takes it back (so no ``checkpoint_if_cancelled`` is needed first).
         mid, batch = log.add_enqueue(payload, headers, _time_ns() // 1_000_000)
         self._enqueued += 1
         task = _current_task()
@@ -240,7 +241,9 @@ class Queue:
         waiters.append(task)
 
         def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
-            waiters.remove(task)  # the record may or may not be stored (see above)
+            waiters.remove(task)
+            if log.retract_enqueue(batch, mid):  # else the record may or may not be stored (see above)
+                self._enqueued -= 1
             return _ABORT_SUCCEEDED
 
         await _wait_task_rescheduled(abort)

@@ -300,6 +300,27 @@ class DurableLog:
         batch.bodies.append((headers, payload))
         return mid, batch
 
+    def retract_enqueue(self, batch: Batch, message_id: int) -> bool:
+        """Take back the enqueue record ``message_id`` if nothing can have seen it yet: it is still the
+        last record of the pending batch (not taken by the writer, nothing appended after it). Returns
+        whether it was taken back (then it is as if it had never been added, id included).
+
+        ``Queue.enqueue`` calls this when it is cancelled while parked; when the call was already
+        cancelled on entry, the record is always the last one, so a cancelled call stores nothing.
+        """
+        if batch is not self.pending or not batch.ids or batch.ids[-1] != message_id:
+            return False
+        _seg, offset, length, _meta, _ts = unpack_location(batch.locs[-1])
+        buf = batch.buf
+        if offset + length != len(buf):  # an ack record was appended after it
+            return False
+        del buf[offset:]
+        batch.ids.pop()
+        batch.locs.pop()
+        batch.bodies.pop()
+        self.next_id = message_id
+        return True
+
     def add_ack(self, message_id: int) -> Batch:
         """Forget ``message_id`` (it must be live) and encode its ack record into the pending batch."""
         self.check_usable()

@@ -109,10 +109,15 @@ async def test_a_cancelled_waiter_does_not_hold_up_the_rest_of_its_batch(tmp_pat
             scopes = [await nursery.start(enqueue, i) for i in range(8)]
             scopes[3].cancel()  # parked in the same batch as the others
             scopes[6].cancel()
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await queue.enqueue(b"never")  # cancelled on entry, amid the others: stores nothing
         assert {0, 1, 2, 4, 5, 7} <= set(ids)  # 3 and 6 only if their batch was durable before the cancel
         stored = {m.message_id: m.payload async for m in queue.browse()}
         assert all(stored[mid] == b"%d" % i for i, mid in ids.items())
         assert set(stored.values()) - {b"%d" % i for i in ids} <= {b"3", b"6"}  # may or may not be stored
+        assert queue.statistics().enqueued == len(stored)
+        assert await queue.enqueue(b"next") == max(stored) + 1  # ids stay dense
 
 
 async def test_public_async_methods_checkpoint(tmp_path: Path) -> None:
