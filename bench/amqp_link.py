@@ -127,46 +127,12 @@ def our_client(port: int, certs: Path, n: int, size: int) -> None:
 
 def run_pair(pair: str, n: int, size: int, certs: Path) -> dict[str, Any]:
     port = free_port()
-    if pair == "ours":
-        server_cmd = [
-            sys.executable,
-            "-m",
-            "bench.amqp_link",
-            "_server",
-            "--port",
-            str(port),
-            "--certs",
-            str(certs),
-        ]
-        client_cmd = [
-            sys.executable,
-            "-m",
-            "bench.amqp_link",
-            "_client",
-            "--port",
-            str(port),
-            "--certs",
-            str(certs),
-            "-n",
-            str(n),
-            "--size",
-            str(size),
-        ]
-    else:
-        server_cmd = [sys.executable, str(PROTON), "server", "--port", str(port), "--certs", str(certs)]
-        client_cmd = [
-            sys.executable,
-            str(PROTON),
-            "client",
-            "--port",
-            str(port),
-            "--certs",
-            str(certs),
-            "-n",
-            str(n),
-            "--size",
-            str(size),
-        ]
+    # Both pairs take the same arguments: ours is this module, Proton's is bench/_proton_link.py.
+    program = [sys.executable, "-m", "bench.amqp_link"] if pair == "ours" else [sys.executable, str(PROTON)]
+    server_role, client_role = ("_server", "_client") if pair == "ours" else ("server", "client")
+    endpoint = ["--port", str(port), "--certs", str(certs)]
+    server_cmd = [*program, server_role, *endpoint]
+    client_cmd = [*program, client_role, *endpoint, "-n", str(n), "--size", str(size)]
     cwd = HERE.parent
     server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     try:
