@@ -5,28 +5,38 @@ Theory of operation
 *Group commit.* Appenders never touch the disk. ``add_enqueue`` / ``add_ack`` encode the record straight
 into the pending batch (one ``bytearray``; the codec also returns the record's batch-relative index
 entry) and return that batch; the caller then parks in the batch's ``waiters`` list
-(``trio.lowlevel.wait_task_rescheduled``), and the writer reschedules every appender of the batch at once
-when it is durable (``Batch.finish``). One writer task per queue loops: take the whole pending batch,
-start a new empty one, and start the batch's *job* on a worker thread of the commit limiter: wait until
-the previous job's ``write`` returned (a ``threading.Event`` chain, so writes stay strictly ordered),
-write the batch in one call, ``fdatasync``. The writer does not wait for the job: up to
-``pipeline_depth`` jobs (and so syncs) overlap, while the event loop keeps filling the next batch, so the
-batch size adapts to the load by itself (one appender pays one fsync; 64 concurrent appenders share one).
+(``trio.lowlevel.wait_task_rescheduled``), and every appender of the batch is rescheduled at once when
+it is durable (``Batch.finish``). Taking the pending batch (``_launch``: a new empty one replaces it) and
+starting its *job* is synchronous, so it happens wherever the batch becomes ready; up to
+``pipeline_depth`` jobs are in flight. A job is a ``write`` + ``fdatasync`` of the batch, done by the
+broker's commit helper process (:mod:`._committer`, the default) or on a worker thread of the commit
+limiter (after the previous job's ``write`` returned: a ``threading.Event`` chain keeps writes ordered).
 A sync covers every byte written before it started, so batches are published (indexed, appenders woken)
 strictly in write order, each only after a sync that covers it returned. Nothing is acknowledged before
 that (with ``fsync="none"`` the sync is skipped, which is for benchmarks only and says so).
 
+*Cohorts.* With one batch at a time, 64 appenders that each wait for their record all end up in every
+batch, and the event loop idles while it is synced: a group commit then costs the sync *plus* the event
+loop's work for 64 records. So a batch is started once it holds half the appenders waiting when the last
+batch was done (``_start_at``; ``_job_done`` counts them: that batch's, those in flight, the pending
+ones): ``add_enqueue`` / ``add_ack`` start it on the spot if a slot is free, ``_job_done`` starts it
+first thing when a slot frees, and the writer task (woken when a batch becomes non-empty) takes a smaller
+one after letting the current scheduler round add to it. The appenders settle into two cohorts: one
+refills the next batch while the other one's sync runs, so the event loop's work overlaps the disk's.
+One appender alone still gets its batch started at once. This only pays if the job's completion reaches
+the event loop while it is busy, which a worker thread cannot do well: it needs the GIL after each system
+call and a busy Trio loop lets go of it only between scheduler rounds; hence the helper process. On
+threads (``helper is None``) ``_start_at`` stays out of reach: the writer task takes the batch whole.
+
 *Cost per record.* The enqueue path is the hot loop of the whole node, so the work per record is kept to
 the floor: one codec call (two ``pack``, two ``crc32``, three appends), four list appends, one park
 (``wait_task_rescheduled``: no ``trio.Event``, no parking lot; a cancelled appender removes itself from
-the list, and its record may or may not be stored). Everything else is done once per batch: the writer is
-woken only when a batch becomes non-empty, sizes and statistics are derived from the batch, the index is
+the list, and its record may or may not be stored) and one wake-up with a shared ``Value(None)``.
+Everything else is done once per batch: sizes and statistics are derived from the batch, the index is
 updated with one ``dict.update``, the appenders are woken by one loop of ``trio.lowlevel.reschedule``. A
-job is started with ``trio.lowlevel.start_thread_soon`` rather than ``trio.to_thread.run_sync`` (the
-writer holds a limiter token for the batch itself), so a batch costs one hand-off to a thread and one
-wake-up of the event loop (``run_sync_soon``), and no task, cancel scope or context copy. Measured with
-64 producers of 256-byte records, about 8 us of CPU per record remain on the event loop, of which trio's
-own wake-up of a parked task is about 3.5 us (``bench/wal.py`` reports both).
+batch costs the event loop one ``sendmsg`` to the helper and one reply read by its reader task (or, on
+threads, one ``start_thread_soon`` and one ``run_sync_soon``). ``bench/wal.py`` reports the event loop's
+CPU per record.
 
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
 durable, unacked message; insertion order is id order. Payloads are read lazily with ``pread`` when a
@@ -52,6 +62,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -59,8 +70,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import attrs
+import outcome
 import trio
 
+from ._committer import CommitHelper
 from ._errors import StoreClosedError, StoreFailedError
 from ._record import (
     ACK_RECORD_BYTES,
@@ -93,7 +106,22 @@ logger = logging.getLogger("corda_trio.store")
 _MASK32: Final = 0xFFFFFFFF
 _current_task = trio.lowlevel.current_task
 _reschedule = trio.lowlevel.reschedule
+
+
+class _Resume(outcome.Value):  # type: ignore[type-arg]
+    """``Value(None)`` that can be unwrapped any number of times: one instance wakes every appender
+    (``reschedule`` would otherwise build a fresh ``Value`` for each of them; this is the hot path)."""
+
+    __slots__ = ()
+
+    def unwrap(self) -> None:
+        return None
+
+
+_RESUME: Final = _Resume(None)
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_current_effective_deadline = trio.current_effective_deadline
+_NEG_INF: Final = float("-inf")
 _ABORT_SUCCEEDED: Final = trio.lowlevel.Abort.SUCCEEDED
 #: Reads of at most this many records go to one worker-thread call.
 READ_BATCH_RECORDS: Final = 256
@@ -172,7 +200,7 @@ class Batch:
         waiters = self.waiters
         self.waiters = []
         for task in waiters:
-            _reschedule(task)
+            _reschedule(task, _RESUME)
 
 
 async def park(waiters: list[trio.lowlevel.Task]) -> None:
@@ -211,6 +239,8 @@ class DurableLog:
     segments: dict[int, SegmentState]
     live: dict[int, int]
     next_id: int
+    #: the broker's commit helper process; ``None``: write and sync on worker threads of ``limiter``
+    helper: CommitHelper | None = None
     tail: SegmentState = attrs.field(init=False)
     pending: Batch = attrs.field(factory=Batch, init=False)
     cache: dict[int, tuple[bytes, bytes]] = attrs.field(factory=dict, init=False)
@@ -235,7 +265,17 @@ class DurableLog:
     _durable_seq: int = attrs.field(default=-1, init=False)
     _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
     _write_error: BaseException | None = attrs.field(default=None, init=False)
-    _flush_slots: trio.Semaphore = attrs.field(init=False)
+    #: the writer task is starting the pending batch itself (rotating, or waiting for a thread)
+    _writer_busy: bool = attrs.field(default=False, init=False)
+    #: records (enqueues and acks) at which the pending batch is started at once if a job slot and a
+    #: thread are free: half the appenders seen waiting when a batch was last done, so that they split
+    #: into two cohorts (module docstring)
+    _start_at: int = attrs.field(default=1, init=False)
+    #: the segment the helper has open for us, and its handle there
+    _helper_segment: SegmentState | None = attrs.field(default=None, init=False)
+    _helper_handle: int = attrs.field(default=-1, init=False)
+    #: records of the batches started and not yet done
+    _inflight_records: int = attrs.field(default=0, init=False)
     _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
     #: set by the worker thread once the last started job's write returned (orders the next write)
     _last_write: threading.Event | None = attrs.field(default=None, init=False)
@@ -244,8 +284,9 @@ class DurableLog:
 
     def __attrs_post_init__(self) -> None:
         self.tail = self.segments[max(self.segments)]
+        if self.helper is None:
+            self._start_at = sys.maxsize
         self.live_bytes = sum(s.live_bytes for s in self.segments.values())
-        self._flush_slots = trio.Semaphore(self.config.pipeline_depth)
 
     @classmethod
     def from_recovered(
@@ -258,6 +299,7 @@ class DurableLog:
         limiter: trio.CapacityLimiter,
         io_limiter: trio.CapacityLimiter,
         on_durable: Callable[[list[int]], None],
+        helper: CommitHelper | None = None,
     ) -> DurableLog:
         """Build the log of a queue that :func:`~._recovery.recover_queue` just rebuilt."""
         return cls(
@@ -270,6 +312,7 @@ class DurableLog:
             segments={s.number: s for s in recovered.segments},
             live=recovered.live,
             next_id=recovered.next_id,
+            helper=helper,
         )
 
     # ------------------------------------------------------------------ appending
@@ -296,8 +339,14 @@ class DurableLog:
             self._work.set()  # the batch becomes non-empty: the writer has something to take
         batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload))
         self.next_id = mid + 1
-        batch.ids.append(mid)
+        ids = batch.ids
+        ids.append(mid)
         batch.bodies.append((headers, payload))
+        if len(ids) >= self._start_at and self._jobs < self.config.pipeline_depth:
+            # Not for a caller that is already cancelled: ``Queue.enqueue`` takes its record back as it
+            # parks, which it can only do while the record is still pending.
+            if _current_effective_deadline() != _NEG_INF:
+                self._try_start()
         return mid, batch
 
     def retract_enqueue(self, batch: Batch, message_id: int) -> bool:
@@ -340,6 +389,8 @@ class DurableLog:
             self._work.set()
         append_ack(batch.buf, message_id)
         batch.acks += 1
+        if len(batch.ids) + batch.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
+            self._try_start()
         return batch
 
     # ------------------------------------------------------------------ writer task
@@ -374,49 +425,40 @@ class DurableLog:
                     if self.closing:
                         break
                     continue
-                tail = self.tail
-                if (
-                    tail.size > SEGMENT_HEADER_BYTES
-                    and tail.size + len(self.pending.buf) > self.config.segment_bytes
-                ):
-                    # A new segment only once everything in the old one is durable: then only the
-                    # last segment can ever end in a torn write.
-                    await self._drain()
-                    if self.failure is not None:
-                        return
-                    try:
-                        await self._rotate(self._first_pending_id())
-                    except OSError as exc:
-                        self._fail(exc)
-                        return
-                    tail = self.tail
-                # Without waiting when a slot and a thread are free (the usual case): the async
-                # acquires would each cost a pass through the scheduler before every batch.
+                if self._jobs >= self.config.pipeline_depth:
+                    continue  # every slot busy: _job_done starts the pending batch when one frees
+                if len(self.pending.ids) + self.pending.acks < self._start_at:
+                    # Less than a cohort: let the tasks that run in this scheduler round add theirs
+                    # first (at a cohort, add_enqueue starts the batch itself), then take what is there.
+                    await trio.lowlevel.checkpoint()
+                    if not self.pending.buf or self._jobs >= self.config.pipeline_depth:
+                        continue
+                if self._try_start():
+                    continue
+                # The slow path: the tail must be sealed first, or no thread is free.
+                self._writer_busy = True
                 try:
-                    self._flush_slots.acquire_nowait()
-                except trio.WouldBlock:
-                    await self._flush_slots.acquire()
-                # The pending batch object stays the same until we take it: borrow a thread for it.
-                try:
-                    self.limiter.acquire_on_behalf_of_nowait(self.pending)
-                except trio.WouldBlock:
-                    await self.limiter.acquire_on_behalf_of(self.pending)
-                if self.failure is not None:
-                    self.limiter.release_on_behalf_of(self.pending)
-                    self._flush_slots.release()
-                    return
-                batch = self.pending  # taken last: records that arrived while we waited ride along
-                self.pending = Batch()
-                batch.segment = tail
-                batch.base = tail.size
-                batch.seq = self._next_seq
-                self._next_seq += 1
-                tail.size += len(batch.buf)
-                self.batches += 1
-                self.records_written += len(batch.ids) + batch.acks
-                self.bytes_written += len(batch.buf)
-                self._written.append(batch)
-                self._start_job(batch, tail.fd)
+                    if self._needs_rotation():
+                        # A new segment only once everything in the old one is durable: then only the
+                        # last segment can ever end in a torn write.
+                        await self._drain()
+                        if self.failure is not None:
+                            return
+                        try:
+                            await self._rotate(self._first_pending_id())
+                        except OSError as exc:
+                            self._fail(exc)
+                            return
+                    # Nobody else takes the pending batch while we are busy: borrow a thread for it.
+                    batch = self.pending
+                    if self.helper is None:
+                        await self.limiter.acquire_on_behalf_of(batch)
+                        if self.failure is not None:
+                            self.limiter.release_on_behalf_of(batch)
+                            return
+                    self._launch(batch)  # records that arrived while we waited ride along
+                finally:
+                    self._writer_busy = False
         finally:
             # A job outlives no writer: the broker closes the descriptors once we return.
             with trio.CancelScope(shield=True):
@@ -424,6 +466,68 @@ class DurableLog:
                     self._jobs_idle = trio.Event()
                     await self._jobs_idle.wait()
             self._writer_done.set()
+
+    def _needs_rotation(self) -> bool:
+        """Whether the pending batch would take a non-empty tail segment past ``segment_bytes``."""
+        size = self.tail.size
+        return size > SEGMENT_HEADER_BYTES and size + len(self.pending.buf) > self.config.segment_bytes
+
+    def _try_start(self) -> bool:
+        """Start the pending batch's job now, if that needs no waiting: a job slot and a thread are free,
+        the writer is not busy with it, and the tail has room. Returns whether it was started.
+
+        Called synchronously where a batch becomes ready: by ``add_enqueue`` / ``add_ack`` once the batch
+        holds ``_start_at`` records, by :meth:`_job_done` when a slot frees, and by the writer task.
+        """
+        batch = self.pending
+        if (
+            not batch.buf
+            or self._jobs >= self.config.pipeline_depth
+            or self._writer_busy
+            or self._seal_requests
+            or self.failure is not None
+            or self._token is None
+            or self._needs_rotation()
+        ):
+            return False
+        if self.helper is None:
+            try:
+                self.limiter.acquire_on_behalf_of_nowait(batch)
+            except trio.WouldBlock:
+                self._work.set()  # the writer waits for a thread
+                return False
+        self._launch(batch)
+        return True
+
+    def _launch(self, batch: Batch) -> None:
+        """Take ``batch`` (the pending one, holding a thread of ``limiter`` unless a helper process
+        commits) and start its job."""
+        assert batch is self.pending
+        tail = self.tail
+        self.pending = Batch()
+        batch.segment = tail
+        batch.base = tail.size
+        batch.seq = self._next_seq
+        self._next_seq += 1
+        tail.size += len(batch.buf)
+        records = len(batch.ids) + batch.acks
+        self._inflight_records += records
+        self.batches += 1
+        self.records_written += records
+        self.bytes_written += len(batch.buf)
+        self._written.append(batch)
+        helper = self.helper
+        if helper is None:
+            self._start_job(batch, tail.fd)
+            return
+        if tail is not self._helper_segment:
+            if self._helper_handle >= 0:
+                helper.close(self._helper_handle)
+            self._helper_handle = helper.open(tail.path)
+            self._helper_segment = tail
+        self._jobs += 1
+        helper.submit(self._helper_handle, batch.buf, sync=self.config.sync,
+                      done=lambda error: self._job_done(batch, error))  # fmt: skip
 
     def _start_job(self, batch: Batch, fd: int) -> None:
         """Write and sync ``batch`` on a worker thread, after the previous job's write returned.
@@ -462,19 +566,25 @@ class DurableLog:
         done = self._job_done
 
         def deliver(result: Any) -> None:  # on the worker thread
-            token.run_sync_soon(done, batch, result)
+            token.run_sync_soon(done, batch, result.unwrap())  # (job never raises)
 
         self._jobs += 1
         trio.lowlevel.start_thread_soon(job, deliver, name=f"store-wal:{self.name}")
 
-    def _job_done(self, batch: Batch, result: Any) -> None:
-        """On the Trio thread: the job of ``batch`` returned (``result`` is an outcome of ``job``)."""
+    def _job_done(self, batch: Batch, error: BaseException | None) -> None:
+        """On the Trio thread: the job of ``batch`` is done (``error``: what stopped it, if anything)."""
         self._jobs -= 1
         if not self._jobs:
             self._jobs_idle.set()
-        self._flush_slots.release()
-        self.limiter.release_on_behalf_of(batch)
-        error = result.unwrap()
+        # Appenders waiting now: this batch's (about to be woken), those of batches in flight, and
+        # those of the pending batch. Half of them is a cohort (module docstring).
+        pending = self.pending
+        pending_records = len(pending.ids) + pending.acks
+        if self.helper is not None:  # on threads batches are taken whole (module docstring)
+            self._start_at = max(1, (self._inflight_records + pending_records) // 2)
+        self._inflight_records -= len(batch.ids) + batch.acks
+        if self.helper is None:
+            self.limiter.release_on_behalf_of(batch)
         if error is not None:
             self._fail(error)
             return
@@ -484,6 +594,13 @@ class DurableLog:
             self.fsyncs += 1
         if batch.seq > self._durable_seq:
             self._durable_seq = batch.seq
+        # The next batch first (its write and sync start while we wake this one's appenders), if it
+        # holds a cohort: the appenders about to be woken then refill the pending batch while the
+        # other cohort's sync runs.
+        if pending.buf and not (pending_records >= self._start_at and self._try_start()):
+            self._work.set()
+        if self.closing:
+            self._work.set()
         written = self._written
         while written and written[0].seq <= self._durable_seq:
             self._publish(written.popleft())
@@ -573,6 +690,9 @@ class DurableLog:
 
     def release_resources(self) -> None:
         """Close every descriptor (after the writer and compactor stopped)."""
+        if self.helper is not None and self._helper_handle >= 0:
+            self.helper.close(self._helper_handle)
+            self._helper_handle = -1
         for state in self.segments.values():
             if state.fd >= 0:
                 close_quietly(state.fd)

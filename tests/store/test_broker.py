@@ -218,7 +218,7 @@ async def test_ids_keep_increasing_after_everything_is_compacted_away(tmp_path: 
 async def test_second_process_cannot_open_the_directory(tmp_path: Path) -> None:
     async with store.open_broker(tmp_path):
         with pytest.raises(store.BrokerLockedError, match="in use"):
-            async with store.open_broker(tmp_path):
+            async with store.open_broker(tmp_path, config=store.BrokerConfig(lock_wait_seconds=0.2)):
                 pass
 
 
@@ -265,9 +265,13 @@ async def test_payloads_are_read_lazily_after_restart(tmp_path: Path) -> None:
     assert got == payloads + payloads
 
 
-async def test_many_producers_and_consumers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit_process", [True, False], ids=["commit-process", "commit-threads"])
+async def test_many_producers_and_consumers_lose_and_duplicate_nothing(
+    tmp_path: Path, commit_process: bool
+) -> None:
     producers, per_producer, consumers = 100, 30, 10
-    async with store.open_broker(tmp_path, config=store.BrokerConfig(segment_bytes=16384)) as broker:
+    config = store.BrokerConfig(segment_bytes=16384, commit_process=commit_process)
+    async with store.open_broker(tmp_path, config=config) as broker:
         queue = await broker.declare_queue("shared")
         sent: set[bytes] = set()
         received: list[bytes] = []

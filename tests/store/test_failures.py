@@ -13,6 +13,10 @@ import trio.testing
 from corda_trio import store
 from corda_trio.store import _wal
 
+#: Writes and syncs on worker threads: these tests replace ``_wal.write_all`` / ``_wal.sync_file``, which
+#: only that mode calls (the commit helper process has tests of its own in test_commit_helper.py).
+THREADS = store.BrokerConfig(commit_process=False)
+
 
 async def test_a_failed_write_stops_the_queue_and_recovery_keeps_the_durable_prefix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -27,7 +31,7 @@ async def test_a_failed_write_stops_the_queue_and_recovery_keeps_the_durable_pre
         real_write_all(fd, data, sync)
 
     monkeypatch.setattr(_wal, "write_all", failing_write_all)
-    async with store.open_broker(tmp_path) as broker:
+    async with store.open_broker(tmp_path, config=THREADS) as broker:
         queue = await broker.declare_queue("q")
         durable = [await queue.enqueue(b"ok-%d" % i) for i in range(3)]
         with pytest.raises(store.StoreFailedError, match="No space left"):
@@ -48,7 +52,7 @@ async def test_a_failed_sync_fails_every_unpublished_batch(
     def failing_sync(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    async with store.open_broker(tmp_path) as broker:
+    async with store.open_broker(tmp_path, config=THREADS) as broker:
         queue = await broker.declare_queue("q")
         kept = await queue.enqueue(b"before")
         monkeypatch.setattr(_wal, "sync_file", failing_sync)
@@ -184,8 +188,8 @@ class _GatedWrites:
         self.real(fd, data, sync)  # type: ignore[operator]
 
 
-#: Two group commits of one queue in flight at once (the default is one).
-PIPELINED = store.BrokerConfig(flush_pipeline_depth=2)
+#: Two group commits of one queue in flight at once, on worker threads.
+PIPELINED = store.BrokerConfig(commit_process=False, flush_pipeline_depth=2)
 
 
 async def _two_jobs_in_flight(
