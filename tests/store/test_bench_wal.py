@@ -20,6 +20,12 @@ def test_wal_benchmark_reports_paired_runs_and_summaries(tmp_path: Path) -> None
     assert encoded["records_per_fsync"] >= 1 and queue["fsyncs"] >= 1
     assert queue["ratio_to_raw_encoded"] == queue["records_per_second"] / encoded["records_per_second"]
     assert 0.0 <= queue["serial_bound"] <= 1.0
+    # the 1 KiB run against its reference on threads, in the same run; the helper's CPU is accounted
+    one_k, threads = by_variant[("queue-1k", 0)], by_variant[("queue-1k-threads", 0)]
+    assert one_k["ratio_to_threads"] == one_k["records_per_second"] / threads["records_per_second"]
+    assert one_k["helper_cpu_microseconds_per_record"] is not None
+    assert threads["helper_cpu_microseconds_per_record"] is None
+    assert one_k["records"] == threads["records"] == wal.PRODUCERS * wal.SLICES * 2
     summary = by_variant[("queue-256", "median")]
     assert summary["meets_target"] == (summary["ratio_to_raw_encoded"] >= 0.5)
     recovery = by_variant[("recovery-500", 0)]
