@@ -35,6 +35,9 @@ What is measured, in one run:
     the reference for ``queue-1k``, in the same run: the same queue with ``commit_process=False``
     (writes and syncs on worker threads, batches taken whole, one in flight: the store's design before the
     commit helper process). ``ratio_to_threads`` on ``queue-1k`` compares the two.
+``sweep`` (``--sweep``, not part of the default run)
+    1 KiB durable enqueues with 1, 4, 16 and 64 producers, with the commit helper process and on
+    worker threads, alternating: where the two designs differ as the load grows.
 ``recovery-1m``
     a queue holding 1,000,000 messages of 1 KiB is closed and opened again: ``seconds`` until the broker
     is ready (every segment scanned and checksummed, the index rebuilt), plus the time to the first
@@ -49,6 +52,7 @@ That is repeated ``repeats`` times; the records report each run plus the medians
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -66,7 +70,7 @@ import trio
 from corda_trio import store
 from corda_trio.store._record import append_enqueue
 
-__all__ = ["raw_encoded_loop", "raw_fsync_loop", "run_wal_benchmark"]
+__all__ = ["raw_encoded_loop", "raw_fsync_loop", "run_producer_sweep", "run_wal_benchmark"]
 
 RECORD_BYTES: Final = 256
 HEADER_BYTES: Final = 32
@@ -364,6 +368,38 @@ def run_wal_benchmark(
     return records
 
 
+def run_producer_sweep(
+    *, directory: str | None = None, producers: tuple[int, ...] = (1, 4, 16, 64), repeats: int = 3
+) -> list[dict[str, Any]]:
+    """1 KiB durable enqueues at several producer counts, commit process against worker threads (each
+    pair run back to back); one record per run plus a median per (producers, commit)."""
+    base = tempfile.mkdtemp(prefix="wal-sweep-", dir=directory)
+    records: list[dict[str, Any]] = []
+    try:
+        for run in range(repeats):
+            for count in producers:
+                total = min(64_000, 2_000 * count)
+                for process in (True, False):
+                    run_one = functools.partial(_queue_run, base, payload_bytes=1024, producers=count,
+                                                total=total, commit_process=process)  # fmt: skip
+                    r = trio.run(run_one)
+                    r.update(variant="sweep", commit="process" if process else "threads", run=run)
+                    records.append(r)
+        for count in producers:
+            for commit in ("process", "threads"):
+                runs = [r for r in records if r["producers"] == count and r["commit"] == commit]
+                records.append({
+                    "variant": "sweep", "run": "median", "producers": count, "commit": commit,
+                    "records_per_second": statistics.median(r["records_per_second"] for r in runs),
+                    "records_per_fsync": statistics.median(r["records_per_fsync"] for r in runs),
+                })  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    for r in records:
+        r["benchmark"] = "wal"
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.wal", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small run (a few seconds, no 1M recovery)")
@@ -371,7 +407,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="directory for the files (default: system temp)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--recovery-messages", type=int, default=None)
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the producer sweep: 1 KiB at 1-64 producers, commit process vs threads")
     args = parser.parse_args(argv)
+    if args.sweep:
+        sweep = run_producer_sweep(directory=args.dir, repeats=args.repeats)
+        for r in sweep:
+            if args.json:
+                print(json.dumps(r))
+            elif r["run"] == "median":
+                print(f"sweep {r['producers']:>3} producers  {r['commit']:<8} "
+                      f"{r['records_per_second']:>9,.0f} records/s  "
+                      f"{r['records_per_fsync']:5.1f} records/fsync  (median of {args.repeats})")
+        return 0
     total = 12_800 if args.quick else 64_000
     recovery = (
         args.recovery_messages if args.recovery_messages is not None else (0 if args.quick else 1_000_000)

@@ -31,3 +31,14 @@ def test_wal_benchmark_reports_paired_runs_and_summaries(tmp_path: Path) -> None
     recovery = by_variant[("recovery-500", 0)]
     assert recovery["messages"] == 500 and recovery["seconds"] > 0
     assert not list(tmp_path.iterdir())  # everything it wrote is gone
+
+
+def test_producer_sweep_pairs_the_commit_process_with_threads(tmp_path: Path) -> None:
+    records = wal.run_producer_sweep(directory=str(tmp_path), producers=(1, 3), repeats=1)
+    runs = {(r["producers"], r["commit"]): r for r in records if r["run"] == 0}
+    assert set(runs) == {(1, "process"), (1, "threads"), (3, "process"), (3, "threads")}
+    assert all(r["records"] == min(64_000, 2_000 * p) // p * p for (p, _c), r in runs.items())
+    assert runs[(1, "process")]["records_per_fsync"] == 1.0  # one producer: a batch per enqueue
+    medians = [r for r in records if r["run"] == "median"]
+    assert len(medians) == 4 and all(r["records_per_second"] > 0 for r in medians)
+    assert not list(tmp_path.iterdir())
