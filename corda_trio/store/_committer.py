@@ -184,11 +184,12 @@ class CommitHelper:
                 return
             buf += data
             whole = len(buf) - len(buf) % size
+            replies = bytes(buf[:whole])
+            del buf[:whole]
             callbacks = self._callbacks
-            for token, error in REPLY.iter_unpack(memoryview(buf)[:whole]):
+            for token, error in REPLY.iter_unpack(replies):
                 done = callbacks.pop(token)
                 done(None if error == 0 else OSError(error, os.strerror(error)))
-            del buf[:whole]
 
     async def _helper_gone(self) -> None:
         with trio.CancelScope(shield=True):
