@@ -388,28 +388,30 @@ async def _run_link(
     body = bytes(range(256)) * (size // 256) + bytes(size % 256)
     ids = [f"demo-{uuid.uuid4()}" for _ in range(messages)]
     stages: dict[str, dict[str, int]] = {mid: {} for mid in ids}
-    by_store_id: dict[int, str] = {}
     started = time.perf_counter()
 
     async def produce() -> None:
         batch = 256
         for start in range(0, messages, batch):
             chunk = ids[start : start + batch]
-            payloads = []
+            items = []
             for i, mid in enumerate(chunk):
                 stages[mid]["created"] = clock.now_ns()
-                payloads.append(p2p_message(sender.config.legal_name, start + i, mid, body).encode())
-            store_ids = await outbound.enqueue_many(payloads)
+                # The message's own id rides along as the stored headers: a delivery can be matched to
+                # it before enqueue_many has even returned (the consumer may well run first).
+                message = p2p_message(sender.config.legal_name, start + i, mid, body).encode()
+                items.append((message, mid.encode()))
+            await outbound.enqueue_many(items)
             now = clock.now_ns()
-            for mid, store_id in zip(chunk, store_ids, strict=True):
+            for mid in chunk:
                 stages[mid]["enqueued"] = now
-                by_store_id[store_id] = mid
 
-    async def settle(consumer: store.Consumer, message_id: int, pending: Any) -> None:
+    async def settle(consumer: store.Consumer, message_id: int, mid: str, pending: Any) -> None:
         """Ack from the outbound queue only on ``accepted``; anything else goes back for redelivery."""
         outcome = await pending.outcome()
         if isinstance(outcome, amqp.Accepted):
-            stages[by_store_id[message_id]]["accepted"] = clock.now_ns()
+            if mid in stages:
+                stages[mid]["accepted"] = clock.now_ns()
             await consumer.ack(message_id)
         else:
             log.warning("message %d not accepted (%r): released for redelivery", message_id, outcome)
@@ -425,11 +427,16 @@ async def _run_link(
         ) as conn:
             link = await conn.open_sender(f"p2p.inbound.{info.identity_key_hash}")
             async with outbound.consumer(credit=INBOUND_CREDIT) as consumer, trio.open_nursery() as acks:
-                for _ in range(messages):
+                sent = 0
+                while sent < messages:
                     delivery = await consumer.receive()
                     pending = await link.start_send(delivery.payload)
-                    stages[by_store_id[delivery.message_id]]["sent"] = clock.now_ns()
-                    acks.start_soon(settle, consumer, delivery.message_id, pending)
+                    mid = delivery.headers.decode()
+                    if mid in stages:
+                        stages[mid]["sent"] = clock.now_ns()
+                        sent += 1
+                    # (else left over by an earlier, interrupted run: forwarded all the same)
+                    acks.start_soon(settle, consumer, delivery.message_id, mid, pending)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(produce)
