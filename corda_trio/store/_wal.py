@@ -453,9 +453,10 @@ class DurableLog:
                     batch = self.pending
                     if self.helper is None:
                         await self.limiter.acquire_on_behalf_of(batch)
-                        if self.failure is not None:
+                    if self.failure is not None:  # (it may have failed while we waited)
+                        if self.helper is None:
                             self.limiter.release_on_behalf_of(batch)
-                            return
+                        return
                     self._launch(batch)  # records that arrived while we waited ride along
                 finally:
                     self._writer_busy = False
