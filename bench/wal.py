@@ -177,7 +177,6 @@ async def _queue_run(
     payload = os.urandom(payload_bytes)
     per_producer = total // producers // slices
     elapsed = cpu = loop_cpu = 0.0
-    helper_cpu: float | None = 0.0
     async with store.open_broker(root, config=store.BrokerConfig(commit_process=commit_process)) as broker:
         queue = await broker.declare_queue("bench.wal")
 
@@ -186,26 +185,26 @@ async def _queue_run(
             for _ in range(per_producer):
                 await enqueue(payload)
 
-        helper = broker._helper
+        # (the helper idles while ``between`` runs: its CPU over the whole run is that of the slices)
+        helper_pid = broker._helper.pid if broker._helper is not None else None
+        helper_cpu_start = _process_cpu(helper_pid) if helper_pid is not None else None
         for _ in range(slices):
             start = time.perf_counter()
             cpu_start = time.process_time()
             loop_cpu_start = time.thread_time()
-            helper_cpu_start = _process_cpu(helper.pid) if helper is not None else None
             async with trio.open_nursery() as nursery:
                 for _ in range(producers):
                     nursery.start_soon(produce)
             elapsed += time.perf_counter() - start
             cpu += time.process_time() - cpu_start
             loop_cpu += time.thread_time() - loop_cpu_start
-            if helper_cpu_start is not None:
-                helper_end = _process_cpu(helper.pid)  # type: ignore[union-attr]
-                helper_cpu = None if helper_end is None else helper_cpu + helper_end - helper_cpu_start
-            else:
-                helper_cpu = None
             if between is not None:
                 between(queue.statistics().records_per_fsync)
         stats = queue.statistics()
+        helper_cpu_end = _process_cpu(helper_pid) if helper_pid is not None else None
+    helper_cpu = None
+    if helper_cpu_start is not None and helper_cpu_end is not None:
+        helper_cpu = helper_cpu_end - helper_cpu_start
     shutil.rmtree(root, ignore_errors=True)
     count = per_producer * producers * slices
     return {

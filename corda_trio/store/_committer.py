@@ -114,10 +114,8 @@ class CommitHelper:
             return
         try:
             sent = self._sock.sendmsg([header, body] if body else [header])
-        except BlockingIOError:
+        except OSError:  # full (BlockingIOError), or the helper is gone: the reader sees its end of file
             sent = 0
-        except OSError:
-            sent = 0  # the reader sees the helper's end of file and fails everything
         if sent < len(header) + len(body):
             if sent < len(header):
                 self._unsent.append(memoryview(header)[sent:])
