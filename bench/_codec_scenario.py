@@ -30,7 +30,7 @@ from ._harness import BenchError, Operation, ScenarioContext
 __all__ = ["CodecScenario", "p2p_message"]
 
 LINKS: Final = ("message", "transfer-frame")
-#: Frame size limit for the transfer path: DESIGN.md §3 max-frame-size is 128 KiB, but a benchmark may ask
+#: Frame size limit for the transfer path: the node's max-frame-size is 128 KiB, but a benchmark may ask
 #: for bigger messages in one frame; this keeps the buffer's own check out of the way.
 _MAX_FRAME_BYTES: Final = 1 << 30
 

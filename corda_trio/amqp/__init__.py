@@ -1,12 +1,25 @@
-"""corda_trio.amqp: pure sans-IO AMQP 1.0 (see DESIGN.md §1 and protocol_spec/amqp-codec.md).
+"""corda_trio.amqp: pure sans-IO AMQP 1.0 (wire contract: protocol_spec/amqp-codec.md, amqp-engine.md).
 
 The codec: the type system (:func:`encode_value` / :func:`decode_value`), performatives, SASL frames,
 delivery states, terminus, message sections and :class:`Message`, frames and :class:`FrameBuffer`, and
-the errors with their AMQP conditions.
+the errors with their AMQP conditions. The engine: :class:`Connection` (bytes in, events out) configured by
+:class:`ConnectionConfig`.
+
+Limits a node sets (all on :class:`ConnectionConfig`, enforced per receiving link):
+
+* ``max_message_size`` (default 10 MiB, Corda's network parameter default): advertised in our ``attach``;
+  a delivery whose running size passes it detaches only that link with ``amqp:link:message-size-exceeded``.
+  Per link: ``Connection.attach_receiver(..., max_message_size=)`` and
+  ``Connection.accept_link(..., max_message_size=)`` (:data:`FROM_CONFIG` = the config's value).
+* ``max_credit_overrun`` (default 1000): deliveries beyond granted credit that are absorbed (counted in
+  ``Connection.link(ch, h).overrun_total``); beyond it only that link is detached with
+  ``amqp:link:transfer-limit-exceeded``.
+* ``max_frame_size`` (128 KiB, at most 16 MiB): checked on each frame header before the body is buffered.
 """
 
 from ._config import ConnectionConfig as ConnectionConfig
 from ._config import default_container_id as default_container_id
+from ._connection import FROM_CONFIG as FROM_CONFIG
 from ._connection import Connection as Connection
 from ._decode import MAX_ZERO_WIDTH_ARRAY_COUNT as MAX_ZERO_WIDTH_ARRAY_COUNT
 from ._decode import decode_value as decode_value
@@ -106,6 +119,7 @@ __all__ = [
     "AMQP_HEADER",
     "DELIVERY_STATES",
     "EMPTY_FRAME",
+    "FROM_CONFIG",
     "MAX_ZERO_WIDTH_ARRAY_COUNT",
     "MIN_MAX_FRAME_SIZE",
     "PERFORMATIVES",

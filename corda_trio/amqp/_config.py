@@ -1,7 +1,9 @@
 """Configuration of the connection engine: one frozen, validated object per connection (h2 ``config.py``).
 
-Every default is the node-to-node wire contract of DESIGN.md §3; the comment beside each default names its
-source. Nothing here is hard-wired in the engine: interop tests and benchmarks build other configs.
+Every default is the node-to-node wire contract (Corda's P2P AMQP profile: SASL PLAIN as
+``SystemUsers/Peer`` over mutual TLS, 128 KiB frames, a 10 s idle timeout advertised as 5 s, links
+unsettled / first); the comment beside each default names its source. Nothing here is hard-wired in the
+engine: interop tests and benchmarks build other configs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import attrs
 
 __all__ = [
     "DEFAULT_CHANNEL_MAX",
+    "DEFAULT_MAX_CREDIT_OVERRUN",
     "DEFAULT_MAX_FRAME_SIZE_BYTES",
+    "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
+    "MAX_MAX_FRAME_SIZE_BYTES",
     "MIN_MAX_FRAME_SIZE_BYTES",
     "ConnectionConfig",
     "default_container_id",
@@ -22,8 +27,18 @@ __all__ = [
 
 # Spec 2.7.1: a peer MUST accept frames of at least 512 bytes (MIN-MAX-FRAME-SIZE).
 MIN_MAX_FRAME_SIZE_BYTES: Final = 512
-# DESIGN.md §3 (Corda's bridge uses 128 KiB frames as well).
+# Corda's P2P bridge uses 128 KiB frames as well.
 DEFAULT_MAX_FRAME_SIZE_BYTES: Final = 131_072
+# Upper bound on our own max-frame-size: a frame is buffered whole before it is decoded, so this bounds the
+# memory one frame can take (the spec allows 4 GiB; Proton uses 32 KiB, RabbitMQ 128 KiB).
+MAX_MAX_FRAME_SIZE_BYTES: Final = 16 * 1024 * 1024
+# Corda's network parameters default maxMessageSize (10 MiB); a node passes the network's value.
+DEFAULT_MAX_MESSAGE_SIZE_BYTES: Final = 10_485_760
+# Deliveries a sender may send beyond every credit we granted before we detach its link
+# (amqp:link:transfer-limit-exceeded). Some clients send a few times their credit (30 against a grant of 10);
+# 1000 absorbs three times the transport's default credit of 100 several times over, and still bounds the
+# memory a peer can make us hold (at most this many messages of max_message_size).
+DEFAULT_MAX_CREDIT_OVERRUN: Final = 1000
 # Spec 2.7.1 default channel-max (65535); we only ever begin one or a few sessions.
 DEFAULT_CHANNEL_MAX: Final = 65_535
 # Spec 2.7.2 default handle-max.
@@ -34,7 +49,7 @@ SASL_MECHANISMS_KNOWN: Final = frozenset({"PLAIN", "ANONYMOUS", "EXTERNAL"})
 
 
 def default_container_id() -> str:
-    """A fresh ``corda-trio:<uuid>`` container id (DESIGN.md §3)."""
+    """A fresh ``corda-trio:<uuid>`` container id (unique per connection, as Corda's bridge does)."""
     return f"corda-trio:{uuid.uuid4()}"
 
 
@@ -66,7 +81,9 @@ class ConnectionConfig:
     Attributes:
         container_id: our ``open.container-id``.
         hostname: ``open.hostname`` (and the SASL init hostname); ``None`` leaves it out.
-        max_frame_size: the largest frame we accept, advertised in ``open`` (>= 512, spec 2.7.1).
+        max_frame_size: the largest frame we accept, advertised in ``open`` (512 (spec 2.7.1) up to
+            :data:`MAX_MAX_FRAME_SIZE_BYTES`). Checked from each frame's 8-byte header, before its body
+            is buffered; SASL frames are held to 512 bytes (spec 5.3.1).
         channel_max: the highest channel number we accept (advertised in ``open``).
         idle_timeout_ms: how long we tolerate silence from the peer before closing with
             ``amqp:resource-limit-exceeded``; ``None`` disables our timeout.
@@ -75,17 +92,23 @@ class ConnectionConfig:
             ``None`` means ``idle_timeout_ms // 2``.
         sasl: use the SASL layer (client: send the SASL header; server: offer SASL).
         sasl_mechanisms: client: mechanisms we are willing to use, best first; server: the ones we offer.
-        sasl_username / sasl_password: client credentials for PLAIN (DESIGN.md §3: ``SystemUsers/Peer``).
+        sasl_username / sasl_password: client credentials for PLAIN (Corda's ``SystemUsers/Peer``).
         sasl_plain_check: server: ``(username, password) -> bool``; ``None`` accepts any PLAIN credentials
-            (TLS is the real authentication, DESIGN.md §3).
+            (mutual TLS is the real authentication of a peer node).
         allow_bare_amqp: server: accept a client that skips SASL and sends the AMQP header directly.
         incoming_window: session incoming-window in transfer frames; re-opened when half used.
         outgoing_window: session outgoing-window we advertise (informational in AMQP 1.0).
         handle_max: the highest link handle we accept (advertised in ``begin``).
-        snd_settle_mode / rcv_settle_mode: defaults for the links we attach (DESIGN.md §3: unsettled/first).
+        snd_settle_mode / rcv_settle_mode: defaults for the links we attach (unsettled / first: every
+            message is acknowledged by the receiver once it is stored).
         min_peer_idle_timeout_ms: the smallest ``idle-time-out`` we honour from a peer; below it we close.
-        max_message_size: the largest message we accept on a receiving link (``attach.max-message-size``);
-            ``None`` = no limit.
+        max_message_size: the largest message we accept on a receiving link: advertised in our
+            ``attach.max-message-size``; a delivery whose running size passes it detaches that link with
+            ``amqp:link:message-size-exceeded`` at once (nothing beyond is buffered). ``None`` = no limit.
+            Per link: ``attach_receiver(..., max_message_size=)`` / ``accept_link(..., max_message_size=)``.
+        max_credit_overrun: deliveries a sender may send beyond every credit we granted (they are accepted
+            and counted in ``Link.overrun_total``; the transport then grants less). One more and only
+            that link is detached with ``amqp:link:transfer-limit-exceeded``. ``0`` is the strict spec.
         properties: ``open.properties`` (symbol keys).
     """
 
@@ -93,11 +116,11 @@ class ConnectionConfig:
     hostname: str | None = None
     max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE_BYTES, validator=_uint)
     channel_max: int = attrs.field(default=DEFAULT_CHANNEL_MAX)
-    # DESIGN.md §3: real threshold 10 s, advertised as 5 s.
+    # Real threshold 10 s, advertised as 5 s (spec 2.4.5 asks to advertise half the real threshold).
     idle_timeout_ms: int | None = 10_000
     advertised_idle_timeout_ms: int | None = None
     sasl: bool = True
-    # DESIGN.md §3: the client uses PLAIN (as Corda does); the server also accepts ANONYMOUS and EXTERNAL.
+    # The client uses PLAIN (as Corda does); the server also accepts ANONYMOUS and EXTERNAL.
     sasl_mechanisms: tuple[str, ...] = attrs.field(default=("PLAIN",), converter=tuple, validator=_mechanisms)
     sasl_username: str = "SystemUsers/Peer"
     sasl_password: str = "SystemUsers/Peer"
@@ -109,7 +132,8 @@ class ConnectionConfig:
     handle_max: int = attrs.field(default=DEFAULT_HANDLE_MAX, validator=_uint)
     snd_settle_mode: int = 0  # unsettled (spec 3.8.2)
     rcv_settle_mode: int = 0  # first (spec 3.8.3)
-    max_message_size: int | None = None
+    max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE_BYTES
+    max_credit_overrun: int = attrs.field(default=DEFAULT_MAX_CREDIT_OVERRUN, validator=_uint)
     properties: dict[str, object] | None = None
     # A peer asking for heartbeats more often than every 50 ms would make us spin: refuse it (spec 2.4.5
     # allows closing with resource-limit-exceeded when the requested idle-time-out cannot be supported).
@@ -120,6 +144,15 @@ class ConnectionConfig:
             raise ValueError(
                 f"max_frame_size must be >= {MIN_MAX_FRAME_SIZE_BYTES} (spec 2.7.1), "
                 f"got {self.max_frame_size}"
+            )
+        if self.max_frame_size > MAX_MAX_FRAME_SIZE_BYTES:
+            raise ValueError(
+                f"max_frame_size must be <= {MAX_MAX_FRAME_SIZE_BYTES} (a frame is buffered whole), "
+                f"got {self.max_frame_size}"
+            )
+        if self.max_message_size is not None and not 0 < self.max_message_size <= 2**64 - 1:
+            raise ValueError(
+                f"max_message_size must be a positive ulong or None, got {self.max_message_size}"
             )
         if not 0 <= self.channel_max <= 65_535:
             raise ValueError(f"channel_max must fit a ushort, got {self.channel_max}")

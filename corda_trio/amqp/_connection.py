@@ -30,9 +30,10 @@ coalesced into ranges (``first``..``last``) when the output is drained, so settl
 by one costs a handful of frames.
 
 Idle timeout (spec 2.4.5): we advertise half our real threshold; we send an empty frame when we have sent
-nothing for half the peer's advertised value; a peer silent for our full threshold gets ``close`` with
-``amqp:resource-limit-exceeded``. Activity is sampled by ``tick``: the driver calls it right after each
-``receive_data`` and each write, so the timestamps are exact to within one call.
+nothing for half the peer's advertised value; a peer that completes no frame for our full threshold gets
+``close`` with ``amqp:resource-limit-exceeded`` (bytes of an unfinished frame do not count: a peer
+dribbling one byte at a time cannot hold the connection). Activity is sampled by ``tick``: the driver calls
+it right after each ``receive_data`` and each write, so the timestamps are exact to within one call.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ _OPEN_SENT_STATES: Final = frozenset({_CS.OPEN_PIPE, _CS.OPEN_SENT, _CS.OPENED})
 _TERMINAL_STATES: Final = frozenset({_CS.END, _CS.DISCARDING})
 _ACCEPTED: Final = P.Accepted()
 _TERMINAL_OUTCOMES: Final = (P.Accepted, P.Rejected, P.Released, P.Modified)
+#: Default of the per-link ``max_message_size`` arguments: take ``ConnectionConfig.max_message_size``.
+FROM_CONFIG: Final[Any] = object()
 
 
 class _Phase(enum.Enum):
@@ -107,7 +110,7 @@ class Connection:
     """One AMQP 1.0 connection endpoint, client or server, without I/O.
 
     Args:
-        config: our limits, identity and SASL settings (DESIGN.md §3 defaults).
+        config: our limits, identity and SASL settings (defaults: Corda's P2P profile, see ``_config.py``).
         client: ``True`` for the side that opened the transport (it speaks first).
 
     Every method that takes ``channel`` / ``handle`` expects *our* numbers, as returned by
@@ -223,7 +226,6 @@ class Connection:
         if not data:
             self._on_eof()
             return events
-        self._rx_flag = True
         if self.closed:
             if self._machine.state is _CS.DISCARDING:
                 self._discard(data)
@@ -387,8 +389,13 @@ class Connection:
         snd_settle_mode: int | None = None,
         rcv_settle_mode: int | None = None,
         properties: dict[Symbol, Any] | None = None,
+        max_message_size: int | None = FROM_CONFIG,
     ) -> int:
-        """Queue an ``attach`` for a receiving link (no credit yet: call :meth:`flow`); returns its handle."""
+        """Queue an ``attach`` for a receiving link (no credit yet: call :meth:`flow`); returns its handle.
+
+        ``max_message_size`` (bytes, ``None`` = no limit) defaults to the config's; it is advertised in
+        the attach, and a larger delivery detaches the link with ``amqp:link:message-size-exceeded``.
+        """
         return self._attach(
             channel,
             name=name,
@@ -398,6 +405,7 @@ class Connection:
             snd_settle_mode=snd_settle_mode,
             rcv_settle_mode=rcv_settle_mode,
             properties=properties,
+            max_message_size=max_message_size,
         )
 
     def accept_link(
@@ -408,11 +416,18 @@ class Connection:
         source: Any = None,
         target: Any = None,
         properties: dict[Symbol, Any] | None = None,
+        max_message_size: int | None = FROM_CONFIG,
     ) -> None:
-        """Answer a :class:`LinkAttachRequested` with our ``attach`` (source/target default to the peer's)."""
+        """Answer a :class:`LinkAttachRequested` with our ``attach`` (source/target default to the peer's).
+
+        ``max_message_size``: for a link on which we receive, the largest delivery we take (bytes, ``None``
+        = no limit; default: the config's); advertised in our attach and enforced as frames arrive.
+        """
         link = self.link(channel, handle)
         if link.state is not LinkState.ATTACH_RCVD:
             raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        if link.role and max_message_size is not FROM_CONFIG:
+            link.max_message_size = _check_max_message_size(max_message_size)
         remote = link.remote_attach
         link.source = _source(source) if source is not None else remote.source
         link.target = _target(target) if target is not None else remote.target
@@ -637,6 +652,7 @@ class Connection:
         snd_settle_mode: int | None,
         rcv_settle_mode: int | None,
         properties: dict[Symbol, Any] | None,
+        max_message_size: int | None = FROM_CONFIG,
     ) -> int:
         self._check_can_send()
         session = self.session(channel)
@@ -658,7 +674,11 @@ class Connection:
         link.snd_settle_mode = cfg.snd_settle_mode if snd_settle_mode is None else snd_settle_mode
         link.rcv_settle_mode = cfg.rcv_settle_mode if rcv_settle_mode is None else rcv_settle_mode
         if role:
-            link.max_message_size = cfg.max_message_size
+            link.max_message_size = (
+                cfg.max_message_size
+                if max_message_size is FROM_CONFIG
+                else _check_max_message_size(max_message_size)
+            )
         session.links[handle] = link
         session.links_by_name[(name, role)] = link
         self._send_attach(session, link, properties)
@@ -707,7 +727,26 @@ class Connection:
                 drain=link.drain if link.role else False,
                 echo=echo,
             )
+            link.flow_sent = (link.delivery_count, link.link_credit)
         self._out.append(encode_frame(flow, session.channel))
+
+    def _send_window_flows(self, session: Session) -> None:
+        """Re-open the session window; every receiving link whose credit changed gets its link state too.
+
+        Some clients (uamqp) stop honouring link credit after a session-only ``flow``; so the window travels
+        in link flows (handle, delivery-count, link-credit) whenever a link's state moved since its last flow.
+        """
+        sent = False
+        for link in session.links.values():
+            if (
+                link.role
+                and link.machine.state is LinkState.ATTACHED
+                and link.flow_sent != (link.delivery_count, link.link_credit)
+            ):
+                self._send_flow(session, link)
+                sent = True
+        if not sent:
+            self._send_flow(session, None)
 
     def _split_transfer(
         self,
@@ -766,45 +805,55 @@ class Connection:
                 session.refill_pending = False
                 if session.channel in self._sessions and session.state is SessionState.MAPPED:
                     session.incoming_window = session.incoming_window_config
-                    self._send_flow(session, None)
+                    self._send_window_flows(session)
         for session in self._sessions.values():
             pending = session.pending_dispositions
             if not pending:
                 continue
             session.pending_dispositions = []
-            ch = session.channel
-            first, role, settled, state = pending[0]
-            last = first
-            for did, r, s, st in pending[1:]:
-                if did == last + 1 and r == role and s == settled and st == state:
+            self._send_dispositions(session.channel, pending)
+
+    def _send_dispositions(self, channel: int, pending: list[tuple[int, bool, bool, Any]]) -> None:
+        """Group settlements by (role, settled, state), sort each group, send one frame per id range.
+
+        Settlements that complete out of order (consumers finishing at different speeds) would otherwise
+        break every range; grouping first makes 1,000 of them a handful of ranged frames. Groups go out in
+        the order of their first settlement, so a state reported unsettled before it is settled stays first.
+        """
+        groups: list[tuple[bool, bool, Any, list[int]]] = []
+        current: tuple[bool, bool, Any, list[int]] | None = None
+        for did, role, settled, state in pending:
+            if current is None or not (current[0] == role and current[1] == settled and current[2] == state):
+                for group in groups:
+                    if group[0] == role and group[1] == settled and group[2] == state:
+                        current = group
+                        break
+                else:
+                    current = (role, settled, state, [])
+                    groups.append(current)
+            current[3].append(did)
+        out = self._out
+        for role, settled, state, ids in groups:
+            ids.sort()
+            first = last = ids[0]
+            for did in ids[1:]:
+                if did <= last + 1:
                     last = did
                     continue
-                self._out.append(
-                    encode_frame(
-                        P.Disposition(
-                            role=role,
-                            first=first,
-                            last=last if last != first else None,
-                            settled=settled,
-                            state=state,
-                        ),
-                        ch,
-                    )
-                )
+                out.append(self._encode_disposition(channel, role, first, last, settled, state))
                 first = last = did
-                role, settled, state = r, s, st
-            self._out.append(
-                encode_frame(
-                    P.Disposition(
-                        role=role,
-                        first=first,
-                        last=last if last != first else None,
-                        settled=settled,
-                        state=state,
-                    ),
-                    ch,
-                )
-            )
+            out.append(self._encode_disposition(channel, role, first, last, settled, state))
+
+    @staticmethod
+    def _encode_disposition(
+        channel: int, role: bool, first: int, last: int, settled: bool, state: Any
+    ) -> bytes:
+        return encode_frame(
+            P.Disposition(
+                role=role, first=first, last=last if last != first else None, settled=settled, state=state
+            ),
+            channel,
+        )
 
     # ------------------------------------------------------------------------------------------------
     # internals: failure
@@ -826,6 +875,9 @@ class Connection:
         else:
             if self._phase is _Phase.HEADER:  # not even a protocol header: answer with ours (spec 2.2)
                 self._out.append(SASL_HEADER if self.config.sasl else AMQP_HEADER)
+            elif self._phase is _Phase.SASL and self._sasl_server is not None:
+                # A malformed or unexpected SASL frame: the client still learns the outcome (sys) first.
+                self._out.extend(encode_frame(f) for f in self._sasl_server.fail())
             self._phase = _Phase.CLOSED
         self._events.append(ConnectionClosed(error=error, by_peer=False))
 
@@ -870,6 +922,7 @@ class Connection:
                 frame = buffer.next_frame()
                 if frame is None:
                     return
+                self._rx_flag = True  # whole frames only: a peer dribbling bytes is still idle
                 if frame.type != 0:
                     raise LocalProtocolError(
                         f"SASL frame (type {frame.type}) after the AMQP header",
@@ -884,6 +937,12 @@ class Connection:
                         f"unexpected frame body {type(performative).__name__} in an AMQP frame",
                         condition=Condition.NOT_IMPLEMENTED,
                     )
+                if self.remote_open is None and type(performative) is not P.Open:
+                    raise LocalProtocolError(
+                        f"{type(performative).__name__.lower()} frame (channel {frame.channel}) before "
+                        "the open frame: open must be the first frame of a connection (spec 2.4.1)",
+                        condition=Condition.ILLEGAL_STATE,
+                    )
                 handler(frame.channel, performative, frame.payload)
                 if self._phase is not _Phase.AMQP:
                     return
@@ -893,11 +952,13 @@ class Connection:
                 frame = buffer.next_frame()
                 if frame is None:
                     return
+                self._rx_flag = True
                 self._on_sasl_frame(frame)
             else:
                 header = buffer.next_protocol_header()
                 if header is None:
                     return
+                self._rx_flag = True
                 self._on_header(bytes(header))
 
     def _on_header(self, header: bytes) -> None:
@@ -908,6 +969,8 @@ class Connection:
                 self._sasl_server = SaslServer(
                     mechanisms=cfg.sasl_mechanisms, plain_check=cfg.sasl_plain_check
                 )
+                # Spec 5.3.1: SASL frames are at most MIN-MAX-FRAME-SIZE; a bigger one is a framing error.
+                self._buffer.max_frame_size = MIN_MAX_FRAME_SIZE_BYTES
                 self._out.append(SASL_HEADER)
                 self._out.extend(encode_frame(f) for f in self._sasl_server.start())
                 self._phase = _Phase.SASL
@@ -957,7 +1020,6 @@ class Connection:
 
     def _on_sasl_frame(self, frame: Any) -> None:
         if frame.type != 1:
-            self._phase = _Phase.CLOSED
             raise LocalProtocolError("AMQP frame during the SASL exchange", condition=Condition.FRAMING_ERROR)
         engine = self._sasl_client or self._sasl_server
         assert engine is not None
@@ -966,6 +1028,7 @@ class Connection:
         if result is None:
             return
         self.sasl_result = result
+        self._buffer.max_frame_size = self.config.max_frame_size
         if result.ok:
             self._events.append(SaslCompleted(mechanism=result.mechanism, username=result.username))
             if self.client:
@@ -983,6 +1046,11 @@ class Connection:
     def _on_open(self, channel: int, frame: P.Open, payload: bytes) -> None:
         if channel != 0:
             raise LocalProtocolError(f"open on channel {channel}", condition=Condition.FRAMING_ERROR)
+        if self.remote_open is not None:
+            raise LocalProtocolError(
+                "second open frame: the connection is already open (spec 2.4.1)",
+                condition=Condition.ILLEGAL_STATE,
+            )
         self._machine.process(_CI.RECV_OPEN)
         self.remote_open = frame
         mfs = frame.max_frame_size if frame.max_frame_size is not None else UINT_MAX
@@ -1025,7 +1093,8 @@ class Connection:
         session = self._sessions_by_remote.get(channel)
         if session is None:
             raise LocalProtocolError(
-                f"{what} on channel {channel}, which has no session", condition=Condition.NOT_ALLOWED
+                f"{what} frame on channel {channel}, which has no session (no begin received on it)",
+                condition=Condition.NOT_ALLOWED,
             )
         return session
 
@@ -1265,11 +1334,21 @@ class Connection:
                     "the first transfer of a delivery has no delivery-id", condition=Condition.INVALID_FIELD
                 )
             if link.received_total >= link.max_limit:
-                raise LocalProtocolError(
-                    f"transfer on link {link.name!r} without link credit (credit overrun; "
-                    f"delivery-count {link.delivery_count}, we granted up to {link.max_limit} deliveries)",
-                    condition=Condition.TRANSFER_LIMIT_EXCEEDED,
-                )
+                # Credit overrun: absorb up to max_credit_overrun (the transport grants less while the
+                # excess is buffered); beyond that only this link goes, never the connection.
+                excess = link.received_total - link.max_limit + 1
+                allowed = self.config.max_credit_overrun
+                if excess > allowed:
+                    self._link_error(
+                        session,
+                        link,
+                        Condition.TRANSFER_LIMIT_EXCEEDED,
+                        f"transfer frame beyond link credit: {excess} deliveries past the "
+                        f"{link.max_limit} we granted on link {link.name!r} (we absorb {allowed})",
+                    )
+                    self._refill_window(session)
+                    return
+                link.overrun_total += 1
             link.received_total += 1
             link.link_credit = max(0, link.link_credit - 1)
             link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
@@ -1303,7 +1382,7 @@ class Connection:
                             state=frame.state,
                         )
                     )
-            else:
+            elif self._check_size(session, link, len(payload)):
                 link.partial_chunks = [payload]
                 link.partial_size = len(payload)
                 link.partial_id = frame.delivery_id
@@ -1311,7 +1390,6 @@ class Connection:
                 link.partial_settled = bool(frame.settled)
                 link.partial_format = frame.message_format or 0
                 link.partial_state = frame.state
-                self._check_size(session, link)
         else:
             if frame.delivery_id is not None and frame.delivery_id != link.partial_id:
                 raise LocalProtocolError(
@@ -1329,6 +1407,8 @@ class Connection:
                     )
                 )
                 link.reset_partial()
+            elif not self._check_size(session, link, link.partial_size + len(payload)):
+                pass  # the link is detached: nothing of this delivery stays buffered
             else:
                 link.partial_chunks.append(payload)
                 link.partial_size += len(payload)
@@ -1336,7 +1416,7 @@ class Connection:
                     link.partial_settled = True
                 if frame.state is not None:
                     link.partial_state = frame.state
-                if self._check_size(session, link) and not frame.more:
+                if not frame.more:
                     settled = link.partial_settled
                     if not settled:
                         session.incoming_unsettled[link.partial_id] = link
@@ -1363,21 +1443,37 @@ class Connection:
             self._refills.append(session)
             self._dispositions_dirty = True
 
-    def _check_size(self, session: Session, link: Link) -> bool:
+    def _check_size(self, session: Session, link: Link, size: int) -> bool:
+        """Whether a delivery of (at least) ``size`` bytes fits our max-message-size; if not, detach.
+
+        Called with the running size *before* a frame's payload is kept, so nothing beyond the limit is
+        ever buffered.
+        """
         limit = link.max_message_size
-        if limit is not None and link.partial_size > limit:
-            self._too_big(session, link, link.partial_size)
-            link.reset_partial()
-            return False
-        return True
+        if limit is None or size <= limit:
+            return True
+        self._too_big(session, link, size)
+        link.reset_partial()
+        return False
 
     def _too_big(self, session: Session, link: Link, size: int) -> None:
         """A delivery over our max-message-size: detach the link with message-size-exceeded (spec 2.7.3)."""
-        error = _error(
+        self._link_error(
+            session,
+            link,
             Condition.MESSAGE_SIZE_EXCEEDED,
-            f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size}",
+            f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size} "
+            f"on link {link.name!r}",
         )
-        self.detach(session.channel, link.handle, error=error, closed=True)
+
+    def _link_error(self, session: Session, link: Link, condition: Symbol, description: str) -> None:
+        """Detach (only) ``link`` with an error; a link we have not answered yet is refused (spec 2.6.3)."""
+        error = _error(condition, description)
+        link.reset_partial()
+        if link.state is LinkState.ATTACH_RCVD:
+            self.refuse_link(session.channel, link.handle, error)
+        else:
+            self.detach(session.channel, link.handle, error=error, closed=True)
 
     def _on_disposition(self, channel: int, frame: P.Disposition, payload: bytes) -> None:
         session = self._remote_session(channel, "disposition")
@@ -1436,6 +1532,12 @@ class Connection:
                         channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
                     )
                 )
+
+
+def _check_max_message_size(value: int | None) -> int | None:
+    if value is not None and not 0 < value <= 2**64 - 1:
+        raise LocalProtocolError(f"max_message_size must be a positive ulong or None, got {value!r}")
+    return value
 
 
 def _source(value: Any) -> Any:

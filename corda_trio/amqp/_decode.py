@@ -472,10 +472,35 @@ def _array32(buf: Any, pos: int) -> tuple[Any, int]:
 
 # --- described -----------------------------------------------------------------------------------------
 
+#: What a decoder raises on malformed input besides DecodeError (reads past the end, bad UTF-8, deep nesting,
+#: unhashable map keys); the entry points convert these with :func:`as_decode_error`.
+DECODER_FAILURES: Final = (IndexError, struct.error, RecursionError, ValueError, TypeError, OverflowError)
+
 #: Composite decoders by numeric descriptor (domain 0) and by symbolic descriptor; filled by _composite.py.
 #: Each is ``f(buf, pos) -> (instance, pos)`` with ``pos`` at the described value's constructor.
 COMPOSITES_BY_CODE: Final[dict[int, Decoder]] = {}
 COMPOSITES_BY_NAME: Final[dict[str, Decoder]] = {}
+
+
+class DecodeMode:
+    """How described values with a known descriptor but non-conforming contents are treated.
+
+    ``strict`` (the default, and always for frames and performatives) raises :class:`DecodeError`.
+    ``opaque`` is set only while :meth:`Message.decode <corda_trio.amqp.Message.decode>` retries a message
+    whose sections failed the strict pass: inside message sections an application may put any described
+    value (``Described(0x23, "x")``), and such a value then comes back as a plain :class:`Described`, as
+    Proton hands it to the application. The decoder is synchronous, so the mode cannot leak to another
+    decode (the retry restores it in ``finally``).
+    """
+
+    __slots__ = ("opaque",)
+
+    def __init__(self) -> None:
+        self.opaque = False
+
+
+#: The decoder's mode (see :class:`DecodeMode`); only ``_messages.py`` switches it, around one call.
+DECODE_MODE: Final = DecodeMode()
 
 
 def _described(buf: Any, pos: int) -> tuple[Any, int]:
@@ -484,7 +509,7 @@ def _described(buf: Any, pos: int) -> tuple[Any, int]:
         code = buf[pos + 1]
         dec = COMPOSITES_BY_CODE.get(code)
         pos += 2
-        if dec is not None:
+        if dec is not None and not DECODE_MODE.opaque:
             return dec(buf, pos)
         descriptor: Any = _int_new(ULong, code)
     else:
@@ -497,8 +522,13 @@ def _described(buf: Any, pos: int) -> tuple[Any, int]:
             dec = COMPOSITES_BY_NAME.get(descriptor)
         else:
             dec = None
-        if dec is not None:
+    if dec is not None:
+        if not DECODE_MODE.opaque:
             return dec(buf, pos)
+        try:
+            return dec(buf, pos)
+        except (DecodeError, *DECODER_FAILURES):
+            pass  # opaque mode: the contents do not fit the spec type; keep it as a plain described value
     value, pos = TYPED[buf[pos]](buf, pos + 1)
     d = _obj_new(Described)
     object.__setattr__(d, "descriptor", descriptor)
@@ -605,9 +635,6 @@ FIELD_TABLES: Final[dict[str, list[Decoder]]] = {
 }
 
 
-#: What a decoder raises on malformed input besides DecodeError (reads past the end, bad UTF-8, deep nesting,
-#: unhashable map keys); the entry points convert these with :func:`as_decode_error`.
-DECODER_FAILURES: Final = (IndexError, struct.error, RecursionError, ValueError, TypeError, OverflowError)
 
 
 def as_decode_error(exc: BaseException, buf: Any, offset: int) -> DecodeError:

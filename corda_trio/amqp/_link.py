@@ -8,7 +8,10 @@ A :class:`Link` is one endpoint of a link, seen from our side: ``role`` is *our*
 * sender: ``link_credit = flow.delivery_count + flow.link_credit - delivery_count`` (mod 2^32) when the
   receiver's ``flow`` arrives; each delivery we send uses one credit and advances ``delivery_count``.
 * receiver: we grant credit (``flow`` with our ``delivery_count`` and ``link_credit``); each delivery that
-  arrives consumes one; a delivery arriving with no credit is a violation (``transfer-limit-exceeded``).
+  arrives consumes one. A delivery beyond every limit we granted is a credit overrun: some clients ignore
+  credit while sending, so the engine absorbs up to ``ConnectionConfig.max_credit_overrun`` of them
+  (counted in ``overrun_total``; the excess is ``received_total - max_limit``, and it returns to zero with
+  the next grant) and detaches only this link with ``transfer-limit-exceeded`` beyond that.
 
 Partial (multi-frame) deliveries are collected in ``partial_chunks`` until a frame with ``more=False``. The
 size is checked as the frames arrive, never after, so a hostile sender cannot make us buffer more than
@@ -34,6 +37,7 @@ class Link:
         "available",
         "delivery_count",
         "drain",
+        "flow_sent",
         "handle",
         "link_credit",
         "machine",
@@ -41,6 +45,7 @@ class Link:
         "max_message_size",
         "name",
         "next_tag",
+        "overrun_total",
         "partial_chunks",
         "partial_format",
         "partial_id",
@@ -85,6 +90,11 @@ class Link:
         # the old one (spec 2.6.7): only a delivery beyond every limit we granted is a credit overrun.
         self.received_total = 0
         self.max_limit = 0
+        # receiver: deliveries that arrived beyond every limit we granted (absorbed, see the module doc)
+        self.overrun_total = 0
+        # (delivery_count, link_credit) of the last flow we sent for this link: a flow that refills the
+        # session window also carries the link state of every receiving link whose credit changed since
+        self.flow_sent: tuple[int, int] | None = None
         # sender: our unsettled deliveries on this link, delivery-id -> tag
         self.unsettled: dict[int, bytes] = {}
         self.next_tag = 0

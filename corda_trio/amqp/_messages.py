@@ -225,11 +225,29 @@ def _section_code(buf: Any, pos: int) -> tuple[int, int]:
 def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Message:
     """Decode a message from all the bytes of ``buf`` from ``offset`` on (this is ``Message.decode``).
 
+    A described value inside a section whose descriptor is a spec type but whose contents do not conform
+    (``Described(0x23, "x")`` in an ``amqp-value``) comes back as a plain :class:`Described`: the strict pass
+    fails, and one retry in the decoder's opaque mode (``_decode.DecodeMode``) keeps such values as they are.
+
     Raises:
         DecodeError: the bytes are not a valid sequence of message sections.
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
+    try:
+        return _decode_sections(buf, offset)
+    except DecodeError:
+        mode = D.DECODE_MODE
+        if mode.opaque:
+            raise
+        mode.opaque = True
+        try:
+            return _decode_sections(buf, offset)
+        finally:
+            mode.opaque = False
+
+
+def _decode_sections(buf: bytes, offset: int) -> Message:
     pos = offset
     try:
         end = len(buf)

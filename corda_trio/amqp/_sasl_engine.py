@@ -9,7 +9,11 @@ mechanisms needs a challenge, so a ``sasl-challenge`` fails the exchange. Both c
 decoded frames and return the frames to send plus what happened; ``_connection.py`` owns the bytes.
 
 PLAIN's initial response is ``authzid NUL authcid NUL passwd`` (RFC 4616); EXTERNAL's is the (usually empty)
-authorization identity: the TLS client certificate already proved who the peer is (DESIGN.md §3).
+authorization identity: the TLS client certificate already proved who the peer is.
+
+A failing exchange always ends with a ``sasl-outcome`` from the server before the transport closes (spec
+5.3.3.6): ``auth`` for bad credentials, ``sys-perm`` for a mechanism we do not offer (retrying cannot
+help), ``sys`` for a malformed or unexpected SASL frame (:meth:`SaslServer.fail`).
 """
 
 from __future__ import annotations
@@ -141,10 +145,18 @@ class SaslServer:
         self.mechanisms = mechanisms
         self.plain_check = plain_check
         self.done = False
+        self.outcome_sent = False
 
     def start(self) -> list[Any]:
         """The frames to send right after the SASL header."""
         return [perf.SaslMechanisms(sasl_server_mechanisms=tuple(Symbol(m) for m in self.mechanisms))]
+
+    def fail(self) -> list[Any]:
+        """The ``sasl-outcome`` (``sys``) for a broken exchange, unless an outcome was sent already."""
+        if self.outcome_sent:
+            return []
+        self.outcome_sent = self.done = True
+        return [perf.SaslOutcome(code=perf.SaslCode.SYS)]
 
     def on_frame(self, frame: Any) -> tuple[list[Any], SaslResult | None]:
         """Process one SASL frame from the client; return (frames to send, result or None)."""
@@ -161,6 +173,7 @@ class SaslServer:
                 mech,
                 None,
                 f"SASL mechanism {mech!r} is not offered (offered: {list(self.mechanisms)})",
+                perf.SaslCode.SYS_PERM,
             )
         if mech == "PLAIN":
             _authzid, user, password = parse_plain_response(frame.initial_response or b"")
@@ -168,9 +181,11 @@ class SaslServer:
             return self._outcome(ok, mech, user, "" if ok else f"SASL PLAIN: bad credentials for {user!r}")
         return self._outcome(True, mech, None, "")
 
-    @staticmethod
-    def _outcome(ok: bool, mech: str, user: str | None, why: str) -> tuple[list[Any], SaslResult]:
-        code = perf.SaslCode.OK if ok else perf.SaslCode.AUTH
+    def _outcome(
+        self, ok: bool, mech: str, user: str | None, why: str, failure: int = perf.SaslCode.AUTH
+    ) -> tuple[list[Any], SaslResult]:
+        self.outcome_sent = True
+        code = perf.SaslCode.OK if ok else failure
         return (
             [perf.SaslOutcome(code=code)],
             SaslResult(ok=ok, mechanism=mech, username=user, code=int(code), description=why),

@@ -4,6 +4,16 @@
 optionally TLS (contexts and peer checks come from ``corda_trio.pki``); ``open_amqp_over_stream`` runs it over
 any trio Stream. The sender/receiver API: ``Sender.send`` returns the peer's outcome only once settled;
 ``Receiver`` is an async iterator of ``Delivery`` objects that are settled with ``accept()`` and friends.
+
+Limits: ``serve_amqp(..., max_connections=512)`` caps concurrent connections per listener (a client over the
+cap gets a closed socket; descriptor exhaustion is logged rate-limited and accepting resumes when descriptors
+come back). Per receiving link, ``AmqpConnection.open_receiver(..., max_message_size=)`` and
+``LinkRequest.accept_receiver(..., max_message_size=)`` (default: ``ConnectionConfig.max_message_size``,
+``None`` = no limit); a larger message detaches that link with ``amqp:link:message-size-exceeded`` and the
+receiver raises ``LinkDetachedError``. A peer overrunning its credit is absorbed up to
+``ConnectionConfig.max_credit_overrun`` (``Receiver.overrun_total`` counts it). To refuse one delivery, settle
+it with ``Delivery.reject(condition, description)``; to refuse a link, ``LinkRequest.refuse(condition)``.
+Every close we decide on reaches the wire before the socket shuts (bounded by ``CLOSE_TIMEOUT_SECONDS``).
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
@@ -11,6 +21,7 @@ from ._connect import PeerCheck as PeerCheck
 from ._connect import open_amqp_connection as open_amqp_connection
 from ._connect import open_amqp_over_stream as open_amqp_over_stream
 from ._connect import secure_stream as secure_stream
+from ._driver import CLOSE_TIMEOUT_SECONDS as CLOSE_TIMEOUT_SECONDS
 from ._driver import AmqpConnection as AmqpConnection
 from ._driver import Delivery as Delivery
 from ._driver import LinkRequest as LinkRequest
@@ -24,11 +35,16 @@ from ._errors import AuthenticationError as AuthenticationError
 from ._errors import DeliveryUnknownError as DeliveryUnknownError
 from ._errors import HandshakeError as HandshakeError
 from ._errors import LinkDetachedError as LinkDetachedError
+from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERVAL_SECONDS
+from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._serve import listener_port as listener_port
 from ._serve import serve_amqp as serve_amqp
 
 __all__ = [
+    "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
+    "CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
+    "DEFAULT_MAX_CONNECTIONS",
     "AmqpConnection",
     "AmqpConnectionError",
     "AmqpTransportError",

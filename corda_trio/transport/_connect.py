@@ -136,7 +136,7 @@ async def open_amqp_connection(
     Args:
         ssl_context: a client context (e.g. ``corda_trio.pki.client_ssl_context``); ``None`` = plain TCP.
         peer_check: called with the TLS stream after the handshake; raise to refuse the peer.
-        config: engine configuration (DESIGN.md §3 defaults).
+        config: engine configuration (default: ``amqp.ConnectionConfig()``, Corda's P2P profile).
         server_hostname: SNI / host-name check name (default ``host``; ignored when the context does not
             check host names).
         handshake_timeout: bound on TCP + TLS + SASL + open, in seconds (``None`` = unbounded).

@@ -14,14 +14,25 @@ owner supplies (``open_amqp_connection`` / ``serve_amqp`` do that):
 Every write goes through :meth:`AmqpConnection._flush`, which holds a ``StrictFIFOLock`` and drains the engine
 *inside* the lock, so frames leave in the order the engine produced them. A write that fails or is cancelled
 may have sent part of a frame: the connection is then marked broken, the stream closed forcefully and the
-exception re-raised (STYLE.md habit 11).
+exception re-raised (a cancelled ``send_all`` has sent an unknown amount).
+
+Goodbye. Once the engine is closed (a ``close`` decided by either side, a protocol violation, a failed SASL
+exchange, EOF), whichever task notices it runs :meth:`AmqpConnection._goodbye`: under the write lock (so a
+write in flight completes first) it sends everything the engine still queued, our ``close`` or
+``sasl-outcome`` included, then half-closes plain TCP (``send_eof``). The reader keeps reading (the engine
+discards what arrives) until the peer's ``close`` or EOF, or until :data:`CLOSE_TIMEOUT_SECONDS` passed; only
+then is the stream closed, over TLS with a ``close_notify`` first. Reading to the end matters: a socket
+closed with unread input answers with a RST, and a RST can destroy our last frames before the peer reads
+them.
 
 Nothing is reported as delivered that the peer did not settle: ``Sender.send`` returns the peer's terminal
 state only after a ``disposition`` settled it; if the link or the connection goes away first, every waiting
 ``send`` raises (:class:`LinkDetachedError` / :class:`AmqpConnectionError`) and the caller sends again.
 
-Incoming deliveries go into a memory channel whose buffer equals the receiver's credit; the credit is topped
-up only for deliveries the application took out, so a slow consumer slows the peer instead of growing memory.
+Incoming deliveries go into a memory channel whose buffer equals the receiver's credit plus the engine's
+``max_credit_overrun`` (a peer that sends beyond its credit is absorbed up to that bound, beyond it the engine
+detaches the link); the credit is topped up only for deliveries the application took out, and never beyond
+what the buffer has free, so a slow consumer or an overrunning peer slows the peer instead of growing memory.
 """
 
 from __future__ import annotations
@@ -49,6 +60,10 @@ __all__ = ["AmqpConnection", "Delivery", "LinkRequest", "PendingDelivery", "Rece
 log = logging.getLogger("corda_trio.transport")
 
 RECEIVE_SIZE_BYTES: Final = 256 * 1024
+#: Bound on each phase of a goodbye: our last frames out, the peer's close (or EOF) in, close_notify out.
+CLOSE_TIMEOUT_SECONDS: Final = 2.0
+#: ``max_message_size=DEFAULT``: take the connection config's limit.
+DEFAULT: Final[Any] = amqp.FROM_CONFIG
 LINK_REQUEST_BACKLOG: Final = 64
 
 #: When a receiving link tops its credit up: see :meth:`AmqpConnection.open_receiver`.
@@ -268,15 +283,26 @@ class Receiver:
         self.address = address
         self.name = name
         self.capacity = credit
-        self._send_channel, self._receive_channel = trio.open_memory_channel[Delivery](credit)
+        # credit plus what the engine absorbs from a peer that overruns it (see the module docstring)
+        buffer = credit + conn._engine.config.max_credit_overrun
+        self._send_channel, self._receive_channel = trio.open_memory_channel[Delivery](buffer)
         self._taken = 0
         self._attached = trio.Event()
         self._error: BaseException | None = None
         self.remote_attach: Any = None
 
     def _on_delivery(self, event: amqp.DeliveryReceived) -> None:
-        # Cannot overflow: the engine refuses deliveries beyond credit, and credit never exceeds free buffer.
+        # Cannot overflow: the engine takes at most max_credit_overrun deliveries beyond our credit, and
+        # credit never exceeds the free buffer minus that margin.
         self._send_channel.send_nowait(Delivery(self, event))
+
+    @property
+    def overrun_total(self) -> int:
+        """Deliveries the peer sent beyond the credit we granted (absorbed; see the module docstring)."""
+        try:
+            return self._conn._engine.link(self.channel, self.handle).overrun_total
+        except amqp.LocalProtocolError:
+            return 0
 
     def _on_detached(self, error: BaseException | None) -> None:
         if self._error is None:
@@ -308,7 +334,8 @@ class Receiver:
             return
         buffered = self._receive_channel.statistics().current_buffer_used
         self._taken = 0
-        conn._engine.flow(self.channel, self.handle, credit=self.capacity - buffered)
+        # Back-pressure: deliveries a peer sent beyond its credit are still buffered, so it gets less.
+        conn._engine.flow(self.channel, self.handle, credit=max(0, self.capacity - buffered))
         conn._request_flush()
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
@@ -361,8 +388,19 @@ class LinkRequest:
         self.name: str = attach.name
         self.answered = False
 
-    async def accept_receiver(self, *, credit: int = 100, refill: RefillPolicy = "half") -> Receiver:
-        """Accept a peer's sending link: we receive, granting ``credit`` (``refill``: see open_receiver)."""
+    async def accept_receiver(
+        self, *, credit: int = 100, refill: RefillPolicy = "half", max_message_size: Any = DEFAULT
+    ) -> Receiver:
+        """Accept a peer's sending link: we receive, granting ``credit`` (``refill``: see open_receiver).
+
+        ``max_message_size``: the largest message (bytes) we take on this link, advertised in our attach;
+        a larger one detaches the link with ``amqp:link:message-size-exceeded``. Default: the connection
+        config's (``amqp.ConnectionConfig.max_message_size``); ``None`` = no limit.
+
+        Raises:
+            LinkDetachedError: the link is gone already (the peer detached it, or overran its credit
+                beyond the engine's bound before we answered).
+        """
         if not self.peer_is_sender:
             raise ValueError("the peer wants to receive: use accept_sender()")
         self._answer()
@@ -370,8 +408,15 @@ class LinkRequest:
         receiver = Receiver(conn, self.channel, self.handle, self.address, self.name, credit, refill)
         receiver.remote_attach = self.attach
         receiver._attached.set()
+        early = conn._early_deliveries.pop((self.channel, self.handle), ())
+        if not self._still_waiting():
+            receiver._on_detached(LinkDetachedError(f"link {self.name!r} was detached before an answer"))
+            await trio.lowlevel.checkpoint()
+            return receiver
         conn._links[(self.channel, self.handle)] = receiver
-        conn._engine.accept_link(self.channel, self.handle)
+        for event in early:  # transfers the peer pipelined behind its attach
+            receiver._on_delivery(event)
+        conn._engine.accept_link(self.channel, self.handle, max_message_size=max_message_size)
         conn._engine.flow(self.channel, self.handle, credit=credit)
         await conn._flush()
         return receiver
@@ -385,6 +430,10 @@ class LinkRequest:
         sender = Sender(conn, self.channel, self.handle, self.address, self.name)
         sender.remote_attach = self.attach
         sender._attached.set()
+        if not self._still_waiting():
+            sender._on_detached(LinkDetachedError(f"link {self.name!r} was detached before an answer"))
+            await trio.lowlevel.checkpoint()
+            return sender
         conn._links[(self.channel, self.handle)] = sender
         conn._engine.accept_link(self.channel, self.handle)
         await conn._flush()
@@ -396,7 +445,8 @@ class LinkRequest:
         """Refuse the link (null terminus + detach with the error, spec 2.6.3)."""
         self._answer()
         conn = self._conn
-        if conn._broken is None:
+        conn._early_deliveries.pop((self.channel, self.handle), None)
+        if conn._broken is None and self._still_waiting():
             conn._engine.refuse_link(
                 self.channel,
                 self.handle,
@@ -409,6 +459,14 @@ class LinkRequest:
             raise RuntimeError("this link request was already answered")
         self.answered = True
         self._conn._raise_if_broken()
+
+    def _still_waiting(self) -> bool:
+        """Whether the engine still waits for our answer (it may have detached an overrunning link)."""
+        try:
+            link = self._conn._engine.link(self.channel, self.handle)
+        except amqp.LocalProtocolError:
+            return False
+        return link.name == self.name and link.state is amqp.LinkState.ATTACH_RCVD
 
 
 class AmqpConnection:
@@ -437,12 +495,20 @@ class AmqpConnection:
         self._deadline: float | None = None
         self._broken: AmqpConnectionError | None = None
         self._stream_dead = False
+        # goodbye (see the module docstring): started, no more writes, when the reader stops waiting
+        self._closing = False
+        self._writes_done = False
+        self._linger_deadline = math.inf
+        self._read_scope: trio.CancelScope | None = None
         self._link_change: trio.Event | None = None
         self._closed = trio.Event()
         self._opened = trio.Event()
         self._session_begun = trio.Event()
         self._channel: int | None = None
         self._links: dict[tuple[int, int], Sender | Receiver] = {}
+        # deliveries on links the application has not answered yet (a peer may pipeline transfers behind
+        # its attach); bounded by the engine's max_credit_overrun, handed over by accept_receiver
+        self._early_deliveries: dict[tuple[int, int], list[amqp.DeliveryReceived]] = {}
         self._link_names = itertools.count()
         self._requests_send, self._requests_receive = trio.open_memory_channel[LinkRequest](
             LINK_REQUEST_BACKLOG
@@ -483,23 +549,27 @@ class AmqpConnection:
             raise AmqpConnectionError("the connection ended during the AMQP handshake")
 
     async def aclose(self) -> None:
-        """Close gracefully (``close`` frame, wait briefly for the peer's), then close the stream.
+        """Close gracefully (``close`` frame, wait for the peer's), then close the stream.
 
         Whatever the engine still has queued (for example the ``close`` that reports a peer's protocol
-        violation) is flushed first; the whole goodbye is bounded to 2 s and shielded from cancellation.
+        violation) is flushed first; the goodbye is bounded (a few :data:`CLOSE_TIMEOUT_SECONDS`) and
+        shielded from cancellation.
         """
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(2.0):
+            with trio.move_on_after(2 * CLOSE_TIMEOUT_SECONDS):
                 if self._broken is None and not self._engine.closed:
                     self._engine.close()
                 try:
                     await self._flush()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
                     pass
-                if self._engine.state is amqp.ConnectionState.CLOSE_SENT and not self._stream_dead:
-                    await self._closed.wait()  # the reader sees the peer's close and drops the stream
+                if self._engine.closed:
+                    await self._goodbye()
+                # the reader sees the peer's close (or EOF, or the linger deadline) and closes the stream
+                await self._closed.wait()
             self._set_broken(AmqpConnectionError("the connection was closed locally"))
-            await self._drop_stream()
+            if not self._closed.is_set():
+                await self._final_close()
 
     @property
     def closed(self) -> bool:
@@ -540,11 +610,21 @@ class AmqpConnection:
         return sender
 
     async def open_receiver(
-        self, address: str, *, credit: int = 100, name: str | None = None, refill: RefillPolicy = "half"
+        self,
+        address: str,
+        *,
+        credit: int = 100,
+        name: str | None = None,
+        refill: RefillPolicy = "half",
+        max_message_size: Any = DEFAULT,
     ) -> Receiver:
         """Attach a receiving link from ``address`` and grant ``credit`` (kept topped up as you consume).
 
         Args:
+            max_message_size: the largest message (bytes) we take on this link, advertised in the attach
+                (default: the connection config's; ``None`` = no limit). A larger delivery detaches the
+                link with ``amqp:link:message-size-exceeded`` (the receiver then raises
+                :class:`LinkDetachedError`).
             refill: ``"half"`` (default) tops the credit up once half of it was consumed, so the sender
                 never stalls. ``"empty"`` grants new credit only when all of it was consumed, so no
                 transfer is ever in flight when a ``flow`` arrives: for peers that miscount credit granted
@@ -554,7 +634,9 @@ class AmqpConnection:
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
-        handle = self._engine.attach_receiver(channel, name=name, source=address)
+        handle = self._engine.attach_receiver(
+            channel, name=name, source=address, max_message_size=max_message_size
+        )
         receiver = Receiver(self, channel, handle, address, name, credit, refill)
         self._links[(channel, handle)] = receiver
         self._engine.flow(channel, handle, credit=credit)
@@ -629,7 +711,7 @@ class AmqpConnection:
             return
         async with self._write_lock:
             data = self._engine.data_to_send()
-            if data and not self._stream_dead:
+            if data and not self._stream_dead and not self._writes_done:
                 try:
                     await self._stream.send_all(data)
                 except BaseException as exc:
@@ -666,7 +748,7 @@ class AmqpConnection:
                 self._flush_wanted = trio.Event()
                 await self._flush()
                 if self._engine.closed:
-                    await self._finish_after_close()
+                    await self._goodbye()
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
             self._set_broken(AmqpConnectionError("the transport broke while writing"))
@@ -688,41 +770,91 @@ class AmqpConnection:
         stream = self._stream
         try:
             while True:
-                data = await stream.receive_some(RECEIVE_SIZE_BYTES)
+                if self._closing and engine.state is amqp.ConnectionState.END:
+                    break  # both close frames exchanged: nothing the peer sends now matters
+                with trio.CancelScope(deadline=self._linger_deadline) as scope:
+                    self._read_scope = scope
+                    data = await stream.receive_some(RECEIVE_SIZE_BYTES)
+                self._read_scope = None
+                if scope.cancelled_caught:
+                    break  # the peer did not finish within CLOSE_TIMEOUT_SECONDS of our goodbye
+                if self._closing:
+                    # After our goodbye: read on (the engine discards) until the peer's close or EOF.
+                    if not data:
+                        break
+                    try:
+                        engine.receive_data(data)
+                    except amqp.RemoteProtocolError:
+                        pass
+                    continue
                 try:
                     events = engine.receive_data(data)
                 except amqp.RemoteProtocolError as exc:
                     log.warning("%s: protocol violation by the peer: %s", self.id, exc)
                     self._handle_events(exc.events)
-                    await self._flush()
-                    await self._finish_after_close(grace=0.5)
-                    return
+                    await self._goodbye()
+                    continue
                 if events:
                     self._handle_events(events)
                 self._tick()
                 if engine.wants_write:
                     self._flush_wanted.set()  # the writer sends replies (flows, heartbeats) in its next batch
                 if not data or engine.closed:
-                    await self._flush()
-                    await self._finish_after_close()
-                    return
+                    await self._goodbye()
+                    if not data:
+                        break
         except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError) as exc:
             self._set_broken(AmqpConnectionError(f"transport failed: {exc!r}"))
             with trio.CancelScope(shield=True):
                 await self._drop_stream()
+            return
+        await self._final_close()
 
-    async def _finish_after_close(self, grace: float = 0.0) -> None:
-        """The engine is done: give the peer a moment to read our close, then drop the stream."""
-        if grace:
-            with trio.move_on_after(grace):
-                await trio.sleep(grace)
+    async def _goodbye(self) -> None:
+        """The engine is closed: send what it queued (our close), half-close, and let the reader linger.
+
+        Runs once, in whichever task noticed first; bounded by :data:`CLOSE_TIMEOUT_SECONDS` and shielded.
+        """
+        if self._closing:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closing = True
         error = self._engine.close_error
         if self._broken is None:
             if error is None:
                 self._set_broken(AmqpConnectionError("the connection was closed"))
             else:
                 self._set_broken(AmqpConnectionError.from_error(error, "the connection was closed"))
+        stream = self._stream
         with trio.CancelScope(shield=True):
+            with trio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+                try:
+                    async with self._write_lock:  # a write in flight completes first
+                        data = self._engine.data_to_send()
+                        if data and not self._stream_dead:
+                            await stream.send_all(data)
+                        self._writes_done = True
+                        if isinstance(stream, trio.abc.HalfCloseableStream) and not self._stream_dead:
+                            await stream.send_eof()  # plain TCP: FIN after our last frame
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass
+        self._writes_done = True
+        self._linger_deadline = trio.current_time() + CLOSE_TIMEOUT_SECONDS
+        if self._read_scope is not None:
+            self._read_scope.deadline = min(self._read_scope.deadline, self._linger_deadline)
+
+    async def _final_close(self) -> None:
+        """Close the stream: over TLS send close_notify first (bounded); then the connection is over."""
+        stream = self._stream
+        with trio.CancelScope(shield=True):
+            if isinstance(stream, trio.SSLStream) and not self._stream_dead:
+                with trio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+                    async with self._write_lock:
+                        self._writes_done = True
+                        try:
+                            await stream.aclose()  # close_notify, then the TCP socket
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass
             await self._drop_stream()
 
     async def _drop_stream(self) -> None:
@@ -760,6 +892,8 @@ class AmqpConnection:
                 link = links.get((event.channel, event.handle))
                 if isinstance(link, Receiver):
                     link._on_delivery(event)
+                elif link is None:
+                    self._early_deliveries.setdefault((event.channel, event.handle), []).append(event)
             elif kind is amqp.CreditUpdated:
                 link = links.get((event.channel, event.handle))
                 if isinstance(link, Sender):
@@ -799,6 +933,7 @@ class AmqpConnection:
                     ),
                 )
         elif isinstance(event, amqp.LinkDetached):
+            self._early_deliveries.pop((event.channel, event.handle), None)
             link = self._links.pop((event.channel, event.handle), None)
             if link is not None:
                 if event.error is not None:

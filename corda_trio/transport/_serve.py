@@ -1,9 +1,24 @@
-"""Accept AMQP connections: ``serve_amqp(handler, port, ...)``, for ``nursery.start`` like ``serve_tcp``."""
+"""Accept AMQP connections: ``serve_amqp(handler, port, ...)``, for ``nursery.start`` like ``serve_tcp``.
+
+Theory of operation
+-------------------
+One accept loop per listening socket, all sharing one :class:`_Slots` count per ``serve_amqp`` call.
+A connection takes a slot from ``accept`` until its handler and goodbye are done; a client that arrives
+when all ``max_connections`` slots are taken gets a closed socket at once (its descriptor is needed only
+for that instant), so a flood of clients cannot take the descriptors the running connections need.
+
+When ``accept`` itself fails for lack of resources (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), the
+loop waits until one of our connections ends (which frees a descriptor) or a short poll interval passes,
+whichever is first, and tries again: accepting resumes as soon as descriptors come back. The failure is
+logged once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS` with the count of failures since, never per try.
+"""
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
+import math
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -16,9 +31,23 @@ from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_ov
 from ._driver import AmqpConnection
 from ._errors import AmqpConnectionError, HandshakeError
 
-__all__ = ["SERVER_SASL_MECHANISMS", "listener_port", "serve_amqp"]
+__all__ = [
+    "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
+    "DEFAULT_MAX_CONNECTIONS",
+    "SERVER_SASL_MECHANISMS",
+    "listener_port",
+    "serve_amqp",
+]
 
 SERVER_SASL_MECHANISMS: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
+#: Concurrent connections per ``serve_amqp`` by default: far more peers than a node talks to, far fewer than
+#: the usual 1024-descriptor soft limit, so the node keeps descriptors for its stores and outbound bridges.
+DEFAULT_MAX_CONNECTIONS: Final = 512
+#: At most one log line per this interval about ``accept`` failing for lack of descriptors / memory.
+ACCEPT_ERROR_LOG_INTERVAL_SECONDS: Final = 10.0
+# Retry interval of a failing accept when none of our own connections ends in the meantime.
+_ACCEPT_RETRY_SECONDS: Final = 0.05
+_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 log = logging.getLogger("corda_trio.transport")
 
@@ -39,6 +68,7 @@ async def serve_amqp(
     peer_check: PeerCheck | None = None,
     config: amqp.ConnectionConfig | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` and run ``await handler(conn)`` for each AMQP connection, until cancelled.
@@ -50,9 +80,15 @@ async def serve_amqp(
     ``accept_sender`` / ``refuse("amqp:unauthorized-access")``. When the handler returns the connection is
     closed. A failing handshake, a misbehaving peer or a crashing handler ends that connection only (logged);
     the server keeps serving.
+
+    At most ``max_connections`` connections run at once (counting handshakes); a client beyond that gets a
+    closed socket. Running out of file descriptors while accepting is logged at most once per
+    :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`, and accepting resumes as soon as descriptors are free.
     """
+    if max_connections < 1:
+        raise ValueError(f"max_connections must be at least 1, got {max_connections}")
     if config is None:
-        # DESIGN.md §3: the server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
+        # The server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
         config = amqp.ConnectionConfig(sasl_mechanisms=SERVER_SASL_MECHANISMS)
     listeners = await trio.open_tcp_listeners(port, host=host)
     serve_one = functools.partial(
@@ -63,7 +99,102 @@ async def serve_amqp(
         config=config,
         handshake_timeout=handshake_timeout,
     )
-    await trio.serve_listeners(serve_one, listeners, task_status=task_status)
+    slots = _Slots(max_connections)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, serve_one, slots, nursery)
+        task_status.started(listeners)
+
+
+class _Slots:
+    """The connection count of one ``serve_amqp`` and the wake-up for accept loops waiting on descriptors."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self.freed = trio.Event()
+        self.refused = 0
+        self.last_refusal_log = -math.inf
+        self.accept_failures = 0
+        self.last_failure_log = -math.inf
+
+    def release(self) -> None:
+        self.active -= 1
+        self.freed.set()
+        self.freed = trio.Event()
+
+    def note_refusal(self, where: str) -> None:
+        self.refused += 1
+        now = trio.current_time()
+        if now - self.last_refusal_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            log.warning(
+                "listener %s: %d connection(s) refused since the last report: all %d slots are taken",
+                where,
+                self.refused,
+                self.limit,
+            )
+            self.last_refusal_log = now
+            self.refused = 0
+
+    def note_accept_failure(self, where: str, exc: OSError) -> None:
+        self.accept_failures += 1
+        now = trio.current_time()
+        if now - self.last_failure_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            log.error(
+                "listener %s: accept failed %d time(s) since the last report: %s (%s); %d connection(s) "
+                "running; retrying as soon as descriptors are free",
+                where,
+                self.accept_failures,
+                errno.errorcode.get(exc.errno or 0, exc.errno),
+                exc.strerror,
+                self.active,
+            )
+            self.last_failure_log = now
+            self.accept_failures = 0
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    serve_one: Callable[[trio.abc.Stream], Awaitable[None]],
+    slots: _Slots,
+    nursery: trio.Nursery,
+) -> None:
+    where = _listener_name(listener)
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _CAPACITY_ERRNOS:
+                    raise
+                slots.note_accept_failure(where, exc)
+                with trio.move_on_after(_ACCEPT_RETRY_SECONDS):
+                    await slots.freed.wait()
+                continue
+            if slots.active >= slots.limit:
+                slots.note_refusal(where)
+                await trio.aclose_forcefully(stream)
+                continue
+            slots.active += 1
+            nursery.start_soon(_serve_slot, stream, serve_one, slots)
+
+
+async def _serve_slot(
+    stream: trio.abc.Stream, serve_one: Callable[[trio.abc.Stream], Awaitable[None]], slots: _Slots
+) -> None:
+    try:
+        await serve_one(stream)
+    finally:
+        await trio.aclose_forcefully(stream)
+        slots.release()
+
+
+def _listener_name(listener: trio.SocketListener) -> str:
+    try:
+        host, port = listener.socket.getsockname()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "<listener>"
 
 
 async def _serve_one(

@@ -1,0 +1,398 @@
+"""Hostile and careless peers against ``serve_amqp``, over real sockets: what comes back on the wire.
+
+Each case that promises a frame (a ``close`` with a condition, a ``sasl-outcome``) checks that the raw peer
+reads it before the socket shuts, ``CORDA_TRIO_HOSTILE_RUNS`` times (default 100), and that the server still
+serves a well-behaved client afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import trio
+
+from corda_trio import amqp, pki, transport
+from corda_trio.testing import QueueBroker
+
+C = amqp.Condition
+RUNS = int(os.environ.get("CORDA_TRIO_HOSTILE_RUNS", "100"))
+BARE = amqp.ConnectionConfig(sasl_mechanisms=("PLAIN", "ANONYMOUS"), allow_bare_amqp=True)
+OPEN = amqp.encode_frame(amqp.Open(container_id="hostile"))
+BEGIN = amqp.encode_frame(amqp.Begin(next_outgoing_id=0, incoming_window=100_000, outgoing_window=100))
+CLOSE = amqp.encode_frame(amqp.Close())
+
+
+def parse(data: bytes) -> list[object]:
+    """Protocol headers (as bytes) and performatives in ``data``, in order; an incomplete tail is ignored."""
+    out: list[object] = []
+    pos = 0
+    while pos + 8 <= len(data):
+        if data[pos : pos + 4] == b"AMQP":
+            out.append(data[pos : pos + 8])
+            pos += 8
+            continue
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if pos + size > len(data):
+            break
+        buf = amqp.FrameBuffer(max_frame_size=1 << 24)
+        buf.feed(data[pos : pos + size])
+        frame = buf.next_frame()
+        assert frame is not None
+        out.append(frame.performative)
+        pos += size
+    return out
+
+
+class RawPeer:
+    """A hand-driven client on a trio stream: send bytes, read and parse what comes back."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.data = bytearray()
+        self.eof = False
+
+    @classmethod
+    async def connect(cls, port: int) -> RawPeer:
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    def received(self) -> list[object]:
+        return parse(bytes(self.data))
+
+    async def read_until(self, kind: type, count: int = 1) -> list[object]:
+        """Read until ``count`` frames of ``kind`` arrived (or EOF); returns everything parsed."""
+        with trio.fail_after(20):
+            while not self.eof and sum(isinstance(p, kind) for p in self.received()) < count:
+                await self._read()
+        return self.received()
+
+    async def read_to_eof(self) -> list[object]:
+        with trio.fail_after(20):
+            while not self.eof:
+                await self._read()
+        return self.received()
+
+    async def _read(self) -> None:
+        try:
+            chunk = await self.stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            chunk = b""
+        if chunk:
+            self.data += chunk
+        else:
+            self.eof = True
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def start(nursery: trio.Nursery, broker: QueueBroker | None = None, **kw: object) -> int:
+    broker = broker or QueueBroker()
+    kw.setdefault("config", BARE)
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, broker.handle, 0, **kw))
+    return transport.listener_port(listeners)
+
+
+async def assert_still_serving(port: int) -> None:
+    with trio.fail_after(20):
+        async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+            sender = await conn.open_sender("still-alive")
+            assert await sender.send(b"\x00Sw\xa1\x02ok") == amqp.Accepted()
+
+
+def the_close(frames: list[object]) -> amqp.Close:
+    closes = [p for p in frames if isinstance(p, amqp.Close)]
+    assert len(closes) == 1, frames
+    return closes[0]
+
+
+# --- a promised frame arrives before the socket shuts, every time --------------------------------------
+
+
+async def one_exchange(port: int, hello: bytes, trailer: bytes = b"") -> list[object]:
+    peer = await RawPeer.connect(port)
+    try:
+        await peer.send(hello)
+        if trailer:
+            try:
+                await peer.send(trailer)
+            except trio.BrokenResourceError:
+                pass
+        return await peer.read_to_eof()
+    finally:
+        await peer.aclose()
+
+
+async def test_begin_before_open_gets_an_illegal_state_close(nursery: trio.Nursery) -> None:
+    port = await start(nursery)
+    for _ in range(RUNS):
+        frames = await one_exchange(port, amqp.AMQP_HEADER + BEGIN)
+        error = the_close(frames).error
+        assert error.condition == C.ILLEGAL_STATE and "begin" in error.description
+    await assert_still_serving(port)
+
+
+async def test_protocol_garbage_gets_a_decode_error_close_before_the_socket_shuts(
+    nursery: trio.Nursery,
+) -> None:
+    port = await start(nursery)
+    garbage = b"\x00\x00\x00\x10\x02\x00\x00\x00\x00\x53\x10\xc0\xff\xff\xff\xff"  # open list past the frame
+    junk = bytes(range(256)) * 256  # 64 KiB more after it: unread input must not turn our FIN into a RST
+    for _ in range(RUNS):
+        frames = await one_exchange(port, amqp.AMQP_HEADER + OPEN + garbage, junk)
+        error = the_close(frames).error
+        assert error.condition == C.DECODE_ERROR, error
+    await assert_still_serving(port)
+
+
+async def test_bad_sasl_gets_a_sasl_outcome(nursery: trio.Nursery) -> None:
+    config = amqp.ConnectionConfig(sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda u, p: p == "right")
+    port = await start(nursery, config=config)
+    cases = [
+        (amqp.SaslInit(mechanism=amqp.Symbol("CRAM-MD5")), amqp.SaslCode.SYS_PERM),
+        (amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"\0u\0wrong"), amqp.SaslCode.AUTH),
+        (amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"no-nul"), amqp.SaslCode.SYS),
+    ]
+    for i in range(RUNS):
+        init, code = cases[i % len(cases)]
+        frames = await one_exchange(port, amqp.SASL_HEADER + amqp.encode_frame(init))
+        outcomes = [p for p in frames if isinstance(p, amqp.SaslOutcome)]
+        assert [o.code for o in outcomes] == [code], frames
+    async with transport.open_amqp_connection(
+        "127.0.0.1", port, config=amqp.ConnectionConfig(sasl_username="u", sasl_password="right")
+    ) as conn:
+        assert await (await conn.open_sender("q")).send(b"\x00Sw\xa1\x01x") == amqp.Accepted()
+
+
+async def test_polite_close_always_gets_the_reply_close(nursery: trio.Nursery) -> None:
+    port = await start(nursery)
+    for _ in range(RUNS):
+        frames = await one_exchange(port, amqp.AMQP_HEADER + OPEN + BEGIN + CLOSE)
+        assert the_close(frames).error is None
+    await assert_still_serving(port)
+
+
+async def test_tls_peer_gets_the_close_and_a_close_notify(nursery: trio.Nursery) -> None:
+    now = dt.datetime.now(dt.UTC)
+    network = pki.NetworkCredentials.create(now=now - dt.timedelta(hours=1))
+    node = network.issue_node(pki.CordaX500Name.parse("O=Alice, L=London, C=GB"), now=now)
+    kw = dict(cert_chain=node.tls_chain, key=node.tls.key, trust_root=network.root.cert)
+    client_ctx, server_ctx = pki.client_ssl_context(**kw), pki.server_ssl_context(**kw)  # type: ignore[arg-type]
+    port = await start(nursery, ssl_context=server_ctx)
+    for _ in range(max(1, RUNS // 10)):  # TLS handshakes cost CPU: a tenth of the runs
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        tls = trio.SSLStream(tcp, client_ctx, server_hostname=None)
+        peer = RawPeer(tls)
+        await peer.send(amqp.AMQP_HEADER + BEGIN)
+        await peer.read_until(amqp.Close)
+        await peer.send(CLOSE)  # answer like a polite client; then the server ends TLS
+        with trio.fail_after(20):
+            while True:
+                # With a close_notify the TLS stream ends cleanly (b""); without one trio raises.
+                chunk = await tls.receive_some(65536)
+                if not chunk:
+                    break
+                peer.data += chunk
+        assert the_close(peer.received()).error.condition == C.ILLEGAL_STATE
+        await trio.aclose_forcefully(tls)
+
+
+# --- credit overrun over a real socket -----------------------------------------------------------------
+
+
+async def test_a_client_sending_three_times_its_credit_is_served(nursery: trio.Nursery) -> None:
+    broker = QueueBroker(credit=10)
+    port = await start(nursery, broker)
+    peer = await RawPeer.connect(port)
+    attach = amqp.Attach(
+        name="greedy",
+        handle=5,
+        role=amqp.Role.SENDER,
+        target=amqp.Target(address="q"),
+        initial_delivery_count=0,
+    )
+    await peer.send(amqp.AMQP_HEADER + OPEN + amqp.encode_frame(BEGIN_PERF, 3) + amqp.encode_frame(attach, 3))
+    await peer.read_until(amqp.Flow)
+    flows = [p for p in peer.received() if isinstance(p, amqp.Flow) and p.handle is not None]
+    assert flows and flows[-1].link_credit == 10
+    transfers = b"".join(
+        amqp.encode_frame(
+            amqp.Transfer(handle=5, delivery_id=i, delivery_tag=i.to_bytes(4, "big")), 3, b"\x00Sw\x40"
+        )
+        for i in range(30)
+    )
+    await peer.send(transfers)
+    settled: set[int] = set()
+    with trio.fail_after(20):
+        while len(settled) < 30:
+            await peer._read()
+            assert not peer.eof
+            for p in peer.received():
+                if isinstance(p, amqp.Disposition) and p.settled:
+                    settled.update(range(p.first, (p.last if p.last is not None else p.first) + 1))
+                assert not isinstance(p, amqp.Close | amqp.Detach), p
+    assert settled == set(range(30)) and broker.received == 30
+    await peer.send(CLOSE)
+    assert the_close(await peer.read_to_eof()).error is None
+    await peer.aclose()
+
+
+BEGIN_PERF = amqp.Begin(next_outgoing_id=0, incoming_window=100_000, outgoing_window=100)
+
+
+# --- slots: half-open, dribbling and crowds -------------------------------------------------------------
+
+
+async def test_half_open_clients_hold_their_slot_only_until_the_handshake_timeout(
+    nursery: trio.Nursery,
+) -> None:
+    port = await start(nursery, max_connections=2, handshake_timeout=1.0)
+    silent = [await RawPeer.connect(port) for _ in range(2)]
+    await trio.sleep(0.2)
+    over_cap = await RawPeer.connect(port)
+    assert await over_cap.read_to_eof() == []  # a closed socket, nothing said
+    for peer in silent:
+        assert await peer.read_to_eof() == []  # given up at the handshake timeout
+    for peer in [*silent, over_cap]:
+        await peer.aclose()
+    with trio.fail_after(20):
+        while True:  # the slots come back as soon as the server has seen the sockets close
+            try:
+                await assert_still_serving(port)
+                break
+            except transport.AmqpConnectionError:
+                await trio.sleep(0.1)
+
+
+async def test_one_byte_dribble_after_open_is_closed_by_the_idle_timeout(nursery: trio.Nursery) -> None:
+    config = amqp.ConnectionConfig(sasl_mechanisms=("ANONYMOUS",), allow_bare_amqp=True, idle_timeout_ms=1000)
+    port = await start(nursery, config=config)
+    peer = await RawPeer.connect(port)
+    await peer.send(amqp.AMQP_HEADER + OPEN)
+    await peer.read_until(amqp.Open)
+    frame = amqp.encode_frame(amqp.Begin(next_outgoing_id=0, incoming_window=1, outgoing_window=1))
+    with trio.fail_after(20):
+        for byte in frame[:-1]:  # never completes the frame
+            try:
+                await peer.send(bytes([byte]))
+            except trio.BrokenResourceError:
+                break
+            await trio.sleep(0.25)
+            if any(isinstance(p, amqp.Close) for p in peer.received()):
+                break
+            with trio.move_on_after(0):
+                await peer._read()
+    error = the_close(await peer.read_to_eof()).error
+    assert error.condition == C.RESOURCE_LIMIT_EXCEEDED
+    await peer.aclose()
+
+
+@pytest.mark.parametrize("cap", [512, 50])
+async def test_two_hundred_connections_at_once(nursery: trio.Nursery, cap: int) -> None:
+    port = await start(nursery, max_connections=cap)
+    results: list[str] = []
+
+    async def one() -> None:
+        try:
+            peer = await RawPeer.connect(port)
+        except OSError:
+            results.append("refused")
+            return
+        try:
+            await peer.send(amqp.AMQP_HEADER + OPEN + BEGIN + CLOSE)
+        except trio.BrokenResourceError:
+            pass
+        frames = await peer.read_to_eof()
+        await peer.aclose()
+        if frames == []:
+            results.append("closed")
+        else:
+            assert the_close(frames).error is None
+            results.append("served")
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as crowd:
+            for _ in range(200):
+                crowd.start_soon(one)
+    assert len(results) == 200
+    if cap >= 200:
+        assert results.count("served") == 200
+    else:
+        assert results.count("served") >= cap and set(results) <= {"served", "closed", "refused"}
+    await assert_still_serving(port)
+
+
+# --- running out of descriptors ------------------------------------------------------------------------
+
+EMFILE_SERVER = textwrap.dedent(
+    """
+    import functools, logging, resource, sys
+    import trio
+    from corda_trio import amqp, transport
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s %(message)s")
+
+    async def handler(conn):
+        await conn.wait_closed()
+
+    async def main():
+        config = amqp.ConnectionConfig(sasl=False, idle_timeout_ms=None)
+        serve = functools.partial(
+            transport.serve_amqp, handler, 0, config=config, handshake_timeout=None, max_connections=1000
+        )
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(serve)
+            print(transport.listener_port(listeners), flush=True)
+
+    trio.run(main)
+    """
+)
+
+
+async def test_descriptor_exhaustion_is_logged_once_and_accepting_recovers_at_once() -> None:
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, stopped in finally
+        [sys.executable, "-c", EMFILE_SERVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    began = trio.current_time()
+    try:
+        assert proc.stdout is not None
+        port = int(await trio.to_thread.run_sync(proc.stdout.readline))
+        held: list[RawPeer] = []
+        with trio.fail_after(30):
+            for _ in range(60):  # more than the server's 48 descriptors
+                peer = await RawPeer.connect(port)
+                await peer.send(amqp.AMQP_HEADER)
+                held.append(peer)
+            await trio.sleep(1.0)  # the server keeps failing to accept meanwhile (about 20 tries)
+            answered = 0
+            for peer in held:
+                with trio.move_on_after(0.05):
+                    await peer.read_until(amqp.Open)
+                answered += any(isinstance(p, amqp.Open) for p in peer.received())
+            assert answered < 60
+            # free descriptors (more than are waiting): the waiting connections are served at once
+            for peer in held[:30]:
+                await peer.aclose()
+            start = trio.current_time()
+            for peer in held[30:]:
+                await peer.read_until(amqp.Open)
+            assert trio.current_time() - start < 10
+            for peer in held[30:]:
+                await peer.aclose()
+    finally:
+        proc.kill()
+        _, err = await trio.to_thread.run_sync(functools.partial(proc.communicate, timeout=30))
+        elapsed = trio.current_time() - began
+    lines = [line for line in err.decode().splitlines() if "accept failed" in line]
+    # dozens of failed accepts, but one line per ACCEPT_ERROR_LOG_INTERVAL_SECONDS at most
+    assert 1 <= len(lines) <= 1 + elapsed // transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS, err.decode()
+    assert "EMFILE" in lines[0]
