@@ -39,7 +39,10 @@ class Client(MessagingHandler):
             kwargs.update(user=a.user, password=a.password, allowed_mechs="PLAIN", allow_insecure_mechs=True)
         if a.tls:  # mutual TLS: our certificate, trust only the test CA, check the server's name
             domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            domain.set_credentials(os.path.join(a.tls, "client.pem"), os.path.join(a.tls, "client.key"), None)
+            if not a.no_client_cert:
+                domain.set_credentials(
+                    os.path.join(a.tls, "client.pem"), os.path.join(a.tls, "client.key"), None
+                )
             domain.set_trusted_ca_db(os.path.join(a.tls, "ca.pem"))
             domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, os.path.join(a.tls, "ca.pem"))
             kwargs["ssl_domain"] = domain
@@ -114,6 +117,7 @@ def main() -> None:
     ap.add_argument("--send-only", action="store_true")
     ap.add_argument("--receive-only", action="store_true")
     ap.add_argument("--tls", metavar="DIR", help="mutual TLS with DIR/client.pem, client.key, ca.pem")
+    ap.add_argument("--no-client-cert", action="store_true", help="with --tls: server-authenticated TLS only")
     args = ap.parse_args()
     client = Client(args)
     Container(client).run()
