@@ -8,14 +8,15 @@ What is measured, for each library, in one process and one run (the libraries al
 repeat, so a busy machine slows them alike):
 
 ``encode``
-    from plain Python data (the body bytes, the five Corda headers, the message id and address, the
+    from plain Python data (the body bytes, the seven Corda headers, the message id and address, the
     delivery id and tag) to the bytes of one whole transfer frame: build the library's message object with
-    a durable header, properties (message-id, to), application-properties with five Corda P2P headers
+    a durable header, properties (message-id, to), application-properties with seven Corda P2P headers
     (``platform-topic``, ``platform-version`` as an AMQP int, ``corda-vendor``, ``release-version``,
-    ``_AMQ_DUPL_ID``) and one Data body section, encode it, build the transfer performative (handle,
+    ``_AMQ_DUPL_ID``, ``sender-uuid``, ``send-seq-no`` as a long: Corda 4's ``P2PMessagingHeaders``) and one
+    Data body section, encode it, build the transfer performative (handle,
     delivery-id, delivery-tag, message-format, settled=false), and produce header + performative + payload.
-    Every message gets a fresh delivery-id and message-id (also the ``_AMQ_DUPL_ID`` value), as a real
-    sender's do.
+    Every message gets a fresh delivery-id, message-id (also the ``_AMQ_DUPL_ID`` value) and sequence
+    number, as a real sender's do.
 ``decode``
     from the bytes of that whole frame to decoded objects: the 8-byte frame header, the transfer
     performative's fields, and the message with **every section decoded** (header, properties,
@@ -36,8 +37,8 @@ repeat, so a busy machine slows them alike):
 
 Body sizes: 16 B, 1 KiB (the target case) and 64 KiB. Each figure is the best of ``repeats`` timed batches
 of about ``batch_seconds`` (best-of is the usual estimator for CPU micro-benchmarks on a shared machine);
-the median is reported too. Target (issue 2): corda_trio at least 2x the faster of the other two, for both
-encode and decode of the 1 KiB message.
+the median is reported too. Target: corda_trio at least 3x (encode) and 2.5x (decode) the faster of the
+other two on the 1 KiB message; the last line (JSON) carries both ratios.
 
 Record schema (one dict per library x operation x body size, then one ``"summary"`` record per body size)::
 
@@ -71,7 +72,8 @@ __all__ = ["BODY_SIZES", "LIBRARIES", "run_codec_benchmark"]
 
 BODY_SIZES: Final = (16, 1024, 65536)
 LIBRARIES: Final = ("corda_trio", "pyamqp", "proton")
-TARGET_RATIO: Final = 2.0
+TARGET_ENCODE_RATIO: Final = 3.0
+TARGET_DECODE_RATIO: Final = 2.5
 POOL_FRAMES: Final = 8192
 POOL_BYTES: Final = 32 << 20
 HANDLE, CHANNEL, DELIVERY_ID = 0, 1, 4711
@@ -81,24 +83,29 @@ ADDRESS: Final = "p2p.inbound.DL8eWT8pPPKVq1LqiZE33L5pHNWNQfzdXFmrDnT7pHCrzK"
 _HEADER: Final = struct.Struct(">IBBH")
 
 
-def corda_headers(message_id: str = MESSAGE_ID) -> dict[str, Any]:
-    """The five Corda P2P application properties, as plain Python values."""
+SENDER_UUID: Final = "3f0b9c4e-8a51-4d8e-9c4a-6a1d2f7b5e10"
+
+
+def corda_headers(message_id: str = MESSAGE_ID, seq: int = 0) -> dict[str, Any]:
+    """The seven Corda 4 P2P application properties (``P2PMessagingHeaders``), as plain Python values."""
     return {
         "platform-topic": "platform.session",
         "platform-version": 13,  # written as AMQP int by every library
         "corda-vendor": "Corda Open Source",
         "release-version": "4.12",
         "_AMQ_DUPL_ID": message_id,
+        "sender-uuid": SENDER_UUID,
+        "send-seq-no": 1_000_000 + seq,  # a long
     }
 
 
-def _ids() -> Callable[[], tuple[int, str]]:
-    """A fresh (delivery id, message id) per message, as a real sender has: no codec sees a repeat."""
+def _ids() -> Callable[[], tuple[int, str, int]]:
+    """A fresh (delivery id, message id, seq) per message, as a real sender has: no codec sees a repeat."""
     counter = itertools.count()
 
-    def next_ids() -> tuple[int, str]:
+    def next_ids() -> tuple[int, str, int]:
         n = next(counter)
-        return DELIVERY_ID + n, f"{MESSAGE_ID}-{n}"
+        return DELIVERY_ID + n, f"{MESSAGE_ID}-{n}", n
 
     return next_ids
 
@@ -113,8 +120,8 @@ def _ours(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     decode_message = Message.decode
 
     def encode() -> bytes:
-        delivery_id, message_id = next_ids()
-        app = corda_headers(message_id)
+        delivery_id, message_id, seq = next_ids()
+        app = corda_headers(message_id, seq)
         app["platform-version"] = Int(app["platform-version"])
         message = Message(
             header=Header(durable=True),
@@ -144,8 +151,8 @@ def _pyamqp(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     channel = struct.pack(">H", CHANNEL)
 
     def encode() -> bytes:
-        delivery_id, message_id = next_ids()
-        app = corda_headers(message_id)
+        delivery_id, message_id, seq = next_ids()
+        app = corda_headers(message_id, seq)
         app["platform-version"] = {pye.TYPE: AMQPTypes.int, pye.VALUE: app["platform-version"]}
         message = pym.Message(
             header=pym.Header(durable=True),
@@ -177,8 +184,8 @@ def _proton(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     uint = proton.uint
 
     def encode() -> bytes:
-        delivery_id, message_id = next_ids()
-        app = corda_headers(message_id)
+        delivery_id, message_id, seq = next_ids()
+        app = corda_headers(message_id, seq)
         app["platform-version"] = int32(app["platform-version"])
         message = proton.Message(inferred=True, durable=True, id=message_id, address=ADDRESS, properties=app,
                                  body=body)  # fmt: skip
@@ -210,7 +217,7 @@ _FACTORIES: Final = {"corda_trio": _ours, "pyamqp": _pyamqp, "proton": _proton}
 def _check_equivalent(frames: dict[str, bytes], body: bytes) -> None:
     """corda_trio decodes every library's first frame to the same transfer and message (a sanity check)."""
     message_id = f"{MESSAGE_ID}-0"
-    expected_app = corda_headers(message_id)
+    expected_app = corda_headers(message_id, 0)
     for library, frame in frames.items():
         f = amqp.decode_frame(frame)
         m = amqp.Message.decode(f.payload)
@@ -312,8 +319,12 @@ def run_codec_benchmark(
                 best_other = max(others, key=lambda lib, op=op: max(rates[(lib, op)]))
                 summary[f"{op}_ratio"] = round(ours / max(rates[(best_other, op)]), 3)
                 summary[f"{op}_anchor"] = best_other
-            summary["target"] = f"corda_trio >= {TARGET_RATIO}x the faster anchor, encode and decode (1 KiB)"
-            summary["meets_target"] = min(summary["encode_ratio"], summary["decode_ratio"]) >= TARGET_RATIO
+            summary["target"] = (
+                f"corda_trio >= {TARGET_ENCODE_RATIO}x (encode) and >= {TARGET_DECODE_RATIO}x (decode) "
+                "the faster anchor (1 KiB)"
+            )
+            encode_ok = summary["encode_ratio"] >= TARGET_ENCODE_RATIO
+            summary["meets_target"] = encode_ok and summary["decode_ratio"] >= TARGET_DECODE_RATIO
             records.append(summary)
     return records
 

@@ -314,6 +314,11 @@ _PREVIOUS_SLOTS: Final = 16
 _PREVIOUS: Final[list[tuple[bytes, str, Any, int]]] = [(b"\xa1\x00\xa1\x00", "", "", 4)] * _PREVIOUS_SLOTS
 _ENTRIES_MAX: Final = 256
 _ENTRY_MAX_BYTES: Final = 96
+# Per place, the key (its exact bytes, decoded, length) of an entry whose value changed from one map to the
+# next under the same key (Corda's dedup id and sequence number): such entries are decoded directly, without
+# slicing them for the memo, probing it and filling it with one-off values. The sentinel never matches
+# (0xFF is no AMQP constructor).
+_VOLATILE: Final[list[tuple[bytes, Any, int]]] = [(b"\xff", None, 0)] * _PREVIOUS_SLOTS
 
 
 def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
@@ -326,6 +331,7 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     table = TYPED
     entries = _ENTRIES
     previous = _PREVIOUS
+    volatile = _VOLATILE
     out: dict[Any, Any] = {}
     start = pos
     for i in range(count >> 1):
@@ -335,6 +341,20 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
                 out[prev[1]] = prev[2]
                 pos += prev[3]
                 continue
+            vol = volatile[i]
+            if buf.startswith(vol[0], pos):  # a known key whose value changes every time: decode the value
+                pos += vol[2]
+                c = buf[pos]
+                if c == 0xA1:
+                    e = pos + 2 + buf[pos + 1]
+                    v = buf[pos + 2 : e].decode()
+                    pos = e
+                else:
+                    v, pos = table[c](buf, pos + 1)
+                out[vol[1]] = v
+                continue
+        entry_start = pos
+        kend = 0
         c = buf[pos]
         vend = 0
         if c == 0xA1:  # str8 key (application-properties): inlined, it is the hot path
@@ -375,6 +395,11 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         else:
             v, pos = table[c](buf, pos + 1)
         out[k] = v
+        if kend and i < _PREVIOUS_SLOTS and (not vend or previous[i][1] == k) and kend <= end:
+            # the same key as last time here with another value, or a value the memo does not take (a
+            # long): remember the key, memoise nothing
+            volatile[i] = (buf[entry_start:kend], k, kend - entry_start)
+            continue
         if vend and pos == vend <= end:  # a valid, memoisable entry
             if len(entries) >= _ENTRIES_MAX:  # full (of one-off values such as dedup ids): start afresh
                 entries.clear()
