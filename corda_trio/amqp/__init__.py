@@ -17,6 +17,9 @@ Limits a node sets (all on :class:`ConnectionConfig`, enforced per receiving lin
 * ``max_frame_size`` (128 KiB, at most 16 MiB): checked on each frame header before the body is buffered.
 """
 
+# The wire-level codec (frames, raw values, performative tables) has its own namespace, ``amqp.codec``; its
+# names stay importable from here (imported below) but are not part of this package's curated surface.
+from . import codec as codec
 from ._config import ConnectionConfig as ConnectionConfig
 from ._config import default_container_id as default_container_id
 from ._connection import FROM_CONFIG as FROM_CONFIG
@@ -116,16 +119,7 @@ from ._types import UShort as UShort
 
 __all__ = [
     # codec (issue 2)
-    "AMQP_HEADER",
-    "DELIVERY_STATES",
-    "EMPTY_FRAME",
     "FROM_CONFIG",
-    "MAX_ZERO_WIDTH_ARRAY_COUNT",
-    "MIN_MAX_FRAME_SIZE",
-    "PERFORMATIVES",
-    "SASL_FRAMES",
-    "SASL_HEADER",
-    "TLS_HEADER",
     "Accepted",
     "AmqpError",
     "AmqpSequence",
@@ -161,9 +155,6 @@ __all__ = [
     "Event",
     "Float",
     "Flow",
-    "Frame",
-    "FrameBuffer",
-    "FrameType",
     "FramingError",
     "Header",
     "Int",
@@ -207,10 +198,8 @@ __all__ = [
     "UInt",
     "ULong",
     "UShort",
-    "decode_frame",
+    "codec",
     "decode_value",
     "default_container_id",
-    "encode_empty_frame",
-    "encode_frame",
     "encode_value",
 ]  # fmt: skip

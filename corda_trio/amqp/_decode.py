@@ -301,24 +301,60 @@ def _list32(buf: Any, pos: int) -> tuple[Any, int]:
     return _list_items(buf, pos + 8, pos + 4 + size, count)
 
 
-# Memo of small map entries whose key is a str8 and whose value is a str8 or a one-byte integer, keyed by
-# the entry's exact bytes: the same application-properties entries (Corda's platform-topic, versions,
-# vendor...) recur in every message, and an entry's decoding is a pure function of its bytes that gives
-# immutable values. Bounded in entries and entry size; when full (one-off entries such as dedup ids fill
-# it) it is cleared, so recurring entries come back after one miss.
-_ENTRIES: Final[dict[bytes, tuple[str, Any]]] = {}
-# And the memoised entry last seen at each of the first places of a map, checked first with a plain
-# ``startswith`` (no slice, no hash): application-properties keep their order from message to message.
-# Every slot always holds a genuine entry (raw bytes, key, value, length), so a match is always right.
 _PREVIOUS_SLOTS: Final = 16
-_PREVIOUS: Final[list[tuple[bytes, str, Any, int]]] = [(b"\xa1\x00\xa1\x00", "", "", 4)] * _PREVIOUS_SLOTS
 _ENTRIES_MAX: Final = 256
 _ENTRY_MAX_BYTES: Final = 96
-# Per place, the key (its exact bytes, decoded, length) of an entry whose value changed from one map to the
-# next under the same key (Corda's dedup id and sequence number): such entries are decoded directly, without
-# slicing them for the memo, probing it and filling it with one-off values. The sentinel never matches
-# (0xFF is no AMQP constructor).
-_VOLATILE: Final[list[tuple[bytes, Any, int]]] = [(b"\xff", None, 0)] * _PREVIOUS_SLOTS
+_HEADERS_MAX: Final = 256
+
+
+class DecoderMemo:
+    """The decoder's memory of recurring input: one explicit object, :data:`DECODER_MEMO`, per process.
+
+    Decoding is a pure function of the bytes, and every memoised value is immutable, so whatever this object
+    holds can only make decoding faster, never different; :meth:`clear` forgets everything (tests do it to
+    start from a known state). Each store is bounded.
+
+    Attributes:
+        entries: small map entries whose key is a str8 and whose value is a str8 or a one-byte integer,
+            keyed by the entry's exact bytes -> ``(key, value)``: the same application-properties entries
+            (Corda's platform-topic, versions, vendor...) recur in every message. When full (one-off entries
+            fill it) it is cleared, so recurring entries come back after one miss.
+        previous: per place in a map (the first :data:`_PREVIOUS_SLOTS`), the memoised entry last seen
+            there ``(raw bytes, key, value, length)``, checked first with a plain ``startswith`` (no slice,
+            no hash): application-properties keep their order from message to message. Every slot always
+            holds a genuine entry, so a match is always right.
+        volatile: per place, the key ``(exact bytes, decoded, length)`` of an entry whose value changes from
+            one map to the next (Corda's dedup id and sequence number, longs): its value is decoded directly,
+            without slicing the entry for ``entries`` or filling that with one-off values. The sentinel
+            never matches (0xFF is no AMQP constructor).
+        headers: message header sections by their exact bytes -> ``Header`` (``_messages.py``).
+        last_header: ``[raw bytes, Header]`` of the last header section decoded.
+    """
+
+    __slots__ = ("entries", "headers", "last_header", "previous", "volatile")
+
+    def __init__(self) -> None:
+        self.entries: dict[bytes, tuple[str, Any]] = {}
+        self.previous: list[tuple[bytes, Any, Any, int]] = []
+        self.volatile: list[tuple[bytes, Any, int]] = []
+        self.headers: dict[bytes, Any] = {}
+        self.last_header: list[Any] = []
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (in place: the decoders hold these containers)."""
+        self.entries.clear()
+        self.previous[:] = [(b"\xa1\x00\xa1\x00", "", "", 4)] * _PREVIOUS_SLOTS
+        self.volatile[:] = [(b"\xff", None, 0)] * _PREVIOUS_SLOTS
+        self.headers.clear()
+        self.last_header[:] = [b"\x00\x00", None]
+
+
+#: The process's decoder memo (see :class:`DecoderMemo`).
+DECODER_MEMO: Final = DecoderMemo()
+_ENTRIES: Final = DECODER_MEMO.entries
+_PREVIOUS: Final = DECODER_MEMO.previous
+_VOLATILE: Final = DECODER_MEMO.volatile
 
 
 def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:

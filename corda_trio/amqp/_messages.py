@@ -200,9 +200,10 @@ _LIST_TABLE: Final = D.FIELD_TABLES["list"]
 _TYPED: Final = D.TYPED
 _map_items: Final = D._map_items
 _FAILURES: Final = D.DECODER_FAILURES
-_HEADER_CACHE: Final[dict[bytes, Header]] = {}
-_HEADER_CACHE_SIZE: Final = 256
-_LAST_HEADER: Final[list[Any]] = [b"\x00\x00", None]  # (raw bytes, Header) of the last header decoded
+# Headers repeat (durable, default priority...): see ``_decode.DecoderMemo``.
+_HEADER_CACHE: Final = D.DECODER_MEMO.headers
+_HEADER_CACHE_SIZE: Final = D._HEADERS_MAX
+_LAST_HEADER: Final = D.DECODER_MEMO.last_header
 _U32: Final = struct.Struct(">I").unpack_from
 _decode_header: Final = Header._decode  # type: ignore[attr-defined]
 _decode_properties: Final = Properties._decode  # type: ignore[attr-defined]

@@ -1,8 +1,14 @@
-"""Errors of the AMQP transport: what a caller of ``send`` / ``receive`` / ``open_amqp_connection`` sees."""
+"""Errors of the AMQP transport: what a caller of ``send`` / ``receive`` / ``open_amqp_connection`` sees.
+
+They derive from :class:`corda_trio.amqp.AmqpError`, the one root of the AMQP stack's exceptions, so
+``except amqp.AmqpError`` catches a codec, engine or transport failure alike.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from corda_trio import amqp
 
 __all__ = [
     "AmqpConnectionError",
@@ -14,16 +20,19 @@ __all__ = [
 ]
 
 
-class AmqpTransportError(Exception):
-    """Root of the transport's errors.
+class AmqpTransportError(amqp.AmqpError):
+    """Root of the transport's errors (an :class:`amqp.AmqpError`).
 
     Attributes:
-        condition: the AMQP condition (a str, e.g. ``"amqp:unauthorized-access"``) when one is known.
+        condition: the AMQP condition (a str, e.g. ``"amqp:unauthorized-access"``) when one is known, else
+            ``None``.
         description: a human explanation.
     """
 
+    condition: Any = None
+
     def __init__(self, description: str, *, condition: str | None = None) -> None:
-        super().__init__(f"{condition}: {description}" if condition else description)
+        Exception.__init__(self, f"{condition}: {description}" if condition else description)
         self.description = description
         self.condition = condition
 
