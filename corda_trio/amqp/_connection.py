@@ -24,10 +24,11 @@ ours was not sent yet: spec 2.4.1 demands it before ``close``) and ``close`` wit
 explanatory description, moves to DISCARDING and raises :class:`RemoteProtocolError` (with the events that
 came before the violation). The driver flushes the ``close`` and drops the transport.
 
-Outgoing transfers are split at the peer's max-frame-size; frames that do not fit the peer's session window
-wait in the session (see ``_session.py``). Dispositions that the application queues with ``settle`` are
-coalesced into ranges (``first``..``last``) when the output is drained, so settling 1,000 deliveries one
-by one costs a handful of frames.
+This module is the dispatcher and the lifecycle (headers, SASL, open/begin/attach/detach/end/close). The
+moving parts have their own modules, mixed into :class:`Connection`: ``_transfers.py`` (sending and
+receiving deliveries, link credit and its overrun, session windows, flows) and ``_settlement.py``
+(dispositions out, grouped and ranged when the output is drained; dispositions in). The bookkeeping they
+share is on :class:`Session` (``_session.py``) and :class:`Link` (``_link.py``).
 
 Idle timeout (spec 2.4.5): we advertise half our real threshold; we send an empty frame when we have sent
 nothing for half the peer's advertised value; a peer that completes no frame for our full threshold gets
@@ -48,10 +49,6 @@ from ._errors import AmqpError, Condition
 from ._events import (
     ConnectionClosed,
     ConnectionOpened,
-    CreditUpdated,
-    DeliveryReceived,
-    DeliverySettled,
-    DeliveryStateChanged,
     Event,
     LinkAttached,
     LinkAttachRequested,
@@ -59,12 +56,12 @@ from ._events import (
     SaslCompleted,
     SessionBegun,
     SessionEnded,
-    TransferAborted,
 )
 from ._frames import AMQP_HEADER, SASL_HEADER, FrameBuffer, encode_empty_frame, encode_frame
 from ._link import SERIAL_MOD, Link
 from ._sasl_engine import SaslClient, SaslResult, SaslServer
 from ._session import Session
+from ._settlement import SettlementMixin
 from ._state import (
     CONNECTION_TRANSITIONS,
     ConnectionInput,
@@ -75,6 +72,7 @@ from ._state import (
     SessionState,
     StateMachine,
 )
+from ._transfers import TransferMixin, error
 from ._types import Symbol
 
 __all__ = ["Connection"]
@@ -85,8 +83,6 @@ _CS = ConnectionState
 # States in which our open is on the wire and our close is not.
 _OPEN_SENT_STATES: Final = frozenset({_CS.OPEN_PIPE, _CS.OPEN_SENT, _CS.OPENED})
 _TERMINAL_STATES: Final = frozenset({_CS.END, _CS.DISCARDING})
-_ACCEPTED: Final = P.Accepted()
-_TERMINAL_OUTCOMES: Final = (P.Accepted, P.Rejected, P.Released, P.Modified)
 #: Default of the per-link ``max_message_size`` arguments: take ``ConnectionConfig.max_message_size``.
 FROM_CONFIG: Final[Any] = object()
 
@@ -102,11 +98,10 @@ class _Phase(enum.Enum):
     CLOSED = "closed"
 
 
-def _error(condition: Symbol, description: str) -> P.Error:
-    return P.Error(condition=condition, description=description)
+_error = error
 
 
-class Connection:
+class Connection(TransferMixin, SettlementMixin):
     """One AMQP 1.0 connection endpoint, client or server, without I/O.
 
     Args:
@@ -458,129 +453,6 @@ class Connection:
         if link.state is LinkState.DETACHED:
             self._drop_link(session, link, error=error, closed=closed, by_peer=True)
 
-    def flow(
-        self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False
-    ) -> None:
-        """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``."""
-        link = self.link(channel, handle)
-        if link.is_sender:
-            raise LocalProtocolError("flow(credit=...) is for receiving links; senders get credit")
-        if not 0 <= credit <= UINT_MAX:
-            raise LocalProtocolError(f"credit must fit a uint, got {credit}")
-        link.grant(credit)
-        link.drain = drain
-        self._send_flow(self.session(channel), link, echo=echo)
-
-    def drained(self, channel: int, handle: int) -> None:
-        """Sender link: we have nothing to send for a draining receiver: give the credit back (spec 2.6.7)."""
-        link = self.link(channel, handle)
-        if not link.is_sender:
-            raise LocalProtocolError("drained() is for sending links")
-        link.delivery_count = (link.delivery_count + link.link_credit) % SERIAL_MOD
-        link.link_credit = 0
-        self._send_flow(self.session(channel), link)
-
-    def send_transfer(
-        self,
-        channel: int,
-        handle: int,
-        payload: bytes,
-        *,
-        delivery_tag: bytes | None = None,
-        settled: bool | None = None,
-        message_format: int = 0,
-    ) -> int:
-        """Queue a delivery (split into frames at the peer's max-frame-size); returns its delivery id.
-
-        Args:
-            payload: the encoded message (its sections).
-            delivery_tag: unique among the link's unsettled deliveries; default: a link-local counter.
-            settled: send pre-settled; default follows the link's snd-settle-mode.
-
-        Raises:
-            LocalProtocolError: the link is not an attached sender, has no credit (condition
-                ``amqp:link:transfer-limit-exceeded``), or the message exceeds the peer's max-message-size
-                (``amqp:link:message-size-exceeded``).
-        """
-        session = self._sessions.get(channel)
-        link = session.links.get(handle) if session is not None else None
-        if link is None or session is None:
-            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
-        if link.role or link.machine.state is not LinkState.ATTACHED:
-            raise LocalProtocolError(
-                f"link {link.name!r} is not an attached sending link ({link.machine.state.value})"
-            )
-        self._check_can_send()
-        if link.link_credit <= 0:
-            raise LocalProtocolError(
-                f"link {link.name!r} has no credit", condition=Condition.TRANSFER_LIMIT_EXCEEDED
-            )
-        limit = link.remote_max_message_size
-        if limit and len(payload) > limit:
-            raise LocalProtocolError(
-                f"message of {len(payload)} bytes exceeds the peer's max-message-size {limit}",
-                condition=Condition.MESSAGE_SIZE_EXCEEDED,
-            )
-        if settled is None:
-            settled = link.snd_settle_mode == P.SenderSettleMode.SETTLED
-        if delivery_tag is None:
-            delivery_tag = (
-                link.next_tag.to_bytes(8, "big")
-                if link.next_tag > 0xFFFFFFFF
-                else link.next_tag.to_bytes(4, "big")
-            )
-            link.next_tag += 1
-        if self._dispositions_dirty:
-            self._flush_dispositions()
-        delivery_id = session.next_delivery_id
-        session.next_delivery_id = (delivery_id + 1) % SERIAL_MOD
-        link.link_credit -= 1
-        link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
-        if not settled:
-            session.outgoing_unsettled[delivery_id] = link
-            link.unsettled[delivery_id] = delivery_tag
-        ch = session.channel
-        max_frame = self.remote_max_frame_size
-        first = P.Transfer(
-            handle=link.handle,
-            delivery_id=delivery_id,
-            delivery_tag=delivery_tag,
-            message_format=message_format,
-            settled=settled,
-            more=False,
-        )
-        frame = encode_frame(first, ch, payload)
-        if len(frame) <= max_frame:
-            frames = [frame]
-        else:
-            frames = self._split_transfer(
-                link, ch, delivery_id, delivery_tag, message_format, settled, payload, max_frame
-            )
-        if session.blocked or session.remote_incoming_window < len(frames):
-            session.blocked.extend(frames)
-            self._unblock(session)
-        else:
-            session.remote_incoming_window -= len(frames)
-            session.next_outgoing_id = (session.next_outgoing_id + len(frames)) % SERIAL_MOD
-            self._out.extend(frames)
-        return delivery_id
-
-    def settle(self, channel: int, delivery_id: int, state: Any = _ACCEPTED, *, settled: bool = True) -> None:
-        """Queue a ``disposition`` for a delivery we received (coalesced into ranges on output).
-
-        Args:
-            state: the outcome: ``Accepted()`` (default), ``Rejected(error=...)``, ``Released()``,
-                ``Modified(...)``, or ``None`` to settle without one.
-            settled: ``False`` reports ``state`` without settling (receiver-settle-mode second).
-        """
-        session = self.session(channel)
-        if delivery_id not in session.incoming_unsettled:
-            raise LocalProtocolError(f"delivery {delivery_id} on channel {channel} is unknown or settled")
-        if settled:
-            del session.incoming_unsettled[delivery_id]
-        session.pending_dispositions.append((delivery_id, True, settled, state))
-        self._dispositions_dirty = True
-
     # ------------------------------------------------------------------------------------------------
     # internals: output helpers
 
@@ -702,157 +574,6 @@ class Connection:
                 ),
                 session.channel,
             )
-        )
-
-    def _send_flow(self, session: Session, link: Link | None, *, echo: bool = False) -> None:
-        if self._dispositions_dirty:
-            self._flush_dispositions()
-        if link is None:
-            flow = P.Flow(
-                next_incoming_id=session.next_incoming_id,
-                incoming_window=session.incoming_window,
-                next_outgoing_id=session.next_outgoing_id,
-                outgoing_window=session.outgoing_window,
-                echo=echo,
-            )
-        else:
-            flow = P.Flow(
-                next_incoming_id=session.next_incoming_id,
-                incoming_window=session.incoming_window,
-                next_outgoing_id=session.next_outgoing_id,
-                outgoing_window=session.outgoing_window,
-                handle=link.handle,
-                delivery_count=link.delivery_count,
-                link_credit=link.link_credit,
-                drain=link.drain if link.role else False,
-                echo=echo,
-            )
-            link.flow_sent = (link.delivery_count, link.link_credit)
-        self._out.append(encode_frame(flow, session.channel))
-
-    def _send_window_flows(self, session: Session) -> None:
-        """Re-open the session window; every receiving link whose credit changed gets its link state too.
-
-        Some clients (uamqp) stop honouring link credit after a session-only ``flow``; so the window travels
-        in link flows (handle, delivery-count, link-credit) whenever a link's state moved since its last flow.
-        """
-        sent = False
-        for link in session.links.values():
-            if (
-                link.role
-                and link.machine.state is LinkState.ATTACHED
-                and link.flow_sent != (link.delivery_count, link.link_credit)
-            ):
-                self._send_flow(session, link)
-                sent = True
-        if not sent:
-            self._send_flow(session, None)
-
-    def _split_transfer(
-        self,
-        link: Link,
-        channel: int,
-        delivery_id: int,
-        tag: bytes,
-        message_format: int,
-        settled: bool,
-        payload: bytes,
-        max_frame: int,
-    ) -> list[bytes]:
-        """Cut one delivery into transfer frames of at most ``max_frame`` bytes (spec 2.6.14 ``more``)."""
-        first = P.Transfer(
-            handle=link.handle,
-            delivery_id=delivery_id,
-            delivery_tag=tag,
-            message_format=message_format,
-            settled=settled,
-            more=True,
-        )
-        cont = P.Transfer(handle=link.handle, more=True)
-        last = P.Transfer(handle=link.handle, more=False)
-        first_room = max_frame - len(encode_frame(first, channel))
-        cont_room = max_frame - len(encode_frame(cont, channel))
-        if first_room <= 0 or cont_room <= 0:
-            raise LocalProtocolError(
-                f"the peer's max-frame-size {max_frame} cannot hold a transfer",
-                condition=Condition.FRAME_SIZE_TOO_SMALL,
-            )
-        view = memoryview(payload)
-        frames = [encode_frame(first, channel, bytes(view[:first_room]))]
-        pos = first_room
-        total = len(payload)
-        while pos < total:
-            end = pos + cont_room
-            perf = cont if end < total else last
-            frames.append(encode_frame(perf, channel, bytes(view[pos:end])))
-            pos = end
-        return frames
-
-    def _unblock(self, session: Session) -> None:
-        """Send blocked transfer frames as far as the peer's incoming window allows."""
-        blocked = session.blocked
-        while blocked and session.remote_incoming_window > 0:
-            self._out.append(blocked.popleft())
-            session.remote_incoming_window -= 1
-            session.next_outgoing_id = (session.next_outgoing_id + 1) % SERIAL_MOD
-
-    def _flush_dispositions(self) -> None:
-        """Coalesce queued settlements into ranged ``disposition`` frames; send pending window refills."""
-        self._dispositions_dirty = False
-        if self._refills:
-            refills, self._refills = self._refills, []
-            for session in refills:
-                session.refill_pending = False
-                if session.channel in self._sessions and session.state is SessionState.MAPPED:
-                    session.incoming_window = session.incoming_window_config
-                    self._send_window_flows(session)
-        for session in self._sessions.values():
-            pending = session.pending_dispositions
-            if not pending:
-                continue
-            session.pending_dispositions = []
-            self._send_dispositions(session.channel, pending)
-
-    def _send_dispositions(self, channel: int, pending: list[tuple[int, bool, bool, Any]]) -> None:
-        """Group settlements by (role, settled, state), sort each group, send one frame per id range.
-
-        Settlements that complete out of order (consumers finishing at different speeds) would otherwise
-        break every range; grouping first makes 1,000 of them a handful of ranged frames. Groups go out in
-        the order of their first settlement, so a state reported unsettled before it is settled stays first.
-        """
-        groups: list[tuple[bool, bool, Any, list[int]]] = []
-        current: tuple[bool, bool, Any, list[int]] | None = None
-        for did, role, settled, state in pending:
-            if current is None or not (current[0] == role and current[1] == settled and current[2] == state):
-                for group in groups:
-                    if group[0] == role and group[1] == settled and group[2] == state:
-                        current = group
-                        break
-                else:
-                    current = (role, settled, state, [])
-                    groups.append(current)
-            current[3].append(did)
-        out = self._out
-        for role, settled, state, ids in groups:
-            ids.sort()
-            first = last = ids[0]
-            for did in ids[1:]:
-                if did <= last + 1:
-                    last = did
-                    continue
-                out.append(self._encode_disposition(channel, role, first, last, settled, state))
-                first = last = did
-            out.append(self._encode_disposition(channel, role, first, last, settled, state))
-
-    @staticmethod
-    def _encode_disposition(
-        channel: int, role: bool, first: int, last: int, settled: bool, state: Any
-    ) -> bytes:
-        return encode_frame(
-            P.Disposition(
-                role=role, first=first, last=last if last != first else None, settled=settled, state=state
-            ),
-            channel,
         )
 
     # ------------------------------------------------------------------------------------------------
@@ -1257,281 +978,6 @@ class Connection:
                 unsettled=unsettled,
             )
         )
-
-    def _on_flow(self, channel: int, frame: P.Flow, payload: bytes) -> None:
-        session = self._remote_session(channel, "flow")
-        base = frame.next_incoming_id if frame.next_incoming_id is not None else 0
-        window = (base + frame.incoming_window - session.next_outgoing_id) % SERIAL_MOD
-        session.remote_incoming_window = window if window < SERIAL_MOD // 2 else 0
-        session.remote_outgoing_window = frame.outgoing_window
-        if session.blocked:
-            self._unblock(session)
-        if frame.handle is None:
-            if frame.echo:
-                self._send_flow(session, None)
-            return
-        link = session.links_by_remote.get(frame.handle)
-        if link is None:
-            raise LocalProtocolError(
-                f"flow for handle {frame.handle}, which is not attached",
-                condition=Condition.UNATTACHED_HANDLE,
-            )
-        if link.role:
-            link.apply_receiver_flow(frame.delivery_count)
-            link.available = frame.available
-        else:
-            link.apply_sender_flow(frame.delivery_count, frame.link_credit)
-            link.drain = frame.drain
-        self._events.append(
-            CreditUpdated(
-                channel=session.channel,
-                handle=link.handle,
-                credit=link.link_credit,
-                drain=bool(frame.drain),
-                available=frame.available,
-            )
-        )
-        if frame.echo:
-            self._send_flow(session, link)
-
-    def _on_transfer(self, channel: int, frame: P.Transfer, payload: bytes) -> None:
-        session = self._sessions_by_remote.get(channel)
-        if session is None:
-            session = self._remote_session(channel, "transfer")
-        if session.incoming_window <= 0:
-            raise LocalProtocolError(
-                f"transfer beyond our session incoming-window ({session.incoming_window_config} frames)",
-                condition=Condition.WINDOW_VIOLATION,
-            )
-        session.incoming_window -= 1
-        if session.next_incoming_id is not None:
-            session.next_incoming_id = (session.next_incoming_id + 1) % SERIAL_MOD
-        link = session.links_by_remote.get(frame.handle)
-        if link is None:
-            raise LocalProtocolError(
-                f"transfer on handle {frame.handle}, which is not attached",
-                condition=Condition.UNATTACHED_HANDLE,
-            )
-        if not link.role:
-            raise LocalProtocolError(
-                f"transfer on handle {frame.handle}, where the peer is the receiver",
-                condition=Condition.NOT_ALLOWED,
-            )
-        state = link.machine.state
-        if state is not LinkState.ATTACHED:
-            if state is LinkState.DETACH_SENT:
-                self._refill_window(session)
-                return  # in flight when we detached: ignore
-            if state is not LinkState.ATTACH_RCVD:
-                raise LocalProtocolError(
-                    f"transfer on link {link.name!r} in state {state.value}",
-                    condition=Condition.ILLEGAL_STATE,
-                )
-        events = self._events
-        if link.partial_chunks is None:
-            if frame.delivery_id is None:
-                raise LocalProtocolError(
-                    "the first transfer of a delivery has no delivery-id", condition=Condition.INVALID_FIELD
-                )
-            if link.received_total >= link.max_limit:
-                # Credit overrun: absorb up to max_credit_overrun (the transport grants less while the
-                # excess is buffered); beyond that only this link goes, never the connection.
-                excess = link.received_total - link.max_limit + 1
-                allowed = self.config.max_credit_overrun
-                if excess > allowed:
-                    self._link_error(
-                        session,
-                        link,
-                        Condition.TRANSFER_LIMIT_EXCEEDED,
-                        f"transfer frame beyond link credit: {excess} deliveries past the "
-                        f"{link.max_limit} we granted on link {link.name!r} (we absorb {allowed})",
-                    )
-                    self._refill_window(session)
-                    return
-                link.overrun_total += 1
-            link.received_total += 1
-            link.link_credit = max(0, link.link_credit - 1)
-            link.delivery_count = (link.delivery_count + 1) % SERIAL_MOD
-            tag = frame.delivery_tag if frame.delivery_tag is not None else b""
-            if frame.aborted:
-                events.append(
-                    TransferAborted(
-                        channel=session.channel,
-                        handle=link.handle,
-                        delivery_id=frame.delivery_id,
-                        delivery_tag=tag,
-                    )
-                )
-            elif not frame.more:
-                limit = link.max_message_size
-                if limit is not None and len(payload) > limit:
-                    self._too_big(session, link, len(payload))
-                else:
-                    settled = bool(frame.settled)
-                    if not settled:
-                        session.incoming_unsettled[frame.delivery_id] = link
-                    events.append(
-                        DeliveryReceived(
-                            channel=session.channel,
-                            handle=link.handle,
-                            delivery_id=frame.delivery_id,
-                            delivery_tag=tag,
-                            payload=payload,
-                            settled=settled,
-                            message_format=frame.message_format or 0,
-                            state=frame.state,
-                        )
-                    )
-            elif self._check_size(session, link, len(payload)):
-                link.partial_chunks = [payload]
-                link.partial_size = len(payload)
-                link.partial_id = frame.delivery_id
-                link.partial_tag = tag
-                link.partial_settled = bool(frame.settled)
-                link.partial_format = frame.message_format or 0
-                link.partial_state = frame.state
-        else:
-            if frame.delivery_id is not None and frame.delivery_id != link.partial_id:
-                raise LocalProtocolError(
-                    f"transfer for delivery {frame.delivery_id} while delivery "
-                    f"{link.partial_id} is incomplete",
-                    condition=Condition.INVALID_FIELD,
-                )
-            if frame.aborted:
-                events.append(
-                    TransferAborted(
-                        channel=session.channel,
-                        handle=link.handle,
-                        delivery_id=link.partial_id,
-                        delivery_tag=link.partial_tag,
-                    )
-                )
-                link.reset_partial()
-            elif not self._check_size(session, link, link.partial_size + len(payload)):
-                pass  # the link is detached: nothing of this delivery stays buffered
-            else:
-                link.partial_chunks.append(payload)
-                link.partial_size += len(payload)
-                if frame.settled:
-                    link.partial_settled = True
-                if frame.state is not None:
-                    link.partial_state = frame.state
-                if not frame.more:
-                    settled = link.partial_settled
-                    if not settled:
-                        session.incoming_unsettled[link.partial_id] = link
-                    events.append(
-                        DeliveryReceived(
-                            channel=session.channel,
-                            handle=link.handle,
-                            delivery_id=link.partial_id,
-                            delivery_tag=link.partial_tag,
-                            payload=b"".join(link.partial_chunks),
-                            settled=settled,
-                            message_format=link.partial_format,
-                            state=link.partial_state,
-                        )
-                    )
-                    link.reset_partial()
-        self._refill_window(session)
-
-    def _refill_window(self, session: Session) -> None:
-        # Re-open the window when the output is next drained, not now: the peer cannot have seen a window
-        # we have not sent, so frames beyond the advertised one in the same input are a window violation.
-        if session.incoming_window * 2 <= session.incoming_window_config and not session.refill_pending:
-            session.refill_pending = True
-            self._refills.append(session)
-            self._dispositions_dirty = True
-
-    def _check_size(self, session: Session, link: Link, size: int) -> bool:
-        """Whether a delivery of (at least) ``size`` bytes fits our max-message-size; if not, detach.
-
-        Called with the running size *before* a frame's payload is kept, so nothing beyond the limit is
-        ever buffered.
-        """
-        limit = link.max_message_size
-        if limit is None or size <= limit:
-            return True
-        self._too_big(session, link, size)
-        link.reset_partial()
-        return False
-
-    def _too_big(self, session: Session, link: Link, size: int) -> None:
-        """A delivery over our max-message-size: detach the link with message-size-exceeded (spec 2.7.3)."""
-        self._link_error(
-            session,
-            link,
-            Condition.MESSAGE_SIZE_EXCEEDED,
-            f"delivery of at least {size} bytes exceeds our max-message-size {link.max_message_size} "
-            f"on link {link.name!r}",
-        )
-
-    def _link_error(self, session: Session, link: Link, condition: Symbol, description: str) -> None:
-        """Detach (only) ``link`` with an error; a link we have not answered yet is refused (spec 2.6.3)."""
-        error = _error(condition, description)
-        link.reset_partial()
-        if link.state is LinkState.ATTACH_RCVD:
-            self.refuse_link(session.channel, link.handle, error)
-        else:
-            self.detach(session.channel, link.handle, error=error, closed=True)
-
-    def _on_disposition(self, channel: int, frame: P.Disposition, payload: bytes) -> None:
-        session = self._remote_session(channel, "disposition")
-        first = frame.first
-        last = frame.last if frame.last is not None else first
-        if last < first:
-            raise LocalProtocolError(
-                f"disposition range {first}..{last} is reversed", condition=Condition.INVALID_FIELD
-            )
-        from_receiver = bool(frame.role)
-        table = session.outgoing_unsettled if from_receiver else session.incoming_unsettled
-        if last - first + 1 <= len(table):
-            ids: Any = range(first, last + 1)
-        else:
-            ids = sorted(d for d in table if first <= d <= last)
-        settled = frame.settled
-        state = frame.state
-        events = self._events
-        ch = session.channel
-        for did in ids:
-            link = table.get(did)
-            if link is None:
-                continue
-            if not from_receiver:
-                if settled:
-                    del table[did]
-                    events.append(
-                        DeliverySettled(
-                            channel=ch, handle=link.handle, delivery_id=did, delivery_tag=b"", state=state
-                        )
-                    )
-                continue
-            tag = link.unsettled.get(did, b"")
-            if settled:
-                del table[did]
-                link.unsettled.pop(did, None)
-                events.append(
-                    DeliverySettled(
-                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
-                    )
-                )
-            elif link.rcv_settle_mode == 1 and isinstance(state, _TERMINAL_OUTCOMES):
-                # receiver-settle-mode second: the receiver waits for us to settle first (spec 3.8.3)
-                del table[did]
-                link.unsettled.pop(did, None)
-                session.pending_dispositions.append((did, False, True, state))
-                self._dispositions_dirty = True
-                events.append(
-                    DeliverySettled(
-                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
-                    )
-                )
-            else:
-                events.append(
-                    DeliveryStateChanged(
-                        channel=ch, handle=link.handle, delivery_id=did, delivery_tag=tag, state=state
-                    )
-                )
 
 
 def _check_max_message_size(value: int | None) -> int | None:
