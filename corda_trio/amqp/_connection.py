@@ -198,6 +198,13 @@ class Connection(TransferMixin, SettlementMixin):
         except KeyError:
             raise LocalProtocolError(f"no link with handle {handle} on channel {channel}") from None
 
+    def _unanswered_link(self, channel: int, handle: int) -> Link:
+        """Our link ``handle`` if it waits for our answer to the peer's attach (else LocalProtocolError)."""
+        link = self.link(channel, handle)
+        if link.state is not LinkState.ATTACH_RCVD:
+            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        return link
+
     def credit(self, channel: int, handle: int) -> int:
         """The link's current credit (sender: how many deliveries we may start)."""
         return self.link(channel, handle).link_credit
@@ -418,9 +425,7 @@ class Connection(TransferMixin, SettlementMixin):
         ``max_message_size``: for a link on which we receive, the largest delivery we take (bytes, ``None``
         = no limit; default: the config's); advertised in our attach and enforced as frames arrive.
         """
-        link = self.link(channel, handle)
-        if link.state is not LinkState.ATTACH_RCVD:
-            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        link = self._unanswered_link(channel, handle)
         if link.role and max_message_size is not FROM_CONFIG:
             link.max_message_size = _check_max_message_size(max_message_size)
         remote = link.remote_attach
@@ -430,9 +435,7 @@ class Connection(TransferMixin, SettlementMixin):
 
     def refuse_link(self, channel: int, handle: int, error: P.Error) -> None:
         """Refuse a peer's attach: answer with a null terminus, then detach with ``error`` (spec 2.6.3)."""
-        link = self.link(channel, handle)
-        if link.state is not LinkState.ATTACH_RCVD:
-            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
+        link = self._unanswered_link(channel, handle)
         session = self.session(channel)
         if link.is_sender:  # the peer wants to receive from a source we refuse
             link.source, link.target = None, link.remote_attach.target
