@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
+from itertools import islice
 from typing import Any, Final
 
 from ._errors import Condition, DecodeError
@@ -327,11 +328,14 @@ class DecoderMemo:
             one map to the next (Corda's dedup id and sequence number, longs): its value is decoded directly,
             without slicing the entry for ``entries`` or filling that with one-off values. The sentinel
             never matches (0xFF is no AMQP constructor).
+        prefix: ``[raw bytes, dict, entry count]`` of the leading entries of the last map whose first
+            entries all came from ``previous``: when a map starts with exactly these bytes, its dict starts
+            as a copy of that one (one ``startswith``, one C-level copy instead of a loop over them).
         headers: message header sections by their exact bytes -> ``Header`` (``_messages.py``).
         last_header: ``[raw bytes, Header]`` of the last header section decoded.
     """
 
-    __slots__ = ("entries", "headers", "last_header", "previous", "volatile")
+    __slots__ = ("entries", "headers", "last_header", "prefix", "previous", "volatile")
 
     def __init__(self) -> None:
         self.entries: dict[bytes, tuple[str, Any]] = {}
@@ -339,6 +343,7 @@ class DecoderMemo:
         self.volatile: list[tuple[bytes, Any, int]] = []
         self.headers: dict[bytes, Any] = {}
         self.last_header: list[Any] = []
+        self.prefix: list[Any] = []
         self.clear()
 
     def clear(self) -> None:
@@ -348,6 +353,7 @@ class DecoderMemo:
         self.volatile[:] = [(b"\xff", None, 0)] * _PREVIOUS_SLOTS
         self.headers.clear()
         self.last_header[:] = [b"\x00\x00", None]
+        self.prefix[:] = [b"\xff", {}, 0]
 
 
 #: The process's decoder memo (see :class:`DecoderMemo`).
@@ -355,6 +361,7 @@ DECODER_MEMO: Final = DecoderMemo()
 _ENTRIES: Final = DECODER_MEMO.entries
 _PREVIOUS: Final = DECODER_MEMO.previous
 _VOLATILE: Final = DECODER_MEMO.volatile
+_PREFIX: Final = DECODER_MEMO.prefix
 
 
 def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
@@ -368,14 +375,25 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     entries = _ENTRIES
     previous = _PREVIOUS
     volatile = _VOLATILE
-    out: dict[Any, Any] = {}
     start = pos
-    for i in range(count >> 1):
+    prefix = _PREFIX
+    if prefix[2] <= count >> 1 and buf.startswith(prefix[0], pos):  # the same leading entries as before
+        out: dict[Any, Any] = prefix[1].copy()
+        first = hits = prefix[2]
+        pos += len(prefix[0])
+    else:
+        out = {}
+        first = hits = 0
+    hits_end = pos
+    for i in range(first, count >> 1):
         if i < _PREVIOUS_SLOTS:
             prev = previous[i]
             if buf.startswith(prev[0], pos):  # the entry found at this place last time: no slicing at all
                 out[prev[1]] = prev[2]
                 pos += prev[3]
+                if hits == i:
+                    hits += 1
+                    hits_end = pos
                 continue
             vol = volatile[i]
             if buf.startswith(vol[0], pos):  # a known key whose value changes every time: decode the value
@@ -446,6 +464,8 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
         raise DecodeError("map elements do not match the map's declared size", min(pos, end))
     if len(out) != count >> 1:
         raise DecodeError("map has duplicate keys", start)
+    if hits > first and hits >= 2:  # a longer run of remembered leading entries: keep it as the prefix
+        prefix[:] = [buf[start:hits_end], dict(islice(out.items(), hits)), hits]
     return out, pos
 
 

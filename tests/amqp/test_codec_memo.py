@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from corda_trio import amqp
 
 
@@ -22,3 +24,27 @@ def test_maps_whose_values_change_under_the_same_keys_decode_exactly() -> None:
         for key, value in expected.items():
             got = amqp.Message.decode(message.encode()).application_properties
             assert got is not None and type(got[key]) is type(value)
+
+
+def test_a_remembered_leading_run_never_changes_the_result() -> None:
+    from corda_trio.amqp import codec
+
+    codec.DECODER_MEMO.clear()
+    lead = {"platform-topic": "t", "platform-version": amqp.Int(13), "corda-vendor": "v"}
+    for n in range(50):  # the same leading entries, then different tails and lengths
+        tail = {f"x{n % 4}": n, "_AMQ_DUPL_ID": f"id-{n}"} if n % 3 else {}
+        expected = {**lead, **tail}
+        data = amqp.encode_value(expected)
+        assert amqp.decode_value(data) == (expected, len(data))
+    assert codec.DECODER_MEMO.prefix[2] >= 2  # the leading run is remembered
+    # fewer entries than the remembered run, and a tail repeating a leading key
+    short = {"platform-topic": "t", "platform-version": amqp.Int(13)}
+    assert amqp.decode_value(amqp.encode_value(short))[0] == short
+    good = amqp.encode_value({**lead, "zz": 1})
+    assert amqp.decode_value(good)[0] == {**lead, "zz": 1}
+    twice = bytearray(good)
+    i = twice.index(b"zz")
+    twice[i - 2 : i + 2] = amqp.encode_value("corda-vendor")  # the tail's key becomes a leading key
+    twice[1] += len("corda-vendor") - 2  # map8 size grows with the key
+    with pytest.raises(amqp.DecodeError):
+        amqp.decode_value(bytes(twice))
