@@ -403,6 +403,9 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
                     e = pos + 2 + buf[pos + 1]
                     v = buf[pos + 2 : e].decode()
                     pos = e
+                elif c == 0x81:  # long (Corda's send-seq-no)
+                    v = _I64(buf, pos + 1)[0]
+                    pos += 9
                 else:
                     v, pos = table[c](buf, pos + 1)
                 out[vol[1]] = v

@@ -235,20 +235,6 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
-    try:
-        return _decode_sections(buf, offset)
-    except DecodeError:
-        mode = D.DECODE_MODE
-        if mode.opaque:
-            raise
-        mode.opaque = True
-        try:
-            return _decode_sections(buf, offset)
-        finally:
-            mode.opaque = False
-
-
-def _decode_sections(buf: bytes, offset: int) -> Message:
     pos = offset
     try:
         end = len(buf)
@@ -344,7 +330,22 @@ def _decode_sections(buf: bytes, offset: int) -> Message:
         })  # fmt: skip
         return m
     except _FAILURES as exc:
-        raise D.as_decode_error(exc, buf, offset) from None
+        failure = D.as_decode_error(exc, buf, offset)
+    except DecodeError as exc:
+        failure = exc
+    return _decode_opaque(buf, offset, failure)
+
+
+def _decode_opaque(buf: bytes, offset: int, failure: DecodeError) -> Message:
+    """The strict pass failed: retry once in the decoder's opaque mode, or raise ``failure``."""
+    mode = D.DECODE_MODE
+    if mode.opaque:
+        raise failure
+    mode.opaque = True
+    try:
+        return _decode_message(buf, offset)
+    finally:
+        mode.opaque = False
 
 
 @attrs.frozen(kw_only=True, slots=False)  # dict-based: the decoder fills __dict__ in one step
