@@ -34,9 +34,11 @@ from ._errors import DecodeError, EncodeError
 from ._types import Symbol, ULong
 
 __all__ = [
+    "ENCODER_MEMO",
     "SECTION_CODES",
     "AmqpSequence",
     "AmqpValue",
+    "EncoderMemo",
     "Header",
     "Message",
     "Properties",
@@ -131,6 +133,31 @@ _FOOTER: Final = b"\x00\x53\x78"
 _STR8: Final = E._STR8
 
 
+class EncoderMemo:
+    """The message encoder's memory of recurring application-properties entries (one per process).
+
+    ``entries`` maps ``(key, value)`` for a *str* value (exact type: an ``Int(13)`` equals ``13`` but encodes
+    differently, so only strings are remembered) to the entry's encoded bytes. Corda's headers repeat in
+    every message (platform-topic, vendor, release, sender id); bounded, and cleared when full (one-off
+    values such as dedup ids fill it), so recurring entries come back after one miss.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], bytes] = {}
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self.entries.clear()
+
+
+#: The process's encoder memo (see :class:`EncoderMemo`).
+ENCODER_MEMO: Final = EncoderMemo()
+_ENTRY_MEMO: Final = ENCODER_MEMO.entries
+_ENTRY_MEMO_MAX: Final = 256
+
+
 def _app_properties(props: dict[str, Any]) -> bytes:
     """application-properties (3.2.5): string keys, simple values (any value is accepted here)."""
     if not isinstance(props, dict):
@@ -139,18 +166,31 @@ def _app_properties(props: dict[str, Any]) -> bytes:
     append = parts.append
     encoders = E._ENCODERS
     enc_value = E.encode_value
+    memo = _ENTRY_MEMO
     for k, v in props.items():
+        string = type(v) is str
+        if string:
+            entry = memo.get((k, v))
+            if entry is not None:
+                append(entry)
+                continue
         if type(k) is str and len(k) < 64 and k.isascii():
-            append(_STR8[len(k)] + k.encode())
+            kb = _STR8[len(k)] + k.encode()
         elif isinstance(k, str):
-            append(E.enc_string(k))
+            kb = E.enc_string(k)
         else:
             raise EncodeError(f"application-properties keys must be strings, not {k!r}")
-        if type(v) is str and len(v) < 256 and v.isascii():  # the usual value: inlined
-            append(_STR8[len(v)] + v.encode())
+        if string and len(v) < 256 and v.isascii():  # the usual value: inlined
+            vb = _STR8[len(v)] + v.encode()
         else:
             enc = encoders.get(type(v))
-            append(enc(v) if enc is not None else enc_value(v))
+            vb = enc(v) if enc is not None else enc_value(v)
+        if string and type(k) is str:
+            if len(memo) >= _ENTRY_MEMO_MAX:
+                memo.clear()
+            memo[(k, v)] = kb + vb
+        append(kb)
+        append(vb)
     return E._compound(0xC1, 0xD1, 2 * len(props), b"".join(parts))
 
 

@@ -8,8 +8,8 @@ codec and the performative tables live here (they stay importable from :mod:`cor
   :class:`FrameType`, the protocol headers;
 * values: :func:`encode_value`, :func:`decode_value`;
 * tables: :data:`PERFORMATIVES`, :data:`SASL_FRAMES`, :data:`DELIVERY_STATES` (descriptor code -> class);
-* :class:`DecoderMemo` / :data:`DECODER_MEMO`: the decoder's memory of recurring input (``clear()`` it to
-  start from a known state).
+* :class:`DecoderMemo` / :data:`DECODER_MEMO` and :class:`EncoderMemo` / :data:`ENCODER_MEMO`: the codec's
+  memory of recurring input (``clear()`` them to start from a known state).
 """
 
 from ._decode import DECODER_MEMO as DECODER_MEMO
@@ -28,6 +28,8 @@ from ._frames import FrameType as FrameType
 from ._frames import decode_frame as decode_frame
 from ._frames import encode_empty_frame as encode_empty_frame
 from ._frames import encode_frame as encode_frame
+from ._messages import ENCODER_MEMO as ENCODER_MEMO
+from ._messages import EncoderMemo as EncoderMemo
 from ._performatives import DELIVERY_STATES as DELIVERY_STATES
 from ._performatives import PERFORMATIVES as PERFORMATIVES
 from ._performatives import SASL_FRAMES as SASL_FRAMES
@@ -37,6 +39,7 @@ __all__ = [
     "DECODER_MEMO",
     "DELIVERY_STATES",
     "EMPTY_FRAME",
+    "ENCODER_MEMO",
     "MAX_ZERO_WIDTH_ARRAY_COUNT",
     "MIN_MAX_FRAME_SIZE",
     "PERFORMATIVES",
@@ -44,6 +47,7 @@ __all__ = [
     "SASL_HEADER",
     "TLS_HEADER",
     "DecoderMemo",
+    "EncoderMemo",
     "Frame",
     "FrameBuffer",
     "FrameType",

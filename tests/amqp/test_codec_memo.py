@@ -48,3 +48,20 @@ def test_a_remembered_leading_run_never_changes_the_result() -> None:
     twice[1] += len("corda-vendor") - 2  # map8 size grows with the key
     with pytest.raises(amqp.DecodeError):
         amqp.decode_value(bytes(twice))
+
+
+def test_the_encoder_memo_never_changes_the_bytes() -> None:
+    from corda_trio.amqp import codec
+
+    codec.ENCODER_MEMO.clear()
+    values = ["v", "w" * 300, "é", 13, amqp.Int(13), None]
+    for n in range(1000):  # past the memo's bound: it is cleared and refilled meanwhile
+        props = {"platform-topic": values[n % len(values)], "_AMQ_DUPL_ID": f"id-{n}", "k": values[n % 4]}
+        message = amqp.Message(application_properties=props)
+        warm = message.encode()
+        saved = dict(codec.ENCODER_MEMO.entries)
+        codec.ENCODER_MEMO.clear()
+        assert message.encode() == warm  # the same bytes with nothing remembered
+        codec.ENCODER_MEMO.entries.update(saved)
+        decoded = amqp.Message.decode(warm).application_properties
+        assert decoded == props and type(decoded["platform-topic"]) is type(props["platform-topic"])
