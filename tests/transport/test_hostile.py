@@ -396,3 +396,44 @@ async def test_descriptor_exhaustion_is_logged_once_and_accepting_recovers_at_on
     # dozens of failed accepts, but one line per ACCEPT_ERROR_LOG_INTERVAL_SECONDS at most
     assert 1 <= len(lines) <= 1 + elapsed // transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS, err.decode()
     assert "EMFILE" in lines[0]
+
+
+def transfer_with_0x56_booleans(
+    handle: int, delivery_id: int, channel: int, payload: bytes, *, settled: bool
+) -> bytes:
+    """A transfer whose booleans use the one-byte 0x56 encoding (as _pyamqp writes them); more = false."""
+    fields = (
+        bytes([0x52, handle, 0x52, delivery_id, 0xA0, 1, delivery_id, 0x43])
+        + (b"\x56\x01" if settled else b"\x56\x00")
+        + b"\x56\x00"
+    )
+    body = b"\x00\x53\x14\xc0" + bytes([len(fields) + 1, 6]) + fields
+    header = (8 + len(body) + len(payload)).to_bytes(4, "big") + b"\x02\x00" + channel.to_bytes(2, "big")
+    return header + body + payload
+
+
+async def test_booleans_as_0x56_on_channel_3_handle_5_pipelined(nursery: trio.Nursery) -> None:
+    broker = QueueBroker(credit=100)
+    port = await start(nursery, broker)
+    peer = await RawPeer.connect(port)
+    attach = amqp.Attach(
+        name="b56",
+        handle=5,
+        role=amqp.Role.SENDER,
+        target=amqp.Target(address="b56"),
+        initial_delivery_count=0,
+    )
+    # header, open, begin, attach and the transfers in one write, before any credit arrived: ten
+    # pre-settled, then one unsettled whose disposition tells that all eleven were taken (in order)
+    hello = amqp.AMQP_HEADER + OPEN + amqp.encode_frame(BEGIN_PERF, 3) + amqp.encode_frame(attach, 3)
+    body = b"\x00Sw\x40"
+    transfers = [transfer_with_0x56_booleans(5, i, 3, body, settled=i < 10) for i in range(11)]
+    await peer.send(hello + b"".join(transfers))
+    frames = await peer.read_until(amqp.Disposition)
+    dispositions = [p for p in frames if isinstance(p, amqp.Disposition)]
+    assert dispositions and dispositions[0].first == 10 and dispositions[0].state == amqp.Accepted()
+    assert broker.received == 11 and len(broker.queues["b56"]) == 11
+    assert not [p for p in frames if isinstance(p, amqp.Close | amqp.Detach)]
+    await peer.send(CLOSE)
+    assert the_close(await peer.read_to_eof()).error is None
+    await peer.aclose()
