@@ -333,9 +333,12 @@ class DecoderMemo:
             as a copy of that one (one ``startswith``, one C-level copy instead of a loop over them).
         headers: message header sections by their exact bytes -> ``Header`` (``_messages.py``).
         last_header: ``[raw bytes, Header]`` of the last header section decoded.
+        properties_tail: ``[raw bytes, fields, list count]`` of the last properties section (list8) after
+            its message-id (a str8): the fields after the message id (to, user-id...) recur from message to
+            message, so a section ending in exactly these bytes decodes only its message id.
     """
 
-    __slots__ = ("entries", "headers", "last_header", "prefix", "previous", "volatile")
+    __slots__ = ("entries", "headers", "last_header", "prefix", "previous", "properties_tail", "volatile")
 
     def __init__(self) -> None:
         self.entries: dict[bytes, tuple[str, Any]] = {}
@@ -344,6 +347,7 @@ class DecoderMemo:
         self.headers: dict[bytes, Any] = {}
         self.last_header: list[Any] = []
         self.prefix: list[Any] = []
+        self.properties_tail: list[Any] = []
         self.clear()
 
     def clear(self) -> None:
@@ -354,6 +358,7 @@ class DecoderMemo:
         self.headers.clear()
         self.last_header[:] = [b"\x00\x00", None]
         self.prefix[:] = [b"\xff", {}, 0]
+        self.properties_tail[:] = [b"\xff", {}, -1]
 
 
 #: The process's decoder memo (see :class:`DecoderMemo`).

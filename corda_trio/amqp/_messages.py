@@ -244,6 +244,7 @@ _FAILURES: Final = D.DECODER_FAILURES
 _HEADER_CACHE: Final = D.DECODER_MEMO.headers
 _HEADER_CACHE_SIZE: Final = D._HEADERS_MAX
 _LAST_HEADER: Final = D.DECODER_MEMO.last_header
+_PROPS_TAIL: Final = D.DECODER_MEMO.properties_tail
 _U32: Final = struct.Struct(">I").unpack_from
 _decode_header: Final = Header._decode  # type: ignore[attr-defined]
 _decode_properties: Final = Properties._decode  # type: ignore[attr-defined]
@@ -313,7 +314,31 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
                 else:
                     ap, pos = _MAP_TABLE[c](buf, pos + 1)
             elif code == 0x73:
-                props, pos = _decode_properties(buf, pos)
+                # A list8 whose first field (message-id) is a str8 and whose other fields are the same bytes
+                # as last time: only the message id is new (see DecoderMemo.properties_tail).
+                tail = _PROPS_TAIL
+                if c == 0xC0 and buf[pos + 3] == 0xA1:
+                    vpos = pos
+                    pend = pos + 2 + buf[pos + 1]
+                    mid_end = pos + 5 + buf[pos + 4]
+                    if (
+                        buf[pos + 2] == tail[2]
+                        and mid_end + len(tail[0]) == pend <= end
+                        and buf.startswith(tail[0], mid_end)
+                    ):
+                        fields = tail[1].copy()
+                        fields["message_id"] = buf[pos + 5 : mid_end].decode()
+                        props = _obj_new(Properties)
+                        _set_dict(props, "__dict__", fields)
+                        pos = pend
+                        continue
+                    props, pos = _decode_properties(buf, vpos)
+                    if pos == pend and mid_end <= pend:  # a valid list8: remember what follows the id
+                        fields = dict(props.__dict__)
+                        del fields["message_id"]
+                        tail[:] = [buf[mid_end:pend], fields, buf[vpos + 2]]
+                else:
+                    props, pos = _decode_properties(buf, pos)
             elif code == 0x70:
                 # Headers repeat (durable, default priority...): decoded ones are immutable, so they are
                 # cached by their exact bytes (bounded): no Header is built again for every message.

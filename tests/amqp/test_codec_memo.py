@@ -65,3 +65,35 @@ def test_the_encoder_memo_never_changes_the_bytes() -> None:
         codec.ENCODER_MEMO.entries.update(saved)
         decoded = amqp.Message.decode(warm).application_properties
         assert decoded == props and type(decoded["platform-topic"]) is type(props["platform-topic"])
+
+
+def test_the_remembered_properties_tail_never_changes_the_result() -> None:
+    from corda_trio.amqp import codec
+
+    codec.DECODER_MEMO.clear()
+    tails = [
+        {"to": "p2p.inbound.A"},
+        {"to": "p2p.inbound.A", "user_id": b"alice"},
+        {"to": "p2p.inbound.B", "subject": "s", "group_sequence": 7},
+        {},
+    ]
+    for n in range(200):
+        tail = tails[(n // 3) % len(tails)]
+        props = amqp.Properties(message_id="m" * (n % 40) + str(n), **tail)  # type: ignore[arg-type]
+        message = amqp.Message(properties=props, body=b"x")
+        assert amqp.Message.decode(message.encode()) == message
+    # a remembered tail behind a message id that is not UTF-8 still fails, and so does a cut message
+    good = amqp.Message(properties=amqp.Properties(message_id="abc", to="p2p.inbound.A"), body=b"x").encode()
+    assert amqp.Message.decode(good).properties.message_id == "abc"  # type: ignore[union-attr]
+    bad = good.replace(b"abc", b"\xff\xfe\xfd")
+    with pytest.raises(amqp.DecodeError):
+        amqp.Message.decode(bad)
+    boundary = len(good) - len(amqp.Message(body=b"x").encode())  # properties alone: a whole message
+    for cut in range(1, len(good)):
+        if cut == boundary:
+            continue
+        try:
+            amqp.Message.decode(good[:cut])
+        except amqp.DecodeError:
+            continue
+        raise AssertionError(f"a message cut at {cut} bytes decoded")
