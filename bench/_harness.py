@@ -65,26 +65,19 @@ can instead build :class:`Record` objects with :func:`make_record` and hand them
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
 import random
-import re
-import socket
-import subprocess
-import sys
-import time
-import uuid
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol, final
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 import trio
+
+from corda_trio import records
 
 __all__ = [
     "RECORD_FIELDS",
@@ -112,269 +105,22 @@ __all__ = [
     "run_benchmark",
 ]
 
-#: Version of the record / meta format (``protocol_spec/bench-records.md``); bump on incompatible change.
-SCHEMA_VERSION: Final = 1
-#: The stages an operation may pass through, in order. Scenarios stamp the ones they have.
-STAGES: Final = ("created", "enqueued", "sent", "accepted", "delivered", "flow_finished")
-_STAGE_FIELDS: Final = tuple(f"{s}_ns" for s in STAGES)
-#: Field order of a record line (also the column order the reports use).
-RECORD_FIELDS: Final = (
-    "run_id", "scenario", "link", "size_bytes", "seq", "intended_ns", *_STAGE_FIELDS, "outcome", "error",
-)  # fmt: skip
-#: Error strings are cut to this many characters (a record is a measurement, not a log).
-MAX_ERROR_CHARS: Final = 200
-#: Records are flushed to disk (in a worker thread) in batches of this many.
-FLUSH_BATCH_RECORDS: Final = 8192
-_RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
-
-
-class BenchError(Exception):
-    """A benchmark could not be set up or run as configured (bad parameters, output not writable)."""
-
-
-# --------------------------------------------------------------------------------------------- clock
-
-
-@final
-class Clock:
-    """Epoch nanoseconds with monotonic resolution: ``perf_counter_ns()`` shifted by a wall-clock anchor."""
-
-    __slots__ = ("_offset_ns",)
-
-    def __init__(self) -> None:
-        self._offset_ns = time.time_ns() - time.perf_counter_ns()
-
-    def now_ns(self) -> int:
-        """Current time in Unix-epoch nanoseconds (monotonic within this clock)."""
-        return time.perf_counter_ns() + self._offset_ns
-
-    def to_trio_time(self, epoch_ns: int) -> float:
-        """The ``trio.current_time()`` value at which this clock reads ``epoch_ns`` (for ``sleep_until``)."""
-        return trio.current_time() + (epoch_ns - self.now_ns()) / 1e9
-
-
-@final
-class TrioClock:
-    """Epoch nanoseconds read from Trio's clock, so that tests can run the harness under ``MockClock``.
-
-    Create it inside ``trio.run``. Resolution is that of ``trio.current_time()`` (a float of seconds).
-    """
-
-    __slots__ = ("_anchor_ns",)
-
-    def __init__(self) -> None:
-        self._anchor_ns = time.time_ns() - round(trio.current_time() * 1e9)
-
-    def now_ns(self) -> int:
-        """Current Trio time as Unix-epoch nanoseconds."""
-        return self._anchor_ns + round(trio.current_time() * 1e9)
-
-    def to_trio_time(self, epoch_ns: int) -> float:
-        """The Trio time at which this clock reads ``epoch_ns``."""
-        return (epoch_ns - self._anchor_ns) / 1e9
-
-
-BenchClock = Clock | TrioClock
-
-
-# --------------------------------------------------------------------------------------------- records
-
-
-@attrs.frozen(kw_only=True)
-class Record:
-    """One measured operation. See ``protocol_spec/bench-records.md`` for every field's meaning."""
-
-    run_id: str
-    scenario: str
-    link: str
-    size_bytes: int
-    seq: int
-    intended_ns: int
-    created_ns: int | None = None
-    enqueued_ns: int | None = None
-    sent_ns: int | None = None
-    accepted_ns: int | None = None
-    delivered_ns: int | None = None
-    flow_finished_ns: int | None = None
-    outcome: Literal["ok", "error"] = "ok"
-    error: str | None = None
-
-    def to_json_line(self) -> str:
-        """The record as one JSON line (no trailing newline), fields in :data:`RECORD_FIELDS` order."""
-        return json.dumps(attrs.asdict(self, recurse=False), separators=(",", ":"))
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Record:
-        """Validate one decoded JSON object and build the record.
-
-        Raises:
-            BenchError: a field is missing or has the wrong type. Stages are not required to be in order:
-                they may be stamped by different tasks or processes (``sent`` is stamped when ``send_all``
-                returns, which can be after the receiver stamped ``delivered``).
-        """
-        missing = [f for f in RECORD_FIELDS if f not in data]
-        if missing:
-            raise BenchError(f"record lacks field(s) {', '.join(missing)}")
-        for name in ("run_id", "scenario", "link"):
-            if not isinstance(data[name], str) or not data[name]:
-                raise BenchError(f"record field {name!r} must be a non-empty string")
-        for name in ("size_bytes", "seq", "intended_ns"):
-            if not _is_int(data[name]) or data[name] < 0:
-                raise BenchError(f"record field {name!r} must be a non-negative integer")
-        for name in _STAGE_FIELDS:
-            value = data[name]
-            if value is not None and (not _is_int(value) or value < 0):
-                raise BenchError(f"record field {name!r} must be a non-negative integer or null")
-        if data["outcome"] not in ("ok", "error"):
-            raise BenchError("record field 'outcome' must be 'ok' or 'error'")
-        if data["error"] is not None and not isinstance(data["error"], str):
-            raise BenchError("record field 'error' must be a string or null")
-        if (data["outcome"] == "error") != (data["error"] is not None):
-            raise BenchError("record has an error text iff outcome is 'error'")
-        return cls(**{f: data[f] for f in RECORD_FIELDS})
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def make_record(
-    *,
-    run_id: str,
-    scenario: str,
-    link: str,
-    size_bytes: int,
-    seq: int,
-    intended_ns: int,
-    stages: Mapping[str, int | None],
-    error: BaseException | str | None = None,
-) -> Record:
-    """Build a record from a ``{stage: ns}`` mapping (stage names from :data:`STAGES`).
-
-    For scenarios that run their own loop. ``error`` (an exception or text) marks the operation failed.
-    """
-    unknown = set(stages) - set(STAGES)
-    if unknown:
-        raise BenchError(f"unknown stage(s) {sorted(unknown)}; stages are {STAGES}")
-    return Record(
-        run_id=run_id,
-        scenario=scenario,
-        link=link,
-        size_bytes=size_bytes,
-        seq=seq,
-        intended_ns=intended_ns,
-        **{f"{s}_ns": v for s, v in stages.items()},
-        outcome="ok" if error is None else "error",
-        error=None if error is None else _error_text(error),
-    )
-
-
-def _error_text(error: BaseException | str) -> str:
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    return text[:MAX_ERROR_CHARS]
-
-
-def _record_values(record: Record) -> tuple[Any, ...]:
-    return tuple(getattr(record, f) for f in RECORD_FIELDS)
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_LINE_TEMPLATE: Final = "{{" + ",".join(f'"{f}":{{}}' for f in RECORD_FIELDS) + "}}\n"
-
-
-def _json_line(values: tuple[Any, ...]) -> str:
-    """One record line: the same JSON as ``json.dumps`` of the record's dict, about 3x faster."""
-    return _LINE_TEMPLATE.format(
-        *(
-            "null" if v is None else (_dumps(v) if isinstance(v, str) else str(v))
-            for v in values
-        )
-    )
-
-
-def new_run_id(scenario: str, *, now: datetime | None = None) -> str:
-    """A sortable, unique run id: ``<UTC yyyymmddThhmmss>-<scenario>-<6 hex>``."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario)[:30]
-    return f"{stamp}-{slug}-{uuid.uuid4().hex[:6]}"
-
-
-@final
-class RecordWriter:
-    """Writes one run's records (JSON lines) and its meta file into ``out_dir``.
-
-    Records go to ``run-<id>.records.jsonl.part``; :meth:`finish` writes the meta file and renames the
-    records file into place, so a reader never sees a run in progress. :meth:`abort` removes the part file.
-    Use :meth:`add` from a Trio task (it flushes batches in a worker thread), :meth:`add_sync` from plain
-    code.
-    """
-
-    def __init__(self, out_dir: Path, run_id: str) -> None:
-        if not _RUN_ID_RE.match(run_id):
-            raise BenchError(f"run id {run_id!r} must match {_RUN_ID_RE.pattern}")
-        self.run_id = run_id
-        self.out_dir = Path(out_dir)
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BenchError(f"cannot create output directory {self.out_dir}: {exc}") from exc
-        self.records_path = self.out_dir / f"run-{run_id}.records.jsonl"
-        self.meta_path = self.out_dir / f"run-{run_id}.meta.json"
-        if self.records_path.exists() or self.meta_path.exists():
-            raise BenchError(f"run {run_id} already exists in {self.out_dir}")
-        self._part_path = self.records_path.with_name(self.records_path.name + ".part")
-        self._file = self._part_path.open("w", encoding="utf-8")
-        self._pending: list[tuple[Any, ...]] = []
-        self.count = 0
-
-    async def add(self, record: Record) -> None:
-        """Queue a record; every :data:`FLUSH_BATCH_RECORDS` the batch is written in a worker thread."""
-        self.add_values(_record_values(record))
-        if self.batch_ready():
-            await self.flush_batch()
-
-    def add_sync(self, record: Record) -> None:
-        """Queue a record from non-async code (written on the next batch boundary or at :meth:`finish`)."""
-        self.add_values(_record_values(record))
-        if self.batch_ready():
-            batch, self._pending = self._pending, []
-            self._write(batch)
-
-    def add_values(self, values: tuple[Any, ...]) -> None:
-        """Queue one record as a tuple in :data:`RECORD_FIELDS` order (the harness's cheap path)."""
-        self._pending.append(values)
-        self.count += 1
-
-    def batch_ready(self) -> bool:
-        """Whether a full batch is waiting to be written."""
-        return len(self._pending) >= FLUSH_BATCH_RECORDS
-
-    async def flush_batch(self) -> None:
-        """Write what is queued, in a worker thread."""
-        batch, self._pending = self._pending, []
-        if batch:
-            await trio.to_thread.run_sync(self._write, batch)
-
-    def _write(self, batch: list[tuple[Any, ...]]) -> None:
-        self._file.write("".join(map(_json_line, batch)))
-
-    def finish(self, meta: Mapping[str, Any]) -> None:
-        """Flush, fsync, write ``run-<id>.meta.json`` and publish the records file."""
-        self._write(self._pending)
-        self._pending = []
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        tmp = self.meta_path.with_name(self.meta_path.name + ".part")
-        tmp.write_text(json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-        os.replace(self._part_path, self.records_path)
-        os.replace(tmp, self.meta_path)
-
-    def abort(self) -> None:
-        """Discard the run: close and delete the partial records file."""
-        if not self._file.closed:
-            self._file.close()
-        self._part_path.unlink(missing_ok=True)
+#: The record format, its writer and clock live in the product (``corda_trio.records``).
+SCHEMA_VERSION: Final = records.SCHEMA_VERSION
+STAGES: Final = records.STAGES
+RECORD_FIELDS: Final = records.RECORD_FIELDS
+Clock = records.Clock
+TrioClock = records.TrioClock
+BenchClock = records.BenchClock
+Record = records.Record
+RecordWriter = records.RecordWriter
+make_record = records.make_record
+new_run_id = records.new_run_id
+read_records = records.read_records
+environment_metadata = records.environment_metadata
+#: One error class for a bad benchmark set-up and a bad record or run id (``records.RecordError``), so that
+#: callers catch both alike.
+BenchError = records.RecordError
 
 
 # --------------------------------------------------------------------------------------------- configuration
@@ -596,42 +342,6 @@ class Scenario(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------------------------- environment
-
-
-def _git_commit(start: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(start), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if out.returncode != 0:
-            return None
-        commit = out.stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(start), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return commit + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def environment_metadata() -> dict[str, Any]:
-    """What the run measured on: CPU count, Python, OS, host, git commit of this checkout."""
-    return {
-        "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "hostname": socket.gethostname(),
-        "git_commit": _git_commit(Path(__file__).resolve().parent),
-        "trio": trio.__version__,
-    }
-
-
 # --------------------------------------------------------------------------------------------- running
 
 
@@ -744,7 +454,7 @@ class _RunState:
         self.writer.add_values(
             (
                 self.run_id, self.config.scenario, op.link, op.size_bytes, op.seq, op.intended_ns, *stamps,
-                "ok" if error is None else "error", None if error is None else _error_text(error),
+                "ok" if error is None else "error", None if error is None else records.error_text(error),
             )
         )  # fmt: skip
         if self.writer.batch_ready():
@@ -965,14 +675,3 @@ async def _report_progress(state: _RunState, start_ns: int, progress: ProgressCa
             done = max(done, state.recorded / max_ops)
         progress(min(done, 1.0), state.recorded)
         await trio.sleep(0.2)
-
-
-def read_records(path: Path) -> Iterable[Record]:
-    """Read and validate a records file (JSON lines); raises :class:`BenchError` naming the bad line."""
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield Record.from_mapping(json.loads(line))
-                except (ValueError, BenchError) as exc:
-                    raise BenchError(f"{path}:{lineno}: {exc}") from exc

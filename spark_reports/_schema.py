@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from corda_trio import records
+
 from ._errors import ReportInputError
 
 if TYPE_CHECKING:
@@ -22,14 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = ["RECORD_COLUMNS", "STAGES", "InputSet", "discover_inputs", "load_records", "record_schema"]
 
-STAGES: Final = ("created", "enqueued", "sent", "accepted", "delivered", "flow_finished")
-#: (column, Spark type) in record order; must match ``bench.RECORD_FIELDS``.
-RECORD_COLUMNS: Final = (
-    ("run_id", "string"), ("scenario", "string"), ("link", "string"), ("size_bytes", "long"),
-    ("seq", "long"), ("intended_ns", "long"), *((f"{s}_ns", "long") for s in STAGES),
-    ("outcome", "string"), ("error", "string"),
-)  # fmt: skip
-REQUIRED_COLUMNS: Final = ("run_id", "scenario", "link", "size_bytes", "seq", "intended_ns", "outcome")
+STAGES: Final = records.STAGES
+#: (column, Spark type) in record order, from the one schema definition (``corda_trio.records.FIELDS``).
+RECORD_COLUMNS: Final = tuple((f.name, f.kind) for f in records.FIELDS)
+REQUIRED_COLUMNS: Final = records.REQUIRED_FIELDS
 
 
 @attrs.frozen(kw_only=True)
@@ -94,8 +92,9 @@ def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ReportInputError(f"meta file {path} is not valid JSON: {exc}") from exc
-    if not isinstance(meta, dict) or not isinstance(meta.get("run_id"), str):
-        raise ReportInputError(f"meta file {path} has no run_id")
+    problem = records.meta_problem(meta)
+    if problem is not None:
+        raise ReportInputError(f"{path}: {problem}")
     return {meta["run_id"]: meta}
 
 

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corda_trio import records
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -94,7 +96,7 @@ def write_synthetic(spark: SparkSession, out_dir: Path, count: int, *, run_id: s
     target = out_dir / f"run-{run_id}.records.parquet"
     synthetic_records(spark, count, run_id=run_id, **kwargs).write.mode("overwrite").parquet(str(target))
     meta = {
-        "schema_version": 1,
+        "schema_version": records.SCHEMA_VERSION,
         "run_id": run_id,
         "scenario": "synthetic",
         "synthetic": True,

@@ -25,7 +25,7 @@ AMQP_ALLOWED_THIRD_PARTY = {"attrs", "attr", "typing_extensions"}
 
 LEVEL = {
     "amqp": 0, "pki": 1, "transport": 2, "store": 2, "messaging": 3, "bridge": 4, "network": 4,
-    "flows": 5, "rpc": 6, "node": 7, "testing": 7,
+    "flows": 5, "rpc": 6, "node": 7, "testing": 7, "records": 0,
 }  # fmt: skip
 # Pairs that may not import each other although the levels alone would allow it.
 FORBIDDEN_EDGES = {("store", "amqp"), ("transport", "store"), ("store", "transport")}

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-import bench
 import spark_reports
+from corda_trio import records as rf
 from corda_trio.node._cli import main
 from spark_reports._job import LATENCY_STAGES, compute
 from spark_reports._schema import discover_inputs, load_records
@@ -40,11 +40,11 @@ def spark() -> Iterator[Any]:
 # ----------------------------------------------------------------------------------------- generated data
 
 
-def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int) -> list[bench.Record]:
+def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int) -> list[rf.Record]:
     """3,000 records over 2 links x 2 size classes, open-loop schedule at 1,000/s, heavy-tailed stage
     delays, every 50th operation failing after `sent`; written with the real harness writer."""
     rng = random.Random(seed)
-    writer = bench.RecordWriter(out, run_id)
+    writer = rf.RecordWriter(out, run_id)
     records = []
     for seq in range(3000):
         intended = t0_ns + seq * 1_000_000
@@ -60,7 +60,7 @@ def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int)
         if seq % 50 == 7:
             stages["accepted"] = stages["delivered"] = None
             error = "ConnectionError: peer went away"
-        rec = bench.make_record(
+        rec = rf.make_record(
             run_id=run_id, scenario="gen", link=link, size_bytes=size, seq=seq, intended_ns=intended,
             stages=stages, error=error,
         )  # fmt: skip
@@ -87,7 +87,7 @@ def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int)
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[bench.Record]]]:
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[rf.Record]]]:
     out = tmp_path_factory.mktemp("records")
     runs = {
         "gen-a": _generate(out, "gen-a", slowdown=1.0, seed=1, t0_ns=1_800_000_000_000_000_000),
@@ -96,20 +96,20 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return out, runs
 
 
-def _exact_groups(records: list[bench.Record]) -> dict[tuple[str, str, str, int], list[bench.Record]]:
-    groups: dict[tuple[str, str, str, int], list[bench.Record]] = {}
+def _exact_groups(records: list[rf.Record]) -> dict[tuple[str, str, str, int], list[rf.Record]]:
+    groups: dict[tuple[str, str, str, int], list[rf.Record]] = {}
     for r in records:
         key = (r.run_id, r.scenario, r.link, spark_reports.size_class(r.size_bytes))
         groups.setdefault(key, []).append(r)
     return groups
 
 
-def _latencies(records: list[bench.Record], stage: str) -> list[int]:
+def _latencies(records: list[rf.Record], stage: str) -> list[int]:
     out = []
     for r in records:
         if r.outcome != "ok":
             continue
-        values = [getattr(r, f"{s}_ns") for s in bench.STAGES if getattr(r, f"{s}_ns") is not None]
+        values = [getattr(r, f"{s}_ns") for s in rf.STAGES if getattr(r, f"{s}_ns") is not None]
         if stage == "end":
             out.append(max(values) - r.intended_ns)
         elif getattr(r, f"{stage}_ns") is not None:
@@ -131,7 +131,7 @@ def _within_rank_error(value: int, ordered: list[int], p: float, epsilon: float)
 
 @pytest.mark.parametrize("sketch", ["kll", "kll:64", "gk:40"])
 def test_percentiles_counts_and_rates_match_exact_values(
-    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], sketch: str
+    spark: Any, generated: tuple[Path, dict[str, list[rf.Record]]], sketch: str
 ) -> None:
     out, runs = generated
     chosen = spark_reports.Sketch.parse(sketch)
@@ -148,7 +148,7 @@ def test_percentiles_counts_and_rates_match_exact_values(
         assert g.ok == g.count - g.errors
         assert g.bytes_total == sum(r.size_bytes for r in recs)
         first = min(r.intended_ns for r in recs)
-        last = max(max(v for s in bench.STAGES if (v := getattr(r, f"{s}_ns")) is not None) for r in recs)
+        last = max(max(v for s in rf.STAGES if (v := getattr(r, f"{s}_ns")) is not None) for r in recs)
         assert (g.first_intended_ns, g.last_done_ns) == (first, last)
         assert g.throughput_per_second == pytest.approx(g.ok / ((last - first) / 1e9), rel=1e-12)
         assert {s.stage for s in g.stages} == {*STAGE_NAMES, "end"}
@@ -177,7 +177,7 @@ def test_percentiles_counts_and_rates_match_exact_values(
     exact_ok: Counter[tuple[Any, ...]] = Counter()
     exact_err: Counter[tuple[Any, ...]] = Counter()
     for r in all_records:
-        done = max(v for s in bench.STAGES if (v := getattr(r, f"{s}_ns")) is not None)
+        done = max(v for s in rf.STAGES if (v := getattr(r, f"{s}_ns")) is not None)
         second = (done - starts[r.run_id]) // 1_000_000_000
         key = (r.run_id, r.link, spark_reports.size_class(r.size_bytes), second)
         (exact_ok if r.outcome == "ok" else exact_err)[key] += 1
@@ -193,7 +193,7 @@ def test_percentiles_counts_and_rates_match_exact_values(
 
 
 def test_report_html_tables_and_comparison(
-    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], tmp_path: Path
+    spark: Any, generated: tuple[Path, dict[str, list[rf.Record]]], tmp_path: Path
 ) -> None:
     out, _ = generated
     html_path = tmp_path / "out" / "report.html"
@@ -236,7 +236,7 @@ def test_report_html_tables_and_comparison(
 
 
 def test_compare_option_and_errors(
-    spark: Any, generated: tuple[Path, dict[str, list[bench.Record]]], tmp_path: Path
+    spark: Any, generated: tuple[Path, dict[str, list[rf.Record]]], tmp_path: Path
 ) -> None:
     out, _ = generated
     res = spark_reports.build_report([out], tmp_path / "r.html", compare=("gen-b", "gen-a"), spark=spark)
@@ -247,8 +247,8 @@ def test_compare_option_and_errors(
         spark_reports.build_report([out], tmp_path / "r.html", compare=("zzz", "gen-a"), spark=spark)
 
 
-def _tiny_record() -> bench.Record:
-    return bench.make_record(
+def _tiny_record() -> rf.Record:
+    return rf.make_record(
         run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=5, stages={}
     )
 
@@ -312,7 +312,7 @@ def test_end_to_end_real_benchmark_then_report(
         common += ["--run-id", run_id]
         assert main(["bench", "run", *args, *common]) == 0
         assert f"run {run_id} ({args[0]})" in capsys.readouterr().out
-    counts = {r: len(list(bench.read_records(out / f"run-{r}.records.jsonl"))) for r in runs}
+    counts = {r: len(list(rf.read_records(out / f"run-{r}.records.jsonl"))) for r in runs}
     html_path = tmp_path / "report.html"
     assert main(["report", "--in", str(out), "--out", str(html_path), "--master", "local[2]"]) == 0
     assert "report " in capsys.readouterr().out

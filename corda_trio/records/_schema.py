@@ -1,0 +1,266 @@
+"""The benchmark record schema: fields, types, value rules and version, in one table (PURE).
+
+Theory of operation
+===================
+
+A *record* is one measured operation (``protocol_spec/bench-records.md``). Its fields are listed once, in
+:data:`FIELDS`, each a :class:`FieldRule` that says the field's kind (``string`` or ``long``), whether it must
+have a value, and the rules its value obeys (minimum, maximum, non-empty, one of a few choices). Two readers
+interpret the same table:
+
+* :func:`record_problem` checks one decoded JSON object in Python (the writer's own records, ``read_records``,
+  and the report when it explains a bad line);
+* the report (``spark_reports``) turns every rule into a Spark column expression and checks all records in
+  the cluster, so the driver only ever holds counts and the first few offending lines.
+
+A record line written by :class:`~corda_trio.records.RecordWriter` always has every data field (stages that do
+not apply are ``null``); a reader treats an absent optional field as ``null``. The optional
+``schema_version`` field, when a producer tags its lines, must be a version this code knows
+(:data:`KNOWN_SCHEMA_VERSIONS`); the run's meta file carries the version too.
+
+This module is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal, final
+
+import attrs
+
+__all__ = [
+    "DUPLICATE_KEY",
+    "FIELDS",
+    "KNOWN_SCHEMA_VERSIONS",
+    "MAX_ERROR_CHARS",
+    "MAX_SIZE_BYTES",
+    "OUTCOMES",
+    "RECORD_FIELDS",
+    "REQUIRED_FIELDS",
+    "RUN_ID_PATTERN",
+    "SCHEMA_VERSION",
+    "STAGES",
+    "STAGE_FIELDS",
+    "VERSION_FIELD",
+    "FieldRule",
+    "Record",
+    "RecordError",
+    "check_run_id",
+    "error_text",
+    "meta_problem",
+    "record_problem",
+]
+
+#: Version of the record / meta format; bump on an incompatible change and add it to the known versions.
+SCHEMA_VERSION: Final = 1
+#: Versions a reader accepts.
+KNOWN_SCHEMA_VERSIONS: Final = frozenset({1})
+#: The optional per-record version field (absent: the version of the run's meta file, i.e. 1 today).
+VERSION_FIELD: Final = "schema_version"
+#: The stages an operation may pass through, in order. Scenarios stamp the ones they have.
+STAGES: Final = ("created", "enqueued", "sent", "accepted", "delivered", "flow_finished")
+STAGE_FIELDS: Final = tuple(f"{s}_ns" for s in STAGES)
+OUTCOMES: Final = ("ok", "error")
+#: Error strings are cut to this many characters (a record is a measurement, not a log).
+MAX_ERROR_CHARS: Final = 200
+#: A payload larger than 1 TiB is a mistake, not a measurement (it also keeps byte totals within 64 bits).
+MAX_SIZE_BYTES: Final = 1 << 40
+#: ``run_id`` as the writer makes it: it names files, so no separators.
+RUN_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
+#: Two records with equal values of these fields are the same operation: a reader keeps one.
+#: (``seq`` is unique per run for the harness; the p2p demo numbers each link from 0, hence ``link``.)
+DUPLICATE_KEY: Final = ("run_id", "scenario", "link", "seq")
+
+
+class RecordError(Exception):
+    """A record, a run id or a records file breaks the format (the message names the field or line)."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class FieldRule:
+    """One field of a record and the rules its value obeys.
+
+    Attributes:
+        name: the JSON key / column name.
+        kind: ``"string"`` or ``"long"`` (a JSON integer; booleans and floats are not integers).
+        required: the field must have a non-null value.
+        min_value: ``long`` fields: the smallest allowed value.
+        max_value: ``long`` fields: the largest allowed value (``None``: up to 2**63 - 1).
+        non_empty: ``string`` fields: the empty string is not allowed.
+        choices: ``string`` fields: the only allowed values.
+    """
+
+    name: str
+    kind: Literal["string", "long"]
+    required: bool
+    min_value: int | None = None
+    max_value: int | None = None
+    non_empty: bool = False
+    choices: tuple[str, ...] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` for this field (``None``: nothing; a ``None`` value is null)."""
+        if value is None:
+            return f"required field {self.name} is missing or null" if self.required else None
+        if self.kind == "string":
+            if not isinstance(value, str):
+                return f"field {self.name} must be a string, not {_json_type(value)}"
+            if self.non_empty and not value:
+                return f"field {self.name} must not be empty"
+            if self.choices is not None and value not in self.choices:
+                return f"field {self.name} must be one of {', '.join(self.choices)}, not {_shown(value)}"
+            return None
+        if not _is_int(value):
+            return f"field {self.name} must be an integer, not {_json_type(value)}"
+        if self.min_value is not None and value < self.min_value:
+            return f"field {self.name} must be >= {self.min_value}, not {value}"
+        if self.max_value is not None and value > self.max_value:
+            return f"field {self.name} must be <= {self.max_value}, not {value}"
+        if not -(2**63) <= value < 2**63:
+            return f"field {self.name} does not fit in 64 bits: {value}"
+        return None
+
+
+#: Every data field of a record, in the order of a record line.
+FIELDS: Final = (
+    FieldRule(name="run_id", kind="string", required=True, non_empty=True),
+    FieldRule(name="scenario", kind="string", required=True, non_empty=True),
+    FieldRule(name="link", kind="string", required=True, non_empty=True),
+    FieldRule(name="size_bytes", kind="long", required=True, min_value=0, max_value=MAX_SIZE_BYTES),
+    FieldRule(name="seq", kind="long", required=True, min_value=0),
+    FieldRule(name="intended_ns", kind="long", required=True, min_value=0),
+    *(FieldRule(name=name, kind="long", required=False, min_value=0) for name in STAGE_FIELDS),
+    FieldRule(name="outcome", kind="string", required=True, choices=OUTCOMES),
+    FieldRule(name="error", kind="string", required=False),
+)
+#: Field names in record-line order.
+RECORD_FIELDS: Final = tuple(f.name for f in FIELDS)
+REQUIRED_FIELDS: Final = tuple(f.name for f in FIELDS if f.required)
+_RUN_ID_RE: Final = re.compile(RUN_ID_PATTERN)
+
+
+def record_problem(data: object, *, all_present: bool = False) -> str | None:
+    """The first thing wrong with one decoded record (``None`` if it is a valid record).
+
+    Args:
+        data: the decoded JSON value of one line.
+        all_present: also require every field to be present (the writer's form); readers leave it off and
+            treat an absent optional field as null.
+    """
+    if not isinstance(data, Mapping):
+        return f"a record must be a JSON object, not {_json_type(data)}"
+    if all_present:
+        missing = [f.name for f in FIELDS if f.name not in data]
+        if missing:
+            return f"record lacks field(s) {', '.join(missing)}"
+    version = data.get(VERSION_FIELD)
+    if version is not None and (not _is_int(version) or version not in KNOWN_SCHEMA_VERSIONS):
+        known = ", ".join(map(str, sorted(KNOWN_SCHEMA_VERSIONS)))
+        return f"unknown {VERSION_FIELD} {_shown(version)} (this reader knows {known})"
+    for rule in FIELDS:
+        problem = rule.problem(data.get(rule.name))
+        if problem is not None:
+            return problem
+    if (data.get("outcome") == "error") != (data.get("error") is not None):
+        return "a record has an error text iff its outcome is error"
+    return None
+
+
+def meta_problem(meta: object) -> str | None:
+    """The first thing wrong with a run's meta file (``None`` if the report can use it)."""
+    if not isinstance(meta, Mapping):
+        return "a meta file must hold a JSON object"
+    if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
+        return "the meta file has no run_id"
+    version = meta.get(VERSION_FIELD, SCHEMA_VERSION)
+    if not _is_int(version) or version not in KNOWN_SCHEMA_VERSIONS:
+        known = ", ".join(map(str, sorted(KNOWN_SCHEMA_VERSIONS)))
+        return f"unknown {VERSION_FIELD} {_shown(version)} (this reader knows {known})"
+    return None
+
+
+def error_text(error: BaseException | str) -> str:
+    """The ``error`` field for a failure: ``"<ExceptionType>: <message>"``, cut to :data:`MAX_ERROR_CHARS`."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return text[:MAX_ERROR_CHARS]
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it matches :data:`RUN_ID_PATTERN`; raises :class:`RecordError` otherwise."""
+    if not _RUN_ID_RE.match(run_id):
+        raise RecordError(f"run id {run_id!r} must match {RUN_ID_PATTERN}")
+    return run_id
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Record:
+    """One measured operation; every field is described in :data:`FIELDS`."""
+
+    run_id: str
+    scenario: str
+    link: str
+    size_bytes: int
+    seq: int
+    intended_ns: int
+    created_ns: int | None = None
+    enqueued_ns: int | None = None
+    sent_ns: int | None = None
+    accepted_ns: int | None = None
+    delivered_ns: int | None = None
+    flow_finished_ns: int | None = None
+    outcome: Literal["ok", "error"] = "ok"
+    error: str | None = None
+
+    def values(self) -> tuple[Any, ...]:
+        """The field values in :data:`RECORD_FIELDS` order."""
+        return tuple(getattr(self, f) for f in RECORD_FIELDS)
+
+    def to_json_line(self) -> str:
+        """The record as one JSON line (no trailing newline), fields in :data:`RECORD_FIELDS` order."""
+        return json.dumps(attrs.asdict(self, recurse=False), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Record:
+        """Validate one decoded record line (in the writer's form: every field present) and build it.
+
+        Stages are not required to be in order: different tasks or processes stamp them (``sent`` is stamped
+        when ``send_all`` returns, which can be after the receiver stamped ``delivered``).
+
+        Raises:
+            RecordError: naming the missing field or the field whose value breaks its rule.
+        """
+        problem = record_problem(data, all_present=True)
+        if problem is not None:
+            raise RecordError(problem)
+        return cls(**{f: data[f] for f in RECORD_FIELDS})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number with a fraction"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,116 @@
+"""The record schema (one table, read by the writer and the report), the writer and the reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corda_trio import records
+
+
+def _data(**changes: Any) -> dict[str, Any]:
+    rec = records.make_record(
+        run_id="r1", scenario="s", link="l", size_bytes=10, seq=0, intended_ns=100,
+        stages={"created": 100, "enqueued": 150, "delivered": 400},
+    )  # fmt: skip
+    data = json.loads(records.json_line(rec.values()))
+    data.update(changes)
+    return data
+
+
+def test_the_table_lists_every_field_once_in_line_order() -> None:
+    assert records.RECORD_FIELDS == (
+        "run_id", "scenario", "link", "size_bytes", "seq", "intended_ns", *records.STAGE_FIELDS,
+        "outcome", "error",
+    )  # fmt: skip
+    assert len(set(records.RECORD_FIELDS)) == len(records.FIELDS)
+    assert set(records.REQUIRED_FIELDS) == {"run_id", "scenario", "link", "size_bytes", "seq", "intended_ns",
+                                            "outcome"}  # fmt: skip
+    assert set(records.DUPLICATE_KEY) <= set(records.REQUIRED_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"run_id": ""}, "field run_id must not be empty"),
+        ({"run_id": None}, "required field run_id is missing or null"),
+        ({"size_bytes": -1}, "field size_bytes must be >= 0, not -1"),
+        ({"size_bytes": records.MAX_SIZE_BYTES + 1}, "size_bytes must be <="),
+        ({"intended_ns": -5}, "intended_ns must be >= 0"),
+        ({"delivered_ns": -1}, "delivered_ns must be >= 0"),
+        ({"seq": True}, "field seq must be an integer, not a boolean"),
+        ({"seq": 1.5}, "seq must be an integer, not a number with a fraction"),
+        ({"sent_ns": "12"}, "sent_ns must be an integer, not a string"),
+        ({"sent_ns": 2**64}, "does not fit in 64 bits"),
+        ({"outcome": "maybe"}, "outcome must be one of ok, error"),
+        ({"outcome": "error"}, "error text iff"),
+        ({"error": "boom"}, "error text iff"),
+        ({"schema_version": 7}, "unknown schema_version 7"),
+        ({"link": 3}, "link must be a string, not an integer"),
+    ],
+)
+def test_record_problem_names_the_field_and_rule(changes: dict[str, Any], message: str) -> None:
+    assert message in (records.record_problem(_data(**changes)) or "")
+    with pytest.raises(records.RecordError, match=message.split(",")[0].replace("(", r"\(")):
+        records.Record.from_mapping(_data(**changes))
+
+
+def test_absent_optional_fields_are_null_for_readers_but_not_for_the_writer_form() -> None:
+    data = _data()
+    del data["flow_finished_ns"]
+    assert records.record_problem(data) is None
+    assert "lacks field(s) flow_finished_ns" in (records.record_problem(data, all_present=True) or "")
+    assert records.record_problem(_data(schema_version=1)) is None
+    assert "JSON object" in (records.record_problem([1, 2]) or "")
+
+
+def test_meta_problem() -> None:
+    assert records.meta_problem({"run_id": "a", "schema_version": 1}) is None
+    assert records.meta_problem({"run_id": "a"}) is None  # files from before the field was checked
+    assert "unknown schema_version 2" in (records.meta_problem({"run_id": "a", "schema_version": 2}) or "")
+    assert "no run_id" in (records.meta_problem({"run_id": ""}) or "")
+
+
+def test_writer_round_trip_and_bad_line_named(tmp_path: Path) -> None:
+    writer = records.RecordWriter(tmp_path, "run-a")
+    for i in range(9000):  # crosses a flush batch
+        writer.add_sync(records.Record(**_data(seq=i, run_id="run-a")))
+    assert not writer.records_path.exists()
+    writer.finish({"run_id": "run-a", "schema_version": records.SCHEMA_VERSION})
+    assert [r.seq for r in records.read_records(writer.records_path)] == list(range(9000))
+    with pytest.raises(records.RecordError, match="already exists"):
+        records.RecordWriter(tmp_path, "run-a")
+    with pytest.raises(records.RecordError, match="run id"):
+        records.RecordWriter(tmp_path, "../x")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_data()) + "\n" + json.dumps(_data(seq=-3)) + "\n")
+    with pytest.raises(records.RecordError, match=r"bad.jsonl:2: field seq must be >= 0, not -3"):
+        list(records.read_records(bad))
+
+
+_text = st.text(min_size=1, max_size=20)
+_ns = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@given(
+    run=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True), scenario=_text, link=_text,
+    size=st.integers(0, records.MAX_SIZE_BYTES), seq=_ns, intended=_ns,
+    stages=st.dictionaries(st.sampled_from(records.STAGES), _ns), error=st.none() | st.text(max_size=300),
+)  # fmt: skip
+def test_every_written_record_is_valid_and_reads_back(
+    run: str, scenario: str, link: str, size: int, seq: int, intended: int, stages: dict[str, int],
+    error: str | None,
+) -> None:  # fmt: skip
+    rec = records.make_record(
+        run_id=run, scenario=scenario, link=link, size_bytes=size, seq=seq, intended_ns=intended,
+        stages=stages, error=error,
+    )  # fmt: skip
+    data = json.loads(records.json_line(rec.values()))
+    assert list(data) == list(records.RECORD_FIELDS)
+    assert records.record_problem(data, all_present=True) is None
+    assert records.Record.from_mapping(data) == rec
