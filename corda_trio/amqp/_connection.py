@@ -450,6 +450,7 @@ class Connection(TransferMixin, SettlementMixin):
         link = self.link(channel, handle)
         self._flush_dispositions()
         link.machine.process(LinkInput.SEND_DETACH)
+        link.detach_error = error
         self._out.append(
             encode_frame(P.Detach(handle=link.handle, closed=closed, error=error), session.channel)
         )
@@ -956,8 +957,9 @@ class Connection(TransferMixin, SettlementMixin):
             link.machine.process(LinkInput.SEND_DETACH)
             self._out.append(encode_frame(P.Detach(handle=link.handle, closed=frame.closed), session.channel))
             self._drop_link(session, link, error=frame.error, closed=frame.closed, by_peer=True)
-        else:
-            self._drop_link(session, link, error=frame.error, closed=frame.closed, by_peer=False)
+        else:  # the peer answers our detach: report our reason if we gave one (message too big, overrun)
+            error = frame.error if frame.error is not None else link.detach_error
+            self._drop_link(session, link, error=error, closed=frame.closed, by_peer=False)
 
     def _drop_link(self, session: Session, link: Link, *, error: Any, closed: bool, by_peer: bool) -> None:
         session.links.pop(link.handle, None)

@@ -36,6 +36,7 @@ class Link:
     __slots__ = (
         "available",
         "delivery_count",
+        "detach_error",
         "drain",
         "flow_sent",
         "handle",
@@ -80,6 +81,8 @@ class Link:
         self.remote_attach: Any = None
         self.max_message_size: int | None = None
         self.remote_max_message_size: int | None = None
+        # the error of the detach we sent (reported when the peer answers it)
+        self.detach_error: Any = None
         # flow control (spec 2.6.7)
         self.delivery_count = 0
         self.link_credit = 0

@@ -292,9 +292,24 @@ class Receiver:
         self.remote_attach: Any = None
 
     def _on_delivery(self, event: amqp.DeliveryReceived) -> None:
-        # Cannot overflow: the engine takes at most max_credit_overrun deliveries beyond our credit, and
-        # credit never exceeds the free buffer minus that margin.
-        self._send_channel.send_nowait(Delivery(self, event))
+        # Cannot overflow: the engine takes at most max_credit_overrun deliveries beyond the last limit we
+        # granted, a grant never exceeds the free buffer minus that margin, and no grant is made while the
+        # buffer holds more than our credit (which would forgive the peer's overrun).
+        try:
+            self._send_channel.send_nowait(Delivery(self, event))
+        except (trio.WouldBlock, trio.ClosedResourceError):  # defensive: never let a peer crash the reader
+            conn = self._conn
+            if self._error is None and conn._broken is None:
+                error = amqp.Error(
+                    condition=amqp.Condition.TRANSFER_LIMIT_EXCEEDED,
+                    description=f"link {self.name!r}: more deliveries than the receiver can buffer",
+                )
+                try:
+                    conn._engine.detach(self.channel, self.handle, error=error)
+                except amqp.LocalProtocolError:
+                    pass
+                self._on_detached(LinkDetachedError.from_error(error, "link detached"))
+                conn._request_flush()
 
     @property
     def overrun_total(self) -> int:
@@ -334,8 +349,12 @@ class Receiver:
             return
         buffered = self._receive_channel.statistics().current_buffer_used
         self._taken = 0
+        if buffered >= self.capacity:
+            # Deliveries the peer sent beyond its credit fill the buffer: grant nothing. (A grant, even of
+            # zero, restarts the engine's overrun count from the new limit.) The next takes grant again.
+            return
         # Back-pressure: deliveries a peer sent beyond its credit are still buffered, so it gets less.
-        conn._engine.flow(self.channel, self.handle, credit=max(0, self.capacity - buffered))
+        conn._engine.flow(self.channel, self.handle, credit=self.capacity - buffered)
         conn._request_flush()
 
     def __aiter__(self) -> AsyncIterator[Delivery]:

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 import trio
+import trio.testing
 
 from corda_trio import amqp, pki, transport
 from corda_trio.testing import QueueBroker
@@ -434,6 +435,77 @@ async def test_booleans_as_0x56_on_channel_3_handle_5_pipelined(nursery: trio.Nu
     assert dispositions and dispositions[0].first == 10 and dispositions[0].state == amqp.Accepted()
     assert broker.received == 11 and len(broker.queues["b56"]) == 11
     assert not [p for p in frames if isinstance(p, amqp.Close | amqp.Detach)]
+    await peer.send(CLOSE)
+    assert the_close(await peer.read_to_eof()).error is None
+    await peer.aclose()
+
+
+async def test_a_peer_overrunning_again_while_the_buffer_is_full_loses_only_its_link(
+    nursery: trio.Nursery,
+) -> None:
+    """Credit 10, overrun bound 20: the peer fills the buffer (30), the consumer takes a few (no grant while
+    the buffer is over the credit, so the overrun is not forgiven), the peer sends more: only its link is
+    detached, with transfer-limit-exceeded; the connection and the reader survive."""
+    took_some = trio.Event()
+    took_more = trio.Event()
+    consumed = trio.Event()
+    taken: list[bytes] = []
+    ended: list[BaseException] = []
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        async for request in conn.link_requests():
+            receiver = await request.accept_receiver(credit=10)
+            await took_some.wait()  # the peer has filled the buffer meanwhile
+            assert receiver.overrun_total == 20
+            for _ in range(5):
+                taken.append((await receiver.receive()).payload)
+            took_more.set()
+            try:
+                async for delivery in receiver:
+                    taken.append(delivery.payload)
+            except transport.LinkDetachedError as exc:
+                ended.append(exc)
+            consumed.set()
+
+    config = amqp.ConnectionConfig(
+        sasl_mechanisms=("ANONYMOUS",), allow_bare_amqp=True, max_credit_overrun=20
+    )
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, handler, 0, config=config))
+    peer = await RawPeer.connect(transport.listener_port(listeners))
+    attach = amqp.Attach(
+        name="flood",
+        handle=0,
+        role=amqp.Role.SENDER,
+        target=amqp.Target(address="f"),
+        initial_delivery_count=0,
+    )
+    await peer.send(amqp.AMQP_HEADER + OPEN + BEGIN + amqp.encode_frame(attach))
+    await peer.read_until(amqp.Flow)
+
+    def settled_transfers(first: int, count: int) -> bytes:
+        return b"".join(
+            amqp.encode_frame(
+                amqp.Transfer(handle=0, delivery_id=i, delivery_tag=i.to_bytes(4, "big"), settled=True),
+                0,
+                b"\x00Sw\x40",
+            )
+            for i in range(first, first + count)
+        )
+
+    await peer.send(settled_transfers(0, 30))  # credit 10 + the 20 absorbed
+    await trio.testing.wait_all_tasks_blocked(0.05)  # the server has read them all (loopback)
+    took_some.set()
+    await took_more.wait()
+    await peer.send(settled_transfers(30, 30))
+    frames = await peer.read_until(amqp.Detach)
+    detach = next(p for p in frames if isinstance(p, amqp.Detach))
+    assert detach.error is not None and detach.error.condition == C.TRANSFER_LIMIT_EXCEEDED
+    assert not [p for p in frames if isinstance(p, amqp.Close)]
+    await peer.send(amqp.encode_frame(amqp.Detach(handle=0, closed=True)))  # a conformant answer
+    with trio.fail_after(20):
+        await consumed.wait()
+    assert len(taken) == 30  # everything up to the bound was delivered, nothing beyond it
+    assert ended and ended[0].condition == C.TRANSFER_LIMIT_EXCEEDED  # the receiver learns why
     await peer.send(CLOSE)
     assert the_close(await peer.read_to_eof()).error is None
     await peer.aclose()
