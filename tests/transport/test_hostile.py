@@ -509,3 +509,52 @@ async def test_a_peer_overrunning_again_while_the_buffer_is_full_loses_only_its_
     await peer.send(CLOSE)
     assert the_close(await peer.read_to_eof()).error is None
     await peer.aclose()
+
+
+async def test_per_link_max_message_size(nursery: trio.Nursery) -> None:
+    """``accept_receiver(max_message_size=)``: advertised in the attach (our client refuses to send more);
+    a raw peer that sends more anyway loses that link at the first frame past the limit, the connection
+    stays."""
+    outcome: list[BaseException] = []
+    got: list[bytes] = []
+    done = trio.Event()
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        async for request in conn.link_requests():
+            receiver = await request.accept_receiver(credit=10, max_message_size=2000)
+            try:
+                async for delivery in receiver:
+                    got.append(delivery.payload)
+                    await delivery.accept()
+            except transport.LinkDetachedError as exc:
+                outcome.append(exc)
+                done.set()
+
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, handler, 0, config=BARE))
+    port = transport.listener_port(listeners)
+    async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+        sender = await conn.open_sender("limited")
+        assert sender.remote_attach.max_message_size == 2000
+        assert await sender.send(b"\x00Sw\xa0\x10" + bytes(16)) == amqp.Accepted()
+        with pytest.raises(transport.AmqpTransportError) as info:
+            await sender.send(b"\x00Su\xb0" + (3000).to_bytes(4, "big") + bytes(3000))
+        assert info.value.condition == "amqp:link:message-size-exceeded"
+    peer = await RawPeer.connect(port)
+    attach = amqp.Attach(
+        name="big", handle=0, role=amqp.Role.SENDER, target=amqp.Target(address="b"), initial_delivery_count=0
+    )
+    await peer.send(amqp.AMQP_HEADER + OPEN + BEGIN + amqp.encode_frame(attach))
+    await peer.read_until(amqp.Flow)
+    first = amqp.Transfer(handle=0, delivery_id=0, delivery_tag=b"t", more=True)
+    more = amqp.Transfer(handle=0, more=True)
+    await peer.send(amqp.encode_frame(first, 0, bytes(900)) + amqp.encode_frame(more, 0, bytes(900)) * 5)
+    frames = await peer.read_until(amqp.Detach)
+    detach = next(p for p in frames if isinstance(p, amqp.Detach))
+    assert detach.error is not None and detach.error.condition == C.MESSAGE_SIZE_EXCEEDED
+    await peer.send(amqp.encode_frame(amqp.Detach(handle=0, closed=True)))
+    with trio.fail_after(20):
+        await done.wait()
+    assert outcome[0].condition == C.MESSAGE_SIZE_EXCEEDED and len(got) == 1
+    await peer.send(CLOSE)
+    assert the_close(await peer.read_to_eof()).error is None
+    await peer.aclose()
