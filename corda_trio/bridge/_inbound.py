@@ -1,0 +1,153 @@
+"""The inbound acceptor: the node's AMQP 1.0 server on its P2P address.
+
+Theory of operation
+-------------------
+``serve_amqp`` runs TLS with a required client certificate anchored in the network root, then
+``pki.check_peer_is_network_node`` (the leaf has the TLS role and a legal name); its subject becomes the
+connection's validated user. Per connection, link requests are answered: a sender attaching to this node's own
+inbox gets a receiving link with ``credit``; anything else is refused with ``amqp:unauthorized-access`` and a
+description naming the one allowed address.
+
+Per accepted link a reader task moves deliveries into a bounded channel and a writer task takes whatever has
+arrived (in order), validates each message (decodable, required headers, size at most ``max_message_size``,
+``_AMQ_VALIDATED_USER`` absent or equal to the TLS subject), rejects the bad ones with their condition (the
+link stays up), stamps ``_AMQ_VALIDATED_USER`` on the good ones and appends them to the inbox in one group
+commit; only when that returns, i.e. the batch is durable, are they settled ``accepted``. Order is kept: one
+writer per link, batches in arrival order. Flow control: the engine grants credit again only as deliveries are
+taken from the link, and the writer takes them only as fast as the inbox commits, so a slow disk slows the
+peers instead of growing memory (at most ``2 * credit`` messages per link in memory).
+
+Cancellation at any checkpoint leaves unsettled deliveries unsettled: the sender sends them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Final
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, store, transport
+from corda_trio.messaging import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    InvalidMessageError,
+    check_p2p_message,
+    stamp_validated_user,
+)
+
+__all__ = ["AcceptorConfig", "InboundAcceptor"]
+
+log = logging.getLogger("corda_trio.bridge.inbound")
+
+DEFAULT_INBOUND_CREDIT: Final = 256
+
+
+@attrs.frozen(kw_only=True)
+class AcceptorConfig:
+    """Where and how the acceptor listens."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    credit: int = attrs.field(default=DEFAULT_INBOUND_CREDIT, validator=attrs.validators.ge(1))
+    max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
+    handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+
+
+@attrs.define(eq=False)
+class InboundAcceptor:
+    """See the module docstring. ``await nursery.start(acceptor.run)``; then :attr:`port` is bound."""
+
+    inbox: store.Queue
+    ssl_context: ssl.SSLContext
+    config: AcceptorConfig = attrs.field(factory=AcceptorConfig)
+    port: int | None = None
+    #: Counters: messages stored and accepted, messages rejected, links refused.
+    accepted: int = 0
+    rejected: int = 0
+    refused_links: int = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; reports the bound port through ``task_status``."""
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                lambda task_status: transport.serve_amqp(
+                    self._handle,
+                    self.config.port,
+                    host=self.config.host,
+                    ssl_context=self.ssl_context,
+                    peer_check=pki.check_peer_is_network_node,
+                    handshake_timeout=self.config.handshake_timeout_seconds,
+                    task_status=task_status,
+                )
+            )
+            self.port = transport.listener_port(listeners)
+            task_status.started(self.port)
+
+    async def _handle(self, conn: transport.AmqpConnection) -> None:
+        user = str(conn.peer_identity)
+        inbox = self.inbox.name
+        async with trio.open_nursery() as nursery:
+            async for request in conn.link_requests():
+                if not request.peer_is_sender or request.address != inbox:
+                    self.refused_links += 1
+                    what = "sender to" if request.peer_is_sender else "receiver from"
+                    log.warning("%s: refused a %s %r", user, what, request.address)
+                    await request.refuse(
+                        "amqp:unauthorized-access",
+                        f"peers may only attach a sender to {inbox}, not a {what} {request.address!r}",
+                    )
+                    continue
+                receiver = await request.accept_receiver(credit=self.config.credit)
+                nursery.start_soon(self._pump, receiver, user)
+
+    async def _pump(self, receiver: transport.Receiver, user: str) -> None:
+        send, receive = trio.open_memory_channel[transport.Delivery](self.config.credit)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read, receiver, send)
+                await self._write(receive, user)
+        except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
+            log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
+
+    async def _read(
+        self, receiver: transport.Receiver, send: trio.MemorySendChannel[transport.Delivery]
+    ) -> None:
+        async with send:
+            try:
+                async for delivery in receiver:
+                    await send.send(delivery)
+            except transport.AmqpTransportError:
+                return  # the link or connection ended: the writer finishes what arrived, then stops
+
+    async def _write(self, receive: trio.MemoryReceiveChannel[transport.Delivery], user: str) -> None:
+        max_size = self.config.max_message_size
+        async for first in receive:
+            batch = [first]
+            while True:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            good: list[tuple[transport.Delivery, bytes]] = []
+            for delivery in batch:
+                try:
+                    message = amqp.Message.decode(delivery.payload)
+                    check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
+                    stamped = stamp_validated_user(message, user).encode()
+                except amqp.DecodeError as exc:
+                    self.rejected += 1
+                    await delivery.reject("amqp:decode-error", f"malformed message: {exc}")
+                    continue
+                except InvalidMessageError as exc:
+                    self.rejected += 1
+                    log.warning("%s: rejected a message: %s", user, exc.description)
+                    await delivery.reject(exc.condition, exc.description)
+                    continue
+                good.append((delivery, stamped))
+            if good:
+                await self.inbox.enqueue_many([payload for _, payload in good])
+                for delivery, _ in good:
+                    await delivery.accept()
+                self.accepted += len(good)

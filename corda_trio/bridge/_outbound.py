@@ -1,0 +1,225 @@
+"""One bridge: moves a peer's durable outbound queue ``internal.peers.<key-hash>`` into its inbox.
+
+Theory of operation
+-------------------
+``Bridge.run`` loops forever (its owner cancels it):
+
+1. Resolve the peer by the queue's key-hash through the :class:`~corda_trio.messaging.PeerResolver`; an
+   unknown peer or one without addresses waits for the next change.
+2. Pick the next address round-robin, skipping *parked* ones (an address whose TLS identity check failed
+   is parked for ``parked_retry_seconds`` and then tried again); dial it over mutual TLS, requiring the peer's
+   TLS subject to be the legal name the map gives for the key-hash. A completed AMQP handshake resets the
+   backoff.
+3. Attach one sender to ``p2p.inbound.<key-hash>`` and stream: a store consumer hands out queued messages (at
+   most ``credit`` unacknowledged at once), each is sent unsettled as soon as the link has credit, and a
+   settle task per message waits for the peer's outcome: ``accepted`` acks it in the WAL, anything else
+   (rejected, released, modified, no state) ends the session with :class:`DeliveryRefusedError`.
+4. Any failure (dial, TLS, link or connection loss, refusal, a change of the peer's addresses) ends the
+   session; leaving the consumer releases every message still held, in order, so they are sent again (the
+   receiver deduplicates). Then wait ``Backoff.next_delay()`` and go to 1.
+
+Cancellation at any checkpoint is the same as a failure: nothing is acked unless its ``accepted`` arrived.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import ssl
+from typing import Any, Final
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, store, transport
+from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_address
+
+from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
+
+__all__ = ["Bridge", "BridgeConfig", "BridgeState", "DeliveryRefusedError", "PeerChangedError"]
+
+log = logging.getLogger("corda_trio.bridge")
+
+#: Deliveries a bridge keeps unacknowledged at once (also bounded by the peer's link credit).
+DEFAULT_BRIDGE_CREDIT: Final = 256
+
+
+class DeliveryRefusedError(Exception):
+    """The peer settled a message with something other than ``accepted``."""
+
+
+class PeerChangedError(Exception):
+    """The peer's addresses changed or it left the network map: reconnect."""
+
+
+class BridgeState(enum.Enum):
+    RESOLVING = "resolving"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    BACKING_OFF = "backing-off"
+
+
+@attrs.frozen(kw_only=True)
+class BridgeConfig:
+    """Tuning shared by the bridges of a node."""
+
+    credit: int = attrs.field(default=DEFAULT_BRIDGE_CREDIT, validator=attrs.validators.ge(1))
+    initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS
+    max_backoff_seconds: float = MAX_BACKOFF_SECONDS
+    backoff_jitter: float = 0.2
+    #: How long an address whose TLS identity check failed is left alone.
+    parked_retry_seconds: float = 300.0
+    handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+
+
+def _is_identity_failure(exc: BaseException) -> bool:
+    """A TLS handshake refused for the peer's identity (wrong root, wrong name), not a network failure."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, pki.PeerIdentityError | ssl.SSLCertVerificationError):
+            return True
+        if isinstance(seen, ssl.SSLError) and "CERTIFICATE" in str(seen).upper():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@attrs.define(eq=False)
+class Bridge:
+    """See the module docstring."""
+
+    queue: store.Queue
+    resolver: PeerResolver
+    ssl_context: ssl.SSLContext
+    config: BridgeConfig = attrs.field(factory=BridgeConfig)
+    backoff: Backoff | None = None
+    state: BridgeState = BridgeState.RESOLVING
+    #: Counters: sessions established, messages acked after ``accepted``, sessions that ended in failure.
+    connects: int = 0
+    delivered: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    _next_address: int = 0
+    _parked: dict[tuple[str, int], float] = attrs.field(factory=dict)
+    _connected: trio.Event = attrs.field(factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        if self.backoff is None:
+            c = self.config
+            self.backoff = Backoff(c.initial_backoff_seconds, c.max_backoff_seconds, c.backoff_jitter)
+
+    @property
+    def key_hash(self) -> str:
+        return key_hash_of_address(self.queue.name)
+
+    def parked(self) -> dict[tuple[str, int], float]:
+        """Parked addresses and the trio time at which each is tried again."""
+        return dict(self._parked)
+
+    async def wait_connected(self) -> None:
+        """Wait until the next session is established (for tests and status)."""
+        await self._connected.wait()
+
+    def _pick(self, peer: Peer) -> tuple[str, int] | float:
+        """The next address to dial, or the trio time at which a parked one may be tried."""
+        now = trio.current_time()
+        addresses = peer.addresses
+        for step in range(len(addresses)):
+            address = addresses[(self._next_address + step) % len(addresses)]
+            if self._parked.get(address, 0.0) <= now:
+                self._parked.pop(address, None)
+                self._next_address = (self._next_address + step + 1) % len(addresses)
+                return address
+        return min(self._parked[a] for a in addresses)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver the queue to the peer until cancelled (never returns)."""
+        assert self.backoff is not None
+        task_status.started()
+        version = -1
+        while True:
+            self.state = BridgeState.RESOLVING
+            peer = self.resolver.peer(self.key_hash)
+            if peer is None or not peer.addresses:
+                version = await self.resolver.wait_changed(max(version, self.resolver.version))
+                continue
+            picked = self._pick(peer)
+            if isinstance(picked, float):
+                await trio.sleep_until(picked)
+                continue
+            try:
+                await self._session(peer, picked)
+            except Exception as group:
+                exc = _leaf(group)
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, PeerChangedError):
+                    log.info("bridge %s: %s", self.queue.name, exc)
+                    continue  # reconnect to the new address at once
+                if _is_identity_failure(exc):
+                    self._parked[picked] = trio.current_time() + self.config.parked_retry_seconds
+                    log.warning(
+                        "bridge %s: %s:%d failed the TLS identity check for %s, parked for %.0f s: %s",
+                        self.queue.name, *picked, peer.legal_name, self.config.parked_retry_seconds, exc,
+                    )  # fmt: skip
+                else:
+                    log.info("bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, exc)
+            self.state = BridgeState.BACKING_OFF
+            await trio.sleep(self.backoff.next_delay())
+
+    async def _session(self, peer: Peer, address: tuple[str, int]) -> None:
+        assert self.backoff is not None
+        self.state = BridgeState.CONNECTING
+        expected = peer.legal_name
+        async with transport.open_amqp_connection(
+            address[0],
+            address[1],
+            ssl_context=self.ssl_context,
+            peer_check=lambda tls: pki.check_peer_legal_name(tls, expected),
+            handshake_timeout=self.config.handshake_timeout_seconds,
+        ) as conn:
+            self.backoff.reset()
+            sender = await conn.open_sender(inbox_address(peer.key_hash))
+            self.state = BridgeState.CONNECTED
+            self.connects += 1
+            self._connected.set()
+            self._connected = trio.Event()
+            async with (
+                self.queue.consumer(credit=self.config.credit) as consumer,
+                trio.open_nursery() as nursery,
+            ):
+                nursery.start_soon(self._watch_connection, conn)
+                nursery.start_soon(self._watch_peer, peer, address)
+                async for delivery in consumer:
+                    pending = await sender.start_send(delivery.payload)
+                    assert pending is not None
+                    nursery.start_soon(self._settle, consumer, delivery.message_id, pending)
+
+    async def _settle(
+        self, consumer: store.Consumer, message_id: int, pending: transport.PendingDelivery
+    ) -> None:
+        outcome: Any = await pending.outcome()
+        if not isinstance(outcome, amqp.Accepted):
+            raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
+        await consumer.ack(message_id)
+        self.delivered += 1
+
+    async def _watch_connection(self, conn: transport.AmqpConnection) -> None:
+        await conn.wait_closed()
+        raise conn.close_error or transport.AmqpConnectionError("the connection ended")
+
+    async def _watch_peer(self, peer: Peer, address: tuple[str, int]) -> None:
+        version = self.resolver.version
+        while True:
+            version = await self.resolver.wait_changed(version)
+            now = self.resolver.peer(peer.key_hash)
+            if now is None or address not in now.addresses or now.legal_name != peer.legal_name:
+                raise PeerChangedError(
+                    f"{peer.legal_name} is no longer reachable at {address[0]}:{address[1]}"
+                )

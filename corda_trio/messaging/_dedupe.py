@@ -1,0 +1,159 @@
+"""Receive-side deduplication by ``_AMQ_DUPL_ID``: "being processed" in memory plus persisted ids.
+
+Theory of operation
+-------------------
+Bridges deliver at least once: a message whose ``accepted`` got lost, or that was in flight when a link or
+process died, arrives again. The :class:`Deduplicator` makes the handler side exactly once:
+
+* :meth:`Deduplicator.begin` claims an id: ``False`` if it is being processed right now or was processed
+  before (a duplicate: the caller acks it from the inbox and drops it);
+* :meth:`Deduplicator.commit` records the id durably, together with an optional *receipt* (bytes the handler
+  returned: its durable outcome, written in the same record, so outcome and id commit together); only then
+  does the caller ack the inbox message. A crash before the commit redelivers the message and the handler
+  runs again, its earlier, uncommitted run having left no receipt; a crash after it finds the id.
+* :meth:`Deduplicator.abandon` drops a claim whose handler failed (the message is redelivered).
+
+Persistence and retirement. Ids are appended to durable store queues called *generations*,
+``internal.p2p.dedup.<n>``. A generation holds at most ``retain`` ids; when the current one is full a new one
+is started and every generation but the newest two is deleted. So the node always remembers at least the
+last ``retain`` processed ids and never more than ``2 * retain`` (plus the ids being processed). An id is
+retired once at least ``retain`` newer ids were processed after it. The rule is safe as long as a duplicate
+arrives within ``retain`` messages of the original, which holds for bridge redeliveries (a bridge only
+re-sends what it had in flight, at most its link credit per peer) when ``retain`` is well above the total
+in-flight window of all peers; replays by a restarted sender must also come back within that many messages.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import attrs
+import trio
+
+from corda_trio import store
+
+__all__ = ["DEFAULT_RETAIN", "GENERATION_PREFIX", "Deduplicator"]
+
+#: Ids remembered at least (see the module docstring); ~100 bytes each in memory.
+DEFAULT_RETAIN: Final = 100_000
+GENERATION_PREFIX: Final = "internal.p2p.dedup."
+_GEN_RE: Final = re.compile(re.escape(GENERATION_PREFIX) + r"(\d+)$")
+
+
+@attrs.define(eq=False)
+class _Generation:
+    number: int
+    queue: store.Queue
+    ids: list[str] = attrs.field(factory=list)
+    pending: int = 0
+    idle: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.define(eq=False)
+class Deduplicator:
+    """See the module docstring. Build it with :meth:`open`."""
+
+    _broker: store.Broker
+    _retain: int
+    _generations: list[_Generation]
+    _processed: dict[str, bytes] = attrs.field(factory=dict)
+    _processing: set[str] = attrs.field(factory=set)
+    _rotate_lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    @classmethod
+    async def open(cls, broker: store.Broker, *, retain: int = DEFAULT_RETAIN) -> Deduplicator:
+        """Load the persisted ids of ``broker`` (creating the first generation if there is none)."""
+        if retain < 1:
+            raise ValueError(f"retain must be at least 1, got {retain}")
+        numbers = sorted(
+            int(m.group(1)) for n in broker.list_queues(GENERATION_PREFIX) if (m := _GEN_RE.match(n))
+        )
+        for old in numbers[:-2]:  # left over by a crash in the middle of a rotation
+            await broker.delete_queue(f"{GENERATION_PREFIX}{old}")
+        numbers = numbers[-2:] or [0]
+        generations = []
+        processed: dict[str, bytes] = {}
+        for n in numbers:
+            queue = await broker.declare_queue(f"{GENERATION_PREFIX}{n}")
+            gen = _Generation(number=n, queue=queue)
+            async for record in queue.browse():
+                dedup_id = record.headers.decode()
+                gen.ids.append(dedup_id)
+                processed[dedup_id] = record.payload
+            generations.append(gen)
+        return cls(broker, retain, generations, processed)
+
+    @property
+    def retain(self) -> int:
+        return self._retain
+
+    def __len__(self) -> int:
+        """Persisted ids currently remembered."""
+        return len(self._processed)
+
+    def __contains__(self, dedup_id: object) -> bool:
+        return dedup_id in self._processed or dedup_id in self._processing
+
+    def receipt(self, dedup_id: str) -> bytes | None:
+        """The receipt committed with ``dedup_id`` (``None`` if not remembered)."""
+        return self._processed.get(dedup_id)
+
+    def receipts(self) -> list[tuple[str, bytes]]:
+        """Every remembered (id, receipt), oldest first."""
+        return [(i, self._processed[i]) for g in self._generations for i in g.ids if i in self._processed]
+
+    def begin(self, dedup_id: str) -> bool:
+        """Claim ``dedup_id`` for processing; ``False`` if it is a duplicate (being processed or done)."""
+        if dedup_id in self._processing or dedup_id in self._processed:
+            return False
+        self._processing.add(dedup_id)
+        return True
+
+    def abandon(self, dedup_id: str) -> None:
+        """Give up a claim (the handler failed; the message will be delivered again)."""
+        self._processing.discard(dedup_id)
+
+    async def commit(self, dedup_id: str, receipt: bytes = b"") -> None:
+        """Record ``dedup_id`` (and ``receipt``) durably; returns once it is on disk.
+
+        If cancelled, the record may or may not be stored and the claim stays in place, so that the message
+        is neither processed twice nor acked by this process.
+        """
+        if dedup_id not in self._processing:
+            raise ValueError(f"{dedup_id!r} was not claimed with begin()")
+        gen = self._generations[-1]
+        while len(gen.ids) >= self._retain:
+            gen = await self._rotate(gen)
+        gen.ids.append(dedup_id)  # reserve the slot now so that concurrent commits rotate in time
+        gen.pending += 1
+        try:
+            await gen.queue.enqueue(receipt, headers=dedup_id.encode())
+        except BaseException:
+            gen.ids.remove(dedup_id)
+            raise
+        finally:
+            gen.pending -= 1
+            if gen.pending == 0:
+                gen.idle.set()
+                gen.idle = trio.Event()
+        self._processed[dedup_id] = receipt
+        self._processing.discard(dedup_id)
+
+    async def _rotate(self, full: _Generation) -> _Generation:
+        async with self._rotate_lock:
+            current = self._generations[-1]
+            if current is not full:  # someone else rotated meanwhile
+                return current
+            queue = await self._broker.declare_queue(f"{GENERATION_PREFIX}{full.number + 1}")
+            new = _Generation(number=full.number + 1, queue=queue)
+            self._generations.append(new)
+            while len(self._generations) > 2:
+                old = self._generations[0]
+                while old.pending:
+                    await old.idle.wait()
+                await self._broker.delete_queue(old.queue.name)
+                self._generations.pop(0)
+                for i in old.ids:
+                    self._processed.pop(i, None)
+            return new

@@ -1,0 +1,288 @@
+"""The node's messaging service: send durably towards peers, receive from the inbox, dispatch by topic.
+
+Theory of operation
+-------------------
+Sending. :meth:`MessagingService.send` turns an :class:`OutgoingMessage` into its wire form (``_model``),
+checks its size against the network's ``max_message_size`` and appends it durably to the outbound queue of the
+recipient, ``internal.peers.<key-hash>``, declaring that queue on first use (the bridge manager is told, see
+:meth:`MessagingService.wait_outbound_changed`, and starts a bridge for it). ``send`` returns once the message
+is on disk; from then on the bridge owns it. A message to this node itself goes straight into its own inbox.
+
+Receiving. :meth:`MessagingService.run` consumes the inbox ``p2p.inbound.<own key-hash>`` with one dispatcher
+task, so handlers see messages in inbox order (which is send order per sender: bridges and the acceptor keep
+it). For each message: claim its ``_AMQ_DUPL_ID`` with the :class:`Deduplicator` (a duplicate is acked and
+dropped), wait for a handler of its topic, await the handler, then, in a separate commit task so that the
+next message can be handled meanwhile, commit the id (and the handler's receipt) durably and only then ack the
+inbox message. A handler that raises gets the message again after :data:`HANDLER_RETRY_SECONDS`.
+Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
+unless their id was committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, store
+
+from ._dedupe import DEFAULT_RETAIN, Deduplicator
+from ._model import (
+    InvalidMessageError,
+    OutgoingMessage,
+    ReceivedMessage,
+    from_amqp,
+    inbox_address,
+    outbound_queue,
+    stamp_validated_user,
+    to_amqp,
+)
+from ._peers import Peer, PeerResolver
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "HANDLER_RETRY_SECONDS",
+    "Handler",
+    "HandlerRegistration",
+    "MessageTooLargeError",
+    "MessagingConfig",
+    "MessagingService",
+    "UnknownRecipientError",
+]
+
+log = logging.getLogger("corda_trio.messaging")
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
+#: How long a message whose handler raised waits before it is handed over again.
+HANDLER_RETRY_SECONDS: Final = 1.0
+
+#: ``async def handler(message) -> bytes | None``: the optional bytes are a receipt committed with the id.
+Handler = Callable[[ReceivedMessage], Awaitable[bytes | None]]
+
+
+class MessageTooLargeError(ValueError):
+    """A message is larger than the network parameter ``max_message_size``."""
+
+
+class UnknownRecipientError(LookupError):
+    """The recipient is not a node known to the network map."""
+
+
+@attrs.frozen(kw_only=True)
+class MessagingConfig:
+    """What the messaging service needs to know about its node and the network."""
+
+    legal_name: pki.CordaX500Name
+    #: ``pki.key_hash`` of the node's legal identity key (names its inbox).
+    key_hash: str
+    #: The network parameter ``max_message_size`` (encoded AMQP message, bytes).
+    max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
+    platform_version: int = 1
+    release_version: str = "0.1.0"
+    #: Inbox messages handled or being committed at once.
+    inbox_credit: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
+    #: fsync policy of the queues this service declares (``None``: the store's default, ``always``).
+    fsync: store.FsyncPolicy | str | None = None
+    #: Dedup ids remembered at least (see ``Deduplicator``).
+    dedup_retain: int = attrs.field(default=DEFAULT_RETAIN, validator=attrs.validators.ge(1))
+
+    @property
+    def inbox(self) -> str:
+        return inbox_address(self.key_hash)
+
+
+@attrs.frozen(eq=False)
+class HandlerRegistration:
+    """Returned by :meth:`MessagingService.add_message_handler`; pass it to ``remove_message_handler``."""
+
+    topic: str
+    handler: Handler
+
+
+@attrs.define(eq=False)
+class MessagingService:
+    """See the module docstring. Build it with :meth:`open`, then run :meth:`run` in a nursery."""
+
+    broker: store.Broker
+    config: MessagingConfig
+    resolver: PeerResolver
+    deduplicator: Deduplicator
+    inbox: store.Queue
+    sender_uuid: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+    _seq: int = 0
+    _handlers: dict[str, HandlerRegistration] = attrs.field(factory=dict)
+    _handlers_changed: trio.Event = attrs.field(factory=trio.Event)
+    _outbound: dict[str, store.Queue] = attrs.field(factory=dict)
+    _outbound_version: int = 0
+    _outbound_changed: trio.Event = attrs.field(factory=trio.Event)
+
+    @classmethod
+    async def open(
+        cls, broker: store.Broker, config: MessagingConfig, resolver: PeerResolver
+    ) -> MessagingService:
+        """Declare the inbox, load the persisted dedup ids and the existing outbound queues."""
+        inbox = await broker.declare_queue(config.inbox, fsync=config.fsync)
+        dedup = await Deduplicator.open(broker, retain=config.dedup_retain)
+        service = cls(broker=broker, config=config, resolver=resolver, deduplicator=dedup, inbox=inbox)
+        for name in broker.list_queues(outbound_queue("")):
+            service._outbound[name] = broker.get_queue(name)
+        return service
+
+    # --- sending ---------------------------------------------------------------------------------------
+
+    def create_message(
+        self,
+        topic: str,
+        data: bytes,
+        *,
+        dedup_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> OutgoingMessage:
+        """A message for :meth:`send`; ``dedup_id`` defaults to a fresh random id (give a deterministic one
+        when a replay must be recognised as the same message)."""
+        return OutgoingMessage(
+            topic=topic, data=data, dedup_id=dedup_id or f"M-{uuid.uuid4()}", headers=dict(headers or {})
+        )
+
+    def _resolve(self, recipient: pki.CordaX500Name | Peer | str) -> str:
+        if isinstance(recipient, Peer):
+            return recipient.key_hash
+        if isinstance(recipient, str):  # a key-hash (e.g. of a service identity)
+            if recipient == self.config.key_hash or self.resolver.peer(recipient) is not None:
+                return recipient
+            raise UnknownRecipientError(f"no node with identity key-hash {recipient} in the network map")
+        if recipient == self.config.legal_name:
+            return self.config.key_hash
+        peer = self.resolver.peer_named(recipient)
+        if peer is None:
+            raise UnknownRecipientError(f"{recipient} is not in the network map")
+        return peer.key_hash
+
+    async def send(self, message: OutgoingMessage, recipient: pki.CordaX500Name | Peer | str) -> None:
+        """Store ``message`` durably for ``recipient`` (a legal name, a ``Peer`` or an identity key-hash).
+
+        Returns once the message is durable in the outbound queue (or, for this node itself, its inbox).
+
+        Raises:
+            MessageTooLargeError: the encoded message exceeds ``max_message_size``.
+            UnknownRecipientError: the recipient is not in the network map.
+        """
+        key_hash = self._resolve(recipient)
+        self._seq += 1
+        wire = to_amqp(
+            message,
+            platform_version=self.config.platform_version,
+            release_version=self.config.release_version,
+            sender_uuid=self.sender_uuid,
+            send_seq_no=self._seq,
+        )
+        if key_hash == self.config.key_hash:
+            wire = stamp_validated_user(wire, str(self.config.legal_name))
+        payload = wire.encode()
+        if len(payload) > self.config.max_message_size:
+            raise MessageTooLargeError(
+                f"message on topic {message.topic!r} is {len(payload)} bytes encoded, above the network's "
+                f"max_message_size of {self.config.max_message_size} bytes"
+            )
+        if key_hash == self.config.key_hash:
+            await self.inbox.enqueue(payload)
+            return
+        queue = await self.outbound_queue_for(key_hash)
+        await queue.enqueue(payload)
+
+    async def outbound_queue_for(self, key_hash: str) -> store.Queue:
+        """The outbound queue towards ``key_hash``, declared on first use."""
+        name = outbound_queue(key_hash)
+        queue = self._outbound.get(name)
+        if queue is None:
+            queue = await self.broker.declare_queue(name, fsync=self.config.fsync)
+            if name not in self._outbound:
+                self._outbound[name] = queue
+                self._outbound_version += 1
+                self._outbound_changed.set()
+                self._outbound_changed = trio.Event()
+        return queue
+
+    @property
+    def outbound_version(self) -> int:
+        return self._outbound_version
+
+    def outbound_queues(self) -> dict[str, store.Queue]:
+        """Outbound queues by name (``internal.peers.<key-hash>``)."""
+        return dict(self._outbound)
+
+    async def wait_outbound_changed(self, since: int) -> int:
+        """Wait until an outbound queue was declared after version ``since``; returns the new version."""
+        while self._outbound_version <= since:
+            await self._outbound_changed.wait()
+        return self._outbound_version
+
+    # --- receiving -------------------------------------------------------------------------------------
+
+    def add_message_handler(self, topic: str, handler: Handler) -> HandlerRegistration:
+        """Handle messages on ``topic`` (one handler per topic). Messages wait in the inbox until then.
+
+        Raises:
+            ValueError: a handler for ``topic`` is already registered.
+        """
+        if topic in self._handlers:
+            raise ValueError(f"a handler for topic {topic!r} is already registered")
+        registration = HandlerRegistration(topic, handler)
+        self._handlers[topic] = registration
+        self._handlers_changed.set()
+        self._handlers_changed = trio.Event()
+        return registration
+
+    def remove_message_handler(self, registration: HandlerRegistration) -> None:
+        """Stop handling ``registration.topic`` (no-op if it was removed already)."""
+        if self._handlers.get(registration.topic) is registration:
+            del self._handlers[registration.topic]
+
+    async def _handler_for(self, topic: str) -> Handler:
+        while (registration := self._handlers.get(topic)) is None:
+            await self._handlers_changed.wait()
+        return registration.handler
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Consume the inbox and dispatch to the handlers until cancelled."""
+        dedup = self.deduplicator
+        async with (
+            self.inbox.consumer(credit=self.config.inbox_credit) as consumer,
+            trio.open_nursery() as commits,
+        ):
+            task_status.started()
+            async for delivery in consumer:
+                try:
+                    message = from_amqp(amqp.Message.decode(delivery.payload))
+                except (amqp.DecodeError, InvalidMessageError) as exc:
+                    # The acceptor validates what peers send: this is a local bug or disk damage. Keep it.
+                    log.error(
+                        "inbox message %d is malformed, left in the inbox: %s", delivery.message_id, exc
+                    )
+                    continue
+                if not dedup.begin(message.dedup_id):
+                    log.debug("duplicate %s dropped", message.dedup_id)
+                    commits.start_soon(consumer.ack, delivery.message_id)
+                    continue
+                handler = await self._handler_for(message.topic)
+                try:
+                    receipt = await handler(message)
+                except Exception:
+                    log.exception(
+                        "handler for topic %r failed on %s; retrying", message.topic, message.dedup_id
+                    )
+                    dedup.abandon(message.dedup_id)
+                    consumer.release(delivery.message_id)
+                    await trio.sleep(HANDLER_RETRY_SECONDS)
+                    continue
+                commits.start_soon(
+                    self._commit, consumer, delivery.message_id, message.dedup_id, receipt or b""
+                )
+
+    async def _commit(self, consumer: store.Consumer, message_id: int, dedup_id: str, receipt: bytes) -> None:
+        await self.deduplicator.commit(dedup_id, receipt)
+        await consumer.ack(message_id)

@@ -1,0 +1,290 @@
+"""Bridges and the inbound acceptor over real sockets and real mutual TLS, in one process."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import amqp, bridge, messaging, pki, transport
+from tests.p2p_harness import P2PNode, contexts, running_node, wait_until
+
+TOPIC = "test.p2p"
+
+
+def collect(
+    node: P2PNode, got: dict[str, list[bytes]], event_at: tuple[int, trio.Event] | None = None
+) -> None:
+    async def handler(message: messaging.ReceivedMessage) -> None:
+        got[message.validated_user or ""].append(message.data)
+        if event_at is not None and sum(len(v) for v in got.values()) >= event_at[0]:
+            event_at[1].set()
+
+    node.service.add_message_handler(TOPIC, handler)
+
+
+async def test_exchange_both_ways_exactly_once_in_order(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    n = 400
+    peers = messaging.PeerDirectory()
+    root = network.root.cert
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+    ):
+        peers.put(a.as_peer())
+        peers.put(b.as_peer())
+        got_a: dict[str, list[bytes]] = defaultdict(list)
+        got_b: dict[str, list[bytes]] = defaultdict(list)
+        done_a, done_b = trio.Event(), trio.Event()
+        collect(a, got_a, (n, done_a))
+        collect(b, got_b, (n, done_b))
+        with trio.fail_after(120):
+            for i in range(n):
+                await a.service.send(a.service.create_message(TOPIC, b"a%d" % i), bob.legal_name)
+                await b.service.send(b.service.create_message(TOPIC, b"b%d" % i), alice.legal_name)
+            await done_a.wait()
+            await done_b.wait()
+            # wait for the senders' WAL acks
+            await wait_until(
+                lambda: (
+                    not (
+                        [x.delivered for x in [*a.manager.bridges().values(), *b.manager.bridges().values()]]
+                        != [n, n]
+                    )
+                )
+            )
+        assert got_b == {str(alice.legal_name): [b"a%d" % i for i in range(n)]}
+        assert got_a == {str(bob.legal_name): [b"b%d" % i for i in range(n)]}
+        for node in (a, b):
+            (queue,) = node.service.outbound_queues().values()
+            assert queue.statistics().depth == 0
+
+
+async def test_self_send_goes_to_own_inbox(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    async with running_node(alice, network.root.cert, tmp_path / "a") as a:
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(a, got, (1, done))
+        await a.service.send(a.service.create_message(TOPIC, b"me"), alice.legal_name)
+        with trio.fail_after(30):
+            await done.wait()
+        assert got == {str(alice.legal_name): [b"me"]}
+        assert a.service.outbound_queues() == {}
+
+
+async def test_send_refuses_oversize_and_unknown_recipient(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    async with running_node(alice, network.root.cert, tmp_path / "a", max_message_size=2000) as a:
+        with pytest.raises(messaging.MessageTooLargeError, match="max_message_size of 2000 bytes"):
+            await a.service.send(a.service.create_message(TOPIC, bytes(3000)), alice.legal_name)
+        with pytest.raises(messaging.UnknownRecipientError, match="Bob"):
+            await a.service.send(a.service.create_message(TOPIC, b"x"), bob.legal_name)
+        assert a.service.inbox.statistics().depth == 0
+
+
+def wire(sender: pki.NodeCredentials, i: int, **extra: object) -> amqp.Message:
+    message = messaging.to_amqp(
+        messaging.OutgoingMessage(topic=TOPIC, data=b"m%d" % i, dedup_id=f"id-{i}"),
+        platform_version=1,
+        release_version="t",
+        sender_uuid="u",
+        send_seq_no=i,
+    )
+    props = dict(message.application_properties or {})
+    for k, v in extra.items():
+        if v is None:
+            props.pop(k, None)
+        else:
+            props[k] = v
+    return amqp.Message(
+        header=message.header, properties=message.properties, application_properties=props, body=message.body
+    )
+
+
+async def test_acceptor_security_cases(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    mallory: tuple[pki.NodeCredentials, pki.NetworkCredentials],
+    tmp_path: Path,
+) -> None:
+    root = network.root.cert
+    async with running_node(bob, root, tmp_path / "b", max_message_size=4096, run_service=False) as b:
+        inbox = b.service.inbox
+        _, client = contexts(alice, root)
+        async with transport.open_amqp_connection(
+            "127.0.0.1",
+            b.port,
+            ssl_context=client,
+            peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+        ) as conn:
+            # any address other than the inbox is refused, naming the allowed one
+            for address in ["p2p.inbound.DLsomeoneelse", "internal.peers.DLx", inbox.name + "x"]:
+                with pytest.raises(transport.LinkDetachedError) as info:
+                    s = await conn.open_sender(address)
+                    await s.send(wire(alice, 0))
+                assert info.value.condition == "amqp:unauthorized-access"
+                assert inbox.name in str(info.value)
+            with pytest.raises(transport.LinkDetachedError) as info:
+                await conn.open_receiver(inbox.name)
+            assert info.value.condition == "amqp:unauthorized-access"
+
+            sender = await conn.open_sender(inbox.name)
+            bad = {
+                "spoofed": (
+                    wire(alice, 1, _AMQ_VALIDATED_USER=str(carol.legal_name)),
+                    "amqp:unauthorized-access",
+                ),
+                "oversize": (
+                    amqp.Message(
+                        header=amqp.Header(durable=True),
+                        application_properties=dict(wire(alice, 2).application_properties or {}),
+                        body=bytes(5000),
+                    ),
+                    "amqp:link:message-size-exceeded",
+                ),
+                "no topic": (wire(alice, 3, **{"platform-topic": None}), "amqp:invalid-field"),
+                "no dedup id": (wire(alice, 4, _AMQ_DUPL_ID=None), "amqp:invalid-field"),
+                "bad version": (wire(alice, 5, **{"platform-version": "one"}), "amqp:invalid-field"),
+            }
+            for what, (message, condition) in bad.items():
+                outcome = await sender.send(message)
+                assert isinstance(outcome, amqp.Rejected), what
+                assert outcome.error is not None and outcome.error.condition == condition, what
+            assert inbox.statistics().depth == 0  # nothing stored
+            # the link stays up: a good message (claiming the right user, too) is accepted and stamped
+            assert isinstance(
+                await sender.send(wire(alice, 6, _AMQ_VALIDATED_USER=str(alice.legal_name))), amqp.Accepted
+            )
+            assert isinstance(await sender.send(wire(alice, 7)), amqp.Accepted)
+        stored = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in inbox.browse()]
+        assert [(m.data, m.validated_user) for m in stored] == [
+            (b"m6", str(alice.legal_name)),
+            (b"m7", str(alice.legal_name)),
+        ]
+
+        # another root: refused in the TLS handshake, nothing stored, the acceptor keeps serving
+        foreign, other_net = mallory
+        _, foreign_client = contexts(foreign, other_net.root.cert)
+        with pytest.raises(transport.HandshakeError):
+            async with transport.open_amqp_connection(
+                "127.0.0.1", b.port, ssl_context=foreign_client
+            ) as conn:
+                await (await conn.open_sender(inbox.name)).send(wire(foreign, 8))
+        # another peer is unaffected
+        _, carol_client = contexts(carol, root)
+        async with transport.open_amqp_connection("127.0.0.1", b.port, ssl_context=carol_client) as conn:
+            assert isinstance(await (await conn.open_sender(inbox.name)).send(wire(carol, 9)), amqp.Accepted)
+        assert inbox.statistics().depth == 3
+        assert b.acceptor.rejected == len(bad)
+
+
+async def test_wrong_legal_name_at_the_address_is_parked(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """The map says Bob is at an address where Carol answers: the bridge parks it and sends nothing."""
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers) as a,
+        running_node(carol, root, tmp_path / "c", run_service=False) as c,
+    ):
+        bob_key_hash = pki.key_hash(bob.identity.cert.public_key())
+        peers.put(
+            messaging.Peer(
+                legal_name=bob.legal_name, key_hash=bob_key_hash, addresses=[("127.0.0.1", c.port)]
+            )
+        )
+        await a.service.send(a.service.create_message(TOPIC, b"for bob"), bob.legal_name)
+        with trio.fail_after(30):
+            await wait_until(
+                lambda: not (not a.manager.bridges() or not next(iter(a.manager.bridges().values())).parked())
+            )
+        (b,) = a.manager.bridges().values()
+        assert list(b.parked()) == [("127.0.0.1", c.port)]
+        assert "identity" in (b.last_error or "")
+        assert c.service.inbox.statistics().depth == 0
+        assert a.service.outbound_queues()[messaging.outbound_queue(bob_key_hash)].statistics().depth == 1
+
+
+async def test_cancelling_bridges_at_random_moments_loses_nothing(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """Bridges are stopped (removed from the map) and restarted (added) at random moments while messages flow;
+    in the end each message reached the handler exactly once, in order, and the sender's queue is empty."""
+    root = network.root.cert
+    rng = random.Random(1234)
+    n = 600
+    peers = messaging.PeerDirectory()
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.01, max_backoff_seconds=0.05, credit=32)
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+    ):
+        peers.put(a.as_peer())
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (n, done))
+        for i in range(n):
+            await a.service.send(a.service.create_message(TOPIC, b"%d" % i), b.as_peer())
+        cycles = 0
+        with trio.fail_after(180):
+            while not done.is_set():
+                peers.put(b.as_peer())
+                await trio.sleep(rng.uniform(0, 0.05))
+                peers.remove(b.as_peer().key_hash)  # cancels the bridge wherever it is
+                cycles += 1
+                await trio.lowlevel.checkpoint()
+                if cycles > 400:
+                    peers.put(b.as_peer())
+                    await done.wait()
+            peers.put(b.as_peer())
+            queue = a.service.outbound_queues()[messaging.outbound_queue(b.as_peer().key_hash)]
+            await wait_until(lambda: not (queue.statistics().depth))
+        assert got == {str(alice.legal_name): [b"%d" % i for i in range(n)]}
+        assert cycles >= 3
+
+
+async def test_address_change_reconnects_and_crashed_bridge_restarts(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+    ):
+        got: dict[str, list[bytes]] = defaultdict(list)
+        collect(b, got)
+        # Bob first advertised at a dead port, then at the real one: the bridge follows the change.
+        with trio.socket.socket() as s:
+            await s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        bob_peer = b.as_peer()
+        peers.put(
+            messaging.Peer(
+                legal_name=bob.legal_name, key_hash=bob_peer.key_hash, addresses=[("127.0.0.1", dead)]
+            )
+        )
+        await a.service.send(a.service.create_message(TOPIC, b"one"), bob.legal_name)
+        with trio.fail_after(30):
+            await wait_until(
+                lambda: not (not a.manager.bridges() or not next(iter(a.manager.bridges().values())).failures)
+            )
+            peers.put(bob_peer)
+            await wait_until(lambda: not (len(got[str(alice.legal_name)]) < 1))
+        assert got[str(alice.legal_name)] == [b"one"]
