@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from ._committer import CommitHelper
+from ._compaction import Compactor, QueueGeneration
 from ._errors import (
     BrokerLockedError,
     QueueExistsError,
@@ -199,6 +200,7 @@ class Queue:
     durable: bool
     fsync: FsyncPolicy
     _log: DurableLog | None
+    _compactor: Compactor | None = None
     _next_id: int = 0
     _mem: dict[int, tuple[int, bytes, bytes]] = attrs.field(factory=dict)
     _mem_bytes: int = 0
@@ -221,6 +223,7 @@ class Queue:
         if self._closed:
             raise StoreClosedError(f"queue {self.name} is closed")
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C lands at a checkpoint, never half-way
     async def enqueue(self, payload: bytes, *, headers: bytes = b"") -> int:
         """Store one message and return its id once it is durable.
 
@@ -264,6 +267,7 @@ class Queue:
             batch.raise_if_failed()
         return mid
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C lands at a checkpoint, never half-way
     async def enqueue_many(self, items: Iterable[bytes | tuple[bytes, bytes]]) -> list[int]:
         """Store several messages in one group commit; returns their ids (in order) once all are durable.
 
@@ -453,12 +457,18 @@ class Queue:
 
     async def compact(self) -> int:
         """Compact this queue now, the current segment included; returns the bytes reclaimed (0 for an
-        in-memory queue)."""
+        in-memory queue).
+
+        Raises:
+            StoreClosedError: the queue was closed or deleted (before or while it was compacted).
+            StoreFailedError: the queue failed, or a segment could not be rewritten (it is left intact).
+        """
         self._check_open()
         if self._log is None:
             await trio.lowlevel.checkpoint()
             return 0
-        return await self._log.compact(seal_tail=True)
+        assert self._compactor is not None
+        return await self._compactor.compact(seal_tail=True)
 
     def _close(self) -> None:
         self._closed = True
@@ -510,6 +520,7 @@ class Consumer:
         if self._closed:
             raise StoreClosedError(f"consumer of queue {self._queue.name} is closed")
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C lands at a checkpoint, never half-way
     async def receive(self) -> Delivery:
         """Wait for the next message (and for credit), mark it in flight and return it.
 
@@ -581,6 +592,7 @@ class Consumer:
         """
         await self.ack_many([message_id])
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C lands at a checkpoint, never half-way
     async def ack_many(self, message_ids: Sequence[int]) -> None:
         """Acknowledge several held messages in one group commit."""
         for mid in message_ids:
@@ -733,14 +745,17 @@ class Broker:
             on_durable=queue._on_durable,
             helper=self._helper,
         )
+        generation = QueueGeneration.open(name, os.path.join(self.directory, name))
+        compactor = Compactor(log=log, generation=generation)
         queue._log = log
+        queue._compactor = compactor
         queue._ready.extend(log.live)
         if policy is not FsyncPolicy.ALWAYS:
             self._set_fsync(queue, policy)
         self._queues[name] = queue
         self.recovery_reports[name] = recovered.report
         self._nursery.start_soon(log.run_writer, name=f"store-writer:{name}")
-        self._nursery.start_soon(log.run_compactor, name=f"store-compactor:{name}")
+        self._nursery.start_soon(compactor.run, name=f"store-compactor:{name}")
         return queue
 
     def get_queue(self, name: str) -> Queue:
@@ -778,8 +793,13 @@ class Broker:
             if log is None:
                 await trio.lowlevel.checkpoint()
                 return
+            # No compaction outlives its queue: stop it (waiting for a rewrite in progress), then the
+            # writer; only then does the directory go (a re-declare gets a new generation).
+            assert queue._compactor is not None
+            await queue._compactor.stop()
             await log.wait_closed()
             log.release_resources()
+            queue._compactor.generation.close()
             await trio.to_thread.run_sync(
                 _remove_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
             )
@@ -792,6 +812,8 @@ class Broker:
         for queue in queues:
             queue._close()
         for queue in queues:
+            if queue._compactor is not None:
+                await queue._compactor.stop()
             if queue._log is not None:
                 await queue._log.wait_closed()
 
@@ -938,6 +960,8 @@ async def open_broker(
         for queue in list(broker._queues.values()) if broker is not None else []:
             if queue._log is not None:
                 queue._log.release_resources()
+            if queue._compactor is not None:
+                queue._compactor.generation.close()
         if helper is not None:
             with trio.CancelScope(shield=True):
                 await helper.kill()  # a no-op once it has exited

@@ -34,6 +34,8 @@ logger = logging.getLogger("corda_trio.store")
 HELPER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_commit_helper.py")
 #: ``done(error)``: ``None`` once the batch is written (and synced, if asked), else what went wrong.
 CommitCallback = Callable[[BaseException | None], None]
+#: How long a cancelled :meth:`CommitHelper.run` waits for the helper's last replies before killing it.
+WIND_DOWN_SECONDS: Final = 5.0
 
 
 class CommitHelper:
@@ -49,6 +51,7 @@ class CommitHelper:
         self._send_wanted = trio.Event()
         self._failure: StoreFailedError | None = None
         self._closing = False
+        self._reply_buf = bytearray()  # a reply cut between two reads waits here for its rest
 
     @classmethod
     async def start(cls, *, inherit: tuple[int, ...] = ()) -> CommitHelper:
@@ -137,12 +140,45 @@ class CommitHelper:
                 await self._read_loop()
                 nursery.cancel_scope.cancel()
         finally:
+            with trio.CancelScope(shield=True):
+                await self._wind_down()
+
+    async def _wind_down(self) -> None:
+        """After :meth:`run` stopped (the helper exited, or ``run`` was cancelled): settle every commit.
+
+        Theory of operation: a cancelled ``run`` must not leave a waiter parked forever, nor report
+        success for bytes that never reached the disk. The helper finishes every request it has received
+        and answers each one before it reads the end of file, so shutting our side for writing and
+        reading replies to the end tells exactly which commits are durable (success) and which are not
+        (what was still unsent here, or never answered: :class:`StoreFailedError`). The wait is bounded
+        (:data:`WIND_DOWN_SECONDS`), after which the helper is killed; it is always reaped.
+        """
+        if self._sock.fileno() >= 0:
+            # Replies may wait in the socket even if the helper has exited already.
+            self._unsent.clear()  # never reached the helper: those commits fail below
+            try:
+                self._sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            with trio.move_on_after(WIND_DOWN_SECONDS):
+                try:
+                    await self._read_replies()
+                except (OSError, trio.ClosedResourceError):
+                    pass
+        if self._sock.fileno() >= 0:
             trio.lowlevel.notify_closing(self._sock)
             self._sock.close()
-            if self._process.returncode is None:
-                self._process.kill()
-                with trio.CancelScope(shield=True):
-                    await self._process.wait()
+        if self._process.returncode is None:
+            self._process.kill()
+        status = await self._process.wait()
+        if self._failure is None:
+            self._failure = StoreFailedError(
+                f"the store's commit helper process (pid {self._process.pid}) stopped (status {status})"
+            )
+        self._unsent.clear()
+        callbacks, self._callbacks = self._callbacks, {}
+        for done in callbacks.values():
+            done(self._failure)
 
     async def _send_loop(self) -> None:
         unsent = self._unsent
@@ -167,7 +203,12 @@ class CommitHelper:
                         sent = 0
 
     async def _read_loop(self) -> None:
-        buf = bytearray()
+        await self._read_replies()
+        await self._helper_gone()
+
+    async def _read_replies(self) -> None:
+        """Dispatch replies until the helper's end of file."""
+        buf = self._reply_buf
         size = REPLY.size
         while True:
             await trio.lowlevel.wait_readable(self._sock)
@@ -178,7 +219,6 @@ class CommitHelper:
             except OSError:
                 data = b""
             if not data:
-                await self._helper_gone()
                 return
             buf += data
             whole = len(buf) - len(buf) % size

@@ -47,21 +47,14 @@ messages costs about a hundred bytes each in memory, not its payloads.
 new segment is created (header + fsync + directory fsync) first. Only the last write of the last segment
 can therefore be torn, which is what recovery relies on.
 
-*Compaction.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less are
-rewritten: a worker thread reads the segment, the event loop decides which records stay (live enqueues,
-and acks whose enqueue may still exist in an older segment), the thread writes them to
-``<segment>.seg.compact``, fsyncs it, renames it over the segment and fsyncs the directory. The rename is
-the commit point: before it the old file is intact (the leftover temp file is deleted at recovery); after
-it the new file holds every live record exactly once, in the same order. A segment with nothing to keep is
-unlinked instead. Messages acked while a compaction runs are simply kept (their ack records, in later
-segments, stay too: an ack is dropped only when no older segment can hold its enqueue). Readers that
-already hold the old descriptor keep reading the old inode; it is closed when the last one is done.
+*Compaction.* Sealed segments that are mostly acked are rewritten by :mod:`._compaction`, which works on
+the queue's directory descriptor (its generation), never on paths; the log only says when a segment may
+have become worth it (``compact_wanted``) and seals the tail on request (:meth:`DurableLog.seal_tail`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -83,16 +76,12 @@ from ._record import (
     append_enqueue_located,
     decode_enqueue_body,
     pack_location,
-    scan_records,
     unpack_location,
 )
 from ._recovery import RecoveredLog, SegmentState
 from ._segment import (
-    COMPACT_SUFFIX,
     close_quietly,
     create_segment,
-    fsync_dir,
-    open_segment,
     pread_exact,
     segment_path,
     sync_file,
@@ -203,6 +192,7 @@ class Batch:
             _reschedule(task, _RESUME)
 
 
+@trio.lowlevel.enable_ki_protection  # never parked-and-gone: a Ctrl-C waits for the trap
 async def park(waiters: list[trio.lowlevel.Task]) -> None:
     """Park the calling task in ``waiters`` until :meth:`Batch.finish` reschedules it.
 
@@ -256,9 +246,9 @@ class DurableLog:
     compactions: int = attrs.field(default=0, init=False)
     compacted_bytes: int = attrs.field(default=0, init=False)
     _work: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _compact_wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: set when a segment may have become worth compacting (:class:`~._compaction.Compactor` waits on it)
+    compact_wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
     _writer_done: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _compaction_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _seal_requests: list[trio.Event] = attrs.field(factory=list, init=False)
     _written: deque[Batch] = attrs.field(factory=deque, init=False)
     _next_seq: int = attrs.field(default=0, init=False)
@@ -466,6 +456,14 @@ class DurableLog:
                 while self._jobs:
                     self._jobs_idle = trio.Event()
                     await self._jobs_idle.wait()
+            # Nobody may stay parked on a batch that will never be written (a cancelled writer): such
+            # batches fail; what was published above has already woken its appenders with success.
+            leftovers = [*self._written, self.pending]
+            self._written.clear()
+            for batch in leftovers:
+                if not batch.finished and (batch.waiters or batch.buf):
+                    batch.error = StoreClosedError(f"queue {self.name} closed before this batch was written")
+                    batch.finish()
             self._writer_done.set()
 
     def _needs_rotation(self) -> bool:
@@ -676,14 +674,14 @@ class DurableLog:
         self._drained.set()
         for waiter in self._seal_requests:
             waiter.set()
-        self._compact_wanted.set()
+        self.compact_wanted.set()
         self._work.set()
 
     def close(self) -> None:
         """Stop accepting records; the writer drains what is pending, then returns."""
         self.closing = True
         self._work.set()
-        self._compact_wanted.set()
+        self.compact_wanted.set()
 
     async def wait_closed(self) -> None:
         """Wait for the writer to finish (after :meth:`close`)."""
@@ -742,163 +740,33 @@ class DurableLog:
 
     def _maybe_want_compaction(self, state: SegmentState) -> None:
         state.dirty = True
-        if state is not self.tail and self._worth_compacting(state):
-            self._compact_wanted.set()
+        if state is not self.tail and self.worth_compacting(state):
+            self.compact_wanted.set()
 
-    def _worth_compacting(self, state: SegmentState) -> bool:
+    def worth_compacting(self, state: SegmentState) -> bool:
+        """Whether ``state``'s live bytes fell to ``compact_live_ratio`` of its data or less."""
         data = state.size - SEGMENT_HEADER_BYTES
         return data > 0 and state.live_bytes <= self.config.compact_live_ratio * data
 
-    async def run_compactor(self) -> None:
-        """Compact sealed segments as they become mostly acked (one task per queue)."""
-        while not self.closing and self.failure is None:
-            await self._compact_wanted.wait()
-            self._compact_wanted = trio.Event()
-            if self.closing or self.failure is not None:
-                return
-            try:
-                await self.compact(only_dirty=True)
-            except OSError as exc:
-                # The segment being compacted is intact (the rename is the commit point); try again
-                # when something changes. Running out of disk here must not stop the queue.
-                logger.error("queue %s: compaction failed, will retry later: %r", self.name, exc)
-
-    async def compact(self, *, only_dirty: bool = False, seal_tail: bool = False) -> int:
-        """Compact sealed segments; returns the number of bytes reclaimed.
-
-        Args:
-            only_dirty: the background policy: only segments changed since their last compaction whose
-                live bytes fell to ``compact_live_ratio`` of their size. Otherwise every sealed segment
-                holding anything reclaimable is compacted.
-            seal_tail: first have the writer start a new segment, so that the current one can be compacted
-                too (operator command and tests; the background task never does this).
+    async def seal_tail(self) -> None:
+        """Have the writer start a new segment (if the tail holds anything), so that the current one can
+        be compacted too.
 
         Raises:
             StoreFailedError: the log failed (now or earlier).
+            StoreClosedError: the log is closed.
         """
-        async with self._compaction_lock:
-            if seal_tail and self.tail.size > SEGMENT_HEADER_BYTES:
-                self.check_usable()
-                done = trio.Event()
-                self._seal_requests.append(done)
-                self._work.set()
-                await done.wait()
-                self.check_usable()
-            reclaimed = 0
-            for number in sorted(self.segments):
-                state = self.segments.get(number)
-                if state is None or state is self.tail or self.failure is not None or self.closing:
-                    continue
-                data_bytes = state.size - SEGMENT_HEADER_BYTES
-                if only_dirty:
-                    if not (state.dirty and self._worth_compacting(state)):
-                        continue
-                elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
-                    continue
-                reclaimed += await self._compact_one(state)
-            return reclaimed
-
-    async def _compact_one(self, state: SegmentState) -> int:
-        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=self.io_limiter)
-        result = scan_records(data, SEGMENT_HEADER_BYTES, state.number, -1)
-        if result.stop is not None or result.end != state.size:
-            raise StoreFailedError(
-                f"queue {self.name}: segment {state.path} changed or is unreadable at offset {result.end} "
-                f"({result.stop.value if result.stop else 'size mismatch'}); compaction stopped"
-            )
-        # Which acks must stay: those whose enqueue may still be in an older segment.
-        older = [
-            (s.min_id, s.max_id) for s in self.segments.values() if s.number < state.number and s.min_id >= 0
-        ]
-        keep: list[tuple[int, int]] = []  # (offset, length) in log order
-        kept_ids: list[int] = []
-        live = self.live
-        for mid, loc in zip(result.enqueue_ids, result.enqueue_locations, strict=True):
-            if mid in live:
-                _seg, off, length, _meta, _ts = unpack_location(loc)
-                keep.append((off, length))
-                kept_ids.append(mid)
-        kept_acks = 0
-        for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
-            if any(lo <= mid <= hi for lo, hi in older):
-                keep.append((off, ACK_RECORD_BYTES))
-                kept_acks += 1
-        keep.sort()
-        if keep and sum(length for _o, length in keep) == state.size - SEGMENT_HEADER_BYTES:
-            state.dirty = False  # nothing to drop (every ack still needed)
-            return 0
-        new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
-            _rewrite_segment, self.directory, state.path, data, keep, limiter=self.io_limiter
-        )
-        # The rename (or unlink) is durable now: switch the index over, synchronously.
-        old_size = state.size
-        offset_of = dict(zip((off for off, _l in keep), new_offsets, strict=True))
-        self.compactions += 1
-        self.compacted_bytes += old_size - new_size
-        if new_fd < 0:
-            del self.segments[state.number]
-        else:
-            new = SegmentState(
-                number=state.number, path=state.path, base_id=state.base_id, size=new_size, live_bytes=0,
-                live_count=0, min_id=-1, max_id=-1, ack_count=kept_acks, fd=new_fd,
-            )  # fmt: skip
-            for mid in kept_ids:
-                loc = live.get(mid)
-                if loc is None:
-                    continue  # acked during the compaction: its record stays until the next one
-                seg, off, length, meta_len, ts = unpack_location(loc)
-                live[mid] = pack_location(seg, offset_of[off], length, meta_len, ts)
-                new.live_bytes += length
-                new.live_count += 1
-            if kept_ids:
-                new.min_id, new.max_id = kept_ids[0], kept_ids[-1]
-            self.segments[state.number] = new
-        state.retired = True
-        if state.readers == 0:
-            close_quietly(state.fd)
-        # Acks in later segments may have become unnecessary.
-        for later in self.segments.values():
-            if later.number > state.number and later.ack_count:
-                later.dirty = True
-        logger.debug(
-            "queue %s: compacted segment %d: %d -> %d bytes", self.name, state.number, old_size, new_size
-        )
-        return old_size - new_size
+        if self.tail.size > SEGMENT_HEADER_BYTES:
+            self.check_usable()
+            done = trio.Event()
+            self._seal_requests.append(done)
+            self._work.set()
+            await done.wait()
+            self.check_usable()
 
 
 def _read_records(requests: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes, bytes]]:
     return [decode_enqueue_body(pread_exact(fd, off, length)) for fd, off, length in requests]
-
-
-def _read_whole(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    return pread_exact(fd, 0, size)
-
-
-def _rewrite_segment(
-    directory: str, path: str, data: bytes, keep: list[tuple[int, int]]
-) -> tuple[int, int, list[int]]:
-    """Write the kept records of a segment to a temp file and rename it over the segment (see the
-    module docstring). Returns ``(new descriptor or -1 if deleted, new size, new offset of each kept)``."""
-    view = memoryview(data)
-    if not keep:
-        os.unlink(path)
-        fsync_dir(directory)
-        return -1, 0, []
-    tmp = path[: -len(".seg")] + COMPACT_SUFFIX
-    out = bytearray(view[:SEGMENT_HEADER_BYTES])
-    offsets = []
-    for off, length in keep:
-        offsets.append(len(out))
-        out += view[off : off + length]
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    try:
-        write_all(fd, out, sync=True)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)
-    return open_segment(path), len(out), offsets
 
 
 def now_ms() -> int:
