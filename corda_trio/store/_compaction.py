@@ -1,0 +1,278 @@
+"""Compaction of one queue generation: rewrite sealed segments that are mostly acked.
+
+Theory of operation
+-------------------
+*Generations.* A queue's directory can be deleted and a queue of the same name declared again while a
+compaction of the old one is running (its rewrite happens on a worker thread and cannot be interrupted
+half-way). Working by path, the rewrite would land in the *new* queue's directory: the new queue's
+segment replaced by the old one's records. So compaction never works by path. The broker opens each
+queue's directory once (:class:`QueueGeneration`: an ``O_DIRECTORY`` descriptor plus a generation number
+the broker never reuses) and every file operation of a compaction is relative to that descriptor
+(``dir_fd=``): after a delete it reaches the deleted directory's inode or fails, never a directory created
+later under the same name. Deleting a queue also stops its :class:`Compactor` first
+(:meth:`Compactor.stop`: the background task is cancelled, a running rewrite is waited for), so a
+compaction never outlives its queue, and what it raised while the directory went away is not reported:
+the queue is gone.
+
+*What is rewritten.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less
+(or, on request, every sealed segment with anything to reclaim): a worker thread reads the segment, the
+event loop decides which records stay (live enqueues, and acks whose enqueue may still exist in an older
+segment), the thread writes them to ``<segment>.seg.compact``, fsyncs it, renames it over the segment and
+fsyncs the directory. The rename is the commit point: before it the old file is intact (the leftover temp
+file is deleted at recovery); after it the new file holds every live record exactly once, in the same
+order. A segment with nothing to keep is unlinked instead. Messages acked while a compaction runs are
+simply kept (their ack records, in later segments, stay too: an ack is dropped only when no older segment
+can hold its enqueue). Readers that already hold the old descriptor keep reading the old inode; it is
+closed when the last one is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import trio
+
+from ._errors import StoreClosedError, StoreFailedError
+from ._record import ACK_RECORD_BYTES, SEGMENT_HEADER_BYTES, pack_location, scan_records, unpack_location
+from ._recovery import SegmentState
+from ._segment import COMPACT_SUFFIX, SEGMENT_SUFFIX, close_quietly, pread_exact, write_all
+
+if TYPE_CHECKING:
+    from ._wal import DurableLog
+
+__all__ = ["Compactor", "QueueGeneration"]
+
+logger = logging.getLogger("corda_trio.store")
+
+_generations: Final = itertools.count(1)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+@attrs.define(eq=False)
+class QueueGeneration:
+    """One incarnation of a queue's directory: its descriptor, held from open to delete or close.
+
+    ``number`` is unique in the process (a re-declared queue gets a new one); ``dir_fd`` is the
+    directory as it was opened, whatever its path names later.
+    """
+
+    name: str
+    path: str
+    number: int
+    dir_fd: int
+    closed: bool = False
+
+    @classmethod
+    def open(cls, name: str, path: str) -> QueueGeneration:
+        """Open the (existing) directory ``path`` of queue ``name`` (blocking)."""
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        return cls(name=name, path=path, number=next(_generations), dir_fd=fd)
+
+    def close(self) -> None:
+        """Close the directory descriptor (once nothing works on this generation any more)."""
+        if not self.closed:
+            self.closed = True
+            close_quietly(self.dir_fd)
+
+
+@attrs.define(eq=False)
+class Compactor:
+    """The compaction of one queue generation: a background task and the operator's requests."""
+
+    log: DurableLog
+    generation: QueueGeneration
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _stopped: bool = attrs.field(default=False, init=False)
+    _task_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    async def run(self) -> None:
+        """Compact sealed segments as they become mostly acked, until :meth:`stop` or the log closes."""
+        log = self.log
+        try:
+            with self._scope:
+                while not self._stopped and not log.closing and log.failure is None:
+                    await log.compact_wanted.wait()
+                    log.compact_wanted = trio.Event()
+                    if self._stopped or log.closing or log.failure is not None:
+                        return
+                    try:
+                        await self.compact(only_dirty=True)
+                    except StoreFailedError as exc:
+                        # The segment being compacted is intact (the rename is the commit point); try
+                        # again when something changes. Running out of disk must not stop the queue.
+                        logger.error("queue %s: compaction failed, will retry later: %s", log.name, exc)
+                    except StoreClosedError:
+                        return
+        finally:
+            self._task_done.set()
+
+    async def stop(self) -> None:
+        """Stop compacting this generation: cancel the background task and wait until no compaction
+        runs (a rewrite already on its worker thread is finished first). Later requests raise
+        :class:`StoreClosedError`."""
+        self._stopped = True
+        self._scope.cancel()
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                pass
+
+    async def wait_task_done(self) -> None:
+        """Wait until the background task (if it was started) has returned."""
+        await self._task_done.wait()
+
+    def _check(self) -> None:
+        if self._stopped or self.log.closing:
+            raise StoreClosedError(f"queue {self.log.name} is closed")
+
+    async def compact(self, *, only_dirty: bool = False, seal_tail: bool = False) -> int:
+        """Compact sealed segments; returns the number of bytes reclaimed.
+
+        Args:
+            only_dirty: the background policy: only segments changed since their last compaction whose
+                live bytes fell to ``compact_live_ratio`` of their size. Otherwise every sealed segment
+                holding anything reclaimable is compacted.
+            seal_tail: first have the writer start a new segment, so that the current one can be compacted
+                too (operator command and tests; the background task never does this).
+
+        Raises:
+            StoreClosedError: the queue was closed or deleted (before or during the compaction).
+            StoreFailedError: the log failed, or a segment could not be rewritten (it is intact).
+        """
+        self._check()
+        log = self.log
+        async with self._lock:
+            self._check()
+            if seal_tail:
+                await log.seal_tail()
+            reclaimed = 0
+            for number in sorted(log.segments):
+                self._check()
+                state = log.segments.get(number)
+                if state is None or state is log.tail or log.failure is not None:
+                    continue
+                data_bytes = state.size - SEGMENT_HEADER_BYTES
+                if only_dirty:
+                    if not (state.dirty and log.worth_compacting(state)):
+                        continue
+                elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
+                    continue
+                try:
+                    reclaimed += await self._compact_one(state)
+                except OSError as exc:
+                    self._check()  # the directory went away under a delete: that is all it was
+                    raise StoreFailedError(
+                        f"queue {log.name}: compaction of {state.path} failed (the segment is intact): {exc}"
+                    ) from exc
+            return reclaimed
+
+    async def _compact_one(self, state: SegmentState) -> int:
+        log = self.log
+        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=log.io_limiter)
+        result = scan_records(data, SEGMENT_HEADER_BYTES, state.number, -1)
+        if result.stop is not None or result.end != state.size:
+            raise StoreFailedError(
+                f"queue {log.name}: segment {state.path} changed or is unreadable at offset {result.end} "
+                f"({result.stop.value if result.stop else 'size mismatch'}); compaction stopped"
+            )
+        # Which acks must stay: those whose enqueue may still be in an older segment.
+        older = [
+            (s.min_id, s.max_id) for s in log.segments.values() if s.number < state.number and s.min_id >= 0
+        ]
+        keep: list[tuple[int, int]] = []  # (offset, length) in log order
+        kept_ids: list[int] = []
+        live = log.live
+        for mid, loc in zip(result.enqueue_ids, result.enqueue_locations, strict=True):
+            if mid in live:
+                _seg, off, length, _meta, _ts = unpack_location(loc)
+                keep.append((off, length))
+                kept_ids.append(mid)
+        kept_acks = 0
+        for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
+            if any(lo <= mid <= hi for lo, hi in older):
+                keep.append((off, ACK_RECORD_BYTES))
+                kept_acks += 1
+        keep.sort()
+        if keep and sum(length for _o, length in keep) == state.size - SEGMENT_HEADER_BYTES:
+            state.dirty = False  # nothing to drop (every ack still needed)
+            return 0
+        self._check()
+        new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
+            rewrite_segment, self.generation.dir_fd, os.path.basename(state.path), data, keep,
+            limiter=log.io_limiter,
+        )  # fmt: skip
+        if self._stopped:  # deleted meanwhile: the rewrite reached the old directory only
+            if new_fd >= 0:
+                close_quietly(new_fd)
+            self._check()
+        # The rename (or unlink) is durable now: switch the index over, synchronously.
+        old_size = state.size
+        offset_of = dict(zip((off for off, _l in keep), new_offsets, strict=True))
+        log.compactions += 1
+        log.compacted_bytes += old_size - new_size
+        if new_fd < 0:
+            del log.segments[state.number]
+        else:
+            new = SegmentState(
+                number=state.number, path=state.path, base_id=state.base_id, size=new_size, live_bytes=0,
+                live_count=0, min_id=-1, max_id=-1, ack_count=kept_acks, fd=new_fd,
+            )  # fmt: skip
+            for mid in kept_ids:
+                loc = live.get(mid)
+                if loc is None:
+                    continue  # acked during the compaction: its record stays until the next one
+                seg, off, length, meta_len, ts = unpack_location(loc)
+                live[mid] = pack_location(seg, offset_of[off], length, meta_len, ts)
+                new.live_bytes += length
+                new.live_count += 1
+            if kept_ids:
+                new.min_id, new.max_id = kept_ids[0], kept_ids[-1]
+            log.segments[state.number] = new
+        state.retired = True
+        if state.readers == 0:
+            close_quietly(state.fd)
+        # Acks in later segments may have become unnecessary.
+        for later in log.segments.values():
+            if later.number > state.number and later.ack_count:
+                later.dirty = True
+        logger.debug(
+            "queue %s: compacted segment %d: %d -> %d bytes", log.name, state.number, old_size, new_size
+        )
+        return old_size - new_size
+
+
+def _read_whole(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return pread_exact(fd, 0, size)
+
+
+def rewrite_segment(
+    dir_fd: int, name: str, data: bytes, keep: list[tuple[int, int]]
+) -> tuple[int, int, list[int]]:
+    """Write the kept records of segment ``name`` (in the directory ``dir_fd``) to a temp file and rename
+    it over the segment (module docstring). Returns ``(new descriptor or -1 if deleted, new size, new
+    offset of each kept record)``. Blocking."""
+    view = memoryview(data)
+    if not keep:
+        os.unlink(name, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+        return -1, 0, []
+    tmp = name[: -len(SEGMENT_SUFFIX)] + COMPACT_SUFFIX
+    out = bytearray(view[:SEGMENT_HEADER_BYTES])
+    offsets = []
+    for off, length in keep:
+        offsets.append(len(out))
+        out += view[off : off + length]
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    try:
+        write_all(fd, out, sync=True)
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
+    return os.open(name, os.O_RDWR | os.O_APPEND | _O_CLOEXEC, dir_fd=dir_fd), len(out), offsets
