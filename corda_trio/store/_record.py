@@ -29,9 +29,10 @@ record* (anything else: an error naming the offset, never skipped).
 The distinction rests on how the writer appends: one group commit is one ``write`` followed by one
 ``fsync`` before the next write starts, and a new segment is created only after the previous one was
 synced. So after a crash only the last write of the last segment can be incomplete, and what is missing
-is a suffix of the file (or, on a power loss, zero-filled blocks). A bad record whose claimed length runs
-past the end of the file, a header cut short, or a tail of zero bytes is therefore a torn tail; a bad
-record followed by more bytes that are not all zero cannot be produced by a crash and is corruption.
+is a suffix of the file, or (power loss during a multi-record write) a run of blocks that read back as
+zeros. Whatever follows the last well-formed record of the last segment is therefore a torn tail as long
+as no well-formed record follows it (truncated and reported); a well-formed record after a bad one cannot
+be produced by a crash and is corruption.
 """
 
 from __future__ import annotations
@@ -386,11 +387,11 @@ def classify_stop(
 ) -> Verdict:
     """Decide whether the place where ``result`` stopped is a torn tail or corruption.
 
-    Only the last segment can have a torn tail. There, a header cut short, a record whose length field
-    runs past the end of the file, or a remainder made only of zero bytes (blocks allocated but never
-    written) are a torn tail, provided no well-formed record follows; anything else (a bad record
-    followed by non-zero bytes, an id out of order, an unknown kind in a record whose checksum is good)
-    is corruption.
+    Only the last segment can have a torn tail. There, whatever follows the last well-formed record is a
+    torn tail if no well-formed record follows it: a header cut short, a length running past the end, a
+    record whose checksum fails, zero-filled blocks (allocated but never written: a power loss), or a
+    mix of these. A well-formed record after the bad spot, or a record whose checksum is good but whose
+    content is wrong (an id out of order, an unknown kind), is corruption.
     """
     if result.stop is None:
         raise ValueError("the scan did not stop early")
@@ -404,20 +405,14 @@ def classify_stop(
     return verdict
 
 
+#: Stops that an append cut short can produce: what follows the last whole record is a prefix of the
+#: write, and with a power loss some of its blocks may read back as zeros (allocated, never written).
+_TORN_STOPS: Final = frozenset(
+    {StopReason.SHORT_HEADER, StopReason.PAST_END, StopReason.BAD_LENGTH, StopReason.BAD_CHECKSUM}
+)
+
+
 def _classify_last(data: bytes | bytearray | memoryview, result: ScanResult) -> Verdict:
-    if result.stop in (StopReason.SHORT_HEADER, StopReason.PAST_END):
-        return Verdict.TORN_TAIL
-    rest = memoryview(data)[result.end :]
-    if result.stop is StopReason.BAD_LENGTH and len(rest) >= 4:
-        (length,) = struct.unpack_from("<I", rest, 0)
-        if length > len(rest):
-            return Verdict.TORN_TAIL  # claims more bytes than the file has: cannot be complete
-    if result.stop in (StopReason.BAD_LENGTH, StopReason.BAD_CHECKSUM) and not bytes(rest).strip(b"\x00"):
-        return Verdict.TORN_TAIL
-    if result.stop is StopReason.BAD_CHECKSUM:
-        # The record's length field is intact and covers the rest of the file exactly: the last write
-        # reached the end of the record's span but some of its blocks never made it (power loss).
-        (length,) = struct.unpack_from("<I", rest, 0)
-        if length == len(rest):
-            return Verdict.TORN_TAIL
-    return Verdict.CORRUPT
+    # A record whose checksum is good but whose content is wrong was written so: never a torn write.
+    # Anything else is a torn tail here, provided no well-formed record follows (``classify_stop``).
+    return Verdict.TORN_TAIL if result.stop in _TORN_STOPS else Verdict.CORRUPT

@@ -171,20 +171,41 @@ async def test_damaged_last_record_is_torn_but_damaged_non_last_segment_is_corru
     assert info.value.path == sealed
 
 
-async def test_zero_filled_tail_is_torn_but_garbage_after_a_bad_record_is_corrupt(tmp_path: Path) -> None:
+async def test_zero_filled_or_partial_tail_is_torn_but_a_valid_record_after_a_bad_one_is_corrupt(
+    tmp_path: Path,
+) -> None:
     await _build(tmp_path)
     qdir = str(tmp_path / QUEUE)
     (number,) = list_segment_numbers(qdir)
     path = segment_path(qdir, number)
     good = _read(path)
-    _write(path, good + bytes(4096))  # blocks allocated, never written (power loss)
-    recovered = store.recover_queue(qdir, store.RecoveryMode.OPEN)
-    assert recovered.report.torn_tail is not None and recovered.report.torn_tail.dropped_bytes == 4096
-    for state in recovered.segments:
-        os.close(state.fd)
-    assert _read(path) == good  # truncated back
-    _write(path, good + bytes(40) + b"\x01garbage" + bytes(100))
-    with pytest.raises(store.CorruptSegmentError, match=f"offset {len(good)}"):
+    records = _records(path)
+    last_start, last_end = [(start, end) for start, end, kind, _id in records if kind == "enqueue"][-1]
+    before_last = good[:last_start]
+    last = good[last_start:last_end]
+    page = 4096
+    tails = {
+        "zero pages": good + bytes(2 * page),
+        # a multi-record write cut by a power loss: the first bytes landed, the rest reads back as zeros
+        "partial record then zero pages": before_last + last[: len(last) // 2] + bytes(page),
+        "partial bytes after zeros": good + bytes(40) + b"\x01garbage" + bytes(100),
+    }
+    for label, data in tails.items():
+        _write(path, data)
+        expected_cut = len(before_last) if label.startswith("partial record") else len(good)
+        recovered = store.recover_queue(qdir, store.RecoveryMode.OPEN)
+        torn = recovered.report.torn_tail
+        assert torn is not None and torn.offset == expected_cut, label
+        assert torn.dropped_bytes == len(data) - expected_cut, label
+        for state in recovered.segments:
+            os.close(state.fd)
+        assert _read(path) == data[:expected_cut], label  # truncated back
+        _write(path, good)
+    # A well-formed record after a bad one cannot come from a crash: corruption, naming the offset.
+    damaged = bytearray(good)
+    damaged[records[-2][0] + 20] ^= 0x01  # a bit flip in the record before the last one
+    _write(path, bytes(damaged))
+    with pytest.raises(store.CorruptSegmentError, match=f"offset {records[-2][0]}"):
         store.recover_queue(qdir, store.RecoveryMode.CHECK)
 
 
