@@ -7,6 +7,7 @@ SVG charts plus the summary tables as CSV and Parquet.
 """
 
 from ._compare import ComparisonRow as ComparisonRow
+from ._errors import BadRecordsError as BadRecordsError
 from ._errors import ReportEnvironmentError as ReportEnvironmentError
 from ._errors import ReportError as ReportError
 from ._errors import ReportInputError as ReportInputError
@@ -32,6 +33,7 @@ __all__ = [
     "CDF_GRID",
     "PERCENTILES",
     "PERCENTILE_ACCURACY",
+    "BadRecordsError",
     "ComparisonRow",
     "GroupStats",
     "JobResult",

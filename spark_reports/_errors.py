@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["ReportEnvironmentError", "ReportError", "ReportInputError"]
+__all__ = ["BadRecordsError", "ReportEnvironmentError", "ReportError", "ReportInputError"]
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._validate import BadRecord
 
 
 class ReportError(Exception):
@@ -15,3 +20,30 @@ class ReportInputError(ReportError):
 
 class ReportEnvironmentError(ReportError):
     """Spark cannot run here (no Java, bad master URL, not enough memory)."""
+
+
+class BadRecordsError(ReportInputError):
+    """Records that break the schema; :attr:`lines` holds ``FILE:LINE: problem`` for the first few.
+
+    Attributes:
+        listed: the first bad records, by file and line.
+        total: how many records are bad in all.
+    """
+
+    def __init__(self, listed: tuple[BadRecord, ...], total: int) -> None:
+        more = total - len(listed)
+        super().__init__(
+            f"{total:,} bad record(s) in the input"
+            + (f" (the first {len(listed)} are listed)" if more > 0 else "")
+            + "; fix them, or pass --skip-bad to leave them out of the report"
+        )
+        self.listed = listed
+        self.total = total
+
+    @property
+    def lines(self) -> list[str]:
+        """One ``FILE:LINE: what is wrong`` per listed record, then ``... and N more`` if some are not."""
+        out = [b.format() for b in self.listed]
+        if self.total > len(self.listed):
+            out.append(f"... and {self.total - len(self.listed):,} more bad record(s)")
+        return out

@@ -217,6 +217,11 @@ def _label(g: GroupStats, prefix: str | None = None) -> str:
     return f"{prefix} · {text}" if prefix else text
 
 
+def _cut(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters (every text shown in the report is bounded)."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def _top(groups: list[GroupStats]) -> list[GroupStats]:
     return sorted(groups, key=lambda g: (-g.count, g.link, g.size_class))[:MAX_SERIES_PER_CHART]
 
@@ -360,6 +365,20 @@ def render_html(
     out.append('<p class="sub">' + " · ".join(f'<a href="#{a}">{t}</a>' for a, t in nav) + "</p>")
     if synthetic:
         out.append('<p class="banner">This report includes <b>synthetic</b> records (marked below).</p>')
+    if result.bad_count:
+        listed = "".join(f"<li><code>{escape(_cut(b.format()))}</code></li>" for b in result.bad_records)
+        more = result.bad_count - len(result.bad_records)
+        out.append(
+            f'<div class="banner"><b>{result.bad_count:,} bad record(s) were left out</b> (<code>--skip-bad'
+            f"</code>): they break the record schema. The first by file and line:<ul>{listed}</ul>"
+            + (f"... and {more:,} more.</div>" if more > 0 else "</div>")
+        )
+    if result.duplicates:
+        out.append(
+            f'<p class="banner"><b>{result.duplicates:,} duplicate record(s) were dropped</b>: they repeat '
+            "the run, scenario, link and seq of another record (an input given twice, or a run copied into "
+            "two files). Every count in this report is over the records that remained.</p>"
+        )
     out.append('<h2 id="measured">What was measured, and on what</h2>')
     for r in runs:
         out.append(_run_section(r, metas.get(r), result))

@@ -41,8 +41,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ._errors import ReportInputError
-from ._schema import REQUIRED_COLUMNS, STAGES
+from corda_trio import records
+
+from ._errors import BadRecordsError, ReportInputError
+from ._schema import STAGES, LoadedRecords
+from ._validate import BadRecord, count_duplicates, locate_bad
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -227,6 +230,11 @@ class JobResult:
     sketch: Sketch
     #: seconds spent in each Spark job (aggregate, series, errors)
     timings: dict[str, float] = attrs.field(factory=dict)
+    #: records dropped because an earlier record had the same ``records.DUPLICATE_KEY``
+    duplicates: int = 0
+    #: bad records left out (``--skip-bad``), and the first of them by file and line
+    bad_count: int = 0
+    bad_records: tuple[BadRecord, ...] = ()
 
     @property
     def run_ids(self) -> list[str]:
@@ -234,53 +242,60 @@ class JobResult:
         return sorted(self.run_start_ns, key=lambda r: (self.run_start_ns[r], r))
 
 
-def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
-    """Run the three Spark jobs over ``df`` (records, as loaded by ``_schema.load_records``).
+#: Text fields (run, scenario, link, error) longer than this are shown cut, with a hash that keeps them apart.
+MAX_TEXT_CHARS: Final = 160
+_CUT_CHARS: Final = 120
 
-    Raises:
-        ReportInputError: no records, records missing required fields, or malformed JSON lines.
-    """
+
+def _capped(name: str) -> Any:
+    """``name`` as shown: itself, or its first characters, an ellipsis and a hash of the whole (in Spark)."""
     from pyspark.sql import functions as F
 
-    sketch = sketch or Sketch()
-    ok = F.col("outcome") == "ok"
+    c = F.col(name)
+    cut = F.concat(F.left(c, F.lit(_CUT_CHARS)), F.lit("…#"), F.hex(F.xxhash64(c)))
+    return F.when(F.length(c) > MAX_TEXT_CHARS, cut).otherwise(c)
+
+
+def _prepare(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    valid = F.col("_reason").isNull()
+    ok = valid & (F.col("outcome") == "ok")
     stage_cols = [F.col(f"{s}_ns") for s in STAGES]
     done = F.coalesce(F.greatest(*stage_cols), F.col("intended_ns"))
-    bad_required = F.lit(False)
-    for name in REQUIRED_COLUMNS:
-        bad_required = bad_required | F.col(name).isNull()
-    size_class_col = F.expr(_SIZE_CLASS_SQL)
-    prepared = df.select(
-        *_KEYS[:3],
+    size_class_col = F.when(valid, F.expr(_SIZE_CLASS_SQL))
+    keys = [F.when(valid, _capped(k)).alias(k) for k in _KEYS[:3]]
+    return df.select(
+        valid.alias("valid"),
+        *keys,
         size_class_col.alias("size_class"),
         # a 64-bit id of the group: the per-second series groups by it instead of three strings and a long
-        F.xxhash64("run_id", "scenario", "link", size_class_col).alias("gid"),
-        F.col("size_bytes"),
-        F.col("intended_ns"),
-        done.alias("done_ns"),
+        F.xxhash64(*[F.col(k) for k in _KEYS[:3]], size_class_col).alias("gid"),
+        F.when(valid, F.col("size_bytes")).alias("size_bytes"),
+        F.when(valid, F.col("intended_ns")).alias("intended_ns"),
+        F.when(valid, done).alias("done_ns"),
         ok.alias("is_ok"),
-        (F.col("outcome") == "error").alias("is_error"),
-        bad_required.alias("bad_required"),
-        (F.col("outcome").isNotNull() & ~F.col("outcome").isin("ok", "error")).alias("bad_outcome"),
+        (valid & (F.col("outcome") == "error")).alias("is_error"),
         *[F.when(ok, F.col(f"{s}_ns") - F.col("intended_ns")).alias(f"lat_{s}") for s in STAGES],
         F.when(ok, done - F.col("intended_ns")).alias("lat_end"),
     )
+
+
+def _aggregate(prepared: DataFrame, sketch: Sketch) -> list[Any]:
+    from pyspark.sql import functions as F
 
     aggs = [
         F.count(F.lit(1)).alias("count"),
         F.sum(F.col("is_ok").cast("long")).alias("ok"),
         F.sum(F.col("is_error").cast("long")).alias("errors"),
-        F.sum(F.col("bad_required").cast("long")).alias("bad_required"),
-        F.sum(F.col("bad_outcome").cast("long")).alias("bad_outcome"),
-        F.sum("size_bytes").alias("bytes_total"),
+        F.try_sum("size_bytes").alias("bytes_total"),
         F.min("intended_ns").alias("first_intended_ns"),
         F.max("done_ns").alias("last_done_ns"),
         F.max("gid").alias("gid"),
     ]
     pct_values = list(PERCENTILES.values())
-    totals = ("count", "ok", "errors", "bad_required", "bad_outcome", "bytes_total", "first_intended_ns",
-              "last_done_ns", "gid")  # fmt: skip
-    outputs = [F.col(k) for k in (*_KEYS, *totals)]
+    totals = ("count", "ok", "errors", "bytes_total", "first_intended_ns", "last_done_ns", "gid")
+    outputs = [F.col(k) for k in ("valid", *_KEYS, *totals)]
     for s in LATENCY_STAGES:
         col = f"lat_{s}"
         grid = sorted(set(pct_values) | set(CDF_GRID)) if s == "end" else pct_values
@@ -297,18 +312,66 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
                     f"{s}_pct"
                 )
             )
+    return _collect(prepared.groupBy("valid", *_KEYS).agg(*aggs).select(*outputs))
+
+
+def compute(loaded: LoadedRecords, *, sketch: Sketch | None = None, skip_bad: bool = False) -> JobResult:
+    """Run the Spark jobs over ``loaded`` (records, as loaded by ``_schema.load_records``).
+
+    Args:
+        loaded: the records, each already checked against the schema in Spark.
+        sketch: the quantile sketch.
+        skip_bad: leave bad records out (counted, the first few named in :attr:`JobResult.bad_records`)
+            instead of failing.
+
+    Raises:
+        BadRecordsError: bad records (malformed JSON, wrong types, values breaking the schema's rules), unless
+            ``skip_bad``; the error names the first :data:`_validate.MAX_LISTED` as ``FILE:LINE: problem``.
+        ReportInputError: no (valid) records.
+    """
+    sketch = sketch or Sketch()
+    df = loaded.frame
     timings: dict[str, float] = {}
     mark = time.perf_counter()
-    rows = _collect(prepared.groupBy(*_KEYS).agg(*aggs).select(*outputs))
+    rows = _aggregate(_prepare(df), sketch)
     timings["aggregate"] = time.perf_counter() - mark
-    _check_valid(rows)
+    bad_count = sum(int(r["count"]) for r in rows if not r["valid"])
+    rows = [r for r in rows if r["valid"]]
+    listed: tuple[BadRecord, ...] = ()
+    if bad_count:
+        mark = time.perf_counter()
+        listed = tuple(locate_bad(df, loaded.lines))
+        timings["locate bad records"] = time.perf_counter() - mark
+        if not skip_bad:
+            raise BadRecordsError(listed, bad_count)
+        df = df.where(df["_reason"].isNull())
+    if not rows:
+        valid = "valid " if bad_count else ""
+        raise ReportInputError(f"the input holds no {valid}benchmark records")
+    result = _series_and_errors(df, rows, sketch, timings, check_duplicates=True)
+    if result.duplicates:
+        mark = time.perf_counter()
+        df = df.dropDuplicates(list(records.DUPLICATE_KEY))
+        rows = _aggregate(_prepare(df), sketch)
+        timings["aggregate without duplicates"] = time.perf_counter() - mark
+        deduplicated = _series_and_errors(df, rows, sketch, timings, check_duplicates=False)
+        result = attrs.evolve(deduplicated, duplicates=result.duplicates)
+    return attrs.evolve(result, bad_count=bad_count, bad_records=listed)
 
+
+def _series_and_errors(
+    df: DataFrame, rows: list[Any], sketch: Sketch, timings: dict[str, float], *, check_duplicates: bool
+) -> JobResult:
+    from pyspark.sql import functions as F
+
+    pct_values = list(PERCENTILES.values())
     groups = tuple(_group_from_row(row, pct_values) for row in rows)
     run_start: dict[str, int] = {}
     for g in groups:
         run_start[g.run_id] = min(run_start.get(g.run_id, g.first_intended_ns), g.first_intended_ns)
 
     mark = time.perf_counter()
+    prepared = _prepare(df).where(F.col("valid"))
     # Seconds counted from each run's first due operation, so every bin but the last is a full second.
     start_of = F.create_map(*[x for r, ns in sorted(run_start.items()) for x in (F.lit(r), F.lit(ns))])
     second = F.floor((F.col("done_ns") - F.element_at(start_of, F.col("run_id"))) / F.lit(1_000_000_000))
@@ -322,18 +385,23 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
     errors_total = sum(g.errors for g in groups)
     errors_df = (
         df.where(F.col("outcome") == "error")
-        .groupBy(
-            "run_id", "scenario", "link", F.coalesce(F.col("error"), F.lit("(no error text)")).alias("error")
+        .select(
+            *[_capped(k).alias(k) for k in _KEYS[:3]],
+            F.coalesce(_capped("error"), F.lit("(no error text)")).alias("error"),
         )
+        .groupBy("run_id", "scenario", "link", "error")
         .count()
     )
-    # The two small jobs run concurrently: each leaves cores idle while the other's tasks run or start.
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="report-job") as pool:
+    # The small jobs run concurrently: each leaves cores idle while the other's tasks run or start.
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="report-job") as pool:
         series_future = pool.submit(_collect, series_df)
         errors_future = pool.submit(_collect, errors_df) if errors_total else None
+        dup_future = pool.submit(count_duplicates, df) if check_duplicates else None
         series_rows = series_future.result()
         error_rows = errors_future.result() if errors_future is not None else []
-    timings["series + errors"] = time.perf_counter() - mark
+        duplicates = dup_future.result() if dup_future is not None else 0
+    label = "series + errors + duplicates" if check_duplicates else "series + errors"
+    timings[label] = time.perf_counter() - mark
     points = []
     for r in series_rows:
         run_id, scenario, link, size = key_of[int(r["gid"])] if by_gid else (r[k] for k in _KEYS)
@@ -356,39 +424,14 @@ def compute(df: DataFrame, *, sketch: Sketch | None = None) -> JobResult:
         for e in sorted(per_link[key], key=lambda e: (-e.count, e.error))[:MAX_ERROR_TEXTS]
     )
     return JobResult(
-        groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch, timings=timings
-    )
+        groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch, timings=timings,
+        duplicates=duplicates,
+    )  # fmt: skip
 
 
 def _collect(df: DataFrame) -> list[Any]:
-    """``df.collect()``, turning Spark's malformed-input failures into :class:`ReportInputError`."""
-    try:
-        return df.collect()
-    except Exception as exc:
-        text = str(exc)
-        if "Malformed" in text or "MALFORMED" in text or "FAILFAST" in text or "JSON" in text:
-            detail = next(
-                (line.strip() for line in text.splitlines() if "alformed" in line or "MALFORMED" in line),
-                text.strip().splitlines()[0] if text.strip() else type(exc).__name__,
-            )
-            raise ReportInputError(
-                f"malformed benchmark records (not JSON lines of the record schema): {detail}"
-            ) from exc
-        raise
-
-
-def _check_valid(rows: list[Any]) -> None:
-    if not rows:
-        raise ReportInputError("the input holds no benchmark records")
-    bad_required = sum(int(r["bad_required"] or 0) for r in rows)
-    bad_outcome = sum(int(r["bad_outcome"] or 0) for r in rows)
-    if bad_required:
-        raise ReportInputError(
-            f"{bad_required} record(s) lack a required field ({', '.join(REQUIRED_COLUMNS)}); "
-            "see protocol_spec/bench-records.md"
-        )
-    if bad_outcome:
-        raise ReportInputError(f"{bad_outcome} record(s) have an outcome other than 'ok' or 'error'")
+    """``df.collect()``."""
+    return df.collect()
 
 
 def _group_from_row(row: Any, pct_values: list[float]) -> GroupStats:

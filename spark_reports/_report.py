@@ -76,6 +76,7 @@ def build_report(
     compare: tuple[str, str] | None = None,
     sketch: Sketch | None = None,
     spark: SparkSession | None = None,
+    skip_bad: bool = False,
 ) -> ReportResult:
     """Read the records in ``in_dirs`` and write ``out_html`` plus ``<stem>_tables/``.
 
@@ -87,8 +88,11 @@ def build_report(
             runs, the earlier is compared with the later.
         sketch: the quantile sketch (default KLL, k = 16,384; see ``_job.Sketch``).
         spark: an existing session to use (tests share one).
+        skip_bad: leave records that break the schema out (counted and named in the report) instead of
+            failing with :class:`BadRecordsError`.
 
     Raises:
+        BadRecordsError: records that break the schema (``FILE:LINE: problem`` for the first few).
         ReportInputError: missing, empty or malformed input; unknown run in ``compare``.
         ReportEnvironmentError: Spark cannot start (no Java).
     """
@@ -108,7 +112,7 @@ def build_report(
         mark = time.perf_counter()
         records = load_records(session, inputs)
         phases["input schema"] = time.perf_counter() - mark
-        job = compute(records, sketch=sketch)
+        job = compute(records, sketch=sketch, skip_bad=skip_bad)
         runs = job.run_ids
         pair: tuple[str, str] | None = None
         if compare is not None:

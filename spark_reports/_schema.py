@@ -22,7 +22,15 @@ from ._errors import ReportInputError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["RECORD_COLUMNS", "STAGES", "InputSet", "discover_inputs", "load_records", "record_schema"]
+__all__ = [
+    "RECORD_COLUMNS",
+    "STAGES",
+    "InputSet",
+    "LoadedRecords",
+    "discover_inputs",
+    "load_records",
+    "record_schema",
+]
 
 STAGES: Final = records.STAGES
 #: (column, Spark type) in record order, from the one schema definition (``corda_trio.records.FIELDS``).
@@ -40,12 +48,29 @@ class InputSet:
     metas: dict[str, dict[str, Any]]
 
 
-def record_schema() -> Any:
-    """The Spark ``StructType`` of a record."""
+def record_schema(*, corrupt_column: str | None = None) -> Any:
+    """The Spark ``StructType`` of a record, the optional version field and Spark's corrupt-record column."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     types = {"string": StringType(), "long": LongType()}
-    return StructType([StructField(name, types[kind], nullable=True) for name, kind in RECORD_COLUMNS])
+    fields = [StructField(name, types[kind], nullable=True) for name, kind in RECORD_COLUMNS]
+    fields.append(StructField(records.VERSION_FIELD, LongType(), nullable=True))
+    if corrupt_column:
+        fields.append(StructField(corrupt_column, StringType(), nullable=True))
+    return StructType(fields)
+
+
+@attrs.frozen(kw_only=True)
+class LoadedRecords:
+    """The records of all inputs as one DataFrame, and (JSON inputs) every input line, for line numbers.
+
+    ``frame`` has the record columns in :data:`RECORD_COLUMNS` order, ``schema_version``, and ``_reason``
+    (``NULL`` for a valid record, else what is wrong), ``_source`` / ``_block`` / ``_pos`` / ``_kind`` (where
+    the record is; see ``_validate.py``) and ``_text_head`` / ``_text_len`` (JSON: the start of the line).
+    """
+
+    frame: Any
+    lines: Any | None
 
 
 def discover_inputs(dirs: list[Path]) -> InputSet:
@@ -57,6 +82,7 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
     json_files: list[Path] = []
     parquet_paths: list[Path] = []
     metas: dict[str, dict[str, Any]] = {}
+    seen: dict[Path, Path] = {}  # resolved path -> as given
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
@@ -64,6 +90,14 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
         found_here = 0
         for entry in sorted(d.iterdir()):
             name = entry.name
+            if name.endswith((".jsonl", ".parquet")):
+                real = entry.resolve()
+                if real in seen:
+                    raise ReportInputError(
+                        f"{entry}: the same records are given twice (also as {seen[real]}); counts would "
+                        "double. Give each input directory once"
+                    )
+                seen[real] = entry
             if name.endswith(".jsonl") and entry.is_file():
                 json_files.append(entry)
                 found_here += 1
@@ -98,21 +132,47 @@ def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
     return {meta["run_id"]: meta}
 
 
-def load_records(spark: SparkSession, inputs: InputSet) -> DataFrame:
-    """One DataFrame with all records, columns in :data:`RECORD_COLUMNS` order and types.
+def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:
+    """All records, each checked against the schema table in Spark (``_validate.reason_column``).
 
     Raises:
-        ReportInputError: a Parquet input lacks a column or has a column of an incompatible type.
+        ReportInputError: a Parquet input cannot be read, lacks a column or has a column of the wrong type.
     """
     from pyspark.sql import functions as F
 
-    schema = record_schema()
+    from ._validate import MAX_LINE_CHARS, reason_column
+
+    names = [n for n, _ in RECORD_COLUMNS]
+    meta_cols = ["_source", "_block", "_pos", "_kind", "_text_head", "_text_len"]
     frames: list[DataFrame] = []
+    lines = None
     if inputs.json_files:
+        lines = spark.read.text([str(p) for p in inputs.json_files]).select(
+            F.col("_metadata.file_path").alias("_source"),
+            F.col("_metadata.file_block_start").alias("_block"),
+            F.monotonically_increasing_id().alias("_pos"),
+            F.col("value"),
+        )
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+        parsed = lines.select(
+            "_source", "_block", "_pos", "value",
+            F.from_json("value", record_schema(corrupt_column="_corrupt"), options).alias("_r"),
+        ).where(~(F.col("_r").isNull() & (F.trim(F.col("value")) == "")))  # fmt: skip
+        flat = parsed.select(
+            *[F.col(f"_r.{n}").alias(n) for n in (*names, records.VERSION_FIELD, "_corrupt")],
+            F.col("_r").isNull().alias("_unparsed"),
+            "_source", "_block", "_pos", "value",
+        )  # fmt: skip
         frames.append(
-            spark.read.schema(schema)
-            .option("mode", "FAILFAST")
-            .json([str(p) for p in inputs.json_files])
+            flat.select(
+                *names, records.VERSION_FIELD,
+                reason_column(parsed=F.when(~F.col("_unparsed"), F.lit(1)), corrupt=F.col("_corrupt")).alias(
+                    "_reason"
+                ),
+                "_source", "_block", "_pos", F.lit("line").alias("_kind"),
+                F.left(F.col("value"), F.lit(MAX_LINE_CHARS)).alias("_text_head"),
+                F.length("value").cast("long").alias("_text_len"),
+            )
         )
     for path in inputs.parquet_paths:
         try:
@@ -129,11 +189,28 @@ def load_records(spark: SparkSession, inputs: InputSet) -> DataFrame:
                 raise ReportInputError(
                     f"Parquet records {path}: column {name} has type {present[name]}, expected {kind}"
                 )
-        frames.append(df.select(*[F.col(n).cast(k).alias(n) for n, k in RECORD_COLUMNS]))
+        version = (
+            F.col(records.VERSION_FIELD).cast("long")
+            if records.VERSION_FIELD in present
+            else F.lit(None).cast("long")
+        )
+        typed = df.select(
+            *[F.col(n).cast(k).alias(n) for n, k in RECORD_COLUMNS],
+            version.alias(records.VERSION_FIELD),
+            F.col("_metadata.file_path").alias("_source"),
+            F.col("_metadata.row_index").alias("_pos"),
+        )
+        frames.append(
+            typed.select(
+                *names, records.VERSION_FIELD, reason_column().alias("_reason"), "_source",
+                F.lit(0).cast("long").alias("_block"), "_pos", F.lit("row").alias("_kind"),
+                F.lit(None).cast("string").alias("_text_head"), F.lit(None).cast("long").alias("_text_len"),
+            ).select(*names, records.VERSION_FIELD, "_reason", *meta_cols)
+        )  # fmt: skip
     result = frames[0]
     for other in frames[1:]:
         result = result.unionByName(other)
-    return result
+    return LoadedRecords(frame=result, lines=lines)
 
 
 def _first_line(exc: BaseException) -> str:

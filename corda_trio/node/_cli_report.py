@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ._cli import CliError
@@ -37,6 +38,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="percentile estimator: kll[:K] (DataSketches KLL, default k=16384, rank error 0.018%%) or "
         "gk[:ACCURACY] (percentile_approx, rank error 1/accuracy, slower)",
     )  # fmt: skip
+    parser.add_argument(
+        "--skip-bad", action="store_true",
+        help="leave records that break the record schema out of the report (counted and listed in it) "
+        "instead of failing",
+    )  # fmt: skip
     parser.set_defaults(func=_run)
 
 
@@ -55,7 +61,12 @@ def _run(args: argparse.Namespace) -> int:
             settings=settings,
             compare=tuple(args.compare) if args.compare else None,
             sketch=sketch,
+            skip_bad=args.skip_bad,
         )
+    except spark_reports.BadRecordsError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        raise CliError(str(exc), 2) from None
     except spark_reports.ReportInputError as exc:
         raise CliError(str(exc), 2) from exc
     except spark_reports.ReportError as exc:
@@ -65,5 +76,10 @@ def _run(args: argparse.Namespace) -> int:
         f"report {result.html_path} ({result.records:,} records, {len(result.runs)} run(s){compared}) "
         f"in {result.elapsed_seconds:.1f} s; tables in {result.tables_dir}"
     )
+    job = result.job
+    if job.bad_count:
+        print(f"  warning: {job.bad_count:,} bad record(s) left out (--skip-bad); listed in the report")
+    if job.duplicates:
+        print(f"  warning: {job.duplicates:,} duplicate record(s) dropped (same run, scenario, link and seq)")
     print("  time: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items()))
     return 0

@@ -1,0 +1,190 @@
+"""Checking every record in Spark against the one schema table, and naming bad lines as ``FILE:LINE``.
+
+Theory of operation
+===================
+
+The rules come from ``corda_trio.records.FIELDS`` (the same table the record writer and ``read_records``
+obey). :func:`reason_column` turns them into one Spark ``CASE`` expression that is ``NULL`` for a valid
+record and otherwise says what is wrong, in the words ``records.record_problem`` uses. The main aggregation
+groups by "is valid" as well, so counting bad records costs no extra pass; records that are bad never reach
+a statistic.
+
+Only when there are bad records does :func:`locate_bad` run: one more pass counts the lines of every input
+split (``_metadata.file_path``, ``_metadata.file_block_start``) and their first
+``monotonically_increasing_id`` (consecutive within a split), which turns a row's id into its line number:
+``lines in earlier splits of the file + (id - first id of its split) + 1``. Parquet inputs carry
+``_metadata.row_index``. The first :data:`MAX_LISTED` bad rows (ordered by file and line) are collected with
+at most :data:`MAX_LINE_CHARS` characters of their text; a line that Spark only knows as "malformed" is
+re-checked in Python on that text, which names the exact problem. The driver holds nothing else.
+
+Duplicates (:func:`count_duplicates`) are counted exactly and cheaply: per (run, scenario, link), ``seq``
+values are set in 32,768-bit bitmaps (``bitmap_construct_agg``), whose partial aggregates are small; the
+number of distinct keys is the sum of their bit counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote, urlparse
+
+import attrs
+
+from corda_trio import records
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["MAX_LINE_CHARS", "MAX_LISTED", "BadRecord", "count_duplicates", "locate_bad", "reason_column"]
+
+#: Bad records named one by one (then a count).
+MAX_LISTED: Final = 20
+#: Characters of a bad line fetched to the driver to explain it.
+MAX_LINE_CHARS: Final = 4096
+
+
+@attrs.frozen(kw_only=True)
+class BadRecord:
+    """One bad record: where it is and what is wrong."""
+
+    path: str
+    line: int
+    problem: str
+    kind: str = "line"  # "line" (JSON lines) or "row" (Parquet)
+
+    def format(self) -> str:
+        """``FILE:LINE: what is wrong`` (Parquet: ``FILE: row N: ...``)."""
+        if self.kind == "row":
+            return f"{self.path}: row {self.line}: {self.problem}"
+        return f"{self.path}:{self.line}: {self.problem}"
+
+
+def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None) -> Column:
+    """``NULL`` for a valid record, else what is wrong (the first broken rule, in ``record_problem``'s order).
+
+    Args:
+        parsed: JSON only: the parsed struct (``NULL`` when the line is not a JSON object).
+        corrupt: JSON only: Spark's corrupt-record column (set for malformed JSON or a wrongly typed field).
+    """
+    from pyspark.sql import functions as F
+
+    branches: list[tuple[Column, Column]] = []
+    if parsed is not None:
+        branches.append((parsed.isNull(), F.lit("a record must be a JSON object")))
+    if corrupt is not None:
+        branches.append((corrupt.isNotNull(), F.lit("not valid JSON, or a field has the wrong type")))
+    known = sorted(records.KNOWN_SCHEMA_VERSIONS)
+    version = F.col(records.VERSION_FIELD)
+    branches.append(
+        (
+            version.isNotNull() & ~version.isin(*known),
+            F.concat(
+                F.lit(f"unknown {records.VERSION_FIELD} "), version.cast("string"),
+                F.lit(f" (this reader knows {', '.join(map(str, known))})"),
+            ),
+        )
+    )  # fmt: skip
+    for rule in records.FIELDS:
+        c = F.col(rule.name)
+        name = rule.name
+        if rule.required:
+            branches.append((c.isNull(), F.lit(f"required field {name} is missing or null")))
+        if rule.min_value is not None:
+            text = F.concat(F.lit(f"field {name} must be >= {rule.min_value}, not "), c.cast("string"))
+            branches.append((c < rule.min_value, text))
+        if rule.max_value is not None:
+            text = F.concat(F.lit(f"field {name} must be <= {rule.max_value}, not "), c.cast("string"))
+            branches.append((c > rule.max_value, text))
+        if rule.non_empty:
+            branches.append((c == "", F.lit(f"field {name} must not be empty")))
+        if rule.choices is not None:
+            shown = F.concat(F.lit("'"), F.left(c, F.lit(37)), F.lit("'"))
+            text = F.concat(F.lit(f"field {name} must be one of {', '.join(rule.choices)}, not "), shown)
+            branches.append((~c.isin(*rule.choices), text))
+    branches.append(
+        (
+            (F.col("outcome") == "error") != F.col("error").isNotNull(),
+            F.lit("a record has an error text iff its outcome is error"),
+        )
+    )
+    expr = F.when(branches[0][0], branches[0][1])
+    for cond, text in branches[1:]:
+        expr = expr.when(cond, text)
+    return expr
+
+
+def locate_bad(df: DataFrame, lines: DataFrame | None, limit: int = MAX_LISTED) -> list[BadRecord]:
+    """The first ``limit`` bad records of ``df`` (as built by ``_schema.load_records``), by file and line.
+
+    Args:
+        df: ``LoadedRecords.frame`` (``_reason``, ``_source``, ``_block``, ``_pos``, ``_kind``, ``_text_*``).
+        lines: JSON only: every input line (blank ones too) with ``_source``, ``_block``, ``_pos``.
+    """
+    from pyspark.sql import functions as F
+
+    first = (
+        df.where(F.col("_reason").isNotNull())
+        .select("_source", "_block", "_pos", "_kind", "_reason", "_text_head", "_text_len")
+        .orderBy("_source", "_block", "_pos")
+        .limit(limit)
+        .collect()
+    )
+    starts: dict[tuple[str, int], int] = {}
+    if lines is not None and any(r["_kind"] == "line" for r in first):
+        wanted = sorted({r["_source"] for r in first if r["_kind"] == "line"})
+        blocks = (
+            lines.where(F.col("_source").isin(*wanted))
+            .groupBy("_source", "_block")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("_pos").alias("first"))
+            .collect()
+        )
+        by_file: dict[str, list[Any]] = {}
+        for b in blocks:
+            by_file.setdefault(b["_source"], []).append(b)
+        for source, bs in by_file.items():
+            before = 0
+            for b in sorted(bs, key=lambda b: b["_block"]):
+                starts[(source, b["_block"])] = before - int(b["first"])
+                before += int(b["n"])
+    out: list[BadRecord] = []
+    for r in first:
+        if r["_kind"] == "line":
+            line = starts[(r["_source"], r["_block"])] + int(r["_pos"]) + 1
+            problem = _explain(r["_reason"], r["_text_head"], int(r["_text_len"] or 0))
+        else:
+            line, problem = int(r["_pos"]) + 1, r["_reason"]
+        out.append(BadRecord(path=_local_path(r["_source"]), line=line, problem=problem, kind=r["_kind"]))
+    return out
+
+
+def _explain(reason: str, head: str | None, length: int) -> str:
+    """Spark's reason, made exact by checking the line's text in Python when Spark only knows "malformed"."""
+    if head is None or length > len(head) or not reason.startswith(("not valid JSON", "a record must")):
+        return reason if length <= MAX_LINE_CHARS else f"{reason} (a line of {length:,} characters)"
+    try:
+        data = json.loads(head)
+    except ValueError as exc:
+        return f"not valid JSON: {exc}"
+    return records.record_problem(data) or reason
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+
+
+def count_duplicates(df: DataFrame) -> int:
+    """How many records repeat an earlier one's ``records.DUPLICATE_KEY`` (exact)."""
+    from pyspark.sql import functions as F
+
+    *group, seq = records.DUPLICATE_KEY
+    row = (
+        df.groupBy(*group, F.bitmap_bucket_number(seq).alias("_bucket"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position(seq))).alias("distinct"),
+        )
+        .agg(F.sum("n").alias("n"), F.sum("distinct").alias("distinct"))
+        .collect()[0]
+    )
+    return int(row["n"] or 0) - int(row["distinct"] or 0)

@@ -1,0 +1,147 @@
+"""Bad input: every broken record named as FILE:LINE (across Spark input splits), --skip-bad, duplicates."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spark_reports
+from corda_trio import records as rf
+from corda_trio.node._cli import main
+from spark_reports._job import compute
+from spark_reports._schema import discover_inputs, load_records
+
+pytestmark = pytest.mark.spark
+
+
+def _line(n: int, /, **changes: Any) -> str:
+    rec = rf.make_record(
+        run_id="run-1", scenario="s", link="l", size_bytes=100, seq=n, intended_ns=1_000_000 + n,
+        stages={"created": 1_000_100 + n, "delivered": 1_005_000 + n},
+    )  # fmt: skip
+    data = json.loads(rec.to_json_line())
+    data.update(changes)
+    return json.dumps(data)
+
+
+#: (a bad line, the problem the report must name)
+BAD_LINES = [
+    (
+        "{this is not json",
+        "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+    ),
+    ("[1, 2]", "a record must be a JSON object, not an array"),
+    (_line(0, size_bytes=-3), "field size_bytes must be >= 0, not -3"),
+    (_line(0, intended_ns=-1), "field intended_ns must be >= 0, not -1"),
+    (_line(0, delivered_ns=-7), "field delivered_ns must be >= 0, not -7"),
+    (_line(0, intended_ns="soon"), "field intended_ns must be an integer, not a string"),
+    (_line(0, seq=1.5), "field seq must be an integer, not a number with a fraction"),
+    (_line(0, run_id=""), "field run_id must not be empty"),
+    (_line(0, run_id=None), "required field run_id is missing or null"),
+    (_line(0, schema_version=9), "unknown schema_version 9 (this reader knows 1)"),
+    (_line(0, outcome="maybe"), "field outcome must be one of ok, error, not 'maybe'"),
+    (_line(0, outcome="error"), "a record has an error text iff its outcome is error"),
+]
+
+
+@pytest.fixture
+def small_splits(spark: Any) -> Iterator[None]:
+    """Input splits of 64 KiB, so that a small file is read as many splits (line numbers must survive)."""
+    old = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "64k")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+
+
+def _write_with_bad_lines(d: Path, name: str, n: int, seed: int, bad_every: int) -> list[str]:
+    """``n`` lines (some blank), a bad one at random places; returns the expected FILE:LINE messages."""
+    rng = random.Random(seed)
+    lines, expected = [], []
+    for i in range(n):
+        if i and i % bad_every == 0:
+            text, problem = rng.choice(BAD_LINES)
+            lines.append(text)
+            expected.append(f"{d / name}:{i + 1}: {problem}")
+        elif rng.random() < 0.01:
+            lines.append("")  # blank lines are skipped but still counted as lines
+        else:
+            lines.append(_line(seed * 1_000_000 + i))
+    (d / name).write_text("\n".join(lines) + "\n")
+    return expected
+
+
+def test_every_rule_and_line_number_across_splits_and_files(
+    spark: Any, tmp_path: Path, small_splits: None
+) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    expected = _write_with_bad_lines(d, "a.jsonl", 3000, 1, 157)  # ~600 KB: ~10 splits of 64 KiB
+    expected += _write_with_bad_lines(d, "b.jsonl", 400, 2, 131)
+    with pytest.raises(spark_reports.BadRecordsError) as info:
+        compute(load_records(spark, discover_inputs([d])))
+    err = info.value
+    assert err.total == len(expected) == 22
+    assert err.lines[:20] == expected[:20]
+    assert err.lines[20] == "... and 2 more bad record(s)"
+    # every rule of the table is exercised and explained the same way the Python validator explains it
+    for text, problem in BAD_LINES:
+        if text.startswith('{"'):
+            assert rf.record_problem(json.loads(text)) == problem
+
+
+def test_each_rule_is_named(spark: Any, tmp_path: Path) -> None:
+    d = tmp_path / "each"
+    d.mkdir()
+    (d / "x.jsonl").write_text("\n".join([_line(1), *(t for t, _ in BAD_LINES), _line(2)]) + "\n")
+    with pytest.raises(spark_reports.BadRecordsError) as info:
+        compute(load_records(spark, discover_inputs([d])))
+    assert info.value.lines == [f"{d / 'x.jsonl'}:{i + 2}: {p}" for i, (_, p) in enumerate(BAD_LINES)]
+
+
+def test_skip_bad_reports_the_rest_with_a_counted_warning(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "skip"
+    d.mkdir()
+    (d / "run-1.records.jsonl").write_text("\n".join([_line(1), "{oops", _line(2), _line(3, seq=-1)]) + "\n")
+    out = tmp_path / "r.html"
+    assert main(["report", "--in", str(d), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[:2] == [
+        f"{d / 'run-1.records.jsonl'}:2: not valid JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)",
+        f"{d / 'run-1.records.jsonl'}:4: field seq must be >= 0, not -1",
+    ]
+    assert err.splitlines()[2].startswith("corda-trio: error: 2 bad record(s) in the input")
+    assert not out.exists()
+    assert main(["report", "--in", str(d), "--out", str(out), "--skip-bad"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 records" in printed and "warning: 2 bad record(s) left out" in printed
+    html = out.read_text(encoding="utf-8")
+    assert "2 bad record(s) were left out" in html
+    assert "run-1.records.jsonl:4: field seq must be &gt;= 0" in html
+
+
+def test_duplicates_are_dropped_and_counted_and_the_same_file_twice_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    d = tmp_path / "dup"
+    d.mkdir()
+    lines = [_line(i) for i in range(50)]
+    (d / "run-1.records.jsonl").write_text("\n".join(lines) + "\n")
+    (d / "copy.jsonl").write_text("\n".join(lines[10:20]) + "\n")  # the same operations again
+    result = compute(load_records(spark, discover_inputs([d])))
+    assert result.duplicates == 10
+    assert sum(g.count for g in result.groups) == 50
+    assert sum(p.ok for p in result.series) == 50
+    with pytest.raises(spark_reports.ReportInputError, match="the same records are given twice"):
+        discover_inputs([d, d])
+    with pytest.raises(spark_reports.ReportInputError, match="given twice"):
+        discover_inputs([d, tmp_path / "dup" / ".." / "dup"])
