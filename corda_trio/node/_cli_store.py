@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import errno
 import json
 import os
 from collections.abc import Iterator
@@ -60,10 +59,13 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
     """(broker root, [(queue name, queue dir)]) for DIR, which may be a broker or a queue directory."""
     if not os.path.isdir(directory):
         raise CliError(f"{directory}: no such directory", 2)
-    entries = os.listdir(directory)
-    if any(e.endswith(".seg") for e in entries):
+    kind = store.store_kind(directory)
+    if kind is None:
+        raise CliError(f"{directory}: not a store directory (no broker.lock and no queue segments in it)", 1)
+    if kind == "queue":
         name = os.path.basename(os.path.normpath(directory))
         return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
+    entries = os.listdir(directory)
     queues = []
     for entry in sorted(entries):
         full = os.path.join(directory, entry)
@@ -81,24 +83,16 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
 
 
 @contextlib.contextmanager
-def _offline(root: str) -> Iterator[None]:
-    """Hold the broker lock (if the directory has one) so that no node opens it meanwhile."""
-    lock_path = os.path.join(root, "broker.lock")
-    if not os.path.exists(lock_path):
-        yield
-        return
-    import fcntl
-
-    fd = os.open(lock_path, os.O_RDWR)
+def _offline(root: str, *, write: bool) -> Iterator[None]:
+    """Lock the broker directory so that no node opens it meanwhile: shared and read-only to read
+    (works for a read-only user), exclusive to change anything."""
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise CliError(
-                    f"{root} is in use by a running node (lock {lock_path}): stop it first", 1
-                ) from None
-            raise
+        fd = store.lock_directory(root, exclusive=write)
+    except store.BrokerLockedError:
+        raise CliError(f"{root} is in use by a running node: stop it first", 1) from None
+    except PermissionError as exc:
+        raise CliError(f"{root}: {exc.strerror}", 1) from None
+    try:
         yield
     finally:
         os.close(fd)
@@ -123,7 +117,7 @@ def _check(args: argparse.Namespace) -> int:
     mode = store.RecoveryMode.REPAIR if args.repair else store.RecoveryMode.CHECK
     failures = 0
     results: list[dict[str, Any]] = []
-    with _offline(root):
+    with _offline(root, write=args.repair):
         for name, qdir in queues:
             entry: dict[str, Any] = {"queue": name, "directory": qdir}
             try:
@@ -150,6 +144,7 @@ def _check(args: argparse.Namespace) -> int:
                 next_id=report.next_id,
                 stale_acks=report.stale_acks,
                 removed_files=list(report.removed_files),
+                stray_files=list(report.stray_files),
             )
             if report.torn_tail is not None:
                 t = report.torn_tail
@@ -190,6 +185,8 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"         lost acks (these messages may be delivered again): {_ids(r.lost.ack_ids)}")
                 if r.lost.unreadable_bytes:
                     print(f"{'':9}{r.lost.unreadable_bytes} unreadable bytes matched no record")
+            for stray in report.stray_files:
+                print(f"{'':9}not written by the store, left alone: {os.path.join(qdir, stray)}")
     if args.json:
         print(json.dumps({"queues": results, "corrupt": failures}, indent=2))
     elif not queues:
@@ -200,7 +197,7 @@ def _check(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     root, queues = _queue_dirs(args.directory, None)
     rows = []
-    with _offline(root):
+    with _offline(root, write=False):
         for name, qdir in queues:
             if not name.startswith(args.prefix):
                 continue
@@ -264,4 +261,6 @@ def _compact(args: argparse.Namespace) -> int:
 
     if not os.path.isdir(args.directory):
         raise CliError(f"{args.directory}: no such directory", 2)
+    if store.store_kind(args.directory) != "broker":  # never create a store in the wrong place
+        raise CliError(f"{args.directory}: not a broker directory (no broker.lock in it)", 1)
     return trio.run(run)

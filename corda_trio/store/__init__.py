@@ -1,5 +1,5 @@
 """Durable queues: a write-ahead log per queue with group commit, recovery and compaction, and the
-local broker on top (DESIGN.md §4). Payloads are opaque bytes; this package imports nothing else from
+local broker on top. Payloads are opaque bytes; this package imports nothing else from
 ``corda_trio``.
 
 Typical use::
@@ -22,6 +22,8 @@ from ._broker import FsyncPolicy as FsyncPolicy
 from ._broker import Queue as Queue
 from ._broker import QueueStatistics as QueueStatistics
 from ._broker import open_broker as open_broker
+from ._directory import lock_directory as lock_directory
+from ._directory import store_kind as store_kind
 from ._errors import BrokerLockedError as BrokerLockedError
 from ._errors import CorruptSegmentError as CorruptSegmentError
 from ._errors import InvalidQueueNameError as InvalidQueueNameError
@@ -64,8 +66,10 @@ __all__ = [
     "StoreFailedError",
     "TornTail",
     "UnknownDeliveryError",
+    "lock_directory",
     "open_broker",
     "recover_queue",
+    "store_kind",
     "unpack_location",
     "validate_queue_name",
 ]

@@ -16,7 +16,7 @@ deliveries the consumer holds (a prefetch window, like Artemis' consumer window)
 credit straight through. ``ack`` removes the message (durably: it returns once the ack record is synced);
 ``release`` puts it back for redelivery with ``delivery_count + 1``; closing a consumer releases what it
 still holds. Delivery counts live in memory: after a restart every unacked message is delivered again
-with a count of 1 (the receiving side deduplicates, DESIGN.md §5).
+with a count of 1 (the receiving side deduplicates by message id, so a redelivery is harmless).
 
 Non-durable queues (bridge control) use the same structures with payloads in memory and no log.
 """
@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import heapq
 import itertools
 import logging
 import os
-import shutil
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -41,8 +39,8 @@ import trio
 
 from ._committer import CommitHelper
 from ._compaction import Compactor, QueueGeneration
+from ._directory import create_queue_dir, open_root, remove_queue_dir
 from ._errors import (
-    BrokerLockedError,
     QueueExistsError,
     QueueNotFoundError,
     StoreClosedError,
@@ -50,7 +48,7 @@ from ._errors import (
 )
 from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
-from ._segment import RESERVED_NAMES, fsync_dir, validate_queue_name
+from ._segment import validate_queue_name
 from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
 
 __all__ = [
@@ -66,8 +64,6 @@ __all__ = [
 
 logger = logging.getLogger("corda_trio.store")
 
-LOCK_FILE: Final = "broker.lock"
-_DELETED_PREFIX: Final = ".deleted-"
 #: Read-ahead: when a delivery must read from disk, the next ready messages come along (same thread call).
 READ_AHEAD_RECORDS: Final = READ_BATCH_RECORDS
 # Bound once: the enqueue hot path calls them per record.
@@ -271,6 +267,12 @@ class Queue:
     async def enqueue_many(self, items: Iterable[bytes | tuple[bytes, bytes]]) -> list[int]:
         """Store several messages in one group commit; returns their ids (in order) once all are durable.
 
+        The records go into one batch: one write and one ``fdatasync``, so they become durable together
+        and nothing is acknowledged before all of them are. This is not a transaction across a crash: if
+        the process or the machine dies during that write, a prefix of the items (each one whole, in
+        order) may be found after the restart, and the rest not. Callers that need all-or-nothing must
+        deduplicate or mark completion themselves.
+
         Args:
             items: payloads, or ``(payload, headers)`` pairs.
         """
@@ -296,8 +298,9 @@ class Queue:
         ids = []
         batch = None
         for payload, headers in pairs:
-            mid, batch = log.add_enqueue(payload, headers, ts)
+            mid, batch = log.add_enqueue(payload, headers, ts, False)
             ids.append(mid)
+        log.start_pending()
         self._enqueued += len(ids)
         if batch is None:
             await trio.lowlevel.checkpoint()
@@ -712,7 +715,7 @@ class Broker:
                 return queue
             path = os.path.join(self.directory, name)
             recovered = await trio.to_thread.run_sync(
-                _create_queue_dir, self.directory, path, limiter=self._limiter
+                create_queue_dir, self.directory, path, limiter=self._limiter
             )
             queue = self._start_durable(name, recovered, policy or FsyncPolicy.ALWAYS)
             logger.info("created durable queue %s", name)
@@ -801,7 +804,7 @@ class Broker:
             log.release_resources()
             queue._compactor.generation.close()
             await trio.to_thread.run_sync(
-                _remove_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
+                remove_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
             )
             self.recovery_reports.pop(name, None)
             logger.info("deleted queue %s", name)
@@ -818,69 +821,6 @@ class Broker:
                 await queue._log.wait_closed()
 
 
-def _create_queue_dir(root: str, path: str) -> RecoveredLog:
-    created = False
-    try:
-        os.mkdir(path)
-        created = True
-    except FileExistsError:
-        pass
-    if created:
-        fsync_dir(root)
-    return recover_queue(path, RecoveryMode.OPEN)
-
-
-def _remove_queue_dir(root: str, path: str) -> None:
-    n = 0
-    while os.path.exists(target := os.path.join(root, f"{_DELETED_PREFIX}{os.path.basename(path)}-{n}")):
-        n += 1
-    os.rename(path, target)  # atomic: the queue is gone from the registry's point of view
-    fsync_dir(root)
-    shutil.rmtree(target)
-
-
-def _open_root(directory: str, wait_seconds: float = 0.0) -> tuple[int, list[str]]:
-    """Create/lock the broker directory (waiting up to ``wait_seconds`` for the lock); return the lock
-    descriptor and the queue directories."""
-    os.makedirs(directory, exist_ok=True)
-    lock_path = os.path.join(directory, LOCK_FILE)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        import fcntl
-
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise BrokerLockedError(
-                        f"broker directory {directory} is in use by another process (lock {lock_path})"
-                    ) from None
-                time.sleep(0.01)
-        names = []
-        for entry in sorted(os.listdir(directory)):
-            full = os.path.join(directory, entry)
-            if entry.startswith(_DELETED_PREFIX):
-                shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
-                continue
-            if entry in RESERVED_NAMES or not os.path.isdir(full):
-                continue
-            try:
-                validate_queue_name(entry)
-            except ValueError:
-                logger.warning("ignoring %s: not a queue directory name", full)
-                continue
-            names.append(entry)
-        return fd, names
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 @contextlib.asynccontextmanager
 async def open_broker(
     directory: str | os.PathLike[str], *, config: BrokerConfig | None = None
@@ -889,7 +829,8 @@ async def open_broker(
 
     The broker owns a nursery with one group-commit writer and one compactor task per durable queue.
     Leaving the block closes every queue, lets the writers finish what is pending, and closes files.
-    Only one process may open a directory at a time (an ``flock`` on ``broker.lock``).
+    Only one process may open a directory at a time (an ``flock`` on the directory itself, held by the
+    broker and its commit helper for their lifetime).
 
     Raises:
         BrokerLockedError: another process has the directory open.
@@ -901,9 +842,12 @@ async def open_broker(
     # Two dedicated limiters: group commits (write + fsync) never queue behind reads or compactions.
     limiter = trio.CapacityLimiter(config.io_threads)
     io_limiter = trio.CapacityLimiter(config.io_threads)
-    lock_fd, names = await trio.to_thread.run_sync(
-        _open_root, root, config.lock_wait_seconds, limiter=limiter, abandon_on_cancel=True
+    listing = await trio.to_thread.run_sync(
+        open_root, root, config.lock_wait_seconds, limiter=limiter, abandon_on_cancel=True
     )
+    lock_fd, names = listing.lock_fd, listing.queues
+    for entry in listing.strays:
+        logger.warning("broker directory %s: ignoring %s (not written by the store)", root, entry)
     recovered_logs: list[tuple[str, RecoveredLog]] = []
     broker: Broker | None = None
     helper: CommitHelper | None = None

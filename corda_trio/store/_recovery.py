@@ -46,9 +46,11 @@ from ._segment import (
     COMPACT_SUFFIX,
     QUARANTINE_DIR,
     fsync_dir,
+    is_compaction_leftover,
     list_segment_numbers,
     open_segment,
     segment_path,
+    stray_entries,
     write_all,
 )
 
@@ -118,6 +120,9 @@ class RecoveryReport:
     next_id: int
     torn_tail: TornTail | None
     removed_files: tuple[str, ...]
+    #: entries of the queue directory that the store did not write: left alone (never read, never
+    #: deleted) and reported
+    stray_files: tuple[str, ...]
     repairs: tuple[RepairAction, ...]
     duration_seconds: float
 
@@ -229,8 +234,9 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
     repairs: list[RepairAction] = []
     torn: TornTail | None = None
     writable = mode is not RecoveryMode.CHECK
+    strays = tuple(stray_entries(queue_dir))
     for entry in sorted(os.listdir(queue_dir)):
-        if entry.endswith(COMPACT_SUFFIX):
+        if is_compaction_leftover(queue_dir, entry):
             path = os.path.join(queue_dir, entry)
             removed.append(path)
             if writable:
@@ -363,6 +369,7 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
         next_id=next_id,
         torn_tail=torn,
         removed_files=tuple(removed),
+        stray_files=strays,
         repairs=tuple(repairs),
         duration_seconds=time.perf_counter() - started,
     )

@@ -31,9 +31,11 @@ __all__ = [
     "SEGMENT_SUFFIX",
     "create_segment",
     "fsync_dir",
+    "is_compaction_leftover",
     "list_segment_numbers",
     "pread_exact",
     "segment_path",
+    "stray_entries",
     "validate_queue_name",
     "write_all",
 ]
@@ -44,7 +46,13 @@ QUARANTINE_DIR: Final = "quarantine"
 #: A queue name becomes a directory name as is, so it must fit NAME_MAX (255) with room to spare.
 MAX_QUEUE_NAME_LENGTH: Final = 200
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_SEGMENT_RE: Final = re.compile(r"(\d{20})\.seg\Z")
+#: ASCII digits only: ``\d`` would also match other scripts' digits (a stray file named with them must
+#: never be taken for a segment).
+_SEGMENT_RE: Final = re.compile(r"([0-9]{20})\.seg\Z", re.ASCII)
+_COMPACT_RE: Final = re.compile(r"[0-9]{20}\.seg\.compact\Z", re.ASCII)
+#: Suffixes of the files the store writes: a queue name must not end like them, so that a queue's
+#: directory can never be taken for one of the store's own files (or the other way round).
+_RESERVED_SUFFIXES: Final = (SEGMENT_SUFFIX, COMPACT_SUFFIX, ".lock")
 #: Directory entries of a broker directory that are not queues.
 RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR})
 
@@ -79,6 +87,10 @@ def validate_queue_name(name: str) -> str:
         )
     if name in RESERVED_NAMES:
         raise InvalidQueueNameError(f"queue name {name!r} is reserved")
+    if name.lower().endswith(_RESERVED_SUFFIXES):
+        raise InvalidQueueNameError(
+            f"queue name {name!r} ends like a file of the store's own ({', '.join(_RESERVED_SUFFIXES)})"
+        )
     return name
 
 
@@ -88,14 +100,33 @@ def segment_path(queue_dir: str, number: int) -> str:
 
 
 def list_segment_numbers(queue_dir: str) -> list[int]:
-    """Segment numbers present in ``queue_dir``, ascending."""
+    """Segment numbers present in ``queue_dir`` (regular files named like segments), ascending."""
     numbers = []
     for entry in os.listdir(queue_dir):
         match = _SEGMENT_RE.match(entry)
-        if match:
+        if match and os.path.isfile(os.path.join(queue_dir, entry)):
             numbers.append(int(match.group(1)))
     numbers.sort()
     return numbers
+
+
+def is_compaction_leftover(queue_dir: str, entry: str) -> bool:
+    """Whether ``entry`` of ``queue_dir`` is the temp file of an interrupted compaction."""
+    return _COMPACT_RE.match(entry) is not None and os.path.isfile(os.path.join(queue_dir, entry))
+
+
+def stray_entries(queue_dir: str) -> list[str]:
+    """Entries of ``queue_dir`` the store did not write (left alone, and reported), sorted."""
+    strays = []
+    for entry in sorted(os.listdir(queue_dir)):
+        full = os.path.join(queue_dir, entry)
+        if _SEGMENT_RE.match(entry) or _COMPACT_RE.match(entry):
+            if os.path.isfile(full):
+                continue
+        elif entry == QUARANTINE_DIR and os.path.isdir(full):
+            continue
+        strays.append(entry)
+    return strays
 
 
 def fsync_dir(path: str) -> None:

@@ -108,5 +108,9 @@ async def test_compact_and_refusal_while_the_broker_is_open(
 def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["store", "check", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
-    assert main(["store", "check", str(tmp_path)]) == 0
-    assert "no queues" in capsys.readouterr().out
+    (tmp_path / "notes.txt").write_text("not a store")
+    assert main(["store", "check", str(tmp_path)]) == 1
+    assert "not a store directory" in capsys.readouterr().err
+    assert main(["store", "compact", str(tmp_path)]) == 1
+    assert "not a broker directory" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]  # nothing written to the wrong directory

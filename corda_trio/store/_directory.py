@@ -1,0 +1,161 @@
+"""The broker directory: its lock, its queue directories, and what else may be in it (blocking calls).
+
+Theory of operation
+-------------------
+*Lock.* One process at a time may own a broker directory. The lock is an ``flock`` on a descriptor of the
+directory *itself*, opened when the broker opens and held (by the broker and by its commit helper, which
+inherits it) until both are gone. Locking a file inside the directory would not do: deleting that file
+lets a second opener create a new one and lock it. A directory cannot be deleted while it holds a store,
+so its lock cannot be side-stepped that way. Offline readers (``store check``, ``store list``) take the
+same lock *shared*, on a read-only descriptor: they work for a read-only user and still refuse while a
+node runs. ``broker.lock`` is kept as an empty marker file that says "this directory is a store".
+
+*Layout.* The root holds ``broker.lock``, one directory per queue (named exactly like the queue, see
+:func:`~._segment.validate_queue_name`), and transiently ``.deleted-<name>-<n>`` while a queue is being
+deleted (a rename first, so that the delete is atomic; leftovers of an interrupted delete are removed at
+the next open). Anything else was not written by the store: it is left alone and reported.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import time
+from typing import Final
+
+import attrs
+
+from ._errors import BrokerLockedError, InvalidQueueNameError
+from ._recovery import RecoveredLog, RecoveryMode, recover_queue
+from ._segment import QUARANTINE_DIR, fsync_dir, list_segment_numbers, validate_queue_name
+
+__all__ = [
+    "LOCK_FILE",
+    "RootListing",
+    "create_queue_dir",
+    "lock_directory",
+    "open_root",
+    "remove_queue_dir",
+    "store_kind",
+]
+
+LOCK_FILE: Final = "broker.lock"
+DELETED_PREFIX: Final = ".deleted-"
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+@attrs.frozen(kw_only=True)
+class RootListing:
+    """What :func:`open_root` found in a broker directory."""
+
+    #: the locked directory descriptor (the caller closes it, which releases the lock)
+    lock_fd: int
+    #: queue directories, sorted
+    queues: tuple[str, ...]
+    #: entries the store did not write (left alone), sorted
+    strays: tuple[str, ...]
+
+
+def lock_directory(directory: str, *, exclusive: bool, wait_seconds: float = 0.0) -> int:
+    """Open ``directory`` read-only and ``flock`` it (waiting up to ``wait_seconds``); returns the
+    descriptor, which holds the lock until closed.
+
+    Raises:
+        BrokerLockedError: another process holds a conflicting lock.
+        OSError: the directory cannot be opened.
+    """
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + wait_seconds
+        flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        while True:
+            try:
+                fcntl.flock(fd, flags)
+                return fd
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise BrokerLockedError(
+                        f"broker directory {directory} is in use by another process"
+                    ) from None
+                time.sleep(0.01)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_root(directory: str, wait_seconds: float = 0.0) -> RootListing:
+    """Create (if needed) and lock the broker directory, finish interrupted deletes, list its queues."""
+    os.makedirs(directory, exist_ok=True)
+    fd = lock_directory(directory, exclusive=True, wait_seconds=wait_seconds)
+    try:
+        marker = os.path.join(directory, LOCK_FILE)
+        if not os.path.exists(marker):
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o644))
+            fsync_dir(directory)
+        queues: list[str] = []
+        strays: list[str] = []
+        for entry in sorted(os.listdir(directory)):
+            full = os.path.join(directory, entry)
+            if entry.startswith(DELETED_PREFIX) and os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
+            elif entry == LOCK_FILE or (entry == QUARANTINE_DIR and os.path.isdir(full)):
+                continue
+            elif _is_queue_name(entry) and os.path.isdir(full) and not os.path.islink(full):
+                queues.append(entry)
+            else:
+                strays.append(entry)
+        return RootListing(lock_fd=fd, queues=tuple(queues), strays=tuple(strays))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_queue_name(entry: str) -> bool:
+    try:
+        validate_queue_name(entry)
+    except InvalidQueueNameError:
+        return False
+    return True
+
+
+def create_queue_dir(root: str, path: str) -> RecoveredLog:
+    """Create the directory of a new queue (durably) and recover it (its first segment is created)."""
+    created = False
+    try:
+        os.mkdir(path)
+        created = True
+    except FileExistsError:
+        pass
+    if created:
+        fsync_dir(root)
+    return recover_queue(path, RecoveryMode.OPEN)
+
+
+def remove_queue_dir(root: str, path: str) -> None:
+    """Delete a queue's directory: renamed away first (atomic), then removed."""
+    n = 0
+    while os.path.exists(target := os.path.join(root, f"{DELETED_PREFIX}{os.path.basename(path)}-{n}")):
+        n += 1
+    os.rename(path, target)
+    fsync_dir(root)
+    shutil.rmtree(target)
+
+
+def store_kind(directory: str) -> str | None:
+    """``"broker"`` if ``directory`` is a broker directory, ``"queue"`` if it is one queue's directory,
+    ``None`` if it is neither (nothing the store wrote is in it). Never writes anything."""
+    if os.path.isfile(os.path.join(directory, LOCK_FILE)):
+        return "broker"
+    if list_segment_numbers(directory):
+        return "queue"
+    for entry in os.listdir(directory):
+        full = os.path.join(directory, entry)
+        if _is_queue_name(entry) and os.path.isdir(full) and list_segment_numbers(full):
+            return "broker"
+    return None
