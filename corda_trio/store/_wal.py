@@ -314,11 +314,15 @@ class DurableLog:
         if self.closing:
             raise StoreClosedError(f"queue {self.name} is closed")
 
-    def add_enqueue(self, payload: bytes, headers: bytes, timestamp_ms: int) -> tuple[int, Batch]:
+    def add_enqueue(
+        self, payload: bytes, headers: bytes, timestamp_ms: int, start: bool = True
+    ) -> tuple[int, Batch]:
         """Encode one enqueue record into the pending batch; returns its id and the batch to await.
 
         This runs once per enqueue, so it does the least it can: one codec call that also yields the
         record's batch-relative location, three list appends. Sizes and statistics are derived per batch.
+        With ``start=False`` the batch is not started here (``enqueue_many`` keeps its records in one
+        batch, then calls :meth:`start_pending`).
         """
         if self.failure is not None or self.closing:
             self.check_usable()
@@ -332,12 +336,19 @@ class DurableLog:
         ids = batch.ids
         ids.append(mid)
         batch.bodies.append((headers, payload))
-        if len(ids) >= self._start_at and self._jobs < self.config.pipeline_depth:
+        if start and len(ids) >= self._start_at and self._jobs < self.config.pipeline_depth:
             # Not for a caller that is already cancelled: ``Queue.enqueue`` takes its record back as it
             # parks, which it can only do while the record is still pending.
             if _current_effective_deadline() != _NEG_INF:
                 self._try_start()
         return mid, batch
+
+    def start_pending(self) -> None:
+        """Start the pending batch now if it holds a cohort and a job slot is free (else the writer
+        takes it)."""
+        pending = self.pending
+        if len(pending.ids) + pending.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
+            self._try_start()
 
     def retract_enqueue(self, batch: Batch, message_id: int) -> bool:
         """Take back the enqueue record ``message_id`` if nothing can have seen it yet: it is still the
