@@ -68,7 +68,6 @@ from typing import Any, Final
 import trio
 
 from corda_trio import store
-from corda_trio.store._record import append_enqueue
 
 __all__ = ["raw_encoded_loop", "raw_fsync_loop", "run_producer_sweep", "run_wal_benchmark"]
 
@@ -138,7 +137,7 @@ def raw_encoded_loop(directory: str, *, record_bytes: int, per_fsync: int, total
         for size in sizes:
             buf = bytearray()
             for _ in range(size):
-                append_enqueue(buf, message_id, clock() // 1_000_000, b"", payload)
+                store.append_enqueue(buf, message_id, clock() // 1_000_000, b"", payload)
                 message_id += 1
             write(fd, buf)
             sync(fd)
@@ -399,6 +398,41 @@ def run_producer_sweep(
     return records
 
 
+def smoke(directory: str | None = None) -> list[str]:
+    """A tiny end-to-end run (a few seconds, nothing timed): every variant reports comparable records.
+    Returns the problems found (empty: fine). ``python -m bench.wal --smoke`` runs it."""
+    total = PRODUCERS * SLICES * 2
+    records = run_wal_benchmark(directory=directory, total=total, repeats=1, recovery_messages=500)
+    by_variant = {(r["variant"], r["run"]): r for r in records}
+    queue = by_variant[("queue-256", 0)]
+    encoded = by_variant[("raw-loop-encoded", 0)]
+    bare = by_variant[("raw-loop", 0)]
+    one_k, threads = by_variant[("queue-1k", 0)], by_variant[("queue-1k-threads", 0)]
+    summary = by_variant[("queue-256", "median")]
+    checks = {
+        "every variant ran the same slices": encoded["slices"] == bare["slices"] == queue["slices"] == SLICES,
+        "every variant wrote the same records": (
+            encoded["records"] == bare["records"] == queue["records"] == total
+        ),
+        "fsyncs were counted": encoded["records_per_fsync"] >= 1 and queue["fsyncs"] >= 1,
+        "ratio to raw is computed from the same run": (
+            queue["ratio_to_raw_encoded"] == queue["records_per_second"] / encoded["records_per_second"]
+        ),
+        "serial bound is a fraction": 0.0 <= queue["serial_bound"] <= 1.0,
+        "1 KiB ratio to threads": one_k["ratio_to_threads"]
+        == one_k["records_per_second"] / threads["records_per_second"],
+        "helper CPU accounted only with the helper": (
+            one_k["helper_cpu_microseconds_per_record"] is not None
+            and threads["helper_cpu_microseconds_per_record"] is None
+        ),
+        "1 KiB runs wrote every record": one_k["records"] == threads["records"] == total,
+        "target verdict matches the ratio": (
+            summary["meets_target"] == (summary["ratio_to_raw_encoded"] >= 0.5)
+        ),
+    }
+    return [name for name, ok in checks.items() if not ok]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.wal", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small run (a few seconds, no 1M recovery)")
@@ -408,7 +442,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recovery-messages", type=int, default=None)
     parser.add_argument("--sweep", action="store_true",
                         help="only the producer sweep: 1 KiB at 1-64 producers, commit process vs threads")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only checks the records are consistent (nothing timed)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        problems = smoke(args.dir)
+        for problem in problems:
+            print(f"bench.wal smoke: FAILED: {problem}", file=sys.stderr)
+        print("bench.wal smoke: OK" if not problems else "bench.wal smoke: FAILED")
+        return 1 if problems else 0
     if args.sweep:
         sweep = run_producer_sweep(directory=args.dir, repeats=args.repeats)
         for r in sweep:

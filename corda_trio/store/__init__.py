@@ -33,6 +33,7 @@ from ._errors import StoreClosedError as StoreClosedError
 from ._errors import StoreError as StoreError
 from ._errors import StoreFailedError as StoreFailedError
 from ._errors import UnknownDeliveryError as UnknownDeliveryError
+from ._record import append_enqueue as append_enqueue
 from ._record import unpack_location as unpack_location
 from ._recovery import LostRecords as LostRecords
 from ._recovery import RecoveryMode as RecoveryMode
@@ -66,6 +67,7 @@ __all__ = [
     "StoreFailedError",
     "TornTail",
     "UnknownDeliveryError",
+    "append_enqueue",
     "lock_directory",
     "open_broker",
     "recover_queue",

@@ -90,6 +90,7 @@ class Compactor:
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     _stopped: bool = attrs.field(default=False, init=False)
     _task_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _pass_done: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     async def run(self) -> None:
         """Compact sealed segments as they become mostly acked, until :meth:`stop` or the log closes."""
@@ -109,6 +110,9 @@ class Compactor:
                         logger.error("queue %s: compaction failed, will retry later: %s", log.name, exc)
                     except StoreClosedError:
                         return
+                    finally:
+                        self._pass_done.set()
+                        self._pass_done = trio.Event()
         finally:
             self._task_done.set()
 
@@ -121,6 +125,10 @@ class Compactor:
         with trio.CancelScope(shield=True):
             async with self._lock:
                 pass
+
+    async def wait_for_pass(self) -> None:
+        """Wait until the background task has finished its next pass (whatever it did)."""
+        await self._pass_done.wait()
 
     async def wait_task_done(self) -> None:
         """Wait until the background task (if it was started) has returned."""
