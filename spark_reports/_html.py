@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -189,13 +190,13 @@ def _group_table(result: JobResult) -> str:
                 f"{g.count:,}",
                 (f"{g.errors:,} ({rate:.2%})", "bad" if rate > 0.01 else ("warn" if g.errors else "")),
                 _rate(g.throughput_per_second),
-                f"{peaks.get(g.key, 0):,}",
+                f"{peaks.get(g.key, 0):,.0f}",
                 f"{g.bytes_total / 1e6 / g.duration_seconds:,.2f}" if g.duration_seconds > 0 else _NA,
                 *pct,
                 _ms(end.max_ns) if end else _NA,
             ]
         )
-    headers = ["run", "scenario", "link", "size ≤", "ops", "errors", "ops/s", "peak ops/s (1 s)", "MB/s",
+    headers = ["run", "scenario", "link", "size ≤", "ops", "errors", "ops/s", "peak ops/s (1 bin)", "MB/s",
                *[f"end {p}" for p in PERCENTILES], "end max"]  # fmt: skip
     return _table(headers, rows, left=3)
 
@@ -215,6 +216,15 @@ def _stage_table(result: JobResult) -> str:
 def _label(g: GroupStats, prefix: str | None = None) -> str:
     text = f"{g.link} · {_size(g.size_class)}"
     return f"{prefix} · {text}" if prefix else text
+
+
+def _when(ns: int | None) -> str:
+    if ns is None:
+        return _NA
+    try:
+        return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return f"{ns:,} ns since the epoch"
 
 
 def _cut(text: str, limit: int = 300) -> str:
@@ -252,38 +262,61 @@ def _cdf_chart(
     )  # fmt: skip
 
 
-def _throughput_chart(title: str, result: JobResult, run_id: str, scenario: str) -> str:
-    per_link: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    per_link_err: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+def _throughput_charts(title: str, result: JobResult, run_id: str, scenario: str) -> str:
+    """ok/s per link over time, and errors/s on a chart of their own (their scale is often 1000x smaller)."""
+    ok: dict[str, dict[int, float]] = defaultdict(dict)
+    err: dict[str, dict[int, float]] = defaultdict(dict)
+    width = result.windows[run_id].width_seconds if run_id in result.windows else 1
     for p in result.series:
         if p.run_id == run_id and p.scenario == scenario:
-            per_link[p.link][p.second] += p.ok
-            per_link_err[p.link][p.second] += p.errors
-    links = sorted(per_link, key=lambda k: -sum(per_link[k].values()))[:MAX_SERIES_PER_CHART]
+            ok[p.link][p.second] = ok[p.link].get(p.second, 0.0) + p.ok_per_second
+            err[p.link][p.second] = err[p.link].get(p.second, 0.0) + p.errors_per_second
+    links = sorted(ok, key=lambda k: -sum(ok[k].values()))
+    shown = links[:MAX_SERIES_PER_CHART]
     # The run's last bin is cut short by the run's end: leave it out so the line does not dip at the end.
-    last_full = max((s for link in per_link for s in per_link[link]), default=0) - 1
-    series = []
-    for i, link in enumerate(links):
-        secs = per_link[link]
-        lo, hi = min(secs), max(secs)
+    last_full = max((s for link in ok for s in ok[link]), default=0) - width
+    ok_series, err_series = [], []
+    for link in shown:
+        bins = ok[link]
+        lo, hi = min(bins), max(bins)
         if last_full > lo:
             hi = min(hi, last_full)
-        series.append(
-            Series(name=f"{link} ok/s", points=tuple((s, secs.get(s, 0)) for s in range(lo, hi + 1)),
-                   color=PALETTE[i % len(PALETTE)])
-        )  # fmt: skip
-        errs = per_link_err[link]
-        if any(errs.values()):
-            series.append(
-                Series(name=f"{link} errors/s", points=tuple((s, errs.get(s, 0)) for s in range(lo, hi + 1)),
-                       color=PALETTE[i % len(PALETTE)], dashed=True)
-            )  # fmt: skip
-    return line_chart(
+        xs = range(lo, hi + 1, width)  # bounded: at most MAX_TIMELINE_POINTS bins per run
+        color = _color(result, run_id, link)
+        points = tuple((s, bins.get(s, 0)) for s in xs)
+        ok_series.append(Series(name=f"{link} ok/s", points=points, color=color))
+        if any(err[link].values()):
+            errs = err[link]
+            err_series.append(
+                Series(name=f"{link} errors/s", points=tuple((s, errs.get(s, 0)) for s in xs), color=color)
+            )
+    x_label = f"seconds since the run's first due operation (completions per {width} s bin, as a rate)"
+    out = line_chart(
         title=title,
-        series=series,
-        x_axis=Axis(label="seconds since the run's first due operation (completions per 1 s bin)"),
+        series=ok_series,
+        x_axis=Axis(label=x_label),
         y_axis=Axis(label="operations completed per second", include_zero=True),
     )
+    if err_series:
+        out += line_chart(
+            title=f"{title}: errors",
+            series=err_series,
+            x_axis=Axis(label=x_label),
+            y_axis=Axis(label="failed operations per second", include_zero=True),
+        )
+    if len(links) > len(shown):
+        left = ", ".join(escape(_cut(link, 80)) for link in links[len(shown):])
+        out += (
+            f'<p class="sub">{len(links) - len(shown)} more link(s) not drawn here to keep the chart legible '
+            f"(the {len(shown)} busiest are shown; every link is in the tables): {left}</p>"
+        )
+    return out
+
+
+def _color(result: JobResult, run_id: str, link: str) -> str:
+    """One colour per (run, link) across every chart of the report."""
+    keys = sorted({(g.run_id, g.link) for g in result.groups})
+    return PALETTE[keys.index((run_id, link)) % len(PALETTE)] if (run_id, link) in keys else PALETTE[0]
 
 
 def _comparison_section(rows: list[ComparisonRow], before: str, after: str, result: JobResult) -> str:
@@ -373,6 +406,15 @@ def render_html(
             f"</code>): they break the record schema. The first by file and line:<ul>{listed}</ul>"
             + (f"... and {more:,} more.</div>" if more > 0 else "</div>")
         )
+    for r, w in sorted(result.windows.items()):
+        if w.outliers:
+            out.append(
+                f'<p class="banner"><b>{w.outliers:,} operation(s) of run <code>{escape(r)}</code> completed '
+                f"outside the run's window</b> (which ends {(w.end_ns - w.start_ns) / 1e9:,.1f} s after its "
+                f"first due operation): between {_when(w.outlier_first_ns)} and {_when(w.outlier_last_ns)}. "
+                "They count in every total and percentile but are not drawn in the timelines, and throughput "
+                "is measured over the window. A clock that jumped, or a corrupt timestamp?</p>"
+            )
     if result.duplicates:
         out.append(
             f'<p class="banner"><b>{result.duplicates:,} duplicate record(s) were dropped</b>: they repeat '
@@ -403,8 +445,9 @@ def render_html(
     out.append(
         '<p class="caption">One row per run, scenario, link and size class (sizes rounded up to a power of '
         "two). <i>ops/s</i>: successful operations ÷ time from the first due operation to the last "
-        "completion; <i>peak</i>: the busiest one-second bin. <i>end pXX</i>: end-to-end latency, from the "
-        "moment each operation was due to the last stage it reached.</p>"
+        "completion in the run's window; <i>peak</i>: the busiest timeline bin (1 s unless the run is long). "
+        "<i>end pXX</i>: end-to-end latency, from the moment each operation was due to the last stage it "
+        "reached.</p>"
     )
     out.append(_group_table(result))
 
@@ -418,7 +461,7 @@ def render_html(
             )
             out.append('<div class="charts">')
             out.append(_cdf_chart(f"{scenario}: end-to-end latency distribution", groups))
-            out.append(_throughput_chart(f"{scenario}: throughput over time", result, r, scenario))
+            out.append(_throughput_charts(f"{scenario}: throughput over time", result, r, scenario))
             out.append("</div>")
             out.append(
                 '<p class="caption"><b>Latency CDF</b>: for each link and size, the latency (log scale) that '

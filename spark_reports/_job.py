@@ -53,14 +53,17 @@ if TYPE_CHECKING:
 __all__ = [
     "CDF_GRID",
     "LATENCY_STAGES",
+    "MAX_TIMELINE_POINTS",
     "PERCENTILES",
     "PERCENTILE_ACCURACY",
     "ErrorCount",
     "GroupStats",
     "JobResult",
+    "RunWindow",
     "SeriesPoint",
     "Sketch",
     "StageLatency",
+    "bin_width_seconds",
     "compute",
     "size_class",
 ]
@@ -176,6 +179,12 @@ class GroupStats:
     last_done_ns: int
     stages: tuple[StageLatency, ...]
     cdf_ns: tuple[tuple[float, int], ...]
+    #: 99th percentile of completion times (epoch ns): where the run's window ends is derived from it
+    done_p99_ns: int = 0
+    #: the last completion inside the run's window (``None``: not computed yet, use ``last_done_ns``)
+    window_last_done_ns: int | None = None
+    #: operations of this group that completed outside the run's window (counted, not drawn)
+    outliers: int = 0
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -183,8 +192,9 @@ class GroupStats:
 
     @property
     def duration_seconds(self) -> float:
-        """From the first operation's due time to the last completion."""
-        return max(0.0, (self.last_done_ns - self.first_intended_ns) / 1e9)
+        """From the first operation's due time to the last completion inside the run's window."""
+        last = self.last_done_ns if self.window_last_done_ns is None else self.window_last_done_ns
+        return max(0.0, (last - self.first_intended_ns) / 1e9)
 
     @property
     def throughput_per_second(self) -> float:
@@ -199,7 +209,11 @@ class GroupStats:
 
 @attrs.frozen(kw_only=True)
 class SeriesPoint:
-    """Completions in one second of one group; ``second`` counts from the run's first due time."""
+    """Completions in one time bin of one group.
+
+    ``second`` is where the bin starts, in seconds from the run's first due time; the bin is
+    ``width_seconds`` wide (1 s unless the run is long: see :class:`RunWindow`).
+    """
 
     run_id: str
     scenario: str
@@ -208,6 +222,51 @@ class SeriesPoint:
     second: int
     ok: int
     errors: int
+    width_seconds: int = 1
+
+    @property
+    def ok_per_second(self) -> float:
+        return self.ok / self.width_seconds
+
+    @property
+    def errors_per_second(self) -> float:
+        return self.errors / self.width_seconds
+
+
+#: Timelines have at most this many bins per run (the bin width grows with the run's length).
+MAX_TIMELINE_POINTS: Final = 2000
+#: Bin widths in seconds (a width is the smallest of these that keeps a run within the limit).
+_NICE_WIDTHS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+def bin_width_seconds(span_ns: int) -> int:
+    """The timeline bin width for a run spanning ``span_ns``: at most :data:`MAX_TIMELINE_POINTS` bins."""
+    need = span_ns / 1e9 / MAX_TIMELINE_POINTS
+    for w in _NICE_WIDTHS:
+        if w >= need:
+            return w
+    return math.ceil(need / 86400) * 86400
+
+
+#: Slack after twice the run's p99 completion time before a completion counts as an outlier.
+WINDOW_MARGIN_NS: Final = 10_000_000_000
+
+
+@attrs.frozen(kw_only=True)
+class RunWindow:
+    """The time window of one run that its timelines show.
+
+    It starts at the run's first due operation and ends at ``start + 2 * (p99 of completion - start)
+    + 10 s``: a completion later than that (a clock that jumped, a far-future timestamp) is an *outlier*: it
+    counts in every total and percentile but is not drawn, and the report names how many there were and when.
+    """
+
+    start_ns: int
+    end_ns: int
+    width_seconds: int
+    outliers: int = 0
+    outlier_first_ns: int | None = None
+    outlier_last_ns: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -228,6 +287,8 @@ class JobResult:
     errors: tuple[ErrorCount, ...]
     run_start_ns: dict[str, int]
     sketch: Sketch
+    #: per run: the window its timelines show and the outliers outside it
+    windows: dict[str, RunWindow] = attrs.field(factory=dict)
     #: seconds spent in each Spark job (aggregate, series, errors)
     timings: dict[str, float] = attrs.field(factory=dict)
     #: records dropped because an earlier record had the same ``records.DUPLICATE_KEY``
@@ -292,10 +353,17 @@ def _aggregate(prepared: DataFrame, sketch: Sketch) -> list[Any]:
         F.min("intended_ns").alias("first_intended_ns"),
         F.max("done_ns").alias("last_done_ns"),
         F.max("gid").alias("gid"),
+        F.kll_sketch_agg_bigint("done_ns", 256).alias("done_kll"),
+        F.count("done_ns").alias("done_n"),
     ]
     pct_values = list(PERCENTILES.values())
     totals = ("count", "ok", "errors", "bytes_total", "first_intended_ns", "last_done_ns", "gid")
     outputs = [F.col(k) for k in ("valid", *_KEYS, *totals)]
+    outputs.append(
+        F.when(F.col("done_n") > 0, F.kll_sketch_get_quantile_bigint(F.col("done_kll"), F.array(F.lit(0.99))))
+        .getItem(0)
+        .alias("done_p99")
+    )
     for s in LATENCY_STAGES:
         col = f"lat_{s}"
         grid = sorted(set(pct_values) | set(CDF_GRID)) if s == "end" else pct_values
@@ -370,17 +438,34 @@ def _series_and_errors(
     for g in groups:
         run_start[g.run_id] = min(run_start.get(g.run_id, g.first_intended_ns), g.first_intended_ns)
 
+    windows: dict[str, RunWindow] = {}
+    for r, start in run_start.items():
+        p99 = max(g.done_p99_ns for g in groups if g.run_id == r)
+        end = start + 2 * max(0, p99 - start) + WINDOW_MARGIN_NS
+        last = min(end, max(g.last_done_ns for g in groups if g.run_id == r))
+        windows[r] = RunWindow(start_ns=start, end_ns=end, width_seconds=bin_width_seconds(last - start))
+
     mark = time.perf_counter()
     prepared = _prepare(df).where(F.col("valid"))
-    # Seconds counted from each run's first due operation, so every bin but the last is a full second.
-    start_of = F.create_map(*[x for r, ns in sorted(run_start.items()) for x in (F.lit(r), F.lit(ns))])
-    second = F.floor((F.col("done_ns") - F.element_at(start_of, F.col("run_id"))) / F.lit(1_000_000_000))
+
+    def per_run(values: dict[str, int]) -> Any:
+        pairs = [x for r, v in sorted(values.items()) for x in (F.lit(r), F.lit(v))]
+        return F.element_at(F.create_map(*pairs), F.col("run_id"))
+
+    start_col = per_run({r: w.start_ns for r, w in windows.items()})
+    end_col = per_run({r: w.end_ns for r, w in windows.items()})
+    width_col = per_run({r: w.width_seconds * 1_000_000_000 for r, w in windows.items()})
+    # Bins counted from each run's first due operation; -1 holds the outliers (outside the run's window).
+    inside = (F.col("done_ns") >= start_col) & (F.col("done_ns") <= end_col)
+    bucket = F.when(inside, F.floor((F.col("done_ns") - start_col) / width_col)).otherwise(F.lit(-1))
     key_of = {int(row["gid"]): g.key for row, g in zip(rows, groups, strict=True)}
     by_gid = len(key_of) == len(groups)  # a 64-bit hash collision is all but impossible; if so, use the keys
     series_keys = ["gid"] if by_gid else list(_KEYS)
-    series_df = prepared.groupBy(*series_keys, second.alias("sec")).agg(
+    series_df = prepared.groupBy(*series_keys, bucket.alias("bin")).agg(
         F.sum(F.col("is_ok").cast("long")).alias("ok"),
         F.sum(F.col("is_error").cast("long")).alias("errors"),
+        F.min("done_ns").alias("first_done"),
+        F.max("done_ns").alias("last_done"),
     )
     errors_total = sum(g.errors for g in groups)
     errors_df = (
@@ -403,14 +488,37 @@ def _series_and_errors(
     label = "series + errors + duplicates" if check_duplicates else "series + errors"
     timings[label] = time.perf_counter() - mark
     points = []
+    in_window_last: dict[tuple[str, str, str, int], int] = {}
+    outliers: dict[tuple[str, str, str, int], int] = defaultdict(int)
+    run_outliers: dict[str, list[int]] = {}
     for r in series_rows:
         run_id, scenario, link, size = key_of[int(r["gid"])] if by_gid else (r[k] for k in _KEYS)
+        key = (run_id, scenario, link, int(size))
+        n = int(r["ok"]) + int(r["errors"])
+        if int(r["bin"]) < 0:
+            outliers[key] += n
+            first, last = int(r["first_done"]), int(r["last_done"])
+            seen = run_outliers.setdefault(run_id, [0, first, last])
+            seen[0] += n
+            seen[1], seen[2] = min(seen[1], first), max(seen[2], last)
+            continue
+        in_window_last[key] = max(in_window_last.get(key, 0), int(r["last_done"]))
+        width = windows[run_id].width_seconds
         point = SeriesPoint(
             run_id=run_id, scenario=scenario, link=link, size_class=int(size),
-            second=int(r["sec"]), ok=int(r["ok"]), errors=int(r["errors"]),
+            second=int(r["bin"]) * width, ok=int(r["ok"]), errors=int(r["errors"]), width_seconds=width,
         )  # fmt: skip
         points.append(point)
     series = tuple(sorted(points, key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second)))
+    groups = tuple(
+        attrs.evolve(
+            g, window_last_done_ns=in_window_last.get(g.key, g.first_intended_ns), outliers=outliers[g.key]
+        )
+        for g in groups
+    )
+    for run_id, (n, first, last) in run_outliers.items():
+        w = windows[run_id]
+        windows[run_id] = attrs.evolve(w, outliers=n, outlier_first_ns=first, outlier_last_ns=last)
 
     per_link: dict[tuple[str, str, str], list[ErrorCount]] = defaultdict(list)
     for r in error_rows:
@@ -425,7 +533,7 @@ def _series_and_errors(
     )
     return JobResult(
         groups=groups, series=series, errors=errors, run_start_ns=run_start, sketch=sketch, timings=timings,
-        duplicates=duplicates,
+        duplicates=duplicates, windows=windows,
     )  # fmt: skip
 
 
@@ -467,6 +575,7 @@ def _group_from_row(row: Any, pct_values: list[float]) -> GroupStats:
         bytes_total=int(row["bytes_total"] or 0),
         first_intended_ns=int(row["first_intended_ns"]),
         last_done_ns=int(row["last_done_ns"]),
+        done_p99_ns=int(row["done_p99"]),
         stages=tuple(stages),
         cdf_ns=cdf,
     )

@@ -23,12 +23,12 @@ EMPTY_TABLE_COLUMNS = {
 }
 
 
-def peak_per_second(result: JobResult) -> dict[tuple[str, str, str, int], int]:
-    """Highest ok completions in any one second, per group."""
-    peak: dict[tuple[str, str, str, int], int] = defaultdict(int)
+def peak_per_second(result: JobResult) -> dict[tuple[str, str, str, int], float]:
+    """Highest ok completions per second in any one timeline bin (1 s unless the run is long), per group."""
+    peak: dict[tuple[str, str, str, int], float] = defaultdict(float)
     for p in result.series:
         key = (p.run_id, p.scenario, p.link, p.size_class)
-        peak[key] = max(peak[key], p.ok)
+        peak[key] = max(peak[key], p.ok_per_second)
     return dict(peak)
 
 
@@ -85,8 +85,9 @@ def build_tables(result: JobResult, comparison: Table | None) -> dict[str, Table
             "link": p.link,
             "size_class_bytes": p.size_class,
             "second": p.second,
-            "ok_per_s": p.ok,
-            "errors_per_s": p.errors,
+            "bin_seconds": p.width_seconds,
+            "ok_per_s": p.ok_per_second,
+            "errors_per_s": p.errors_per_second,
         }
         for p in result.series
     ]

@@ -191,10 +191,11 @@ def test_report_html_tables_and_comparison(
     result = spark_reports.build_report([out], html_path, spark=spark)
     assert result.compared == ("gen-a", "gen-b")  # exactly two runs: earlier vs later
     html = html_path.read_text(encoding="utf-8")
-    # charts: per run one CDF + one throughput chart, plus one comparison chart
-    assert html.count("<svg") == 5
+    # charts: per run one CDF, one throughput and one errors chart, plus one comparison chart
+    assert html.count("<svg") == 7
+    assert html.count('class="chart-title">gen: throughput over time: errors') == 2
     assert html.count('class="chart-title">gen: end-to-end latency distribution') == 2
-    assert html.count('class="chart-title">gen: throughput over time') == 2
+    assert html.count('class="chart-title">gen: throughput over time<') == 2
     assert "before (dashed) vs after (solid)" in html
     expected_texts = (
         "What was measured", "2 CPUs", "3.11.7", "abc123def", "rate_per_second", "generated test data",
@@ -306,7 +307,9 @@ def test_end_to_end_real_benchmark_then_report(
         common += ["--run-id", run_id]
         assert main(["bench", "run", *args, *common]) == 0
         assert f"run {run_id} ({args[0]})" in capsys.readouterr().out
-    counts = {r: len(list(rf.read_records(out / f"run-{r}.records.jsonl"))) for r in runs}
+    written = {r: list(rf.read_records(out / f"run-{r}.records.jsonl")) for r in runs}
+    counts = {r: len(recs) for r, recs in written.items()}
+    with_errors = {r for r, recs in written.items() if any(x.outcome == "error" for x in recs)}
     html_path = tmp_path / "report.html"
     assert main(["report", "--in", str(out), "--out", str(html_path), "--master", "local[2]"]) == 0
     assert "report " in capsys.readouterr().out
@@ -314,7 +317,7 @@ def test_end_to_end_real_benchmark_then_report(
     for text in (*runs, "loopback-0", "loopback-1", "transfer-frame", "bench.wal.0", "corda_trio.store",
                  "p2p.inbound.bench-0"):  # fmt: skip
         assert text in html, text
-    assert html.count("<svg") == 2 * len(runs)
+    assert html.count("<svg") == 2 * len(runs) + len(with_errors)
     with (html_path.with_name("report_tables") / "groups.csv").open() as f:
         groups = list(csv.DictReader(f))
     for run_id, n in counts.items():
