@@ -153,6 +153,7 @@ def _check(args: argparse.Namespace) -> int:
                     "offset": t.offset,
                     "bytes": t.dropped_bytes,
                     "reason": t.reason,
+                    "claimed_id": t.claimed_id,
                 }
             entry["repairs"] = [
                 {
@@ -160,6 +161,7 @@ def _check(args: argparse.Namespace) -> int:
                     "quarantined_as": r.quarantined_as, "kept_bytes": r.kept_bytes,
                     "lost_enqueue_ids": list(r.lost.enqueue_ids),
                     "lost_ack_ids": list(r.lost.ack_ids), "unreadable_bytes": r.lost.unreadable_bytes,
+                    "dropped_bytes": r.lost.dropped_bytes, "damaged_record_claims_id": r.lost.damaged_id,
                 }
                 for r in report.repairs
             ]  # fmt: skip
@@ -173,6 +175,9 @@ def _check(args: argparse.Namespace) -> int:
                 verb = "truncated" if args.repair else "will be truncated on the next open"
                 print(f"{'':9}torn tail {verb}: {t.path} at offset {t.offset}, {t.dropped_bytes} bytes")
                 print(f"{'':9}({t.reason})")
+                if t.claimed_id is not None:
+                    claim = f"the cut record claims message id {t.claimed_id}"
+                    print(f"{'':9}({claim}: it was never acknowledged; the id is not reused)")
             for path in report.removed_files:
                 verb = "removed" if args.repair else "found"
                 print(f"{'':9}leftover of an interrupted compaction {verb}: {path}")
@@ -181,6 +186,10 @@ def _check(args: argparse.Namespace) -> int:
                 print(
                     f"         quarantined a copy as {r.quarantined_as}; kept the first {r.kept_bytes} bytes"
                 )
+                print(f"{'':9}dropped {r.lost.dropped_bytes} bytes from offset {r.offset}")
+                if r.lost.damaged_id is not None:
+                    claim = f"the damaged record's header claims message id {r.lost.damaged_id}"
+                    print(f"{'':9}{claim} (LOST if it was one)")
                 print(f"         LOST messages (enqueues): {_ids(r.lost.enqueue_ids)}")
                 print(f"         lost acks (these messages may be delivered again): {_ids(r.lost.ack_ids)}")
                 if r.lost.unreadable_bytes:

@@ -82,6 +82,9 @@ class TornTail:
     offset: int
     dropped_bytes: int
     reason: str
+    #: the message id the cut record's header claims, when enough of it was there (never acknowledged:
+    #: its write did not finish; new ids start above it all the same)
+    claimed_id: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -92,6 +95,16 @@ class LostRecords:
     enqueue_ids: tuple[int, ...]
     ack_ids: tuple[int, ...]
     unreadable_bytes: int
+    #: every byte cut from the segment (well-formed records and unreadable bytes alike)
+    dropped_bytes: int = 0
+    #: the id the damaged record's header claims (``None``: too little of it to tell); it may itself
+    #: be damaged, so it is reported, never trusted
+    damaged_id: int | None = None
+
+    @property
+    def highest_id(self) -> int:
+        """The highest message id this loss may have held (-1: none): new ids start above it."""
+        return max((*self.enqueue_ids, *self.ack_ids, self.damaged_id or -1), default=-1)
 
 
 @attrs.frozen(kw_only=True)
@@ -173,12 +186,19 @@ def _read_file(path: str) -> bytes:
 
 
 def _find_records_after(data: bytes, start: int) -> LostRecords:
-    """Best-effort list of well-formed records in ``data[start:]`` (used only to report losses)."""
+    """Best-effort list of what ``data[start:]`` held (used to report losses and to keep ids above
+    them): its well-formed records, and the id the damaged record at ``start`` claims, if it has one."""
     found = find_records(data, start)
+    damaged_id = None
+    if len(data) - start >= _HEADER.size and not (found and found[0][0] == start):
+        claimed = _HEADER.unpack_from(data, start)[5]
+        damaged_id = claimed if claimed < 1 << 62 else None  # a wild value is no id worth keeping clear
     return LostRecords(
         enqueue_ids=tuple(mid for _o, _l, kind, mid in found if kind == _ENQ),
         ack_ids=tuple(mid for _o, _l, kind, mid in found if kind == _ACK),
         unreadable_bytes=len(data) - start - sum(length for _o, length, _k, _m in found),
+        dropped_bytes=len(data) - start,
+        damaged_id=damaged_id,
     )
 
 
@@ -290,8 +310,9 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
                 verdict = classify_stop(data, result, is_last_segment=is_last)
                 if verdict is Verdict.TORN_TAIL:
                     torn = TornTail(
-                        path=path, offset=result.end, dropped_bytes=size - result.end, reason=reason
-                    )
+                        path=path, offset=result.end, dropped_bytes=size - result.end, reason=reason,
+                        claimed_id=_find_records_after(data, result.end).damaged_id,
+                    )  # fmt: skip
                     if writable:
                         os.truncate(path, result.end)
                         fd = os.open(path, os.O_RDWR)
@@ -336,6 +357,29 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
             state.live_bytes -= length
             state.live_count -= 1
         next_id = max(next_id, last_id + 1, max(acks, default=-1) + 1)
+        # Ids are never reused, not even those of messages a torn tail or a repair dropped: a receiver
+        # that deduplicates by id would drop a new message that took one. The floor is made durable by
+        # starting a new segment whose header's base id is above them.
+        # (A claimed id far above every other one is damage, not an id ever handed out.)
+        plausible = next_id + (1 << 32)
+        lost_ids = [r.lost.highest_id for r in repairs]
+        if torn is not None and torn.claimed_id is not None:
+            lost_ids.append(torn.claimed_id)
+        lost_ceiling = max((i for i in lost_ids if i < plausible), default=-1)
+        if lost_ceiling >= next_id:
+            next_id = lost_ceiling + 1
+            if writable and states:
+                from ._segment import create_segment
+
+                number = max(numbers[-1], states[-1].number) + 1
+                fd = create_segment(queue_dir, number, next_id)
+                states.append(
+                    SegmentState(
+                        number=number, path=segment_path(queue_dir, number), base_id=next_id,
+                        size=SEGMENT_HEADER_BYTES, live_bytes=0, live_count=0, min_id=-1, max_id=-1,
+                        ack_count=0, fd=fd,
+                    )
+                )  # fmt: skip
         if writable and not states:
             # Fresh queue (or its only segment was an empty torn one): start segment 1.
             from ._segment import create_segment  # local: keeps the import list of the common path short

@@ -56,6 +56,8 @@ async def test_check_repair_and_list(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["store", "check", str(tmp_path), "--repair"]) == 0
     out = capsys.readouterr().out
     assert "REPAIRED" in out and "LOST messages (enqueues): 4, 5, 6, 7" in out
+    assert "the damaged record's header claims message id 3" in out  # the damaged one is reported too
+    assert f"dropped {5 * (32 + 5)} bytes from offset {offset}" in out
     quarantined = os.listdir(tmp_path / QUEUE / store.QUARANTINE_DIR)
     assert quarantined == [os.path.basename(path) + ".corrupt-0"]
     assert main(["store", "check", str(tmp_path), "--json"]) == 0
@@ -64,11 +66,13 @@ async def test_check_repair_and_list(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {q["queue"] for q in report["queues"]} == {QUEUE, "internal.peers.DLother"}
 
     async with store.open_broker(tmp_path) as broker:
-        assert [m.payload async for m in broker.get_queue(QUEUE).browse()] == [b"msg-0", b"msg-1", b"msg-2"]
+        queue = broker.get_queue(QUEUE)
+        assert [m.payload async for m in queue.browse()] == [b"msg-0", b"msg-1", b"msg-2"]
+        assert await queue.enqueue(b"new") == 8  # the lost ids 3-7 are never handed out again
 
     assert main(["store", "list", str(tmp_path), "--prefix", "p2p."]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{QUEUE}: 3 messages") and "DLother" not in out
+    assert out.startswith(f"{QUEUE}: 4 messages") and "DLother" not in out
 
 
 async def test_check_a_single_queue_directory_reports_a_torn_tail(

@@ -1,7 +1,10 @@
-"""A real crash test: a child process enqueues and acks as fast as it can and is ``kill -9``-ed at
-random moments; after each kill, every acknowledged enqueue is recovered with its exact payload, no
-acknowledged ack is undone, and nothing unknown appears (at most the one in-flight enqueue of each
-producer, with the payload it was trying to store)."""
+"""A real crash test: a child process enqueues, acks, compacts, deletes and re-declares a queue as fast as
+it can and is ``kill -9``-ed at random moments; after each kill, every acknowledged enqueue is recovered
+with its exact payload, no acknowledged ack is undone, nothing unknown appears (at most the one
+in-flight enqueue of each producer, with the payload it was trying to store), ids keep increasing, and
+no message of a deleted queue generation ever comes back.
+
+``CORDA_TRIO_CRASH_ROUNDS`` sets the number of rounds (default 50); ``CRASH_SEED`` the random seed."""
 
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import trio
 
 from corda_trio import store
 
-from .crash_child import PRODUCERS, QUEUE, payload_for
+from .crash_child import CHURN, PRODUCERS, QUEUE, churn_payload, payload_for
 
-ROUNDS = 50
+ROUNDS = int(os.environ.get("CORDA_TRIO_CRASH_ROUNDS", "50"))
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,11 +49,51 @@ def _run_child(directory: Path, round_no: int, log: Path, rng: random.Random) ->
         child.wait()
 
 
-async def _recovered(directory: Path) -> dict[int, bytes]:
+async def _recovered(directory: Path) -> tuple[dict[int, bytes], dict[int, bytes] | None]:
+    """The messages of ``QUEUE``, and of ``CHURN`` (``None``: no such queue)."""
     async with store.open_broker(directory) as broker:
-        if QUEUE not in broker.list_queues():
-            return {}
-        return {m.message_id: m.payload async for m in broker.get_queue(QUEUE).browse()}
+        names = broker.list_queues()
+        main: dict[int, bytes] = {}
+        if QUEUE in names:
+            main = {m.message_id: m.payload async for m in broker.get_queue(QUEUE).browse()}
+        if CHURN not in names:
+            return main, None
+        return main, {m.message_id: m.payload async for m in broker.get_queue(CHURN).browse()}
+
+
+def _check_churn(
+    round_no: int, lines: list[list[str]], churn: dict[int, bytes] | None, deleted: set[str]
+) -> None:
+    """The churn queue after a kill: only its last generation's messages, all of them if that generation
+    was declared and not being deleted; never a message of a generation whose delete returned (over all
+    rounds: ``deleted`` accumulates)."""
+    current: str | None = None
+    deleting = False
+    acknowledged: dict[str, dict[int, bytes]] = {}
+    for parts in lines:
+        if parts[0] == "N":
+            current, deleting = parts[1], False
+            acknowledged[current] = {}
+        elif parts[0] == "C":
+            acknowledged[parts[1]][int(parts[2])] = churn_payload(parts[1], int(parts[3]))
+        elif parts[0] == "X":
+            deleting = True
+        elif parts[0] == "Y":
+            deleted.add(parts[1])
+            current = None
+    if churn is None:
+        assert current is None or deleting or not acknowledged[current], (
+            f"round {round_no}: queue {CHURN} (generation {current}) vanished with acknowledged messages"
+        )
+        return
+    for mid, payload in churn.items():
+        generation = payload.split(b":", 2)[0].decode()
+        assert generation not in deleted, f"round {round_no}: message {mid} of deleted {generation} is back"
+    if current is not None:  # (a delete cut short either happened whole, or not at all)
+        missing = {mid for mid, payload in acknowledged[current].items() if churn.get(mid) != payload}
+        assert not missing, f"round {round_no}: generation {current} lost {sorted(missing)[:10]}"
+    ids = sorted(churn)
+    assert ids == sorted(set(ids))
 
 
 @pytest.mark.crash
@@ -61,7 +104,8 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
     known: dict[int, bytes] = {}  # every id known to exist at some point, with its payload
     acked: set[int] = set()
     max_id = -1
-    total_enqueued = total_acked = 0
+    total_enqueued = total_acked = churn_rounds = 0
+    deleted_generations: set[str] = set()
     for round_no in range(ROUNDS):
         log = tmp_path / f"round-{round_no}.log"
         await trio.to_thread.run_sync(_run_child, directory, round_no, log, rng)
@@ -69,6 +113,8 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
         acking: int | None = None  # the ack the consumer was making when killed (its result unknown)
         for line in log.read_bytes().decode().splitlines():
             parts = line.split()
+            if parts[0] not in "EDA":
+                continue  # the churn queue's lines: checked by _check_churn
             if parts[0] == "E":
                 mid, r, p, seq = map(int, parts[1:])
                 assert r == round_no and mid not in known, line
@@ -81,7 +127,10 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
                 acked.add(int(parts[1]))
                 total_acked += 1
                 acking = None
-        recovered = await _recovered(directory)
+        recovered, churn = await _recovered(directory)
+        lines = [line.split() for line in log.read_bytes().decode().splitlines()]
+        _check_churn(round_no, lines, churn, deleted_generations)
+        churn_rounds += churn is not None
         for mid in acked:
             assert mid not in recovered, f"round {round_no}: acked message {mid} came back"
         if acking is not None and acking not in recovered:
@@ -105,3 +154,4 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
         if known:
             max_id = max(max_id, max(known))
     assert total_enqueued > 1000 and total_acked > 100, (total_enqueued, total_acked)
+    assert deleted_generations and churn_rounds, (len(deleted_generations), churn_rounds)
