@@ -1,0 +1,122 @@
+"""A p2p node in its own process, for the real-process tests (``test_processes.py``).
+
+``python p2p_child.py NODE_DIR run``: runs broker + messaging service + inbound acceptor + bridge manager.
+NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally ``send.json``
+(``{"to": legal name, "count": N, "start": K, "batch": B, "expect": M,
+"interval": seconds between batches}``); the peers come from ``../peers.json`` (a list of
+``{"name", "key_hash", "host", "port"}``, re-read every 50 ms: the test's stand-in for the network map cache).
+Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before it) is durable, and ``done``
+once it has sent everything, its outbound queue is empty and it handled ``expect`` messages (``expect`` in
+``send.json``). The handler returns the message body as its receipt, committed with the dedup id.
+
+``python p2p_child.py NODE_DIR dump``: prints the committed receipts as JSON (the ledger of what handlers
+did), then exits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import trio
+
+from corda_trio import bridge, messaging, pki, store
+
+TOPIC = "test.p2p"
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def _follow_peers(path: Path, own: str, directory: messaging.PeerDirectory) -> None:
+    last = b""
+    while True:
+        try:
+            raw = path.read_bytes()  # noqa: ASYNC240 (a small local file)
+        except FileNotFoundError:
+            raw = b"[]"
+        if raw != last:
+            last = raw
+            entries = json.loads(raw)
+            wanted = {e["key_hash"]: e for e in entries if e["key_hash"] != own}
+            for key_hash, e in wanted.items():
+                directory.put(
+                    messaging.Peer(
+                        legal_name=pki.CordaX500Name.parse(e["name"]),
+                        key_hash=key_hash,
+                        addresses=[(e["host"], e["port"])],
+                    )
+                )
+            for p in directory.peers():
+                if p.key_hash not in wanted:
+                    directory.remove(p.key_hash)
+        await trio.sleep(0.05)
+
+
+async def run(node_dir: Path) -> None:
+    name = pki.CordaX500Name.parse((node_dir / "name").read_text())
+    root = pki.read_certificate(node_dir / "root.pem")
+    tls = {"cert_chain": node_dir / "tls.pem", "key": node_dir / "tls.key", "trust_root": root}
+    server_ctx = pki.server_ssl_context(**tls)  # type: ignore[arg-type]
+    client_ctx = pki.client_ssl_context(**tls)  # type: ignore[arg-type]
+    key_hash = pki.key_hash(pki.read_certificates(node_dir / "identity.pem")[0].public_key())
+    plan = json.loads((node_dir / "send.json").read_text()) if (node_dir / "send.json").exists() else {}
+    peers = messaging.PeerDirectory()
+    async with store.open_broker(node_dir / "store") as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=name, key_hash=key_hash)
+        service = await messaging.MessagingService.open(broker, config, peers)
+        acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx)
+        manager = bridge.BridgeManager(
+            messaging=service,
+            resolver=peers,
+            ssl_context=client_ctx,
+            config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
+        )
+        expect = int(plan.get("expect", 0))
+
+        async def handler(message: messaging.ReceivedMessage) -> bytes:
+            return message.data
+
+        service.add_message_handler(TOPIC, handler)
+        port = await nursery.start(acceptor.run)
+        await nursery.start(manager.run)
+        await nursery.start(service.run)
+        nursery.start_soon(_follow_peers, node_dir.parent / "peers.json", key_hash, peers)
+        _say(f"ready {port}")
+        if plan:
+            to = pki.CordaX500Name.parse(plan["to"])
+            while peers.peer_named(to) is None:
+                await peers.wait_changed(peers.version)
+            count, batch = int(plan["count"]), int(plan.get("batch", 100))
+            for start in range(int(plan.get("start", 0)), count, batch):
+                ids = range(start, min(count, start + batch))
+                await service.send_many(
+                    [
+                        service.create_message(TOPIC, b"%d" % i, dedup_id=f"{name.organisation}-{i}")
+                        for i in ids
+                    ],
+                    to,
+                )
+                _say(f"sent {ids[-1]}")
+                await trio.sleep(float(plan.get("interval", 0)))
+            queue = await service.outbound_queue_for(peers.peer_named(to).key_hash)  # type: ignore[union-attr]
+            while queue.statistics().depth:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            while len(service.deduplicator) < expect:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            _say("done")
+        await trio.sleep_forever()
+
+
+async def dump(node_dir: Path) -> None:
+    async with store.open_broker(node_dir / "store") as broker:
+        dedup = await messaging.Deduplicator.open(broker)
+        print(json.dumps([[i, r.decode()] for i, r in dedup.receipts()]))
+
+
+if __name__ == "__main__":
+    directory, mode = Path(sys.argv[1]), sys.argv[2]
+    trio.run(run if mode == "run" else dump, directory)
