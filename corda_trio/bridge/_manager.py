@@ -41,6 +41,10 @@ class _Slot:
     bridge: Bridge
     scope: trio.CancelScope
     restarts: int = 0
+    finished: trio.Event = attrs.field(factory=trio.Event)
+    #: The slot this one replaces: it must have finished (released what it held) before this one starts,
+    #: or two sessions of one queue would interleave and break the per-sender order.
+    previous: _Slot | None = None
 
 
 @attrs.define(eq=False)
@@ -52,6 +56,7 @@ class BridgeManager:
     ssl_context: ssl.SSLContext
     config: BridgeConfig = attrs.field(factory=BridgeConfig)
     _slots: dict[str, _Slot] = attrs.field(factory=dict)
+    _stopping: dict[str, _Slot] = attrs.field(factory=dict)
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     def bridges(self) -> dict[str, Bridge]:
@@ -91,13 +96,15 @@ class BridgeManager:
         for name in list(self._slots):
             if name not in wanted:
                 log.info("bridge %s: peer left the network map, stopping", name)
-                self._slots.pop(name).scope.cancel()
+                slot = self._slots.pop(name)
+                slot.scope.cancel()
+                self._stopping[name] = slot
         for name, queue in wanted.items():
             if name not in self._slots:
                 bridge = Bridge(
                     queue=queue, resolver=self.resolver, ssl_context=self.ssl_context, config=self.config
                 )
-                slot = _Slot(bridge=bridge, scope=trio.CancelScope())
+                slot = _Slot(bridge=bridge, scope=trio.CancelScope(), previous=self._stopping.pop(name, None))
                 self._slots[name] = slot
                 nursery.start_soon(self._supervise, name, slot)
                 log.info("bridge %s: started", name)
@@ -106,17 +113,31 @@ class BridgeManager:
 
     async def _supervise(self, name: str, slot: _Slot) -> None:
         backoff = Backoff(self.config.initial_backoff_seconds, self.config.max_backoff_seconds)
-        with slot.scope:
-            while True:
-                try:
-                    await slot.bridge.run()
-                except Exception:
-                    log.exception("bridge %s crashed; restarting", name)
-                slot.restarts += 1
-                await trio.sleep(backoff.next_delay())
-                slot.bridge = Bridge(
-                    queue=slot.bridge.queue,
-                    resolver=self.resolver,
-                    ssl_context=self.ssl_context,
-                    config=self.config,
-                )
+        try:
+            with slot.scope:
+                if slot.previous is not None:
+                    await slot.previous.finished.wait()
+                await self._supervised_loop(name, slot, backoff)
+        finally:
+            if slot.previous is not None and not slot.previous.finished.is_set():
+                with trio.CancelScope(shield=True):  # it was cancelled: it finishes promptly
+                    await slot.previous.finished.wait()
+            slot.previous = None
+            slot.finished.set()
+            if self._stopping.get(name) is slot:
+                del self._stopping[name]
+
+    async def _supervised_loop(self, name: str, slot: _Slot, backoff: Backoff) -> None:
+        while True:
+            try:
+                await slot.bridge.run()
+            except Exception:
+                log.exception("bridge %s crashed; restarting", name)
+            slot.restarts += 1
+            await trio.sleep(backoff.next_delay())
+            slot.bridge = Bridge(
+                queue=slot.bridge.queue,
+                resolver=self.resolver,
+                ssl_context=self.ssl_context,
+                config=self.config,
+            )

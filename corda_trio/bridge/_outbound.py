@@ -84,10 +84,32 @@ def _is_identity_failure(exc: BaseException) -> bool:
     return False
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _failure_unless_cancelled(raised: BaseException) -> BaseException:
+    """The failure a session ended with; re-raises if the bridge itself is being cancelled.
+
+    A session's tasks can fail at the moment the bridge is cancelled (say, the peer left the map, which both
+    stops the bridge and makes its watcher raise): the group then holds ``Cancelled`` *and* an ``Exception``.
+    Cancellation wins; the other errors are only logged, so that nothing but ``Cancelled`` reaches the
+    cancel scope of the owner (which would otherwise let the error through and crash the manager).
+    """
+    if isinstance(raised, BaseExceptionGroup):
+        cancelled, rest = raised.split(trio.Cancelled)
+        if cancelled is not None:
+            if rest is not None:
+                log.debug("errors while the bridge was cancelled: %r", rest)
+            leaf: BaseException = cancelled
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            raise leaf from None
+        assert rest is not None
+        while isinstance(rest, BaseExceptionGroup) and len(rest.exceptions) == 1:
+            rest = rest.exceptions[0]
+        if not isinstance(rest, Exception | ExceptionGroup):
+            raise raised
+        return rest
+    if not isinstance(raised, Exception):
+        raise raised
+    return raised
 
 
 @attrs.define(eq=False)
@@ -155,8 +177,8 @@ class Bridge:
                 continue
             try:
                 await self._session(peer, picked)
-            except Exception as group:
-                exc = _leaf(group)
+            except BaseException as raised:
+                exc = _failure_unless_cancelled(raised)
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, PeerChangedError):
