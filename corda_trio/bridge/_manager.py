@@ -53,7 +53,7 @@ class BridgeManager:
 
     messaging: MessagingService
     resolver: PeerResolver
-    ssl_context: ssl.SSLContext
+    ssl_context: ssl.SSLContext | None
     config: BridgeConfig = attrs.field(factory=BridgeConfig)
     _slots: dict[str, _Slot] = attrs.field(factory=dict)
     _stopping: dict[str, _Slot] = attrs.field(factory=dict)

@@ -70,6 +70,12 @@ class BridgeConfig:
     #: How long an address whose TLS identity check failed is left alone.
     parked_retry_seconds: float = 300.0
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: AMQP settings of the bridge's connections (``None``: the engine's defaults, SASL PLAIN
+    #: ``SystemUsers/Peer``).
+    amqp_config: amqp.ConnectionConfig | None = None
+    #: Prepended to the peer's inbox address: ``""`` for corda-trio peers; e.g. ``"/queue/"`` when the
+    #: "peer" is a broker such as RabbitMQ that names queues that way.
+    target_prefix: str = ""
 
 
 def _is_identity_failure(exc: BaseException) -> bool:
@@ -118,7 +124,9 @@ class Bridge:
 
     queue: store.Queue
     resolver: PeerResolver
-    ssl_context: ssl.SSLContext
+    #: The node's client context (mutual TLS, trust anchored in the network root). ``None`` dials plain TCP
+    #: without the identity check: only for a local broker standing in for a peer (interop tests).
+    ssl_context: ssl.SSLContext | None
     config: BridgeConfig = attrs.field(factory=BridgeConfig)
     backoff: Backoff | None = None
     state: BridgeState = BridgeState.RESOLVING
@@ -203,11 +211,12 @@ class Bridge:
             address[0],
             address[1],
             ssl_context=self.ssl_context,
-            peer_check=lambda tls: pki.check_peer_legal_name(tls, expected),
+            peer_check=(lambda tls: pki.check_peer_legal_name(tls, expected)) if self.ssl_context else None,
+            config=self.config.amqp_config,
             handshake_timeout=self.config.handshake_timeout_seconds,
         ) as conn:
             self.backoff.reset()
-            sender = await conn.open_sender(inbox_address(peer.key_hash))
+            sender = await conn.open_sender(self.config.target_prefix + inbox_address(peer.key_hash))
             self.state = BridgeState.CONNECTED
             self.connects += 1
             self._connected.set()

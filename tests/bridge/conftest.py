@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corda_trio import pki
+from tests.interop.conftest import rabbitmq as rabbitmq  # the RabbitMQ peer fixture
 from tests.p2p_harness import NOW
 
 ALICE = pki.CordaX500Name.parse("O=Alice, L=London, C=GB")

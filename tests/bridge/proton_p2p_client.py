@@ -1,0 +1,113 @@
+"""Apache Qpid Proton as a Corda peer: mutual TLS with a node's certificate, sends P2P-shaped messages.
+
+    python proton_p2p_client.py --port P --address A --count N --tls DIR
+
+DIR holds ``client.pem`` (the TLS chain), ``client.key`` and ``ca.pem`` (the network root). Each message
+carries Corda's P2P application properties (``platform-topic``, ``platform-version`` int,
+``_AMQ_DUPL_ID``...) and one Data body ``b"proton-<i>"``. Prints one JSON line with the counts of
+accepted / rejected / released sends, the first rejection's condition, or the link / transport error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from proton import Message, SSLDomain, int32
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+
+class Client(MessagingHandler):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(auto_accept=False)
+        self.args = args
+        self.sent = self.accepted = self.rejected = self.released = 0
+        self.error: str | None = None
+        self.rejection: str | None = None
+
+    def on_start(self, event):
+        a = self.args
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        domain.set_credentials(os.path.join(a.tls, "client.pem"), os.path.join(a.tls, "client.key"), None)
+        domain.set_trusted_ca_db(os.path.join(a.tls, "ca.pem"))
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER)  # Corda checks names after the handshake
+        conn = event.container.connect(f"amqps://127.0.0.1:{a.port}", reconnect=False, ssl_domain=domain)
+        event.container.create_sender(conn, a.address)
+
+    def on_sendable(self, event):
+        while event.sender.credit and self.sent < self.args.count:
+            i = self.sent
+            msg = Message(
+                body=b"proton-%d" % i,
+                durable=True,
+                id=f"proton-{i}",
+                properties={
+                    "platform-topic": "test.p2p",
+                    "platform-version": int32(1),
+                    "corda-vendor": "qpid-proton",
+                    "release-version": "1",
+                    "sender-uuid": "proton",
+                    "send-seq-no": i,
+                    "_AMQ_DUPL_ID": f"proton-{i}",
+                },
+            )
+            msg.inferred = True  # bytes body as a Data section
+            event.sender.send(msg)
+            self.sent += 1
+
+    def on_accepted(self, event):
+        self.accepted += 1
+        self._maybe_close(event)
+
+    def on_rejected(self, event):
+        self.rejected += 1
+        cond = event.delivery.remote.condition
+        self.rejection = self.rejection or (cond.name if cond else None)
+        self._maybe_close(event)
+
+    def on_released(self, event):
+        self.released += 1
+        self._maybe_close(event)
+
+    def _maybe_close(self, event):
+        if self.accepted + self.rejected + self.released == self.args.count:
+            event.connection.close()
+
+    def on_link_error(self, event):
+        cond = event.link.remote_condition
+        self.error = f"{cond.name}: {cond.description}" if cond else "link error"
+        event.connection.close()
+
+    def on_transport_error(self, event):
+        cond = event.transport.condition
+        self.error = self.error or (f"{cond.name}: {cond.description}" if cond else "transport error")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--address", required=True)
+    ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--tls", required=True)
+    args = ap.parse_args()
+    client = Client(args)
+    Container(client).run()
+    print(
+        json.dumps(
+            {
+                "sent": client.sent,
+                "accepted": client.accepted,
+                "rejected": client.rejected,
+                "released": client.released,
+                "rejection": client.rejection,
+                "error": client.error,
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Third-party peers: Qpid Proton delivers into our inbox over mutual TLS (and is refused elsewhere); our
+bridge delivers into RabbitMQ standing in for a peer's inbox, with Corda's headers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import amqp, bridge, messaging, pki, store, transport
+from tests.interop.conftest import Peer
+from tests.p2p_harness import running_node, wait_until
+
+pytestmark = [pytest.mark.interop]
+
+PROTON_CLIENT = Path(__file__).with_name("proton_p2p_client.py")
+
+
+async def _proton(port: int, address: str, count: int, tls: Path) -> dict[str, object]:
+    result = await trio.run_process(
+        [
+            sys.executable,
+            str(PROTON_CLIENT),
+            "--port",
+            str(port),
+            "--address",
+            address,
+            "--count",
+            str(count),
+            "--tls",
+            str(tls),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+    assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+async def test_proton_delivers_into_our_inbox_and_is_refused_elsewhere(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    tls = tmp_path / "proton-tls"
+    tls.mkdir()
+    pki.write_certificates(tls / "client.pem", alice.tls_chain)
+    pki.write_private_key(tls / "client.key", alice.tls.key, None)
+    pki.write_certificates(tls / "ca.pem", [network.root.cert])
+    async with running_node(bob, network.root.cert, tmp_path / "b", run_service=False) as b:
+        inbox = b.service.inbox
+        with trio.fail_after(120):
+            out = await _proton(b.port, inbox.name, 300, tls)
+            assert out == {**out, "sent": 300, "accepted": 300, "rejected": 0, "released": 0, "error": None}
+            refused = await _proton(b.port, "internal.peers.DLsomeone", 1, tls)
+        assert refused["accepted"] == 0
+        assert "amqp:unauthorized-access" in str(refused["error"]) and inbox.name in str(refused["error"])
+        stored = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in inbox.browse()]
+        assert [m.data for m in stored] == [b"proton-%d" % i for i in range(300)]
+        assert {m.validated_user for m in stored} == {str(alice.legal_name)}
+
+
+async def test_our_bridge_delivers_into_rabbitmq_with_corda_headers(rabbitmq: Peer, tmp_path: Path) -> None:
+    """RabbitMQ (AMQP 1.0 plugin) stands in for a peer's inbox: a bridge moves a durable outbound queue
+    into the RabbitMQ queue ``p2p.inbound.<key-hash>``, acking only what RabbitMQ accepted; read back, every
+    message carries Corda's P2P headers, in order."""
+    key_hash = "DLrabbitPeer"
+    peer = messaging.Peer(
+        legal_name=pki.CordaX500Name.parse("O=Rabbit, L=London, C=GB"),
+        key_hash=key_hash,
+        addresses=[("127.0.0.1", rabbitmq.port)],
+    )
+    resolver = messaging.PeerDirectory.of([peer])
+    n = 200
+    config = bridge.BridgeConfig(amqp_config=rabbitmq.config, target_prefix="/queue/", credit=16)
+    async with store.open_broker(tmp_path / "store") as broker:
+        queue = await broker.declare_queue(messaging.outbound_queue(key_hash))
+        await queue.enqueue_many(
+            [
+                messaging.to_amqp(
+                    messaging.OutgoingMessage(topic="test.p2p", data=b"r%d" % i, dedup_id=f"R-{i}"),
+                    platform_version=1,
+                    release_version="0.1.0",
+                    sender_uuid="s",
+                    send_seq_no=i,
+                ).encode()
+                for i in range(n)
+            ]
+        )
+        b = bridge.Bridge(queue=queue, resolver=resolver, ssl_context=None, config=config)
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(b.run)
+                await wait_until(lambda: b.delivered == n)
+                nursery.cancel_scope.cancel()
+        assert queue.statistics().depth == 0
+    got = []
+    with trio.fail_after(120):
+        async with transport.open_amqp_connection("127.0.0.1", rabbitmq.port, config=rabbitmq.config) as conn:
+            receiver = await conn.open_receiver(
+                rabbitmq.address(messaging.inbox_address(key_hash)), credit=50, refill=rabbitmq.refill
+            )
+            while len(got) < n:
+                delivery = await receiver.receive()
+                got.append(messaging.from_amqp(delivery.message))
+                await delivery.accept()
+    assert [m.data for m in got] == [b"r%d" % i for i in range(n)]
+    assert [m.dedup_id for m in got] == [f"R-{i}" for i in range(n)]
+    assert {(m.topic, m.platform_version, m.sender_uuid) for m in got} == {("test.p2p", 1, "s")}
