@@ -80,6 +80,8 @@ class ReportContext:
     elapsed_seconds: float | None = None
     #: seconds per phase (spark start, input schema, aggregate, series, errors, tables)
     phases: Mapping[str, float] = attrs.field(factory=dict)
+    #: why two runs in the input were not compared (empty: they were, or there were not two)
+    comparison_note: str = ""
 
 
 def _size(n: int) -> str:
@@ -236,20 +238,36 @@ def _top(groups: list[GroupStats]) -> list[GroupStats]:
     return sorted(groups, key=lambda g: (-g.count, g.link, g.size_class))[:MAX_SERIES_PER_CHART]
 
 
+def cdf_points(g: GroupStats) -> tuple[tuple[float, float], ...]:
+    """(percentile, latency ms) of a group's end-to-end CDF, stopping at the data.
+
+    A percentile finer than 1/n of n values is only the maximum again, so the grid ends at the last percentile
+    the data resolves, and then the maximum itself (p = 1).
+    """
+    end = g.stage("end")
+    finest = 1.0 - 1.0 / max(end.count if end is not None else 0, 1)
+    return tuple((p, ns / 1e6) for p, ns in g.cdf_ns if ns > 0 and (p >= 1.0 or p <= finest))
+
+
 def _cdf_chart(
     title: str,
     groups: list[GroupStats],
     dashed_run: str | None = None,
     prefixes: dict[str, str] | None = None,
+    result: JobResult | None = None,
 ) -> str:
     series = []
     for i, g in enumerate(groups):
-        pts = tuple((p, ns / 1e6) for p, ns in g.cdf_ns if ns > 0)
+        pts = cdf_points(g)
         series.append(
             Series(
                 name=_label(g, (prefixes or {}).get(g.run_id)),
                 points=pts,
-                color=PALETTE[(i // 2 if dashed_run else i) % len(PALETTE)],
+                color=(
+                    _color(result, g.run_id, g.link)
+                    if result is not None and not dashed_run
+                    else PALETTE[(i // 2 if dashed_run else i) % len(PALETTE)]
+                ),
                 dashed=g.run_id == dashed_run,
             )
         )
@@ -454,13 +472,24 @@ def render_html(
     chart_no = 0
     for r in runs:
         for scenario in sorted({g.scenario for g in result.groups if g.run_id == r}):
-            groups = _top([g for g in result.groups if g.run_id == r and g.scenario == scenario and g.cdf_ns])
+            everything = [g for g in result.groups if g.run_id == r and g.scenario == scenario and g.cdf_ns]
+            groups = _top(everything)
             chart_no += 1
             out.append(
                 f'<h2 id="charts-{chart_no}">{escape(scenario)} — run <code>{escape(r)}</code></h2>'
             )
             out.append('<div class="charts">')
-            out.append(_cdf_chart(f"{scenario}: end-to-end latency distribution", groups))
+            # the run's link colours, unless a link has several size classes here (then one colour each)
+            by_link = len({g.link for g in groups}) == len(groups)
+            title = f"{scenario}: end-to-end latency distribution"
+            out.append(_cdf_chart(title, groups, result=result if by_link else None))
+            if len(everything) > len(groups):
+                left = ", ".join(escape(_label(g)) for g in everything if g not in groups)
+                more = len(everything) - len(groups)
+                out.append(
+                    f'<p class="sub">{more} more link / size group(s) not drawn in the latency chart to keep '
+                    f"it legible (the {len(groups)} largest are; all are in the tables): {left}</p>"
+                )
             out.append(_throughput_charts(f"{scenario}: throughput over time", result, r, scenario))
             out.append("</div>")
             out.append(
@@ -475,6 +504,8 @@ def render_html(
 
     if comparison is not None:
         out.append(_comparison_section(*comparison, result))
+    elif context.comparison_note:
+        out.append(f'<p class="sub">{escape(context.comparison_note)}</p>')
 
     out.append('<h2 id="stages">Latency per stage</h2>')
     out.append(

@@ -68,6 +68,15 @@ def _host() -> dict[str, Any]:
     }
 
 
+def _alike(job: JobResult, a: str, b: str) -> bool:
+    """Whether two runs measured the same thing: equal sets of (scenario, size class)."""
+
+    def kinds(run: str) -> set[tuple[str, int]]:
+        return {(g.scenario, g.size_class) for g in job.groups if g.run_id == run}
+
+    return kinds(a) == kinds(b)
+
+
 def build_report(
     in_dirs: Sequence[Path],
     out_html: Path,
@@ -85,7 +94,7 @@ def build_report(
         out_html: the report file to write (its directory is created).
         settings: Spark master, driver memory ... (ignored when ``spark`` is given or a session is active).
         compare: (before, after) run ids or unique prefixes; by default, when the input holds exactly two
-            runs, the earlier is compared with the later.
+            runs of the same scenarios and payload size classes, the earlier is compared with the later.
         sketch: the quantile sketch (default KLL, k = 16,384; see ``_job.Sketch``).
         spark: an existing session to use (tests share one).
         skip_bad: leave records that break the schema out (counted and named in the report) instead of
@@ -115,12 +124,18 @@ def build_report(
         job = compute(records, sketch=sketch, skip_bad=skip_bad)
         runs = job.run_ids
         pair: tuple[str, str] | None = None
+        note = ""
         if compare is not None:
             pair = (resolve_run(job, compare[0]), resolve_run(job, compare[1]))
             if pair[0] == pair[1]:
                 raise ReportInputError("--compare needs two different runs")
-        elif len(runs) == 2:
+        elif len(runs) == 2 and _alike(job, *runs):
             pair = (runs[0], runs[1])
+        elif len(runs) == 2:
+            note = (
+                f"Runs {runs[0]} and {runs[1]} were not compared: they differ in scenario or payload size "
+                "classes, so their ratios would mislead. Pass --compare BEFORE AFTER to compare them anyway."
+            )
         rows = compare_runs(job, *pair) if pair else None
         tables = build_tables(job, comparison_table(rows, *pair) if rows is not None and pair else None)
         phases.update(job.timings)
@@ -139,6 +154,7 @@ def build_report(
             records=sum(g.count for g in job.groups),
             elapsed_seconds=elapsed,
             phases=dict(phases),
+            comparison_note=note,
         )
         html = render_html(job, inputs.metas, context, (rows, *pair) if rows is not None and pair else None)
         tmp = out_html.with_name(out_html.name + ".part")

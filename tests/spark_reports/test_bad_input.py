@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import spark_reports
 from corda_trio import records as rf
@@ -145,3 +149,29 @@ def test_duplicates_are_dropped_and_counted_and_the_same_file_twice_is_refused(
         discover_inputs([d, d])
     with pytest.raises(spark_reports.ReportInputError, match="given twice"):
         discover_inputs([d, tmp_path / "dup" / ".." / "dup"])
+
+
+# ----------------------------------------------------------------------------------------- sketch bound
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    values=st.lists(st.integers(0, 10**9), min_size=1, max_size=400)
+    | st.lists(st.integers(0, 5), min_size=1, max_size=400),
+    accuracy=st.sampled_from([5, 10, 40, 100]),
+)
+def test_gk_sketch_stays_within_its_stated_bound(spark: Any, values: list[int], accuracy: int) -> None:
+    from pyspark.sql import functions as F
+
+    sketch = spark_reports.Sketch(kind="gk", size=accuracy)
+    grid = [0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999]
+    df = spark.createDataFrame([(v,) for v in values], "v long")
+    estimates = df.agg(F.percentile_approx("v", grid, accuracy).alias("q")).collect()[0]["q"]
+    ordered = sorted(values)
+    n = len(ordered)
+    for p, est in zip(grid, estimates, strict=True):
+        exact = max(0, math.ceil(p * n) - 1)
+        lo, hi = bisect.bisect_left(ordered, est), bisect.bisect_right(ordered, est) - 1
+        assert lo <= hi, "the estimate is one of the values"
+        distance = 0 if lo <= exact <= hi else min(abs(lo - exact), abs(hi - exact))
+        assert distance <= sketch.max_rank_distance(n), (p, est, n, distance)

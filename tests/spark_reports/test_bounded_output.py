@@ -90,3 +90,31 @@ def test_huge_text_fields_are_cut_in_the_report(spark: Any, tmp_path: Path) -> N
     assert "E" * 100 in html and "E" * 200 not in html
     assert all(len(g.link) <= 160 for g in res.job.groups)
     assert len({g.link for g in res.job.groups}) == 3
+
+
+def _runs(d: Path, run_id: str, scenario: str, links: int, t0: int) -> None:
+    writer = rf.RecordWriter(d, run_id)
+    for i in range(600):
+        due = t0 + i * 5_000_000
+        rec = rf.make_record(
+            run_id=run_id, scenario=scenario, link=f"link-{i % links:02d}", size_bytes=64, seq=i,
+            intended_ns=due,
+            stages={"created": due + 1000, "delivered": due + 1_000_000 + i % 7 * 1000},
+        )  # fmt: skip
+        writer.add_sync(rec)
+    writer.finish({"run_id": run_id, "scenario": scenario})
+
+
+def test_unlike_runs_are_not_compared_and_no_series_is_dropped_silently(spark: Any, tmp_path: Path) -> None:
+    d = tmp_path / "unlike"
+    _runs(d, "a", "wal", 12, T0)
+    _runs(d, "b", "codec", 2, T0 + 10**12)
+    out = tmp_path / "u.html"
+    res = spark_reports.build_report([d], out, spark=spark)
+    assert res.compared is None
+    html = out.read_text(encoding="utf-8")
+    assert "Runs a and b were not compared: they differ in scenario or payload size classes" in html
+    assert "2 more link(s) not drawn here" in html and "link-10, link-11" in html
+    assert "2 more link / size group(s) not drawn in the latency chart" in html
+    forced = spark_reports.build_report([d], out, spark=spark, compare=("a", "b"))
+    assert forced.compared == ("a", "b")

@@ -127,3 +127,24 @@ def test_linear_ticks_are_round_numbers() -> None:
     step = values[1] - values[0]
     assert step in (200, 250)
     assert all(math.isclose(v % step, 0) or math.isclose(v % step, step) for v in values)
+
+
+def test_cdf_stops_at_the_data() -> None:
+    from spark_reports._html import cdf_points
+    from spark_reports._job import CDF_GRID
+
+    def group(n: int) -> spark_reports.GroupStats:
+        cdf = (*((p, 1_000_000 + int(p * 1000)) for p in CDF_GRID), (1.0, 9_000_000))
+        end = spark_reports.StageLatency(
+            stage="end", count=n, percentiles_ns={}, max_ns=9_000_000, mean_ns=1.0
+        )
+        return spark_reports.GroupStats(
+            run_id="r", scenario="s", link="l", size_class=1, count=n, ok=n, errors=0, bytes_total=n,
+            first_intended_ns=0, last_done_ns=1, stages=(end,), cdf_ns=cdf,
+        )  # fmt: skip
+
+    ten = cdf_points(group(10))
+    assert [p for p, _ in ten] == [p for p in CDF_GRID if p <= 0.9] + [1.0]
+    assert ten[-1] == (1.0, 9.0)
+    big = cdf_points(group(10**6))
+    assert [p for p, _ in big] == [*CDF_GRID, 1.0]
