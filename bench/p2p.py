@@ -1,0 +1,408 @@
+"""Peer-to-peer benchmark: two node processes, mutual TLS, durable queues with fsync group commit both sides.
+
+    python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
+
+Node A (sender) and node B (receiver) each run a broker (WAL queues, fsync ``always``, commit helper process),
+the messaging service, the inbound acceptor and the bridge manager (``corda_trio.messaging`` / ``.bridge``)
+on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Two phases:
+
+1. **Maximum sustained throughput**: ``--senders`` tasks in A call ``MessagingService.send`` (each returns
+   once the message is durable in A's outbound queue) back to back for ``--messages`` messages of
+   ``--size`` bytes; the rate is messages / (first created -> A's outbound queue empty, i.e. every message
+   durable in B's inbox and settled ``accepted`` back to A).
+2. **Latency at half load**, open loop: messages are created at half the measured rate for ``--half-seconds``
+   on a fixed schedule (each send starts at its intended time whatever the previous ones do); the latency of
+   a message is from its intended time to the moment B's handler got it (durable at B, deduplicated).
+
+Times are ``time.time_ns()`` in both processes (one machine, one clock). CPU per message of each node is its
+process time plus its commit helper's, read from /proc. Writes one record per message of phase 2
+(``protocol_spec/bench-records.md``) with ``--records DIR`` for ``corda-trio report``; the last line printed
+is one JSON object with ``msgs_per_s``, ``p50_ms``, ``p99_ms`` and the CPU figures. The machine may be shared:
+the JSON carries the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TOPIC = "bench.p2p"
+
+
+# --- the node processes -------------------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _cpu_with_helpers() -> float:
+    me = os.getpid()
+    total = _cpu_seconds(me)
+    for child in _children(me):
+        try:
+            total += _cpu_seconds(child)
+        except OSError:
+            pass
+    return total
+
+
+def _node_main(node_dir: Path) -> None:
+    import trio
+
+    from corda_trio import bridge, messaging, pki, store
+
+    plan = json.loads((node_dir / "plan.json").read_text())
+
+    def say(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    async def run() -> None:
+        name = pki.CordaX500Name.parse(plan["name"])
+        root = pki.read_certificate(node_dir / "root.pem")
+        tls = {"cert_chain": node_dir / "tls.pem", "key": node_dir / "tls.key", "trust_root": root}
+        key_hash = plan["key_hash"]
+        peers = messaging.PeerDirectory()
+        async with store.open_broker(node_dir / "store") as broker, trio.open_nursery() as nursery:
+            config = messaging.MessagingConfig(legal_name=name, key_hash=key_hash, inbox_credit=2048)
+            service = await messaging.MessagingService.open(broker, config, peers)
+            acceptor = bridge.InboundAcceptor(
+                inbox=service.inbox,
+                ssl_context=pki.server_ssl_context(**tls),  # type: ignore[arg-type]
+                config=bridge.AcceptorConfig(credit=1024),
+            )
+            manager = bridge.BridgeManager(
+                messaging=service,
+                resolver=peers,
+                ssl_context=pki.client_ssl_context(**tls),  # type: ignore[arg-type]
+                config=bridge.BridgeConfig(credit=1024),
+            )
+            delivered: dict[str, int] = {}
+            got_all = trio.Event()
+            expect = [10**18]
+
+            async def handler(message: messaging.ReceivedMessage) -> None:
+                delivered[message.dedup_id] = time.time_ns()
+                if len(delivered) >= expect[0]:
+                    got_all.set()
+
+            service.add_message_handler(TOPIC, handler)
+            port = await nursery.start(acceptor.run)
+            await nursery.start(manager.run)
+            await nursery.start(service.run)
+            cpu0 = _cpu_with_helpers()
+            say({"ready": port})
+            if plan["role"] == "receiver":
+                line = await trio.to_thread.run_sync(sys.stdin.readline)  # once, off the hot path
+                expect[0] = json.loads(line)["expect"]
+                if len(delivered) >= expect[0]:
+                    got_all.set()
+                await got_all.wait()
+                (node_dir / "delivered.json").write_text(json.dumps(delivered))
+                say({"done": True, "cpu_seconds": _cpu_with_helpers() - cpu0})
+                nursery.cancel_scope.cancel()
+                return
+            line = await trio.to_thread.run_sync(sys.stdin.readline)  # the receiver's port
+            peer = json.loads(line)
+            peers.put(
+                messaging.Peer(
+                    legal_name=pki.CordaX500Name.parse(peer["name"]),
+                    key_hash=peer["key_hash"],
+                    addresses=[("127.0.0.1", peer["port"])],
+                )
+            )
+            to = pki.CordaX500Name.parse(peer["name"])
+            body = bytes(range(256)) * (plan["size"] // 256) + bytes(plan["size"] % 256)
+            created: dict[str, int] = {}
+            enqueued: dict[str, int] = {}
+
+            async def one(dedup_id: str, intended: int) -> None:
+                created[dedup_id] = intended
+                await service.send(service.create_message(TOPIC, body, dedup_id=dedup_id), to)
+                enqueued[dedup_id] = time.time_ns()
+
+            queue = await service.outbound_queue_for(peer["key_hash"])
+
+            async def drained() -> None:
+                while queue.statistics().depth:  # noqa: ASYNC110
+                    await trio.sleep(0.002)
+
+            # warm-up: connection, TLS, first group commits
+            for i in range(200):
+                await one(f"w-{i}", time.time_ns())
+            await drained()
+            # phase 1: closed loop, `senders` tasks back to back; done when all are durable at B (accepted)
+            n, senders = plan["messages"], plan["senders"]
+            cpu_a0 = _cpu_with_helpers()
+            counter = iter(range(n))
+
+            async def sender() -> None:
+                for i in counter:
+                    await one(f"max-{i}", time.time_ns())
+
+            t0 = time.time_ns()
+            async with trio.open_nursery() as load:
+                for _ in range(senders):
+                    load.start_soon(sender)
+            await drained()
+            t1 = time.time_ns()
+            cpu_max = _cpu_with_helpers() - cpu_a0
+            rate_max = n / ((t1 - t0) / 1e9)
+            rate = rate_max / 2
+            # phase 2: open loop at half the measured rate
+            count = max(1, int(rate * plan["half_seconds"]))
+            start = time.time_ns() + 50_000_000
+            async with trio.open_nursery() as load:
+                for i in range(count):
+                    intended = start + int(i * 1e9 / rate)
+                    delay = (intended - time.time_ns()) / 1e9
+                    if delay > 0:
+                        await trio.sleep(delay)
+                    load.start_soon(one, f"half-{i}", intended)
+            await drained()
+            (node_dir / "sent.json").write_text(json.dumps({"created": created, "enqueued": enqueued}))
+            say(
+                {
+                    "done": True,
+                    "phase1_seconds": (t1 - t0) / 1e9,
+                    "phase1_msgs_per_s": rate_max,
+                    "phase1_cpu_seconds": cpu_max,
+                    "half_rate": rate,
+                    "half_count": count,
+                    "expect": 200 + n + count,
+                }
+            )
+            nursery.cancel_scope.cancel()
+
+    trio.run(run)
+
+
+# --- the orchestrator ---------------------------------------------------------------------------------------
+
+
+def _loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _write_node(base: Path, creds: Any, root: Any, plan: dict[str, Any]) -> Path:
+    from corda_trio import pki
+
+    d = base / creds.legal_name.organisation
+    d.mkdir()
+    pki.write_certificates(d / "tls.pem", creds.tls_chain)
+    pki.write_private_key(d / "tls.key", creds.tls.key, None)
+    pki.write_certificates(d / "root.pem", [root])
+    key_hash = pki.key_hash(creds.identity.cert.public_key())
+    (d / "plan.json").write_text(json.dumps({**plan, "name": str(creds.legal_name), "key_hash": key_hash}))
+    return d
+
+
+def _start(d: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.p2p", "--node", str(d)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def _read(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"a node process exited early (code {proc.wait()})")
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
+def _pct(sorted_ns: list[int], q: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))] / 1e6
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Run both phases; returns the summary (and writes records if ``args.records``)."""
+    from corda_trio import pki
+
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    net = pki.NetworkCredentials.create(now=now)
+    a = net.issue_node(pki.CordaX500Name.parse("O=BenchA, L=London, C=GB"), now=now)
+    b = net.issue_node(pki.CordaX500Name.parse("O=BenchB, L=Paris, C=FR"), now=now)
+    load_before = _loadavg()
+    started_at = dt.datetime.now(dt.UTC)
+    with tempfile.TemporaryDirectory(prefix="bench-p2p-") as tmp:
+        base = Path(tmp)
+        common = {"size": args.size, "messages": args.messages, "senders": args.senders}
+        a_dir = _write_node(
+            base, a, net.root.cert, {**common, "role": "sender", "half_seconds": args.half_seconds}
+        )
+        b_dir = _write_node(base, b, net.root.cert, {**common, "role": "receiver"})
+        receiver = _start(b_dir)
+        sender = _start(a_dir)
+        try:
+            port = _read(receiver)["ready"]
+            _read(sender)
+            b_info = json.loads((b_dir / "plan.json").read_text())
+            _tell(sender, {"name": b_info["name"], "key_hash": b_info["key_hash"], "port": port})
+            a_done = _read(sender)
+            _tell(receiver, {"expect": a_done["expect"]})
+            b_done = _read(receiver)
+            sender.wait(60)
+            receiver.wait(60)
+        finally:
+            for proc in (sender, receiver):
+                if proc.poll() is None:
+                    proc.kill()
+        sent = json.loads((a_dir / "sent.json").read_text())
+        delivered = json.loads((b_dir / "delivered.json").read_text())
+    finished_at = dt.datetime.now(dt.UTC)
+    half = [k for k in sent["created"] if k.startswith("half-")]
+    latencies = sorted(delivered[k] - sent["created"][k] for k in half)
+    total = a_done["expect"] - 200
+    summary: dict[str, Any] = {
+        "scenario": "p2p",
+        "msgs_per_s": round(a_done["phase1_msgs_per_s"], 1),
+        "half_rate_msgs_per_s": round(a_done["half_rate"], 1),
+        "p50_ms": round(_pct(latencies, 0.50), 3),
+        "p99_ms": round(_pct(latencies, 0.99), 3),
+        "max_ms": round(latencies[-1] / 1e6, 3),
+        "half_messages": len(half),
+        "messages": args.messages,
+        "senders": args.senders,
+        "size_bytes": args.size,
+        "cpu_us_per_msg_sender_phase1": round(a_done["phase1_cpu_seconds"] / args.messages * 1e6, 1),
+        "cpu_us_per_msg_receiver_all": round(b_done["cpu_seconds"] / (total + 200) * 1e6, 1),
+        "fsync": "always (group commit, commit helper process), both nodes",
+        "tls": "mutual TLS, network root",
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
+        "cpus": os.cpu_count(),
+    }
+    if args.records is not None:
+        summary["records"] = _write_records(args, half, sent, delivered, summary, started_at, finished_at)
+    return summary
+
+
+def _tell(proc: subprocess.Popen[str], obj: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(obj) + "\n")
+    proc.stdin.flush()
+
+
+def _write_records(
+    args: argparse.Namespace,
+    half: list[str],
+    sent: dict[str, dict[str, int]],
+    delivered: dict[str, int],
+    summary: dict[str, Any],
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+) -> str:
+    import bench
+
+    run_id = bench.new_run_id("p2p")
+    writer = bench.RecordWriter(args.records, run_id)
+    link = "BenchA -> BenchB"
+    for seq, key in enumerate(half):
+        stages = {
+            "created": sent["created"][key],
+            "enqueued": sent["enqueued"][key],
+            "delivered": delivered[key],
+        }
+        writer.add_sync(
+            bench.make_record(
+                run_id=run_id,
+                scenario="p2p",
+                link=link,
+                size_bytes=args.size,
+                seq=seq,
+                intended_ns=sent["created"][key],
+                stages=stages,
+            )
+        )
+    ends = sorted(delivered[k] - sent["created"][k] for k in half)
+    writer.finish(
+        {
+            "schema_version": bench.SCHEMA_VERSION,
+            "run_id": run_id,
+            "scenario": "p2p",
+            "description": "node A MessagingService.send -> durable outbound queue -> bridge (AMQP 1.0, "
+            "mutual TLS) -> durable inbox at node B -> B's handler; open loop at half the measured maximum",
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "clock": "epoch ns (time.time_ns) in both processes on one machine",
+            "links": [link],
+            "config": {
+                "scenario": "p2p",
+                "sizes": f"{args.size}:1",
+                "params": {
+                    "messages": args.messages,
+                    "senders": args.senders,
+                    "half_seconds": args.half_seconds,
+                },
+                "load": {"mode": "open", "rate_per_s": summary["half_rate_msgs_per_s"]},
+            },
+            "environment": bench.environment_metadata(),
+            "summary": {
+                "recorded_ops": writer.count,
+                "error_ops": 0,
+                "elapsed_seconds": len(half) / summary["half_rate_msgs_per_s"],
+                "latency_ns": {
+                    f"p{q * 100:g}": ends[min(len(ends) - 1, max(0, math.ceil(q * len(ends)) - 1))]
+                    for q in (0.5, 0.9, 0.99, 0.999)
+                }
+                | {"max": ends[-1]},
+            },
+        }
+    )
+    return str(writer.records_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.p2p", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--node", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--messages", type=int, default=20000, help="messages of phase 1 (default 20000)")
+    ap.add_argument("--senders", type=int, default=128, help="concurrent sending tasks (default 128)")
+    ap.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
+    ap.add_argument("--half-seconds", type=float, default=5.0, help="length of phase 2 (default 5 s)")
+    ap.add_argument("--records", type=Path, help="write one record per phase-2 message into this directory")
+    args = ap.parse_args(argv)
+    if args.node is not None:
+        _node_main(args.node)
+        return 0
+    if args.messages < 1 or args.senders < 1 or args.size < 0 or args.half_seconds <= 0:
+        ap.error("--messages and --senders must be >= 1, --size >= 0, --half-seconds > 0")
+    summary = run_benchmark(args)
+    print(
+        f"max sustained {summary['msgs_per_s']:,.0f} msg/s durable at the peer; at half load "
+        f"({summary['half_rate_msgs_per_s']:,.0f} msg/s, open loop): p50 {summary['p50_ms']} ms, "
+        f"p99 {summary['p99_ms']} ms; CPU per message: sender {summary['cpu_us_per_msg_sender_phase1']} us, "
+        f"receiver {summary['cpu_us_per_msg_receiver_all']} us; load average {summary['loadavg_before']}"
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
