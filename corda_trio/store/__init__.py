@@ -11,6 +11,12 @@ Typical use::
             delivery = await consumer.receive()
             await consumer.ack(delivery.message_id)          # or consumer.release(...)
 
+Checkpoints use a durable keyed log through the same group commit::
+
+    log = await broker.open_keyed_log("checkpoints")
+    await log.put(flow_id, checkpoint)                    # returns once durable
+    await log.write([(a, x), (b, y)], [c])                # one atomic commit
+
 The on-disk format is specified in ``protocol_spec/store-format.md``.
 """
 
@@ -33,6 +39,8 @@ from ._errors import StoreClosedError as StoreClosedError
 from ._errors import StoreError as StoreError
 from ._errors import StoreFailedError as StoreFailedError
 from ._errors import UnknownDeliveryError as UnknownDeliveryError
+from ._keyed import KeyedLog as KeyedLog
+from ._keyed import KeyedLogStatistics as KeyedLogStatistics
 from ._record import append_enqueue as append_enqueue
 from ._record import unpack_location as unpack_location
 from ._recovery import LostRecords as LostRecords
@@ -54,6 +62,8 @@ __all__ = [
     "Delivery",
     "FsyncPolicy",
     "InvalidQueueNameError",
+    "KeyedLog",
+    "KeyedLogStatistics",
     "LostRecords",
     "Queue",
     "QueueExistsError",

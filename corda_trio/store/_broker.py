@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Final, final
 
 import attrs
@@ -39,16 +39,17 @@ import trio
 
 from ._committer import CommitHelper
 from ._compaction import Compactor, QueueGeneration
-from ._directory import create_queue_dir, open_root, remove_queue_dir
+from ._directory import KEYED_DIR, create_queue_dir, open_root, remove_queue_dir
 from ._errors import (
     QueueExistsError,
     QueueNotFoundError,
     StoreClosedError,
     UnknownDeliveryError,
 )
+from ._keyed import KeyedLog
 from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
-from ._segment import validate_queue_name
+from ._segment import fsync_dir, validate_queue_name
 from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
 
 __all__ = [
@@ -670,6 +671,7 @@ class Broker:
     _io_limiter: trio.CapacityLimiter
     _helper: CommitHelper | None = None
     _queues: dict[str, Queue] = attrs.field(factory=dict)
+    _keyed: dict[str, KeyedLog] = attrs.field(factory=dict)
     _registry_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _closed: bool = False
     #: What recovery found in each durable queue when the broker opened.
@@ -730,11 +732,13 @@ class Broker:
         queue.fsync = policy
         queue._log.config = attrs.evolve(queue._log.config, sync=policy is FsyncPolicy.ALWAYS)
 
-    def _start_durable(self, name: str, recovered: RecoveredLog, policy: FsyncPolicy) -> Queue:
-        queue = Queue(name=name, durable=True, fsync=FsyncPolicy.ALWAYS, log=None)
+    def _start_log(
+        self, name: str, path: str, recovered: RecoveredLog, on_durable: Callable[[list[int]], None]
+    ) -> tuple[DurableLog, Compactor]:
+        """Build a durable log (a queue's or a keyed log's) and start its writer and compactor."""
         log = DurableLog.from_recovered(
             name=name,
-            directory=os.path.join(self.directory, name),
+            directory=path,
             recovered=recovered,
             config=LogConfig(
                 segment_bytes=self.config.segment_bytes,
@@ -745,11 +749,18 @@ class Broker:
             ),
             limiter=self._limiter,
             io_limiter=self._io_limiter,
-            on_durable=queue._on_durable,
+            on_durable=on_durable,
             helper=self._helper,
         )
-        generation = QueueGeneration.open(name, os.path.join(self.directory, name))
-        compactor = Compactor(log=log, generation=generation)
+        compactor = Compactor(log=log, generation=QueueGeneration.open(name, path))
+        self._nursery.start_soon(log.run_writer, name=f"store-writer:{name}")
+        self._nursery.start_soon(compactor.run, name=f"store-compactor:{name}")
+        return log, compactor
+
+    def _start_durable(self, name: str, recovered: RecoveredLog, policy: FsyncPolicy) -> Queue:
+        queue = Queue(name=name, durable=True, fsync=FsyncPolicy.ALWAYS, log=None)
+        path = os.path.join(self.directory, name)
+        log, compactor = self._start_log(name, path, recovered, queue._on_durable)
         queue._log = log
         queue._compactor = compactor
         queue._ready.extend(log.live)
@@ -757,9 +768,38 @@ class Broker:
             self._set_fsync(queue, policy)
         self._queues[name] = queue
         self.recovery_reports[name] = recovered.report
-        self._nursery.start_soon(log.run_writer, name=f"store-writer:{name}")
-        self._nursery.start_soon(compactor.run, name=f"store-compactor:{name}")
         return queue
+
+    async def open_keyed_log(self, name: str) -> KeyedLog:
+        """Open (creating if needed) the durable keyed log ``name`` and recover its live entries.
+
+        Keyed logs live in ``keyed/<name>/`` under the broker directory and share the queues' group
+        commit and commit helper process. Opening an open log returns the same object.
+
+        Args:
+            name: validated like a queue name (:func:`validate_queue_name`).
+
+        Raises:
+            InvalidQueueNameError: bad name.
+            CorruptSegmentError: the log holds a corrupt record.
+        """
+        self._check_open()
+        validate_queue_name(name)
+        async with self._registry_lock:
+            keyed = self._keyed.get(name)
+            if keyed is not None:
+                await trio.lowlevel.checkpoint()
+                return keyed
+            path = os.path.join(self.directory, KEYED_DIR, name)
+            recovered = await trio.to_thread.run_sync(
+                _open_keyed_dir, self.directory, path, limiter=self._limiter
+            )
+            keyed = KeyedLog(name=name)
+            started = self._start_log(f"keyed:{name}", path, recovered, keyed._on_durable)
+            keyed._log, keyed._compactor = started
+            self._keyed[name] = keyed
+            await keyed._recover()
+            return keyed
 
     def get_queue(self, name: str) -> Queue:
         """The existing queue ``name``.
@@ -814,11 +854,13 @@ class Broker:
         queues = list(self._queues.values())
         for queue in queues:
             queue._close()
-        for queue in queues:
-            if queue._compactor is not None:
-                await queue._compactor.stop()
-            if queue._log is not None:
-                await queue._log.wait_closed()
+        for keyed in self._keyed.values():
+            keyed._close()
+        for owner in [*queues, *self._keyed.values()]:
+            if owner._compactor is not None:
+                await owner._compactor.stop()
+            if owner._log is not None:
+                await owner._log.wait_closed()
 
 
 @contextlib.asynccontextmanager
@@ -901,7 +943,8 @@ async def open_broker(
             for state in recovered.segments:
                 if state.fd >= 0:
                     os.close(state.fd)
-        for queue in list(broker._queues.values()) if broker is not None else []:
+        owners = [*broker._queues.values(), *broker._keyed.values()] if broker is not None else []
+        for queue in owners:
             if queue._log is not None:
                 queue._log.release_resources()
             if queue._compactor is not None:
@@ -910,3 +953,11 @@ async def open_broker(
             with trio.CancelScope(shield=True):
                 await helper.kill()  # a no-op once it has exited
         os.close(lock_fd)
+
+
+def _open_keyed_dir(root: str, path: str) -> RecoveredLog:
+    keyed_root = os.path.dirname(path)
+    if not os.path.isdir(keyed_root):
+        os.mkdir(keyed_root)
+        fsync_dir(root)
+    return create_queue_dir(keyed_root, path)

@@ -31,6 +31,7 @@ from ._recovery import RecoveredLog, RecoveryMode, recover_queue
 from ._segment import QUARANTINE_DIR, fsync_dir, list_segment_numbers, validate_queue_name
 
 __all__ = [
+    "KEYED_DIR",
     "LOCK_FILE",
     "RootListing",
     "create_queue_dir",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 LOCK_FILE: Final = "broker.lock"
+#: the directory that holds the keyed logs (one directory each, like queues)
+KEYED_DIR: Final = "keyed"
 DELETED_PREFIX: Final = ".deleted-"
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -104,7 +107,7 @@ def open_root(directory: str, wait_seconds: float = 0.0) -> RootListing:
             full = os.path.join(directory, entry)
             if entry.startswith(DELETED_PREFIX) and os.path.isdir(full):
                 shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
-            elif entry == LOCK_FILE or (entry == QUARANTINE_DIR and os.path.isdir(full)):
+            elif entry == LOCK_FILE or (entry in (QUARANTINE_DIR, KEYED_DIR) and os.path.isdir(full)):
                 continue
             elif _is_queue_name(entry) and os.path.isdir(full) and not os.path.islink(full):
                 queues.append(entry)

@@ -54,7 +54,7 @@ _COMPACT_RE: Final = re.compile(r"[0-9]{20}\.seg\.compact\Z", re.ASCII)
 #: directory can never be taken for one of the store's own files (or the other way round).
 _RESERVED_SUFFIXES: Final = (SEGMENT_SUFFIX, COMPACT_SUFFIX, ".lock")
 #: Directory entries of a broker directory that are not queues.
-RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR})
+RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR, "keyed"})
 
 
 def validate_queue_name(name: str) -> str:

@@ -1,0 +1,93 @@
+"""The durable keyed log: latest value per key, removals, atomic multi-key writes, recovery after
+restarts and compaction, against a plain dict as the model."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import store
+
+CONFIG = store.BrokerConfig(segment_bytes=8192, compact_live_ratio=0.5)
+
+
+async def test_put_get_delete_write_and_recovery(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+        assert await broker.open_keyed_log("checkpoints") is log
+        assert log.items() == [] and log.get(b"a") is None
+        await log.put(b"a", b"1")
+        await log.write([(b"b", b"2"), (b"c", b"3")], [])
+        await log.delete(b"b")
+        await log.delete(b"missing")
+        await log.put(b"a", b"4")
+        assert sorted(log.items()) == [(b"a", b"4"), (b"c", b"3")]
+        with pytest.raises(ValueError, match="only once"):
+            await log.write([(b"x", b"1")], [b"x"])
+        with pytest.raises(TypeError):
+            await log.put("str", b"v")  # type: ignore[arg-type]
+        queue = await broker.declare_queue("q")  # queues and keyed logs side by side
+        await queue.enqueue(b"m")
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+        assert sorted(log.items()) == [(b"a", b"4"), (b"c", b"3")]
+        assert log.get(b"b") is None
+        assert broker.list_queues() == ["q"]
+        with pytest.raises(store.InvalidQueueNameError):
+            await broker.open_keyed_log("../x")
+    with pytest.raises(store.InvalidQueueNameError):
+        store.validate_queue_name("keyed")  # the keyed logs' directory
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+async def test_random_operations_restarts_and_compaction_match_a_dict(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    model: dict[bytes, bytes] = {}
+    keys = [b"flow-%d" % i for i in range(40)]
+    for session in range(6):
+        async with store.open_broker(tmp_path, config=CONFIG) as broker:
+            log = await broker.open_keyed_log("checkpoints")
+            assert dict(log.items()) == model, f"session {session}: recovered state differs"
+            for step in range(300):
+                roll = rng.random()
+                if roll < 0.5:
+                    key, value = rng.choice(keys), b"v%d-%d" % (session, step) + b"." * rng.randrange(300)
+                    await log.put(key, value)
+                    model[key] = value
+                elif roll < 0.75:
+                    key = rng.choice(keys)
+                    await log.delete(key)
+                    model.pop(key, None)
+                elif roll < 0.97:
+                    chosen = rng.sample(keys, rng.randrange(1, 6))
+                    puts = [(k, b"w%d-%d" % (session, step)) for k in chosen[: len(chosen) // 2 + 1]]
+                    deletes = chosen[len(chosen) // 2 + 1 :]
+                    await log.write(puts, deletes)
+                    model.update(puts)
+                    for k in deletes:
+                        model.pop(k, None)
+                else:
+                    await log.compact()
+                assert dict(log.items()) == model
+            stats = log.statistics()
+            assert stats.keys == len(model)
+            assert stats.records <= len(model) + 40  # unneeded records are acked (then compacted)
+
+
+async def test_concurrent_puts_share_fsyncs(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+
+        async def writer(n: int) -> None:
+            for i in range(20):
+                await log.put(b"k%d" % n, b"%d" % i)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(100):
+                nursery.start_soon(writer, n)
+        assert len(log.items()) == 100 and all(v == b"19" for _k, v in log.items())
+        stats = log.statistics()
+        assert stats.fsyncs < 2000 and stats.records_per_fsync > 1  # group commit
