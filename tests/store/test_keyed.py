@@ -91,3 +91,34 @@ async def test_concurrent_puts_share_fsyncs(tmp_path: Path) -> None:
         assert len(log.items()) == 100 and all(v == b"19" for _k, v in log.items())
         stats = log.statistics()
         assert stats.fsyncs < 2000 and stats.records_per_fsync > 1  # group commit
+
+
+async def test_cancelled_writes_are_whole_or_absent_and_acknowledged_ones_stay(tmp_path: Path) -> None:
+    acknowledged: dict[bytes, bytes] = {}
+    attempted: dict[bytes, bytes] = {}
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+        enough = trio.Event()
+
+        async def writer(n: int) -> None:
+            for j in range(10):
+                puts = [(b"k%d.%d-a" % (n, j), b"v%d" % n), (b"k%d.%d-b" % (n, j), b"w%d" % n)]
+                attempted.update(puts)
+                await log.write(puts, [])
+                acknowledged.update(puts)
+                if len(acknowledged) >= 1000:
+                    enough.set()
+
+        async with trio.open_nursery() as nursery:
+            for n in range(100):
+                nursery.start_soon(writer, n)
+            await enough.wait()
+            nursery.cancel_scope.cancel()  # the rest are cancelled wherever they are
+    async with store.open_broker(tmp_path) as broker:
+        recovered = dict((await broker.open_keyed_log("checkpoints")).items())
+    assert acknowledged.items() <= recovered.items()
+    assert recovered.items() <= attempted.items()
+    for n in range(100):  # a write is atomic: both of its keys or neither
+        for j in range(10):
+            assert (b"k%d.%d-a" % (n, j) in recovered) == (b"k%d.%d-b" % (n, j) in recovered), (n, j)
+    assert len(acknowledged) < len(attempted)  # some really were cancelled
