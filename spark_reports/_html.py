@@ -113,7 +113,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0)
         for i, cell in enumerate(row):
             text, css = cell if isinstance(cell, tuple) else (cell, "")
             classes = " ".join(c for c in ("l" if i < left else "", css) if c)
-            out.append(f'<td class="{classes}">{escape(str(text))}</td>')
+            out.append(f'<td class="{classes}">{escape(_cut(str(text)))}</td>')
         out.append("</tr>")
     out.append("</table></div>")
     return "".join(out)
@@ -132,7 +132,7 @@ def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult)
     elif meta.get("synthetic"):
         parts.append(
             '<p class="banner"><b>Synthetic data</b>: these records were generated, not measured. '
-            f"{escape(str(meta.get('description', '')))}</p>"
+            f"{escape(_cut(str(meta.get('description', ''))))}</p>"
         )
     env = (meta or {}).get("environment", {})
     config = (meta or {}).get("config", {})
@@ -166,7 +166,7 @@ def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult)
         kv.append(("sizes", str(config.get("sizes", "?"))))
         kv.append(("config", json.dumps(config, sort_keys=True)))
     parts.append('<dl class="kv">')
-    parts += [f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in kv]
+    parts += [f"<dt>{escape(k)}</dt><dd>{escape(_cut(str(v), 1000))}</dd>" for k, v in kv]
     parts.append("</dl>")
     return "".join(parts)
 

@@ -148,3 +148,13 @@ def test_cdf_stops_at_the_data() -> None:
     assert ten[-1] == (1.0, 9.0)
     big = cdf_points(group(10**6))
     assert [p for p, _ in big] == [*CDF_GRID, 1.0]
+
+
+def test_a_huge_meta_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "run-x.records.jsonl").write_text("{}\n")
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "description": "d" * 2_000_000}))
+    with pytest.raises(spark_reports.ReportInputError, match=r"meta.json is larger than 1,048,576 bytes"):
+        discover_inputs([tmp_path])
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "schema_version": 3}))
+    with pytest.raises(spark_reports.ReportInputError, match=r"unknown schema_version 3"):
+        discover_inputs([tmp_path])
