@@ -797,8 +797,18 @@ class Broker:
             keyed = KeyedLog(name=name)
             started = self._start_log(f"keyed:{name}", path, recovered, keyed._on_durable)
             keyed._log, keyed._compactor = started
+            try:
+                await keyed._recover()
+            except BaseException:
+                # Cancelled or failed half-way: never leave a partly recovered log registered.
+                keyed._close()
+                with trio.CancelScope(shield=True):
+                    await started[1].stop()
+                    await started[0].wait_closed()
+                started[0].release_resources()
+                started[1].generation.close()
+                raise
             self._keyed[name] = keyed
-            await keyed._recover()
             return keyed
 
     def get_queue(self, name: str) -> Queue:

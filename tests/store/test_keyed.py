@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from corda_trio import store
 
@@ -122,3 +123,24 @@ async def test_cancelled_writes_are_whole_or_absent_and_acknowledged_ones_stay(t
         for j in range(10):
             assert (b"k%d.%d-a" % (n, j) in recovered) == (b"k%d.%d-b" % (n, j) in recovered), (n, j)
     assert len(acknowledged) < len(attempted)  # some really were cancelled
+
+
+async def test_open_cancelled_during_recovery_leaves_nothing_half_open(tmp_path: Path) -> None:
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+        for i in range(600):  # more than one read batch to recover
+            await log.write([(b"k%d" % i, b"v" * 100)], [])
+    async with store.open_broker(tmp_path) as broker:
+        outcome: list[str] = []
+
+        async def open_it() -> None:
+            await broker.open_keyed_log("checkpoints")
+            outcome.append("opened")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_it)
+            await trio.testing.wait_all_tasks_blocked()  # it is in its first thread call
+            nursery.cancel_scope.cancel()
+        assert outcome == []  # cancelled before it finished recovering
+        log = await broker.open_keyed_log("checkpoints")
+        assert len(log.items()) == 600
