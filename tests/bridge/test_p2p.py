@@ -288,3 +288,31 @@ async def test_address_change_reconnects_and_crashed_bridge_restarts(
             peers.put(bob_peer)
             await wait_until(lambda: not (len(got[str(alice.legal_name)]) < 1))
         assert got[str(alice.legal_name)] == [b"one"]
+
+
+async def test_a_listener_with_another_root_is_parked(
+    alice: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    mallory: tuple[pki.NodeCredentials, pki.NetworkCredentials],
+    tmp_path: Path,
+) -> None:
+    """The map says Bob is where Mallory (Bob's name, another network's root) listens: the TLS handshake
+    fails, the address is parked, nothing leaves Alice's queue."""
+    foreign, other_net = mallory
+    peers = messaging.PeerDirectory()
+    async with (
+        running_node(alice, network.root.cert, tmp_path / "a", peers=peers) as a,
+        running_node(foreign, other_net.root.cert, tmp_path / "m", run_service=False) as m,
+    ):
+        peers.put(m.as_peer())
+        await a.service.send(a.service.create_message(TOPIC, b"for bob"), foreign.legal_name)
+        with trio.fail_after(30):
+            await wait_until(lambda: any(b.parked() for b in a.manager.bridges().values()))
+        (b,) = a.manager.bridges().values()
+        assert list(b.parked()) == [("127.0.0.1", m.port)]
+        assert b.delivered == 0 and b.connects == 0
+        assert m.service.inbox.statistics().depth == 0
+        assert (
+            a.service.outbound_queues()[messaging.outbound_queue(m.as_peer().key_hash)].statistics().depth
+            == 1
+        )
