@@ -240,6 +240,7 @@ class ChaosProxy:
 
 
 @pytest.mark.slow
+@pytest.mark.crash
 async def test_chaos_proxy_and_kill_9_of_both_sides(
     tmp_path: Path, network: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials
 ) -> None:
