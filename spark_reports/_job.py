@@ -328,10 +328,13 @@ def _capped(name: str) -> Any:
     return F.when(F.length(c) > MAX_TEXT_CHARS, cut).otherwise(c)
 
 
-def _prepare(df: DataFrame) -> DataFrame:
+def _prepare(df: DataFrame, *, checked: bool = True) -> DataFrame:
+    """The columns every job reads. ``checked=False`` when the aggregate found no bad record: the later jobs
+    then skip the validity check, which reads every column, and Spark reads only the columns each job needs
+    (measured on 10M Parquet records: series + errors + duplicates 52-65 s with the check, see README)."""
     from pyspark.sql import functions as F
 
-    valid = F.col("_reason").isNull()
+    valid = F.col("_reason").isNull() if checked else F.lit(True)
     ok = valid & (F.col("outcome") == "ok")
     stage_cols = [F.col(f"{s}_ns") for s in STAGES]
     done = F.coalesce(F.greatest(*stage_cols), F.col("intended_ns"))
@@ -425,7 +428,7 @@ def compute(loaded: LoadedRecords, *, sketch: Sketch | None = None, skip_bad: bo
     if cached:
         prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return _compute(loaded, prepared, sketch, timings, skip_bad=skip_bad, started=mark)
+        return _compute(loaded, prepared, sketch, timings, skip_bad=skip_bad, started=mark, cached=cached)
     finally:
         if cached:
             prepared.unpersist()
@@ -439,6 +442,7 @@ def _compute(
     *,
     skip_bad: bool,
     started: float,
+    cached: bool,
 ) -> JobResult:
     from pyspark.sql import functions as F
 
@@ -457,7 +461,10 @@ def _compute(
     if not rows:
         valid = "valid " if bad_count else ""
         raise ReportInputError(f"the input holds no {valid}benchmark records")
-    valid = prepared.where(F.col("valid"))
+    if bad_count or cached:
+        valid = prepared.where(F.col("valid"))
+    else:  # nothing to filter out: let each job read only its own columns
+        valid = _prepare(loaded.frame, checked=False)
     result = _series_and_errors(valid, rows, sketch, timings, check_duplicates=True)
     if result.duplicates:
         mark = time.perf_counter()
