@@ -28,9 +28,9 @@ __all__ = ["SparkSettings", "find_java", "open_spark"]
 
 LOG4J2_PROPERTIES: Final = Path(__file__).with_name("log4j2.properties")
 #: Default driver heap. In ``local`` mode the driver JVM also runs the executors, so this heap holds the
-#: tasks' working memory and the cache of the prepared records (spilled to disk when it does not fit); the
-#: driver's own share is only the collected aggregates. 4g ran 10M records on the 2-core build machine
-#: (bench/spark_report.py); smaller inputs need less (the tests use 1g).
+#: tasks' working memory (aggregation buffers, quantile sketches); the driver's own share is only the
+#: collected aggregates. 4g ran 10M records on the 2-core build machine (bench/spark_report.py); smaller
+#: inputs need less (the tests use 1g).
 DEFAULT_DRIVER_MEMORY: Final = "4g"
 
 
