@@ -590,6 +590,8 @@ async def run_benchmark(
     Raises:
         BenchError: bad configuration or unusable output directory. Errors raised by the scenario's set-up
             propagate (the partial records file is removed); errors of single operations are recorded.
+        An interruption (Ctrl-C, SIGTERM, cancellation) once measuring began publishes the records so far,
+        with ``"interrupted": true`` in the meta file, then propagates.
     """
     import tempfile
 
@@ -598,6 +600,9 @@ async def run_benchmark(
     writer = RecordWriter(out_dir, run_id)
     clock = clock or Clock()
     started_at = datetime.now(UTC)
+    state: _RunState | None = None
+    links: list[str] = []
+    measure_from = end_ns = 0
     try:
         with tempfile.TemporaryDirectory(prefix=f"bench-{config.scenario}-") as tmp:
             ctx = ScenarioContext(config=config, scratch_dir=Path(scratch_dir or tmp), clock=clock)
@@ -632,11 +637,39 @@ async def run_benchmark(
                             await _closed_loop(state, session)
                     nursery.cancel_scope.cancel()
                 finished_ns = clock.now_ns()
-    except BaseException:
-        writer.abort()
+    except BaseException as exc:
+        # Interrupted (Ctrl-C / SIGTERM) after measuring began: keep what was measured, marked as such.
+        if state is not None and _is_interrupt(exc):
+            summary = _summary(state, run_id, config, writer, clock.now_ns(), measure_from)
+            writer.finish(
+                _meta(scenario, config, run_id, started_at, links, summary) | {"interrupted": True}
+            )
+        else:
+            writer.abort()
         raise
+    summary = _summary(state, run_id, config, writer, finished_ns, measure_from)
+    writer.finish(_meta(scenario, config, run_id, started_at, links, summary))
+    return summary
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    if isinstance(exc, KeyboardInterrupt | trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and (
+        exc.subgroup(lambda e: isinstance(e, KeyboardInterrupt | trio.Cancelled)) is not None
+    )
+
+
+def _summary(
+    state: _RunState,
+    run_id: str,
+    config: RunConfig,
+    writer: RecordWriter,
+    finished_ns: int,
+    measure_from: int,
+) -> RunSummary:
     elapsed = ((state.last_ns or finished_ns) - (state.first_ns or measure_from)) / 1e9
-    summary = RunSummary(
+    return RunSummary(
         run_id=run_id,
         scenario=config.scenario,
         records_path=writer.records_path,
@@ -649,7 +682,17 @@ async def run_benchmark(
         latency_ns=_exact_percentiles(state.latencies),
         max_schedule_lag_ns=state.max_lag_ns,
     )
-    meta = {
+
+
+def _meta(
+    scenario: Scenario,
+    config: RunConfig,
+    run_id: str,
+    started_at: datetime,
+    links: list[str],
+    summary: RunSummary,
+) -> dict[str, Any]:
+    return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
         "scenario": config.scenario,
@@ -662,8 +705,6 @@ async def run_benchmark(
         "environment": environment_metadata(),
         "summary": summary.to_json(),
     }
-    writer.finish(meta)
-    return summary
 
 
 async def _report_progress(state: _RunState, start_ns: int, progress: ProgressCallback) -> None:

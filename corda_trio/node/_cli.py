@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from typing import Final
+from types import FrameType
+from typing import Any, Final
 
 __all__ = ["CliError", "main"]
 
@@ -57,7 +60,61 @@ def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (also used by the console script)."""
+    """Run the CLI; returns the process exit code (also used by the console script).
+
+    Ctrl-C anywhere (also inside a Trio run, where it may arrive wrapped in an exception group together
+    with the errors of the tasks it cancelled) prints one line, ``interrupted``, and returns 130. SIGTERM is
+    turned into the same unwinding, so ``finally`` blocks and ``async with`` exits run exactly as for
+    Ctrl-C (records measured so far are flushed, child processes are stopped), and then returns 0.
+    """
+    terminated = False
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        # Deliver SIGTERM like Ctrl-C: through the SIGINT handler in force (Trio's, while a Trio run is
+        # active, raises KeyboardInterrupt only where that is safe), so there is one unwinding path.
+        nonlocal terminated
+        terminated = True
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job): unwind anyway
+            raise KeyboardInterrupt
+
+    previous = _install_sigterm(on_sigterm)
+    try:
+        return _dispatch(argv)
+    except BaseException as exc:
+        if not _is_interrupt(exc):
+            raise
+        if terminated:
+            print("terminated", file=sys.stderr)
+            return 0
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT: Final = 130
+
+
+def _install_sigterm(handler: Callable[[int, FrameType | None], None]) -> Any:
+    """Install ``handler`` for SIGTERM when we are the main thread (returns the previous one, or None)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """A KeyboardInterrupt, or a group whose leaves include one (the rest are the cancelled tasks' errors)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     parser = _build_parser(chosen if chosen in COMMAND_GROUPS else None)
@@ -72,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"corda-trio: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BaseExceptionGroup as group:  # a CliError raised inside a Trio nursery arrives grouped
+        if _is_interrupt(group):
+            raise
         errors = group.subgroup(CliError)
         if errors is None:
             raise
@@ -81,8 +140,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert isinstance(leaf, CliError)
         print(f"corda-trio: error: {leaf}", file=sys.stderr)
         return leaf.exit_code
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `corda-trio ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -1,10 +1,16 @@
 """``corda-trio bench``: run load benchmarks and write records (``protocol_spec/bench-records.md``).
 
+The product never imports the benchmarks: they are a plugin found through the entry point group
+``corda_trio.bench`` (the project's own ``bench`` package registers itself there, see ``pyproject.toml``).
+Without a plugin the command says so in one line. The plugin offers the harness API (``SCENARIOS``,
+``load_scenario``, ``LoadProfile``, ``RunConfig``, ``SizeDistribution``, ``check_parameters``,
+``run_benchmark``, ``BenchError``); its records are written with :mod:`corda_trio.records`.
+
 Examples::
 
     corda-trio bench list
     corda-trio bench run loopback --out bench-out --rate 5000 --duration 10 --warmup 2 --sizes 256,4k
-    corda-trio bench run wal --out bench-out --closed --concurrency 8 --duration 5 --param fsync=true
+    corda-trio bench run wal --out bench-out --closed --concurrency 8 --duration 5 --param fsync=always
 """
 
 from __future__ import annotations
@@ -13,12 +19,34 @@ import argparse
 import functools
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ._cli import CliError
 
-__all__ = ["register"]
+__all__ = ["BENCH_ENTRY_POINT_GROUP", "register"]
+
+#: Entry point group through which benchmark harnesses register (name -> module with the harness API).
+BENCH_ENTRY_POINT_GROUP: Final = "corda_trio.bench"
+
+
+def _harness() -> Any:
+    """The benchmark plugin registered under :data:`BENCH_ENTRY_POINT_GROUP` (one line if there is none)."""
+    found = sorted(metadata.entry_points(group=BENCH_ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise CliError(
+            f"no benchmarks installed (nothing registers the entry point group {BENCH_ENTRY_POINT_GROUP}); "
+            "from a checkout: pip install -e '.[bench]'",
+            2,
+        )
+    if len(found) > 1:
+        names = ", ".join(f"{ep.name} = {ep.value}" for ep in found)
+        raise CliError(f"more than one benchmark plugin in {BENCH_ENTRY_POINT_GROUP}: {names}", 2)
+    try:
+        return found[0].load()
+    except Exception as exc:  # a broken plugin must not take the CLI down with a traceback
+        raise CliError(f"cannot load the benchmark plugin {found[0].value}: {exc}", 1) from None
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +92,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    import bench
-
+    bench = _harness()
     width = max(len(n) for n in bench.SCENARIOS)
     for name, (_, description) in sorted(bench.SCENARIOS.items()):
         print(f"{name:<{width}}  {description}")
@@ -91,8 +118,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     import trio
 
-    import bench
-
+    bench = _harness()
     try:
         load = bench.LoadProfile(
             mode="open" if args.rate is not None else "closed",
@@ -142,7 +168,7 @@ def _run_with_progress(scenario: Any, config: Any, args: argparse.Namespace) -> 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    import bench
+    bench = _harness()
 
     columns = (
         TextColumn(f"[bold]{config.scenario}[/bold]"),

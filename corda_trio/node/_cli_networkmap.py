@@ -13,8 +13,6 @@ import argparse
 import datetime as dt
 import functools
 import logging
-import signal
-import sys
 from pathlib import Path
 
 import trio
@@ -105,11 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
                 f"({len(service.store.legal_names())} nodes)",
                 flush=True,
             )
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    print(f"corda-trio networkmap: {signal.Signals(signum).name}, stopping", file=sys.stderr)
-                    nursery.cancel_scope.cancel()
-                    break
+            # Ctrl-C and SIGTERM unwind through main() (one line; 130 or 0); the store closes below.
+            await trio.sleep_forever()
 
     try:
         trio.run(main)

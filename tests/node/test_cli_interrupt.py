@@ -1,0 +1,91 @@
+"""Ctrl-C and SIGTERM on real ``corda-trio`` processes: one line, exit 130 (Ctrl-C) or 0 (SIGTERM), the
+records measured so far on disk, and no process of the command's session left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.node.cli_helpers import CLI, descendants, still_running, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    # A session of its own: the signal goes to the command only, as with `kill PID`.
+    return subprocess.Popen(
+        [*CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _bench_records(out: Path) -> int:
+    """Records already written by a running bench (the ``.part`` file grows a batch at a time)."""
+    return sum(p.read_bytes().count(b"\n") for p in out.glob("run-*.records.jsonl*"))
+
+
+@pytest.mark.parametrize(
+    ("signum", "line", "code"),
+    [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 0)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_bench_run_interrupted_keeps_its_records_and_leaves_no_child(
+    tmp_path: Path, signum: int, line: str, code: int
+) -> None:
+    out = tmp_path / "out"
+    # The wal scenario starts the store's commit helper process: it must not outlive the command.
+    proc = _start(
+        "bench", "run", "wal", "--out", str(out), "--closed", "--concurrency", "8", "--duration", "120",
+        "--warmup", "0", "--no-progress", "--scratch", str(tmp_path / "scratch"), cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _bench_records(out) > 0, proc, what="a first batch of records")
+        children = descendants(proc.pid)
+        assert children, "the wal scenario should run a commit helper process"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert stderr == f"{line}\n", stderr
+    assert proc.returncode == code
+    (meta_path,) = out.glob("run-*.meta.json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    assert meta["interrupted"] is True
+    records = out / meta_path.name.replace(".meta.json", ".records.jsonl")
+    written = records.read_text(encoding="utf-8").count("\n")
+    assert written >= 8192 and meta["summary"]["recorded_ops"] + meta["summary"]["warmup_ops"] == written
+    assert not list(out.glob("*.part"))
+    assert still_running(children) == set()
+
+
+@pytest.mark.parametrize(
+    ("signum", "line", "code"),
+    [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 0)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_networkmap_serve_interrupted(tmp_path: Path, signum: int, line: str, code: int) -> None:
+    net = tmp_path / "net"
+    boot = subprocess.run(
+        [*CLI, "network", "bootstrap", "--dir", str(net), "--node", "O=Alice,L=London,C=GB"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert boot.returncode == 0, boot.stderr
+    proc = _start("networkmap", "serve", "--dir", str(net), cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert "serving http://" in proc.stdout.readline()
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert stderr.splitlines()[-1:] == [line] and "Traceback" not in stderr, stderr
+    assert proc.returncode == code
