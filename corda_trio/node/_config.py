@@ -13,7 +13,16 @@ Theory of operation
     # listen = "0.0.0.0:40001"           # optional: a different bind address
 
     [rpc]
-    address = "127.0.0.1:40002"
+    address = "127.0.0.1:40002"          # the RPC websocket (ws://HOST:PORT); port 0: any free port
+
+    [[rpc.users]]                        # repeat for each user
+    username = "ops"
+    password_hash = "$argon2id$v=19$..." # `corda-trio node hash-password` prints one
+    permissions = ["admin"]              # admin | read | start_flow:* | start_flow:<FlowName>
+
+    [metrics]
+    address = "127.0.0.1:0"              # Prometheus /metrics over HTTP; port 0: any free port
+    enabled = true
 
     [network]
     map_url = "http://127.0.0.1:40000"   # omit for a network without a map service (directory mode)
@@ -35,6 +44,18 @@ Theory of operation
     [store]
     directory = "store"
     fsync = "always"                     # "always" | "none" (none: benchmarks only, loses data on crash)
+    commit_process = true                # group commits in a helper process (false: worker threads)
+
+    [bridge]
+    mode = "in-process"                  # "in-process" | "external" (a separate `corda-trio bridge`)
+
+    [logging]
+    format = "text"                      # "text" | "json" (one JSON object per line)
+    level = "info"                       # "debug" | "info" | "warning" | "error"
+    file = "logs/node.log"
+
+    [shutdown]
+    timeout_seconds = 10                 # how long SIGTERM / Ctrl-C waits for running flows to finish
 
 Only ``legal_name``, ``p2p.address``, ``rpc.address`` and ``keys.passphrase_*`` are required; the rest
 default to the values shown.  Unknown sections or keys are errors (a typo must not silently fall back to a
@@ -44,19 +65,22 @@ absolute.  ``networkmap.toml`` works the same way for ``corda-trio networkmap se
 
 from __future__ import annotations
 
+import enum
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 import attrs
 
-from corda_trio import network, pki, store
+from corda_trio import network, pki, rpc, store
 
 __all__ = [
+    "BridgeMode",
     "ConfigError",
     "KeyPassphrase",
+    "LogFormat",
     "NetworkMapServiceConfig",
     "NodeConfig",
     "dump_network_map_config",
@@ -64,6 +88,8 @@ __all__ = [
     "load_network_map_config",
     "load_node_config",
 ]
+
+E = TypeVar("E", bound=enum.Enum)
 
 #: Default environment variable holding the key passphrase.
 DEFAULT_PASSPHRASE_ENV: Final[str] = "CORDA_TRIO_KEY_PASSPHRASE"
@@ -110,6 +136,24 @@ class KeyPassphrase:
         return value.encode()
 
 
+class BridgeMode(enum.Enum):
+    """Where the node's bridges run."""
+
+    IN_PROCESS = "in-process"
+    EXTERNAL = "external"
+
+
+class LogFormat(enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+
+
+LOG_LEVELS: Final[tuple[str, ...]] = ("debug", "info", "warning", "error")
+#: Default of ``[shutdown] timeout_seconds``: long enough for short flows to finish, short enough that an
+#: operator's SIGTERM is not ignored (a service manager usually escalates to SIGKILL after 30 to 90 s).
+DEFAULT_SHUTDOWN_TIMEOUT_SECONDS: Final[float] = 10.0
+
+
 @final
 @attrs.frozen(kw_only=True)
 class NodeConfig:
@@ -134,6 +178,20 @@ class NodeConfig:
     key_passphrase: KeyPassphrase
     store_directory: Path
     store_fsync: store.FsyncPolicy = store.FsyncPolicy.ALWAYS
+    store_commit_process: bool = True
+    rpc_users: tuple[rpc.RpcUser, ...] = ()
+    #: ``None``: no /metrics endpoint.
+    metrics_address: tuple[str, int] | None = ("127.0.0.1", 0)
+    bridge_mode: BridgeMode = BridgeMode.IN_PROCESS
+    log_format: LogFormat = LogFormat.TEXT
+    log_level: str = "info"
+    #: ``None``: ``<base_directory>/logs/node.log``.
+    log_file: Path | None = None
+    shutdown_timeout_seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_file if self.log_file is not None else self.base_directory / "logs" / "node.log"
 
     def __attrs_post_init__(self) -> None:
         _check_absolute(self)
@@ -206,6 +264,14 @@ class _Reader:
         except ValueError as exc:
             raise self.fail(where, str(exc)) from None
 
+    def choice(self, table: dict[str, Any], key: str, where: str, kind: type[E], default: E) -> E:
+        value = table.get(key, default.value)
+        try:
+            return kind(value)
+        except ValueError:
+            choices = " or ".join(f'"{member.value}"' for member in kind)  # type: ignore[attr-defined]
+            raise self.fail(where, f"must be {choices}, got {value!r}") from None
+
     def finish(self) -> None:
         if self.data:
             raise self.fail(sorted(self.data)[0], "unknown setting")
@@ -260,7 +326,11 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         raise r.fail("base_directory", "must be a non-empty path")
     base = (path.parent / base_text).resolve()
     p2p = r.section("p2p", {"address", "listen"})
-    rpc = r.section("rpc", {"address"})
+    rpc = r.section("rpc", {"address", "users"})
+    metrics = r.section("metrics", {"address", "enabled"})
+    bridge_table = r.section("bridge", {"mode"})
+    logging_table = r.section("logging", {"format", "level", "file"})
+    shutdown = r.section("shutdown", {"timeout_seconds"})
     net = r.section(
         "network", {"map_url", "trust_root", "network_parameters", "additional_node_infos", "node_info_cache"}
     )
@@ -269,7 +339,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         {"node_ca_cert_chain", "node_ca_key", "tls_cert_chain", "tls_key", "identity_cert_chain",
          "identity_key", "passphrase_env", "passphrase_file"},
     )  # fmt: skip
-    store_table = r.section("store", {"directory", "fsync"})
+    store_table = r.section("store", {"directory", "fsync", "commit_process"})
     r.finish()
     p2p_address = r.address(p2p, "address", "p2p.address")
     map_url = net.get("map_url")
@@ -289,12 +359,37 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     def p(table: dict[str, Any], key: str, where: str, default: str) -> Path:
         return _join(base, r.string(table, key, where, default))
 
+    commit_process = store_table.get("commit_process", True)
+    if not isinstance(commit_process, bool):
+        raise r.fail("store.commit_process", f"must be true or false, got {commit_process!r}")
+    metrics_enabled = metrics.get("enabled", True)
+    if not isinstance(metrics_enabled, bool):
+        raise r.fail("metrics.enabled", f"must be true or false, got {metrics_enabled!r}")
+    metrics_address = _listen_address(r, metrics, "address", "metrics.address", "127.0.0.1:0")
+    bridge_mode = r.choice(bridge_table, "mode", "bridge.mode", BridgeMode, BridgeMode.IN_PROCESS)
+    log_format = r.choice(logging_table, "format", "logging.format", LogFormat, LogFormat.TEXT)
+    log_level = logging_table.get("level", "info")
+    if log_level not in LOG_LEVELS:
+        choices = " or ".join(f'"{level}"' for level in LOG_LEVELS)
+        raise r.fail("logging.level", f"must be {choices}, got {log_level!r}")
+    log_file = _join(base, r.string(logging_table, "file", "logging.file", "logs/node.log"))
+    timeout = shutdown.get("timeout_seconds", DEFAULT_SHUTDOWN_TIMEOUT_SECONDS)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout <= 3600:
+        raise r.fail("shutdown.timeout_seconds", f"must be a number of seconds in 0..3600, got {timeout!r}")
+
     return NodeConfig(
         legal_name=legal_name,
         base_directory=base,
         p2p_address=p2p_address,
         p2p_listen=r.address(p2p, "listen", "p2p.listen", str(p2p_address)),
         rpc_address=r.address(rpc, "address", "rpc.address"),
+        rpc_users=_rpc_users(r, rpc.get("users", [])),
+        metrics_address=metrics_address if metrics_enabled else None,
+        bridge_mode=bridge_mode,
+        log_format=log_format,
+        log_level=log_level,
+        log_file=log_file,
+        shutdown_timeout_seconds=float(timeout),
         network_map_url=map_url,
         trust_root=p(net, "trust_root", "network.trust_root", "certificates/network-root.cert.pem"),
         network_parameters=p(net, "network_parameters", "network.network_parameters", "network-parameters"),
@@ -315,7 +410,55 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         key_passphrase=_passphrase(r, keys, base),
         store_directory=p(store_table, "directory", "store.directory", "store"),
         store_fsync=fsync,
+        store_commit_process=commit_process,
     )
+
+
+def _listen_address(
+    r: _Reader, table: dict[str, Any], key: str, where: str, default: str
+) -> tuple[str, int]:
+    """``HOST:PORT`` where port 0 (any free port) is allowed."""
+    text = r.string(table, key, where, default)
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise r.fail(where, f"expected HOST:PORT with a port in 0..65535, got {text!r}")
+    return host, int(port)
+
+
+def _rpc_users(r: _Reader, users: object) -> tuple[rpc.RpcUser, ...]:
+    if not isinstance(users, list):
+        raise r.fail("rpc.users", "must be an array of tables ([[rpc.users]])")
+    found: dict[str, rpc.RpcUser] = {}
+    for i, entry in enumerate(users):
+        where = f"rpc.users[{i}]"
+        if not isinstance(entry, dict):
+            raise r.fail(where, "must be a table with username, password_hash and permissions")
+        unknown = set(entry) - {"username", "password_hash", "permissions"}
+        if unknown:
+            raise r.fail(
+                f"{where}.{sorted(unknown)[0]}",
+                "unknown setting (allowed: password_hash, permissions, username)",
+            )
+        name = r.string(entry, "username", f"{where}.username")
+        if name in found:
+            raise r.fail(f"{where}.username", f"user {name!r} is defined twice")
+        password_hash = r.string(entry, "password_hash", f"{where}.password_hash")
+        if not password_hash.startswith("$argon2"):
+            raise r.fail(
+                f"{where}.password_hash",
+                "must be an argon2 hash (`corda-trio node hash-password` makes one); never a plain password",
+            )
+        perms = entry.get("permissions")
+        if not isinstance(perms, list) or not perms:
+            raise r.fail(f"{where}.permissions", "must be a non-empty array of permission strings")
+        try:
+            checked = frozenset(rpc.parse_permission(p) for p in perms)
+        except ValueError as exc:
+            raise r.fail(f"{where}.permissions", str(exc)) from None
+        found[name] = rpc.RpcUser(username=name, password_hash=password_hash, permissions=checked)
+    return tuple(found.values())
 
 
 def load_network_map_config(path: str | os.PathLike[str]) -> NetworkMapServiceConfig:
@@ -383,7 +526,23 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
     ]
     if config.p2p_listen != config.p2p_address:
         lines.append(f"listen = {_toml_str(str(config.p2p_listen))}")
-    lines += ["", "[rpc]", f"address = {_toml_str(str(config.rpc_address))}", "", "[network]"]
+    lines += ["", "[rpc]", f"address = {_toml_str(str(config.rpc_address))}"]
+    for user in config.rpc_users:
+        perms = ", ".join(_toml_str(p) for p in sorted(user.permissions))
+        lines += [
+            "",
+            "[[rpc.users]]",
+            f"username = {_toml_str(user.username)}",
+            f"password_hash = {_toml_str(user.password_hash)}",
+            f"permissions = [{perms}]",
+        ]
+    lines += ["", "[metrics]"]
+    if config.metrics_address is None:
+        lines.append("enabled = false")
+    else:
+        host, port = config.metrics_address
+        lines.append(f"address = {_toml_str(f'[{host}]:{port}' if ':' in host else f'{host}:{port}')}")
+    lines += ["", "[network]"]
     if config.network_map_url is not None:
         lines.append(f"map_url = {_toml_str(config.network_map_url)}")
     for key in ("trust_root", "network_parameters", "additional_node_infos", "node_info_cache"):
@@ -398,6 +557,18 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "[store]",
         f"directory = {_toml_str(_rel(config.store_directory, base))}",
         f"fsync = {_toml_str(config.store_fsync.value)}",
+        f"commit_process = {'true' if config.store_commit_process else 'false'}",
+        "",
+        "[bridge]",
+        f"mode = {_toml_str(config.bridge_mode.value)}",
+        "",
+        "[logging]",
+        f"format = {_toml_str(config.log_format.value)}",
+        f"level = {_toml_str(config.log_level)}",
+        f"file = {_toml_str(_rel(config.log_path, base))}",
+        "",
+        "[shutdown]",
+        f"timeout_seconds = {config.shutdown_timeout_seconds:g}",
         "",
     ]
     return "\n".join(lines)

@@ -1,0 +1,283 @@
+"""Prometheus ``/metrics`` for the node: a collector that reads the components' own counters at scrape time,
+exposed in the Prometheus text format over a small h11 HTTP server.
+
+Theory of operation
+-------------------
+Nothing is counted twice: the queues, bridges, acceptor, RPC server and flow manager keep their counters
+(they need them anyway, for ``node info`` and ``corda-trio store``), and :class:`NodeCollector` turns a
+snapshot of them into metric families when Prometheus scrapes. The one exception is flow latency, a
+histogram the node observes as flows finish (:attr:`NodeMetrics.flow_duration`). Counters restart at zero
+with the process, which Prometheus' ``rate()`` handles.
+
+Names follow Prometheus conventions: ``corda_trio_`` prefix, base units in the name (``_seconds``,
+``_bytes``, ``_messages``), ``_total`` on counters (added by the client library).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import h11
+import trio
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from ._node import Node
+
+__all__ = ["NodeCollector", "NodeMetrics", "serve_metrics"]
+
+log = logging.getLogger("corda_trio.node.metrics")
+
+#: Flow latency buckets (seconds): a local ping-pong takes milliseconds, a flow waiting on a peer that is
+#: down can take minutes.
+FLOW_DURATION_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+#: A scrape request larger than this is refused (it is a GET with a few headers).
+MAX_REQUEST_BYTES: Final[int] = 16 * 1024
+#: Time a client has to send its request.
+REQUEST_TIMEOUT_SECONDS: Final[float] = 10.0
+
+
+@attrs.define(eq=False)
+class NodeMetrics:
+    """The node's registry: the collector plus the flow duration histogram."""
+
+    registry: CollectorRegistry
+    flow_duration: Histogram
+
+    @classmethod
+    def create(cls, node: Node) -> NodeMetrics:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(NodeCollector(node))
+        flow_duration = Histogram(
+            "corda_trio_flow_duration_seconds",
+            "Time from a flow's start to its end (finished or failed), flows started since the node started",
+            labelnames=("flow",),
+            buckets=FLOW_DURATION_BUCKETS,
+            registry=registry,
+        )
+        return cls(registry=registry, flow_duration=flow_duration)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(f"corda_trio_{name}", doc, labels=list(labels))
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"corda_trio_{name}", doc, labels=list(labels))
+
+
+@attrs.define(eq=False)
+class NodeCollector:
+    """Builds metric families from a snapshot of the node's components (see the module docstring)."""
+
+    node: Node
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.node
+        yield from self._node_info(node)
+        yield from self._queues(node)
+        yield from self._p2p(node)
+        yield from self._flows(node)
+        yield from self._rpc(node)
+
+    def _node_info(self, node: Node) -> Iterator[Metric]:
+        info = _gauge("node_info", "The node's identity (value 1)", ("legal_name", "version"))
+        info.add_metric([str(node.config.legal_name), node.version], 1)
+        yield info
+        up = _gauge("node_uptime_seconds", "Seconds since the node started")
+        up.add_metric([], node.uptime_seconds())
+        yield up
+        draining = _gauge("node_draining", "1 while the node takes no new flows")
+        draining.add_metric([], 1 if node.draining else 0)
+        yield draining
+        peers = _gauge("network_map_nodes", "Nodes in the network map (including this one)")
+        peers.add_metric([], len(node.network_nodes()))
+        yield peers
+
+    def _queues(self, node: Node) -> Iterator[Metric]:
+        broker = node.broker
+        if broker is None:
+            return
+        labels = ("queue",)
+        depth = _gauge("queue_depth_messages", "Messages stored in the queue and not acknowledged", labels)
+        size = _gauge("queue_size_bytes", "Record bytes of the messages in the queue", labels)
+        age = _gauge("queue_oldest_message_age_seconds", "Age of the oldest message in the queue", labels)
+        enq = _counter("queue_enqueued_messages", "Messages enqueued since the node started", labels)
+        acked = _counter("queue_acked_messages", "Messages acknowledged since the node started", labels)
+        released = _counter(
+            "queue_released_messages", "Messages handed back for redelivery since the node started", labels
+        )
+        commits = _counter("store_group_commits", "Group commits (one write) of the queue's log", labels)
+        fsyncs = _counter("store_fsyncs", "fdatasync calls of the queue's log", labels)
+        batch = _gauge(
+            "store_group_commit_records", "Mean records per group commit (fsync batch size)", labels
+        )
+        for s in broker.statistics():
+            lv = [s.name]
+            depth.add_metric(lv, s.depth)
+            size.add_metric(lv, s.bytes)
+            age.add_metric(lv, s.oldest_age_seconds or 0.0)
+            enq.add_metric(lv, s.enqueued)
+            acked.add_metric(lv, s.acked)
+            released.add_metric(lv, s.released)
+            commits.add_metric(lv, s.group_commits)
+            fsyncs.add_metric(lv, s.fsyncs)
+            batch.add_metric(lv, s.records_per_fsync)
+        yield from (depth, size, age, enq, acked, released, commits, fsyncs, batch)
+
+    def _p2p(self, node: Node) -> Iterator[Metric]:
+        labels = ("peer",)
+        sent = _counter(
+            "p2p_messages_sent", "Messages the peer accepted (acked from its outbound queue)", labels
+        )
+        redelivered = _counter(
+            "p2p_messages_redelivered", "Messages to the peer handed back for another attempt", labels
+        )
+        pending = _gauge("p2p_messages_pending", "Messages waiting in the peer's outbound queue", labels)
+        state = _gauge("bridge_state", "1 for the bridge's current state", ("peer", "state"))
+        connects = _counter("bridge_connects", "Sessions the bridge established", labels)
+        failures = _counter(
+            "bridge_failures", "Sessions that ended in a failure (each is a reconnect)", labels
+        )
+        restarts = _counter("bridge_restarts", "Times the bridge manager restarted a crashed bridge", labels)
+        for peer, queue_stats, bridge, restart_count in node.peer_links():
+            if queue_stats is not None:
+                sent.add_metric([peer], queue_stats.acked)
+                redelivered.add_metric([peer], queue_stats.released)
+                pending.add_metric([peer], queue_stats.depth)
+            if bridge is not None:
+                for member in type(bridge.state):
+                    state.add_metric([peer, member.value], 1 if bridge.state is member else 0)
+                connects.add_metric([peer], bridge.connects)
+                failures.add_metric([peer], bridge.failures)
+                restarts.add_metric([peer], restart_count)
+        yield from (sent, redelivered, pending, state, connects, failures, restarts)
+        acceptor = node.acceptor
+        received = _counter("p2p_messages_received", "Messages from peers stored in the inbox and accepted")
+        rejected = _counter("p2p_messages_rejected", "Messages from peers rejected (malformed, too large)")
+        refused = _counter("p2p_links_refused", "Links peers tried to attach to anything but our inbox")
+        if acceptor is not None:
+            received.add_metric([], acceptor.accepted)
+            rejected.add_metric([], acceptor.rejected)
+            refused.add_metric([], acceptor.refused_links)
+        yield from (received, rejected, refused)
+        service = node.service
+        if service is not None:
+            dedup = _gauge("p2p_dedup_ids", "Message ids the deduplicator remembers")
+            dedup.add_metric([], len(service.deduplicator))
+            yield dedup
+
+    def _flows(self, node: Node) -> Iterator[Metric]:
+        stats = node.flow_statistics()
+        if stats is None:
+            return
+        started = _counter("flows_started", "Flows started on this node (initiated here or by a peer)")
+        started.add_metric([], stats.get("started", 0))
+        finished = _counter("flows_finished", "Flows that ended, by outcome", ("outcome",))
+        for outcome in ("finished", "failed", "killed"):
+            finished.add_metric([outcome], stats.get(outcome, 0))
+        running = _gauge("flows_running", "Flows running or waiting now")
+        running.add_metric([], stats.get("running", 0))
+        parked = _gauge("flows_parked", "Flows parked with an error (retry or kill them)")
+        parked.add_metric([], stats.get("parked", 0))
+        yield from (started, finished, running, parked)
+
+    def _rpc(self, node: Node) -> Iterator[Metric]:
+        server = node.rpc_server
+        if server is None:
+            return
+        s = server.statistics()
+        calls = _counter("rpc_calls", "RPC requests answered, by method and outcome", ("method", "outcome"))
+        for (method, outcome), n in sorted(s.calls_total.items()):
+            calls.add_metric([method, outcome], n)
+        conns = _gauge("rpc_connections", "Open RPC connections")
+        conns.add_metric([], s.connections_open)
+        logins = _counter("rpc_failed_logins", "RPC logins refused (wrong user or password)")
+        logins.add_metric([], s.failed_logins_total)
+        yield from (calls, conns, logins)
+
+
+async def serve_metrics(
+    exposition: Callable[[], bytes],
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``GET /metrics`` (``exposition()``) on ``host:port`` until cancelled; reports the bound port."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(trio.serve_listeners, _handler(exposition), listeners))
+        task_status.started(bound)
+
+
+def _handler(exposition: Callable[[], bytes]) -> Callable[[trio.SocketStream], Any]:
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                with trio.fail_after(REQUEST_TIMEOUT_SECONDS):
+                    await _serve_one(stream, exposition)
+            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+                return
+
+    return handle
+
+
+async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes]) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(4096)
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            break
+        return  # ConnectionClosed or anything unexpected
+    path = event.target.split(b"?", 1)[0]
+    if event.method not in (b"GET", b"HEAD"):
+        status, body, ctype = 405, b"only GET\n", b"text/plain"
+    elif path != b"/metrics":
+        status, body, ctype = 404, b"see /metrics\n", b"text/plain"
+    else:
+        status, body, ctype = 200, exposition(), CONTENT_TYPE_LATEST.encode()
+    headers = [
+        (b"content-type", ctype),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
+    if event.method != b"HEAD":
+        out += conn.send(h11.Data(data=body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    await stream.send_all(out)

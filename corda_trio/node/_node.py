@@ -1,0 +1,525 @@
+"""The node: one nursery tree that runs everything a ``node.toml`` describes.
+
+Theory of operation
+-------------------
+:meth:`Node.run` takes the base directory's lock (a second node on the same directory is refused), reads the
+keys, certificates and network parameters, opens the store, and then starts, in one nursery and in this
+order:
+
+1. the messaging service (inbox dispatcher, deduplicator) over the broker's durable queues;
+2. the inbound acceptor (AMQP 1.0 over mutual TLS, peers may only send to our inbox);
+3. the bridge manager (one bridge per outbound queue whose peer is in the map);
+4. the network map updater (publishes our freshly signed NodeInfo, polls the map or the
+   ``additional-node-infos`` directory) and the task that turns its events into the
+   :class:`~corda_trio.messaging.PeerDirectory` the messaging service and the bridges read;
+5. the flow manager (which resumes checkpointed flows), when the flow framework is installed;
+6. the RPC server and the ``/metrics`` endpoint.
+
+Then it reports :class:`NodeAddresses` through ``task_status`` (the CLI prints the ready line) and waits.
+:meth:`Node.request_stop` (SIGTERM, Ctrl-C) stops it gracefully: the node drains (no new RPC connections, no
+new flows from RPC or peers), waits up to ``shutdown.timeout_seconds`` for running flows to finish or reach
+a checkpoint, then cancels the tree. Cancellation is safe at any checkpoint (bridges ack only what the peer
+accepted, the inbox is acked only after a handler's effects are durable), so stopping "at once" (a second
+Ctrl-C, or the timeout) loses nothing either: leaving :func:`store.open_broker` finishes pending group commits
+and closes the files. A fatal store error (a failed write or fsync) ends :meth:`run` with that error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import logging.handlers
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, final
+
+import attrs
+import trio
+from cryptography.hazmat.primitives import serialization
+
+from corda_trio import __version__, bridge, messaging, network, pki, rpc, store
+
+from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
+from ._metrics import NodeMetrics, serve_metrics
+
+__all__ = [
+    "LOCK_FILE_NAME",
+    "Node",
+    "NodeAddresses",
+    "NodeAlreadyRunningError",
+    "NodeStartError",
+    "configure_logging",
+]
+
+log = logging.getLogger("corda_trio.node")
+
+#: The base directory's lock file (holds the pid of the node that runs there).
+LOCK_FILE_NAME: Final[str] = "node.lock"
+#: Written once the node is ready: its addresses as JSON (for tools and tests); removed on a clean stop.
+RUNTIME_FILE_NAME: Final[str] = "node.json"
+#: Poll interval in directory mode (no map service) and the upper bound of a map's max-age we honour.
+DIRECTORY_POLL_SECONDS: Final[float] = 2.0
+
+
+class NodeStartError(Exception):
+    """The node cannot start (missing keys, unreadable parameters, port in use, ...); the message says why."""
+
+
+class NodeAlreadyRunningError(NodeStartError):
+    """Another node process holds the base directory."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeAddresses:
+    """Where a running node can be reached (ports as actually bound)."""
+
+    legal_name: str
+    p2p: str
+    rpc: str
+    metrics: str | None
+    key_hash: str
+
+    def ready_line(self) -> str:
+        metrics = f" metrics {self.metrics}" if self.metrics else ""
+        return f"node ready: {self.legal_name}  p2p {self.p2p}  rpc {self.rpc}{metrics}"
+
+
+def _lock_base_directory(base: Path) -> int:
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / LOCK_FILE_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        finally:
+            os.close(fd)
+        raise NodeAlreadyRunningError(
+            f"another node (pid {holder}) is running in base directory {base}; stop it first"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+@attrs.define(eq=False)
+class _Material:
+    """What the node reads from disk before it starts anything."""
+
+    server_context: Any
+    client_context: Any
+    trust_root: Any
+    key_hash: str
+    identity_chain: list[Any]
+    identity_key: Any
+    parameters: network.NetworkParameters
+    parameters_hash: str
+
+
+def _load_material(config: NodeConfig) -> _Material:
+    try:
+        passphrase = config.key_passphrase.read()
+        root = pki.read_certificate(config.trust_root)
+        tls_key = pki.read_private_key(config.tls_key, passphrase)
+        tls_chain = pki.read_certificates(config.tls_cert_chain)
+        tls = {"cert_chain": tls_chain, "key": tls_key, "trust_root": root}
+        server_context = pki.server_ssl_context(**tls)  # type: ignore[arg-type]
+        client_context = pki.client_ssl_context(**tls)  # type: ignore[arg-type]
+        identity_chain = pki.read_certificates(config.identity_cert_chain)
+        identity_key = pki.read_private_key(config.identity_key, passphrase)
+    except (ConfigError, pki.KeyStoreError) as exc:
+        raise NodeStartError(str(exc)) from None
+    if identity_chain[0].public_key() != identity_key.public_key():
+        raise NodeStartError(f"{config.identity_key} is not the key of {config.identity_cert_chain}")
+    if pki.CordaX500Name.from_x509_name(identity_chain[0].subject) != config.legal_name:
+        raise NodeStartError(
+            f"the identity certificate {config.identity_cert_chain} is not for {config.legal_name}"
+        )
+    try:
+        raw = config.network_parameters.read_bytes()
+    except OSError as exc:
+        raise NodeStartError(
+            f"cannot read network parameters {config.network_parameters}: {exc.strerror}"
+        ) from None
+    try:
+        params, params_hash = network.verify_network_parameters(
+            raw, trust_root=root, now=dt.datetime.now(dt.UTC)
+        )
+    except network.NetworkMapError as exc:
+        raise NodeStartError(f"network parameters {config.network_parameters} do not verify: {exc}") from None
+    return _Material(
+        server_context=server_context,
+        client_context=client_context,
+        trust_root=root,
+        key_hash=pki.key_hash(identity_chain[0].public_key()),
+        identity_chain=identity_chain,
+        identity_key=identity_key,
+        parameters=params,
+        parameters_hash=params_hash,
+    )
+
+
+@attrs.define(eq=False)
+class Node:
+    """See the module docstring: ``trio.run(Node(config).run)``."""
+
+    config: NodeConfig
+    version: str = __version__
+    #: Filled in while running (read by the metrics collector and the RPC handlers).
+    broker: store.Broker | None = None
+    service: messaging.MessagingService | None = None
+    acceptor: bridge.InboundAcceptor | None = None
+    bridges: bridge.BridgeManager | None = None
+    updater: network.NetworkMapUpdater | None = None
+    rpc_server: rpc.RpcServer | None = None
+    metrics: NodeMetrics | None = None
+    addresses: NodeAddresses | None = None
+    peers: messaging.PeerDirectory = attrs.field(factory=messaging.PeerDirectory)
+    draining: bool = False
+    _material: _Material | None = None
+    _started: float = attrs.field(factory=time.monotonic)
+    _stop: trio.Event = attrs.field(factory=trio.Event)
+    _flow_host: Any = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop gracefully (idempotent; safe from any task)."""
+        self._stop.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`request_stop` (then drain and return) or cancellation (stop at once).
+
+        Raises:
+            NodeAlreadyRunningError: another node runs on the base directory.
+            NodeStartError: keys, certificates, parameters or ports are not usable.
+            store.StoreError: the store cannot be opened, or failed while running (fatal).
+        """
+        cfg = self.config
+        lock_fd = _lock_base_directory(cfg.base_directory)
+        runtime_file = cfg.base_directory / RUNTIME_FILE_NAME
+        try:
+            self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
+            if cfg.bridge_mode is BridgeMode.EXTERNAL:
+                raise NodeStartError(
+                    'bridge.mode = "external" needs a separately started bridge, which this version '
+                    'cannot serve yet; use "in-process"'
+                )
+            broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
+            cfg.store_directory.mkdir(parents=True, exist_ok=True)
+            async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
+                self.broker = broker
+                async with trio.open_nursery() as nursery:
+                    addresses = await self._start(nursery, broker, material)
+                    self.addresses = addresses
+                    runtime_file.write_text(json.dumps(attrs.asdict(addresses)) + "\n")
+                    log.info(addresses.ready_line())
+                    task_status.started(addresses)
+                    await self._stop.wait()
+                    await self._shutdown(nursery)
+            runtime_file.unlink(missing_ok=True)
+            log.info("node stopped cleanly")
+        finally:
+            os.close(lock_fd)
+
+    async def _start(self, nursery: trio.Nursery, broker: store.Broker, material: _Material) -> NodeAddresses:
+        cfg = self.config
+        max_size = material.parameters.max_message_size
+        service = await messaging.MessagingService.open(
+            broker,
+            messaging.MessagingConfig(
+                legal_name=cfg.legal_name,
+                key_hash=material.key_hash,
+                max_message_size=max_size,
+                fsync=cfg.store_fsync,
+                platform_version=network.PLATFORM_VERSION,
+                release_version=self.version,
+            ),
+            self.peers,
+        )
+        self.service = service
+        acceptor = bridge.InboundAcceptor(
+            inbox=service.inbox,
+            ssl_context=material.server_context,
+            config=bridge.AcceptorConfig(
+                host=cfg.p2p_listen.host, port=cfg.p2p_listen.port, max_message_size=max_size
+            ),
+        )
+        self.acceptor = acceptor
+        try:
+            p2p_port = await nursery.start(acceptor.run)
+        except OSError as exc:
+            raise NodeStartError(f"cannot listen for peers on {cfg.p2p_listen}: {exc.strerror}") from None
+        self.bridges = bridge.BridgeManager(
+            messaging=service, resolver=self.peers, ssl_context=material.client_context
+        )
+        await nursery.start(self.bridges.run)
+        await self._start_network_map(nursery, material)
+        await self._start_flows(nursery, service)
+        await nursery.start(service.run)
+        self.rpc_server = rpc.RpcServer(
+            handlers=self._rpc_handlers(),
+            users=rpc.UserDatabase.of(cfg.rpc_users),
+            host=cfg.rpc_address.host,
+            port=cfg.rpc_address.port,
+        )
+        try:
+            rpc_port = await nursery.start(self.rpc_server.run)
+        except OSError as exc:
+            raise NodeStartError(f"cannot listen for RPC on {cfg.rpc_address}: {exc.strerror}") from None
+        metrics_at = None
+        self.metrics = NodeMetrics.create(self)
+        if cfg.metrics_address is not None:
+            host, port = cfg.metrics_address
+            try:
+                metrics_port = await nursery.start(serve_metrics, self.metrics.exposition, host, port)
+            except OSError as exc:
+                raise NodeStartError(f"cannot listen for /metrics on {host}:{port}: {exc.strerror}") from None
+            metrics_at = f"http://{_host_port(host, metrics_port)}/metrics"
+        return NodeAddresses(
+            legal_name=str(cfg.legal_name),
+            p2p=_host_port(cfg.p2p_address.host, cfg.p2p_address.port or p2p_port),
+            rpc=f"ws://{_host_port(cfg.rpc_address.host, rpc_port)}",
+            metrics=metrics_at,
+            key_hash=material.key_hash,
+        )
+
+    async def _start_network_map(self, nursery: trio.Nursery, material: _Material) -> None:
+        cfg = self.config
+        info = network.NodeInfo(
+            addresses=(cfg.p2p_address,),
+            legal_identities=(
+                tuple(c.public_bytes(serialization.Encoding.DER) for c in material.identity_chain),
+            ),
+            platform_version=network.PLATFORM_VERSION,
+            serial=int(time.time() * 1000),
+        )
+        signed = network.sign_node_info(info, [material.identity_key])
+        try:  # what every peer will check, checked here first
+            own_info = network.verify_node_info(
+                signed, trust_root=material.trust_root, now=dt.datetime.now(dt.UTC)
+            ).serialize()
+        except network.NetworkMapError as exc:
+            raise NodeStartError(f"our own NodeInfo does not verify: {exc}") from None
+        cfg.node_info_cache.parent.mkdir(parents=True, exist_ok=True)
+        cache = network.NodeInfoCache(cfg.node_info_cache)
+        send, receive = trio.open_memory_channel[network.MapEvent](256)
+        self.updater = network.NetworkMapUpdater(
+            trust_root=material.trust_root,
+            cache=cache,
+            events=send,
+            client=network.NetworkMapClient(cfg.network_map_url) if cfg.network_map_url else None,
+            node_infos_dir=cfg.additional_node_infos,
+            own_node_info=own_info,
+            poll_interval_seconds=DIRECTORY_POLL_SECONDS,
+        )
+        nursery.start_soon(self._follow_map, receive, cache)
+        await nursery.start(self.updater.run)
+
+    async def _follow_map(
+        self, events: trio.MemoryReceiveChannel[network.MapEvent], cache: network.NodeInfoCache
+    ) -> None:
+        assert self._material is not None
+        own = self._material.key_hash
+        try:
+            async for event in events:
+                if isinstance(event, network.NodeAdded | network.NodeChanged):
+                    info = event.node if isinstance(event, network.NodeAdded) else event.new
+                    if info.identity_key_hash == own:
+                        continue
+                    self.peers.put(
+                        messaging.Peer(
+                            legal_name=info.legal_name,
+                            key_hash=info.identity_key_hash,
+                            addresses=[(a.host, a.port) for a in info.node_info.addresses],
+                        )
+                    )
+                    log.info("network map: %s at %s", info.legal_name, info.node_info.addresses)
+                elif isinstance(event, network.NodeRemoved):
+                    self.peers.remove(event.node.identity_key_hash)
+                    log.info("network map: %s left", event.node.legal_name)
+                elif isinstance(event, network.NetworkParametersChanged):
+                    if event.new_hash != self._material.parameters_hash:
+                        log.warning(
+                            "the network map advertises network parameters %s; this node runs with %s "
+                            "(restart the node with the new parameters file to adopt them)",
+                            event.new_hash, self._material.parameters_hash,
+                        )  # fmt: skip
+        finally:
+            cache.close()
+
+    async def _start_flows(self, nursery: trio.Nursery, service: messaging.MessagingService) -> None:
+        """Start the flow manager (resuming checkpoints) if the flow framework is available."""
+        from . import _flows
+
+        self._flow_host = await _flows.start_flow_host(self, nursery, service)
+
+    async def _shutdown(self, nursery: trio.Nursery) -> None:
+        timeout = self.config.shutdown_timeout_seconds
+        log.info("stopping: draining (up to %.0f s for running flows)", timeout)
+        self.draining = True
+        with trio.move_on_after(timeout) as scope:
+            if self._flow_host is not None:
+                await self._flow_host.drain()
+        if scope.cancelled_caught:
+            log.warning("flows still running after %.0f s: they resume from their checkpoints", timeout)
+        nursery.cancel_scope.cancel()
+
+    # --- views for RPC and metrics ----------------------------------------------------------------
+
+    def uptime_seconds(self) -> float:
+        return time.monotonic() - self._started
+
+    def network_nodes(self) -> dict[str, network.VerifiedNodeInfo]:
+        return self.updater.nodes() if self.updater is not None else {}
+
+    def peer_links(self) -> Iterator[tuple[str, store.QueueStatistics | None, bridge.Bridge | None, int]]:
+        """Per outbound queue: the peer's name, the queue's statistics, its bridge and bridge restarts."""
+        if self.service is None:
+            return
+        running = self.bridges.bridges() if self.bridges is not None else {}
+        for name, queue in sorted(self.service.outbound_queues().items()):
+            key_hash = messaging.key_hash_of_address(name)
+            peer = self.peers.peer(key_hash)
+            label = str(peer.legal_name) if peer is not None else key_hash
+            restarts = self.bridges.restarts(name) if self.bridges is not None else 0
+            yield label, queue.statistics(), running.get(name), restarts
+
+    def flow_statistics(self) -> dict[str, int] | None:
+        return self._flow_host.statistics() if self._flow_host is not None else None
+
+    def info(self) -> dict[str, Any]:
+        assert self.addresses is not None and self._material is not None
+        params = self._material.parameters
+        return {
+            "legal_name": self.addresses.legal_name,
+            "key_hash": self.addresses.key_hash,
+            "p2p_address": self.addresses.p2p,
+            "rpc_address": self.addresses.rpc,
+            "metrics_address": self.addresses.metrics,
+            "version": self.version,
+            "platform_version": network.PLATFORM_VERSION,
+            "pid": os.getpid(),
+            "uptime_seconds": round(self.uptime_seconds(), 3),
+            "draining": self.draining,
+            "network_map": self.config.network_map_url or "directory",
+            "network_nodes": len(self.network_nodes()),
+            "network_parameters_hash": self._material.parameters_hash,
+            "max_message_size": params.max_message_size,
+            "flows": sorted(self._flow_host.registered()) if self._flow_host is not None else [],
+            "base_directory": str(self.config.base_directory),
+        }
+
+    # --- RPC ------------------------------------------------------------------------------------------
+
+    def _rpc_handlers(self) -> dict[str, rpc.Handler]:
+        handlers: dict[str, rpc.Handler] = {
+            "ping": self._rpc_ping,
+            "whoami": self._rpc_whoami,
+            "node_info": self._rpc_node_info,
+            "network_map": self._rpc_network_map,
+            "queue_statistics": self._rpc_queue_statistics,
+            "drain": self._rpc_drain,
+            "undrain": self._rpc_undrain,
+        }
+        if self._flow_host is not None:
+            handlers.update(self._flow_host.rpc_handlers())
+        return handlers
+
+    async def _rpc_ping(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return call.args.get("echo", "pong")
+
+    async def _rpc_whoami(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return {"user": call.user.username, "permissions": sorted(call.user.permissions)}
+
+    async def _rpc_node_info(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return self.info()
+
+    async def _rpc_network_map(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return [
+            {
+                "legal_name": name,
+                "key_hash": n.identity_key_hash,
+                "addresses": [str(a) for a in n.node_info.addresses],
+                "platform_version": n.node_info.platform_version,
+                "serial": n.node_info.serial,
+                "hash": n.hash,
+                "self": self._material is not None and n.identity_key_hash == self._material.key_hash,
+            }
+            for name, n in sorted(self.network_nodes().items())
+        ]
+
+    async def _rpc_queue_statistics(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        if self.broker is None:
+            return []
+        return [attrs.asdict(s) for s in self.broker.statistics()]
+
+    async def _rpc_drain(self, call: rpc.Call) -> Any:
+        self.draining = True
+        log.info("draining (asked by RPC user %s)", call.user.username)
+        if self._flow_host is not None:
+            self._flow_host.set_draining(True)
+        await trio.lowlevel.checkpoint()
+        return {"draining": True, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
+
+    async def _rpc_undrain(self, call: rpc.Call) -> Any:
+        self.draining = False
+        log.info("undrained (asked by RPC user %s)", call.user.username)
+        if self._flow_host is not None:
+            self._flow_host.set_draining(False)
+        await trio.lowlevel.checkpoint()
+        return {"draining": False}
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the exception, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNING) -> Path:
+    """Log to ``config.log_path`` (rotated at 64 MiB, 5 kept) in the configured format; warnings to stderr.
+
+    Returns the log file's path.
+    """
+    path = config.log_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=64 * 1024 * 1024, backupCount=5)
+    if config.log_format is LogFormat.JSON:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(getattr(logging, config.log_level.upper()))
+    root.addHandler(handler)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(console_level)
+    console.setFormatter(logging.Formatter("corda-trio node: %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(console)
+    return path

@@ -1,0 +1,254 @@
+"""The Python RPC client::
+
+    async with rpc.connect("ws://127.0.0.1:40002", "ops", password) as client:
+        result = await client.start_flow("PingPong", recipient="O=Bob,L=Paris,C=FR", rounds=10)
+        async for event in client.watch_flow(flow_id):
+            ...
+
+One websocket, one reader task that routes each frame to the call with its id, so many tasks may call at
+once over one connection. Every method raises :class:`RpcError` for an error reply (``code`` says which) and
+:class:`RpcConnectionError` when the connection fails or closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+import trio_websocket
+
+from ._codec import pack, unpack
+from ._protocol import ErrorCode, RpcProtocolError, request_frame
+from ._server import RpcError
+
+__all__ = ["RpcClient", "RpcConnectionError", "connect"]
+
+#: Largest reply the client reads (a long flow list or network map).
+MAX_REPLY_BYTES: Final[int] = 64 * 1024 * 1024
+#: Events of one followed call buffered before the reader waits for the caller to take them.
+EVENT_BUFFER: Final[int] = 1024
+
+
+class RpcConnectionError(RpcError):
+    """The connection could not be made, or it closed before the answer arrived."""
+
+    def __init__(self, message: str, code: ErrorCode | str = ErrorCode.UNAVAILABLE) -> None:
+        super().__init__(code, message)
+
+
+@attrs.define(eq=False)
+class RpcClient:
+    """A logged-in connection. Get one from :func:`connect`."""
+
+    _ws: trio_websocket.WebSocketConnection
+    user: str = ""
+    permissions: tuple[str, ...] = ()
+    _ids: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
+    _pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = attrs.field(factory=dict)
+    _closed: RpcConnectionError | None = None
+
+    # --- the generic call --------------------------------------------------------------------------
+
+    async def call(self, method: str, **args: Any) -> Any:
+        """Call ``method`` and return its result (events, if any, are dropped)."""
+        async with self._request(method, args) as frames:
+            async for frame in frames:
+                if "event" not in frame:
+                    return _result(frame)
+        raise self._closed or RpcConnectionError("connection closed")  # pragma: no cover
+
+    async def stream(self, method: str, **args: Any) -> AsyncIterator[dict[str, Any]]:
+        """Call ``method``; yields ``{"event": value}`` for each event and finally ``{"ok": value}``."""
+        async with self._request(method, args) as frames:
+            async for frame in frames:
+                if "event" in frame:
+                    yield {"event": frame["event"]}
+                else:
+                    yield {"ok": _result(frame)}
+                    return
+
+    @contextlib.asynccontextmanager
+    async def _request(self, method: str, args: Mapping[str, Any]) -> AsyncIterator[Any]:
+        if self._closed is not None:
+            raise self._closed
+        request_id = next(self._ids)
+        send, receive = trio.open_memory_channel[dict[str, Any]](EVENT_BUFFER)
+        self._pending[request_id] = send
+        try:
+            try:
+                await self._ws.send_message(pack(request_frame(request_id, method, args)))
+            except trio_websocket.ConnectionClosed as exc:
+                raise _closed_error(exc) from None
+            async with receive:
+                yield _Frames(receive, self)
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                data = await self._ws.get_message()
+                try:
+                    frame = unpack(data)
+                except RpcProtocolError:
+                    continue
+                if not isinstance(frame, dict):
+                    continue
+                channel = self._pending.get(frame.get("id"))  # type: ignore[arg-type]
+                if channel is not None:
+                    try:
+                        await channel.send(frame)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # the caller gave up on this call
+        except trio_websocket.ConnectionClosed as exc:
+            self._closed = _closed_error(exc)
+        finally:
+            if self._closed is None:
+                self._closed = RpcConnectionError("connection closed")
+            for channel in self._pending.values():
+                channel.close()
+
+    # --- typed calls -------------------------------------------------------------------------------
+
+    async def ping(self) -> Any:
+        return await self.call("ping")
+
+    async def node_info(self) -> dict[str, Any]:
+        return await self.call("node_info")
+
+    async def network_map(self) -> list[dict[str, Any]]:
+        return await self.call("network_map")
+
+    async def queue_statistics(self) -> list[dict[str, Any]]:
+        return await self.call("queue_statistics")
+
+    async def registered_flows(self) -> list[str]:
+        return await self.call("registered_flows")
+
+    async def start_flow(self, flow: str, /, **flow_args: Any) -> Any:
+        """Start ``flow`` with ``flow_args`` and return its result once it finishes.
+
+        Raises:
+            RpcError: ``flow-failed`` (the flow's error in the message), ``forbidden``, ``draining``, ...
+        """
+        return await self.call("start_flow", flow=flow, args=flow_args, wait=True)
+
+    async def launch_flow(self, flow: str, /, **flow_args: Any) -> str:
+        """Start ``flow`` and return its id at once (see :meth:`watch_flow`)."""
+        return await self.call("start_flow", flow=flow, args=flow_args, wait=False)
+
+    async def watch_flow(self, flow_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Yield the flow's progress events, then its final state (``state`` and ``result`` or ``error``)."""
+        async for frame in self.stream("watch_flow", flow_id=flow_id):
+            yield frame.get("event", frame.get("ok"))
+
+    async def flow_result(self, flow_id: str) -> Any:
+        """Wait for the flow to end; its final state (a map with ``state`` and ``result`` or ``error``)."""
+        return await self.call("watch_flow", flow_id=flow_id)
+
+    async def list_flows(self, state: str | None = None) -> list[dict[str, Any]]:
+        return await self.call("list_flows", **({"state": state} if state else {}))
+
+    async def kill_flow(self, flow_id: str) -> Any:
+        return await self.call("kill_flow", flow_id=flow_id)
+
+    async def retry_flow(self, flow_id: str) -> Any:
+        return await self.call("retry_flow", flow_id=flow_id)
+
+    async def drain(self) -> Any:
+        return await self.call("drain")
+
+    async def undrain(self) -> Any:
+        return await self.call("undrain")
+
+
+@attrs.define(eq=False)
+class _Frames:
+    receive: trio.MemoryReceiveChannel[dict[str, Any]]
+    client: RpcClient
+
+    def __aiter__(self) -> _Frames:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self.receive.receive()
+        except trio.EndOfChannel:
+            raise self.client._closed or RpcConnectionError("connection closed") from None
+
+
+def _result(frame: dict[str, Any]) -> Any:
+    if "error" in frame:
+        error = frame["error"]
+        if isinstance(error, dict):
+            raise RpcError(str(error.get("code", "?")), str(error.get("message", "")))
+        raise RpcError("?", repr(error))
+    return frame.get("ok")
+
+
+def _closed_error(exc: trio_websocket.ConnectionClosed) -> RpcConnectionError:
+    reason = exc.reason
+    code = getattr(reason, "code", None)
+    text = getattr(reason, "reason", None) or getattr(reason, "name", "") or ""
+    if code == 1009:
+        return RpcConnectionError(
+            f"the server closed the connection: request too large ({text})", ErrorCode.TOO_LARGE
+        )
+    return RpcConnectionError(f"the server closed the connection (code {code}: {text})")
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    url: str,
+    user: str,
+    password: str,
+    *,
+    connect_timeout_seconds: float = 10.0,
+) -> AsyncIterator[RpcClient]:
+    """Connect to a node's RPC endpoint (``ws://host:port``) and log in.
+
+    Raises:
+        RpcConnectionError: the node cannot be reached or closed the connection.
+        RpcError: ``unauthenticated`` (wrong user or password).
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            ws = await stack.enter_async_context(
+                trio_websocket.open_websocket_url(
+                    url,
+                    max_message_size=MAX_REPLY_BYTES,
+                    message_queue_size=EVENT_BUFFER,
+                    receive_buffer_size=65536,
+                    connect_timeout=connect_timeout_seconds,
+                    disconnect_timeout=5,
+                )
+            )
+        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, ValueError) as exc:
+            raise RpcConnectionError(f"cannot connect to {url}: {exc}") from None
+        async with _unwrapped():
+            async with trio.open_nursery() as nursery:
+                client = RpcClient(ws)
+                nursery.start_soon(client._read)
+                answer = await client.call("login", user=user, password=password)
+                client.user = str(answer.get("user", user))
+                client.permissions = tuple(answer.get("permissions", ()))
+                yield client
+                nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """The client's nursery is its own business: an error from inside comes out as itself, not a group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is group:
+            raise
+        raise leaf from None

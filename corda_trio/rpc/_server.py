@@ -1,0 +1,258 @@
+"""The RPC server: websocket connections (trio-websocket), login, permission checks, dispatch to handlers.
+
+Theory of operation
+-------------------
+``await nursery.start(server.run)`` listens and reports the bound port. Each connection gets one task that
+reads frames in order; the first request must be ``login``. Every later request runs in its own task in the
+connection's nursery (at most :attr:`RpcServer.max_calls_per_connection` at once: beyond that the reader stops
+reading, so a client that floods the server slows itself down). A handler is an ``async def`` that receives a
+:class:`Call` (arguments, the user, ``send_event`` for progress) and returns the value of the ``ok`` frame,
+or raises :class:`RpcError` for an error frame. Any other exception becomes an ``internal`` error frame (and
+is logged); the connection and the server go on.
+
+When a client disconnects, its connection's calls are cancelled: what a handler started elsewhere (a flow
+runs in the flow manager's nursery, not here) keeps running. :meth:`RpcServer.run` ends only by
+cancellation, which closes every connection (close code 1001, going away).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, final
+
+import attrs
+import trio
+import trio_websocket
+
+from ._auth import RpcUser, UserDatabase
+from ._codec import pack, unpack
+from ._protocol import (
+    MAX_REQUEST_BYTES,
+    METHODS,
+    ErrorCode,
+    Request,
+    RpcProtocolError,
+    allowed,
+    error_frame,
+    event_frame,
+    ok_frame,
+    parse_request,
+)
+
+__all__ = ["Call", "Handler", "RpcError", "RpcServer", "RpcServerStatistics"]
+
+log = logging.getLogger("corda_trio.rpc.server")
+
+#: Requests of one connection handled at once.
+DEFAULT_MAX_CALLS_PER_CONNECTION: Final[int] = 256
+#: Failed logins after which the server closes the connection (the client may reconnect and pay again).
+MAX_FAILED_LOGINS: Final[int] = 3
+
+
+class RpcError(Exception):
+    """An error reply: raised by handlers on the server, and by the client when one arrives."""
+
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
+        super().__init__(message)
+        self.code = code.value if isinstance(code, ErrorCode) else code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+@final
+@attrs.define(eq=False)
+class Call:
+    """One request as a handler sees it."""
+
+    method: str
+    args: dict[str, Any]
+    user: RpcUser
+    _send: Callable[[Any], Awaitable[None]]
+
+    async def send_event(self, value: Any) -> None:
+        """Send an ``event`` frame (progress) before the final answer."""
+        await self._send(value)
+
+
+#: ``async def handler(call) -> value``.
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RpcServerStatistics:
+    connections_open: int
+    connections_total: int
+    failed_logins_total: int
+    #: (method, outcome) -> count; outcome is ``ok`` or an error code. Unknown methods count as ``"?"``.
+    calls_total: dict[tuple[str, str], int]
+
+
+@attrs.define(eq=False)
+class RpcServer:
+    """See the module docstring."""
+
+    handlers: Mapping[str, Handler]
+    users: UserDatabase
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_calls_per_connection: int = DEFAULT_MAX_CALLS_PER_CONNECTION
+    _connections_open: int = 0
+    _connections_total: int = 0
+    _failed_logins: int = 0
+    _calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+
+    def statistics(self) -> RpcServerStatistics:
+        return RpcServerStatistics(
+            connections_open=self._connections_open,
+            connections_total=self._connections_total,
+            failed_logins_total=self._failed_logins,
+            calls_total=dict(self._calls),
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; reports the bound port."""
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                functools.partial(
+                    trio_websocket.serve_websocket,
+                    self._handle,
+                    self.host,
+                    self.port,
+                    None,
+                    max_message_size=MAX_REQUEST_BYTES,
+                    receive_buffer_size=65536,
+                    message_queue_size=4,
+                    connect_timeout=10,
+                    disconnect_timeout=5,
+                )
+            )
+            self.port = server.port
+            task_status.started(self.port)
+
+    async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
+        try:
+            ws = await request.accept()
+        except trio_websocket.ConnectionClosed:
+            return
+        self._connections_open += 1
+        self._connections_total += 1
+        try:
+            await self._serve_connection(ws)
+        except* trio_websocket.ConnectionClosed:
+            pass  # the client left while we answered
+        finally:
+            self._connections_open -= 1
+
+    async def _serve_connection(self, ws: trio_websocket.WebSocketConnection) -> None:
+        send = _Sender(ws)
+        user: RpcUser | None = None
+        failed = 0
+        slots = trio.Semaphore(self.max_calls_per_connection)
+        async with trio.open_nursery() as calls:
+            while True:
+                try:
+                    data = await ws.get_message()
+                except trio_websocket.ConnectionClosed:
+                    break
+                try:
+                    req = parse_request(unpack(data))
+                except RpcProtocolError as exc:
+                    self._calls["?", exc.code.value] += 1
+                    await send(error_frame(exc.request_id, exc.code, str(exc)))
+                    continue
+                if user is None:
+                    user = await self._login(req, send)
+                    if user is None:
+                        failed += 1
+                        self._failed_logins += 1
+                        if failed >= MAX_FAILED_LOGINS:
+                            await ws.aclose(code=1008, reason="too many failed logins")
+                            break
+                    continue
+                if req.method == "login":
+                    await send(error_frame(req.id, ErrorCode.MALFORMED, "already logged in"))
+                    continue
+                await slots.acquire()
+                calls.start_soon(self._call, req, user, send, slots)
+            # The client went away (or closed): abandon its calls. Anything they started elsewhere goes on.
+            calls.cancel_scope.cancel()
+
+    async def _login(self, req: Request, send: _Sender) -> RpcUser | None:
+        if req.method != "login":
+            self._calls[_method_label(req.method), ErrorCode.UNAUTHENTICATED.value] += 1
+            await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "log in first (method 'login')"))
+            return None
+        user = await self.users.authenticate(req.args.get("user"), req.args.get("password"))
+        if user is None:
+            self._calls["login", ErrorCode.UNAUTHENTICATED.value] += 1
+            log.warning("RPC login failed for user %r", req.args.get("user"))
+            await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "wrong user name or password"))
+            return None
+        self._calls["login", "ok"] += 1
+        log.info("RPC user %s logged in", user.username)
+        await send(ok_frame(req.id, {"user": user.username, "permissions": sorted(user.permissions)}))
+        return user
+
+    async def _call(self, req: Request, user: RpcUser, send: _Sender, slots: trio.Semaphore) -> None:
+        try:
+            outcome = "ok"
+            try:
+                value = await self._dispatch(req, user, send)
+                frame = ok_frame(req.id, value)
+            except RpcError as exc:
+                outcome = exc.code
+                frame = {"id": req.id, "error": {"code": exc.code, "message": exc.message[:2000]}}
+            except Exception as exc:
+                outcome = ErrorCode.INTERNAL.value
+                log.exception("RPC %s failed", req.method)
+                frame = error_frame(req.id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            try:
+                data = pack(frame)
+            except (TypeError, ValueError) as exc:  # a handler returned something msgpack cannot encode
+                outcome = ErrorCode.INTERNAL.value
+                data = pack(error_frame(req.id, ErrorCode.INTERNAL, f"result cannot be encoded: {exc}"))
+            self._calls[_method_label(req.method), outcome] += 1
+            await send.raw(data)
+        except trio_websocket.ConnectionClosed:
+            pass
+        finally:
+            slots.release()
+
+    async def _dispatch(self, req: Request, user: RpcUser, send: _Sender) -> Any:
+        if req.method not in METHODS:
+            raise RpcError(ErrorCode.UNKNOWN_METHOD, f"unknown method {req.method!r}")
+        flow = req.args.get("flow") if req.method == "start_flow" else None
+        if req.method == "start_flow" and not isinstance(flow, str):
+            raise RpcError(ErrorCode.BAD_ARGUMENTS, "start_flow needs 'flow': the flow's name")
+        if not allowed(user.permissions, req.method, flow):
+            what = f"start flow {flow}" if flow else f"call {req.method}"
+            raise RpcError(ErrorCode.FORBIDDEN, f"user {user.username} may not {what}")
+        handler = self.handlers.get(req.method)
+        if handler is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"{req.method} is not available on this node")
+
+        async def send_event(value: Any) -> None:
+            await send(event_frame(req.id, value))
+
+        return await handler(Call(method=req.method, args=req.args, user=user, send=send_event))
+
+
+def _method_label(method: str) -> str:
+    return method if method in METHODS or method == "login" else "?"
+
+
+@attrs.define(eq=False)
+class _Sender:
+    ws: trio_websocket.WebSocketConnection
+
+    async def __call__(self, frame: dict[str, Any]) -> None:
+        await self.raw(pack(frame))
+
+    async def raw(self, data: bytes) -> None:
+        await self.ws.send_message(data)

@@ -1,0 +1,160 @@
+"""``node.toml``: what a good file gives, and a table of bad files with the one-line error each gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corda_trio import rpc
+from corda_trio.node import _config
+
+HASH = rpc.hash_password("correct horse")
+
+GOOD = f"""
+legal_name = "O=Alice, L=London, C=GB"
+
+[p2p]
+address = "127.0.0.1:40001"
+
+[rpc]
+address = "127.0.0.1:40002"
+
+[[rpc.users]]
+username = "ops"
+password_hash = "{HASH}"
+permissions = ["admin"]
+
+[[rpc.users]]
+username = "app"
+password_hash = "{HASH}"
+permissions = ["read", "start_flow:PingPong"]
+
+[metrics]
+address = "127.0.0.1:0"
+
+[keys]
+passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"
+
+[store]
+fsync = "none"
+commit_process = false
+
+[bridge]
+mode = "in-process"
+
+[logging]
+format = "json"
+level = "debug"
+file = "var/log/alice.log"
+
+[shutdown]
+timeout_seconds = 2.5
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_good_config_round_trips(tmp_path: Path) -> None:
+    cfg = _config.load_node_config(_write(tmp_path, GOOD))
+    assert str(cfg.legal_name) == "O=Alice, L=London, C=GB"
+    assert [u.username for u in cfg.rpc_users] == ["ops", "app"]
+    assert cfg.rpc_users[1].permissions == {"read", "start_flow:PingPong"}
+    assert cfg.metrics_address == ("127.0.0.1", 0)
+    assert cfg.log_format is _config.LogFormat.JSON and cfg.log_level == "debug"
+    assert cfg.log_path == tmp_path / "var" / "log" / "alice.log"
+    assert cfg.shutdown_timeout_seconds == 2.5 and not cfg.store_commit_process
+    assert cfg.bridge_mode is _config.BridgeMode.IN_PROCESS
+    # dump -> load gives the same configuration
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "node.toml").write_text(_config.dump_node_config(cfg, copy), encoding="utf-8")
+    reloaded = _config.load_node_config(copy / "node.toml")
+    assert reloaded.base_directory == cfg.base_directory
+    assert reloaded.rpc_users == cfg.rpc_users
+    assert reloaded.log_path == cfg.log_path and reloaded.metrics_address == cfg.metrics_address
+    assert reloaded.store_fsync == cfg.store_fsync and reloaded.shutdown_timeout_seconds == 2.5
+
+
+def _replace(old: str, new: str) -> str:
+    assert old in GOOD, old
+    return GOOD.replace(old, new, 1)
+
+
+BAD = [
+    (_replace('legal_name = "O=Alice, L=London, C=GB"', ""), "legal_name: is required"),
+    (_replace("O=Alice, L=London, C=GB", "Alice"), "legal_name:"),
+    (GOOD + "\ncolour = 1\n", "colour: unknown setting"),
+    (_replace("[p2p]", "[p2p]\nport = 1"), "p2p.port: unknown setting"),
+    (_replace('address = "127.0.0.1:40001"', 'address = "127.0.0.1"'), "p2p.address: expected HOST:PORT"),
+    (_replace('address = "127.0.0.1:40002"', 'address = "127.0.0.1:99999"'), "rpc.address: port must be"),
+    (_replace('username = "app"', 'username = "ops"'), "rpc.users[1].username: user 'ops' is defined twice"),
+    (
+        _replace(f'password_hash = "{HASH}"', 'password_hash = "hunter2"'),
+        "rpc.users[0].password_hash: must be an argon2 hash",
+    ),
+    (
+        _replace('permissions = ["admin"]', 'permissions = ["root"]'),
+        "rpc.users[0].permissions: unknown permission 'root'",
+    ),
+    (
+        _replace('permissions = ["admin"]', "permissions = []"),
+        "rpc.users[0].permissions: must be a non-empty array",
+    ),
+    (
+        _replace('username = "ops"', 'username = "ops"\npassword = "x"'),
+        "rpc.users[0].password: unknown setting",
+    ),
+    (_replace('address = "127.0.0.1:0"', 'address = "localhost"'), "metrics.address: expected HOST:PORT"),
+    (_replace('fsync = "none"', 'fsync = "sometimes"'), 'store.fsync: must be "always" or "none"'),
+    (
+        _replace("commit_process = false", 'commit_process = "no"'),
+        "store.commit_process: must be true or false",
+    ),
+    (_replace('mode = "in-process"', 'mode = "float"'), 'bridge.mode: must be "in-process" or "external"'),
+    (_replace('format = "json"', 'format = "xml"'), 'logging.format: must be "text" or "json"'),
+    (_replace('level = "debug"', 'level = "loud"'), "logging.level: must be"),
+    (_replace("timeout_seconds = 2.5", "timeout_seconds = -1"), "shutdown.timeout_seconds: must be a number"),
+    (_replace('passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"', ""), "keys: exactly one of"),
+    (GOOD + '\n[network]\nmap_url = "https://x"\n', "network.map_url: must be an http:// URL"),
+    ("legal_name = \n", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD, ids=[e for _, e in BAD])
+def test_bad_config_names_file_key_and_problem(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(_config.ConfigError) as info:
+        _config.load_node_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message
+    assert expected in message, message
+    assert "\n" not in message
+
+
+def test_cli_reports_a_bad_config_in_one_line_with_exit_2(tmp_path: Path) -> None:
+    path = _write(tmp_path, _replace('level = "debug"', 'level = "loud"'))
+    done = subprocess.run(
+        [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f'corda-trio: error: {path}: logging.level: must be "debug" or "info" or "warning" or "error", '
+        "got 'loud'"
+    ]
+    missing = subprocess.run(
+        [sys.executable, "-m", "corda_trio", "node", "start", "--base-dir", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert (
+        missing.stderr.strip()
+        == f"corda-trio: error: {tmp_path / 'nope' / 'node.toml'}: configuration file not found"
+    )

@@ -1,0 +1,87 @@
+"""``corda-trio node start`` as real processes: ready line, RPC, /metrics, one node per base dir, signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from corda_trio import rpc
+from corda_trio.node._processes import open_node_processes
+
+from .netutil import PASSWORD, make_network
+
+pytestmark = pytest.mark.slow
+
+
+async def _scrape(url: str) -> dict[str, float]:
+    stream = await trio.open_tcp_stream("127.0.0.1", int(url.split(":")[2].split("/")[0]))
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
+            samples[key] = s.value
+    return samples
+
+
+async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -> None:
+    nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"])
+    async with open_node_processes(nodes) as procs:
+        alice, bob = procs
+        async with rpc.connect(alice.rpc_url, "reader", PASSWORD) as client:
+            info = await client.node_info()
+            assert info["legal_name"] == "O=Alice, L=London, C=GB" and not info["draining"]
+            with trio.fail_after(30):
+                while len(await client.network_map()) < 2:  # noqa: ASYNC110 (another process's state)
+                    await trio.sleep(0.2)
+            names = {n["legal_name"] for n in await client.network_map()}
+            assert names == {"O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"}
+            queues = await client.queue_statistics()
+            assert any(q["name"].startswith("p2p.inbound.") for q in queues)
+            with pytest.raises(rpc.RpcError) as denied:
+                await client.drain()
+            assert denied.value.code == "forbidden"
+
+        before = await _scrape(alice.metrics_url)
+        assert before["corda_trio_node_info,legal_name=O=Alice, L=London, C=GB,version=0.1.0"] == 1
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as client:
+            for _ in range(5):
+                await client.ping()
+            assert (await client.drain())["draining"] is True
+            assert (await client.node_info())["draining"] is True
+        after = await _scrape(alice.metrics_url)
+        assert after["corda_trio_rpc_calls_total,method=ping,outcome=ok"] >= 5 + before.get(
+            "corda_trio_rpc_calls_total,method=ping,outcome=ok", 0
+        )
+        assert after["corda_trio_node_draining"] == 1
+
+        # A second node on the same base directory is refused, clearly, and leaves the first alone.
+        second = await trio.run_process(
+            [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(nodes[0][0])],
+            capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+        stderr = second.stderr.decode()
+        assert second.returncode == 1
+        assert f"another node (pid {alice.process.pid}) is running in base directory" in stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
+
+        assert await bob.stop(signal.SIGINT) == 130
+        with trio.fail_after(15):
+            assert await alice.stop(signal.SIGTERM) == 0
+    for _path, cfg in nodes:
+        assert not (cfg.base_directory / "node.json").exists()
+        log = cfg.log_path.read_text()
+        assert "node stopped cleanly" in log and "Traceback" not in log
+    assert "another node" not in json.dumps(nodes[0][1].log_path.read_text())

@@ -1,0 +1,261 @@
+"""The RPC server and client over real websockets on loopback: login, permissions, abuse, concurrency.
+
+The handlers here are small real ones (the node's own are exercised end to end in ``tests/node``); what is
+under test is the server: each bad request gets its error reply and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgpack
+import pytest
+import trio
+import trio_websocket
+
+from corda_trio import rpc
+
+PASSWORD = "s3cret-pass"
+HASH = rpc.hash_password(PASSWORD)
+USERS = [
+    rpc.RpcUser(username="admin", password_hash=HASH, permissions=frozenset({"admin"})),
+    rpc.RpcUser(username="reader", password_hash=HASH, permissions=frozenset({"read"})),
+    rpc.RpcUser(username="pinger", password_hash=HASH, permissions=frozenset({"start_flow:Ping"})),
+]
+
+
+class Work:
+    """Stands for the node: work started by a call runs in the node's nursery, not the connection's."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.started = trio.Event()
+        self.finished = trio.Event()
+        self.release = trio.Event()
+
+    async def start_flow(self, call: rpc.Call) -> Any:
+        flow = call.args["flow"]
+
+        async def job() -> None:
+            self.started.set()
+            await self.release.wait()
+            self.finished.set()
+
+        self.nursery.start_soon(job)
+        for i in range(3):
+            await call.send_event({"step": i})
+        await self.finished.wait()
+        return {"flow": flow, "result": call.args.get("args", {})}
+
+    async def node_info(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return {"user": call.user.username}
+
+    async def ping(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return call.args.get("echo", "pong")
+
+    async def crash(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("handler bug")
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[tuple[str, Work]]:
+    async with trio.open_nursery() as nursery:
+        work = Work(nursery)
+        server = rpc.RpcServer(
+            handlers={
+                "start_flow": work.start_flow,
+                "node_info": work.node_info,
+                "ping": work.ping,
+                "queue_statistics": work.crash,
+            },
+            users=rpc.UserDatabase.of(USERS),
+        )
+        port = await nursery.start(server.run)
+        yield f"ws://127.0.0.1:{port}", work
+        nursery.cancel_scope.cancel()
+
+
+async def test_login_call_and_progress_events() -> None:
+    async with serving() as (url, work):
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            assert client.permissions == ("admin",)
+            assert await client.ping() == "pong"
+            assert await client.call("ping", echo=[1, b"\x00", {"a": None}]) == [1, b"\x00", {"a": None}]
+            work.release.set()
+            frames = [f async for f in client.stream("start_flow", flow="Ping", args={"n": 3})]
+            assert frames == [
+                {"event": {"step": 0}}, {"event": {"step": 1}}, {"event": {"step": 2}},
+                {"ok": {"flow": "Ping", "result": {"n": 3}}},
+            ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("user", "password"), [("admin", "wrong"), ("nobody", PASSWORD), ("admin", ""), ("", "")]
+)
+async def test_wrong_credentials_are_refused(user: str, password: str) -> None:
+    async with serving() as (url, _):
+        with pytest.raises(rpc.RpcError) as info:
+            async with rpc.connect(url, user, password):
+                pass
+        assert info.value.code == "unauthenticated"
+        async with rpc.connect(url, "reader", PASSWORD) as client:  # still serving
+            assert await client.ping() == "pong"
+
+
+async def test_permissions_are_enforced() -> None:
+    async with serving() as (url, work):
+        work.release.set()
+        async with (
+            rpc.connect(url, "reader", PASSWORD) as reader,
+            rpc.connect(url, "pinger", PASSWORD) as pinger,
+        ):
+            assert await reader.node_info() == {"user": "reader"}
+            for call in (
+                reader.start_flow("Ping"),
+                pinger.start_flow("Other"),
+                pinger.node_info(),
+                reader.drain(),
+            ):
+                with pytest.raises(rpc.RpcError) as info:
+                    await call
+                assert info.value.code == "forbidden", info.value
+            assert (await pinger.start_flow("Ping", x=1))["result"] == {"x": 1}
+            with pytest.raises(rpc.RpcError) as info:
+                await reader.call("no_such_method")
+            assert info.value.code == "unknown-method"
+            with pytest.raises(rpc.RpcError) as info:
+                await reader.call("network_map")  # known, permitted, but this server has no handler
+            assert info.value.code == "unavailable"
+            with pytest.raises(rpc.RpcError) as info:
+                await reader.queue_statistics()
+            assert info.value.code == "internal" and "handler bug" in info.value.message
+            assert await reader.ping() == "pong"
+
+
+def _unpack(data: bytes | str) -> dict[str, Any]:
+    assert isinstance(data, bytes)
+    frame = msgpack.unpackb(data)
+    assert isinstance(frame, dict)
+    return frame
+
+
+MALFORMED = [
+    (b"\xc1", None, "not msgpack"),
+    (msgpack.packb([1, 2]), None, "must be a map"),
+    (msgpack.packb({"id": "x", "method": "ping"}), None, "'id' must be an integer"),
+    (msgpack.packb({"id": 7, "method": 5}), 7, "'method' must be a string"),
+    (msgpack.packb({"id": 8, "method": "ping", "args": [1]}), 8, "'args' must be a map"),
+    (msgpack.packb({"id": 9, "method": "ping", "extra": 1}), 9, "unknown frame field"),
+    (msgpack.packb({"id": -1, "method": "ping"}), None, "'id' must be an integer"),
+]
+
+
+async def test_malformed_frames_get_error_replies_and_the_connection_goes_on() -> None:
+    async with serving() as (url, _):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            await ws.send_message(msgpack.packb({"id": 1, "method": "ping", "args": {}}))
+            assert _unpack(await ws.get_message())["error"]["code"] == "unauthenticated"
+            await ws.send_message("a text frame")
+            assert _unpack(await ws.get_message())["error"]["code"] == "malformed"
+            await ws.send_message(
+                msgpack.packb({"id": 2, "method": "login", "args": {"user": "admin", "password": PASSWORD}})
+            )
+            assert _unpack(await ws.get_message()) == {
+                "id": 2,
+                "ok": {"user": "admin", "permissions": ["admin"]},
+            }
+            for data, request_id, text in MALFORMED:
+                await ws.send_message(data)
+                reply = _unpack(await ws.get_message())
+                assert reply["id"] == request_id and reply["error"]["code"] == "malformed", reply
+                assert text in reply["error"]["message"], reply
+            await ws.send_message(msgpack.packb({"id": 3, "method": "ping", "args": {"echo": "alive"}}))
+            assert _unpack(await ws.get_message()) == {"id": 3, "ok": "alive"}
+
+
+async def test_a_10_mb_request_is_refused_and_the_server_keeps_serving() -> None:
+    async with serving() as (url, _):
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            with pytest.raises(rpc.RpcError) as info:
+                await client.call("ping", echo=b"x" * (10 * 1024 * 1024))
+            assert info.value.code == "too-large"
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            assert await client.call("ping", echo=b"y" * 1000) == b"y" * 1000
+
+
+async def test_too_many_failed_logins_close_the_connection() -> None:
+    async with serving() as (url, _):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            for i in range(3):
+                await ws.send_message(
+                    msgpack.packb({"id": i, "method": "login", "args": {"user": "admin", "password": "no"}})
+                )
+                assert _unpack(await ws.get_message())["error"]["code"] == "unauthenticated"
+            with pytest.raises(trio_websocket.ConnectionClosed) as info:
+                await ws.get_message()
+            assert info.value.reason.code == 1008
+
+
+async def test_a_client_vanishing_mid_call_leaves_the_work_running() -> None:
+    async with serving() as (url, work):
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.start_flow, "Ping")
+                await work.started.wait()
+                nursery.cancel_scope.cancel()
+        # The connection is gone; the work it started was not cancelled with it.
+        work.release.set()
+        with trio.fail_after(10):
+            await work.finished.wait()
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            assert await client.ping() == "pong"
+
+
+async def test_100_concurrent_clients_each_get_their_answer() -> None:
+    answers: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    async with serving() as (url, _):
+
+        async def one(i: int) -> None:
+            password = PASSWORD if i % 10 else "wrong"
+            try:
+                async with rpc.connect(url, "reader", password) as client:
+                    answers[i] = await client.call("ping", echo=i)
+            except rpc.RpcError as exc:
+                errors[i] = exc.code
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+    assert answers == {i: i for i in range(100) if i % 10}
+    assert errors == {i: "unauthenticated" for i in range(0, 100, 10)}
+
+
+async def test_many_calls_in_flight_over_one_connection() -> None:
+    async with serving() as (url, _):
+        async with rpc.connect(url, "reader", PASSWORD) as client:
+            results: list[Any] = [None] * 500
+
+            async def one(i: int) -> None:
+                results[i] = await client.call("ping", echo=i)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(500):
+                    nursery.start_soon(one, i)
+            assert results == list(range(500))
+
+
+async def test_connecting_to_nothing_is_a_clear_error() -> None:
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(rpc.RpcConnectionError) as info:
+        async with rpc.connect(f"ws://127.0.0.1:{port}", "admin", PASSWORD):
+            pass
+    assert "cannot connect" in str(info.value)
