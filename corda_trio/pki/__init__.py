@@ -1,12 +1,13 @@
 """Identity and PKI of a corda-trio network: X.500 legal names, the certificate hierarchy with Corda's
 role extension, certificate path validation, key hashes, keys on disk and mutual-TLS contexts.
 
-Imports only the standard library and ``cryptography`` (DESIGN.md §1, §7).
+Imports only the standard library and ``cryptography`` (see ``docs/architecture.md``).
 """
 
 from ._certs import DEFAULT_VALIDITY as DEFAULT_VALIDITY
 from ._certs import CaKey as CaKey
 from ._certs import PublicKey as PublicKey
+from ._certs import check_chain_roles as check_chain_roles
 from ._certs import create_certificate as create_certificate
 from ._certs import create_root_certificate as create_root_certificate
 from ._certs import generate_ec_key as generate_ec_key
@@ -37,6 +38,7 @@ from ._tls import check_peer_is_network_node as check_peer_is_network_node
 from ._tls import check_peer_legal_name as check_peer_legal_name
 from ._tls import client_ssl_context as client_ssl_context
 from ._tls import peer_certificate as peer_certificate
+from ._tls import peer_chain as peer_chain
 from ._tls import server_ssl_context as server_ssl_context
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "PublicKey",
     "base58_decode",
     "base58_encode",
+    "check_chain_roles",
     "check_peer_is_network_node",
     "check_peer_legal_name",
     "client_ssl_context",
@@ -67,6 +70,7 @@ __all__ = [
     "get_cert_role",
     "key_hash",
     "peer_certificate",
+    "peer_chain",
     "read_certificate",
     "read_certificates",
     "read_private_key",

@@ -20,8 +20,11 @@ basic-constraints and key-usage extensions, so OpenSSL's strict mode accepts the
 the *pinned* root (compared byte for byte, never by name), each certificate must be signed by the next, be
 within its validity period at ``now`` (an argument, never read from a clock), have an issuer that is a CA
 allowed to sign (basic constraints, path length, key usage), carry a role whose allowed parent is its
-issuer's role, and fall inside every name constraint above it.  The first rule broken is reported as a
-:class:`CertificateValidationError` whose ``reason`` is stable enough for tests and HTTP responses.
+issuer's role, fall inside every name constraint above it, and (TLS and identity certificates) carry
+exactly the subject of the node CA that issued them: every attribute, so a node CA cannot mint
+``OU=Sybil,O=Alice,...`` although that name lies inside its name constraint.  The first rule broken is
+reported as a :class:`CertificateValidationError` whose ``reason`` is stable enough for tests and HTTP
+responses.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "DEFAULT_VALIDITY",
     "CaKey",
     "PublicKey",
+    "check_chain_roles",
     "create_certificate",
     "create_root_certificate",
     "generate_ec_key",
@@ -226,7 +230,8 @@ def validate_cert_path(
     Raises:
         CertificateValidationError: the first rule broken; ``reason`` is one of ``empty``, ``untrusted-root``,
             ``wrong-parent``, ``bad-signature``, ``expired``, ``not-yet-valid``, ``not-a-ca``,
-            ``path-length``, ``missing-role``, ``wrong-role``, ``name-constraint``, ``malformed``.
+            ``path-length``, ``missing-role``, ``wrong-role``, ``name-constraint``, ``name-mismatch``,
+            ``malformed``.
     """
     if not path:
         raise CertificateValidationError("empty certificate path", reason="empty")
@@ -272,21 +277,89 @@ def validate_cert_path(
             ) from exc
         # RFC 5280 §4.2.1.9: intermediate CAs between ``parent`` and the leaf (the leaf never counts).
         _check_issuer_is_ca(parent, cas_below=sum(1 for c in certs[1 : index + 1] if _is_ca(c)))
-        child_role = get_cert_role(child)
-        parent_role = get_cert_role(parent) if parent is not trust_root else None
-        if child_role is None:
-            raise CertificateValidationError(
-                f"certificate {_describe(child)} has no Corda role extension", reason="missing-role"
-            )
-        if parent_role not in child_role.allowed_parents:
-            parent_shown = "the root" if parent_role is None else parent_role.name
-            raise CertificateValidationError(
-                f"a {child_role.name} certificate ({_describe(child)}) may not be issued by {parent_shown}",
-                reason="wrong-role",
-            )
         _check_name_constraints(parent, certs[: index + 1])
+        _check_role_and_name(child, parent, parent_is_root=parent is trust_root)
     leaf = certs[0] if certs else None
     role = get_cert_role(leaf) if leaf is not None else None
+    if leaf_role is not None and role is not leaf_role:
+        shown = "no role" if role is None else role.name
+        raise CertificateValidationError(
+            f"expected a {leaf_role.name} certificate, got {shown}", reason="wrong-role"
+        )
+    return role
+
+
+#: Roles whose certificate a node CA (or, for confidential identities, the legal identity) issues for the
+#: node itself: their subject must equal the issuer's exactly (Corda: a node CA issues only for its own name).
+_SAME_NAME_AS_ISSUER: Final = frozenset(
+    {CertRole.TLS, CertRole.LEGAL_IDENTITY, CertRole.CONFIDENTIAL_LEGAL_IDENTITY}
+)
+
+
+def _check_role_and_name(child: x509.Certificate, parent: x509.Certificate, *, parent_is_root: bool) -> None:
+    """``child`` carries a role that ``parent``'s role may issue, and a node CA's children carry its name."""
+    child_role = get_cert_role(child)
+    parent_role = None if parent_is_root else get_cert_role(parent)
+    if child_role is None:
+        raise CertificateValidationError(
+            f"certificate {_describe(child)} has no Corda role extension", reason="missing-role"
+        )
+    if not parent_is_root and parent_role is None:
+        raise CertificateValidationError(
+            f"certificate {_describe(parent)} issues {_describe(child)} but has no Corda role extension "
+            "and is not the network root",
+            reason="missing-role",
+        )
+    if parent_role not in child_role.allowed_parents:
+        parent_shown = "the root" if parent_role is None else parent_role.name
+        raise CertificateValidationError(
+            f"a {child_role.name} certificate ({_describe(child)}) may not be issued by {parent_shown}",
+            reason="wrong-role",
+        )
+    if (
+        child_role in _SAME_NAME_AS_ISSUER
+        and parent_role in (CertRole.NODE_CA, CertRole.LEGAL_IDENTITY)
+        and child.subject != parent.subject
+    ):
+        # Every attribute, in order: OU=Sybil,O=Alice,... under Alice's node CA is a different identity
+        # even though it falls inside the node CA's name constraint (a prefix match, RFC 5280).
+        raise CertificateValidationError(
+            f"a {child_role.name} certificate ({_describe(child)}) must carry exactly the name of its "
+            f"{parent_role.name} issuer ({_describe(parent)})",
+            reason="name-mismatch",
+        )
+
+
+def check_chain_roles(
+    chain: Sequence[x509.Certificate], *, leaf_role: CertRole | None = None
+) -> CertRole | None:
+    """Corda's role, position and name rules for a chain whose signatures and dates were checked elsewhere
+    (by OpenSSL during a TLS handshake): leaf first, the root last.
+
+    Every certificate's role must be one its issuer's role may issue (root -> doorman CA -> node CA -> TLS /
+    legal identity -> confidential identity; root -> network map / service identity / parameters), only
+    the last certificate may lack a role, and a node CA's children carry exactly its subject.
+
+    Returns:
+        The leaf's role.
+
+    Raises:
+        CertificateValidationError: ``empty``, ``missing-role``, ``wrong-role``, ``name-mismatch`` or
+            ``malformed``, naming the certificate out of place.
+    """
+    if not chain:
+        raise CertificateValidationError("empty certificate path", reason="empty")
+    for cert in chain:
+        _check_parses(cert)
+    for index, child in enumerate(chain[:-1]):
+        _check_role_and_name(child, chain[index + 1], parent_is_root=index + 1 == len(chain) - 1)
+    root_role = get_cert_role(chain[-1])
+    if root_role is not None and len(chain) > 1:
+        raise CertificateValidationError(
+            f"the chain ends at {_describe(chain[-1])} with role {root_role.name}, not at the network root",
+            reason="wrong-role",
+        )
+    role = get_cert_role(chain[0]) if len(chain) > 1 else None
     if leaf_role is not None and role is not leaf_role:
         shown = "no role" if role is None else role.name
         raise CertificateValidationError(

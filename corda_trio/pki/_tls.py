@@ -12,12 +12,14 @@ Host names mean nothing here (``check_hostname`` is off): a node is identified b
 which is the subject of its TLS certificate.  OpenSSL alone would therefore accept *any* certificate from the
 network for *any* peer, so after the handshake the caller must run :func:`check_peer_legal_name` (outbound:
 the peer we meant to dial) or :func:`check_peer_is_network_node` (inbound: any node of the network; the
-name then becomes the authenticated sender).  Both also insist on Corda's ``TLS`` role, so a legal-identity
-or CA certificate cannot be used as a TLS certificate.
+name then becomes the authenticated sender).  Both read the whole chain OpenSSL verified and apply Corda's
+rules to every certificate in it (:func:`check_chain_roles`): the leaf has the ``TLS`` role, each issuer has
+the role that may issue its child (a TLS certificate issued by a legal identity is refused), and the leaf's
+subject equals its node CA's exactly.
 
 TLS 1.2 is the minimum and 1.3 is negotiated whenever both sides have it.  With TLS 1.3 a client whose
 certificate the server rejects still completes ``do_handshake()`` and only fails on its first read: treat a
-link as authenticated only after the peer's first bytes arrive (see STACK-NOTES.md).
+link as authenticated only after the peer's first bytes arrive.
 
 ``ssl`` only loads certificate chains and keys from files.  Paths are used directly (an encrypted key with a
 passphrase is fine); in-memory certificates and keys are written to a private temporary directory (mode
@@ -37,6 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from ._certs import check_chain_roles
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
 from ._names import CordaX500Name
 from ._roles import CertRole, get_cert_role
@@ -48,6 +51,7 @@ __all__ = [
     "check_peer_legal_name",
     "client_ssl_context",
     "peer_certificate",
+    "peer_chain",
     "server_ssl_context",
 ]
 
@@ -213,14 +217,45 @@ def peer_certificate(ssl_object: PeerCertificateSource) -> x509.Certificate:
         raise PeerIdentityError(f"the TLS peer's certificate cannot be parsed: {exc}") from exc
 
 
+def peer_chain(ssl_object: object) -> list[x509.Certificate]:
+    """The chain OpenSSL verified for the peer: leaf first, our trust root last.
+
+    Accepts an ``ssl.SSLObject`` / ``ssl.SSLSocket`` or a ``trio.SSLStream`` (through its SSL object).
+    Python 3.13 has ``get_verified_chain()``; 3.11 and 3.12 have the same method on the object's private
+    ``_sslobj``.  Fails closed when neither is there.
+
+    Raises:
+        PeerIdentityError: the chain cannot be read (no handshake yet, or an ``ssl`` without the method).
+    """
+    inner = getattr(ssl_object, "_ssl_object", ssl_object)  # trio.SSLStream keeps the SSLObject here
+    getter = getattr(inner, "get_verified_chain", None) or getattr(
+        getattr(inner, "_sslobj", None), "get_verified_chain", None
+    )
+    if getter is None:
+        raise PeerIdentityError("cannot read the TLS peer's verified certificate chain")
+    try:
+        raw = getter() or []
+        return [
+            x509.load_der_x509_certificate(c if isinstance(c, bytes) else c.public_bytes(_DER)) for c in raw
+        ]
+    except (ValueError, ssl.SSLError) as exc:
+        raise PeerIdentityError(f"cannot read the TLS peer's verified certificate chain: {exc}") from exc
+
+
+#: ``_ssl.ENCODING_DER`` (``public_bytes`` of the certificates ``get_verified_chain`` returns).
+_DER: Final = 2
+
+
 def check_peer_is_network_node(ssl_object: PeerCertificateSource) -> CordaX500Name:
     """Inbound check: the peer is a node of this network; returns its legal name.
 
-    The chain was already verified against the network root during the handshake; this adds Corda's rules:
-    the leaf has the ``TLS`` role and its subject is a valid legal name.
+    The chain was already verified against the network root during the handshake (signatures, dates, CA
+    flags); this adds Corda's rules on every certificate of it: roles in their places (root -> doorman CA
+    -> node CA -> TLS), the leaf's subject exactly its node CA's, and a valid legal name.
 
     Raises:
-        PeerIdentityError: no certificate, wrong or missing role, or a subject that is not a legal name.
+        PeerIdentityError: no certificate, a role missing or out of place, a name that differs from the node
+            CA's, or a subject that is not a legal name.
     """
     cert = peer_certificate(ssl_object)
     subject = cert.subject.rfc4514_string()
@@ -231,6 +266,13 @@ def check_peer_is_network_node(ssl_object: PeerCertificateSource) -> CordaX500Na
     if role is not CertRole.TLS:
         shown = "no role extension" if role is None else f"role {role.name}"
         raise PeerIdentityError(f"TLS peer {subject!r} presented a certificate with {shown}, not role TLS")
+    chain = peer_chain(ssl_object)
+    if not chain or chain[0] != cert:
+        raise PeerIdentityError(f"TLS peer {subject!r}: the verified chain does not start at its certificate")
+    try:
+        check_chain_roles(chain, leaf_role=CertRole.TLS)
+    except CertificateValidationError as exc:
+        raise PeerIdentityError(f"TLS peer {subject!r} refused ({exc.reason}): {exc}") from exc
     try:
         return CordaX500Name.from_x509_name(cert.subject)
     except InvalidNameError as exc:

@@ -222,3 +222,45 @@ async def test_name_constraint_enforced_in_handshake(
     _, server_saw, _, _ = await _handshake(forger_client, bob_server)
     assert isinstance(server_saw, trio.BrokenResourceError)
     assert "permitted subtree violation" in str(server_saw.__cause__)
+
+
+async def test_tls_certificate_issued_by_an_identity_certificate_is_refused(
+    live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials, live_bob: pki.NodeCredentials
+) -> None:
+    """OpenSSL accepts it (the identity certificate is a CA); the role of every certificate is checked."""
+    key = pki.generate_ec_key()
+    cert = pki.create_certificate(
+        role=pki.CertRole.TLS, subject=ALICE, public_key=key.public_key(),
+        issuer_cert=live_alice.identity.cert, issuer_key=live_alice.identity.key, now=REAL_NOW,
+    )  # fmt: skip
+    chain = [cert, live_alice.identity.cert, live_alice.node_ca.cert, live_network.doorman.cert]
+    alice_client = pki.client_ssl_context(cert_chain=chain, key=key, trust_root=live_network.root.cert)
+    _, bob_server = _contexts(live_bob, live_network.root)
+    _, server_saw, _, _ = await _handshake(alice_client, bob_server)
+    assert isinstance(server_saw, pki.PeerIdentityError)
+    assert "(wrong-role)" in str(server_saw) and "may not be issued by LEGAL_IDENTITY" in str(server_saw)
+
+
+@pytest.mark.parametrize("side", ["inbound", "outbound"])
+async def test_sybil_name_from_a_node_ca_is_refused(
+    live_network: pki.NetworkCredentials,
+    live_alice: pki.NodeCredentials,
+    live_bob: pki.NodeCredentials,
+    side: str,
+) -> None:
+    """Alice's node CA mints ``OU=Sybil, O=Alice, ...``: inside its name constraint, but not Alice."""
+    sybil_name = pki.CordaX500Name.parse("OU=Sybil, O=Alice, L=London, C=GB")
+    key = pki.generate_ec_key()
+    cert = pki.create_certificate(
+        role=pki.CertRole.TLS, subject=sybil_name, public_key=key.public_key(),
+        issuer_cert=live_alice.node_ca.cert, issuer_key=live_alice.node_ca.key, now=REAL_NOW,
+    )  # fmt: skip
+    sybil = pki.CertAndKey(cert=cert, key=key)
+    sybil_client, sybil_server = _contexts(live_alice, live_network.root, tls=sybil)
+    bob_client, bob_server = _contexts(live_bob, live_network.root)
+    if side == "inbound":
+        _, seen, _, _ = await _handshake(sybil_client, bob_server)
+    else:
+        seen, _, _, _ = await _handshake(bob_client, sybil_server)
+    assert isinstance(seen, pki.PeerIdentityError)
+    assert "(name-mismatch)" in str(seen) and "exactly the name of its NODE_CA issuer" in str(seen)
