@@ -35,6 +35,7 @@ from ._server import NetworkMapService as NetworkMapService
 from ._server import serve_network_map as serve_network_map
 from ._signing import VerifiedNodeInfo as VerifiedNodeInfo
 from ._signing import decode_signed_node_info as decode_signed_node_info
+from ._signing import identity_key_hash as identity_key_hash
 from ._signing import sign_network_map as sign_network_map
 from ._signing import sign_network_parameters as sign_network_parameters
 from ._signing import sign_node_info as sign_node_info
@@ -42,6 +43,7 @@ from ._signing import verify_network_map as verify_network_map
 from ._signing import verify_network_parameters as verify_network_parameters
 from ._signing import verify_node_info as verify_node_info
 from ._store import NetworkMapStore as NetworkMapStore
+from ._store import NetworkMapStoreError as NetworkMapStoreError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
@@ -60,6 +62,7 @@ __all__ = [
     "NetworkMapHttpError",
     "NetworkMapService",
     "NetworkMapStore",
+    "NetworkMapStoreError",
     "NetworkMapUpdater",
     "NetworkParameters",
     "NetworkParametersChanged",
@@ -74,6 +77,7 @@ __all__ = [
     "VerifiedNodeInfo",
     "bootstrap_network",
     "decode_signed_node_info",
+    "identity_key_hash",
     "serve_network_map",
     "sha256_hex",
     "sign_network_map",

@@ -1,4 +1,4 @@
-"""The network map HTTP service: h11 under Trio (DESIGN.md §7, ``protocol_spec/network-map.md``).
+"""The network map HTTP service: h11 under Trio (``protocol_spec/network-map.md``).
 
 Theory of operation
 -------------------
@@ -155,6 +155,13 @@ class NetworkMapService:
             log.warning("refused NodeInfo: %s", exc)
             return HttpResponse.text(403, f"{exc.reason}: {exc}")
         result = self.store.put_node_info(node)
+        if result == "denied":
+            log.warning("refused NodeInfo of %s: removed by the operator", node.legal_name)
+            return HttpResponse.text(
+                403,
+                f"removed-by-operator: {node.legal_name} (identity key {node.identity_key_hash}) was removed "
+                "from the map; the operator must readmit it",
+            )
         if result == "stale":
             current = self.store.current_serial(str(node.legal_name))
             return HttpResponse.text(
@@ -179,7 +186,10 @@ class NetworkMapService:
             status=200,
             body=self.signed_map(),
             content_type=b"application/octet-stream",
-            headers=((b"cache-control", f"max-age={self.max_age_seconds}".encode()),),
+            headers=(
+                (b"cache-control", f"max-age={self.max_age_seconds}".encode()),
+                (b"x-corda-map-serial", str(self.store.map_serial()).encode()),
+            ),
         )
 
 

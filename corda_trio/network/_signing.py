@@ -34,6 +34,7 @@ from ._model import NetworkMap, NetworkParameters, NodeInfo, SignedNodeInfo, Sig
 __all__ = [
     "VerifiedNodeInfo",
     "decode_signed_node_info",
+    "identity_key_hash",
     "sign_network_map",
     "sign_network_parameters",
     "sign_node_info",
@@ -162,14 +163,26 @@ def verify_node_info(
             f"{minimum_platform_version}",
             reason="platform-version",
         )
-    main_cert = x509.load_der_x509_certificate(node_info.legal_identities[0][0])
     return VerifiedNodeInfo(
         signed=signed,
         node_info=node_info,
         legal_name=names[0],
-        identity_key_hash=pki.key_hash(main_cert.public_key()),
+        identity_key_hash=identity_key_hash(signed),
         hash=signed.hash,
     )
+
+
+def identity_key_hash(signed: SignedNodeInfo) -> str:
+    """``DL…`` hash of the main legal identity's key of a (decoded, not necessarily verified) NodeInfo.
+
+    Raises:
+        MalformedPayloadError: the NodeInfo or its first certificate cannot be decoded.
+    """
+    node_info = NodeInfo.from_wire(_codec.decode(signed.raw, what="node info"))
+    if not node_info.legal_identities or not node_info.legal_identities[0]:
+        raise MalformedPayloadError("the NodeInfo has no legal identity")
+    (main_cert,) = _load_path(node_info.legal_identities[0][:1], "legal identity 0")
+    return pki.key_hash(main_cert.public_key())
 
 
 def _sign_with_cert(raw: bytes, key: pki.CaKey, cert_path: Sequence[x509.Certificate]) -> SignedWithCert:

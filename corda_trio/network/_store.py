@@ -2,6 +2,11 @@
 
 One row per legal name holds the newest accepted signed NodeInfo; network parameters are kept by hash with
 one marked current.  Every write is one transaction, so a crash leaves either the old or the new map.
+
+An operator's removal sticks: the removed node's identity key goes on a deny-list (with its legal name), and a
+NodeInfo signed by a denied key, or for a denied legal name, is refused until ``readmit`` lifts the entry.
+The map serial counts changes to the set of nodes (added, replaced, removed, readmitted); it moves with
+every change that clients must see.
 Methods are blocking: the server calls them through ``trio.to_thread.run_sync`` with one thread at a time.
 """
 
@@ -13,11 +18,11 @@ from pathlib import Path
 from typing import Literal
 
 from ._model import SignedWithCert
-from ._signing import VerifiedNodeInfo
+from ._signing import VerifiedNodeInfo, decode_signed_node_info, identity_key_hash
 
-__all__ = ["NetworkMapStore", "PutResult"]
+__all__ = ["NetworkMapStore", "NetworkMapStoreError", "PutResult"]
 
-PutResult = Literal["added", "replaced", "unchanged", "stale"]
+PutResult = Literal["added", "replaced", "unchanged", "stale", "denied"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_infos (
@@ -26,6 +31,15 @@ CREATE TABLE IF NOT EXISTS node_infos (
     serial INTEGER NOT NULL,
     signed BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS denied (
+    identity_key_hash TEXT PRIMARY KEY,
+    legal_name TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS map_serial (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    serial INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO map_serial (id, serial) VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS network_parameters (
     hash TEXT PRIMARY KEY,
     signed BLOB NOT NULL,
@@ -34,15 +48,47 @@ CREATE TABLE IF NOT EXISTS network_parameters (
 """
 
 
+_COLUMNS = {
+    "node_infos": ["legal_name", "hash", "serial", "signed"],
+    "denied": ["identity_key_hash", "legal_name"],
+    "map_serial": ["id", "serial"],
+    "network_parameters": ["hash", "signed", "current"],
+}
+
+
+class NetworkMapStoreError(Exception):
+    """The map database cannot be opened or read (not SQLite, damaged, or not the map's)."""
+
+
 class NetworkMapStore:
-    """The map's durable state.  Thread-safe (one lock around the connection)."""
+    """The map's durable state.  Thread-safe (one lock around the connection).
+
+    Raises:
+        NetworkMapStoreError: (constructor) ``path`` is not a usable map database; the message names it.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise NetworkMapStoreError(f"cannot open the network map database {path}: {exc}") from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                raise sqlite3.DatabaseError(problem)
+            for table, columns in _COLUMNS.items():
+                found = [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
+                if found != columns:
+                    raise sqlite3.DatabaseError(f"table {table} has columns {found}, expected {columns}")
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise NetworkMapStoreError(
+                f"{path} is not a usable network map database ({exc}); restore it from a backup"
+            ) from None
 
     def close(self) -> None:
         with self._lock:
@@ -62,8 +108,14 @@ class NetworkMapStore:
                 row = self._db.execute(
                     "SELECT hash, serial FROM node_infos WHERE legal_name = ?", (name,)
                 ).fetchone()
-                if row is not None and row[0] == node.hash:
-                    result: PutResult = "unchanged"
+                denied = self._db.execute(
+                    "SELECT 1 FROM denied WHERE identity_key_hash = ? OR legal_name = ?",
+                    (node.identity_key_hash, name),
+                ).fetchone()
+                if denied is not None:
+                    result: PutResult = "denied"
+                elif row is not None and row[0] == node.hash:
+                    result = "unchanged"
                 elif row is not None and row[1] >= node.node_info.serial:
                     result = "stale"
                 else:
@@ -73,6 +125,7 @@ class NetworkMapStore:
                         (name, node.hash, node.node_info.serial, node.serialize()),
                     )
                     result = "added" if row is None else "replaced"
+                    self._bump_serial()
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -86,11 +139,63 @@ class NetworkMapStore:
             ).fetchone()
         return None if row is None else int(row[0])
 
-    def remove_node(self, legal_name: str) -> bool:
-        """Remove a legal name from the map (an operator action); returns whether it was there."""
+    def _bump_serial(self) -> None:
+        self._db.execute("UPDATE map_serial SET serial = serial + 1 WHERE id = 1")
+
+    def map_serial(self) -> int:
+        """How many times the set of nodes changed (the map clients see moves with it)."""
         with self._lock:
-            cursor = self._db.execute("DELETE FROM node_infos WHERE legal_name = ?", (legal_name,))
+            return int(self._db.execute("SELECT serial FROM map_serial WHERE id = 1").fetchone()[0])
+
+    def remove_node(self, legal_name: str) -> bool:
+        """Remove a legal name from the map and deny its identity key (an operator action).
+
+        The node stays out, also when it publishes again, until :meth:`readmit_node`.
+
+        Returns:
+            Whether the name was in the map.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT signed FROM node_infos WHERE legal_name = ?", (legal_name,)
+                ).fetchone()
+                if row is not None:
+                    key_hash = identity_key_hash(decode_signed_node_info(bytes(row[0])))
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO denied (identity_key_hash, legal_name) VALUES (?, ?)",
+                        (key_hash, legal_name),
+                    )
+                    self._db.execute("DELETE FROM node_infos WHERE legal_name = ?", (legal_name,))
+                    self._bump_serial()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return row is not None
+
+    def readmit_node(self, legal_name: str) -> bool:
+        """Lift the deny-list entries of ``legal_name`` (it may publish again); whether there were any."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = self._db.execute("DELETE FROM denied WHERE legal_name = ?", (legal_name,))
+                if cursor.rowcount:
+                    self._bump_serial()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
         return cursor.rowcount > 0
+
+    def denied(self) -> list[tuple[str, str]]:
+        """The deny-list: ``(legal name, identity key hash)`` pairs, by name."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT legal_name, identity_key_hash FROM denied ORDER BY legal_name, identity_key_hash"
+            )
+            return [(str(r[0]), str(r[1])) for r in rows]
 
     def node_info_hashes(self) -> list[str]:
         with self._lock:

@@ -4,7 +4,8 @@ Examples::
 
     corda-trio networkmap serve --dir net                 # uses net/network-map/networkmap.toml
     corda-trio networkmap list --dir net
-    corda-trio networkmap remove --dir net --node "O=Bob,L=New York,C=US"
+    corda-trio networkmap remove --dir net --node "O=Bob,L=New York,C=US"    # stays out when it republishes
+    corda-trio networkmap readmit --dir net --node "O=Bob,L=New York,C=US"   # lets it publish again
 """
 
 from __future__ import annotations
@@ -26,18 +27,24 @@ __all__ = ["register"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """Add ``networkmap serve``, ``list`` and ``remove``."""
+    """Add ``networkmap serve``, ``list``, ``remove`` and ``readmit``."""
     sub = parser.add_subparsers(dest="networkmap_command", metavar="SUBCOMMAND", required=True)
     for name, func, text in (
         ("serve", _serve, "serve the network map over HTTP until interrupted"),
-        ("list", _list, "list the legal names in the map"),
-        ("remove", _remove, "remove a node from the map (served at once, also while running)"),
+        ("list", _list, "list the legal names in the map, then the removed ones"),
+        (
+            "remove",
+            _remove,
+            "remove a node from the map and deny its identity key: it stays out when it publishes again "
+            "(served at once, also while running)",
+        ),
+        ("readmit", _readmit, "lift a removal: the node may publish its NodeInfo again"),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
         p.add_argument("--config", type=Path, help="path of networkmap.toml (instead of --dir)")
-        if name == "remove":
-            p.add_argument("--node", required=True, metavar="LEGAL_NAME", help="legal name to remove")
+        if name in ("remove", "readmit"):
+            p.add_argument("--node", required=True, metavar="LEGAL_NAME", help=f"legal name to {name}")
         p.set_defaults(func=func)
 
 
@@ -70,7 +77,7 @@ def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
         _, params_hash = network.verify_network_parameters(params_bytes, trust_root=root, now=now)
     except (pki.CertificateValidationError, network.NetworkMapError) as exc:
         raise CliError(f"network map material does not verify: {exc}", 2) from None
-    store = network.NetworkMapStore(cfg.database)
+    store = _open_store(cfg)
     if store.current_parameters_hash() != params_hash:
         store.set_current_parameters(params_hash, params_bytes)
     return network.NetworkMapService(
@@ -118,26 +125,52 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_store(cfg: NetworkMapServiceConfig) -> network.NetworkMapStore:
+    try:
+        return network.NetworkMapStore(cfg.database)
+    except network.NetworkMapStoreError as exc:
+        raise CliError(str(exc), 1) from None
+
+
 def _list(args: argparse.Namespace) -> int:
-    store = network.NetworkMapStore(_config(args).database)
+    store = _open_store(_config(args))
     try:
         for name in store.legal_names():
             print(name)
+        for name, key in store.denied():
+            print(f"{name}  (removed; identity key {key}; `corda-trio networkmap readmit` lifts it)")
     finally:
         store.close()
     return 0
 
 
-def _remove(args: argparse.Namespace) -> int:
+def _node_name(args: argparse.Namespace) -> str:
     try:
-        name = pki.CordaX500Name.parse(args.node)
+        return str(pki.CordaX500Name.parse(args.node))
     except pki.InvalidNameError as exc:
         raise CliError(f"--node {args.node!r}: {exc}", 2) from None
-    store = network.NetworkMapStore(_config(args).database)
+
+
+def _remove(args: argparse.Namespace) -> int:
+    name = _node_name(args)
+    store = _open_store(_config(args))
     try:
-        if not store.remove_node(str(name)):
+        if not store.remove_node(name):
             raise CliError(f"{name} is not in the map", 1)
+        serial = store.map_serial()
     finally:
         store.close()
-    print(f"removed {name}")
+    print(f"removed {name} (map serial {serial}); it stays out until `corda-trio networkmap readmit`")
+    return 0
+
+
+def _readmit(args: argparse.Namespace) -> int:
+    name = _node_name(args)
+    store = _open_store(_config(args))
+    try:
+        if not store.readmit_node(name):
+            raise CliError(f"{name} was not removed from the map", 1)
+    finally:
+        store.close()
+    print(f"readmitted {name}: it may publish its NodeInfo again")
     return 0
