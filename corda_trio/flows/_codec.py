@@ -1,0 +1,403 @@
+"""msgpack codecs: payloads (with the type registry), session messages (the wire) and checkpoints.
+
+Never pickle. Bytes from a peer can only produce builtins (nil, bool, int, float, str, bin, array, map with
+string keys) and instances of classes registered with :func:`payload_type`; anything else is a
+:class:`PayloadError` naming what was wrong. Flows and :class:`FlowSession` appear only in checkpoints.
+
+Extension types (msgpack ``ext``): ``1`` a registered payload: ``[name, version, {field: value}]``;
+``2`` a FlowSession ``[index, counterparty]`` and ``3`` a flow ``[flow name, version, {field: value}]``
+(both checkpoint only). The session message layout is in ``protocol_spec/flow-sessions.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+import msgpack
+
+from ._errors import PayloadError, SessionProtocolError
+from ._logic import FlowLogic
+from ._messages import (
+    MAX_SESSION_ID,
+    BadPayload,
+    ConfirmPayload,
+    DataPayload,
+    EndPayload,
+    ErrorPayload,
+    ExistingSessionMessage,
+    InitialSessionMessage,
+    RejectPayload,
+    SessionMessage,
+)
+from ._registry import payloads, registry
+from ._requests import FlowSession, WaitReceive, WaitSleep, WaitSubFlow
+from ._statemachine import FlowState, Frame, Outgoing, SessionState
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "SESSION_FORMAT",
+    "decode_checkpoint",
+    "decode_payload",
+    "decode_session_message",
+    "encode_checkpoint",
+    "encode_payload",
+    "encode_session_message",
+]
+
+EXT_PAYLOAD: Final = 1
+EXT_SESSION: Final = 2
+EXT_FLOW: Final = 3
+#: The first element of every session message.
+SESSION_FORMAT: Final = 1
+CHECKPOINT_FORMAT: Final = 1
+
+INIT, CONFIRM, DATA, ERROR, REJECT, END = range(6)
+KIND_NAMES: Final = ("init", "confirm", "data", "error", "reject", "end")
+
+
+# ------------------------------------------------------------------------------------------------ values
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
+
+
+def _default(internal: bool) -> Any:
+    def default(obj: Any) -> Any:
+        if isinstance(obj, tuple):
+            return list(obj)
+        cls = type(obj)
+        entry = payloads.name_of(cls)
+        if entry is not None:
+            return msgpack.ExtType(EXT_PAYLOAD, _pack([entry[0], entry[1], _fields(obj)], internal))
+        if internal and cls is FlowSession:
+            return msgpack.ExtType(EXT_SESSION, _pack([obj.index, obj.counterparty], True))
+        if internal and isinstance(obj, FlowLogic):
+            return msgpack.ExtType(EXT_FLOW, _pack([cls.flow_name, cls.flow_version, _fields(obj)], True))
+        raise PayloadError(
+            f"a {cls.__module__}.{cls.__qualname__} cannot be sent or checkpointed: "
+            "register it with @payload_type"
+        )
+
+    return default
+
+
+_DEFAULTS: Final = {False: _default(False), True: _default(True)}
+
+
+def _pack(value: Any, internal: bool) -> bytes:
+    try:
+        return msgpack.packb(value, default=_DEFAULTS[internal], use_bin_type=True, strict_types=True)
+    except PayloadError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"cannot encode {type(value).__name__}: {exc}") from exc
+
+
+def _build(cls: type, fields: Any, what: str) -> Any:
+    if not isinstance(fields, dict):
+        raise PayloadError(f"{what}: fields must be a map")
+    names = {f.name for f in attrs.fields(cls)}
+    if set(fields) != names:
+        missing, extra = sorted(names - set(fields)), sorted(set(fields) - names)
+        raise PayloadError(f"{what}: fields do not match (missing {missing}, unexpected {extra})")
+    obj = cls.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _ext_hook(internal: bool) -> Any:
+    def hook(code: int, data: bytes) -> Any:
+        if code == EXT_PAYLOAD:
+            name, version, fields = _unpack_list(data, internal, 3, "payload type")
+            if not isinstance(name, str) or not isinstance(version, int):
+                raise PayloadError("payload type: name and version must be a string and an integer")
+            cls = payloads.lookup(name, version)
+            try:
+                return cls(**fields) if isinstance(fields, dict) else _build(cls, fields, name)
+            except (TypeError, ValueError) as exc:
+                raise PayloadError(f"payload type {name!r}: {exc}") from exc
+        if internal and code == EXT_SESSION:
+            index, counterparty = _unpack_list(data, True, 2, "session")
+            return FlowSession(index, counterparty)
+        if internal and code == EXT_FLOW:
+            name, version, fields = _unpack_list(data, True, 3, "flow")
+            cls = registry.by_name.get(name)
+            if cls is None:
+                raise PayloadError(f"checkpoint names flow class {name!r}, which is not registered")
+            if version != cls.flow_version:  # type: ignore[attr-defined]
+                raise PayloadError(
+                    f"checkpoint of {name!r} version {version}, this code has version {cls.flow_version}"
+                )  # type: ignore[attr-defined]
+            return _build(cls, fields, name)
+        raise PayloadError(f"unknown msgpack extension type {code}")
+
+    return hook
+
+
+_HOOKS: Final = {False: _ext_hook(False), True: _ext_hook(True)}
+
+
+def _unpack(data: bytes, internal: bool) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_HOOKS[internal], raw=False, strict_map_key=True)
+    except PayloadError:
+        raise
+    except Exception as exc:  # msgpack raises several types for malformed input
+        raise PayloadError(f"malformed msgpack: {type(exc).__name__}: {exc}") from exc
+
+
+def _unpack_list(data: bytes, internal: bool, n: int, what: str) -> list[Any]:
+    value = _unpack(data, internal)
+    if not isinstance(value, list) or len(value) != n:
+        raise PayloadError(f"{what}: expected a list of {n}")
+    return value
+
+
+def encode_payload(value: Any) -> bytes:
+    """The bytes of a session payload.
+
+    Raises:
+        PayloadError: ``value`` holds something that is neither a builtin nor a registered payload type.
+    """
+    return _pack(value, False)
+
+
+def decode_payload(data: bytes) -> Any:
+    """Inverse of :func:`encode_payload`.
+
+    Raises:
+        PayloadError: malformed, or names an unregistered type or version, or fields that do not fit.
+    """
+    return _unpack(data, False)
+
+
+# ------------------------------------------------------------------------------------------------ session
+
+
+def _int(value: Any, field: str, *, top: int = MAX_SESSION_ID) -> int:
+    if type(value) is not int or not 0 <= value <= top:
+        raise SessionProtocolError(f"field {field!r} must be an integer in 0..{top}, got {value!r:.40}")
+    return value
+
+
+def _str(value: Any, field: str, *, optional: bool = False) -> Any:
+    if optional and value is None:
+        return None
+    if type(value) is not str:
+        raise SessionProtocolError(f"field {field!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def encode_session_message(message: SessionMessage) -> bytes:
+    """The wire bytes of a session message (payloads encoded with :func:`encode_payload`).
+
+    Raises:
+        PayloadError: a payload cannot be encoded.
+    """
+    if isinstance(message, InitialSessionMessage):
+        first = encode_payload(message.first_payload) if message.has_payload else None
+        fields: list[Any] = [
+            SESSION_FORMAT, INIT, message.initiator_session_id, message.initiation_entropy,
+            message.initiator_flow_class_name, message.flow_version, message.app_name, first,
+        ]  # fmt: skip
+    else:
+        head = [SESSION_FORMAT, 0, message.recipient_session_id, message.seq]
+        p = message.payload
+        if isinstance(p, ConfirmPayload):
+            head[1] = CONFIRM
+            fields = [*head, p.initiated_session_id, p.flow_version, p.app_name]
+        elif isinstance(p, DataPayload):
+            head[1] = DATA
+            fields = [*head, encode_payload(p.payload)]
+        elif isinstance(p, ErrorPayload):
+            head[1] = ERROR
+            fields = [*head, p.error_id, p.exception_type, p.message]
+        elif isinstance(p, RejectPayload):
+            head[1] = REJECT
+            fields = [*head, p.error_id, p.message]
+        elif isinstance(p, EndPayload):
+            head[1] = END
+            fields = head
+        else:
+            raise TypeError(f"not a session payload: {p!r}")
+    return msgpack.packb(fields, use_bin_type=True)
+
+
+_LENGTHS: Final = {INIT: 8, CONFIRM: 7, DATA: 5, ERROR: 7, REJECT: 6, END: 4}
+
+
+def decode_session_message(data: bytes) -> SessionMessage:
+    """Read a session message from a peer.
+
+    A payload that cannot be decoded does not fail the message: it becomes a :class:`BadPayload` with the
+    reason (the receiving step fails with it, and the peer hears of it).
+
+    Raises:
+        SessionProtocolError: not a session message of this format (the reason says which field).
+    """
+    try:
+        fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:
+        raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(fields, list) or len(fields) < 2:
+        raise SessionProtocolError("a session message is a msgpack array [format, kind, ...]")
+    if fields[0] != SESSION_FORMAT or type(fields[0]) is not int:
+        raise SessionProtocolError(f"unknown session message format {fields[0]!r:.20}")
+    kind = fields[1]
+    if type(kind) is not int or kind not in _LENGTHS:
+        raise SessionProtocolError(f"unknown session message kind {kind!r:.20}")
+    if len(fields) != _LENGTHS[kind]:
+        raise SessionProtocolError(
+            f"a {KIND_NAMES[kind]} message has {_LENGTHS[kind]} fields, not {len(fields)}"
+        )
+    if kind == INIT:
+        first = fields[7]
+        if first is not None and type(first) is not bytes:
+            raise SessionProtocolError("field 'first_payload' must be bytes or nil")
+        return InitialSessionMessage(
+            initiator_session_id=_int(fields[2], "initiator_session_id"),
+            initiation_entropy=_int(fields[3], "initiation_entropy"),
+            initiator_flow_class_name=_str(fields[4], "initiator_flow_class_name"),
+            flow_version=_int(fields[5], "flow_version", top=2**31 - 1),
+            app_name=_str(fields[6], "app_name"),
+            first_payload=None if first is None else _payload(first),
+            has_payload=first is not None,
+        )
+    recipient = _int(fields[2], "recipient_session_id")
+    seq = _int(fields[3], "seq")
+    payload: Any
+    if kind == CONFIRM:
+        payload = ConfirmPayload(
+            initiated_session_id=_int(fields[4], "initiated_session_id"),
+            flow_version=_int(fields[5], "flow_version", top=2**31 - 1),
+            app_name=_str(fields[6], "app_name"),
+        )
+    elif kind == DATA:
+        if type(fields[4]) is not bytes:
+            raise SessionProtocolError("field 'payload' must be bytes")
+        payload = DataPayload(payload=_payload(fields[4]))
+    elif kind == ERROR:
+        payload = ErrorPayload(
+            error_id=_int(fields[4], "error_id"),
+            exception_type=_str(fields[5], "exception_type", optional=True),
+            message=_str(fields[6], "message", optional=True),
+        )
+    elif kind == REJECT:
+        payload = RejectPayload(error_id=_int(fields[4], "error_id"), message=_str(fields[5], "message"))
+    else:
+        payload = EndPayload()
+    return ExistingSessionMessage(recipient_session_id=recipient, seq=seq, payload=payload)
+
+
+def _payload(data: bytes) -> Any:
+    try:
+        return decode_payload(data)
+    except PayloadError as exc:
+        return BadPayload(reason=str(exc))
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+def _wait_out(wait: Any) -> Any:
+    if wait is None:
+        return None
+    if isinstance(wait, WaitReceive):
+        return ["receive", list(wait.sessions), wait.expected, wait.validate, wait.many]
+    if isinstance(wait, WaitSleep):
+        return ["sleep", wait.wake_at]
+    return ["subflow"]
+
+
+def _wait_in(value: Any) -> Any:
+    if value is None:
+        return None
+    if value[0] == "receive":
+        return WaitReceive(sessions=tuple(value[1]), expected=value[2], validate=value[3], many=value[4])
+    if value[0] == "sleep":
+        return WaitSleep(wake_at=value[1])
+    return WaitSubFlow()
+
+
+def _wire(o: Outgoing) -> bytes:
+    return o.wire if o.wire is not None else encode_session_message(o.message)  # type: ignore[arg-type]
+
+
+def encode_outbox(state: FlowState) -> None:
+    """Replace the outbox's messages by their wire bytes (done once, before the checkpoint is written)."""
+    state.outbox = [
+        o if o.wire is not None else attrs.evolve(o, wire=_wire(o), message=None) for o in state.outbox
+    ]
+
+
+def encode_checkpoint(state: FlowState) -> bytes:
+    """The checkpoint of ``state`` (its outbox is encoded in place first).
+
+    Raises:
+        PayloadError: a flow field, a buffered payload or the result cannot be encoded.
+    """
+    encode_outbox(state)
+    sessions = [
+        [
+            s.index, s.counterparty, s.our_id, s.initiating, s.entropy, s.seed, s.flow_name, s.flow_version,
+            s.app_name, s.peer_id, s.init_sent, s.send_seq, s.recv_seq, s.received,
+            [[k, v] for k, v in s.buffered], s.peer_ended,
+            None if s.peer_error is None else list(s.peer_error), s.closed,
+        ]
+        for s in state.sessions.values()
+    ]  # fmt: skip
+    return _pack(
+        [
+            CHECKPOINT_FORMAT, state.flow_id, state.status, state.suspends, state.next_session,
+            [[f.flow, f.step, _wait_out(f.wait)] for f in state.stack], sessions,
+            [[o.counterparty, o.dedup_id, o.wire, o.initial] for o in state.outbox],
+            state.result, None if state.error is None else list(state.error),
+        ],
+        True,
+    )  # fmt: skip
+
+
+def decode_checkpoint(data: bytes) -> FlowState:
+    """Inverse of :func:`encode_checkpoint` (the outbox comes back as wire bytes).
+
+    Raises:
+        PayloadError: not a checkpoint of this format, or it names an unknown flow class / version / type.
+    """
+    value = _unpack(data, True)
+    if not isinstance(value, list) or len(value) != 10 or value[0] != CHECKPOINT_FORMAT:
+        raise PayloadError("not a flow checkpoint of format 1")
+    _, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error = value
+    try:
+        state = FlowState(
+            flow_id=flow_id,
+            stack=[Frame(flow=f, step=step, wait=_wait_in(w)) for f, step, w in stack],
+            next_session=next_session,
+            suspends=suspends,
+            outbox=[Outgoing(counterparty=c, dedup_id=d, wire=w, initial=i) for c, d, w, i in outbox],
+            status=status,
+            result=result,
+            error=None if error is None else (error[0], error[1]),
+        )
+        for s in sessions:
+            (index, counterparty, our_id, initiating, entropy, seed, flow_name, flow_version, app_name,
+             peer_id, init_sent, send_seq, recv_seq, received, buffered, peer_ended, peer_error,
+             closed) = s  # fmt: skip
+            state.sessions[index] = SessionState(
+                index=index, counterparty=counterparty, our_id=our_id, initiating=initiating,
+                entropy=entropy, seed=seed, flow_name=flow_name, flow_version=flow_version, app_name=app_name,
+                peer_id=peer_id,
+                init_sent=init_sent, send_seq=send_seq, recv_seq=recv_seq, received=received,
+                buffered=[(k, v) for k, v in buffered], peer_ended=peer_ended,
+                peer_error=None if peer_error is None else (peer_error[0], peer_error[1]), closed=closed,
+            )  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"malformed flow checkpoint: {exc}") from exc
+    return state
+
+
+def outgoing_wire(o: Outgoing) -> bytes:
+    """The wire bytes of an outbox entry."""
+    return _wire(o)
