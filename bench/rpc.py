@@ -1,0 +1,167 @@
+"""RPC benchmark: small calls per second from one client over one websocket, against a real node process.
+
+    python -m bench.rpc [--seconds 5] [--in-flight 32]
+
+A throwaway one-node network is bootstrapped and ``corda-trio node start`` runs it in its own process. The
+client (this process) logs in once and calls ``ping`` (a logged-in call with permission check, msgpack
+frames both ways) in two patterns, each for ``--seconds``:
+
+* **sequential**: one call at a time, each waits for its answer (round-trip bound);
+* **pipelined**: ``--in-flight`` tasks share the one connection, so that many calls are in flight.
+
+Reference, side by side: the same two patterns against a bare trio-websocket echo server in its own
+process (no msgpack, no login, no dispatch), so the ratio is what our protocol and server cost on top of the
+websocket library. The machine may be shared: the JSON carries the load average. The last line printed is
+one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio_websocket
+
+from corda_trio import pki, rpc
+from corda_trio.node import _config
+from corda_trio.node._cli_network import create_network
+from corda_trio.node._processes import open_node_processes
+
+PASSWORD = "bench-password"
+
+ECHO_SERVER = """
+import sys, trio, trio_websocket
+async def handler(request):
+    ws = await request.accept()
+    try:
+        while True:
+            await ws.send_message(await ws.get_message())
+    except trio_websocket.ConnectionClosed:
+        pass
+async def main():
+    async with trio.open_nursery() as n:
+        server = await n.start(trio_websocket.serve_websocket, handler, "127.0.0.1", 0, None)
+        print(server.port, flush=True)
+trio.run(main)
+"""
+
+
+async def _measure(call: Any, seconds: float, in_flight: int) -> float:
+    """Calls per second of ``call()`` with ``in_flight`` concurrent callers for ``seconds``."""
+    count = 0
+    deadline = trio.current_time() + seconds
+
+    async def worker() -> None:
+        nonlocal count
+        while trio.current_time() < deadline:
+            await call()
+            count += 1
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(in_flight):
+            nursery.start_soon(worker)
+    return count / (time.perf_counter() - started)
+
+
+async def _bench_node(directory: Path, seconds: float, in_flight: int) -> dict[str, float]:
+    net = create_network(directory / "net", [pki.CordaX500Name.parse("O=Bench,L=London,C=GB")], map_port=None)
+    node = net.nodes[0]
+    path = node.directory / "node.toml"
+    user = rpc.RpcUser(
+        username="bench", password_hash=rpc.hash_password(PASSWORD), permissions=frozenset({"admin"})
+    )
+    cfg = attrs.evolve(_config.load_node_config(path), rpc_users=(user,))
+    path.write_text(_config.dump_node_config(cfg, node.directory), encoding="utf-8")
+    async with (
+        open_node_processes([(path, cfg)]) as (proc,),
+        rpc.connect(proc.rpc_url, "bench", PASSWORD) as client,
+    ):
+        await _measure(client.ping, 0.5, 1)  # warm-up
+        sequential = await _measure(client.ping, seconds, 1)
+        pipelined = await _measure(client.ping, seconds, in_flight)
+    return {"sequential": sequential, "pipelined": pipelined}
+
+
+async def _bench_echo(seconds: float, in_flight: int) -> dict[str, float]:
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await proc.stdout.receive_some(64)
+        port = int(line)
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{port}", message_queue_size=1024) as ws:
+            lock = trio.Lock()
+            waiting: list[trio.Event] = []
+
+            # One reader for the shared connection, as the RPC client has.
+            async def call() -> None:
+                done = trio.Event()
+                async with lock:
+                    waiting.append(done)
+                    await ws.send_message(b"\x81\xa4ping\x00")
+                await done.wait()
+
+            async def reader() -> None:
+                while True:
+                    await ws.get_message()
+                    waiting.pop(0).set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                await _measure(call, 0.5, 1)
+                sequential = await _measure(call, seconds, 1)
+                pipelined = await _measure(call, seconds, in_flight)
+                nursery.cancel_scope.cancel()
+    finally:
+        proc.kill()
+        await proc.wait()
+    return {"sequential": sequential, "pipelined": pipelined}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--in-flight", type=int, default=32)
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-rpc-") as tmp:
+        node = trio.run(_bench_node, Path(tmp), args.seconds, args.in_flight)
+    echo = trio.run(_bench_echo, args.seconds, args.in_flight)
+    summary = {
+        "bench": "rpc",
+        "rpc_calls_per_s_sequential": round(node["sequential"]),
+        "rpc_calls_per_s_pipelined": round(node["pipelined"]),
+        "in_flight": args.in_flight,
+        "ws_echo_per_s_sequential": round(echo["sequential"]),
+        "ws_echo_per_s_pipelined": round(echo["pipelined"]),
+        "ratio_sequential": round(node["sequential"] / echo["sequential"], 3),
+        "ratio_pipelined": round(node["pipelined"] / echo["pipelined"], 3),
+        "target_calls_per_s": 2000,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg()[0],
+    }
+    print(
+        f"RPC ping, one client, one websocket: {summary['rpc_calls_per_s_sequential']:,} calls/s sequential, "
+        f"{summary['rpc_calls_per_s_pipelined']:,} calls/s with {args.in_flight} in flight "
+        f"(bare websocket echo: {summary['ws_echo_per_s_sequential']:,} / "
+        f"{summary['ws_echo_per_s_pipelined']:,})"
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
