@@ -11,7 +11,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from corda_trio import rpc
+from corda_trio import rpc, store
 from corda_trio.node._processes import open_node_processes
 
 from .netutil import PASSWORD, make_network
@@ -85,3 +85,25 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
         log = cfg.log_path.read_text()
         assert "node stopped cleanly" in log and "Traceback" not in log
     assert "another node" not in json.dumps(nodes[0][1].log_path.read_text())
+
+
+async def test_a_corrupt_store_stops_the_node_with_a_clear_error(tmp_path: Path) -> None:
+    (path, cfg), _ = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"])
+    async with store.open_broker(cfg.store_directory) as broker:
+        queue = await broker.declare_queue("internal.test")
+        for i in range(3):
+            await queue.enqueue(b"payload-%d" % i * 50)
+    (segment,) = (cfg.store_directory / "internal.test").glob("*.seg")
+    data = bytearray(segment.read_bytes())
+    data[data.index(b"payload-0") + 20] ^= 0xFF  # inside the first of three records: not a torn tail
+    segment.write_bytes(bytes(data))
+    done = await trio.run_process(
+        [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(path)],
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    assert "O=Alice, L=London, C=GB: fatal store error, the node stopped" in stderr
+    assert "corrupt segment" in stderr and "Traceback" not in stderr
+    assert b"node ready" not in done.stdout
+    assert segment.read_bytes() == bytes(data)  # nothing was "repaired" behind the operator's back
