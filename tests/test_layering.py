@@ -37,7 +37,6 @@ LEVEL = {
 FORBIDDEN_EDGES = {("store", "amqp"), ("transport", "store"), ("store", "transport")}
 
 # Modules that must stay pure (no I/O, no clock) outside corda_trio.amqp.
-# (Add rpc/_protocol.py here when it exists.)
 PURE_MODULES = [
     "store/_record.py",
     "messaging/_model.py",
