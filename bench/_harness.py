@@ -279,9 +279,7 @@ class ScenarioContext:
             try:
                 return type(default)(value)
             except (TypeError, ValueError):
-                raise BenchError(
-                    f"parameter {name}={value!r}: expected {type(default).__name__}"
-                ) from None
+                raise BenchError(f"parameter {name}={value!r}: expected {type(default).__name__}") from None
         return value
 
 
@@ -382,8 +380,7 @@ class RunSummary:
         ]
         if lat:
             lines.append(
-                "  latency (intended -> last stage) ms: "
-                + " ".join(f"{k}={v:.3f}" for k, v in ms.items())
+                "  latency (intended -> last stage) ms: " + " ".join(f"{k}={v:.3f}" for k, v in ms.items())
             )
         lines.append(f"  max schedule lag {self.max_schedule_lag_ns / 1e6:.3f} ms")
         lines.append(f"  records: {self.records_path}")
@@ -641,9 +638,7 @@ async def run_benchmark(
         # Interrupted (Ctrl-C / SIGTERM) after measuring began: keep what was measured, marked as such.
         if state is not None and _is_interrupt(exc):
             summary = _summary(state, run_id, config, writer, clock.now_ns(), measure_from)
-            writer.finish(
-                _meta(scenario, config, run_id, started_at, links, summary) | {"interrupted": True}
-            )
+            writer.finish(_meta(scenario, config, run_id, started_at, links, summary) | {"interrupted": True})
         else:
             writer.abort()
         raise

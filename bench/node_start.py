@@ -30,49 +30,46 @@ import time
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 from corda_trio import messaging, pki, rpc, store
-from corda_trio.node import _config
-from corda_trio.node._cli_network import create_network
-from corda_trio.node._processes import open_node_processes, start_node_process
+
+from ._nodes import NodeProcess, bootstrap
 
 PASSWORD = "bench-password"
 ALICE = "O=Alice,L=London,C=GB"
 BOB = "O=Bob,L=Paris,C=FR"
 
 
-def _network(directory: Path) -> tuple[Path, _config.NodeConfig, str]:
-    net = create_network(directory, [pki.CordaX500Name.parse(n) for n in (ALICE, BOB)], map_port=None)
-    alice, bob = net.nodes
-    path = alice.directory / "node.toml"
-    user = rpc.RpcUser(
-        username="bench", password_hash=rpc.hash_password(PASSWORD), permissions=frozenset({"admin"})
+def _network(directory: Path) -> tuple[Path, str]:
+    alice, bob = bootstrap(directory, [ALICE, BOB], user="bench", password=PASSWORD)
+    bob_hash = pki.key_hash(
+        pki.read_certificates(bob / "certificates" / "identity.chain.pem")[0].public_key()
     )
-    cfg = attrs.evolve(_config.load_node_config(path), rpc_users=(user,), shutdown_timeout_seconds=2.0)
-    path.write_text(_config.dump_node_config(cfg, alice.directory), encoding="utf-8")
-    return path, _config.load_node_config(path), bob.identity_key_hash
+    return alice, bob_hash
 
 
-async def _time_start(path: Path, cfg: _config.NodeConfig) -> float:
+async def _time_start(node_dir: Path) -> float:
     started = time.perf_counter()
-    proc = await start_node_process(path, cfg)
+    node = await NodeProcess.start(node_dir)
     elapsed = time.perf_counter() - started
-    code = await proc.stop()
+    code = await node.stop()
     if code != 0:
-        raise SystemExit(f"node exited with {code}:\n{proc.console_tail()}")
+        raise SystemExit(f"node exited with {code}")
     return elapsed
 
 
-async def _queue_messages(cfg: _config.NodeConfig, bob_hash: str, count: int) -> None:
-    key_hash = pki.key_hash(pki.read_certificates(cfg.identity_cert_chain)[0].public_key())
+async def _queue_messages(node_dir: Path, bob_hash: str, count: int) -> None:
+    name = pki.CordaX500Name.parse(ALICE)
+    key_hash = pki.key_hash(
+        pki.read_certificates(node_dir / "certificates" / "identity.chain.pem")[0].public_key()
+    )
     peers = messaging.PeerDirectory.of(
         [messaging.Peer(legal_name=pki.CordaX500Name.parse(BOB), key_hash=bob_hash, addresses=[])]
     )
-    async with store.open_broker(cfg.store_directory) as broker:
+    async with store.open_broker(node_dir / "store") as broker:
         service = await messaging.MessagingService.open(
-            broker, messaging.MessagingConfig(legal_name=cfg.legal_name, key_hash=key_hash), peers
+            broker, messaging.MessagingConfig(legal_name=name, key_hash=key_hash), peers
         )
         body = bytes(1024)
         for start in range(0, count, 500):
@@ -83,9 +80,10 @@ async def _queue_messages(cfg: _config.NodeConfig, bob_hash: str, count: int) ->
             await service.send_many(batch, bob_hash)
 
 
-async def _checkpoint_flows(path: Path, cfg: _config.NodeConfig, count: int) -> int:
-    async with open_node_processes([(path, cfg)]) as (proc,):
-        async with rpc.connect(proc.rpc_url, "bench", PASSWORD) as client:
+async def _checkpoint_flows(node_dir: Path, count: int) -> int:
+    node = await NodeProcess.start(node_dir)
+    try:
+        async with rpc.connect(node.rpc_url, "bench", PASSWORD) as client:
             async with trio.open_nursery() as nursery:
                 for _ in range(count):
                     nursery.start_soon(lambda: client.launch_flow("PingPong", recipient=BOB, rounds=1))
@@ -93,16 +91,18 @@ async def _checkpoint_flows(path: Path, cfg: _config.NodeConfig, count: int) -> 
                 while len(await client.list_flows("running")) < count:  # noqa: ASYNC110
                     await trio.sleep(0.2)
             running = len(await client.list_flows("running"))
+    finally:
+        await node.stop()
     return running
 
 
 async def _run(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
-    path, cfg, bob_hash = _network(directory)
-    empty = [await _time_start(path, cfg) for _ in range(args.runs)]
-    await _queue_messages(cfg, bob_hash, args.messages)
-    flows = await _checkpoint_flows(path, cfg, args.flows) if args.flows else 0
-    loaded = [await _time_start(path, cfg) for _ in range(args.runs)]
-    async with store.open_broker(cfg.store_directory) as broker:
+    alice, bob_hash = _network(directory)
+    empty = [await _time_start(alice) for _ in range(args.runs)]
+    await _queue_messages(alice, bob_hash, args.messages)
+    flows = await _checkpoint_flows(alice, args.flows) if args.flows else 0
+    loaded = [await _time_start(alice) for _ in range(args.runs)]
+    async with store.open_broker(alice / "store") as broker:
         depth = sum(s.depth for s in broker.statistics(messaging.OUTBOUND_PREFIX))
     return {"empty": empty, "loaded": loaded, "flows": flows, "queued": depth}
 

@@ -27,14 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 import trio_websocket
 
-from corda_trio import pki, rpc
-from corda_trio.node import _config
-from corda_trio.node._cli_network import create_network
-from corda_trio.node._processes import open_node_processes
+from corda_trio import rpc
+
+from ._nodes import NodeProcess, bootstrap
 
 PASSWORD = "bench-password"
 
@@ -74,21 +72,15 @@ async def _measure(call: Any, seconds: float, in_flight: int) -> float:
 
 
 async def _bench_node(directory: Path, seconds: float, in_flight: int) -> dict[str, float]:
-    net = create_network(directory / "net", [pki.CordaX500Name.parse("O=Bench,L=London,C=GB")], map_port=None)
-    node = net.nodes[0]
-    path = node.directory / "node.toml"
-    user = rpc.RpcUser(
-        username="bench", password_hash=rpc.hash_password(PASSWORD), permissions=frozenset({"admin"})
-    )
-    cfg = attrs.evolve(_config.load_node_config(path), rpc_users=(user,))
-    path.write_text(_config.dump_node_config(cfg, node.directory), encoding="utf-8")
-    async with (
-        open_node_processes([(path, cfg)]) as (proc,),
-        rpc.connect(proc.rpc_url, "bench", PASSWORD) as client,
-    ):
-        await _measure(client.ping, 0.5, 1)  # warm-up
-        sequential = await _measure(client.ping, seconds, 1)
-        pipelined = await _measure(client.ping, seconds, in_flight)
+    (node_dir,) = bootstrap(directory / "net", ["O=Bench,L=London,C=GB"], user="bench", password=PASSWORD)
+    node = await NodeProcess.start(node_dir)
+    try:
+        async with rpc.connect(node.rpc_url, "bench", PASSWORD) as client:
+            await _measure(client.ping, 0.5, 1)  # warm-up
+            sequential = await _measure(client.ping, seconds, 1)
+            pipelined = await _measure(client.ping, seconds, in_flight)
+    finally:
+        await node.stop()
     return {"sequential": sequential, "pipelined": pipelined}
 
 

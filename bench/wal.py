@@ -486,11 +486,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="directory for the files (default: system temp)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--recovery-messages", type=int, default=None)
-    parser.add_argument("--sweep", action="store_true",
-                        help="only the producer sweep: 1 KiB at 1-64 producers, commit process vs threads")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only the producer sweep: 1 KiB at 1-64 producers, commit process vs threads",
+    )
     parser.add_argument("--keyed", action="store_true", help="only the keyed log: puts/s of 1 KiB values")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a tiny run that only checks the records are consistent (nothing timed)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run that only checks the records are consistent (nothing timed)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         problems = smoke(args.dir)
@@ -504,8 +510,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(r))
             else:
-                print(f"{r['variant']:<19} {r['writers']} writers {r['records_per_second']:>10,.0f} puts/s  "
-                      f"{r['records_per_fsync']:6.1f} records/fsync")
+                print(
+                    f"{r['variant']:<19} {r['writers']} writers {r['records_per_second']:>10,.0f} puts/s  "
+                    f"{r['records_per_fsync']:6.1f} records/fsync"
+                )
         return 0
     if args.sweep:
         sweep = run_producer_sweep(directory=args.dir, repeats=args.repeats)
@@ -513,9 +521,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(r))
             elif r["run"] == "median":
-                print(f"sweep {r['producers']:>3} producers  {r['commit']:<8} "
-                      f"{r['records_per_second']:>9,.0f} records/s  "
-                      f"{r['records_per_fsync']:5.1f} records/fsync  (median of {args.repeats})")
+                print(
+                    f"sweep {r['producers']:>3} producers  {r['commit']:<8} "
+                    f"{r['records_per_second']:>9,.0f} records/s  "
+                    f"{r['records_per_fsync']:5.1f} records/fsync  (median of {args.repeats})"
+                )
         return 0
     total = 12_800 if args.quick else 64_000
     recovery = (
