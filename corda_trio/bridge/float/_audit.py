@@ -1,0 +1,127 @@
+"""The float's audit log: one JSON object per line, rotated by size; per-peer latency summaries.
+
+Theory of operation
+-------------------
+The audit log is the only thing a float writes to disk. Each connection event is one line: ``ts`` (UTC,
+ISO 8601 with milliseconds), ``event`` and the event's fields (peer address, legal name, TLS outcome, link
+attached or refused, close with its condition, control link up/down, activation). Lines are written and
+flushed one at a time, so a crash loses at most the line being written; a line is a few hundred bytes, so
+writing it on the event loop costs less than handing it to a thread.
+
+Rotation: before a line would take the file past ``max_bytes``, ``audit.jsonl`` becomes ``audit.jsonl.1``
+(``.1`` becomes ``.2`` and so on, the oldest beyond ``backups`` is deleted) and a new file is started.
+
+:class:`LatencySummary` collects, per peer legal name, the time from a peer's delivery arriving at the float
+to the inside's outcome for it; :meth:`AuditLog.write_latency` writes one ``latency`` line per peer (count,
+p50, p99, max in milliseconds) and starts over. The float calls it once a minute.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Final
+
+import attrs
+
+__all__ = ["DEFAULT_AUDIT_BACKUPS", "DEFAULT_AUDIT_MAX_BYTES", "AuditLog", "LatencySummary"]
+
+#: 10 MiB per file and 5 old files: a week of a busy float's connection events fits.
+DEFAULT_AUDIT_MAX_BYTES: Final = 10 * 1024 * 1024
+DEFAULT_AUDIT_BACKUPS: Final = 5
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@attrs.define(eq=False)
+class AuditLog:
+    """JSON lines at ``path`` (``None``: the events go only to ``echo``), rotated at ``max_bytes``."""
+
+    path: Path | None
+    max_bytes: int = DEFAULT_AUDIT_MAX_BYTES
+    backups: int = DEFAULT_AUDIT_BACKUPS
+    #: Also called with every line written (the CLI prints the important ones).
+    echo: Callable[[dict[str, Any]], None] | None = None
+    clock: Callable[[], str] = _utc_now
+    _file: IO[bytes] | None = None
+    _size: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_bytes < 256:
+            raise ValueError(f"max_bytes must be at least 256, got {self.max_bytes}")
+        if self.path is not None:
+            self._open()
+
+    def _open(self) -> None:
+        assert self.path is not None
+        self._file = open(self.path, "ab")  # kept open; closed by close()
+        self._size = self._file.tell()
+
+    def _rotate(self) -> None:
+        assert self.path is not None and self._file is not None
+        self._file.close()
+        for i in range(self.backups, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if i == self.backups:
+                older.unlink(missing_ok=True)
+            else:
+                newer = self.path.with_name(f"{self.path.name}.{i + 1}")
+                if older.exists():
+                    os.replace(older, newer)
+        if self.backups > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._open()
+
+    def write(self, event: str, **fields: Any) -> None:
+        """Append one line ``{"ts", "event", **fields}``."""
+        record = {"ts": self.clock(), "event": event, **fields}
+        if self.echo is not None:
+            self.echo(record)
+        if self._file is None:
+            return
+        line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        self._file.write(line)
+        self._file.flush()
+        self._size += len(line)
+
+    def write_latency(self, summary: LatencySummary) -> None:
+        """One ``latency`` line per peer seen since the last call; then ``summary`` starts over."""
+        for peer, figures in summary.drain().items():
+            self.write("latency", legal_name=peer, **figures)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@attrs.define(eq=False)
+class LatencySummary:
+    """Forwarding latencies (seconds) per peer legal name, summarised and reset by :meth:`drain`."""
+
+    _samples: dict[str, list[float]] = attrs.field(factory=dict)
+
+    def add(self, peer: str, seconds: float) -> None:
+        self._samples.setdefault(peer, []).append(seconds)
+
+    def drain(self) -> dict[str, dict[str, float | int]]:
+        out: dict[str, dict[str, float | int]] = {}
+        for peer, samples in self._samples.items():
+            ordered = sorted(samples)
+            n = len(ordered)
+
+            def pick(q: float, ordered: list[float] = ordered, n: int = n) -> float:
+                return round(ordered[min(n - 1, max(0, int(q * n + 0.999999) - 1))] * 1000, 3)
+
+            out[peer] = {"count": n, "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": pick(1.0)}
+        self._samples = {}
+        return out

@@ -1,0 +1,457 @@
+"""The float: a DMZ listener activated from inside, inbound-only, holding no business data.
+
+Theory of operation
+-------------------
+:meth:`Float.run` listens on the *control* port only (mutual TLS with tunnel certificates; the peer must hold
+a ``bridge`` tunnel certificate). One control connection at a time is served; a second is refused (closed
+at once, audited). The state machine is ``_control.FLOAT_TRANSITIONS``; this module performs its side effects.
+
+On :class:`~._control.ActivateFloat` the float builds the node's TLS context from the configuration entry
+the command names (``tls_ref``), binds the *public* port and reports :class:`~._control.FloatActivated`.
+The public listener runs inside the control connection's nursery: when the control link ends for any reason
+(closed, broken, idle timeout), the public listener and every peer connection end with it, and so they do on
+:class:`~._control.DeactivateFloat`.
+
+Peers connect to the public port as to a node: TLS with a client certificate anchored in the network root,
+``pki.check_peer_is_network_node``; the legal name becomes the sender. Only senders to the activated inboxes
+are accepted (anything else: ``amqp:unauthorized-access``). Each delivery is checked as the node's acceptor
+does (decodable, P2P headers, size, ``_AMQ_VALIDATED_USER`` absent or the TLS subject) and stamped; a bad one
+is rejected here. A good one is wrapped in a :class:`~._control.ForwardedDelivery` and sent over the control
+connection's inbound link; the inside's outcome (``accepted`` only once the message is durable in the inbox,
+or ``rejected`` with its condition) settles the peer's delivery. Per link, forwarding and settling keep the
+peer's order; the one inbound link keeps it across the tunnel.
+
+End-to-end credit: the inside grants ``credit`` on the inbound link, and the float never holds more peer
+deliveries than that: each peer link reserves ``2k`` of the window (``k`` credit granted to the peer plus at
+most ``k`` deliveries taken and waiting for the inside's outcome), a link for which no window is left is
+refused with ``amqp:resource-limit-exceeded``, and a peer sending beyond its credit has its link detached
+(``max_credit_overrun=0``). Nothing is queued on disk: a delivery the float cannot forward stays unsettled
+and the peer sends it again when its link or connection ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, transport
+from corda_trio.messaging import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    InvalidMessageError,
+    check_p2p_message,
+    stamp_validated_user,
+)
+
+from ._audit import AuditLog, LatencySummary
+from ._control import (
+    CONTROL_ADDRESS,
+    EVENTS_ADDRESS,
+    INBOUND_ADDRESS,
+    ActivateFloat,
+    ControlProtocolError,
+    DeactivateFloat,
+    FloatActivated,
+    FloatActivationFailed,
+    FloatDeactivated,
+    FloatInput,
+    FloatState,
+    ForwardedDelivery,
+    decode_control,
+    encode_control,
+    float_transition,
+)
+from ._tunnel import TunnelCredentials, check_tunnel_peer
+
+__all__ = ["Float", "FloatConfig", "NodeTls"]
+
+log = logging.getLogger("corda_trio.bridge.float")
+
+#: A peer link reserves at most this much of the end-to-end window (half as credit, half in flight).
+DEFAULT_PEER_LINK_WINDOW: Final = 256
+#: How often the per-peer latency summary is written.
+LATENCY_SUMMARY_SECONDS: Final = 60.0
+_SERVER_SASL: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
+
+
+@attrs.frozen(kw_only=True)
+class NodeTls:
+    """The node TLS material an activation may name: paths on the float's host."""
+
+    cert_chain: Path
+    key: Path
+    trust_root: Path
+    passphrase: bytes | None = None
+
+    def server_context(self) -> ssl.SSLContext:
+        return pki.server_ssl_context(
+            cert_chain=self.cert_chain, key=self.key, trust_root=self.trust_root, passphrase=self.passphrase
+        )
+
+
+@attrs.frozen(kw_only=True)
+class FloatConfig:
+    tunnel: TunnelCredentials
+    control_host: str = "127.0.0.1"
+    control_port: int = 0
+    public_host: str = "0.0.0.0"
+    public_port: int = 0
+    tls: Mapping[str, NodeTls] = attrs.field(factory=dict)
+    max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
+    peer_link_window: int = attrs.field(default=DEFAULT_PEER_LINK_WINDOW, validator=attrs.validators.ge(2))
+    max_connections: int = attrs.field(
+        default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
+    )
+    handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    latency_summary_seconds: float = LATENCY_SUMMARY_SECONDS
+
+
+@attrs.define(eq=False)
+class _Activation:
+    command: ActivateFloat
+    forward: transport.Sender
+    window_left: int
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+@attrs.define(eq=False)
+class Float:
+    """See the module docstring. ``await nursery.start(flt.run)`` returns the control port."""
+
+    config: FloatConfig
+    audit: AuditLog = attrs.field(factory=lambda: AuditLog(None))
+    state: FloatState = FloatState.IDLE
+    control_port: int | None = None
+    public_port: int | None = None
+    #: Counters: deliveries forwarded inward, settled accepted, settled otherwise; links refused.
+    forwarded: int = 0
+    accepted: int = 0
+    refused_deliveries: int = 0
+    refused_links: int = 0
+    latency: LatencySummary = attrs.field(factory=LatencySummary)
+    _control_busy: bool = False
+    _activation: _Activation | None = None
+    _connections: int = 0
+
+    def _step(self, event: FloatInput) -> str:
+        effect, self.state = float_transition(self.state, event)
+        return effect
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the control port until cancelled."""
+        c = self.config
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                lambda task_status: transport.serve_amqp(
+                    self._control,
+                    c.control_port,
+                    host=c.control_host,
+                    ssl_context=c.tunnel.server_context(),
+                    peer_check=lambda tls: check_tunnel_peer(tls, "bridge"),
+                    handshake_timeout=c.handshake_timeout_seconds,
+                    max_connections=2,
+                    task_status=task_status,
+                )
+            )
+            self.control_port = transport.listener_port(listeners)
+            self.audit.write("control-listening", host=c.control_host, port=self.control_port)
+            nursery.start_soon(self._summaries)
+            task_status.started(self.control_port)
+
+    async def _summaries(self) -> None:
+        while True:
+            await trio.sleep(self.config.latency_summary_seconds)
+            self.audit.write_latency(self.latency)
+
+    # --- the control link ------------------------------------------------------------------------------
+
+    async def _control(self, conn: transport.AmqpConnection) -> None:
+        bridge = str(conn.peer_identity)
+        if self._control_busy:
+            self.audit.write("control-refused", bridge=bridge, reason="another control link is up")
+            return
+        self._control_busy = True
+        self._step(FloatInput.CONTROL_UP)
+        self.audit.write("control-up", bridge=bridge)
+        reason = "control link closed"
+        try:
+            async with trio.open_nursery() as nursery:
+                links: dict[str, Any] = {}
+                ready = trio.Event()
+                nursery.start_soon(self._control_links, conn, links, ready)
+                nursery.start_soon(self._watch_closed, conn, nursery.cancel_scope)
+                await ready.wait()
+                await self._commands(conn, links, nursery)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            if self.state is FloatState.ACTIVE:
+                self.audit.write("public-closed", reason=reason)
+            self.public_port = None
+            self._activation = None
+            self._step(FloatInput.CONTROL_DOWN)
+            self._control_busy = False
+            self.audit.write("control-down", bridge=bridge, reason=str(conn.close_error or reason))
+
+    async def _watch_closed(self, conn: transport.AmqpConnection, scope: trio.CancelScope) -> None:
+        await conn.wait_closed()
+        scope.cancel()
+
+    async def _control_links(
+        self, conn: transport.AmqpConnection, links: dict[str, Any], ready: trio.Event
+    ) -> None:
+        wanted = {(True, CONTROL_ADDRESS), (False, EVENTS_ADDRESS), (False, INBOUND_ADDRESS)}
+        async for request in conn.link_requests():
+            key = (request.peer_is_sender, request.address)
+            if key not in wanted or request.address in links:
+                await request.refuse(
+                    "amqp:unauthorized-access", f"not a float control link: {request.address!r}"
+                )
+                continue
+            if request.peer_is_sender:
+                links[CONTROL_ADDRESS] = await request.accept_receiver(credit=8)
+            else:
+                links[str(request.address)] = await request.accept_sender()
+            if CONTROL_ADDRESS in links and EVENTS_ADDRESS in links:
+                ready.set()
+
+    async def _commands(
+        self, conn: transport.AmqpConnection, links: dict[str, Any], nursery: trio.Nursery
+    ) -> None:
+        events: transport.Sender = links[EVENTS_ADDRESS]
+        async for delivery in links[CONTROL_ADDRESS]:
+            try:
+                command = decode_control(amqp.Message.decode(delivery.payload))
+            except amqp.DecodeError as exc:
+                await delivery.reject("amqp:decode-error", str(exc))
+                continue
+            except ControlProtocolError as exc:
+                await delivery.reject(exc.condition, exc.description)
+                continue
+            if isinstance(command, ActivateFloat):
+                self._step(FloatInput.ACTIVATE)  # raises in any state but CONNECTED: closes the link
+                await delivery.accept()
+                report = await self._activate(command, links, nursery)
+                await events.send(encode_control(report))
+            elif isinstance(command, DeactivateFloat):
+                if self._step(FloatInput.DEACTIVATE) == "close":
+                    self._deactivate(command.reason)
+                await delivery.accept()
+                await events.send(encode_control(FloatDeactivated(reason=command.reason)))
+            else:
+                await delivery.reject("amqp:not-implemented", f"{command.TYPE} is a report, not a command")
+
+    def _deactivate(self, reason: str) -> None:
+        if self._activation is not None:
+            self._activation.scope.cancel()
+            self._activation = None
+        self.public_port = None
+        self.audit.write("public-closed", reason=reason)
+
+    async def _activate(
+        self, command: ActivateFloat, links: dict[str, Any], nursery: trio.Nursery
+    ) -> FloatActivated | FloatActivationFailed:
+        def failed(condition: str, description: str) -> FloatActivationFailed:
+            self._step(FloatInput.ACTIVATE_FAILED)
+            self.audit.write("activation-failed", condition=condition, description=description)
+            return FloatActivationFailed(
+                activation_id=command.activation_id, condition=condition, description=description
+            )
+
+        forward = links.get(INBOUND_ADDRESS)
+        if forward is None:
+            return failed("amqp:precondition-failed", f"attach a receiver from {INBOUND_ADDRESS} first")
+        tls = self.config.tls.get(command.tls_ref)
+        if tls is None:
+            return failed(
+                "amqp:not-found", f"no TLS material {command.tls_ref!r} is configured on this float"
+            )
+        try:
+            context = tls.server_context()
+        except pki.KeyStoreError as exc:
+            return failed("amqp:internal-error", f"TLS material {command.tls_ref!r}: {exc}")
+        activation = _Activation(command=command, forward=forward, window_left=command.credit)
+        try:
+            port = await nursery.start(self._serve_public, activation, context)
+        except OSError as exc:
+            return failed("amqp:resource-limit-exceeded", f"cannot listen on the public port: {exc}")
+        self._activation = activation
+        self.public_port = port
+        self.audit.write(
+            "public-open", host=self.config.public_host, port=port, inboxes=list(command.inboxes),
+            credit=command.credit, tls_ref=command.tls_ref,
+        )  # fmt: skip
+        return FloatActivated(
+            activation_id=command.activation_id, public_host=self.config.public_host, public_port=port
+        )
+
+    # --- the public side -------------------------------------------------------------------------------
+
+    async def _serve_public(
+        self, activation: _Activation, context: ssl.SSLContext, *, task_status: trio.TaskStatus[int]
+    ) -> None:
+        with activation.scope:
+            listeners = await trio.open_tcp_listeners(self.config.public_port, host=self.config.public_host)
+            port = int(listeners[0].socket.getsockname()[1])
+            async with trio.open_nursery() as nursery:
+                task_status.started(port)
+                await trio.serve_listeners(
+                    lambda stream: self._peer(stream, activation, context), listeners, handler_nursery=nursery
+                )
+
+    async def _peer(
+        self, stream: trio.SocketStream, activation: _Activation, context: ssl.SSLContext
+    ) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "<unknown>"
+        if self._connections >= self.config.max_connections:
+            self.audit.write("connection-refused", peer=peer, reason="max_connections reached")
+            await trio.aclose_forcefully(stream)
+            return
+        self._connections += 1
+        self.audit.write("connection", peer=peer)
+        try:
+            await self._serve_peer(stream, peer, activation, context)
+        finally:
+            self._connections -= 1
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_peer(
+        self, stream: trio.SocketStream, peer: str, activation: _Activation, context: ssl.SSLContext
+    ) -> None:
+        timeout = self.config.handshake_timeout_seconds
+        try:
+            with trio.fail_after(timeout):
+                secured, name = await transport.secure_stream(
+                    stream, context, pki.check_peer_is_network_node, server_side=True
+                )
+        except (transport.HandshakeError, trio.TooSlowError) as exc:
+            self.audit.write("tls", peer=peer, outcome="refused", reason=str(exc) or "handshake timed out")
+            return
+        user = str(name)
+        self.audit.write("tls", peer=peer, outcome="ok", legal_name=user)
+        config = amqp.ConnectionConfig(sasl_mechanisms=_SERVER_SASL, max_credit_overrun=0)
+        condition: str | None = None
+        try:
+            async with transport.open_amqp_over_stream(
+                secured, client=False, config=config, peer_identity=name, handshake_timeout=timeout
+            ) as conn:
+                async with trio.open_nursery() as nursery:
+                    async for request in conn.link_requests():
+                        await self._link(request, activation, user, peer, nursery)
+                condition = str(conn.close_error) if conn.close_error else None
+        except transport.AmqpConnectionError as exc:
+            condition = str(exc)
+        finally:
+            self.audit.write("close", peer=peer, legal_name=user, condition=condition)
+
+    async def _link(
+        self,
+        request: transport.LinkRequest,
+        activation: _Activation,
+        user: str,
+        peer: str,
+        nursery: trio.Nursery,
+    ) -> None:
+        inboxes = activation.command.inboxes
+        if not request.peer_is_sender or request.address not in inboxes:
+            self.refused_links += 1
+            what = "sender to" if request.peer_is_sender else "receiver from"
+            self.audit.write(
+                "link-refused", peer=peer, legal_name=user, address=request.address,
+                condition="amqp:unauthorized-access",
+            )  # fmt: skip
+            allowed = ", ".join(inboxes)
+            await request.refuse(
+                "amqp:unauthorized-access",
+                f"peers may only attach a sender to {allowed}, not a {what} {request.address!r}",
+            )
+            return
+        reserve = min(self.config.peer_link_window, activation.window_left)
+        if reserve < 2:
+            self.refused_links += 1
+            self.audit.write(
+                "link-refused", peer=peer, legal_name=user, address=request.address,
+                condition="amqp:resource-limit-exceeded",
+            )  # fmt: skip
+            await request.refuse("amqp:resource-limit-exceeded", "the float's end-to-end window is taken")
+            return
+        activation.window_left -= reserve
+        credit = reserve // 2
+        receiver = await request.accept_receiver(credit=credit, max_message_size=self.config.max_message_size)
+        self.audit.write("link-attached", peer=peer, legal_name=user, address=request.address, credit=credit)
+        nursery.start_soon(self._pump, receiver, activation, user, peer, reserve)
+
+    async def _pump(
+        self, receiver: transport.Receiver, activation: _Activation, user: str, peer: str, reserve: int
+    ) -> None:
+        credit = reserve // 2
+        slots = trio.Semaphore(credit)  # taken from the link, not yet settled
+        send, receive = trio.open_memory_channel[tuple[transport.Delivery, Any, float]](credit)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._settle_in_order, receive, slots, user)
+                async with send:
+                    while True:
+                        await slots.acquire()
+                        try:
+                            delivery = await receiver.receive()
+                        except (trio.EndOfChannel, transport.AmqpTransportError):
+                            break
+                        started = trio.current_time()
+                        pending = await self._forward(delivery, activation, user, peer, str(receiver.address))
+                        if pending is None:
+                            slots.release()
+                            continue
+                        await send.send((delivery, pending, started))
+        except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
+            log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
+        finally:
+            activation.window_left += reserve
+
+    async def _forward(
+        self, delivery: transport.Delivery, activation: _Activation, user: str, peer: str, target: str
+    ) -> transport.PendingDelivery | None:
+        try:
+            message = amqp.Message.decode(delivery.payload)
+            check_p2p_message(
+                message, max_size=self.config.max_message_size, encoded_size=len(delivery.payload)
+            )
+            stamped = stamp_validated_user(message, user).encode()
+        except amqp.DecodeError as exc:
+            self.refused_deliveries += 1
+            await delivery.reject("amqp:decode-error", f"malformed message: {exc}")
+            return None
+        except InvalidMessageError as exc:
+            self.refused_deliveries += 1
+            await delivery.reject(exc.condition, exc.description)
+            return None
+        envelope = ForwardedDelivery(source=user, target=target, peer=peer, payload=stamped)
+        pending = await activation.forward.start_send(envelope.encode())
+        self.forwarded += 1
+        return pending
+
+    async def _settle_in_order(
+        self,
+        receive: trio.MemoryReceiveChannel[tuple[transport.Delivery, Any, float]],
+        slots: trio.Semaphore,
+        user: str,
+    ) -> None:
+        async for delivery, pending, started in receive:
+            outcome = await pending.outcome()  # the control link ending raises: the peer's stays unsettled
+            await delivery.settle(outcome)
+            slots.release()
+            if isinstance(outcome, amqp.Accepted):
+                self.accepted += 1
+            else:
+                self.refused_deliveries += 1
+            self.latency.add(user, trio.current_time() - started)

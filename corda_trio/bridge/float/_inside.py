@@ -1,0 +1,284 @@
+"""The inside end of the float tunnel: dial the floats, activate exactly one, store what it forwards.
+
+Theory of operation
+-------------------
+:meth:`FloatTunnel.run` loops over the configured floats in order (hot-warm: one active at a time keeps
+each peer's order). For the current float it dials the control port (mutual TLS with the tunnel
+certificates; the float must hold a ``float`` tunnel certificate), attaches the three control links
+(``protocol_spec/float-control.md``), sends :class:`~._control.ActivateFloat` with the node's inbox, the
+``tls_ref`` and the end-to-end ``credit``, and waits for :class:`~._control.FloatActivated`. From then on
+the float is *active* and forwarded deliveries are stored:
+
+* a reader task moves deliveries from the inbound link (credit ``credit``) into a bounded channel;
+* the writer takes whatever has arrived, in order, validates each one *again* (the float is in the DMZ and
+  may be compromised): the envelope decodes; its target is exactly this node's inbox (never an outbound
+  queue, a control address or another node's inbox); the claimed source is a legal name and, when a
+  resolver is given, a member of the network map; the message passes the node's P2P checks and carries
+  ``_AMQ_VALIDATED_USER`` equal to the claimed source. Bad ones are settled ``rejected`` with the condition
+  (the float passes that outcome to the peer); good ones are appended to the inbox in one group commit and
+  settled ``accepted`` only when that returned, i.e. once durable.
+
+When the active float's control link fails (or the float deactivates itself), the tunnel fails over to the
+next float at once; after a whole round of floats failed without an activation it waits with the bridge's
+backoff (1 s doubling to 60 s by default). Deliveries in flight when a link dies were never settled: the
+peer sends them again through the next float, and the node's deduplicator drops what was already stored.
+Cancellation at any checkpoint acks nothing that is not durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import uuid
+from typing import Any, Final
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, store, transport
+from corda_trio.messaging import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    HEADER_VALIDATED_USER,
+    InvalidMessageError,
+    PeerResolver,
+    check_p2p_message,
+)
+
+from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
+from .._outbound import _failure_unless_cancelled
+from ._control import (
+    CONTROL_ADDRESS,
+    EVENTS_ADDRESS,
+    INBOUND_ADDRESS,
+    ActivateFloat,
+    ControlProtocolError,
+    FloatActivated,
+    FloatActivationFailed,
+    FloatDeactivated,
+    ForwardedDelivery,
+    decode_control,
+    encode_control,
+)
+from ._tunnel import check_tunnel_peer
+
+__all__ = ["FloatActivationError", "FloatTunnel", "TunnelConfig"]
+
+log = logging.getLogger("corda_trio.bridge.float")
+
+#: The end-to-end window: peer deliveries in flight between the float and the inbox.
+DEFAULT_TUNNEL_CREDIT: Final = 256
+#: Room for the envelope's own sections around a message of ``max_message_size``.
+ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
+
+
+class FloatActivationError(Exception):
+    """The float refused the activation or did not answer it."""
+
+
+@attrs.frozen(kw_only=True)
+class TunnelConfig:
+    """The floats to use, in order of preference, and how to activate them."""
+
+    floats: tuple[tuple[str, int], ...] = attrs.field(
+        converter=lambda v: tuple((str(h), int(p)) for h, p in v)
+    )
+    tls_ref: str = "node"
+    credit: int = attrs.field(default=DEFAULT_TUNNEL_CREDIT, validator=attrs.validators.ge(2))
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS
+    max_backoff_seconds: float = MAX_BACKOFF_SECONDS
+    backoff_jitter: float = 0.2
+    handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    activation_timeout_seconds: float = 10.0
+
+    def __attrs_post_init__(self) -> None:
+        if not self.floats:
+            raise ValueError("at least one float is needed")
+
+
+@attrs.define(eq=False)
+class FloatTunnel:
+    """See the module docstring. ``await nursery.start(tunnel.run)``; :meth:`wait_active` for tests."""
+
+    inbox: store.Queue
+    tunnel_context: ssl.SSLContext
+    config: TunnelConfig
+    #: When given, a forwarded message must claim a sender that is in the network map.
+    resolver: PeerResolver | None = None
+    #: The float in use (``(host, port)`` of its control port) and its public address, while active.
+    active: tuple[str, int] | None = None
+    public_address: tuple[str, int] | None = None
+    #: Counters: activations, failovers (a float's control link ended), messages stored, rejected.
+    activations: int = 0
+    failovers: int = 0
+    stored: int = 0
+    rejected: int = 0
+    last_error: str | None = None
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_active(self) -> tuple[str, int]:
+        """Wait until a float is active; returns its public address."""
+        while self.public_address is None:
+            await self._changed.wait()
+        return self.public_address
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep one float active until cancelled (never returns)."""
+        c = self.config
+        backoff = Backoff(c.initial_backoff_seconds, c.max_backoff_seconds, c.backoff_jitter)
+        task_status.started()
+        index, failed_in_round = 0, 0
+        while True:
+            address = c.floats[index]
+            activated = False
+            try:
+                activated = await self._session(address)
+            except BaseException as raised:
+                exc = _failure_unless_cancelled(raised)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.info("float %s:%d: %s", *address, self.last_error)
+            finally:
+                if self.active is not None:
+                    activated = True
+                    self.failovers += 1
+                self.active = self.public_address = None
+                self._notify()
+            index = (index + 1) % len(c.floats)
+            if activated:
+                backoff.reset()
+                failed_in_round = 0
+                continue  # fail over to the next float at once
+            failed_in_round += 1
+            if failed_in_round >= len(c.floats):
+                failed_in_round = 0
+                await trio.sleep(backoff.next_delay())
+
+    async def _session(self, address: tuple[str, int]) -> bool:
+        c = self.config
+        async with transport.open_amqp_connection(
+            address[0],
+            address[1],
+            ssl_context=self.tunnel_context,
+            peer_check=lambda tls: check_tunnel_peer(tls, "float"),
+            handshake_timeout=c.handshake_timeout_seconds,
+        ) as conn:
+            control = await conn.open_sender(CONTROL_ADDRESS)
+            events = await conn.open_receiver(EVENTS_ADDRESS, credit=8)
+            inbound = await conn.open_receiver(
+                INBOUND_ADDRESS,
+                credit=c.credit,
+                max_message_size=c.max_message_size + ENVELOPE_OVERHEAD_BYTES,
+            )
+            command = ActivateFloat(
+                activation_id=uuid.uuid4().hex, tls_ref=c.tls_ref, inboxes=(self.inbox.name,), credit=c.credit
+            )
+            with trio.fail_after(c.activation_timeout_seconds):
+                outcome = await control.send(encode_control(command))
+                if not isinstance(outcome, amqp.Accepted):
+                    raise FloatActivationError(f"the float settled the activation with {outcome!r}")
+                report = await self._next_report(events)
+            if isinstance(report, FloatActivationFailed):
+                raise FloatActivationError(f"{report.condition}: {report.description}")
+            if not isinstance(report, FloatActivated) or report.activation_id != command.activation_id:
+                raise FloatActivationError(f"unexpected answer to the activation: {report!r}")
+            self.active = address
+            self.public_address = (report.public_host, report.public_port)
+            self.activations += 1
+            log.info("float %s:%d active, public port %d", *address, report.public_port)
+            self._notify()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_reports, events)
+                nursery.start_soon(self._watch_connection, conn)
+                await self._store(inbound)
+        return True
+
+    async def _next_report(self, events: transport.Receiver) -> Any:
+        delivery = await events.receive()
+        await delivery.accept()
+        return decode_control(delivery.message)
+
+    async def _watch_reports(self, events: transport.Receiver) -> None:
+        while True:
+            report = await self._next_report(events)
+            if isinstance(report, FloatDeactivated):
+                raise FloatActivationError(f"the float deactivated itself: {report.reason}")
+
+    async def _watch_connection(self, conn: transport.AmqpConnection) -> None:
+        await conn.wait_closed()
+        raise conn.close_error or transport.AmqpConnectionError("the control link ended")
+
+    # --- storing forwarded deliveries -----------------------------------------------------------------
+
+    async def _store(self, inbound: transport.Receiver) -> None:
+        send, receive = trio.open_memory_channel[transport.Delivery](self.config.credit)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read, inbound, send)
+            async for first in receive:
+                batch = [first]
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                good: list[tuple[transport.Delivery, bytes]] = []
+                for delivery in batch:
+                    try:
+                        good.append((delivery, self.validate(delivery.payload)))
+                    except (ControlProtocolError, InvalidMessageError) as exc:
+                        self.rejected += 1
+                        log.warning("refused a forwarded delivery: %s", exc.description)
+                        await delivery.reject(exc.condition, exc.description)
+                if good:
+                    await self.inbox.enqueue_many([payload for _, payload in good])
+                    for delivery, _ in good:
+                        await delivery.accept()
+                    self.stored += len(good)
+        raise transport.AmqpConnectionError("the inbound link ended")
+
+    async def _read(
+        self, inbound: transport.Receiver, send: trio.MemorySendChannel[transport.Delivery]
+    ) -> None:
+        async with send:
+            async for delivery in inbound:
+                await send.send(delivery)
+
+    def validate(self, data: bytes) -> bytes:
+        """Check one forwarded delivery again; returns the payload to store in the inbox.
+
+        Raises:
+            ControlProtocolError / InvalidMessageError: with the condition to reject it with.
+        """
+        envelope = ForwardedDelivery.decode(data)
+        if envelope.target != self.inbox.name:
+            raise ControlProtocolError(
+                "amqp:unauthorized-access",
+                f"forwarded to {envelope.target!r}: only this node's inbox {self.inbox.name} is reachable",
+            )
+        try:
+            source = pki.CordaX500Name.parse(envelope.source)
+        except pki.InvalidNameError as exc:
+            raise ControlProtocolError(
+                "amqp:unauthorized-access",
+                f"the claimed sender {envelope.source!r} is not a legal name: {exc}",
+            ) from exc
+        if self.resolver is not None and self.resolver.peer_named(source) is None:
+            raise ControlProtocolError(
+                "amqp:unauthorized-access",
+                f"the claimed sender {envelope.source!r} is not in the network map",
+            )
+        try:
+            message = amqp.Message.decode(envelope.payload)
+        except amqp.DecodeError as exc:
+            raise ControlProtocolError("amqp:decode-error", f"malformed message: {exc}") from exc
+        check_p2p_message(message, max_size=self.config.max_message_size, encoded_size=len(envelope.payload))
+        stamped = (message.application_properties or {}).get(HEADER_VALIDATED_USER)
+        if stamped != envelope.source:
+            raise ControlProtocolError(
+                "amqp:unauthorized-access",
+                f"{HEADER_VALIDATED_USER} is {stamped!r} but the float authenticated {envelope.source!r}",
+            )
+        return envelope.payload

@@ -1,0 +1,104 @@
+"""The float and the tunnel's inside end in one process, over real sockets and real (mutual) TLS."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import attrs
+import trio
+
+from corda_trio import messaging, pki, store
+from corda_trio.bridge import float as fl
+from tests.p2p_harness import running_node, wait_until
+
+TOPIC = "test.p2p"
+
+
+def node_tls(creds: pki.NodeCredentials, root: object, directory: Path) -> fl.NodeTls:
+    directory.mkdir(parents=True, exist_ok=True)
+    pki.write_certificates(directory / "tls.pem", creds.tls_chain)
+    pki.write_private_key(directory / "tls.key", creds.tls.key, None)
+    pki.write_certificates(directory / "root.pem", [root])  # type: ignore[list-item]
+    return fl.NodeTls(
+        cert_chain=directory / "tls.pem", key=directory / "tls.key", trust_root=directory / "root.pem"
+    )
+
+
+@attrs.define(eq=False)
+class Receiver:
+    service: messaging.MessagingService
+    tunnel: fl.FloatTunnel
+    got: list[tuple[str | None, bytes]] = attrs.field(factory=list)
+
+
+@contextlib.asynccontextmanager
+async def receiver_behind_float(
+    creds: pki.NodeCredentials,
+    directory: Path,
+    floats: list[tuple[str, int]],
+    bridge_creds: fl.TunnelCredentials,
+    peers: messaging.PeerDirectory,
+    **tunnel_config: object,
+) -> AsyncIterator[Receiver]:
+    key_hash = pki.key_hash(creds.identity.cert.public_key())
+    async with store.open_broker(directory) as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=creds.legal_name, key_hash=key_hash)
+        service = await messaging.MessagingService.open(broker, config, peers)
+        tunnel = fl.FloatTunnel(
+            inbox=service.inbox,
+            tunnel_context=bridge_creds.client_context(),
+            config=fl.TunnelConfig(floats=floats, initial_backoff_seconds=0.05, max_backoff_seconds=0.5, **tunnel_config),  # type: ignore[arg-type]
+            resolver=peers,
+        )
+        receiver = Receiver(service, tunnel)
+
+        async def handler(message: messaging.ReceivedMessage) -> None:
+            receiver.got.append((message.validated_user, message.data))
+
+        service.add_message_handler(TOPIC, handler)
+        await nursery.start(service.run)
+        await nursery.start(tunnel.run)
+        yield receiver
+        nursery.cancel_scope.cancel()
+
+
+async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    n = 300
+    root = network.root.cert
+    audit = fl.AuditLog(tmp_path / "audit.jsonl")
+    flt = fl.Float(
+        fl.FloatConfig(tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}),
+        audit=audit,
+    )
+    peers = messaging.PeerDirectory()
+    async with trio.open_nursery() as nursery:
+        control_port = await nursery.start(flt.run)
+        assert flt.state is fl.FloatState.IDLE and flt.public_port is None
+        async with (
+            running_node(alice, root, tmp_path / "a", peers=peers) as a,
+            receiver_behind_float(bob, tmp_path / "b", [("127.0.0.1", control_port)], bridge_creds, peers) as b,
+        ):
+            with trio.fail_after(30):
+                host, port = await b.tunnel.wait_active()
+            assert flt.state is fl.FloatState.ACTIVE and flt.public_port == port
+            peers.put(a.as_peer())
+            bob_hash = pki.key_hash(bob.identity.cert.public_key())
+            peers.put(messaging.Peer(legal_name=bob.legal_name, key_hash=bob_hash, addresses=[(host, port)]))
+            with trio.fail_after(60):
+                for i in range(0, n, 50):
+                    await a.service.send_many(
+                        [a.service.create_message(TOPIC, b"%d" % j) for j in range(i, i + 50)], bob.legal_name
+                    )
+                await wait_until(lambda: len(b.got) >= n)
+            assert b.got == [(str(alice.legal_name), b"%d" % i) for i in range(n)]
+            assert b.tunnel.stored == n and flt.accepted == n
+        nursery.cancel_scope.cancel()
