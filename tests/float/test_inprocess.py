@@ -49,7 +49,9 @@ async def receiver_behind_float(
         tunnel = fl.FloatTunnel(
             inbox=service.inbox,
             tunnel_context=bridge_creds.client_context(),
-            config=fl.TunnelConfig(floats=floats, initial_backoff_seconds=0.05, max_backoff_seconds=0.5, **tunnel_config),  # type: ignore[arg-type]
+            config=fl.TunnelConfig(
+                floats=floats, initial_backoff_seconds=0.05, max_backoff_seconds=0.5, **tunnel_config
+            ),  # type: ignore[arg-type]
             resolver=peers,
         )
         receiver = Receiver(service, tunnel)
@@ -76,7 +78,9 @@ async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
     root = network.root.cert
     audit = fl.AuditLog(tmp_path / "audit.jsonl")
     flt = fl.Float(
-        fl.FloatConfig(tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}),
+        fl.FloatConfig(
+            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
+        ),
         audit=audit,
     )
     peers = messaging.PeerDirectory()
@@ -85,7 +89,9 @@ async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
         assert flt.state is fl.FloatState.IDLE and flt.public_port is None
         async with (
             running_node(alice, root, tmp_path / "a", peers=peers) as a,
-            receiver_behind_float(bob, tmp_path / "b", [("127.0.0.1", control_port)], bridge_creds, peers) as b,
+            receiver_behind_float(
+                bob, tmp_path / "b", [("127.0.0.1", control_port)], bridge_creds, peers
+            ) as b,
         ):
             with trio.fail_after(30):
                 host, port = await b.tunnel.wait_active()
