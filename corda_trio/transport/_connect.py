@@ -63,9 +63,10 @@ async def secure_stream(
     try:
         await tls.do_handshake()
     except (trio.BrokenResourceError, ssl.SSLError) as exc:
+        await _send_pending_alert(tls, stream)
         await trio.aclose_forcefully(tls)
         cause = exc.__cause__ or exc
-        raise HandshakeError(f"TLS handshake failed: {cause}") from exc
+        raise HandshakeError(f"TLS handshake failed: {_one_line(cause)}") from exc
     except BaseException:
         await trio.aclose_forcefully(tls)
         raise
@@ -74,9 +75,41 @@ async def secure_stream(
         try:
             identity = peer_check(tls)
         except Exception as exc:
+            # The handshake is complete, so ssl can send no other alert: close_notify, then close.
+            with trio.move_on_after(ALERT_SEND_TIMEOUT_SECONDS):
+                await tls.aclose()
             await trio.aclose_forcefully(tls)
-            raise HandshakeError(f"TLS peer identity check failed: {exc}") from exc
+            raise HandshakeError(f"TLS peer identity check failed: {_one_line(exc)}") from exc
     return tls, identity
+
+
+#: Bound on sending the TLS alert (or close_notify) to a refused peer before closing its socket.
+ALERT_SEND_TIMEOUT_SECONDS: Final = 1.0
+
+
+async def _send_pending_alert(tls: trio.SSLStream[trio.abc.Stream], stream: trio.abc.Stream) -> None:
+    """Send what OpenSSL queued when the handshake failed: the alert that says why (``unknown_ca``,
+    ``bad_certificate``, ``handshake_failure``, ...).
+
+    ``trio.SSLStream`` raises on a handshake error without sending the bytes OpenSSL wrote for the peer, so
+    a refused peer would only see the socket close; they sit in its outgoing memory BIO (a private
+    attribute: if a trio version renames it, nothing is sent and the peer sees the close, as before).
+    """
+    outgoing = getattr(tls, "_outgoing", None)
+    if not isinstance(outgoing, ssl.MemoryBIO):
+        return
+    alert = outgoing.read()
+    if not alert:
+        return
+    with trio.move_on_after(ALERT_SEND_TIMEOUT_SECONDS):
+        try:
+            await stream.send_all(alert)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the peer is gone already
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,112 @@
+"""A refused TLS peer gets the alert that fits, and our side logs one line with its address and the reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import ssl
+
+import pytest
+import trio
+import trio.testing
+
+from corda_trio import pki, transport
+
+NOW = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
+ALICE = pki.CordaX500Name.parse("O=Alice, L=London, C=GB")
+BOB = pki.CordaX500Name.parse("O=Bob, L=New York, C=US")
+
+
+@pytest.fixture(scope="module")
+def network() -> pki.NetworkCredentials:
+    return pki.NetworkCredentials.create(now=NOW)
+
+
+@pytest.fixture(scope="module")
+def bob(network: pki.NetworkCredentials) -> pki.NodeCredentials:
+    return network.issue_node(BOB, now=NOW)
+
+
+def _context(
+    chain: list, key: object, root: pki.CertAndKey, *, server: bool, tls12: bool = False
+) -> ssl.SSLContext:  # type: ignore[type-arg]
+    build = pki.server_ssl_context if server else pki.client_ssl_context
+    ctx = build(cert_chain=chain, key=key, trust_root=root.cert)  # type: ignore[arg-type]
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+async def _serve(nursery: trio.Nursery, network: pki.NetworkCredentials, bob: pki.NodeCredentials) -> int:
+    async def handler(conn: transport.AmqpConnection) -> None:
+        await trio.sleep_forever()
+
+    server_ctx = _context(bob.tls_chain, bob.tls.key, network.root, server=True)
+    listeners = await nursery.start(
+        functools.partial(
+            transport.serve_amqp, handler, 0,
+            ssl_context=server_ctx, peer_check=pki.check_peer_is_network_node,
+        )
+    )
+    return transport.listener_port(listeners)
+
+
+async def _client_sees(port: int, ctx: ssl.SSLContext) -> BaseException | bytes:
+    """Handshake, then read: what the refused client learns (TLS 1.3 reports a refusal on the first read)."""
+    raw = await trio.open_tcp_stream("127.0.0.1", port)
+    tls = trio.SSLStream(raw, ctx, server_hostname=None)
+    try:
+        await tls.do_handshake()
+        await tls.send_all(b"AMQP\x03\x01\x00\x00")
+        return await tls.receive_some(100)
+    except trio.BrokenResourceError as exc:
+        return exc.__cause__ or exc
+    finally:
+        await trio.aclose_forcefully(tls)
+
+
+@pytest.mark.parametrize("tls12", [False, True], ids=["tls1.3", "tls1.2"])
+async def test_a_foreign_root_gets_unknown_ca_and_one_log_line(
+    nursery: trio.Nursery,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    caplog: pytest.LogCaptureFixture,
+    tls12: bool,
+) -> None:
+    port = await _serve(nursery, network, bob)
+    other = pki.NetworkCredentials.create(now=NOW)
+    mallory = other.issue_node(ALICE, now=NOW)
+    # Mallory trusts our root (so she accepts Bob) but presents a chain from another root.
+    ctx = _context(mallory.tls_chain, mallory.tls.key, network.root, server=False, tls12=tls12)
+    with caplog.at_level(logging.WARNING, logger="corda_trio.transport"), trio.fail_after(10):
+        seen = await _client_sees(port, ctx)
+        await trio.testing.wait_all_tasks_blocked()  # the server logs after the client was answered
+    assert isinstance(seen, ssl.SSLError), seen
+    assert "ALERT_UNKNOWN_CA" in str(seen).upper() or "unknown ca" in str(seen).lower(), seen
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("inbound 127.0.0.1:") and " refused: TLS handshake failed: " in line
+    assert "certificate verify failed" in line and "\n" not in line
+
+
+async def test_a_node_ca_minting_another_name_is_refused_with_one_log_line(
+    nursery: trio.Nursery,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = await _serve(nursery, network, bob)
+    alice = network.issue_node(ALICE, now=NOW)
+    key = pki.generate_ec_key()
+    sybil = pki.create_certificate(
+        role=pki.CertRole.TLS, subject=pki.CordaX500Name.parse("OU=Sybil, O=Alice, L=London, C=GB"),
+        public_key=key.public_key(), issuer_cert=alice.node_ca.cert, issuer_key=alice.node_ca.key, now=NOW,
+    )  # fmt: skip
+    ctx = _context([sybil, alice.node_ca.cert, network.doorman.cert], key, network.root, server=False)
+    with caplog.at_level(logging.WARNING, logger="corda_trio.transport"), trio.fail_after(10):
+        seen = await _client_sees(port, ctx)
+        await trio.testing.wait_all_tasks_blocked()
+    # After a completed handshake ssl can send no other alert: the peer gets close_notify, a clean end.
+    assert seen == b"", seen
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("inbound 127.0.0.1:") and "(name-mismatch)" in line and "\n" not in line
