@@ -23,6 +23,7 @@ from ._errors import MalformedPayloadError as MalformedPayloadError
 from ._errors import NetworkMapError as NetworkMapError
 from ._errors import NetworkMapHttpError as NetworkMapHttpError
 from ._errors import PayloadRejectedError as PayloadRejectedError
+from ._model import MESSAGE_SIZE_RANGE_BYTES as MESSAGE_SIZE_RANGE_BYTES
 from ._model import NetworkHostAndPort as NetworkHostAndPort
 from ._model import NetworkMap as NetworkMap
 from ._model import NetworkParameters as NetworkParameters
@@ -47,6 +48,7 @@ from ._store import NetworkMapStoreError as NetworkMapStoreError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
+    "MESSAGE_SIZE_RANGE_BYTES",
     "PLATFORM_VERSION",
     "BootstrapError",
     "BootstrappedNetwork",

@@ -46,7 +46,7 @@ from corda_trio import pki
 
 from . import _codec
 from ._errors import NetworkMapError
-from ._model import NetworkHostAndPort, NetworkParameters, NodeInfo, sha256_hex
+from ._model import MESSAGE_SIZE_RANGE_BYTES, NetworkHostAndPort, NetworkParameters, NodeInfo, sha256_hex
 from ._signing import sign_network_parameters, sign_node_info
 
 __all__ = [
@@ -163,7 +163,8 @@ def bootstrap_network(
         max_message_size: network parameter ``max_message_size``.
 
     Raises:
-        BootstrapError: no names, duplicate names, or a non-empty directory.
+        BootstrapError: no names, duplicate names, a non-empty directory, a host this machine cannot
+            listen on, or a message size outside :data:`MESSAGE_SIZE_RANGE_BYTES`.
     """
     root_dir = Path(directory).absolute()
     if not legal_names:
@@ -173,8 +174,15 @@ def bootstrap_network(
         raise BootstrapError(f"legal name {dup!r} is given more than once")
     if (passphrase is None) != (passphrase_env is None):
         raise ValueError("give both passphrase and passphrase_env, or neither")
+    low, high = MESSAGE_SIZE_RANGE_BYTES
+    if not low <= max_message_size <= high:
+        raise BootstrapError(f"max message size {max_message_size} is outside {low}..{high} bytes")
     if root_dir.exists() and (not root_dir.is_dir() or any(root_dir.iterdir())):
         raise BootstrapError(f"{root_dir} exists and is not an empty directory")
+    try:  # before anything is written: the host must be one this machine can listen on
+        ports = _free_ports(host, 2 * len(legal_names) + (1 if map_port == 0 else 0))
+    except OSError as exc:
+        raise BootstrapError(f"host {host!r} cannot be listened on here: {exc.strerror or exc}") from None
     for sub in ("network-root", "doorman", "network-map", "nodes"):
         (root_dir / sub).mkdir(parents=True, exist_ok=True)
 
@@ -208,7 +216,6 @@ def bootstrap_network(
     params_bytes = _codec.encode(signed_params.to_wire())
     (map_dir / "network-parameters").write_bytes(params_bytes)
 
-    ports = _free_ports(host, 2 * len(legal_names) + (1 if map_port == 0 else 0))
     map_address = None
     if map_port is not None:
         map_address = NetworkHostAndPort(host=host, port=map_port or ports.pop())

@@ -25,6 +25,7 @@ import attrs
 from ._errors import MalformedPayloadError
 
 __all__ = [
+    "MESSAGE_SIZE_RANGE_BYTES",
     "NETWORK_MAP_TAG",
     "NETWORK_PARAMETERS_TAG",
     "NODE_INFO_TAG",
@@ -39,6 +40,10 @@ __all__ = [
     "SignedWithCert",
     "sha256_hex",
 ]
+
+#: Allowed ``max_message_size`` / ``max_transaction_size`` (bytes): at least one 1 KiB message, at most what
+#: a signed 32-bit length can describe.
+MESSAGE_SIZE_RANGE_BYTES: Final[tuple[int, int]] = (1024, 2**31 - 1)
 
 NODE_INFO_TAG: Final[str] = "corda-trio/node-info"
 SIGNED_NODE_INFO_TAG: Final[str] = "corda-trio/signed-node-info"
@@ -230,7 +235,7 @@ class NetworkParameters:
 
     Attributes:
         minimum_platform_version: nodes below it may not join (publish is refused).
-        max_message_size: largest P2P message in bytes (DESIGN.md §3; default 10 MiB).
+        max_message_size: largest P2P message in bytes (default 10 MiB).
         max_transaction_size: largest transaction in bytes (kept for Corda parity).
         modified_time_ms: when these parameters were made (milliseconds since the epoch).
         epoch: increases with every change of parameters.
@@ -255,8 +260,8 @@ class NetworkParameters:
         mpv, mms, mts, modified, epoch, horizon = _check_header(obj, NETWORK_PARAMETERS_TAG, 6)
         return cls(
             minimum_platform_version=_int(mpv, "minimum platform version", 1, 2**31 - 1),
-            max_message_size=_int(mms, "max message size", 1024, 2**31 - 1),
-            max_transaction_size=_int(mts, "max transaction size", 1024, 2**31 - 1),
+            max_message_size=_int(mms, "max message size", *MESSAGE_SIZE_RANGE_BYTES),
+            max_transaction_size=_int(mts, "max transaction size", *MESSAGE_SIZE_RANGE_BYTES),
             modified_time_ms=_int(modified, "modified time", 0, 2**63 - 1),
             epoch=_int(epoch, "epoch", 1, 2**31 - 1),
             event_horizon_seconds=_int(horizon, "event horizon", 1, 2**40),

@@ -108,11 +108,49 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise CliError(f"--param {item!r}: expected KEY=VALUE", 2)
         params[key.strip()] = value.strip()
+    for flag, value, limit in (("--nodes", args.nodes, MAX_NODES), ("--peers", args.peers, _max_peers())):
+        if value is not None and not 1 <= value <= limit:
+            why = "" if flag == "--nodes" else f" (each peer needs descriptors; `ulimit -n` is {_fd_limit()})"
+            raise CliError(f"{flag} {value}: must be in 1..{limit}{why}", 2)
     if args.nodes is not None:
         params["nodes"] = args.nodes
     if args.peers is not None:
         params["peers"] = args.peers
     return params
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+#: Most nodes one benchmark run may start on this machine.
+MAX_NODES: Final = 64
+
+
+def _fd_limit() -> int:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def _max_peers() -> int:
+    """Peers (links) a run can hold open: each takes up to two descriptors (both ends on this machine),
+    and 64 stay free for the process itself, its stores and the output files."""
+    return max(1, (_fd_limit() - 64) // 2)
+
+
+def _scratch_and_out(args: argparse.Namespace) -> None:
+    """``--scratch`` and ``--out`` are directories (created if missing), checked before anything runs."""
+    for flag, path in (("--scratch", args.scratch), ("--out", args.out)):
+        if path is None:
+            continue
+        if path.exists() and not path.is_dir():
+            raise CliError(f"{flag} {path}: exists and is not a directory", 2)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"{flag} {path}: cannot create the directory: {exc.strerror}", 2) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -142,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         bench.check_parameters(scenario, config)
     except bench.BenchError as exc:
         raise CliError(str(exc), 2) from exc
+    _scratch_and_out(args)
 
     show_progress = not args.no_progress and sys.stderr.isatty()
     try:
@@ -156,6 +195,16 @@ def _run(args: argparse.Namespace) -> int:
             )
     except bench.BenchError as exc:
         raise CliError(str(exc), 1) from exc
+    except OSError as exc:  # the machine, not the benchmark: ports, descriptors, disk
+        raise CliError(f"scenario {args.scenario} failed: {_one_line(exc)}", 1) from None
+    except BaseExceptionGroup as group:
+        failed = group.subgroup(OSError)
+        if failed is None or failed.split(OSError)[1] is not None:
+            raise
+        leaf: BaseException = failed
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        raise CliError(f"scenario {args.scenario} failed: {_one_line(leaf)}", 1) from None
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
+
+import attrs
 
 from corda_trio import network, pki
 
@@ -65,7 +69,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--max-message-size",
         type=int,
         default=network.DEFAULT_MAX_MESSAGE_SIZE_BYTES,
-        help="network parameter (bytes, default 10 MiB)",
+        help="network parameter (bytes, 1024..2147483647, default 10 MiB)",
     )
     boot.set_defaults(func=_bootstrap)
 
@@ -84,6 +88,9 @@ def _bootstrap(args: argparse.Namespace) -> int:
             raise CliError(f"--node {text!r}: {exc}", 2) from None
     if args.map_port is not None and not 0 <= args.map_port <= 65535:
         raise CliError(f"--map-port {args.map_port}: must be in 0..65535", 2)
+    low, high = network.MESSAGE_SIZE_RANGE_BYTES
+    if not low <= args.max_message_size <= high:
+        raise CliError(f"--max-message-size {args.max_message_size}: must be in {low}..{high} bytes", 2)
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
     result = create_network(
@@ -125,36 +132,80 @@ def create_network(
     Raises:
         CliError: the network cannot be created (exit code 2).
     """
+    final = Path(directory).absolute()
+    parent = final.parent
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise CliError(f"{final} exists and is not an empty directory", 2)
+    blocker = next((p for p in (final, *final.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise CliError(f"cannot create the network directory {final}: {blocker} is a file", 2)
     try:
-        result = network.bootstrap_network(
-            directory,
-            names,
-            now=dt.datetime.now(dt.UTC),
-            host=host,
-            map_port=map_port,
-            passphrase=passphrase,
-            passphrase_env=passphrase_env,
-            max_message_size=max_message_size,
-        )
-    except (network.BootstrapError, ValueError) as exc:
-        raise CliError(str(exc), 2) from None
-    for node in result.nodes:
-        _write_node_config(result, node)
-    if result.map_address is not None:
-        map_config = NetworkMapServiceConfig(
-            address=result.map_address,
-            max_age_seconds=30,
-            trust_root=result.root_cert,
-            map_cert_chain=result.map_directory / "map.chain.pem",
-            map_key=result.map_directory / "map.key.pem",
-            network_parameters=result.map_directory / "network-parameters",
-            database=result.map_directory / "networkmap.db",
-            key_passphrase=_passphrase_source(result, result.map_passphrase_file),
-        )
-        (result.map_directory / "networkmap.toml").write_text(
-            dump_network_map_config(map_config, result.map_directory), encoding="utf-8"
-        )
-    return result
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create the network directory {final}: {exc.strerror} ({parent})", 2) from None
+    # Everything is written into a temporary sibling, renamed into place when complete: an error or an
+    # interrupt leaves no half-written network behind.
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=parent))
+    except OSError as exc:
+        raise CliError(f"cannot write in {parent}: {exc.strerror}", 2) from None
+    try:
+        try:
+            built = network.bootstrap_network(
+                work,
+                names,
+                now=dt.datetime.now(dt.UTC),
+                host=host,
+                map_port=map_port,
+                passphrase=passphrase,
+                passphrase_env=passphrase_env,
+                max_message_size=max_message_size,
+            )
+        except (network.BootstrapError, ValueError) as exc:
+            raise CliError(str(exc).replace(str(work), str(final)), 2) from None
+        for node in built.nodes:
+            _write_node_config(built, node)
+        if built.map_address is not None:
+            map_config = NetworkMapServiceConfig(
+                address=built.map_address,
+                max_age_seconds=30,
+                trust_root=built.root_cert,
+                map_cert_chain=built.map_directory / "map.chain.pem",
+                map_key=built.map_directory / "map.key.pem",
+                network_parameters=built.map_directory / "network-parameters",
+                database=built.map_directory / "networkmap.db",
+                key_passphrase=_passphrase_source(built, built.map_passphrase_file),
+            )
+            (built.map_directory / "networkmap.toml").write_text(
+                dump_network_map_config(map_config, built.map_directory), encoding="utf-8"
+            )
+        if final.exists():
+            final.rmdir()  # the empty directory we were given
+        os.rename(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return _moved(built, work, final)
+
+
+def _moved(built: network.BootstrappedNetwork, old: Path, new: Path) -> network.BootstrappedNetwork:
+    """``built`` with every path under ``old`` now under ``new`` (configs hold relative paths only)."""
+
+    def move(path: Path | None) -> Path | None:
+        return None if path is None else new / path.relative_to(old)
+
+    nodes = tuple(
+        attrs.evolve(n, directory=move(n.directory), passphrase_file=move(n.passphrase_file))
+        for n in built.nodes
+    )
+    return attrs.evolve(
+        built,
+        directory=new,
+        root_cert=move(built.root_cert),
+        map_directory=move(built.map_directory),
+        map_passphrase_file=move(built.map_passphrase_file),
+        nodes=nodes,
+    )
 
 
 def _passphrase_source(result: network.BootstrappedNetwork, file: Path | None) -> KeyPassphrase:

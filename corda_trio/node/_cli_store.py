@@ -196,11 +196,34 @@ def _check(args: argparse.Namespace) -> int:
                     print(f"{'':9}{r.lost.unreadable_bytes} unreadable bytes matched no record")
             for stray in report.stray_files:
                 print(f"{'':9}not written by the store, left alone: {os.path.join(qdir, stray)}")
+    strays = _strays(args.directory) if args.queue is None else []
     if args.json:
-        print(json.dumps({"queues": results, "corrupt": failures}, indent=2))
-    elif not queues:
+        print(json.dumps({"queues": results, "corrupt": failures, "not_queues": strays}, indent=2))
+        return 1 if failures else 0
+    for stray in strays:
+        print(f"{'':9}not a queue, left alone: {stray}")
+    if not queues:
         print(f"no queues in {args.directory}")
     return 1 if failures else 0
+
+
+def _strays(directory: str) -> list[str]:
+    """Entries of a broker directory that are neither queues nor the store's own files (reported, kept)."""
+    if store.store_kind(directory) != "broker":
+        return []
+    found = []
+    for entry in sorted(os.listdir(directory)):
+        full = os.path.join(directory, entry)
+        if entry in (store.LOCK_FILE, store.QUARANTINE_DIR, store.KEYED_DIR) or entry.startswith(".deleted-"):
+            continue  # the store's own (an interrupted queue delete is finished on the next open)
+        try:
+            store.validate_queue_name(entry)
+        except store.InvalidQueueNameError:
+            found.append(full)
+            continue
+        if not os.path.isdir(full):
+            found.append(full)
+    return found
 
 
 def _list(args: argparse.Namespace) -> int:

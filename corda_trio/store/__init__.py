@@ -28,6 +28,8 @@ from ._broker import FsyncPolicy as FsyncPolicy
 from ._broker import Queue as Queue
 from ._broker import QueueStatistics as QueueStatistics
 from ._broker import open_broker as open_broker
+from ._directory import KEYED_DIR as KEYED_DIR
+from ._directory import LOCK_FILE as LOCK_FILE
 from ._directory import lock_directory as lock_directory
 from ._directory import store_kind as store_kind
 from ._errors import BrokerLockedError as BrokerLockedError
@@ -53,6 +55,8 @@ from ._segment import QUARANTINE_DIR as QUARANTINE_DIR
 from ._segment import validate_queue_name as validate_queue_name
 
 __all__ = [
+    "KEYED_DIR",
+    "LOCK_FILE",
     "QUARANTINE_DIR",
     "Broker",
     "BrokerConfig",

@@ -1,0 +1,164 @@
+"""Every mistake an operator can make on the command line is one clear line and a non-zero exit code, never a
+traceback, and nothing half-written is left behind. One row per case: command, expected message, exit code.
+
+The commands run as real processes against a prepared directory (``{d}`` in a command is replaced by it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import store
+from tests.node.cli_helpers import CLI, run_cli, wait_for
+
+ALICE = "O=Alice,L=London,C=GB"
+BOB = "O=Bob,L=Paris,C=FR"
+
+# (id, command, expected text in the one stderr line, exit code)
+CASES: list[tuple[str, str, str, int]] = [
+    # network bootstrap
+    ("bootstrap-bad-host", f"network bootstrap --dir {{d}}/new1 --node {ALICE} --host no.such.host.invalid",
+     "host 'no.such.host.invalid' cannot be listened on here", 2),
+    ("bootstrap-parent-is-a-file", f"network bootstrap --dir {{d}}/afile/net --node {ALICE}",
+     "afile is a file", 2),
+    ("bootstrap-dir-is-a-file", f"network bootstrap --dir {{d}}/afile --node {ALICE}",
+     "exists and is not an empty directory", 2),
+    ("bootstrap-message-size-too-small",
+     f"network bootstrap --dir {{d}}/new2 --node {ALICE} --max-message-size 1023",
+     "--max-message-size 1023: must be in 1024..2147483647 bytes", 2),
+    ("bootstrap-message-size-huge",
+     f"network bootstrap --dir {{d}}/new3 --node {ALICE} --max-message-size 999999999999999999999",
+     "--max-message-size 999999999999999999999: must be in 1024..2147483647 bytes", 2),
+    ("bootstrap-bad-name", "network bootstrap --dir {d}/new4 --node O=Alice,L=London,C=XX",
+     "not an ISO 3166-1 alpha-2 country code", 2),
+    # network map service
+    ("networkmap-corrupt-db-list", "networkmap list --dir {d}/corrupt-net",
+     "networkmap.db is not a usable network map database", 1),
+    ("networkmap-corrupt-db-serve", "networkmap serve --dir {d}/corrupt-net",
+     "networkmap.db is not a usable network map database", 1),
+    ("networkmap-remove-unknown", f"networkmap remove --dir {{d}}/net --node {BOB.replace('Bob', 'Carol')}",
+     "O=Carol, L=Paris, C=FR is not in the map", 1),
+    ("networkmap-readmit-not-removed", f"networkmap readmit --dir {{d}}/net --node {BOB}",
+     "O=Bob, L=Paris, C=FR was not removed from the map", 1),
+    ("networkmap-bad-name", "networkmap remove --dir {d}/net --node nobody",
+     "--node 'nobody'", 2),
+    # a node and its certificates
+    ("node-legal-name-mismatch", "node start --config {d}/renamed-net/nodes/alice/node.toml",
+     "is not for O=Alicia, L=London, C=GB", 1),
+    ("node-foreign-root", "node start --config {d}/foreign-net/nodes/alice/node.toml",
+     "do not verify", 1),
+    # bench
+    ("bench-scratch-is-a-file", "bench run codec --out {d}/out --scratch {d}/afile --duration 1",
+     "--scratch {d}/afile: exists and is not a directory", 2),
+    ("bench-out-is-a-file", "bench run codec --out {d}/afile --duration 1",
+     "--out {d}/afile: exists and is not a directory", 2),
+    ("bench-peers-too-many", "bench run loopback --out {d}/out --peers 100000 --duration 1",
+     "--peers 100000: must be in 1..", 2),
+    ("bench-peers-zero", "bench run loopback --out {d}/out --peers 0 --duration 1",
+     "--peers 0: must be in 1..", 2),
+    ("bench-bad-param", "bench run wal --out {d}/out --param fsync=true --duration 1",
+     "fsync must be 'always' or 'none', not 'true'", 1),
+    # store
+    ("store-not-a-store", "store check {d}/afile", "no such directory", 2),
+    ("store-compact-not-a-broker", "store compact {d}/net", "not a broker directory", 1),
+]  # fmt: skip
+
+
+def _prepare(d: Path) -> None:
+    (d / "afile").write_text("not a directory\n")
+    made = run_cli("network", "bootstrap", "--dir", str(d / "net"), "--node", ALICE, "--node", BOB)
+    assert made.returncode == 0, made.stderr
+    other = run_cli("network", "bootstrap", "--dir", str(d / "other-net"), "--node", ALICE)
+    assert other.returncode == 0, other.stderr
+    # A map database that is not one.
+    shutil.copytree(d / "net", d / "corrupt-net")
+    (d / "corrupt-net" / "network-map" / "networkmap.db").write_bytes(b"\x00garbage, not SQLite\n" * 64)
+    # A node.toml whose legal name is not the one in its certificates.
+    shutil.copytree(d / "net", d / "renamed-net")
+    toml = d / "renamed-net" / "nodes" / "alice" / "node.toml"
+    toml.write_text(
+        "\n".join(
+            'legal_name = "O=Alicia, L=London, C=GB"' if line.startswith("legal_name") else line
+            for line in toml.read_text(encoding="utf-8").splitlines()
+        ),
+        encoding="utf-8",
+    )
+    # A node whose trust root is another network's.
+    shutil.copytree(d / "net", d / "foreign-net")
+    foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
+    shutil.copy(
+        foreign_root, d / "foreign-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
+    )
+
+
+@pytest.fixture(scope="module")
+def playground(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("cli-errors")
+    _prepare(d)
+    return d
+
+
+@pytest.mark.parametrize(("command", "message", "code"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_operator_mistake_is_one_line(playground: Path, command: str, message: str, code: int) -> None:
+    before = sorted(p.name for p in playground.iterdir())
+    done = run_cli(*command.format(d=playground).split())
+    lines = done.stderr.splitlines()
+    assert "Traceback" not in done.stderr, done.stderr
+    assert len(lines) == 1, done.stderr
+    assert message.format(d=playground) in lines[0], lines[0]
+    assert lines[0].startswith("corda-trio: error: ")
+    assert done.returncode == code
+    # Nothing half-written: no new directory, no temporary sibling of a network.
+    after = sorted(p.name for p in playground.iterdir())
+    assert [n for n in after if n != "out"] == [n for n in before if n != "out"]
+
+
+def test_a_stray_directory_in_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:
+    async def make() -> None:
+        async with store.open_broker(tmp_path / "st") as broker:
+            queue = await broker.declare_queue("inbox")
+            await queue.enqueue(b"kept")
+
+    trio.run(make)
+    (tmp_path / "st" / "My Photos").mkdir()
+    (tmp_path / "st" / "notes.txt").write_text("x")
+    done = run_cli("store", "check", str(tmp_path / "st"))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"not a queue, left alone: {tmp_path / 'st' / 'My Photos'}" in done.stdout
+    assert f"not a queue, left alone: {tmp_path / 'st' / 'notes.txt'}" in done.stdout
+    assert (tmp_path / "st" / "My Photos").is_dir()
+
+
+def test_an_interrupted_bootstrap_leaves_nothing(tmp_path: Path) -> None:
+    """Ctrl-C while the network is being written: no network directory, no temporary sibling."""
+    names = [f"O=Node{i},L=London,C=GB" for i in range(40)]
+    args = [arg for name in names for arg in ("--node", name)]
+    proc = subprocess.Popen(
+        [*CLI, "network", "bootstrap", "--dir", str(tmp_path / "net"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def partial_exists() -> bool:
+        return any(p.name.startswith(".net.partial-") for p in tmp_path.iterdir())
+
+    wait_for(partial_exists, proc, what="the partial network directory")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (err, proc.returncode) == ("interrupted\n", 130)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> None:
+    db = playground / "corrupt-net" / "network-map" / "networkmap.db"
+    before = db.read_bytes()
+    run_cli("networkmap", "list", "--dir", str(playground / "corrupt-net"))
+    assert db.read_bytes() == before
+    with pytest.raises(sqlite3.DatabaseError):
+        sqlite3.connect(db).execute("SELECT 1 FROM sqlite_master").fetchall()
