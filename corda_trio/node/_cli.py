@@ -43,6 +43,7 @@ COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
     "network": ("corda_trio.node._cli_network", "create and inspect networks (bootstrap)"),
     "networkmap": ("corda_trio.node._cli_networkmap", "run the network map service"),
     "store": ("corda_trio.node._cli_store", "inspect and repair durable queues"),
+    "float": ("corda_trio.node._cli_float", "run a float (DMZ listener) and make its tunnel PKI"),
     "node": ("corda_trio.node._cli_node", "run a node; ask a running node about itself (RPC)"),
     "flow": ("corda_trio.node._cli_flow", "start, list, watch and kill flows on a running node (RPC)"),
 }

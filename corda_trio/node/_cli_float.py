@@ -1,0 +1,240 @@
+"""``corda-trio float``: run a float (the DMZ listener) and make the tunnel PKI of its control link.
+
+Examples::
+
+    corda-trio float tunnel-pki --out tunnel --float float-a --float float-b --bridge bridge
+    corda-trio float start --config float.toml
+
+``float.toml`` (paths relative to the file)::
+
+    [control]                      # where the bridge manager dials in (mutual TLS, tunnel PKI)
+    host = "10.0.0.5"
+    port = 10010
+    cert = "tunnel/float-a.pem"
+    key = "tunnel/float-a.key"
+    ca = "tunnel/tunnel-ca.pem"
+
+    [public]                       # opened only while activated
+    host = "0.0.0.0"
+    port = 10002
+    max_message_size = 10485760    # optional (the network parameter)
+
+    [tls.node]                     # node TLS material an activation may name ("tls_ref" = "node")
+    cert_chain = "node/tls.pem"
+    key = "node/tls.key"
+    trust_root = "node/root.pem"
+
+    [audit]                        # the only file a float writes
+    path = "float-audit.jsonl"
+    max_bytes = 10485760           # optional
+    backups = 5                    # optional
+    latency_summary_seconds = 60   # optional
+
+The float refuses every outbound connection of its own process (a socket-level guard); each refusal is an
+``outbound-refused`` audit line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from corda_trio import pki
+from corda_trio.bridge import float as fl
+
+from ._cli import CliError
+
+__all__ = ["load_float_config", "register"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``float start`` and ``float tunnel-pki``."""
+    sub = parser.add_subparsers(dest="float_command", metavar="SUBCOMMAND", required=True)
+    start = sub.add_parser("start", help="run a float until interrupted", description="run a float")
+    start.add_argument("--config", type=Path, required=True, help="path of float.toml")
+    start.set_defaults(func=_start)
+    mk = sub.add_parser(
+        "tunnel-pki",
+        help="make the tunnel CA and the float and bridge tunnel certificates",
+        description="make the local-only tunnel CA and the float / bridge certificates of the control link",
+    )
+    mk.add_argument("--out", type=Path, required=True, help="directory to write into (created)")
+    mk.add_argument("--float", dest="floats", action="append", default=[], metavar="NAME", help="a float")
+    mk.add_argument("--bridge", default="bridge", metavar="NAME", help="the bridge manager (default: bridge)")
+    mk.set_defaults(func=_tunnel_pki)
+
+
+def _tunnel_pki(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    floats = args.floats or ["float"]
+    names = [*floats, args.bridge]
+    if len(set(names)) != len(names) or any(not n or "/" in n for n in names):
+        raise CliError(f"float and bridge names must be distinct file names, got {names}", 2)
+    if out.exists() and any(out.iterdir()):
+        raise CliError(f"{out} is not empty: refusing to overwrite tunnel certificates", 2)
+    out.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    tunnel = fl.TunnelPki.create(now=now)
+    pki.write_certificates(out / "tunnel-ca.pem", [tunnel.ca.cert])
+    pki.write_private_key(out / "tunnel-ca.key", tunnel.ca.key, None)
+    for name in floats:
+        tunnel.issue("float", name, now=now).write(out, name)
+    tunnel.issue("bridge", args.bridge, now=now).write(out, args.bridge)
+    print(f"tunnel PKI written to {out}: tunnel-ca.pem, {', '.join(f'{n}.pem/.key' for n in names)}")
+    print("keep tunnel-ca.key off the floats; it is needed only to issue more tunnel certificates")
+    return 0
+
+
+class _Toml:
+    """Typed access to a parsed float.toml; every error names the file and the key."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    def _fail(self, key: str, what: str) -> CliError:
+        return CliError(f"{self.path}: key {key!r}: {what}", 2)
+
+    def get(self, key: str, kind: type, default: Any = ...) -> Any:
+        node: Any = self.data
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                if default is ...:
+                    raise self._fail(key, "missing")
+                return default
+            node = node[part]
+        if kind is float and isinstance(node, int) and not isinstance(node, bool):
+            node = float(node)
+        if not isinstance(node, kind) or (kind is int and isinstance(node, bool)):
+            raise self._fail(key, f"must be a {kind.__name__}, got {type(node).__name__}")
+        return node
+
+    def file(self, key: str) -> Path:
+        path = self.path.parent / self.get(key, str)
+        if not path.is_file():
+            raise self._fail(key, f"file {path} does not exist")
+        return path
+
+    def port(self, key: str) -> int:
+        port = self.get(key, int)
+        if not 0 <= port < 65536:
+            raise self._fail(key, f"port {port} is out of range")
+        return int(port)
+
+
+def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
+    """Read float.toml: the float's configuration and the audit settings.
+
+    Raises:
+        CliError: (exit 2) the file is missing or not TOML, or a key is missing or wrong; one line naming it.
+    """
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", 2) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"{path}: not valid TOML: {exc}", 2) from None
+    t = _Toml(path, raw)
+    for section in raw:
+        if section not in ("control", "public", "tls", "audit"):
+            raise CliError(f"{path}: unknown section [{section}]", 2)
+    try:
+        tunnel = fl.TunnelCredentials.read(
+            t.file("control.cert"), t.file("control.key"), t.file("control.ca")
+        )
+        if tunnel.role != "float":
+            raise CliError(
+                f"{path}: key 'control.cert': a {tunnel.role} tunnel certificate, not a float's", 2
+            )
+    except pki.KeyStoreError as exc:
+        raise CliError(f"{path}: [control]: {exc}", 2) from None
+    except pki.PeerIdentityError as exc:
+        raise CliError(f"{path}: key 'control.cert': {exc}", 2) from None
+    tls_entries = t.get("tls", dict, {})
+    tls = {}
+    for ref in tls_entries:
+        tls[ref] = fl.NodeTls(
+            cert_chain=t.file(f"tls.{ref}.cert_chain"),
+            key=t.file(f"tls.{ref}.key"),
+            trust_root=t.file(f"tls.{ref}.trust_root"),
+        )
+    if not tls:
+        raise CliError(f"{path}: no [tls.<ref>] section: an activation has no TLS material to name", 2)
+    max_size = t.get("public.max_message_size", int, fl.FloatConfig.__attrs_attrs__.max_message_size.default)
+    if max_size < 1:
+        raise CliError(f"{path}: key 'public.max_message_size': must be at least 1", 2)
+    config = fl.FloatConfig(
+        tunnel=tunnel,
+        control_host=t.get("control.host", str, "127.0.0.1"),
+        control_port=t.port("control.port"),
+        public_host=t.get("public.host", str, "0.0.0.0"),
+        public_port=t.port("public.port"),
+        tls=tls,
+        max_message_size=max_size,
+        latency_summary_seconds=t.get("audit.latency_summary_seconds", float, 60.0),
+    )
+    audit = {
+        "path": path.parent / t.get("audit.path", str),
+        "max_bytes": t.get("audit.max_bytes", int, fl.DEFAULT_AUDIT_MAX_BYTES),
+        "backups": t.get("audit.backups", int, fl.DEFAULT_AUDIT_BACKUPS),
+    }
+    if audit["max_bytes"] < 256 or audit["backups"] < 0:
+        raise CliError(f"{path}: [audit]: max_bytes must be at least 256 and backups at least 0", 2)
+    return config, audit
+
+
+_SHOWN = {
+    "control-listening": "control port listening on {host}:{port}",
+    "control-up": "control link up from {bridge}",
+    "control-down": "control link down ({reason})",
+    "public-open": "public listener open on {host}:{port}",
+    "public-closed": "public listener closed ({reason})",
+    "activation-failed": "activation failed: {condition}: {description}",
+    "outbound-refused": "outbound connection refused: {event} to {destination}",
+}
+
+
+def _echo(record: dict[str, Any]) -> None:
+    template = _SHOWN.get(record["event"])
+    if template is not None:
+        sys.stdout.write("float: " + template.format_map(record) + "\n")
+        sys.stdout.flush()
+
+
+def _start(args: argparse.Namespace) -> int:
+    config, audit_settings = load_float_config(args.config)
+    try:
+        audit = fl.AuditLog(
+            audit_settings["path"], audit_settings["max_bytes"], audit_settings["backups"], echo=_echo
+        )
+    except OSError as exc:
+        raise CliError(
+            f"{args.config}: key 'audit.path': cannot open {audit_settings['path']}: {exc.strerror}", 2
+        ) from None
+    fl.install_outbound_guard(
+        lambda event, where: audit.write("outbound-refused", event=event, destination=where)
+    )
+    try:
+        trio.run(_run, config, audit)
+    except (OSError, BaseExceptionGroup) as exc:  # the control port cannot be bound
+        error = exc.subgroup(OSError) if isinstance(exc, BaseExceptionGroup) else exc
+        if error is None or (isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt)):
+            raise
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        where = f"{config.control_host}:{config.control_port}"
+        raise CliError(f"cannot listen on {where}: {getattr(error, 'strerror', None) or error}") from None
+    finally:
+        audit.close()
+    return 0
+
+
+async def _run(config: fl.FloatConfig, audit: fl.AuditLog) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fl.Float(config, audit=audit).run)
