@@ -46,6 +46,7 @@ PURE_MODULES = [
     "flows/_logic.py",
     "flows/_messages.py",
     "flows/_registry.py",
+    "bridge/_control.py",
     "flows/_requests.py",
     "flows/_statemachine.py",
     "flows/_examples.py",

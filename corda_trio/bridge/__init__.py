@@ -10,6 +10,22 @@
 from ._backoff import INITIAL_BACKOFF_SECONDS as INITIAL_BACKOFF_SECONDS
 from ._backoff import MAX_BACKOFF_SECONDS as MAX_BACKOFF_SECONDS
 from ._backoff import Backoff as Backoff
+from ._control import CONTROL_ADDRESS as CONTROL_ADDRESS
+from ._control import NOTIFY_ADDRESS as NOTIFY_ADDRESS
+from ._control import QUERY_INTERVAL_SECONDS as QUERY_INTERVAL_SECONDS
+from ._control import BridgeDelete as BridgeDelete
+from ._control import BridgeEntry as BridgeEntry
+from ._control import BridgeRequest as BridgeRequest
+from ._control import ControlClient as ControlClient
+from ._control import ControlProtocolError as ControlProtocolError
+from ._control import ControlState as ControlState
+from ._control import QueueEntry as QueueEntry
+from ._control import QueueQuery as QueueQuery
+from ._control import QueueSnapshot as QueueSnapshot
+from ._control import UnknownControlMessage as UnknownControlMessage
+from ._control import decode_control as decode_control
+from ._control import diff_entries as diff_entries
+from ._control import encode_control as encode_control
 from ._inbound import AcceptorConfig as AcceptorConfig
 from ._inbound import InboundAcceptor as InboundAcceptor
 from ._manager import BridgeManager as BridgeManager
@@ -20,15 +36,31 @@ from ._outbound import DeliveryRefusedError as DeliveryRefusedError
 from ._outbound import PeerChangedError as PeerChangedError
 
 __all__ = [
+    "CONTROL_ADDRESS",
     "INITIAL_BACKOFF_SECONDS",
     "MAX_BACKOFF_SECONDS",
+    "NOTIFY_ADDRESS",
+    "QUERY_INTERVAL_SECONDS",
     "AcceptorConfig",
     "Backoff",
     "Bridge",
     "BridgeConfig",
+    "BridgeDelete",
+    "BridgeEntry",
     "BridgeManager",
+    "BridgeRequest",
     "BridgeState",
+    "ControlClient",
+    "ControlProtocolError",
+    "ControlState",
     "DeliveryRefusedError",
     "InboundAcceptor",
     "PeerChangedError",
+    "QueueEntry",
+    "QueueQuery",
+    "QueueSnapshot",
+    "UnknownControlMessage",
+    "decode_control",
+    "diff_entries",
+    "encode_control",
 ]
