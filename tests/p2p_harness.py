@@ -24,9 +24,25 @@ class P2PNode:
     creds: pki.NodeCredentials
     broker: store.Broker
     service: messaging.MessagingService
-    acceptor: bridge.InboundAcceptor
-    manager: bridge.BridgeManager
+    in_node: tuple[bridge.InboundAcceptor, bridge.BridgeManager] | None
     directory: messaging.PeerDirectory
+    #: ``external=True``: the node's local endpoint and the bridge talking to it (same process here).
+    endpoint: bridge.LocalEndpoint | None = None
+    external: bridge.ExternalBridge | None = None
+
+    @property
+    def acceptor(self) -> bridge.InboundAcceptor:
+        if self.in_node is not None:
+            return self.in_node[0]
+        assert self.external is not None and self.external.acceptor is not None
+        return self.external.acceptor
+
+    @property
+    def manager(self) -> bridge.BridgeManager:
+        if self.in_node is not None:
+            return self.in_node[1]
+        assert self.external is not None and self.external.manager is not None
+        return self.external.manager
 
     @property
     def port(self) -> int:
@@ -58,8 +74,13 @@ async def running_node(
     max_message_size: int = messaging.DEFAULT_MAX_MESSAGE_SIZE,
     fsync: str = "always",
     run_service: bool = True,
+    external: bool = False,
 ) -> AsyncIterator[P2PNode]:
-    """Run a node until the block exits (cancelling everything)."""
+    """Run a node until the block exits (cancelling everything).
+
+    ``external``: instead of an in-node acceptor and bridge manager, run the node's local endpoint and an
+    :class:`bridge.ExternalBridge` connected to it (what ``corda-trio bridge start`` runs in its own process).
+    """
     server_ctx, client_ctx = contexts(creds, root)
     peers = peers if peers is not None else messaging.PeerDirectory()
     key_hash = pki.key_hash(creds.identity.cert.public_key())
@@ -68,22 +89,50 @@ async def running_node(
             legal_name=creds.legal_name, key_hash=key_hash, max_message_size=max_message_size, fsync=fsync
         )
         service = await messaging.MessagingService.open(broker, config, peers)
-        acceptor = bridge.InboundAcceptor(
-            inbox=service.inbox,
-            ssl_context=server_ctx,  # type: ignore[arg-type]
-            config=acceptor_config or bridge.AcceptorConfig(max_message_size=max_message_size),
-        )
-        manager = bridge.BridgeManager(
-            messaging=service,
-            resolver=peers,
-            ssl_context=client_ctx,  # type: ignore[arg-type]
-            config=bridge_config or bridge.BridgeConfig(),
-        )
-        await nursery.start(acceptor.run)
-        await nursery.start(manager.run)
+        acceptor_config = acceptor_config or bridge.AcceptorConfig(max_message_size=max_message_size)
+        bridge_config = bridge_config or bridge.BridgeConfig()
+        if external:
+            endpoint = bridge.LocalEndpoint(
+                messaging=service,
+                resolver=peers,
+                config=bridge.EndpointConfig(
+                    username="bridge", password="secret", max_message_size=max_message_size
+                ),
+            )
+            port = await nursery.start(endpoint.run)
+            ext = bridge.ExternalBridge(
+                config=bridge.ExternalBridgeConfig(
+                    node_port=port,
+                    username="bridge",
+                    password="secret",
+                    p2p=acceptor_config,
+                    bridges=bridge_config,
+                ),
+                client_ssl_context=client_ctx,  # type: ignore[arg-type]
+                server_ssl_context=server_ctx,  # type: ignore[arg-type]
+            )
+            await nursery.start(ext.run)
+            with trio.fail_after(30):
+                await ext.wait_serving()
+            node = P2PNode(creds, broker, service, None, peers, endpoint, ext)
+        else:
+            acceptor = bridge.InboundAcceptor(
+                inbox=service.inbox,
+                ssl_context=server_ctx,  # type: ignore[arg-type]
+                config=acceptor_config,
+            )
+            manager = bridge.BridgeManager(
+                messaging=service,
+                resolver=peers,
+                ssl_context=client_ctx,  # type: ignore[arg-type]
+                config=bridge_config,
+            )
+            await nursery.start(acceptor.run)
+            await nursery.start(manager.run)
+            node = P2PNode(creds, broker, service, (acceptor, manager), peers)
         if run_service:
             await nursery.start(service.run)
-        yield P2PNode(creds, broker, service, acceptor, manager, peers)
+        yield node
         nursery.cancel_scope.cancel()
 
 

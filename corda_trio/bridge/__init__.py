@@ -26,14 +26,27 @@ from ._control import UnknownControlMessage as UnknownControlMessage
 from ._control import decode_control as decode_control
 from ._control import diff_entries as diff_entries
 from ._control import encode_control as encode_control
+from ._endpoint import EndpointConfig as EndpointConfig
+from ._endpoint import LocalEndpoint as LocalEndpoint
+from ._endpoint import wanted_bridges as wanted_bridges
+from ._external import AnnouncedQueues as AnnouncedQueues
+from ._external import ExternalBridge as ExternalBridge
+from ._external import ExternalBridgeConfig as ExternalBridgeConfig
+from ._external import RemoteInbox as RemoteInbox
+from ._external import RemoteQueue as RemoteQueue
 from ._inbound import AcceptorConfig as AcceptorConfig
 from ._inbound import InboundAcceptor as InboundAcceptor
+from ._inbound import Inbox as Inbox
 from ._manager import BridgeManager as BridgeManager
+from ._manager import OutboundQueues as OutboundQueues
 from ._outbound import Bridge as Bridge
 from ._outbound import BridgeConfig as BridgeConfig
 from ._outbound import BridgeState as BridgeState
 from ._outbound import DeliveryRefusedError as DeliveryRefusedError
+from ._outbound import OutboundConsumer as OutboundConsumer
+from ._outbound import OutboundSource as OutboundSource
 from ._outbound import PeerChangedError as PeerChangedError
+from ._outbound import stream_queue as stream_queue
 
 __all__ = [
     "CONTROL_ADDRESS",
@@ -42,6 +55,7 @@ __all__ = [
     "NOTIFY_ADDRESS",
     "QUERY_INTERVAL_SECONDS",
     "AcceptorConfig",
+    "AnnouncedQueues",
     "Backoff",
     "Bridge",
     "BridgeConfig",
@@ -54,13 +68,25 @@ __all__ = [
     "ControlProtocolError",
     "ControlState",
     "DeliveryRefusedError",
+    "EndpointConfig",
+    "ExternalBridge",
+    "ExternalBridgeConfig",
     "InboundAcceptor",
+    "Inbox",
+    "LocalEndpoint",
+    "OutboundConsumer",
+    "OutboundQueues",
+    "OutboundSource",
     "PeerChangedError",
     "QueueEntry",
     "QueueQuery",
     "QueueSnapshot",
+    "RemoteInbox",
+    "RemoteQueue",
     "UnknownControlMessage",
     "decode_control",
     "diff_entries",
     "encode_control",
+    "stream_queue",
+    "wanted_bridges",
 ]

@@ -17,6 +17,12 @@ writer per link, batches in arrival order. Flow control: the engine grants credi
 taken from the link, and the writer takes them only as fast as the inbox commits, so a slow disk slows the
 peers instead of growing memory (at most ``2 * credit`` messages per link in memory).
 
+The same writer serves the node's local endpoint when the bridge runs in its own process
+(:meth:`InboundAcceptor.pump_link` with ``user=None``): there the out-of-process acceptor has checked and
+stamped each message already, the writer checks it again (required headers, size, a validated user present)
+and stores it unchanged. ``inbox`` is anything with a ``name`` and an ``enqueue_many`` that returns once
+durable: the store's queue in the node, a link to the node's endpoint in a bridge process.
+
 Cancellation at any checkpoint leaves unsettled deliveries unsettled: the sender sends them again.
 """
 
@@ -24,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 import attrs
 import trio
@@ -32,16 +39,27 @@ import trio
 from corda_trio import amqp, pki, store, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    HEADER_VALIDATED_USER,
     InvalidMessageError,
     check_p2p_message,
     stamp_validated_user,
 )
 
-__all__ = ["AcceptorConfig", "InboundAcceptor"]
+__all__ = ["AcceptorConfig", "InboundAcceptor", "Inbox"]
 
 log = logging.getLogger("corda_trio.bridge.inbound")
 
 DEFAULT_INBOUND_CREDIT: Final = 256
+
+
+class Inbox(Protocol):
+    """Where accepted messages go: ``store.Queue`` in the node, the endpoint's inbox link in a bridge."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def enqueue_many(self, payloads: Sequence[bytes]) -> object:
+        """Append in this order; return once durable (raise if not)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -59,8 +77,9 @@ class AcceptorConfig:
 class InboundAcceptor:
     """See the module docstring. ``await nursery.start(acceptor.run)``; then :attr:`port` is bound."""
 
-    inbox: store.Queue
-    ssl_context: ssl.SSLContext
+    inbox: Inbox | store.Queue
+    #: ``None`` only for an acceptor used through :meth:`pump_link` by the local endpoint (never served).
+    ssl_context: ssl.SSLContext | None
     config: AcceptorConfig = attrs.field(factory=AcceptorConfig)
     port: int | None = None
     #: Counters: messages stored and accepted, messages rejected, links refused.
@@ -100,9 +119,14 @@ class InboundAcceptor:
                     )
                     continue
                 receiver = await request.accept_receiver(credit=self.config.credit)
-                nursery.start_soon(self._pump, receiver, user)
+                nursery.start_soon(self.pump_link, receiver, user)
 
-    async def _pump(self, receiver: transport.Receiver, user: str) -> None:
+    async def pump_link(self, receiver: transport.Receiver, user: str | None) -> None:
+        """Check, store and settle what arrives on ``receiver`` until the link ends.
+
+        ``user``: the peer's TLS subject, stamped on each message; ``None`` for a trusted local bridge whose
+        messages carry the stamp already (required).
+        """
         send, receive = trio.open_memory_channel[transport.Delivery](self.config.credit)
         try:
             async with trio.open_nursery() as nursery:
@@ -121,7 +145,7 @@ class InboundAcceptor:
             except transport.AmqpTransportError:
                 return  # the link or connection ended: the writer finishes what arrived, then stops
 
-    async def _write(self, receive: trio.MemoryReceiveChannel[transport.Delivery], user: str) -> None:
+    async def _write(self, receive: trio.MemoryReceiveChannel[transport.Delivery], user: str | None) -> None:
         max_size = self.config.max_message_size
         async for first in receive:
             batch = [first]
@@ -135,7 +159,15 @@ class InboundAcceptor:
                 try:
                     message = amqp.Message.decode(delivery.payload)
                     check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
-                    stamped = stamp_validated_user(message, user).encode()
+                    if user is not None:
+                        stamped = stamp_validated_user(message, user).encode()
+                    else:
+                        stamped = delivery.payload
+                        if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
+                            raise InvalidMessageError(
+                                "amqp:unauthorized-access",
+                                f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
+                            )
                 except amqp.DecodeError as exc:
                     self.rejected += 1
                     await delivery.reject("amqp:decode-error", f"malformed message: {exc}")

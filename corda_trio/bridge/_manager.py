@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 import attrs
 import trio
@@ -24,9 +25,9 @@ import trio
 from corda_trio.messaging import MessagingService, PeerResolver, key_hash_of_address
 
 from ._backoff import Backoff
-from ._outbound import Bridge, BridgeConfig
+from ._outbound import Bridge, BridgeConfig, OutboundSource
 
-__all__ = ["BridgeManager"]
+__all__ = ["BridgeManager", "OutboundQueues"]
 
 log = logging.getLogger("corda_trio.bridge.manager")
 
@@ -34,6 +35,18 @@ log = logging.getLogger("corda_trio.bridge.manager")
 async def _first_of(waiters: trio.Nursery, wait: Callable[[int], Awaitable[int]], since: int) -> None:
     await wait(since)
     waiters.cancel_scope.cancel()
+
+
+class OutboundQueues(Protocol):
+    """The outbound queues a manager serves: the node's ``MessagingService``, or in a bridge process the
+    queues the node announced over the control protocol."""
+
+    @property
+    def outbound_version(self) -> int: ...
+
+    def outbound_queues(self) -> Mapping[str, OutboundSource]: ...
+
+    async def wait_outbound_changed(self, since: int) -> int: ...
 
 
 @attrs.define(eq=False)
@@ -51,7 +64,7 @@ class _Slot:
 class BridgeManager:
     """See the module docstring. ``await nursery.start(manager.run)``."""
 
-    messaging: MessagingService
+    messaging: OutboundQueues | MessagingService
     resolver: PeerResolver
     ssl_context: ssl.SSLContext | None
     config: BridgeConfig = attrs.field(factory=BridgeConfig)

@@ -26,7 +26,9 @@ from __future__ import annotations
 import enum
 import logging
 import ssl
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -36,12 +38,47 @@ from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_
 
 from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
 
-__all__ = ["Bridge", "BridgeConfig", "BridgeState", "DeliveryRefusedError", "PeerChangedError"]
+__all__ = [
+    "Bridge",
+    "BridgeConfig",
+    "BridgeState",
+    "DeliveryRefusedError",
+    "OutboundConsumer",
+    "OutboundSource",
+    "PeerChangedError",
+    "stream_queue",
+]
 
 log = logging.getLogger("corda_trio.bridge")
 
 #: Deliveries a bridge keeps unacknowledged at once (also bounded by the peer's link credit).
 DEFAULT_BRIDGE_CREDIT: Final = 256
+
+
+class QueuedMessage(Protocol):
+    @property
+    def message_id(self) -> int: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+
+class OutboundConsumer(Protocol):
+    """What a bridge consumes: ``store.Consumer`` in the node, a link from the node's endpoint outside it.
+    Leaving it (``async with``) puts every message not acked back in the queue, in order."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    async def ack(self, message_id: int) -> None: ...
+
+
+class OutboundSource(Protocol):
+    """An outbound queue ``internal.peers.<key-hash>`` as a bridge sees it (``store.Queue`` or remote)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def consumer(self, *, credit: int) -> AbstractAsyncContextManager[Any]: ...
 
 
 class DeliveryRefusedError(Exception):
@@ -122,7 +159,7 @@ def _failure_unless_cancelled(raised: BaseException) -> BaseException:
 class Bridge:
     """See the module docstring."""
 
-    queue: store.Queue
+    queue: OutboundSource | store.Queue
     resolver: PeerResolver
     #: The node's client context (mutual TLS, trust anchored in the network root). ``None`` dials plain TCP
     #: without the identity check: only for a local broker standing in for a peer (interop tests).
@@ -227,18 +264,9 @@ class Bridge:
             ):
                 nursery.start_soon(self._watch_connection, conn)
                 nursery.start_soon(self._watch_peer, peer, address)
-                async for delivery in consumer:
-                    pending = await sender.start_send(delivery.payload)
-                    assert pending is not None
-                    nursery.start_soon(self._settle, consumer, delivery.message_id, pending)
+                await stream_queue(consumer, sender, nursery, self._count_delivered)
 
-    async def _settle(
-        self, consumer: store.Consumer, message_id: int, pending: transport.PendingDelivery
-    ) -> None:
-        outcome: Any = await pending.outcome()
-        if not isinstance(outcome, amqp.Accepted):
-            raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
-        await consumer.ack(message_id)
+    def _count_delivered(self, message_id: int) -> None:
         self.delivered += 1
 
     async def _watch_connection(self, conn: transport.AmqpConnection) -> None:
@@ -254,3 +282,33 @@ class Bridge:
                 raise PeerChangedError(
                     f"{peer.legal_name} is no longer reachable at {address[0]}:{address[1]}"
                 )
+
+
+async def stream_queue(
+    consumer: OutboundConsumer | store.Consumer,
+    sender: transport.Sender,
+    nursery: trio.Nursery,
+    acked: Callable[[int], None] | None = None,
+) -> None:
+    """Send what ``consumer`` hands out, each unsettled as soon as ``sender`` has credit; a task in
+    ``nursery`` per message acks it when the peer settles it ``accepted`` (then calls ``acked``) and raises
+    :class:`DeliveryRefusedError` for any other outcome (which ends the nursery: the caller's consumer then
+    puts back whatever was not acked). Used by the bridges and by the node's local endpoint."""
+    async for delivery in consumer:
+        pending = await sender.start_send(delivery.payload)
+        assert pending is not None
+        nursery.start_soon(_settle, consumer, delivery.message_id, pending, acked)
+
+
+async def _settle(
+    consumer: OutboundConsumer | store.Consumer,
+    message_id: int,
+    pending: transport.PendingDelivery,
+    acked: Callable[[int], None] | None,
+) -> None:
+    outcome: Any = await pending.outcome()
+    if not isinstance(outcome, amqp.Accepted):
+        raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
+    await consumer.ack(message_id)
+    if acked is not None:
+        acked(message_id)

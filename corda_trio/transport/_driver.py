@@ -122,8 +122,15 @@ class Sender:
         self._pending: dict[int, PendingDelivery] = {}
         self._credit_lot = trio.lowlevel.ParkingLot()
         self._attached = trio.Event()
+        self._detached = trio.Event()
         self._error: BaseException | None = None
         self.remote_attach: Any = None
+
+    async def wait_detached(self) -> BaseException:
+        """Wait until the link is gone (detached by either side, or the connection ended); returns why."""
+        await self._detached.wait()
+        assert self._error is not None
+        return self._error
 
     @property
     def credit(self) -> int:
@@ -205,6 +212,7 @@ class Sender:
             p._fail(error)
         self._credit_lot.unpark_all()
         self._attached.set()
+        self._detached.set()
 
     async def aclose(self) -> None:
         """Detach the link (closing it). Deliveries still waiting fail with :class:`LinkDetachedError`."""

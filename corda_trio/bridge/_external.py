@@ -1,0 +1,334 @@
+"""The bridge in its own process: the same ``BridgeManager`` and ``InboundAcceptor``, fed through the node's
+local endpoint and the control protocol.
+
+Theory of operation
+-------------------
+:meth:`ExternalBridge.run` loops forever (its owner cancels it). Each round is one *session* with the node:
+
+1. Dial the node's local endpoint (plain AMQP on loopback, SASL PLAIN with the configured credentials).
+   A completed handshake resets the backoff.
+2. Attach a receiver from ``internal.bridge.notify`` and a sender to ``internal.bridge.control``; drive a
+   :class:`ControlClient`: ``QueueQuery`` every second until a snapshot answers it, then follow
+   ``BridgeRequest`` / ``BridgeDelete`` (and unsolicited snapshots).
+3. Mirror the client's table into what the in-node components read: a :class:`PeerDirectory` (legal name,
+   key-hash from the queue name, addresses) and :class:`AnnouncedQueues` (one :class:`RemoteQueue` per
+   outbound queue, consumed through a receiver link on the endpoint). A :class:`BridgeManager` runs over
+   them, so every bridge behaves exactly as in the node: resolve, dial round-robin with backoff, park
+   addresses failing the identity check, ack (here: settle ``accepted`` towards the node, which then acks
+   its WAL) only on the peer's ``accepted``, release everything else.
+4. Once the snapshot named the node's inbox, run the :class:`InboundAcceptor` on the P2P address; it
+   delivers through :class:`RemoteInbox` (a sender link to the inbox on the endpoint): a batch is settled
+   ``accepted`` towards the peer only after the node settled each message ``accepted``, i.e. stored it.
+5. If the connection to the node ends, the session ends: the manager, its bridges and the acceptor are
+   cancelled (the node releases what they held; peers resend what was not settled), then back off, go to 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from corda_trio import amqp, pki, transport
+from corda_trio.messaging import Peer, PeerDirectory, key_hash_of_address
+
+from ._backoff import Backoff
+from ._control import (
+    CONTROL_ADDRESS,
+    NOTIFY_ADDRESS,
+    ControlClient,
+    ControlMessage,
+    ControlProtocolError,
+    ControlState,
+    decode_control,
+    encode_control,
+)
+from ._inbound import AcceptorConfig, InboundAcceptor
+from ._manager import BridgeManager
+from ._outbound import BridgeConfig
+
+__all__ = ["AnnouncedQueues", "ExternalBridge", "ExternalBridgeConfig", "RemoteInbox", "RemoteQueue"]
+
+log = logging.getLogger("corda_trio.bridge.external")
+
+
+@attrs.frozen(kw_only=True)
+class ExternalBridgeConfig:
+    """What an out-of-process bridge needs besides its TLS contexts."""
+
+    #: The node's local endpoint and its credentials.
+    node_host: str = "127.0.0.1"
+    node_port: int
+    username: str
+    password: str = attrs.field(repr=False)
+    #: Names this bridge in its queries (the node logs it).
+    bridge_id: str = attrs.field(factory=lambda: f"bridge-{uuid.uuid4()}")
+    #: Where the inbound acceptor listens (the node's P2P address as published in the network map).
+    p2p: AcceptorConfig = attrs.field(factory=AcceptorConfig)
+    bridges: BridgeConfig = attrs.field(factory=BridgeConfig)
+
+
+@attrs.define(eq=False)
+class _RemoteDelivery:
+    message_id: int
+    payload: bytes
+
+
+@attrs.define(eq=False)
+class _RemoteConsumer:
+    conn: transport.AmqpConnection
+    name: str
+    credit: int
+    _receiver: transport.Receiver | None = None
+    _held: dict[int, transport.Delivery] = attrs.field(factory=dict)
+
+    async def __aenter__(self) -> _RemoteConsumer:
+        self._receiver = await self.conn.open_receiver(self.name, credit=self.credit)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # Detaching the link with deliveries unsettled: the node puts them back in its queue, in order.
+        assert self._receiver is not None
+        with trio.CancelScope(shield=True):
+            await self._receiver.aclose()
+
+    def __aiter__(self) -> AsyncIterator[_RemoteDelivery]:
+        return self
+
+    async def __anext__(self) -> _RemoteDelivery:
+        assert self._receiver is not None
+        try:
+            delivery = await self._receiver.receive()
+        except trio.EndOfChannel:
+            raise transport.LinkDetachedError(f"the node closed the link from {self.name}") from None
+        self._held[delivery.delivery_id] = delivery
+        return _RemoteDelivery(delivery.delivery_id, delivery.payload)
+
+    async def ack(self, message_id: int) -> None:
+        await self._held.pop(message_id).accept()
+
+
+@attrs.frozen(eq=False)
+class RemoteQueue:
+    """An outbound queue of the node, consumed through its local endpoint (``Bridge.queue``)."""
+
+    conn: transport.AmqpConnection
+    name: str
+
+    def consumer(self, *, credit: int) -> _RemoteConsumer:
+        return _RemoteConsumer(self.conn, self.name, credit)
+
+
+@attrs.define(eq=False)
+class RemoteInbox:
+    """The node's inbox through its local endpoint (``InboundAcceptor.inbox``); :attr:`conn` is the current
+    session's connection (``None`` between sessions: then every append fails and peers send again later)."""
+
+    name: str
+    conn: transport.AmqpConnection | None = None
+    _sender: transport.Sender | None = None
+    _sender_conn: transport.AmqpConnection | None = None
+    _lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    async def enqueue_many(self, payloads: Sequence[bytes]) -> None:
+        """Send each, in order, and return once the node settled every one ``accepted`` (durable).
+
+        Raises:
+            AmqpTransportError: no connection to the node, the node refused one, or the link or
+                connection ended first.
+        """
+        async with self._lock:  # one attach per connection, by the first caller
+            conn = self.conn
+            if conn is None:
+                raise transport.AmqpConnectionError("the bridge is not connected to its node")
+            if self._sender is None or self._sender_conn is not conn:
+                self._sender = await conn.open_sender(self.name)
+                self._sender_conn = conn
+            sender = self._sender
+        pending = [await sender.start_send(p) for p in payloads]
+        for p in pending:
+            assert p is not None
+            outcome: Any = await p.outcome()
+            if not isinstance(outcome, amqp.Accepted):
+                raise transport.AmqpTransportError(f"the node settled an inbox message with {outcome!r}")
+
+
+@attrs.define(eq=False)
+class AnnouncedQueues:
+    """The node's outbound queues as the control protocol announced them (``BridgeManager.messaging``)."""
+
+    _queues: dict[str, RemoteQueue] = attrs.field(factory=dict)
+    _version: int = 0
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def outbound_version(self) -> int:
+        return self._version
+
+    def outbound_queues(self) -> dict[str, RemoteQueue]:
+        return dict(self._queues)
+
+    async def wait_outbound_changed(self, since: int) -> int:
+        while self._version <= since:
+            await self._changed.wait()
+        return self._version
+
+    def set(self, queues: dict[str, RemoteQueue]) -> None:
+        if queues.keys() != self._queues.keys():
+            self._queues = queues
+            self._version += 1
+            self._changed.set()
+            self._changed = trio.Event()
+
+
+@attrs.define(eq=False)
+class ExternalBridge:
+    """See the module docstring. ``await nursery.start(bridge.run)``; :meth:`wait_serving` gives the P2P port.
+
+    The P2P acceptor is started once the first snapshot names the node's inbox and then stays up across
+    sessions with the node (so the published port stays bound); the bridge manager lives in a session.
+    """
+
+    config: ExternalBridgeConfig
+    #: The node's TLS contexts (mutual TLS anchored in the network root), as the in-node bridge uses them.
+    client_ssl_context: ssl.SSLContext
+    server_ssl_context: ssl.SSLContext
+    control: ControlClient = attrs.field(init=False)
+    peers: PeerDirectory = attrs.field(factory=PeerDirectory, init=False)
+    queues: AnnouncedQueues = attrs.field(factory=AnnouncedQueues, init=False)
+    manager: BridgeManager | None = attrs.field(default=None, init=False)
+    acceptor: InboundAcceptor | None = attrs.field(default=None, init=False)
+    inbox: RemoteInbox | None = attrs.field(default=None, init=False)
+    #: Sessions with the node that completed the handshake.
+    sessions: int = attrs.field(default=0, init=False)
+    _serving: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _query_ids: Any = attrs.field(factory=itertools.count, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.control = ControlClient(bridge_id=self.config.bridge_id)
+
+    async def wait_serving(self) -> int:
+        """Wait until the acceptor listens; returns its port."""
+        await self._serving.wait()
+        assert self.acceptor is not None and self.acceptor.port is not None
+        return self.acceptor.port
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the node's queues until cancelled (never returns)."""
+        c = self.config.bridges
+        backoff = Backoff(c.initial_backoff_seconds, c.max_backoff_seconds, c.backoff_jitter)
+        async with trio.open_nursery() as outer:
+            task_status.started()
+            while True:
+                try:
+                    await self._session(backoff, outer)
+                except Exception as exc:
+                    log.warning("bridge %s: session with the node ended: %s", self.config.bridge_id, exc)
+                finally:
+                    if self.inbox is not None:
+                        self.inbox.conn = None
+                    self.manager = None
+                    if self.control.state is not ControlState.DISCONNECTED:
+                        self.control.disconnected()
+                    self._mirror(None)
+                await trio.sleep(backoff.next_delay())
+
+    async def _session(self, backoff: Backoff, outer: trio.Nursery) -> None:
+        cfg = self.config
+        amqp_config = amqp.ConnectionConfig(
+            sasl_mechanisms=("PLAIN",), sasl_username=cfg.username, sasl_password=cfg.password
+        )
+        async with (
+            transport.open_amqp_connection(cfg.node_host, cfg.node_port, config=amqp_config) as conn,
+            trio.open_nursery() as nursery,
+        ):
+            backoff.reset()
+            self.sessions += 1
+            notify = await conn.open_receiver(NOTIFY_ADDRESS, credit=64)
+            control = await conn.open_sender(CONTROL_ADDRESS)
+            nursery.start_soon(self._watch_connection, conn)
+            query_id = f"{cfg.bridge_id}-{next(self._query_ids)}"
+            await self._send(control, self.control.connected(query_id, trio.current_time()))
+            nursery.start_soon(self._query_timer, control)
+            self.manager = BridgeManager(
+                messaging=self.queues,
+                resolver=self.peers,
+                ssl_context=self.client_ssl_context,
+                config=cfg.bridges,
+            )
+            await nursery.start(self.manager.run)
+            async for delivery in notify:
+                try:
+                    message = decode_control(delivery.payload)
+                except ControlProtocolError as exc:
+                    log.warning("bridge %s: malformed control message dropped: %s", cfg.bridge_id, exc)
+                    continue
+                before = self.control.version
+                self.control.receive(message)
+                if self.control.version != before:
+                    self._mirror(conn)
+                    await self._serve_inbox(conn, outer)
+            raise transport.AmqpConnectionError("the node closed the notify link")
+
+    async def _send(self, control: transport.Sender, messages: list[ControlMessage]) -> None:
+        for message in messages:
+            await control.send(encode_control(message), settled=True)
+
+    async def _query_timer(self, control: transport.Sender) -> None:
+        while self.control.deadline is not None:
+            await trio.sleep_until(self.control.deadline)
+            await self._send(control, self.control.tick(trio.current_time()))
+
+    async def _watch_connection(self, conn: transport.AmqpConnection) -> None:
+        await conn.wait_closed()
+        raise conn.close_error or transport.AmqpConnectionError("the connection to the node ended")
+
+    def _mirror(self, conn: transport.AmqpConnection | None) -> None:
+        """Make the directory and the queues match the control table (empty without a connection)."""
+        table = self.control.bridges if conn is not None else {}
+        for name, entry in table.items():
+            self.peers.put(
+                Peer(
+                    legal_name=pki.CordaX500Name.parse(entry.legal_name),
+                    key_hash=key_hash_of_address(name),
+                    addresses=entry.addresses,
+                )
+            )
+        wanted = {key_hash_of_address(name) for name in table}
+        for peer in self.peers.peers():
+            if peer.key_hash not in wanted:
+                self.peers.remove(peer.key_hash)
+        current = self.queues.outbound_queues()
+        queues = {}
+        for name in table:
+            queue = current.get(name)
+            queues[name] = queue if queue is not None and queue.conn is conn else RemoteQueue(conn, name)  # type: ignore[arg-type]
+        self.queues.set(queues)
+
+    async def _serve_inbox(self, conn: transport.AmqpConnection, outer: trio.Nursery) -> None:
+        if not self.control.inboxes:
+            return
+        name = self.control.inboxes[0].queue_name
+        if self.inbox is None:
+            self.inbox = RemoteInbox(name, conn)
+            self.acceptor = InboundAcceptor(
+                inbox=self.inbox, ssl_context=self.server_ssl_context, config=self.config.p2p
+            )
+            await outer.start(self.acceptor.run)
+            log.info(
+                "bridge %s: accepting peers on port %s for %s",
+                self.config.bridge_id,
+                self.acceptor.port,
+                name,
+            )
+            self._serving.set()
+        elif self.inbox.name != name:
+            raise ControlProtocolError(f"the node's inbox changed from {self.inbox.name} to {name}")
+        else:
+            self.inbox.conn = conn

@@ -1,0 +1,141 @@
+"""The node's local endpoint and the external bridge, in one process over real sockets and mutual TLS."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import amqp, bridge, messaging, pki, transport
+from tests.p2p_harness import running_node, wait_until
+
+from .test_p2p import TOPIC, collect
+
+
+@pytest.mark.parametrize("modes", [("external", "external"), ("external", "in-node")])
+async def test_exchange_through_external_bridges(
+    modes: tuple[str, str],
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """The same exchange as the in-node test: both ways, exactly once, in order, outbound queues drained."""
+    n = 300
+    peers = messaging.PeerDirectory()
+    root = network.root.cert
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, external=modes[0] == "external") as a,
+        running_node(bob, root, tmp_path / "b", peers=peers, external=modes[1] == "external") as b,
+    ):
+        peers.put(a.as_peer())
+        peers.put(b.as_peer())
+        got_a: dict[str, list[bytes]] = defaultdict(list)
+        got_b: dict[str, list[bytes]] = defaultdict(list)
+        done_a, done_b = trio.Event(), trio.Event()
+        collect(a, got_a, (n, done_a))
+        collect(b, got_b, (n, done_b))
+        with trio.fail_after(120):
+            for i in range(0, n, 10):
+                await a.service.send_many(
+                    [a.service.create_message(TOPIC, b"a%d" % j) for j in range(i, i + 10)], bob.legal_name
+                )
+                await b.service.send_many(
+                    [b.service.create_message(TOPIC, b"b%d" % j) for j in range(i, i + 10)], alice.legal_name
+                )
+            await done_a.wait()
+            await done_b.wait()
+            await wait_until(
+                lambda: all(
+                    q.statistics().depth == 0
+                    for node in (a, b)
+                    for q in node.service.outbound_queues().values()
+                )
+            )
+        assert got_b == {str(alice.legal_name): [b"a%d" % i for i in range(n)]}
+        assert got_a == {str(bob.legal_name): [b"b%d" % i for i in range(n)]}
+        if a.external is not None:
+            assert a.external.control.state is bridge.ControlState.SYNCED
+            assert a.endpoint is not None and a.endpoint.queries >= 1
+
+
+async def test_bridge_follows_requests_and_deletes(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """A first send to a peer announces its queue; an address change re-announces it; removal deletes it."""
+    peers = messaging.PeerDirectory()
+    root = network.root.cert
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, external=True) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+    ):
+        ext = a.external
+        assert ext is not None
+        assert ext.control.bridges == {}
+        assert ext.control.inboxes == (
+            bridge.QueueEntry(legal_name=str(alice.legal_name), queue_name=a.service.config.inbox),
+        )
+        peers.put(b.as_peer())
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (1, done))
+        await a.service.send(a.service.create_message(TOPIC, b"hello"), bob.legal_name)
+        queue = messaging.outbound_queue(b.as_peer().key_hash)
+        with trio.fail_after(30):
+            await wait_until(lambda: queue in ext.control.bridges)
+            assert ext.control.bridges[queue].addresses == (("127.0.0.1", b.port),)
+            await done.wait()
+            moved = messaging.Peer(
+                legal_name=bob.legal_name, key_hash=b.as_peer().key_hash, addresses=[("127.0.0.2", b.port)]
+            )
+            peers.put(moved)
+            await wait_until(lambda: ext.control.bridges[queue].addresses == (("127.0.0.2", b.port),))
+            peers.remove(moved.key_hash)
+            await wait_until(lambda: queue not in ext.control.bridges)
+            await wait_until(lambda: ext.manager is not None and queue not in ext.manager.bridges())
+        assert got == {str(alice.legal_name): [b"hello"]}
+
+
+async def test_endpoint_authenticates_and_limits_addresses(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        bridge.EndpointConfig(username="u", password="p", host="0.0.0.0")
+    async with running_node(alice, network.root.cert, tmp_path / "a", external=True) as a:
+        assert a.endpoint is not None and a.endpoint.port is not None
+        port = a.endpoint.port
+        wrong = amqp.ConnectionConfig(sasl_username="bridge", sasl_password="wrong")
+        with trio.fail_after(30):
+            with pytest.raises(transport.AuthenticationError):
+                async with transport.open_amqp_connection("127.0.0.1", port, config=wrong):
+                    pass
+            anonymous = amqp.ConnectionConfig(sasl_mechanisms=("ANONYMOUS",))
+            with pytest.raises(transport.AmqpTransportError):
+                async with transport.open_amqp_connection("127.0.0.1", port, config=anonymous):
+                    pass
+            good = amqp.ConnectionConfig(sasl_username="bridge", sasl_password="secret")
+            async with transport.open_amqp_connection("127.0.0.1", port, config=good) as conn:
+                for address in ("p2p.inbound.DLsomeoneelse", "internal.p2p.dedup.0"):
+                    with pytest.raises(transport.LinkDetachedError, match="unauthorized-access"):
+                        await conn.open_sender(address)
+                with pytest.raises(transport.LinkDetachedError, match="not-found"):
+                    await conn.open_receiver("internal.peers.DLnobody")
+                # a message without the validated user the bridge must stamp is rejected, nothing stored
+                sender = await conn.open_sender(a.service.config.inbox)
+                message = messaging.to_amqp(
+                    a.service.create_message(TOPIC, b"x"),
+                    platform_version=1,
+                    release_version="0",
+                    sender_uuid="s",
+                    send_seq_no=1,
+                )
+                outcome = await sender.send(message)
+                assert isinstance(outcome, amqp.Rejected)
+                assert outcome.error is not None and outcome.error.condition == "amqp:unauthorized-access"
+                assert a.service.inbox.statistics().depth == 0
