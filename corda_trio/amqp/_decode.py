@@ -724,8 +724,6 @@ FIELD_TABLES: Final[dict[str, list[Decoder]]] = {
 }
 
 
-
-
 def as_decode_error(exc: BaseException, buf: Any, offset: int) -> DecodeError:
     """The :class:`DecodeError` for an exception in :data:`DECODER_FAILURES` raised while decoding ``buf``."""
     if isinstance(exc, IndexError | struct.error):

@@ -1,10 +1,31 @@
-"""corda_trio.bridge: per-peer bridges under one supervising manager, and the inbound acceptor.
+"""corda_trio.bridge: per-peer bridges under one supervising manager, the inbound acceptor, the bridge control
+protocol and the node's local endpoint for a bridge in its own process.
 
 * :class:`Bridge`: one peer's outbound queue -> its inbox over AMQP 1.0 / mutual TLS (round-robin addresses,
   backoff, parking of addresses failing the identity check, ack only on ``accepted``);
 * :class:`BridgeManager`: one bridge per outbound queue whose peer is in the map, restarted if it crashes;
 * :class:`InboundAcceptor`: the node's P2P server (own inbox only, validated user stamped, checks, accept once
-  durable).
+  durable);
+* control protocol (``protocol_spec/bridge-control.md``): :func:`encode_control` / :func:`decode_control`,
+  :class:`QueueQuery`, :class:`QueueSnapshot`, :class:`BridgeRequest`, :class:`BridgeDelete`, the bridge
+  side's :class:`ControlClient` and the node side's :func:`diff_entries`;
+* :class:`LocalEndpoint`: the node's broker as a loopback AMQP server (SASL PLAIN) serving outbound queues,
+  the inbox and the control addresses; :class:`ExternalBridge`: the same manager and acceptor in another
+  process, fed through that endpoint (``corda-trio bridge start --config FILE``).
+
+Running the bridges from a node (the two modes behave the same; pick one per node)::
+
+    # in-node: the acceptor and the manager read the messaging service and the peer directory directly
+    acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx,
+                                      config=bridge.AcceptorConfig(host=..., port=..., max_message_size=...))
+    manager = bridge.BridgeManager(messaging=service, resolver=peers, ssl_context=client_ctx)
+    await nursery.start(acceptor.run); await nursery.start(manager.run)
+
+    # external: the node serves its local endpoint; `corda-trio bridge start --config bridge.toml` (or an
+    # ExternalBridge in-process) connects to it with the same credentials and serves the P2P address
+    endpoint = bridge.LocalEndpoint(messaging=service, resolver=peers,
+                                    config=bridge.EndpointConfig(username=..., password=..., port=...))
+    port = await nursery.start(endpoint.run)
 """
 
 from ._backoff import INITIAL_BACKOFF_SECONDS as INITIAL_BACKOFF_SECONDS
@@ -32,6 +53,7 @@ from ._endpoint import wanted_bridges as wanted_bridges
 from ._external import AnnouncedQueues as AnnouncedQueues
 from ._external import ExternalBridge as ExternalBridge
 from ._external import ExternalBridgeConfig as ExternalBridgeConfig
+from ._external import ListenError as ListenError
 from ._external import RemoteInbox as RemoteInbox
 from ._external import RemoteQueue as RemoteQueue
 from ._inbound import AcceptorConfig as AcceptorConfig
@@ -73,6 +95,7 @@ __all__ = [
     "ExternalBridgeConfig",
     "InboundAcceptor",
     "Inbox",
+    "ListenError",
     "LocalEndpoint",
     "OutboundConsumer",
     "OutboundQueues",

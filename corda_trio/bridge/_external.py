@@ -53,9 +53,20 @@ from ._inbound import AcceptorConfig, InboundAcceptor
 from ._manager import BridgeManager
 from ._outbound import BridgeConfig
 
-__all__ = ["AnnouncedQueues", "ExternalBridge", "ExternalBridgeConfig", "RemoteInbox", "RemoteQueue"]
+__all__ = [
+    "AnnouncedQueues",
+    "ExternalBridge",
+    "ExternalBridgeConfig",
+    "ListenError",
+    "RemoteInbox",
+    "RemoteQueue",
+]
 
 log = logging.getLogger("corda_trio.bridge.external")
+
+
+class ListenError(OSError):
+    """The P2P acceptor cannot bind its address (a configuration problem: not retried)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -229,6 +240,7 @@ class ExternalBridge:
                 try:
                     await self._session(backoff, outer)
                 except Exception as exc:
+                    _reraise_listen_error(exc)
                     log.warning("bridge %s: session with the node ended: %s", self.config.bridge_id, exc)
                 finally:
                     if self.inbox is not None:
@@ -320,7 +332,12 @@ class ExternalBridge:
             self.acceptor = InboundAcceptor(
                 inbox=self.inbox, ssl_context=self.server_ssl_context, config=self.config.p2p
             )
-            await outer.start(self.acceptor.run)
+            try:
+                await outer.start(self.acceptor.run)
+            except OSError as exc:
+                p2p = self.config.p2p
+                what = f"cannot listen on {p2p.host}:{p2p.port}: {exc.strerror}"
+                raise ListenError(exc.errno, what) from None
             log.info(
                 "bridge %s: accepting peers on port %s for %s",
                 self.config.bridge_id,
@@ -332,3 +349,13 @@ class ExternalBridge:
             raise ControlProtocolError(f"the node's inbox changed from {self.inbox.name} to {name}")
         else:
             self.inbox.conn = conn
+
+
+def _reraise_listen_error(exc: BaseException) -> None:
+    while isinstance(exc, BaseExceptionGroup):
+        found = exc.subgroup(ListenError)
+        if found is None:
+            return
+        exc = found.exceptions[0]
+    if isinstance(exc, ListenError):
+        raise exc

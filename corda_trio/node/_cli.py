@@ -46,6 +46,7 @@ COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
     "float": ("corda_trio.node._cli_float", "run a float (DMZ listener) and make its tunnel PKI"),
     "node": ("corda_trio.node._cli_node", "run a node; ask a running node about itself (RPC)"),
     "flow": ("corda_trio.node._cli_flow", "start, list, watch and kill flows on a running node (RPC)"),
+    "bridge": ("corda_trio.node._cli_bridge", "run a node's bridges in their own process"),
 }
 
 

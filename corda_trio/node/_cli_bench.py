@@ -65,8 +65,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, required=True, help="output directory for records (created)")
     mode = run.add_mutually_exclusive_group()
     mode.add_argument(
-        "--rate", type=float, help="open loop: operations per second on a fixed schedule (latency free of "
-        "coordinated omission)"
+        "--rate",
+        type=float,
+        help="open loop: operations per second on a fixed schedule (latency free of coordinated omission)",
     )
     mode.add_argument("--closed", action="store_true", help="closed loop: maximum throughput (default)")
     run.add_argument("--concurrency", type=int, default=1, help="closed loop: concurrent workers (default 1)")

@@ -9,6 +9,11 @@ Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before
 once it has sent everything, its outbound queue is empty and it handled ``expect`` messages (``expect`` in
 ``send.json``). The handler returns the message body as its receipt, committed with the dedup id.
 
+``python p2p_child.py NODE_DIR endpoint``: the same node, but instead of an acceptor and bridge manager it
+serves its local endpoint (user ``bridge``, password from ``NODE_DIR/bridge.password``) for a bridge started
+with ``corda-trio bridge start``; prints ``endpoint PORT`` (and ``ready PORT`` is not printed: the bridge
+process prints where it listens).
+
 ``python p2p_child.py NODE_DIR dump``: prints the committed receipts as JSON (the ledger of what handlers
 did), then exits.
 """
@@ -56,7 +61,7 @@ async def _follow_peers(path: Path, own: str, directory: messaging.PeerDirectory
         await trio.sleep(0.05)
 
 
-async def run(node_dir: Path) -> None:
+async def run(node_dir: Path, external: bool = False) -> None:
     name = pki.CordaX500Name.parse((node_dir / "name").read_text())
     root = pki.read_certificate(node_dir / "root.pem")
     tls = {"cert_chain": node_dir / "tls.pem", "key": node_dir / "tls.key", "trust_root": root}
@@ -68,24 +73,34 @@ async def run(node_dir: Path) -> None:
     async with store.open_broker(node_dir / "store") as broker, trio.open_nursery() as nursery:
         config = messaging.MessagingConfig(legal_name=name, key_hash=key_hash)
         service = await messaging.MessagingService.open(broker, config, peers)
-        acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx)
-        manager = bridge.BridgeManager(
-            messaging=service,
-            resolver=peers,
-            ssl_context=client_ctx,
-            config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
-        )
         expect = int(plan.get("expect", 0))
 
         async def handler(message: messaging.ReceivedMessage) -> bytes:
             return message.data
 
         service.add_message_handler(TOPIC, handler)
-        port = await nursery.start(acceptor.run)
-        await nursery.start(manager.run)
+        if external:
+            endpoint = bridge.LocalEndpoint(
+                messaging=service,
+                resolver=peers,
+                config=bridge.EndpointConfig(
+                    username="bridge", password=(node_dir / "bridge.password").read_text().strip()
+                ),
+            )
+            port = await nursery.start(endpoint.run)
+        else:
+            acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx)
+            manager = bridge.BridgeManager(
+                messaging=service,
+                resolver=peers,
+                ssl_context=client_ctx,
+                config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
+            )
+            port = await nursery.start(acceptor.run)
+            await nursery.start(manager.run)
         await nursery.start(service.run)
         nursery.start_soon(_follow_peers, node_dir.parent / "peers.json", key_hash, peers)
-        _say(f"ready {port}")
+        _say(f"endpoint {port}" if external else f"ready {port}")
         if plan:
             to = pki.CordaX500Name.parse(plan["to"])
             while peers.peer_named(to) is None:
@@ -119,4 +134,7 @@ async def dump(node_dir: Path) -> None:
 
 if __name__ == "__main__":
     directory, mode = Path(sys.argv[1]), sys.argv[2]
-    trio.run(run if mode == "run" else dump, directory)
+    if mode == "dump":
+        trio.run(dump, directory)
+    else:
+        trio.run(run, directory, mode == "endpoint")

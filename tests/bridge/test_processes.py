@@ -41,6 +41,8 @@ def _write_node(base: Path, creds: pki.NodeCredentials, root: object, plan: dict
     pki.write_certificates(d / "identity.pem", creds.identity_chain)
     pki.write_certificates(d / "root.pem", [root])  # type: ignore[list-item]
     (d / "send.json").write_text(json.dumps(plan))
+    (d / "bridge.password").write_text("s3cret-" + creds.legal_name.organisation)
+    (d / "bridge.password").chmod(0o600)
     return d
 
 
@@ -52,6 +54,9 @@ class Child:
     process: trio.Process | None = None
     port: int | None = None
     starts: int = 0
+    #: external mode: the node serves its local endpoint and a ``corda-trio bridge start`` process bridges
+    bridge_process: trio.Process | None = None
+    endpoint_port: int | None = None
 
     @property
     def key_hash(self) -> str:
@@ -64,20 +69,51 @@ class Child:
     def done(self) -> bool:
         return "done" in self.lines
 
-    async def start(self, nursery: trio.Nursery, batch: int) -> None:
+    async def start(self, nursery: trio.Nursery, batch: int, *, external: bool = False) -> None:
         plan = json.loads((self.directory / "send.json").read_text())
         plan["start"] = (self.last_sent() // batch + 1) * batch if self.last_sent() >= 0 else 0
         (self.directory / "send.json").write_text(json.dumps(plan))
         self.lines = [x for x in self.lines if x.startswith("sent ")]
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        mode = "endpoint" if external else "run"
         self.process = await trio.lowlevel.open_process(
-            [sys.executable, str(CHILD), str(self.directory), "run"], stdout=subprocess.PIPE, env=env
+            [sys.executable, str(CHILD), str(self.directory), mode], stdout=subprocess.PIPE, env=env
         )
         self.starts += 1
         self.port = None
+        self.endpoint_port = None
         nursery.start_soon(self._read, self.process)
         with trio.fail_after(60):
+            if external:
+                await wait_until(lambda: self.endpoint_port is not None)
+                await self._start_bridge(nursery, env)
             await wait_until(lambda: self.port is not None)
+
+    async def _start_bridge(self, nursery: trio.Nursery, env: dict[str, str]) -> None:
+        config = self.directory / "bridge.toml"
+        config.write_text(
+            f"""bridge_id = "{self.creds.legal_name.organisation}-bridge"
+[node]
+endpoint = "127.0.0.1:{self.endpoint_port}"
+username = "bridge"
+password_file = "bridge.password"
+[p2p]
+listen = "127.0.0.1:0"
+[tls]
+cert_chain = "tls.pem"
+key = "tls.key"
+trust_root = "root.pem"
+[tuning]
+initial_backoff_seconds = 0.1
+max_backoff_seconds = 1.0
+"""
+        )
+        self.bridge_process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        nursery.start_soon(self._read, self.bridge_process)
 
     async def _read(self, process: trio.Process) -> None:
         assert process.stdout is not None
@@ -91,11 +127,25 @@ class Child:
                     self.lines.append(line)
                     if line.startswith("ready "):
                         self.port = int(line.split()[1])
+                    if line.startswith("endpoint "):
+                        self.endpoint_port = int(line.split()[1])
+                elif process is self.bridge_process and line.startswith("corda-trio bridge: listening on "):
+                    self.port = int(line.split()[4].rsplit(":", 1)[1])
 
     async def kill(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGKILL)
         await self.process.wait()
+        if self.bridge_process is not None and self.bridge_process.returncode is None:
+            self.bridge_process.send_signal(signal.SIGKILL)
+            await self.bridge_process.wait()
+
+    async def stop_bridge(self) -> int:
+        """SIGTERM the bridge process; its exit code."""
+        assert self.bridge_process is not None
+        self.bridge_process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            return await self.bridge_process.wait()
 
     async def dump(self) -> list[list[str]]:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -162,6 +212,26 @@ async def test_two_processes_exchange_exactly_once_in_order(
         _publish(tmp_path, [a, b])
         with trio.fail_after(600):
             await wait_until(lambda: a.done() and b.done(), interval=0.1)
+        await a.kill()
+        await b.kill()
+    await _check_ledgers(a, b, n)
+
+
+@pytest.mark.slow
+async def test_two_processes_with_out_of_process_bridges_exchange_exactly_once_in_order(
+    tmp_path: Path, network: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials
+) -> None:
+    """The same exchange, each node's bridges running in a ``corda-trio bridge start`` process of their own
+    that reaches the node through its local endpoint and the control protocol."""
+    n = int(os.environ.get("P2P_MESSAGES", "10000"))
+    async with two_nodes(tmp_path, network, alice, bob, n) as (a, b, nursery):
+        await a.start(nursery, 100, external=True)
+        await b.start(nursery, 100, external=True)
+        _publish(tmp_path, [a, b])
+        with trio.fail_after(600):
+            await wait_until(lambda: a.done() and b.done(), interval=0.1)
+        for c in (a, b):
+            assert await c.stop_bridge() == 0  # SIGTERM: a clean stop
         await a.kill()
         await b.kill()
     await _check_ledgers(a, b, n)

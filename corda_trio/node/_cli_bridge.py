@@ -1,0 +1,233 @@
+"""``corda-trio bridge start --config FILE``: a node's bridges in a process of their own.
+
+The process connects to the node's local endpoint, learns the queues to serve through the bridge control
+protocol (``protocol_spec/bridge-control.md``), runs one outbound bridge per peer queue and the inbound
+acceptor on the node's P2P address. Configuration (TOML; relative paths are relative to the file)::
+
+    bridge_id = "alice-bridge"                      # optional; names the bridge in the node's log
+    [node]                                          # the node's local endpoint
+    endpoint = "127.0.0.1:10005"
+    username = "bridge"
+    password_env = "CORDA_TRIO_BRIDGE_PASSWORD"     # or password_file = "bridge.password" (mode 0600)
+    [p2p]
+    listen = "0.0.0.0:10002"                        # the node's P2P address as published in the map
+    max_message_size = 10485760                     # optional: the network parameter
+    [tls]                                           # the node's TLS material
+    cert_chain = "certificates/tls.chain.pem"
+    key = "certificates/tls.key.pem"
+    trust_root = "certificates/network-root.cert.pem"
+    passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"    # optional (or passphrase_file); none: key not encrypted
+    [tuning]                                        # optional
+    credit = 256
+    initial_backoff_seconds = 1.0
+    max_backoff_seconds = 60.0
+
+Prints ``corda-trio bridge: listening on HOST:PORT for INBOX`` once the acceptor is up. SIGTERM stops it
+cleanly (exit 0); Ctrl-C prints one line and exits 130. A configuration problem is one line naming the file
+and the key (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from corda_trio import bridge, network, pki
+
+from ._cli import CliError
+from ._config import ConfigError, KeyPassphrase, _join, _read_toml, _Reader
+
+__all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
+
+
+@attrs.frozen(kw_only=True)
+class BridgeProcessConfig:
+    """A validated ``bridge start`` configuration (paths absolute)."""
+
+    bridge_id: str | None
+    endpoint: network.NetworkHostAndPort
+    username: str
+    password: KeyPassphrase
+    #: (host, port); port 0 picks a free port (tests; the printed line names it).
+    p2p_listen: tuple[str, int]
+    max_message_size: int
+    tls_cert_chain: Path
+    tls_key: Path
+    trust_root: Path
+    key_passphrase: KeyPassphrase | None
+    credit: int
+    initial_backoff_seconds: float
+    max_backoff_seconds: float
+
+
+def _number(r: _Reader, table: dict[str, Any], key: str, where: str, default: float, *, integer: bool) -> Any:
+    value = table.get(key, default)
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        raise r.fail(where, f"must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    return value
+
+
+def _secret(
+    r: _Reader, table: dict[str, Any], where: str, base: Path, *, required: bool
+) -> KeyPassphrase | None:
+    kind = "passphrase" if where == "tls" else "password"
+    env_key, file_key = f"{kind}_env", f"{kind}_file"
+    env, file = table.get(env_key), table.get(file_key)
+    if env is None and file is None and not required:
+        return None
+    if env is not None and (not isinstance(env, str) or not env.replace("_", "").isalnum()):
+        raise r.fail(f"{where}.{env_key}", f"must be an environment variable name, got {env!r}")
+    if file is not None and (not isinstance(file, str) or not file):
+        raise r.fail(f"{where}.{file_key}", "must be a non-empty path")
+    if (env is None) == (file is None):
+        raise r.fail(where, f"exactly one of {where}.{env_key} and {where}.{file_key} must be set")
+    return KeyPassphrase(env=env, file=_join(base, file) if file else None)
+
+
+def _listen(r: _Reader, table: dict[str, Any]) -> tuple[str, int]:
+    text = r.string(table, "listen", "p2p.listen")
+    if text.endswith(":0"):  # any free port
+        address = r.address({"listen": text[:-2] + ":1"}, "listen", "p2p.listen")
+        return (address.host, 0)
+    address = r.address(table, "listen", "p2p.listen")
+    return (address.host, address.port)
+
+
+def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
+    """Read and validate a bridge configuration file.
+
+    Raises:
+        ConfigError: the first problem found, naming file and key.
+    """
+    path = Path(path).absolute()
+    r = _Reader(path, _read_toml(path))
+    base = path.parent
+    bridge_id = r.data.pop("bridge_id", None)
+    if bridge_id is not None and (not isinstance(bridge_id, str) or not bridge_id):
+        raise r.fail("bridge_id", f"must be a non-empty string, got {bridge_id!r}")
+    node = r.section("node", {"endpoint", "username", "password_env", "password_file"})
+    p2p = r.section("p2p", {"listen", "max_message_size"})
+    tls = r.section("tls", {"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"})
+    tuning = r.section("tuning", {"credit", "initial_backoff_seconds", "max_backoff_seconds"})
+    r.finish()
+    endpoint = r.address(node, "endpoint", "node.endpoint")
+    try:
+        bridge.EndpointConfig(username="x", password="x", host=endpoint.host)
+    except ValueError:
+        raise r.fail("node.endpoint", f"must be a loopback address, got {endpoint.host!r}") from None
+    password = _secret(r, node, "node", base, required=True)
+    assert password is not None
+    initial = _number(
+        r, tuning, "initial_backoff_seconds", "tuning.initial_backoff_seconds", 1.0, integer=False
+    )
+    maximum = _number(r, tuning, "max_backoff_seconds", "tuning.max_backoff_seconds", 60.0, integer=False)
+    if maximum < initial:
+        raise r.fail("tuning.max_backoff_seconds", "must not be below tuning.initial_backoff_seconds")
+    return BridgeProcessConfig(
+        bridge_id=bridge_id,
+        endpoint=endpoint,
+        username=r.string(node, "username", "node.username"),
+        password=password,
+        p2p_listen=_listen(r, p2p),
+        max_message_size=_number(
+            r, p2p, "max_message_size", "p2p.max_message_size", 10 * 1024 * 1024, integer=True
+        ),
+        tls_cert_chain=_join(base, r.string(tls, "cert_chain", "tls.cert_chain")),
+        tls_key=_join(base, r.string(tls, "key", "tls.key")),
+        trust_root=_join(base, r.string(tls, "trust_root", "tls.trust_root")),
+        key_passphrase=_secret(r, tls, "tls", base, required=False),
+        credit=_number(r, tuning, "credit", "tuning.credit", 256, integer=True),
+        initial_backoff_seconds=float(initial),
+        max_backoff_seconds=float(maximum),
+    )
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``bridge start``."""
+    sub = parser.add_subparsers(dest="bridge_command", metavar="SUBCOMMAND", required=True)
+    text = "run the node's bridges in this process, talking to the node's local endpoint"
+    p = sub.add_parser("start", help=text, description=text)
+    p.add_argument("--config", type=Path, required=True, help="the bridge's TOML configuration")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=_start)
+
+
+def _build(cfg: BridgeProcessConfig) -> bridge.ExternalBridge:
+    try:
+        password = cfg.password.read().decode()
+        passphrase = cfg.key_passphrase.read() if cfg.key_passphrase is not None else None
+        tls = {"cert_chain": cfg.tls_cert_chain, "key": cfg.tls_key, "trust_root": cfg.trust_root}
+        client = pki.client_ssl_context(**tls, passphrase=passphrase)  # type: ignore[arg-type]
+        server = pki.server_ssl_context(**tls, passphrase=passphrase)  # type: ignore[arg-type]
+    except (ConfigError, pki.KeyStoreError) as exc:
+        raise CliError(str(exc), 2) from None
+    bridges = bridge.BridgeConfig(
+        credit=cfg.credit,
+        initial_backoff_seconds=cfg.initial_backoff_seconds,
+        max_backoff_seconds=cfg.max_backoff_seconds,
+    )
+    extra = {"bridge_id": cfg.bridge_id} if cfg.bridge_id else {}
+    config = bridge.ExternalBridgeConfig(
+        node_host=cfg.endpoint.host,
+        node_port=cfg.endpoint.port,
+        username=cfg.username,
+        password=password,
+        p2p=bridge.AcceptorConfig(
+            host=cfg.p2p_listen[0],
+            port=cfg.p2p_listen[1],
+            credit=cfg.credit,
+            max_message_size=cfg.max_message_size,
+        ),
+        bridges=bridges,
+        **extra,
+    )
+    return bridge.ExternalBridge(config=config, client_ssl_context=client, server_ssl_context=server)
+
+
+def _start(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_bridge_config(args.config)
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
+    ext = _build(cfg)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    interrupted = False
+
+    async def main() -> None:
+        nonlocal interrupted
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ext.run)
+
+            async def announce() -> None:
+                port = await ext.wait_serving()
+                inbox = ext.inbox.name if ext.inbox is not None else "?"
+                print(f"corda-trio bridge: listening on {cfg.p2p_listen[0]}:{port} for {inbox}", flush=True)
+
+            nursery.start_soon(announce)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    interrupted = signum == signal.SIGINT
+                    print(f"corda-trio bridge: {signal.Signals(signum).name}, stopping", file=sys.stderr)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:
+        leaves = group.subgroup(CliError)
+        if leaves is not None:
+            raise leaves.exceptions[0] from None
+        listen = group.subgroup(bridge.ListenError)
+        if listen is not None:
+            raise CliError(str(listen.exceptions[0]), 1) from None
+        raise
+    return 130 if interrupted else 0

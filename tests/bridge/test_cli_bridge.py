@@ -1,0 +1,114 @@
+"""``corda-trio bridge start``: configuration errors name file and key; signals stop it cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio.node._cli import main
+from corda_trio.node._cli_bridge import load_bridge_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[node]
+endpoint = "127.0.0.1:{port}"
+username = "bridge"
+password_file = "pw"
+[p2p]
+listen = "127.0.0.1:0"
+[tls]
+cert_chain = "tls.pem"
+key = "tls.key"
+trust_root = "root.pem"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "pw").write_text("secret")
+    (tmp_path / "pw").chmod(0o600)
+    path = tmp_path / "bridge.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_file_loads(tmp_path: Path) -> None:
+    cfg = load_bridge_config(write(tmp_path, GOOD.format(port=5)))
+    assert cfg.endpoint.port == 5 and cfg.p2p_listen == ("127.0.0.1", 0)
+    assert cfg.tls_key == tmp_path / "tls.key" and cfg.password.read() == b"secret"
+    assert cfg.credit == 256 and cfg.key_passphrase is None
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (lambda t: t.replace('endpoint = "127.0.0.1', 'endpoint = "10.1.2.3'), "node.endpoint"),
+        (lambda t: t.replace('username = "bridge"\n', ""), "node.username"),
+        (lambda t: t.replace('password_file = "pw"', 'password_env = "A"\npassword_file = "pw"'), "node"),
+        (lambda t: t.replace('listen = "127.0.0.1:0"', 'listen = "nowhere"'), "p2p.listen"),
+        (lambda t: t + "[tuning]\ncredit = 0\n", "tuning.credit"),
+        (lambda t: t + "[tuning]\nmax_backoff_seconds = 0.5\n", "tuning.max_backoff_seconds"),
+        (lambda t: t.replace("[tls]", "[tls]\ncolour = 1"), "tls.colour"),
+        (lambda t: "extra = 1\n" + t, "extra"),
+    ],
+)
+def test_configuration_errors_name_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: object, key: str
+) -> None:
+    path = write(tmp_path, change(GOOD.format(port=5)))  # type: ignore[operator]
+    assert main(["bridge", "start", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"corda-trio: error: {path}: {key}:"), err
+    assert "\n" not in err
+
+
+def test_missing_key_material_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, GOOD.format(port=5))
+    assert main(["bridge", "start", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("corda-trio: error:") and ".pem" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+async def test_signals_stop_the_bridge(
+    tmp_path: Path, network: object, alice: object, signum: int, code: int
+) -> None:
+    """With no node to reach the bridge keeps retrying; a signal stops it with one line."""
+    from corda_trio import pki
+
+    creds: pki.NodeCredentials = alice  # type: ignore[assignment]
+    pki.write_certificates(tmp_path / "tls.pem", creds.tls_chain)
+    pki.write_private_key(tmp_path / "tls.key", creds.tls.key, None)
+    pki.write_certificates(tmp_path / "root.pem", [network.root.cert])  # type: ignore[attr-defined]
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there: the bridge backs off and retries
+    path = write(tmp_path, GOOD.format(port=port))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(path)],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stderr is not None
+    with trio.fail_after(30):
+        seen = b""
+        while b"session with the node ended" not in seen:
+            chunk = await process.stderr.receive_some()
+            assert chunk, seen
+            seen += chunk
+        process.send_signal(signum)
+        rest = b""
+        async for chunk in process.stderr:
+            rest += chunk
+        assert await process.wait() == code
+    name = signal.Signals(signum).name
+    assert f"corda-trio bridge: {name}, stopping" in rest.decode()
+    assert "Traceback" not in (seen + rest).decode()
