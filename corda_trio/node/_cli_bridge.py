@@ -23,8 +23,8 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     max_backoff_seconds = 60.0
 
 Prints ``corda-trio bridge: listening on HOST:PORT for INBOX`` once the acceptor is up. SIGTERM stops it
-cleanly (exit 0); Ctrl-C prints one line and exits 130. A configuration problem is one line naming the file
-and the key (exit 2).
+cleanly (``terminated``, exit 0); Ctrl-C prints ``interrupted`` and exits 130. A configuration problem is one
+line naming the file and the key (exit 2); a P2P address that cannot be bound, one line (exit 1).
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,40 +192,27 @@ def _build(cfg: BridgeProcessConfig) -> bridge.ExternalBridge:
 
 
 def _start(args: argparse.Namespace) -> int:
+    """Run until interrupted: Ctrl-C and SIGTERM unwind through the CLI's common handling (one line; exit
+    130 and 0), which cancels the bridge, so every message held is released to the node unacked."""
     try:
         cfg = load_bridge_config(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
     ext = _build(cfg)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    interrupted = False
 
     async def main() -> None:
-        nonlocal interrupted
         async with trio.open_nursery() as nursery:
             await nursery.start(ext.run)
-
-            async def announce() -> None:
-                port = await ext.wait_serving()
-                inbox = ext.inbox.name if ext.inbox is not None else "?"
-                print(f"corda-trio bridge: listening on {cfg.p2p_listen[0]}:{port} for {inbox}", flush=True)
-
-            nursery.start_soon(announce)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    interrupted = signum == signal.SIGINT
-                    print(f"corda-trio bridge: {signal.Signals(signum).name}, stopping", file=sys.stderr)
-                    nursery.cancel_scope.cancel()
-                    break
+            port = await ext.wait_serving()
+            inbox = ext.inbox.name if ext.inbox is not None else "?"
+            print(f"corda-trio bridge: listening on {cfg.p2p_listen[0]}:{port} for {inbox}", flush=True)
 
     try:
         trio.run(main)
     except BaseExceptionGroup as group:
-        leaves = group.subgroup(CliError)
-        if leaves is not None:
-            raise leaves.exceptions[0] from None
         listen = group.subgroup(bridge.ListenError)
-        if listen is not None:
+        if listen is not None and group.subgroup(KeyboardInterrupt) is None:
             raise CliError(str(listen.exceptions[0]), 1) from None
         raise
-    return 130 if interrupted else 0
+    return 0
