@@ -1,0 +1,123 @@
+"""A compromised float (a test double speaking the control protocol and forwarding anything it likes) cannot
+get a message into anything but this node's inbox, nor one that claims a sender it did not authenticate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from corda_trio import amqp, messaging, pki, store, transport
+from corda_trio.bridge import float as fl
+
+TOPIC = "test.p2p"
+UNAUTHORIZED, INVALID = "amqp:unauthorized-access", "amqp:invalid-field"
+
+
+def p2p(sender: pki.NodeCredentials | None, i: int, *, stamp: str | None = None, **drop: bool) -> bytes:
+    message = messaging.to_amqp(
+        messaging.OutgoingMessage(topic=TOPIC, data=b"m%d" % i, dedup_id=f"id-{i}"),
+        platform_version=1, release_version="t", sender_uuid="u", send_seq_no=i,
+    )  # fmt: skip
+    props = {k: v for k, v in (message.application_properties or {}).items() if k not in drop}
+    user = stamp if stamp is not None else (str(sender.legal_name) if sender else None)
+    if user is not None:
+        props[messaging.HEADER_VALIDATED_USER] = user
+    return amqp.Message(
+        header=message.header, properties=message.properties, application_properties=props, body=message.body
+    ).encode()
+
+
+def env(source: str, target: str, payload: bytes) -> bytes:
+    return fl.ForwardedDelivery(source=source, target=target, peer="192.0.2.1:4000", payload=payload).encode()
+
+
+async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    bob_hash = pki.key_hash(bob.identity.cert.public_key())
+    alice_hash = pki.key_hash(alice.identity.cert.public_key())
+    carol_hash = pki.key_hash(carol.identity.cert.public_key())
+    inbox = messaging.inbox_address(bob_hash)
+    a, c, m = str(alice.legal_name), str(carol.legal_name), "O=Mallory, L=Oslo, C=NO"
+    forged: list[tuple[str, bytes, str]] = [
+        ("outbound queue", env(a, messaging.outbound_queue(alice_hash), p2p(alice, 1)), UNAUTHORIZED),
+        ("float control", env(a, fl.CONTROL_ADDRESS, p2p(alice, 2)), UNAUTHORIZED),
+        ("bridge control", env(a, "internal.bridge.control", p2p(alice, 3)), UNAUTHORIZED),
+        ("another inbox", env(a, messaging.inbox_address(carol_hash), p2p(alice, 4)), UNAUTHORIZED),
+        ("spoofed stamp", env(c, inbox, p2p(alice, 5)), UNAUTHORIZED),
+        ("no stamp", env(a, inbox, p2p(None, 6)), UNAUTHORIZED),
+        ("not in the map", env(m, inbox, p2p(None, 7, stamp=m)), UNAUTHORIZED),
+        ("not a legal name", env("root", inbox, p2p(None, 8, stamp="root")), UNAUTHORIZED),
+        ("missing header", env(a, inbox, p2p(alice, 9, **{messaging.HEADER_TOPIC: True})), INVALID),
+        ("garbage inner", env(a, inbox, b"\x00\x53"), "amqp:decode-error"),
+        ("garbage envelope", b"\x00\x53\x75", "amqp:decode-error"),
+        ("a command as envelope", fl.encode_control(fl.DeactivateFloat(reason="x")).encode(), INVALID),
+    ]
+    legit = env(a, inbox, p2p(alice, 0))
+    outcomes: dict[str, Any] = {}
+    done = trio.Event()
+
+    async def evil_float(conn: transport.AmqpConnection) -> None:
+        links: dict[str, Any] = {}
+        async for request in conn.link_requests():
+            if request.peer_is_sender:
+                links["control"] = await request.accept_receiver(credit=8)
+            else:
+                links[str(request.address)] = await request.accept_sender()
+            if len(links) == 3:
+                break
+        command = await links["control"].receive()
+        await command.accept()
+        activate = fl.decode_control(command.message)
+        assert isinstance(activate, fl.ActivateFloat) and activate.inboxes == (inbox,)
+        report = fl.FloatActivated(
+            activation_id=activate.activation_id, public_host="127.0.0.1", public_port=1
+        )
+        await links[fl.EVENTS_ADDRESS].send(fl.encode_control(report))
+        forward = links[fl.INBOUND_ADDRESS]
+        for name, data, _ in forged:
+            outcomes[name] = await forward.send(data)
+        outcomes["legit"] = await forward.send(legit)
+        done.set()
+        await trio.sleep_forever()
+
+    peers = messaging.PeerDirectory.of(
+        messaging.Peer(legal_name=x.legal_name, key_hash=key, addresses=[])
+        for x, key in ((alice, alice_hash), (carol, carol_hash))
+    )
+    async with store.open_broker(tmp_path / "b") as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=bob.legal_name, key_hash=bob_hash)
+        service = await messaging.MessagingService.open(broker, config, peers)  # not run: the inbox keeps all
+        listeners = await nursery.start(
+            lambda task_status: transport.serve_amqp(
+                evil_float, 0, ssl_context=float_creds.server_context(),
+                peer_check=lambda t: fl.check_tunnel_peer(t, "bridge"), task_status=task_status,
+            )
+        )  # fmt: skip
+        tunnel = fl.FloatTunnel(
+            inbox=service.inbox,
+            tunnel_context=bridge_creds.client_context(),
+            config=fl.TunnelConfig(floats=[("127.0.0.1", transport.listener_port(listeners))]),
+            resolver=peers,
+        )
+        await nursery.start(tunnel.run)
+        with trio.fail_after(30):
+            await done.wait()
+        assert isinstance(outcomes.pop("legit"), amqp.Accepted)
+        for name, _, condition in forged:
+            outcome = outcomes[name]
+            assert isinstance(outcome, amqp.Rejected), name
+            assert outcome.error.condition == condition, (name, outcome.error)
+        assert tunnel.stored == 1 and tunnel.rejected == len(forged)
+        assert service.inbox.statistics().depth == 1
+        assert [d.payload async for d in service.inbox.browse()] == [p2p(alice, 0)]
+        others = [q for q in broker.list_queues() if q != inbox and broker.get_queue(q).statistics().depth]
+        assert not [q for q in others if q.startswith(("internal.peers.", "internal.float", "internal.bri"))]
+        nursery.cancel_scope.cancel()
