@@ -35,17 +35,21 @@ repeat, so a busy machine slows them alike):
   (the Python binding has no frame encoder: the same codec Proton-C's engine uses); decode with
   ``Data.decode`` + ``Message.decode``.
 
+Two message shapes (``--shapes``): ``p2p``, the seven application properties above (Corda 4's P2P traffic),
+and ``basic``, the benchmark's earlier corpus: the same message with only the first five of them
+(``platform-topic``, ``platform-version``, ``corda-vendor``, ``release-version``, ``_AMQ_DUPL_ID``).
 Body sizes: 16 B, 1 KiB (the target case) and 64 KiB. Each figure is the best of ``repeats`` timed batches
 of about ``batch_seconds`` (best-of is the usual estimator for CPU micro-benchmarks on a shared machine);
 the median is reported too. Target: corda_trio at least 3x (encode) and 2.5x (decode) the faster of the
-other two on the 1 KiB message; the last line (JSON) carries both ratios.
+other two on the 1 KiB message of both shapes; the last line (JSON) carries every ratio.
 
-Record schema (one dict per library x operation x body size, then one ``"summary"`` record per body size)::
+Record schema (one dict per shape x library x operation x body size, then one ``"summary"`` record per
+shape and body size)::
 
-    {"benchmark": "codec", "library": "corda_trio" | "pyamqp" | "proton", "operation": "encode" | "decode",
-     "body_bytes": 1024, "frame_bytes": 1186, "ops_per_second": 123456.0, "median_ops_per_second": ...,
-     "us_per_op": 8.1, "repeats": 7, "machine": "...", "python": "3.11.7"}
-    {"benchmark": "codec", "library": "summary", "body_bytes": 1024, "encode_ratio": 2.3,
+    {"benchmark": "codec", "shape": "p2p" | "basic", "library": "corda_trio" | "pyamqp" | "proton",
+     "operation": "encode" | "decode", "body_bytes": 1024, "frame_bytes": 1186, "ops_per_second": 123456.0,
+     "median_ops_per_second": ..., "us_per_op": 8.1, "repeats": 7, "machine": "...", "python": "3.11.7"}
+    {"benchmark": "codec", "shape": "p2p", "library": "summary", "body_bytes": 1024, "encode_ratio": 2.3,
      "decode_ratio": 2.1, "target": "...", "meets_target": true, ...}
 
 ``encode_ratio`` / ``decode_ratio`` = corda_trio's ops/s over the faster of ``pyamqp`` and ``proton``.
@@ -68,9 +72,11 @@ from typing import Any, Final
 
 from corda_trio import amqp
 
-__all__ = ["BODY_SIZES", "LIBRARIES", "run_codec_benchmark"]
+__all__ = ["BODY_SIZES", "LIBRARIES", "SHAPES", "run_codec_benchmark"]
 
 BODY_SIZES: Final = (16, 1024, 65536)
+#: Message shapes: how many of :func:`corda_headers`' application properties the message carries.
+SHAPES: Final = {"p2p": 7, "basic": 5}  # see corda_headers
 LIBRARIES: Final = ("corda_trio", "pyamqp", "proton")
 TARGET_ENCODE_RATIO: Final = 3.0
 TARGET_DECODE_RATIO: Final = 2.5
@@ -86,17 +92,19 @@ _HEADER: Final = struct.Struct(">IBBH")
 SENDER_UUID: Final = "3f0b9c4e-8a51-4d8e-9c4a-6a1d2f7b5e10"
 
 
-def corda_headers(message_id: str = MESSAGE_ID, seq: int = 0) -> dict[str, Any]:
-    """The seven Corda 4 P2P application properties (``P2PMessagingHeaders``), as plain Python values."""
-    return {
+def corda_headers(message_id: str = MESSAGE_ID, seq: int = 0, shape: str = "p2p") -> dict[str, Any]:
+    """The Corda 4 P2P application properties (``P2PMessagingHeaders``) of ``shape``, as plain values."""
+    headers = {
         "platform-topic": "platform.session",
         "platform-version": 13,  # written as AMQP int by every library
         "corda-vendor": "Corda Open Source",
         "release-version": "4.12",
         "_AMQ_DUPL_ID": message_id,
-        "sender-uuid": SENDER_UUID,
-        "send-seq-no": 1_000_000 + seq,  # a long
     }
+    if shape == "p2p":  # (built in place: this runs inside every timed encode, for every library)
+        headers["sender-uuid"] = SENDER_UUID
+        headers["send-seq-no"] = 1_000_000 + seq  # a long
+    return headers
 
 
 def _ids() -> Callable[[], tuple[int, str, int]]:
@@ -113,7 +121,7 @@ def _ids() -> Callable[[], tuple[int, str, int]]:
 # --- the three libraries -------------------------------------------------------------------------------
 
 
-def _ours(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+def _ours(body: bytes, shape: str) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     next_ids = _ids()
     Int, Message, Header, Properties = amqp.Int, amqp.Message, amqp.Header, amqp.Properties
     Transfer, encode_frame, decode_frame = amqp.Transfer, amqp.encode_frame, amqp.decode_frame
@@ -121,7 +129,7 @@ def _ours(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
 
     def encode() -> bytes:
         delivery_id, message_id, seq = next_ids()
-        app = corda_headers(message_id, seq)
+        app = corda_headers(message_id, seq, shape)
         app["platform-version"] = Int(app["platform-version"])
         message = Message(
             header=Header(durable=True),
@@ -140,7 +148,7 @@ def _ours(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     return encode, decode
 
 
-def _pyamqp(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+def _pyamqp(body: bytes, shape: str) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     from azure.servicebus._pyamqp import _decode as pyd
     from azure.servicebus._pyamqp import _encode as pye
     from azure.servicebus._pyamqp import message as pym
@@ -152,7 +160,7 @@ def _pyamqp(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
 
     def encode() -> bytes:
         delivery_id, message_id, seq = next_ids()
-        app = corda_headers(message_id, seq)
+        app = corda_headers(message_id, seq, shape)
         app["platform-version"] = {pye.TYPE: AMQPTypes.int, pye.VALUE: app["platform-version"]}
         message = pym.Message(
             header=pym.Header(durable=True),
@@ -175,7 +183,7 @@ def _pyamqp(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     return encode, decode
 
 
-def _proton(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
+def _proton(body: bytes, shape: str) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
     import proton
     from proton import Data, Described, int32, ulong
 
@@ -185,7 +193,7 @@ def _proton(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
 
     def encode() -> bytes:
         delivery_id, message_id, seq = next_ids()
-        app = corda_headers(message_id, seq)
+        app = corda_headers(message_id, seq, shape)
         app["platform-version"] = int32(app["platform-version"])
         message = proton.Message(inferred=True, durable=True, id=message_id, address=ADDRESS, properties=app,
                                  body=body)  # fmt: skip
@@ -214,10 +222,10 @@ def _proton(body: bytes) -> tuple[Callable[[], bytes], Callable[[bytes], Any]]:
 _FACTORIES: Final = {"corda_trio": _ours, "pyamqp": _pyamqp, "proton": _proton}
 
 
-def _check_equivalent(frames: dict[str, bytes], body: bytes) -> None:
+def _check_equivalent(frames: dict[str, bytes], body: bytes, shape: str) -> None:
     """corda_trio decodes every library's first frame to the same transfer and message (a sanity check)."""
     message_id = f"{MESSAGE_ID}-0"
-    expected_app = corda_headers(message_id, 0)
+    expected_app = corda_headers(message_id, 0, shape)
     for library, frame in frames.items():
         f = amqp.decode_frame(frame)
         m = amqp.Message.decode(f.payload)
@@ -270,62 +278,74 @@ def run_codec_benchmark(
     *,
     body_sizes: tuple[int, ...] = BODY_SIZES,
     libraries: tuple[str, ...] = LIBRARIES,
+    shapes: tuple[str, ...] = tuple(SHAPES),
     repeats: int = 7,
     batch_seconds: float = 0.2,
     pool_frames: int = POOL_FRAMES,
 ) -> list[dict[str, Any]]:
-    """Run the benchmark; return one record per library x operation x body size, then summaries.
+    """Run the benchmark; return one record per shape x library x operation x body size, then summaries.
 
     Args:
         body_sizes: Data body sizes in bytes.
         libraries: which of :data:`LIBRARIES` to measure (the summary needs ``corda_trio`` and another).
+        shapes: which of :data:`SHAPES` to measure.
         repeats: timed batches per measurement (best and median are reported).
         batch_seconds: approximate length of one batch.
         pool_frames: how many distinct frames each decoder cycles through (capped at ~32 MiB).
     """
     machine = f"{platform.machine()} {os.cpu_count()} cpu, {platform.system()} {platform.release()}"
     records: list[dict[str, Any]] = []
-    for size in body_sizes:
-        body = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
-        funcs = {lib: _FACTORIES[lib](body) for lib in libraries}
-        frames = {lib: enc() for lib, (enc, _dec) in funcs.items()}
-        _check_equivalent(frames, body)
-        jobs: dict[tuple[str, str], Callable[[], Any]] = {}
-        for lib, (enc, dec) in funcs.items():
-            # decode cycles through distinct frames (ids differ), as a receiver sees them
-            pool = [frames[lib]] + [enc() for _ in range(_pool_size(len(frames[lib]), pool_frames) - 1)]
-            jobs[(lib, "encode")] = enc
-            jobs[(lib, "decode")] = lambda dec=dec, frames=itertools.cycle(pool): dec(next(frames))
-        numbers = {key: _calibrate(fn, batch_seconds) for key, fn in jobs.items()}
-        rates: dict[tuple[str, str], list[float]] = {key: [] for key in jobs}
-        for _ in range(repeats):  # alternate the libraries inside every repeat
-            for key, fn in jobs.items():
-                rates[key].append(numbers[key] / _time(fn, numbers[key]))
-        for (lib, op), values in rates.items():
-            best = max(values)
-            records.append({
-                "benchmark": "codec", "library": lib, "operation": op, "body_bytes": size,
-                "frame_bytes": len(frames[lib]), "ops_per_second": round(best, 1),
-                "median_ops_per_second": round(statistics.median(values), 1),
-                "us_per_op": round(1e6 / best, 3), "repeats": repeats, "machine": machine,
-                "python": platform.python_version(),
-            })  # fmt: skip
-        others = [lib for lib in libraries if lib != "corda_trio"]
-        if "corda_trio" in libraries and others:
-            summary: dict[str, Any] = {"benchmark": "codec", "library": "summary", "body_bytes": size,
-                                       "machine": machine, "python": platform.python_version()}  # fmt: skip
-            for op in ("encode", "decode"):
-                ours = max(rates[("corda_trio", op)])
-                best_other = max(others, key=lambda lib, op=op: max(rates[(lib, op)]))
-                summary[f"{op}_ratio"] = round(ours / max(rates[(best_other, op)]), 3)
-                summary[f"{op}_anchor"] = best_other
-            summary["target"] = (
-                f"corda_trio >= {TARGET_ENCODE_RATIO}x (encode) and >= {TARGET_DECODE_RATIO}x (decode) "
-                "the faster anchor (1 KiB)"
-            )
-            encode_ok = summary["encode_ratio"] >= TARGET_ENCODE_RATIO
-            summary["meets_target"] = encode_ok and summary["decode_ratio"] >= TARGET_DECODE_RATIO
-            records.append(summary)
+    for shape in shapes:
+        for size in body_sizes:
+            records += _measure(shape, size, libraries, repeats, batch_seconds, pool_frames, machine)
+    return records
+
+
+def _measure(
+    shape: str, size: int, libraries: tuple[str, ...], repeats: int, batch_seconds: float, pool_frames: int,
+    machine: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The records of one shape and body size (every library, both operations, then the summary)."""
+    records: list[dict[str, Any]] = []
+    body = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    funcs = {lib: _FACTORIES[lib](body, shape) for lib in libraries}
+    frames = {lib: enc() for lib, (enc, _dec) in funcs.items()}
+    _check_equivalent(frames, body, shape)
+    jobs: dict[tuple[str, str], Callable[[], Any]] = {}
+    for lib, (enc, dec) in funcs.items():
+        # decode cycles through distinct frames (ids differ), as a receiver sees them
+        pool = [frames[lib]] + [enc() for _ in range(_pool_size(len(frames[lib]), pool_frames) - 1)]
+        jobs[(lib, "encode")] = enc
+        jobs[(lib, "decode")] = lambda dec=dec, frames=itertools.cycle(pool): dec(next(frames))
+    numbers = {key: _calibrate(fn, batch_seconds) for key, fn in jobs.items()}
+    rates: dict[tuple[str, str], list[float]] = {key: [] for key in jobs}
+    for _ in range(repeats):  # alternate the libraries inside every repeat
+        for key, fn in jobs.items():
+            rates[key].append(numbers[key] / _time(fn, numbers[key]))
+    common = {"benchmark": "codec", "shape": shape, "body_bytes": size, "machine": machine,
+              "python": platform.python_version()}  # fmt: skip
+    for (lib, op), values in rates.items():
+        best = max(values)
+        records.append({
+            **common, "library": lib, "operation": op, "frame_bytes": len(frames[lib]),
+            "ops_per_second": round(best, 1), "median_ops_per_second": round(statistics.median(values), 1),
+            "us_per_op": round(1e6 / best, 3), "repeats": repeats,
+        })  # fmt: skip
+    others = [lib for lib in libraries if lib != "corda_trio"]
+    if "corda_trio" in libraries and others:
+        summary: dict[str, Any] = {**common, "library": "summary"}
+        for op in ("encode", "decode"):
+            ours = max(rates[("corda_trio", op)])
+            best_other = max(others, key=lambda lib, op=op: max(rates[(lib, op)]))
+            summary[f"{op}_ratio"] = round(ours / max(rates[(best_other, op)]), 3)
+            summary[f"{op}_anchor"] = best_other
+        summary["target"] = (
+            f"corda_trio >= {TARGET_ENCODE_RATIO}x (encode) and >= {TARGET_DECODE_RATIO}x (decode) "
+            "the faster anchor (1 KiB)"
+        )
+        encode_ok = summary["encode_ratio"] >= TARGET_ENCODE_RATIO
+        summary["meets_target"] = encode_ok and summary["decode_ratio"] >= TARGET_DECODE_RATIO
+        records.append(summary)
     return records
 
 
@@ -335,10 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON record per line")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--sizes", default=",".join(map(str, BODY_SIZES)), help="body sizes, comma-separated")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"message shapes ({', '.join(SHAPES)})")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
+    shapes = tuple(args.shapes.split(","))
+    unknown = set(shapes) - set(SHAPES)
+    if unknown:
+        parser.error(f"unknown shape(s) {', '.join(sorted(unknown))}; choose from {', '.join(SHAPES)}")
     records = run_codec_benchmark(
         body_sizes=tuple(int(s) for s in args.sizes.split(",")),
+        shapes=shapes,
         repeats=repeats,
         batch_seconds=0.05 if args.quick else 0.2,
     )
@@ -347,31 +373,41 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r))
         return 0
     print(
-        f"{'body':>7} {'operation':<9} "
+        f"{'shape':<6} {'body':>7} {'operation':<9} "
         + "".join(f"{lib:>14}" for lib in LIBRARIES)
         + "   ratio (ours / best anchor)"
     )
     by_key = {
-        (r["body_bytes"], r["operation"], r["library"]): r for r in records if r["library"] != "summary"
+        (r["shape"], r["body_bytes"], r["operation"], r["library"]): r
+        for r in records
+        if r["library"] != "summary"
     }
-    summaries = {r["body_bytes"]: r for r in records if r["library"] == "summary"}
-    final: dict[str, Any] = {"benchmark": "codec", "unit": "ops_per_second", "results": {}}
-    for size in sorted({r["body_bytes"] for r in records}):
-        for op in ("encode", "decode"):
-            cells = []
-            for lib in LIBRARIES:
-                r = by_key.get((size, op, lib))
-                cells.append(f"{r['ops_per_second']:>14,.0f}" if r else f"{'-':>14}")
-                if r:
-                    final["results"].setdefault(lib, {})[f"{op}_{size}"] = r["ops_per_second"]
-            s = summaries.get(size)
-            ratio = f"   {s[f'{op}_ratio']:.2f}x vs {s[f'{op}_anchor']}" if s else ""
-            print(f"{size:>7} {op:<9} " + "".join(cells) + ratio)
-    if 1024 in summaries:
-        s = summaries[1024]
-        final["ratios_1k"] = {"encode": s["encode_ratio"], "decode": s["decode_ratio"]}
-        final["meets_target"] = s["meets_target"]
-        print(f"1 KiB target ({s['target']}): {'MET' if s['meets_target'] else 'MISSED'}")
+    summaries = {(r["shape"], r["body_bytes"]): r for r in records if r["library"] == "summary"}
+    final: dict[str, Any] = {"benchmark": "codec", "unit": "ops_per_second", "results": {}, "ratios": {}}
+    for shape in shapes:
+        for size in sorted({r["body_bytes"] for r in records}):
+            s = summaries.get((shape, size))
+            if s:
+                ratios = {"encode": s["encode_ratio"], "decode": s["decode_ratio"]}
+                final["ratios"][f"{shape}_{size}"] = ratios
+            for op in ("encode", "decode"):
+                cells = []
+                for lib in LIBRARIES:
+                    r = by_key.get((shape, size, op, lib))
+                    cells.append(f"{r['ops_per_second']:>14,.0f}" if r else f"{'-':>14}")
+                    if r:
+                        final["results"].setdefault(lib, {})[f"{op}_{shape}_{size}"] = r["ops_per_second"]
+                ratio = f"   {s[f'{op}_ratio']:.2f}x vs {s[f'{op}_anchor']}" if s else ""
+                print(f"{shape:<6} {size:>7} {op:<9} " + "".join(cells) + ratio)
+    targets = [summaries[(shape, 1024)] for shape in shapes if (shape, 1024) in summaries]
+    if targets:
+        if (shapes[0], 1024) in summaries:  # the first shape's 1 KiB ratios, as earlier runs printed them
+            first = summaries[(shapes[0], 1024)]
+            final["ratios_1k"] = {"encode": first["encode_ratio"], "decode": first["decode_ratio"]}
+        final["meets_target"] = all(s["meets_target"] for s in targets)
+        print(f"1 KiB target ({targets[0]['target']}, shapes {', '.join(shapes)}): "
+              f"{'MET' if final['meets_target'] else 'MISSED'}")  # fmt: skip
+    final["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(final))
     return 0
 

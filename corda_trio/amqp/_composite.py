@@ -190,6 +190,12 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
         "missing": missing_field,
         "CLS": cls.__name__,
         "EncodeError": EncodeError,
+        "TRUE": E.TRUE,
+        "FALSE": E.FALSE,
+        "STR8": E._STR8,
+        "BIN8": E._BIN8,
+        "SMALLUINT": E._SMALLUINT,
+        "pack_BI": struct.Struct(">BI").pack,
     }
     # Each field's encoding goes to a local e<i> (NULL for None or the default); then an if/elif chain
     # from the last field backwards picks the tuple without the trailing nulls (no list, no popping).
@@ -203,11 +209,11 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
             lines.append(f"    if v is None: raise missing(CLS, {name!r})")
             if kind == "symbols":  # mandatory + multiple: at least one value (spec 1.3)
                 lines.append(f"    if not v: raise missing(CLS, {name!r})")
-            lines.append(f"    e{i} = E{i}(v)")
+            lines.append(f"    e{i} = {_inline(kind, i)}")
         elif default is None:
-            lines.append(f"    e{i} = NULL if v is None else E{i}(v)")
+            lines.append(f"    e{i} = NULL if v is None else {_inline(kind, i)}")
         else:
-            lines.append(f"    e{i} = NULL if v is None or v == D{i} else E{i}(v)")
+            lines.append(f"    e{i} = NULL if v is None or v == D{i} else {_inline(kind, i)}")
     for i in range(n - 1, -1, -1):
         fields = ", ".join(f"e{j}" for j in range(i + 1))
         keyword = "if" if i == n - 1 else "elif"
@@ -224,6 +230,26 @@ def _make_encoder(cls: type, prefix: bytes, specs: list[tuple[Any, ...]]) -> Cal
     ]
     exec("\n".join(lines), ns)  # the source is built above from the class's own field table
     return ns["encode"]  # type: ignore[no-any-return]
+
+
+def _inline(kind: str, i: int) -> str:
+    """The expression encoding ``v`` for a field of ``kind``: the usual values inline, the rest via ``E<i>``.
+
+    Each inline branch produces exactly what the field's encoder would (the fallback is that encoder), and
+    saves a call per field.
+    """
+    if kind == "boolean":
+        return "(TRUE if v else FALSE)"
+    if kind == "uint":
+        return (
+            f"((SMALLUINT[v] if v < 256 else pack_BI(0x70, v)) if type(v) is int and 0 <= v <= 0xFFFFFFFF "
+            f"else E{i}(v))"
+        )
+    if kind in ("string", "any", "message-id"):
+        return f"(STR8[len(v)] + v.encode() if type(v) is str and len(v) < 256 and v.isascii() else E{i}(v))"
+    if kind == "binary":
+        return f"(BIN8[len(v)] + v if type(v) is bytes and len(v) < 256 else E{i}(v))"
+    return f"E{i}(v)"
 
 
 def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int], tuple[Any, int]]:

@@ -336,9 +336,24 @@ class DecoderMemo:
         properties_tail: ``[raw bytes, fields, list count]`` of the last properties section (list8) after
             its message-id (a str8): the fields after the message id (to, user-id...) recur from message to
             message, so a section ending in exactly these bytes decodes only its message id.
+        shape: the application-properties *shape* learnt from the last two maps with the same keys in the
+            same order (see :func:`map_by_shape`): ``[entry count, first run, its dict, steps]`` where a
+            run is the exact bytes of the entries whose value did not change plus the key of the next entry
+            whose value did, and each step is ``(key, next run, its dict)``. A map that matches it decodes
+            as copies of the dicts plus one value per changing entry.
+        transfer: ``[head, list end, fields, tail]`` of the last transfer performative (a list8) with a
+            delivery-id and a binary delivery-tag: ``head`` is its bytes up to the delivery-id (list header
+            and handle), ``tail`` those after the tag (message-format, settled...; never a delivery state),
+            ``fields`` what head and tail decoded to. A transfer with exactly that head and tail decodes only
+            its delivery-id and tag (``_frames.py``).
+        shape_seen: ``[spans]`` of the last application-properties map learnt from (key bytes, value bytes,
+            value constructor per entry), to compare the next one with.
     """
 
-    __slots__ = ("entries", "headers", "last_header", "prefix", "previous", "properties_tail", "volatile")
+    __slots__ = (
+        "entries", "headers", "last_header", "prefix", "previous", "properties_tail", "shape", "shape_seen",
+        "transfer", "volatile",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.entries: dict[bytes, tuple[str, Any]] = {}
@@ -348,6 +363,9 @@ class DecoderMemo:
         self.last_header: list[Any] = []
         self.prefix: list[Any] = []
         self.properties_tail: list[Any] = []
+        self.shape: list[Any] = []
+        self.shape_seen: list[Any] = []
+        self.transfer: list[Any] = []
         self.clear()
 
     def clear(self) -> None:
@@ -359,6 +377,9 @@ class DecoderMemo:
         self.last_header[:] = [b"\x00\x00", None]
         self.prefix[:] = [b"\xff", {}, 0]
         self.properties_tail[:] = [b"\xff", {}, -1]
+        self.shape[:] = [-1, b"\xff", {}, ()]
+        self.shape_seen[:] = [None]
+        self.transfer[:] = [b"\xff", 0, {}, b""]
 
 
 #: The process's decoder memo (see :class:`DecoderMemo`).
@@ -475,6 +496,110 @@ def _map_items(buf: bytes, pos: int, end: int, count: int) -> tuple[Any, int]:
     if hits > first and hits >= 2:  # a longer run of remembered leading entries: keep it as the prefix
         prefix[:] = [buf[start:hits_end], dict(islice(out.items(), hits)), hits]
     return out, pos
+
+
+_SHAPE: Final = DECODER_MEMO.shape
+_SHAPE_SEEN: Final = DECODER_MEMO.shape_seen
+#: Value constructors of fixed width (bytes after the constructor) that a shape's changing entries decode
+#: directly, bounded by the map's end; str8 / sym8 / vbin8 are handled on their own; anything else (nested
+#: compounds, described values) falls back to :func:`_map_items`.
+_SHAPE_FIXED: Final = {
+    0x40: 0, 0x41: 0, 0x42: 0, 0x43: 0, 0x44: 0, 0x45: 0, 0x50: 1, 0x51: 1, 0x52: 1, 0x53: 1, 0x54: 1,
+    0x55: 1, 0x56: 1, 0x60: 2, 0x61: 2, 0x70: 4, 0x71: 4, 0x72: 4, 0x73: 4, 0x80: 8, 0x81: 8, 0x82: 8,
+    0x83: 8, 0x98: 16, 0xA0: -1, 0xA3: -1,
+}  # fmt: skip
+#: Constructors whose decoded value is immutable and the same in every decode mode: an unchanged entry with
+#: such a value may be shared by the dicts of later maps (through a copy of the run's dict).
+_SHAREABLE: Final = frozenset(_SHAPE_FIXED) | {0xA1, 0xB0, 0xB1, 0xB3}
+
+
+def map_by_shape(buf: bytes, pos: int, end: int, count: int) -> dict[Any, Any] | None:
+    """Decode a map's entries ``buf[pos:end]`` by the remembered application-properties shape, or ``None``.
+
+    ``None`` means only "does not have that shape" (the caller then decodes the map with
+    :func:`_map_items`, which judges it): every byte this reads lies inside ``buf[pos:end]``, and the result
+    is a map with exactly the shape's keys (so no duplicates), each changing value decoded from its own
+    bytes, the unchanged ones equal to what those same bytes decoded to before. The caller checks
+    ``end <= len(buf)``.
+    """
+    shape = _SHAPE
+    run = shape[1]
+    if count != shape[0] or not buf.startswith(run, pos):
+        return None
+    out: dict[Any, Any] = shape[2].copy()
+    pos += len(run)
+    for key, run, entries in shape[3]:
+        if pos >= end:
+            return None
+        c = buf[pos]
+        if c == 0xA1:
+            e = pos + 2 + buf[pos + 1]
+            if e > end:
+                return None
+            out[key] = buf[pos + 2 : e].decode()
+            pos = e
+        elif c == 0x81:  # long (Corda's send-seq-no)
+            if pos + 9 > end:
+                return None
+            out[key] = _I64(buf, pos + 1)[0]
+            pos += 9
+        else:
+            width = _SHAPE_FIXED.get(c)
+            if width is None or pos + 1 + (width if width >= 0 else 1 + buf[pos + 1]) > end:
+                return None
+            out[key], pos = TYPED[c](buf, pos + 1)
+        if not buf.startswith(run, pos):
+            return None
+        pos += len(run)
+        if entries:
+            out.update(entries)
+    if pos != end:
+        return None
+    return out
+
+
+def learn_map_shape(buf: bytes, pos: int, count: int, out: dict[Any, Any]) -> None:
+    """Remember the shape of a valid map (``out`` decoded from ``buf[pos:]``) for :func:`map_by_shape`.
+
+    A shape is learnt from two consecutive maps with the same keys (str8 / sym8) in the same order: the
+    entries whose bytes are the same in both, with a shareable value, become runs; the others are decoded
+    each time.
+    """
+    spans = []
+    for _ in range(count >> 1):
+        k = pos
+        if buf[pos] != 0xA1 and buf[pos] != 0xA3:
+            _SHAPE_SEEN[0] = None
+            return
+        kend = pos + 2 + buf[pos + 1]
+        c = buf[kend]
+        _, pos = TYPED[c](buf, kend + 1)
+        spans.append((buf[k:kend], buf[kend:pos], c))
+    seen = _SHAPE_SEEN[0]
+    _SHAPE_SEEN[0] = spans
+    if seen is None or len(seen) != len(spans) or any(a[0] != b[0] for a, b in zip(seen, spans, strict=True)):
+        return
+    first: tuple[bytes, dict[Any, Any]] | None = None
+    steps = []
+    run = b""
+    entries: dict[Any, Any] = {}
+    changing = None
+    for key, (kb, vb, c), (_, old, _) in zip(out, spans, seen, strict=True):
+        if vb == old and c in _SHAREABLE:
+            run += kb + vb
+            entries[key] = out[key]
+            continue
+        run += kb
+        if first is None:
+            first = (run, entries)
+        else:
+            steps.append((changing, run, entries or None))
+        changing, run, entries = key, b"", {}
+    if first is None:
+        first = (run, entries)
+    else:
+        steps.append((changing, run, entries or None))
+    _SHAPE[:] = [count, first[0], first[1], tuple(steps)]
 
 
 def _map8(buf: Any, pos: int) -> tuple[Any, int]:

@@ -130,6 +130,11 @@ def _check_header(size: int, doff: int, ftype: int, max_frame_size: int) -> None
         raise FramingError(f"unknown frame TYPE 0x{ftype:02x}", 5)
 
 
+#: Above this SIZE, :meth:`FrameBuffer.next_frame` copies a frame's payload out of its buffer directly.
+_LARGE_FRAME_BYTES: Final = 16384
+#: How many bytes after the frame header such a frame's performative is first decoded from (a transfer's
+#: performative takes a few dozen; a longer one is decoded from the whole frame).
+_HEAD_BYTES: Final = 1024
 _frame_new: Final = object.__new__
 _set_dict: Final = object.__setattr__
 _DESCRIBED: Final = D.TYPED[0x00]
@@ -138,6 +143,67 @@ _AMQP_DECODERS: Final = {int(c.DESCRIPTOR_CODE): c._decode for c in PERFORMATIVE
 _SASL_DECODERS: Final = {int(c.DESCRIPTOR_CODE): c._decode for c in SASL_FRAMES}  # type: ignore[attr-defined]
 _FAILURES: Final = D.DECODER_FAILURES
 _unpack_header: Final = _HEADER.unpack_from
+
+
+_TRANSFER: Final = D.DECODER_MEMO.transfer
+_decode_transfer: Final = Transfer._decode  # type: ignore[attr-defined]
+_U32: Final = struct.Struct(">I").unpack_from
+_transfer_new: Final = object.__new__
+
+
+def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
+    """Decode the transfer performative at ``data[pos]`` (its list constructor); remember its head and tail.
+
+    A transfer whose bytes before the delivery-id and after the delivery-tag are those of the last one
+    (``DecoderMemo.transfer``: the same handle, message-format, settled... in a list8 of the same size)
+    decodes only the delivery-id (uint) and delivery-tag (vbin8) from their own bytes; any other transfer
+    goes through the full decoder, which judges it.
+    """
+    memo = _TRANSFER
+    head = memo[0]
+    end = pos + memo[1]
+    if end <= len(data) and data.startswith(head, pos):
+        q = pos + len(head)
+        c = data[q]
+        if c == 0x70:
+            delivery_id = _U32(data, q + 1)[0]
+            q += 5
+        elif c == 0x52:
+            delivery_id = data[q + 1]
+            q += 2
+        elif c == 0x43:
+            delivery_id = 0
+            q += 1
+        else:
+            delivery_id = -1
+        if delivery_id >= 0 and data[q] == 0xA0:
+            tag_end = q + 2 + data[q + 1]
+            tail = memo[3]
+            if tag_end + len(tail) == end and data.startswith(tail, tag_end):
+                fields = memo[2].copy()
+                fields["delivery_id"] = delivery_id
+                fields["delivery_tag"] = data[q + 2 : tag_end]
+                transfer = _transfer_new(Transfer)
+                _set_dict(transfer, "__dict__", fields)
+                return transfer, end
+    transfer, end = _decode_transfer(data, pos)
+    fields = transfer.__dict__
+    if data[pos] == 0xC0 and "delivery_id" in fields and "state" not in fields:
+        q = pos + 3
+        q += 1 if data[q] == 0x43 else 2 if data[q] == 0x52 else 5  # the handle (a uint)
+        head_end = q
+        c = data[q]
+        q += 1 if c == 0x43 else 2 if c == 0x52 else 5  # the delivery-id
+        if data[q] == 0xA0:
+            tag_end = q + 2 + data[q + 1]
+            constant = dict(fields)
+            del constant["delivery_id"]
+            constant.pop("delivery_tag", None)
+            memo[:] = [data[pos:head_end], end - pos, constant, data[tag_end:end]]
+    return transfer, end
+
+
+_AMQP_DECODERS[0x14] = _transfer
 
 
 def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) -> Frame:
@@ -149,12 +215,30 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
             frame, "__dict__", {"type": ftype, "channel": channel, "performative": None, "payload": b""}
         )
         return frame
+    performative, end = _performative(data, pos, ftype)
+    payload = data[end:] if end < size else b""
+    _set_dict(
+        frame,
+        "__dict__",
+        {"type": ftype, "channel": channel, "performative": performative, "payload": payload},
+    )
+    return frame
+
+
+def _performative(data: bytes, pos: int, ftype: int) -> tuple[Any, int]:
+    """(performative, end) of the frame body starting at ``data[pos]``.
+
+    Every read is bounded by the performative's own declared sizes, so when ``data`` holds only the start
+    of a frame, this either decodes the same performative as from the whole frame or raises.
+    """
     try:
         if data[pos] != 0x00:
             raise DecodeError(
                 f"frame body must start with a described performative, not 0x{data[pos]:02x}", pos
             )
         dec = _BY_CODE.get(data[pos + 2]) if data[pos + 1] == 0x53 else None
+        if dec is _decode_transfer:
+            dec = _transfer
         if dec is not None:  # the usual `00 53 code` form: straight to the performative's decoder
             performative, end = dec(data, pos + 3)
         else:
@@ -164,13 +248,7 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
     if type(performative) not in _ALLOWED[ftype]:
         kind = "SASL" if ftype == FrameType.SASL else "AMQP"
         raise DecodeError(f"a {kind} frame cannot carry {type(performative).__name__}", pos)
-    payload = data[end:] if end < size else b""
-    _set_dict(
-        frame,
-        "__dict__",
-        {"type": ftype, "channel": channel, "performative": performative, "payload": payload},
-    )
-    return frame
+    return performative, end
 
 
 def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> Frame:
@@ -270,13 +348,32 @@ class FrameBuffer:
         if len(buf) < need:
             return None
         size, doff, ftype, channel = self._header
-        if size > 16384:  # one copy through a view (a bytearray slice would copy twice)
-            with memoryview(buf) as view:
-                data = bytes(view[:size])
-        else:  # small frames: the slice is cheaper than setting up the view
-            data = bytes(buf[:size])
-        del buf[:size]
         self._need = 0
+        if size > _LARGE_FRAME_BYTES:
+            # Large frames (a big transfer): the performative is decoded from a copy of the frame's first
+            # bytes, and the payload is copied out of the buffer once (copying the whole frame and then
+            # slicing the payload off it would copy it twice).
+            pos = doff * 4
+            with memoryview(buf) as view:
+                head = bytes(view[: pos + _HEAD_BYTES])
+                try:
+                    performative, end = _performative(head, pos, ftype) if pos + 3 <= size else (None, 0)
+                except DecodeError:  # not within the head (or malformed): judged on the whole frame below
+                    performative = None
+                if performative is not None:
+                    payload = bytes(view[end:size]) if end < size else b""
+                else:
+                    data = bytes(view[:size])
+            del buf[:size]
+            if performative is None:
+                return _decode_body(data, size, doff, ftype, channel)
+            frame = _frame_new(Frame)
+            _set_dict(frame, "__dict__", {
+                "type": ftype, "channel": channel, "performative": performative, "payload": payload,
+            })  # fmt: skip
+            return frame
+        data = bytes(buf[:size])  # small frames: the slice is cheaper than setting up the view
+        del buf[:size]
         return _decode_body(data, size, doff, ftype, channel)
 
     def frames(self) -> list[Frame]:

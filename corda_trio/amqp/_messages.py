@@ -31,7 +31,7 @@ from . import _decode as D
 from . import _encode as E
 from ._composite import FIELD_ENCODERS, composite, field
 from ._errors import DecodeError, EncodeError
-from ._types import Symbol, ULong
+from ._types import Int, Long, Symbol, UInt, ULong
 
 __all__ = [
     "ENCODER_MEMO",
@@ -136,26 +136,35 @@ _STR8: Final = E._STR8
 class EncoderMemo:
     """The message encoder's memory of recurring application-properties entries (one per process).
 
-    ``entries`` maps ``(key, value)`` for a *str* value (exact type: an ``Int(13)`` equals ``13`` but encodes
-    differently, so only strings are remembered) to the entry's encoded bytes. Corda's headers repeat in
-    every message (platform-topic, vendor, release, sender id); bounded, and cleared when full (one-off
-    values such as dedup ids fill it), so recurring entries come back after one miss.
+    ``entries`` maps ``(key, value, type of value)`` to the entry's encoded bytes (the type is part of the
+    key because ``Int(13)`` equals ``13`` but encodes differently); only values of the exact types in
+    ``_MEMO_TYPES`` (immutable, hashable) are remembered, and only once the same value was seen under that
+    key twice in a row (``last`` holds the value last seen per key), so one-off values such as dedup ids and
+    sequence numbers never fill it. ``keys`` maps a key to its encoded bytes. Each is bounded and cleared
+    when full, so recurring entries come back after one miss.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "keys", "last")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[str, str], bytes] = {}
+        self.entries: dict[tuple[str, Any, type], bytes] = {}
+        self.keys: dict[str, bytes] = {}
+        self.last: dict[str, Any] = {}
 
     def clear(self) -> None:
         """Forget everything."""
         self.entries.clear()
+        self.keys.clear()
+        self.last.clear()
 
 
 #: The process's encoder memo (see :class:`EncoderMemo`).
 ENCODER_MEMO: Final = EncoderMemo()
 _ENTRY_MEMO: Final = ENCODER_MEMO.entries
+_KEY_MEMO: Final = ENCODER_MEMO.keys
+_LAST_VALUE: Final = ENCODER_MEMO.last
 _ENTRY_MEMO_MAX: Final = 256
+_MEMO_TYPES: Final = frozenset({str, int, bool, Int, Long, UInt, ULong, Symbol})
 
 
 def _app_properties(props: dict[str, Any]) -> bytes:
@@ -167,28 +176,43 @@ def _app_properties(props: dict[str, Any]) -> bytes:
     encoders = E._ENCODERS
     enc_value = E.encode_value
     memo = _ENTRY_MEMO
+    keys = _KEY_MEMO
+    last = _LAST_VALUE
+    memo_types = _MEMO_TYPES
     for k, v in props.items():
-        string = type(v) is str
-        if string:
-            entry = memo.get((k, v))
+        t = type(v)
+        memoisable = t in memo_types and type(k) is str
+        if memoisable:
+            entry = memo.get((k, v, t))
             if entry is not None:
                 append(entry)
                 continue
-        if type(k) is str and len(k) < 64 and k.isascii():
-            kb = _STR8[len(k)] + k.encode()
-        elif isinstance(k, str):
-            kb = E.enc_string(k)
-        else:
-            raise EncodeError(f"application-properties keys must be strings, not {k!r}")
-        if string and len(v) < 256 and v.isascii():  # the usual value: inlined
+        kb = keys.get(k) if type(k) is str else None
+        if kb is None:
+            if type(k) is str and len(k) < 64 and k.isascii():
+                kb = _STR8[len(k)] + k.encode()
+                if len(keys) >= _ENTRY_MEMO_MAX:
+                    keys.clear()
+                keys[k] = kb
+            elif isinstance(k, str):
+                kb = E.enc_string(k)
+            else:
+                raise EncodeError(f"application-properties keys must be strings, not {k!r}")
+        if t is str and len(v) < 256 and v.isascii():  # the usual value: inlined
             vb = _STR8[len(v)] + v.encode()
         else:
-            enc = encoders.get(type(v))
+            enc = encoders.get(t)
             vb = enc(v) if enc is not None else enc_value(v)
-        if string and type(k) is str:
-            if len(memo) >= _ENTRY_MEMO_MAX:
-                memo.clear()
-            memo[(k, v)] = kb + vb
+        if memoisable:
+            seen = last.get(k, last)  # (``last`` itself: nothing seen yet)
+            if seen is not last and type(seen) is t and seen == v:  # the same value again: it recurs
+                if len(memo) >= _ENTRY_MEMO_MAX:
+                    memo.clear()
+                memo[(k, v, t)] = kb + vb
+            else:
+                if len(last) >= _ENTRY_MEMO_MAX:
+                    last.clear()
+                last[k] = v
         append(kb)
         append(vb)
     return E._compound(0xC1, 0xD1, 2 * len(props), b"".join(parts))
@@ -239,6 +263,8 @@ _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
 _TYPED: Final = D.TYPED
 _map_items: Final = D._map_items
+_by_shape: Final = D.map_by_shape
+_learn_shape: Final = D.learn_map_shape
 _FAILURES: Final = D.DECODER_FAILURES
 # Headers repeat (durable, default priority...): see ``_decode.DecoderMemo``.
 _HEADER_CACHE: Final = D.DECODER_MEMO.headers
@@ -310,7 +336,17 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
                     bodies.append(v)
             elif code == 0x74:  # application-properties
                 if c == 0xC1 and buf[pos + 1]:
-                    ap, pos = _map_items(buf, pos + 3, pos + 2 + buf[pos + 1], buf[pos + 2])
+                    # The same keys in the same order as the last maps: decode by their shape (see
+                    # DecoderMemo.shape); otherwise in full, and learn the shape.
+                    mend = pos + 2 + buf[pos + 1]
+                    count = buf[pos + 2]
+                    ap = _by_shape(buf, pos + 3, mend, count) if mend <= end else None
+                    if ap is None:
+                        mpos = pos + 3
+                        ap, pos = _map_items(buf, mpos, mend, count)
+                        _learn_shape(buf, mpos, count, ap)
+                    else:
+                        pos = mend
                 else:
                     ap, pos = _MAP_TABLE[c](buf, pos + 1)
             elif code == 0x73:

@@ -8,7 +8,9 @@ from bench import codec
 
 
 def test_run_codec_benchmark_returns_records() -> None:
-    records = codec.run_codec_benchmark(body_sizes=(16,), repeats=1, batch_seconds=0.001, pool_frames=4)
+    records = codec.run_codec_benchmark(
+        body_sizes=(16,), shapes=("p2p",), repeats=1, batch_seconds=0.001, pool_frames=4
+    )
     measured = [r for r in records if r["library"] != "summary"]
     assert {(r["library"], r["operation"]) for r in measured} == {
         (lib, op) for lib in codec.LIBRARIES for op in ("encode", "decode")

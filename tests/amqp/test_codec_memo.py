@@ -97,3 +97,74 @@ def test_the_remembered_properties_tail_never_changes_the_result() -> None:
         except amqp.DecodeError:
             continue
         raise AssertionError(f"a message cut at {cut} bytes decoded")
+
+
+def test_the_application_properties_shape_never_changes_the_result() -> None:
+    """Maps decoded by a remembered shape (unchanged runs + changing values) equal a full decode."""
+    from corda_trio.amqp import codec
+
+    codec.DECODER_MEMO.clear()
+    rng = random.Random(11)
+    values = ["v", "w" * 90, "é", 7, 1 << 40, -(1 << 40), amqp.Int(-3), None, True, b"\x00b",
+              amqp.Symbol("s"), amqp.UInt(5), amqp.ULong(9), [1, 2], {"n": 1}]  # fmt: skip
+    keys = ["platform-topic", "platform-version", "_AMQ_DUPL_ID", "sender-uuid", "send-seq-no"]
+    base = {k: rng.choice(values) for k in keys}
+    hits = 0
+    for n in range(3000):
+        props = dict(base)
+        for k in rng.sample(keys, rng.randrange(0, 3)):  # some values change, some stay
+            props[k] = rng.choice(values)
+        if n % 97 == 0:
+            props[f"extra{n % 2}"] = n  # another shape now and then
+        if n % 13 == 0:
+            base = dict(props)
+        data = amqp.Message(application_properties=props, body=b"x").encode()
+        before = codec.DECODER_MEMO.shape[0]
+        got = amqp.Message.decode(data).application_properties
+        hits += before == 2 * len(props)
+        assert got == props and list(got) == list(props)
+        assert all(type(got[k]) is type(v) for k, v in props.items())
+    assert hits > 1000  # the shape path was taken
+    # a map with the remembered shape but a changing value cut short, or a value past the map's end
+    good = amqp.Message(application_properties={"a": "x", "b": "yy", "c": "z"}, body=b"x")
+    amqp.Message.decode(good.encode())
+    amqp.Message.decode(amqp.Message(application_properties={"a": "x", "b": "zz", "c": "z"}).encode())
+    data = bytearray(good.encode())
+    i = data.index(b"yy")
+    data[i - 1] = 0x30  # the changing value claims 48 bytes: past the map
+    with pytest.raises(amqp.DecodeError):
+        amqp.Message.decode(bytes(data))
+    bad_utf8 = good.encode().replace(b"yy", b"\xff\xfe")
+    with pytest.raises(amqp.DecodeError):
+        amqp.Message.decode(bad_utf8)
+
+
+def test_the_remembered_transfer_never_changes_the_result() -> None:
+    from corda_trio.amqp import codec
+
+    codec.DECODER_MEMO.clear()
+    rng = random.Random(3)
+    for n in range(2000):
+        kw: dict[str, object] = {
+            "handle": rng.choice([0, 1, 300]), "delivery_id": rng.choice([n, n + 70000, 0]),
+            "delivery_tag": n.to_bytes(4, "big")[-rng.choice([1, 3, 4]) :],
+            "message_format": rng.choice([0, None]), "settled": rng.choice([False, True, None]),
+        }  # fmt: skip
+        if n % 50 == 0:
+            kw["more"] = True
+        if n % 77 == 0:
+            kw["state"] = amqp.Accepted()
+        transfer = amqp.Transfer(**kw)  # type: ignore[arg-type]
+        frame = amqp.encode_frame(transfer, 1, b"payload")
+        got = amqp.decode_frame(frame)
+        assert got.performative == transfer and got.payload == b"payload"
+        buffer = amqp.codec.FrameBuffer()
+        buffer.feed(frame)
+        assert buffer.next_frame() == got
+    # a remembered head whose tag runs past the list is still refused
+    frame = bytearray(amqp.encode_frame(amqp.Transfer(handle=0, delivery_id=9, delivery_tag=b"t" * 8), 0))
+    amqp.decode_frame(bytes(frame))
+    i = frame.index(b"t" * 8)
+    frame[i - 1] = 40
+    with pytest.raises(amqp.DecodeError):
+        amqp.decode_frame(bytes(frame))

@@ -281,3 +281,32 @@ def test_conditions() -> None:
     assert amqp.Condition.DECODE_ERROR == Symbol("amqp:decode-error")
     assert amqp.Condition.UNATTACHED_HANDLE == "amqp:session:unattached-handle"
     assert len(amqp.Condition.all()) == 25
+
+
+def test_large_frames_through_the_buffer_equal_a_whole_frame_decode() -> None:
+    """Frames above 16 KiB: the performative is read from the frame's head, the payload copied once."""
+    big = bytes(range(256)) * 300  # 75 KiB
+    transfer = amqp.Transfer(handle=0, delivery_id=7, delivery_tag=b"t")
+    # a performative longer than the head the buffer looks at first (1 KiB): decoded from the whole frame
+    attach = amqp.Attach(name="n" * 40_000, handle=1, role=True)
+    frames = [
+        amqp.encode_frame(transfer, 2, big),
+        amqp.encode_frame(attach, 0),
+        amqp.encode_frame(transfer, 1, amqp.Message(body=big).encode()),
+        (8 + 20_000).to_bytes(4, "big") + b"\x02\x00\x00\x00" + bytes(20_000),  # body is not a performative
+    ]
+    for frame in frames:
+        for chunk in (len(frame), 4096, 1):
+            buf = amqp.FrameBuffer()
+            for i in range(0, len(frame), chunk):
+                buf.feed(frame[i : i + chunk])
+            try:
+                expected = amqp.decode_frame(frame)
+            except amqp.DecodeError as exc:
+                with pytest.raises(amqp.DecodeError) as info:
+                    buf.next_frame()
+                assert info.value.condition == exc.condition
+            else:
+                got = buf.next_frame()
+                assert got == expected and type(got.payload) is bytes
+            assert buf.buffered_bytes == 0
