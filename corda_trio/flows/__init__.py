@@ -37,6 +37,13 @@ from ._examples import PingPongResponder as PingPongResponder
 from ._logic import FlowLogic as FlowLogic
 from ._logic import initiated_by as initiated_by
 from ._logic import initiating_flow as initiating_flow
+from ._manager import CHECKPOINT_LOG as CHECKPOINT_LOG
+from ._manager import FlowHandle as FlowHandle
+from ._manager import FlowInfo as FlowInfo
+from ._manager import FlowManager as FlowManager
+from ._manager import FlowManagerConfig as FlowManagerConfig
+from ._manager import FlowManagerStatistics as FlowManagerStatistics
+from ._manager import build_flow as build_flow
 from ._messages import SESSION_TOPIC as SESSION_TOPIC
 from ._messages import ConfirmPayload as ConfirmPayload
 from ._messages import DataPayload as DataPayload
@@ -63,6 +70,7 @@ from ._statemachine import new_responder as new_responder
 from ._statemachine import transition as transition
 
 __all__ = [
+    "CHECKPOINT_LOG",
     "COUNTER_FLOW_ERRORED",
     "SESSION_TOPIC",
     "Broadcast",
@@ -78,9 +86,14 @@ __all__ = [
     "FlowContext",
     "FlowError",
     "FlowException",
+    "FlowHandle",
+    "FlowInfo",
     "FlowKilledError",
     "FlowLogic",
+    "FlowManager",
+    "FlowManagerConfig",
     "FlowManagerDrainingError",
+    "FlowManagerStatistics",
     "FlowSession",
     "FlowState",
     "InitialSessionMessage",
@@ -97,6 +110,7 @@ __all__ = [
     "Transition",
     "UnexpectedFlowEndError",
     "UnknownFlowError",
+    "build_flow",
     "decode_checkpoint",
     "decode_payload",
     "decode_session_message",

@@ -354,7 +354,7 @@ def encode_checkpoint(state: FlowState) -> bytes:
             CHECKPOINT_FORMAT, state.flow_id, state.status, state.suspends, state.next_session,
             [[f.flow, f.step, _wait_out(f.wait)] for f in state.stack], sessions,
             [[o.counterparty, o.dedup_id, o.wire, o.initial] for o in state.outbox],
-            state.result, None if state.error is None else list(state.error),
+            state.result, None if state.error is None else list(state.error), state.flow_class,
         ],
         True,
     )  # fmt: skip
@@ -367,9 +367,9 @@ def decode_checkpoint(data: bytes) -> FlowState:
         PayloadError: not a checkpoint of this format, or it names an unknown flow class / version / type.
     """
     value = _unpack(data, True)
-    if not isinstance(value, list) or len(value) != 10 or value[0] != CHECKPOINT_FORMAT:
+    if not isinstance(value, list) or len(value) != 11 or value[0] != CHECKPOINT_FORMAT:
         raise PayloadError("not a flow checkpoint of format 1")
-    _, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error = value
+    _, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error, flow_class = value
     try:
         state = FlowState(
             flow_id=flow_id,
@@ -380,6 +380,7 @@ def decode_checkpoint(data: bytes) -> FlowState:
             status=status,
             result=result,
             error=None if error is None else (error[0], error[1]),
+            flow_class=flow_class,
         )
         for s in sessions:
             (index, counterparty, our_id, initiating, entropy, seed, flow_name, flow_version, app_name,

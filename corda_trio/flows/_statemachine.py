@@ -183,10 +183,12 @@ class FlowState:
     result: Any = None
     #: (exception type, message) of a failed flow
     error: tuple[str | None, str] | None = None
+    #: the top-level flow's name (kept after it finished)
+    flow_class: str = ""
 
     @property
     def flow_name(self) -> str:
-        return self.stack[0].flow.flow_name if self.stack else ""
+        return self.flow_class or (self.stack[0].flow.flow_name if self.stack else "")
 
     @property
     def finished(self) -> bool:
@@ -284,10 +286,11 @@ class FailFlow:
 
 @attrs.frozen
 class RefuseMessage:
-    """A message was dropped (it is acknowledged too): ``reason`` says why."""
+    """A message from ``sender`` was dropped (it is acknowledged too): ``reason`` says why."""
 
     token: Any
     reason: str
+    sender: str = ""
 
 
 @attrs.frozen
@@ -373,7 +376,10 @@ class FlowContext:
         state.next_session += 1
         our_id = derive_id(state.flow_id, "session", index)
         entropy = derive_id(state.flow_id, "entropy", index)
-        counterparty = self._env.normalize_party(str(party))
+        try:
+            counterparty = self._env.normalize_party(str(party))
+        except ValueError as exc:
+            raise FlowException(f"not a party name: {party!r:.80}: {exc}") from exc
         state.sessions[index] = SessionState(
             index=index, counterparty=counterparty, our_id=our_id, initiating=True, entropy=entropy,
             seed=f"R-{our_id}-{entropy}", flow_name=initiator.flow_name, flow_version=initiator.flow_version,
@@ -461,7 +467,7 @@ def new_initiator(flow_id: str, flow: FlowLogic[Any]) -> FlowState:
     """The state of a flow started locally (run it with a :class:`Start` event)."""
     if not isinstance(flow, FlowLogic) or not attrs.has(type(flow)):
         raise TypeError(f"a flow must be an attrs FlowLogic, got {flow!r}")
-    return FlowState(flow_id=flow_id, stack=[Frame(flow=flow)])
+    return FlowState(flow_id=flow_id, stack=[Frame(flow=flow)], flow_class=flow.flow_name)
 
 
 def responder_flow_id(sender: str, initiator_session_id: int, entropy: int) -> str:
@@ -488,7 +494,13 @@ def new_responder(
     if init.has_payload:
         session.received.append(init.first_payload)
     flow = responder(session=FlowSession(0, sender))  # type: ignore[call-arg]
-    state = FlowState(flow_id=flow_id, stack=[Frame(flow=flow)], sessions={0: session}, next_session=1)
+    state = FlowState(
+        flow_id=flow_id,
+        stack=[Frame(flow=flow)],
+        sessions={0: session},
+        next_session=1,
+        flow_class=flow.flow_name,
+    )
     session.buffered.append(("confirm", None))  # owed first: the Start transition sends it
     return state
 
@@ -583,7 +595,7 @@ class _Machine:
     def apply_message(self, event: MessageArrived) -> None:
         message = event.message
         session = self.state.session_by_id(message.recipient_session_id)
-        refuse = self._refuser(event.token)
+        refuse = self._refuser(event)
         if session is None:
             return refuse(f"unknown session {message.recipient_session_id}")
         if event.sender != session.counterparty:
@@ -626,10 +638,10 @@ class _Machine:
         self.changed = True
         return None
 
-    def _refuser(self, token: Any) -> Callable[[str], None]:
+    def _refuser(self, event: MessageArrived) -> Callable[[str], None]:
         def refuse(reason: str) -> None:
-            self.tokens.append(token)
-            self.actions.append(RefuseMessage(token, reason))
+            self.tokens.append(event.token)
+            self.actions.append(RefuseMessage(event.token, reason, event.sender))
 
         return refuse
 
@@ -779,7 +791,11 @@ def transition(state: FlowState, event: Event, env: Environment) -> Transition:
     state.outbox = []
     if state.finished:
         if isinstance(event, MessageArrived):
-            m._refuser(event.token)(f"flow {state.flow_id} has finished")
+            if isinstance(event.message.payload, EndPayload):
+                m.tokens.append(event.token)  # the peer's end crossed ours: nothing to do
+            else:
+                sid = event.message.recipient_session_id
+                m._refuser(event)(f"unknown session {sid}: its flow has finished")
         return _result(m)
     try:
         if isinstance(event, Start):

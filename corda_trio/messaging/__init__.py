@@ -37,6 +37,7 @@ from ._peers import Peer as Peer
 from ._peers import PeerDirectory as PeerDirectory
 from ._peers import PeerResolver as PeerResolver
 from ._service import DEFAULT_MAX_MESSAGE_SIZE as DEFAULT_MAX_MESSAGE_SIZE
+from ._service import DeferredReceipt as DeferredReceipt
 from ._service import Handler as Handler
 from ._service import HandlerRegistration as HandlerRegistration
 from ._service import MessageTooLargeError as MessageTooLargeError
@@ -60,6 +61,7 @@ __all__ = [
     "OUTBOUND_PREFIX",
     "REQUIRED_HEADERS",
     "Deduplicator",
+    "DeferredReceipt",
     "Handler",
     "HandlerRegistration",
     "InvalidMessageError",

@@ -46,6 +46,7 @@ from ._peers import Peer, PeerResolver
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "HANDLER_RETRY_SECONDS",
+    "DeferredReceipt",
     "Handler",
     "HandlerRegistration",
     "MessageTooLargeError",
@@ -61,7 +62,12 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
 HANDLER_RETRY_SECONDS: Final = 1.0
 
 #: ``async def handler(message) -> bytes | None``: the optional bytes are a receipt committed with the id.
-Handler = Callable[[ReceivedMessage], Awaitable[bytes | None]]
+#: A handler may instead return a *deferred receipt*, ``async () -> bytes | None``: the dispatcher goes on
+#: with the next message at once, and the commit task awaits it before committing the id and acking (so a
+#: handler can make its outcome durable in batches); if it raises, the claim is dropped and the message is
+#: redelivered.
+DeferredReceipt = Callable[[], Awaitable[bytes | None]]
+Handler = Callable[[ReceivedMessage], Awaitable[bytes | DeferredReceipt | None]]
 
 
 class MessageTooLargeError(ValueError):
@@ -294,6 +300,16 @@ class MessagingService:
                     self._commit, consumer, delivery.message_id, message.dedup_id, receipt or b""
                 )
 
-    async def _commit(self, consumer: store.Consumer, message_id: int, dedup_id: str, receipt: bytes) -> None:
+    async def _commit(
+        self, consumer: store.Consumer, message_id: int, dedup_id: str, receipt: bytes | DeferredReceipt
+    ) -> None:
+        if callable(receipt):
+            try:
+                receipt = await receipt() or b""
+            except Exception as exc:
+                log.warning("deferred handler outcome of %s failed (%s); redelivering", dedup_id, exc)
+                self.deduplicator.abandon(dedup_id)
+                consumer.release(message_id)
+                return
         await self.deduplicator.commit(dedup_id, receipt)
         await consumer.ack(message_id)

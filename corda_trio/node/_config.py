@@ -414,9 +414,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     )
 
 
-def _listen_address(
-    r: _Reader, table: dict[str, Any], key: str, where: str, default: str
-) -> tuple[str, int]:
+def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
     """``HOST:PORT`` where port 0 (any free port) is allowed."""
     text = r.string(table, key, where, default)
     host, sep, port = text.rpartition(":")

@@ -1,6 +1,9 @@
 """corda_trio.testing: public test helpers (DESIGN.md §1): engine pairs without I/O, an in-memory broker."""
 
 from ._broker import QueueBroker as QueueBroker
+from ._flows import FlowNetwork as FlowNetwork
+from ._flows import FlowNode as FlowNode
+from ._flows import open_flow_network as open_flow_network
 from ._pair import ConnectionPair as ConnectionPair
 
-__all__ = ["ConnectionPair", "QueueBroker"]
+__all__ = ["ConnectionPair", "FlowNetwork", "FlowNode", "QueueBroker", "open_flow_network"]

@@ -1,0 +1,771 @@
+"""The flow manager: runs flows over the store and the messaging service (the executor of the state machine).
+
+Public API (what the node exposes over RPC)::
+
+    manager = await FlowManager.open(messaging, config=FlowManagerConfig())
+    await nursery.start(manager.run)              # handles platform.session, resumes checkpoints
+    handle = await manager.start_flow("PingPong", recipient="O=Bob, L=Paris, C=FR", rounds="10")
+    result = await handle.result()                # raises FlowException if the flow failed
+    manager.flows()             # [FlowInfo]: running, parked (with error), finished recently
+    await manager.retry(flow_id); await manager.kill(flow_id)
+    manager.drain(); await manager.wait_drained(); manager.undrain()
+    version = await manager.wait_changed(since)   # progress: bumps on every status change
+
+Theory of operation
+-------------------
+*One task per flow.* Every live flow has a runner task in the manager's nursery with a queue of events
+(session messages, timers, kill). The task takes whatever events have queued, feeds them one by one to the
+pure ``transition``, and performs the actions of the whole batch in the required order: (1) the checkpoint is
+written to the keyed log ``flows.checkpoints`` (one atomic record; thousands of flows share one group commit),
+(2) the consumed inbox messages are acknowledged, (3) the outbox is appended to the outbound queues
+(``send_many``, per counterparty, in order), (4) timers are armed and the handle completed. The checkpoint
+holds the outbox, so after a crash between (1) and (3) the flow's messages are sent again, identically;
+receivers drop copies.
+
+*Receiving.* The manager's handler for ``platform.session`` decodes the message (refusing malformed ones with
+the reason), routes it by recipient session id to its runner and returns a *deferred receipt*: the messaging
+service acks the inbox message only when the runner has made the transition that consumed it durable. A
+message for an unknown session is acked and dropped (logged). A session init starts the responder registered
+with ``@initiated_by`` (flow id derived from the init, so a copy of an init maps to the same flow and is
+dropped); an init for an unknown flow is answered with a reject carrying the reason.
+
+*Hospital.* A step raising :class:`RetryableFlowError`, or a send to a peer the network map does not know yet,
+is retried from the last checkpoint with jittered exponential backoff. Any other failure parks the flow
+(status ``parked`` with its error; its messages stay unacknowledged in the inbox): :meth:`FlowManager.retry`
+runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told).
+
+*Finished flows* keep their record (status, result or error, last outbox) until ``finished_retain`` newer
+ones finished: repeated inits are recognised, and ``flows()`` lists them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from corda_trio import messaging, pki, store
+
+from ._codec import (
+    decode_checkpoint,
+    decode_session_message,
+    encode_checkpoint,
+    encode_session_message,
+    outgoing_wire,
+)
+from ._errors import (
+    FlowException,
+    FlowManagerDrainingError,
+    PayloadError,
+    SessionProtocolError,
+    UnknownFlowError,
+)
+from ._logic import FlowLogic
+from ._messages import (
+    SESSION_TOPIC,
+    EndPayload,
+    ExistingSessionMessage,
+    InitialSessionMessage,
+    RejectPayload,
+    derive_id,
+    error_dedup_id,
+)
+from ._registry import registry
+from ._statemachine import (
+    AcknowledgeMessages,
+    CompleteFlow,
+    Environment,
+    FailFlow,
+    FlowState,
+    Kill,
+    MessageArrived,
+    Outgoing,
+    PersistCheckpoint,
+    RefuseMessage,
+    ScheduleTimer,
+    SendMessages,
+    SendToHospital,
+    Start,
+    TimerFired,
+    new_initiator,
+    new_responder,
+    responder_flow_id,
+    transition,
+)
+
+__all__ = [
+    "CHECKPOINT_LOG",
+    "FlowHandle",
+    "FlowInfo",
+    "FlowManager",
+    "FlowManagerConfig",
+    "FlowManagerStatistics",
+    "build_flow",
+]
+
+log = logging.getLogger("corda_trio.flows")
+
+CHECKPOINT_LOG: Final = "flows.checkpoints"
+SESSION_INIT_TYPE: Final = "session_init"
+
+
+@attrs.frozen(kw_only=True)
+class FlowManagerConfig:
+    #: finished flows whose records (and list entries) are kept
+    finished_retain: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
+    #: hospital backoff for transient failures: first delay and cap (seconds), each with +-50 % jitter
+    retry_initial_seconds: float = 0.2
+    retry_max_seconds: float = 30.0
+    #: refusals kept for ``refusals()``
+    refusals_retain: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class FlowInfo:
+    """A flow as ``FlowManager.flows()`` lists it.
+
+    ``status``: ``running`` (working or waiting for messages), ``sleeping``, ``retrying`` (transient failure,
+    backing off), ``parked`` (failed; ``error`` says why; retry or kill it), ``completed``, ``failed``.
+    """
+
+    flow_id: str
+    flow_name: str
+    status: str
+    error: str | None = None
+    result: Any = None
+    #: transitions committed so far
+    suspends: int = 0
+    #: the initiating party, for a responder
+    initiator: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FlowManagerStatistics:
+    running: int
+    parked: int
+    finished: int
+    started: int
+    completed: int
+    failed: int
+    transitions: int
+    checkpoint_writes: int
+    refused: int
+    draining: bool
+
+
+@attrs.define(eq=False)
+class _Receipt:
+    """The deferred receipt of one inbox message: resolved once its consumption is durable."""
+
+    _done: trio.Event = attrs.field(factory=trio.Event)
+    _error: BaseException | None = None
+
+    def resolve(self, error: BaseException | None = None) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    async def wait(self) -> bytes | None:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return None
+
+
+@attrs.define(eq=False)
+class _Runner:
+    flow_id: str
+    state: FlowState
+    #: the last durable checkpoint (or the encoded initial state of a flow not persisted yet)
+    checkpoint: bytes
+    persisted: bool = False
+    events: collections.deque[Any] = attrs.field(factory=collections.deque)
+    wakeup: trio.Event = attrs.field(factory=trio.Event)
+    #: receipts to resolve with the next checkpoint (the init that created a responder)
+    held: list[_Receipt] = attrs.field(factory=list)
+    status: str = "running"
+    error: str | None = None
+    retry: trio.Event = attrs.field(factory=trio.Event)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    timer: trio.CancelScope | None = None
+    initiator: str | None = None
+    resend: bool = False
+
+    def post(self, event: Any) -> None:
+        self.events.append(event)
+        self.wakeup.set()
+
+
+@attrs.frozen(kw_only=True)
+class _Finished:
+    flow_id: str
+    flow_name: str
+    status: str
+    result: Any
+    error: tuple[str | None, str] | None
+    suspends: int
+    initiator: str | None
+
+
+@attrs.define(eq=False)
+class FlowHandle:
+    """A started flow: its id, and :meth:`result` to wait for its outcome."""
+
+    flow_id: str
+    _manager: FlowManager
+
+    async def result(self) -> Any:
+        """The flow's result once it completed.
+
+        Raises:
+            FlowException: the flow failed (message: its error), or was killed.
+            UnknownFlowError: the flow is not known (any more).
+        """
+        return await self._manager.wait_result(self.flow_id)
+
+
+def normalize_party(name: str) -> str:
+    """``O=Bob,L=Paris,C=FR`` -> ``O=Bob, L=Paris, C=FR`` (raises ValueError for a bad name)."""
+    return str(pki.CordaX500Name.parse(name))
+
+
+def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> FlowLogic[Any]:
+    """An instance of ``flow`` (a startable flow's name or class) from named arguments; string values are
+    converted to the field's declared type (``int``, ``float``, ``bool``, ``str``, ``list[str]`` split on
+    ``;``), so ``rounds="10"`` works from a command line.
+
+    Raises:
+        UnknownFlowError: no such startable flow.
+        ValueError: an argument is unknown, missing or cannot be converted (the message names it).
+    """
+    cls = registry.startable(flow) if isinstance(flow, str) else flow
+    if not (isinstance(cls, type) and issubclass(cls, FlowLogic) and attrs.has(cls)):
+        raise UnknownFlowError(f"{flow!r} is not a flow class")
+    attrs.resolve_types(cls)
+    fields = {f.name: f for f in attrs.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for name, value in args.items():
+        field = fields.get(name)
+        if field is None:
+            raise ValueError(f"{cls.__name__} has no argument {name!r} (arguments: {', '.join(fields)})")
+        kwargs[name] = _convert(cls.__name__, name, field.type, value)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{cls.__name__}: {exc}") from exc
+
+
+def _convert(cls_name: str, name: str, kind: Any, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = str(kind)
+    try:
+        if kind is int or text == "int":
+            return int(value)
+        if kind is float or text == "float":
+            return float(value)
+        if kind is bool or text == "bool":
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"not a boolean: {value!r}")
+            return value.lower() in ("true", "1", "yes")
+        if text.startswith("list["):
+            return [v.strip() for v in value.split(";") if v.strip()]
+    except ValueError as exc:
+        raise ValueError(f"{cls_name} argument {name}={value!r}: {exc}") from exc
+    return value
+
+
+@attrs.define(eq=False)
+class FlowManager:
+    """See the module docstring. Build it with :meth:`open`, then ``await nursery.start(manager.run)``."""
+
+    messaging: messaging.MessagingService
+    checkpoints: store.KeyedLog
+    config: FlowManagerConfig
+    env: Environment
+    _runners: dict[str, _Runner] = attrs.field(factory=dict)
+    _sessions: dict[int, _Runner] = attrs.field(factory=dict)
+    _finished: dict[str, _Finished] = attrs.field(factory=dict)
+    _finished_order: collections.deque[str] = attrs.field(factory=collections.deque)
+    _unresumable: dict[str, str] = attrs.field(factory=dict)
+    _nursery: trio.Nursery | None = None
+    _draining: bool = False
+    _undrained: trio.Event = attrs.field(factory=trio.Event)
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+    _version: int = 0
+    _refusals: collections.deque[tuple[str, str]] = attrs.field(factory=collections.deque)
+    _stats: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    _finished_waiters: dict[str, trio.Event] = attrs.field(factory=dict)
+
+    @classmethod
+    async def open(
+        cls, service: messaging.MessagingService, *, config: FlowManagerConfig | None = None
+    ) -> FlowManager:
+        """Open the checkpoint log and load every checkpoint (they resume when :meth:`run` starts).
+
+        A checkpoint that cannot be decoded (a flow class or version this code lacks) is listed with its error
+        and kept; it never stops the others.
+        """
+        checkpoints = await service.broker.open_keyed_log(CHECKPOINT_LOG)
+        env = Environment(our_name=str(service.config.legal_name), normalize_party=normalize_party)
+        manager = cls(service, checkpoints, config or FlowManagerConfig(), env)
+        for key, data in checkpoints.items():
+            flow_id = key.decode()
+            try:
+                state = decode_checkpoint(data)
+            except PayloadError as exc:
+                manager._unresumable[flow_id] = str(exc)
+                log.error("flow %s cannot be resumed: %s", flow_id, exc)
+                continue
+            if state.finished:
+                manager._add_finished(state, None)
+                manager._stats["resend"] += 1 if state.outbox else 0
+                manager._pending_resend.append(state)
+            else:
+                runner = _Runner(flow_id, state, data, persisted=True, resend=True)
+                manager._runners[flow_id] = runner
+                manager._register_sessions(runner)
+        return manager
+
+    _pending_resend: list[FlowState] = attrs.field(factory=list)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Handle session messages and run flows until cancelled."""
+        registration = self.messaging.add_message_handler(SESSION_TOPIC, self._on_message)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for state in self._pending_resend:
+                    nursery.start_soon(self._send_outbox, None, state.outbox)
+                self._pending_resend = []
+                for runner in self._runners.values():
+                    nursery.start_soon(self._drive, runner)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self.messaging.remove_message_handler(registration)
+            for runner in self._runners.values():
+                for receipt in runner.held:
+                    receipt.resolve(trio.ClosedResourceError("flow manager stopped"))
+                for event in runner.events:
+                    if isinstance(event, MessageArrived):
+                        event.token.resolve(trio.ClosedResourceError("flow manager stopped"))
+
+    # --- starting -----------------------------------------------------------------------------------------
+
+    async def start_flow(
+        self, flow: FlowLogic[Any] | str | type[FlowLogic[Any]], /, **args: Any
+    ) -> FlowHandle:
+        """Start a flow: an instance, or a startable flow's name or class with named arguments (see
+        :func:`build_flow`). Returns once the flow is running (not durable until its first transition).
+
+        Raises:
+            FlowManagerDrainingError: the manager is draining.
+            UnknownFlowError / ValueError: see :func:`build_flow`.
+        """
+        await trio.lowlevel.checkpoint()
+        if self._draining:
+            raise FlowManagerDrainingError("the node is draining: no new flows are started")
+        if self._nursery is None:
+            raise RuntimeError("the flow manager is not running")
+        instance = flow if isinstance(flow, FlowLogic) else build_flow(flow, args)
+        if isinstance(flow, FlowLogic) and args:
+            raise TypeError("arguments are given with a flow name or class, not with an instance")
+        flow_id = str(uuid.uuid4())
+        state = new_initiator(flow_id, instance)
+        runner = _Runner(flow_id, state, encode_checkpoint(state))
+        runner.post(Start(now=time.time()))
+        self._runners[flow_id] = runner
+        self._stats["started"] += 1
+        self._nursery.start_soon(self._drive, runner)
+        self._bump()
+        return FlowHandle(flow_id, self)
+
+    # --- receiving ----------------------------------------------------------------------------------------
+
+    def _refuse(self, sender: str, reason: str, *, quiet: bool = False) -> None:
+        self._stats["refused"] += 1
+        self._refusals.append((sender, reason))
+        while len(self._refusals) > self.config.refusals_retain:
+            self._refusals.popleft()
+        (log.debug if quiet else log.warning)("session message from %s refused: %s", sender, reason)
+        self._bump()
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """Recent refused session messages: (sender, reason), oldest first."""
+        return list(self._refusals)
+
+    async def _on_message(self, message: messaging.ReceivedMessage) -> Any:
+        try:
+            sender = normalize_party(message.validated_user or self.env.our_name)
+        except ValueError:
+            sender = str(message.validated_user)
+        try:
+            decoded = decode_session_message(message.data)
+        except SessionProtocolError as exc:
+            self._refuse(sender, str(exc))
+            return None
+        if isinstance(decoded, InitialSessionMessage):
+            if self._draining:
+                return self._deferred_init(sender, decoded, message.dedup_id)
+            return await self._on_init(sender, decoded, message.dedup_id)
+        runner = self._sessions.get(decoded.recipient_session_id)
+        if runner is None:
+            self._refuse(
+                sender,
+                f"unknown session {decoded.recipient_session_id}",
+                quiet=isinstance(decoded.payload, EndPayload),
+            )
+            return None
+        receipt = _Receipt()
+        runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))
+        return receipt.wait
+
+    def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str) -> Any:
+        async def when_undrained() -> bytes | None:
+            await self._undrained.wait()
+            deferred = await self._on_init(sender, init, dedup_id)
+            return await deferred() if deferred is not None else None
+
+        return when_undrained
+
+    async def _on_init(self, sender: str, init: InitialSessionMessage, dedup_id: str) -> Any:
+        responder = registry.responders.get(init.initiator_flow_class_name)
+        if responder is None:
+            reason = f"no responder is registered for flow {init.initiator_flow_class_name!r}"
+            self._refuse(sender, reason)
+            error_id = derive_id("reject", dedup_id)
+            reject = ExistingSessionMessage(
+                recipient_session_id=init.initiator_session_id, seq=0,
+                payload=RejectPayload(error_id=error_id, message=reason),
+            )  # fmt: skip
+            out = self.messaging.create_message(
+                SESSION_TOPIC, encode_session_message(reject),
+                dedup_id=error_dedup_id(error_id, init.initiator_session_id),
+            )  # fmt: skip
+            await self.messaging.send(out, pki.CordaX500Name.parse(sender))
+            return None
+        flow_id = responder_flow_id(sender, init.initiator_session_id, init.initiation_entropy)
+        if flow_id in self._runners or flow_id in self._finished:
+            log.debug("copy of the init of %s dropped", flow_id)
+            return None
+        state = new_responder(sender, init, responder, flow_id=flow_id)
+        receipt = _Receipt()
+        runner = _Runner(flow_id, state, encode_checkpoint(state), held=[receipt], initiator=sender)
+        runner.post(Start(now=time.time()))
+        self._runners[flow_id] = runner
+        self._register_sessions(runner)
+        self._stats["started"] += 1
+        assert self._nursery is not None
+        self._nursery.start_soon(self._drive, runner)
+        self._bump()
+        return receipt.wait
+
+    def _register_sessions(self, runner: _Runner) -> None:
+        for s in runner.state.sessions.values():
+            self._sessions[s.our_id] = runner
+
+    # --- running ------------------------------------------------------------------------------------------
+
+    async def _drive(self, runner: _Runner) -> None:
+        if runner.resend:
+            runner.resend = False
+            await self._send_outbox(runner, runner.state.outbox)
+            self._arm_timer(runner)
+        while not runner.done.is_set():
+            while not runner.events:
+                runner.wakeup = trio.Event()
+                await runner.wakeup.wait()
+            batch = list(runner.events)
+            runner.events.clear()
+            await self._step(runner, batch)
+
+    async def _step(self, runner: _Runner, batch: list[Any]) -> None:
+        state = runner.state
+        actions: list[Any] = []
+        for event in batch:
+            t = transition(state, event, self.env)
+            self._stats["transitions"] += 1
+            hospital = next((a for a in t.actions if isinstance(a, SendToHospital)), None)
+            if hospital is not None:
+                await self._hospital(runner, batch, hospital.error, hospital.transient)
+                return
+            actions.extend(t.actions)
+        persist = any(isinstance(a, PersistCheckpoint) for a in actions)
+        # The checkpoint carries every message of the batch (each transition started a fresh outbox).
+        state.outbox = [o for a in actions if isinstance(a, SendMessages) for o in a.messages]
+        if persist:
+            try:
+                data = encode_checkpoint(state)
+            except PayloadError as exc:
+                await self._hospital(runner, batch, exc, False)
+                return
+            deletes = []
+            if state.finished:
+                while len(self._finished_order) >= self.config.finished_retain:
+                    old = self._finished_order.popleft()
+                    self._finished.pop(old, None)
+                    deletes.append(old.encode())
+            await self.checkpoints.write([(runner.flow_id.encode(), data)], deletes)
+            self._stats["checkpoint_writes"] += 1
+            runner.checkpoint = data
+            runner.persisted = True
+            self._bump()
+            self._register_sessions(runner)
+            for receipt in runner.held:
+                receipt.resolve()
+            runner.held = []
+        for action in actions:
+            if isinstance(action, AcknowledgeMessages):
+                for token in action.tokens:
+                    token.resolve()
+            elif isinstance(action, RefuseMessage):
+                self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
+        if state.outbox:
+            await self._send_outbox(runner, state.outbox)
+        for action in actions:
+            if isinstance(action, ScheduleTimer):
+                self._arm_timer(runner)
+            elif isinstance(action, (CompleteFlow, FailFlow)):
+                self._finish(runner)
+        if runner.status != "running" and not state.finished:
+            runner.status = "running"
+            runner.error = None
+            self._bump()
+
+    async def _send_outbox(self, runner: _Runner | None, outbox: list[Outgoing]) -> None:
+        """Append the messages to the outbound queues, per counterparty in order; a peer the network map does
+        not know yet is retried with backoff (the flow shows as ``retrying``)."""
+        groups: dict[str, list[messaging.OutgoingMessage]] = {}
+        for o in outbox:
+            headers = {messaging.HEADER_MESSAGE_TYPE: SESSION_INIT_TYPE} if o.initial else None
+            groups.setdefault(o.counterparty, []).append(
+                self.messaging.create_message(
+                    SESSION_TOPIC, outgoing_wire(o), dedup_id=o.dedup_id, headers=headers
+                )
+            )
+        for party, messages in groups.items():
+            delay = self.config.retry_initial_seconds
+            while True:
+                try:
+                    await self.messaging.send_many(messages, pki.CordaX500Name.parse(party))
+                    break
+                except messaging.UnknownRecipientError as exc:
+                    if runner is not None:
+                        self._set_status(runner, "retrying", str(exc))
+                    log.info("flow %s: %s; retrying in %.1f s", runner and runner.flow_id, exc, delay)
+                    await trio.sleep(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, self.config.retry_max_seconds)
+        if runner is not None and runner.status == "retrying":
+            self._set_status(runner, "running", None)
+
+    def _arm_timer(self, runner: _Runner) -> None:
+        wake_at = runner.state.wake_at
+        if runner.timer is not None:
+            runner.timer.cancel()
+            runner.timer = None
+        if wake_at is None or self._nursery is None:
+            return
+        scope = trio.CancelScope()
+        runner.timer = scope
+
+        async def fire() -> None:
+            with scope:
+                await trio.sleep(max(0.0, wake_at - time.time()))
+                runner.post(TimerFired(now=max(time.time(), wake_at)))
+
+        self._nursery.start_soon(fire)
+
+    async def _hospital(
+        self, runner: _Runner, batch: list[Any], error: BaseException, transient: bool
+    ) -> None:
+        """Throw the in-memory state away, reload the last checkpoint and retry the batch: after a backoff
+        (transient) or when an operator says so (parked)."""
+        runner.state = decode_checkpoint(runner.checkpoint)
+        runner.events.extendleft(reversed(batch))
+        text = f"{type(error).__name__}: {error}"
+        if transient:
+            delay = self.config.retry_initial_seconds * 2 ** min(self._stats[f"retries:{runner.flow_id}"], 10)
+            self._stats[f"retries:{runner.flow_id}"] += 1
+            self._set_status(runner, "retrying", text)
+            log.info("flow %s: transient failure (%s); retrying", runner.flow_id, text)
+            with trio.move_on_after(min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)):
+                await runner.retry.wait()
+        else:
+            self._set_status(runner, "parked", text)
+            log.error("flow %s parked: %s", runner.flow_id, text, exc_info=error)
+            await runner.retry.wait()
+        runner.retry = trio.Event()
+        kills = [e for e in runner.events if isinstance(e, Kill)]
+        if kills:  # a kill jumps the queue; what the flow did not consume is dropped
+            for event in runner.events:
+                if isinstance(event, MessageArrived):
+                    event.token.resolve()
+            runner.events.clear()
+            runner.events.append(kills[0])
+
+    def _set_status(self, runner: _Runner, status: str, error: str | None) -> None:
+        runner.status, runner.error = status, error
+        self._bump()
+
+    def _finish(self, runner: _Runner) -> None:
+        state = runner.state
+        self._stats["completed" if state.status == "completed" else "failed"] += 1
+        if runner.timer is not None:
+            runner.timer.cancel()
+        for s in state.sessions.values():
+            if self._sessions.get(s.our_id) is runner:
+                del self._sessions[s.our_id]
+        self._runners.pop(runner.flow_id, None)
+        self._add_finished(state, runner.initiator)
+        for event in runner.events:  # arrived after the end: nothing will consume them
+            if isinstance(event, MessageArrived):
+                event.token.resolve()
+        runner.events.clear()
+        runner.done.set()
+        self._bump()
+
+    def _add_finished(self, state: FlowState, initiator: str | None) -> None:
+        self._finished[state.flow_id] = _Finished(
+            flow_id=state.flow_id, flow_name=state.flow_name, status=state.status, result=state.result,
+            error=state.error, suspends=state.suspends, initiator=initiator,
+        )  # fmt: skip
+        self._finished_order.append(state.flow_id)
+        waiter = self._finished_waiters.pop(state.flow_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    def _bump(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # --- operator API -------------------------------------------------------------------------------------
+
+    async def wait_result(self, flow_id: str) -> Any:
+        """See :meth:`FlowHandle.result`."""
+        while flow_id not in self._finished:
+            if flow_id not in self._runners:
+                raise UnknownFlowError(f"no flow {flow_id}")
+            event = self._finished_waiters.setdefault(flow_id, trio.Event())
+            await event.wait()
+        await trio.lowlevel.checkpoint()
+        finished = self._finished[flow_id]
+        if finished.status == "completed":
+            return finished.result
+        assert finished.error is not None
+        raise FlowException(finished.error[1])
+
+    def flows(self) -> list[FlowInfo]:
+        """Running and parked flows, then the finished ones still remembered (oldest first)."""
+        out = []
+        for runner in self._runners.values():
+            status = runner.status
+            if status == "running" and runner.state.wake_at is not None:
+                status = "sleeping"
+            out.append(
+                FlowInfo(
+                    flow_id=runner.flow_id,
+                    flow_name=runner.state.flow_name,
+                    status=status,
+                    error=runner.error,
+                    suspends=runner.state.suspends,
+                    initiator=runner.initiator,
+                )
+            )
+        for flow_id, error in self._unresumable.items():
+            out.append(FlowInfo(flow_id=flow_id, flow_name="?", status="parked", error=error))
+        for flow_id in self._finished_order:
+            f = self._finished.get(flow_id)
+            if f is not None:
+                out.append(
+                    FlowInfo(
+                        flow_id=f.flow_id,
+                        flow_name=f.flow_name,
+                        status=f.status,
+                        result=f.result,
+                        error=None if f.error is None else f.error[1],
+                        suspends=f.suspends,
+                        initiator=f.initiator,
+                    )
+                )
+        return out
+
+    async def retry(self, flow_id: str) -> None:
+        """Run a parked (or retrying) flow again from its last checkpoint now.
+
+        Raises:
+            UnknownFlowError: no such running flow.
+        """
+        await trio.lowlevel.checkpoint()
+        runner = self._runners.get(flow_id)
+        if runner is None:
+            raise UnknownFlowError(f"no running flow {flow_id}")
+        runner.retry.set()
+
+    async def kill(self, flow_id: str, reason: str = "killed by an operator") -> None:
+        """End a flow: its counterparties are told ("counter-flow errored"), its result is a FlowKilledError.
+
+        Raises:
+            UnknownFlowError: no such running flow.
+        """
+        await trio.lowlevel.checkpoint()
+        runner = self._runners.get(flow_id)
+        if runner is None:
+            raise UnknownFlowError(f"no running flow {flow_id}")
+        runner.events.appendleft(Kill(reason=reason, now=time.time()))
+        runner.wakeup.set()
+        runner.retry.set()
+
+    def drain(self) -> None:
+        """Refuse new flows (``start_flow`` raises; peers' session inits wait in the inbox); running flows go
+        on."""
+        self._draining = True
+        self._undrained = trio.Event()
+        self._bump()
+
+    def undrain(self) -> None:
+        self._draining = False
+        self._undrained.set()
+        self._bump()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    async def wait_drained(self) -> None:
+        """Wait until no flow is running (parked ones do not count)."""
+        while any(r.status != "parked" for r in self._runners.values()):
+            await self.wait_changed(self._version)
+        await trio.lowlevel.checkpoint()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def wait_changed(self, since: int) -> int:
+        """Wait until a flow started, made a transition, changed status or finished after ``version`` was
+        ``since``."""
+        while self._version <= since:
+            await self._changed.wait()
+        return self._version
+
+    def statistics(self) -> FlowManagerStatistics:
+        s = self._stats
+        return FlowManagerStatistics(
+            running=sum(r.status != "parked" for r in self._runners.values()),
+            parked=sum(r.status == "parked" for r in self._runners.values()) + len(self._unresumable),
+            finished=len(self._finished), started=s["started"], completed=s["completed"], failed=s["failed"],
+            transitions=s["transitions"], checkpoint_writes=s["checkpoint_writes"], refused=s["refused"],
+            draining=self._draining,
+        )  # fmt: skip
