@@ -31,6 +31,7 @@ from ._model import NodeInfo as NodeInfo
 from ._model import SignedNodeInfo as SignedNodeInfo
 from ._model import SignedWithCert as SignedWithCert
 from ._model import sha256_hex as sha256_hex
+from ._server import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_MAP_CONNECTIONS
 from ._server import HttpResponse as HttpResponse
 from ._server import NetworkMapService as NetworkMapService
 from ._server import serve_network_map as serve_network_map
@@ -47,6 +48,7 @@ from ._store import NetworkMapStore as NetworkMapStore
 from ._store import NetworkMapStoreError as NetworkMapStoreError
 
 __all__ = [
+    "DEFAULT_MAX_MAP_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
     "MESSAGE_SIZE_RANGE_BYTES",
     "PLATFORM_VERSION",

@@ -30,7 +30,7 @@ import h11
 import trio
 from cryptography import x509
 
-from corda_trio import pki
+from corda_trio import pki, transport
 
 from . import _codec
 from ._errors import MalformedPayloadError, PayloadRejectedError
@@ -38,7 +38,7 @@ from ._model import NetworkMap
 from ._signing import sign_network_map, verify_network_parameters, verify_node_info
 from ._store import NetworkMapStore
 
-__all__ = ["HttpResponse", "NetworkMapService", "serve_network_map"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "HttpResponse", "NetworkMapService", "serve_network_map"]
 
 log = logging.getLogger("corda_trio.network.server")
 
@@ -48,6 +48,9 @@ MAX_BODY_BYTES: Final[int] = 256 * 1024
 MAX_HEAD_BYTES: Final[int] = 16 * 1024
 #: A connection that sends nothing for this long is closed.
 IDLE_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Concurrent clients by default: far more than the nodes of a development network poll with, far fewer
+#: than the usual 1024-descriptor soft limit.
+DEFAULT_MAX_CONNECTIONS: Final[int] = 256
 #: Default ``Cache-Control: max-age`` of the map, i.e. how often nodes poll.
 DEFAULT_MAX_AGE_SECONDS: Final[int] = 30
 SERVER_NAME: Final[bytes] = b"corda-trio-networkmap/1"
@@ -198,9 +201,16 @@ async def serve_network_map(
     port: int,
     *,
     host: str = "127.0.0.1",
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``service`` on ``host:port`` until cancelled (``port=0``: any free port, see the listeners)."""
+    """Serve ``service`` on ``host:port`` until cancelled (``port=0``: any free port, see the listeners).
+
+    At most ``max_connections`` clients are served at once; one more gets ``503 Service Unavailable`` and
+    a closed socket. Refusals and ``accept`` failing for lack of descriptors are logged at most once per
+    ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``; accepting resumes as soon as a descriptor is free (the
+    accept loop is ``transport.serve_listeners``, shared with the AMQP listeners).
+    """
     limiter = trio.CapacityLimiter(1)
 
     async def handler(stream: trio.SocketStream) -> None:
@@ -213,7 +223,25 @@ async def serve_network_map(
         finally:
             await trio.aclose_forcefully(stream)
 
-    await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    await transport.serve_listeners(
+        handler,  # type: ignore[arg-type]  # TCP listeners hand out SocketStreams
+        listeners,
+        max_connections=max_connections,
+        refuse=_refuse_over_capacity,
+        task_status=task_status,
+    )
+
+
+_OVER_CAPACITY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: 39\r\n\r\n"
+    b"too many connections; try again later\r\n"
+)
+
+
+async def _refuse_over_capacity(stream: trio.abc.Stream) -> None:
+    await stream.send_all(_OVER_CAPACITY)
 
 
 async def _send(

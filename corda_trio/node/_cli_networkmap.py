@@ -43,6 +43,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
         p.add_argument("--config", type=Path, help="path of networkmap.toml (instead of --dir)")
+        if name == "serve":
+            p.add_argument(
+                "--max-connections", type=int, default=network.DEFAULT_MAX_MAP_CONNECTIONS, metavar="N",
+                help="clients served at once; one more gets 503 "
+                f"(default {network.DEFAULT_MAX_MAP_CONNECTIONS})",
+            )  # fmt: skip
         if name in ("remove", "readmit"):
             p.add_argument("--node", required=True, metavar="LEGAL_NAME", help=f"legal name to {name}")
         p.set_defaults(func=func)
@@ -90,6 +96,8 @@ def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if not 1 <= args.max_connections <= 1_000_000:
+        raise CliError(f"--max-connections {args.max_connections}: must be in 1..1000000", 2)
     cfg = _config(args)
     service = _service(cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,7 +106,9 @@ def _serve(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             try:
                 listeners = await nursery.start(
-                    functools.partial(network.serve_network_map, host=cfg.address.host),
+                    functools.partial(
+                        network.serve_network_map, host=cfg.address.host, max_connections=args.max_connections
+                    ),
                     service,
                     cfg.address.port,
                 )

@@ -37,14 +37,17 @@ from ._errors import HandshakeError as HandshakeError
 from ._errors import LinkDetachedError as LinkDetachedError
 from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERVAL_SECONDS
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
+from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
 from ._serve import listener_port as listener_port
 from ._serve import serve_amqp as serve_amqp
+from ._serve import serve_listeners as serve_listeners
 
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
     "CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
+    "REFUSE_TIMEOUT_SECONDS",
     "AmqpConnection",
     "AmqpConnectionError",
     "AmqpTransportError",
@@ -64,4 +67,5 @@ __all__ = [
     "open_amqp_over_stream",
     "secure_stream",
     "serve_amqp",
+    "serve_listeners",
 ]

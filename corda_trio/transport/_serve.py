@@ -34,15 +34,19 @@ from ._errors import AmqpConnectionError, HandshakeError
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
+    "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
     "listener_port",
     "serve_amqp",
+    "serve_listeners",
 ]
 
 SERVER_SASL_MECHANISMS: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
 #: Concurrent connections per ``serve_amqp`` by default: far more peers than a node talks to, far fewer than
 #: the usual 1024-descriptor soft limit, so the node keeps descriptors for its stores and outbound bridges.
 DEFAULT_MAX_CONNECTIONS: Final = 512
+#: Bound on telling an over-cap client why it is refused (the accept loop waits for it).
+REFUSE_TIMEOUT_SECONDS: Final = 0.2
 #: At most one log line per this interval about ``accept`` failing for lack of descriptors / memory.
 ACCEPT_ERROR_LOG_INTERVAL_SECONDS: Final = 10.0
 # Retry interval of a failing accept when none of our own connections ends in the meantime.
@@ -99,10 +103,31 @@ async def serve_amqp(
         config=config,
         handshake_timeout=handshake_timeout,
     )
+    await serve_listeners(serve_one, listeners, max_connections=max_connections, task_status=task_status)
+
+
+async def serve_listeners(
+    serve_one: Callable[[trio.abc.Stream], Awaitable[None]],
+    listeners: list[trio.SocketListener],
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    refuse: Callable[[trio.abc.Stream], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept on ``listeners`` and run ``await serve_one(stream)`` per connection, until cancelled.
+
+    The listeners share one cap of ``max_connections`` running connections. A client over the cap gets
+    ``await refuse(stream)`` (bounded to :data:`REFUSE_TIMEOUT_SECONDS`; an HTTP server answers 503 there)
+    and then a closed socket; refusals and ``accept`` failures for lack of descriptors are logged at most once
+    per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`, and accepting resumes as soon as a descriptor is free.
+    The stream is closed after ``serve_one`` returns or raises.
+    """
+    if max_connections < 1:
+        raise ValueError(f"max_connections must be at least 1, got {max_connections}")
     slots = _Slots(max_connections)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
-            nursery.start_soon(_accept_loop, listener, serve_one, slots, nursery)
+            nursery.start_soon(_accept_loop, listener, serve_one, slots, nursery, refuse)
         task_status.started(listeners)
 
 
@@ -158,6 +183,7 @@ async def _accept_loop(
     serve_one: Callable[[trio.abc.Stream], Awaitable[None]],
     slots: _Slots,
     nursery: trio.Nursery,
+    refuse: Callable[[trio.abc.Stream], Awaitable[None]] | None = None,
 ) -> None:
     where = _listener_name(listener)
     async with listener:
@@ -173,6 +199,12 @@ async def _accept_loop(
                 continue
             if slots.active >= slots.limit:
                 slots.note_refusal(where)
+                if refuse is not None:
+                    with trio.move_on_after(REFUSE_TIMEOUT_SECONDS):
+                        try:
+                            await refuse(stream)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass  # the client left already
                 await trio.aclose_forcefully(stream)
                 continue
             slots.active += 1
