@@ -113,6 +113,8 @@ class BridgeConfig:
     #: Prepended to the peer's inbox address: ``""`` for corda-trio peers; e.g. ``"/queue/"`` when the
     #: "peer" is a broker such as RabbitMQ that names queues that way.
     target_prefix: str = ""
+    #: Dial peers through this SOCKS5 / SOCKS4 proxy (``None``: directly).
+    proxy: transport.SocksProxy | None = None
 
 
 def _is_identity_failure(exc: BaseException) -> bool:
@@ -251,6 +253,7 @@ class Bridge:
             peer_check=(lambda tls: pki.check_peer_legal_name(tls, expected)) if self.ssl_context else None,
             config=self.config.amqp_config,
             handshake_timeout=self.config.handshake_timeout_seconds,
+            proxy=self.config.proxy,
         ) as conn:
             self.backoff.reset()
             sender = await conn.open_sender(self.config.target_prefix + inbox_address(peer.key_hash))

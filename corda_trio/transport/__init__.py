@@ -41,6 +41,9 @@ from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
 from ._serve import listener_port as listener_port
 from ._serve import serve_amqp as serve_amqp
 from ._serve import serve_listeners as serve_listeners
+from ._socks import SocksError as SocksError
+from ._socks import SocksProxy as SocksProxy
+from ._socks import open_socks_stream as open_socks_stream
 
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
@@ -62,9 +65,12 @@ __all__ = [
     "Receiver",
     "RefillPolicy",
     "Sender",
+    "SocksError",
+    "SocksProxy",
     "listener_port",
     "open_amqp_connection",
     "open_amqp_over_stream",
+    "open_socks_stream",
     "secure_stream",
     "serve_amqp",
     "serve_listeners",

@@ -14,6 +14,7 @@ from corda_trio import amqp
 
 from ._driver import AmqpConnection
 from ._errors import HandshakeError
+from ._socks import SocksProxy, open_socks_stream
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_SECONDS", "PeerCheck", "open_amqp_connection", "open_amqp_over_stream"]
 
@@ -160,6 +161,7 @@ async def open_amqp_connection(
     config: amqp.ConnectionConfig | None = None,
     server_hostname: str | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
+    proxy: SocksProxy | None = None,
 ) -> AsyncIterator[AmqpConnection]:
     """Dial ``host:port``, run TLS (if ``ssl_context``) and the peer check, then AMQP; yields the connection.
 
@@ -173,13 +175,17 @@ async def open_amqp_connection(
         server_hostname: SNI / host-name check name (default ``host``; ignored when the context does not
             check host names).
         handshake_timeout: bound on TCP + TLS + SASL + open, in seconds (``None`` = unbounded).
+        proxy: dial through this SOCKS5 / SOCKS4 proxy (``None``: directly).
 
     Raises:
         OSError: the TCP connection failed.
         HandshakeError / AuthenticationError / AmqpConnectionError: see :func:`open_amqp_over_stream`.
     """
     with _handshake_deadline(handshake_timeout, f"TCP/TLS connection to {host}:{port}"):
-        tcp = await trio.open_tcp_stream(host, port)
+        if proxy is not None:
+            tcp = await open_socks_stream(proxy, host, port)
+        else:
+            tcp = await trio.open_tcp_stream(host, port)
         stream, identity = await secure_stream(
             tcp, ssl_context, peer_check, server_side=False, server_hostname=server_hostname or host
         )
