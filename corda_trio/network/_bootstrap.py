@@ -6,11 +6,13 @@ Theory of operation
 Layout of the network directory ``D``::
 
     D/network-root/root.cert.pem         the trust root every node pins (public)
-    D/network-root/root.key.pem          root key (encrypted)
+    D/network-root/root.key.pem          root key (encrypted); needed only while bootstrapping
+    D/network-root/passphrase            (only if generated) passphrase of the root key, 0600
     D/doorman/doorman.{cert,key}.pem     doorman CA (issues node CAs)
+    D/doorman/passphrase                 (only if generated) passphrase of the doorman key, 0600
     D/network-map/map.{chain,key}.pem    network map signing certificate and key
     D/network-map/network-parameters     signed network parameters
-    D/network-map/passphrase             (only if generated) passphrase of the CA and map keys, 0600
+    D/network-map/passphrase             (only if generated) passphrase of the map key, 0600
     D/nodes/<slug>/certificates/         network-root.cert.pem, node-ca.chain.pem, node-ca.key.pem,
                                          tls.chain.pem, tls.key.pem, identity.chain.pem, identity.key.pem,
                                          passphrase (only if generated, 0600)
@@ -22,9 +24,12 @@ Configuration files (``node.toml``, ``networkmap.toml``) are written by the call
 the configuration schema) from the returned :class:`BootstrappedNetwork`.
 
 Passphrases: if the operator passes one (from an environment variable) every private key is encrypted
-with it; otherwise a random 192-bit passphrase is generated for the CAs and for each node and stored next
-to the keys in a 0600 file, which is what a development network needs (see ``pki._keystore`` for the
-cost and strength of the encryption).  Ports are chosen by binding port 0 on the host and releasing the
+with it; otherwise a random 192-bit passphrase is generated for each CA key (root, doorman, map) and for
+each node and stored next to the keys in a 0600 file, which is what a development network needs (see
+``pki.write_private_key`` for the cost and strength of the encryption).  Nothing at runtime reads the root
+key: the map service reads the map key, nodes their own keys.  After bootstrapping, move
+``network-root/root.key.pem`` and its passphrase off the machine (keep ``root.cert.pem``); the doorman key
+is needed only to issue more nodes.  Ports are chosen by binding port 0 on the host and releasing the
 socket, so another process could take one before the node starts; that is acceptable for a dev network.
 """
 
@@ -59,7 +64,7 @@ __all__ = [
 
 #: The platform version corda-trio nodes advertise.
 PLATFORM_VERSION: Final[int] = 1
-#: DESIGN.md §3: default maximum P2P message size.
+#: Default maximum P2P message size (network parameter ``max_message_size``; Corda's default too).
 DEFAULT_MAX_MESSAGE_SIZE_BYTES: Final[int] = 10 * 1024 * 1024
 #: Corda's default event horizon: 30 days.
 DEFAULT_EVENT_HORIZON_SECONDS: Final[int] = 30 * 86400
@@ -194,15 +199,19 @@ def bootstrap_network(
         return value.encode(), where
 
     creds = pki.NetworkCredentials.create(now=now)
-    ca_pass, map_pass_file = new_passphrase(root_dir / "network-map" / "passphrase")
+    # Each CA key in its own file under its own passphrase: the root key is needed only here (move it and
+    # its passphrase off the machine afterwards), the doorman key only to issue nodes, the map key at runtime.
+    root_pass, _ = new_passphrase(root_dir / "network-root" / "passphrase")
     root_cert_path = root_dir / "network-root" / "root.cert.pem"
     pki.write_certificates(root_cert_path, [creds.root.cert])
-    pki.write_private_key(root_dir / "network-root" / "root.key.pem", creds.root.key, ca_pass)
+    pki.write_private_key(root_dir / "network-root" / "root.key.pem", creds.root.key, root_pass)
+    doorman_pass, _ = new_passphrase(root_dir / "doorman" / "passphrase")
     pki.write_certificates(root_dir / "doorman" / "doorman.cert.pem", [creds.doorman.cert])
-    pki.write_private_key(root_dir / "doorman" / "doorman.key.pem", creds.doorman.key, ca_pass)
+    pki.write_private_key(root_dir / "doorman" / "doorman.key.pem", creds.doorman.key, doorman_pass)
     map_dir = root_dir / "network-map"
+    map_pass, map_pass_file = new_passphrase(map_dir / "passphrase")
     pki.write_certificates(map_dir / "map.chain.pem", [creds.network_map.cert])
-    pki.write_private_key(map_dir / "map.key.pem", creds.network_map.key, ca_pass)
+    pki.write_private_key(map_dir / "map.key.pem", creds.network_map.key, map_pass)
 
     params = NetworkParameters(
         minimum_platform_version=PLATFORM_VERSION,

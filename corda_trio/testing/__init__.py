@@ -1,4 +1,4 @@
-"""corda_trio.testing: public test helpers (DESIGN.md §1): engine pairs without I/O, an in-memory broker."""
+"""corda_trio.testing: public test helpers: engine pairs without I/O, an in-memory broker."""
 
 from ._broker import QueueBroker as QueueBroker
 from ._flows import FlowNetwork as FlowNetwork

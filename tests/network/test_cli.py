@@ -194,3 +194,46 @@ async def test_bootstrapped_nodes_mutual_tls(tmp_path: Path) -> None:
             await stream.aclose()
     await listeners[0].aclose()
     assert seen["bob saw"] == alice.legal_name
+
+
+def test_each_ca_key_has_its_own_passphrase_and_the_root_key_can_leave(tmp_path: Path) -> None:
+    net = tmp_path / "net"
+    done = _cli("network", "bootstrap", "--dir", str(net), "--node", ALICE, env=_env_without_passphrase())
+    assert done.returncode == 0, done.stderr
+    keys = {
+        "root": net / "network-root",
+        "doorman": net / "doorman",
+        "map": net / "network-map",
+    }
+    key_files = {"root": "root.key.pem", "doorman": "doorman.key.pem", "map": "map.key.pem"}
+    passphrases = {name: (d / "passphrase").read_bytes().strip() for name, d in keys.items()}
+    assert len(set(passphrases.values())) == 3
+    for name, directory in keys.items():
+        assert oct((directory / "passphrase").stat().st_mode & 0o777) == "0o600"
+        pki.read_private_key(directory / key_files[name], passphrases[name])
+        for other, passphrase in passphrases.items():
+            if other != name:
+                with pytest.raises(pki.KeyStoreError):
+                    pki.read_private_key(directory / key_files[name], passphrase)
+    # Nothing at runtime reads the root key: move it (and its passphrase) away, the map still serves.
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    for name in ("root.key.pem", "passphrase"):
+        (net / "network-root" / name).rename(offline / name)
+    server = subprocess.Popen(
+        [*CLI, "networkmap", "serve", "--dir", str(net)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env_without_passphrase(),
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("corda-trio networkmap: serving http://"), line
+        url = line.split()[3]
+        node_info = (net / "nodes" / "alice" / "node-info").read_bytes()
+        request = urllib.request.Request(f"{url}/network-map/publish", data=node_info, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=20)
+    assert server.returncode == 0, err
