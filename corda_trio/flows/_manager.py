@@ -364,24 +364,36 @@ class FlowManager:
     # --- starting -----------------------------------------------------------------------------------------
 
     async def start_flow(
-        self, flow: FlowLogic[Any] | str | type[FlowLogic[Any]], /, **args: Any
+        self,
+        flow: FlowLogic[Any] | str | type[FlowLogic[Any]],
+        /,
+        *,
+        client_id: str | None = None,
+        **args: Any,
     ) -> FlowHandle:
         """Start a flow: an instance, or a startable flow's name or class with named arguments (see
-        :func:`build_flow`). Returns once the flow is running (not durable until its first transition).
+        :func:`build_flow`). Returns once the flow is running (it is durable after its first transition).
+
+        ``client_id`` makes the start idempotent (Corda's client id): the flow id is ``C-<client_id>``, and if
+        that flow exists (running or finished and still remembered) its handle is returned and nothing starts.
+        After a crash, starting again with the same client id either finds the flow or starts it afresh (a
+        start that never reached its first checkpoint left nothing behind, not even a message).
 
         Raises:
             FlowManagerDrainingError: the manager is draining.
             UnknownFlowError / ValueError: see :func:`build_flow`.
         """
         await trio.lowlevel.checkpoint()
+        if isinstance(flow, FlowLogic) and args:
+            raise TypeError("arguments are given with a flow name or class, not with an instance")
+        flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
+        if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
+            return FlowHandle(flow_id, self)
         if self._draining:
             raise FlowManagerDrainingError("the node is draining: no new flows are started")
         if self._nursery is None:
             raise RuntimeError("the flow manager is not running")
         instance = flow if isinstance(flow, FlowLogic) else build_flow(flow, args)
-        if isinstance(flow, FlowLogic) and args:
-            raise TypeError("arguments are given with a flow name or class, not with an instance")
-        flow_id = str(uuid.uuid4())
         state = new_initiator(flow_id, instance)
         runner = _Runner(flow_id, state, encode_checkpoint(state))
         runner.post(Start(now=time.time()))
