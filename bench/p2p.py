@@ -2,6 +2,9 @@
 
     python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
 
+``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile and writes ``DIR/sender.pstats`` and
+``DIR/receiver.pstats`` (the figures are then not representative).
+
 Node A (sender) and node B (receiver) each run a broker (WAL queues, fsync ``always``, commit helper process),
 the messaging service, the inbound acceptor and the bridge manager (``corda_trio.messaging`` / ``.bridge``)
 on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Two phases:
@@ -196,7 +199,15 @@ def _node_main(node_dir: Path) -> None:
             )
             nursery.cancel_scope.cancel()
 
-    trio.run(run)
+    profile = os.environ.get("BENCH_P2P_PROFILE")
+    if profile:  # cProfile of this node process (slows it down: for finding hot spots, not for figures)
+        import cProfile
+
+        with cProfile.Profile() as prof:
+            trio.run(run)
+        prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
+    else:
+        trio.run(run)
 
 
 # --- the orchestrator ---------------------------------------------------------------------------------------

@@ -121,8 +121,9 @@ class _RemoteConsumer:
         self._held[delivery.delivery_id] = delivery
         return _RemoteDelivery(delivery.delivery_id, delivery.payload)
 
-    async def ack(self, message_id: int) -> None:
-        await self._held.pop(message_id).accept()
+    async def ack_many(self, message_ids: Sequence[int]) -> None:
+        for message_id in message_ids:
+            await self._held.pop(message_id).accept()
 
 
 @attrs.frozen(eq=False)

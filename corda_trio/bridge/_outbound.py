@@ -23,10 +23,11 @@ Cancellation at any checkpoint is the same as a failure: nothing is acked unless
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol
 
@@ -69,7 +70,7 @@ class OutboundConsumer(Protocol):
 
     def __aiter__(self) -> AsyncIterator[Any]: ...
 
-    async def ack(self, message_id: int) -> None: ...
+    async def ack_many(self, message_ids: Sequence[int]) -> None: ...
 
 
 class OutboundSource(Protocol):
@@ -269,8 +270,8 @@ class Bridge:
                 nursery.start_soon(self._watch_peer, peer, address)
                 await stream_queue(consumer, sender, nursery, self._count_delivered)
 
-    def _count_delivered(self, message_id: int) -> None:
-        self.delivered += 1
+    def _count_delivered(self, count: int) -> None:
+        self.delivered += count
 
     async def _watch_connection(self, conn: transport.AmqpConnection) -> None:
         await conn.wait_closed()
@@ -293,25 +294,63 @@ async def stream_queue(
     nursery: trio.Nursery,
     acked: Callable[[int], None] | None = None,
 ) -> None:
-    """Send what ``consumer`` hands out, each unsettled as soon as ``sender`` has credit; a task in
-    ``nursery`` per message acks it when the peer settles it ``accepted`` (then calls ``acked``) and raises
-    :class:`DeliveryRefusedError` for any other outcome (which ends the nursery: the caller's consumer then
-    puts back whatever was not acked). Used by the bridges and by the node's local endpoint."""
+    """Send what ``consumer`` hands out, each unsettled as soon as ``sender`` has credit, and ack in the
+    queue what the peer settles ``accepted``. Used by the bridges and by the node's local endpoint.
+
+    One settling task (started in ``nursery``) takes the sent messages in order: it waits for the oldest
+    one's outcome, then takes every following one already settled too, and acks them all with one
+    ``ack_many`` (one group commit) before calling ``acked(count)``. Any outcome other than ``accepted`` (or
+    the link failing) raises :class:`DeliveryRefusedError` (or the transport's error), which ends the nursery:
+    the caller's consumer then puts back whatever was not acked, in order.
+    """
+    sent: collections.deque[tuple[int, transport.PendingDelivery]] = collections.deque()
+    more = _Signal()
+    nursery.start_soon(_settle_in_order, consumer, sent, more, acked)
+    send = sender.send_nowait
     async for delivery in consumer:
-        pending = await sender.start_send(delivery.payload)
+        try:
+            pending = send(delivery.payload)
+        except trio.WouldBlock:
+            pending = await sender.start_send(delivery.payload)
         assert pending is not None
-        nursery.start_soon(_settle, consumer, delivery.message_id, pending, acked)
+        sent.append((delivery.message_id, pending))
+        more.set()
 
 
-async def _settle(
+@attrs.define(eq=False)
+class _Signal:
+    """A re-armable event: ``set`` wakes the waiter, if any (cheaper than a new ``trio.Event`` each time)."""
+
+    _event: trio.Event | None = None
+
+    def set(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = trio.Event()
+        await self._event.wait()
+
+
+async def _settle_in_order(
     consumer: OutboundConsumer | store.Consumer,
-    message_id: int,
-    pending: transport.PendingDelivery,
+    sent: collections.deque[tuple[int, transport.PendingDelivery]],
+    more: _Signal,
     acked: Callable[[int], None] | None,
 ) -> None:
-    outcome: Any = await pending.outcome()
-    if not isinstance(outcome, amqp.Accepted):
-        raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
-    await consumer.ack(message_id)
-    if acked is not None:
-        acked(message_id)
+    while True:
+        while not sent:
+            await more.wait()
+        await sent[0][1].outcome()  # raises if the link or connection failed first
+        ids = []
+        while sent and (sent[0][1].settled or sent[0][1].error is not None):
+            message_id, pending = sent.popleft()
+            outcome: Any = await pending.outcome() if not pending.settled else pending.state
+            if not isinstance(outcome, amqp.Accepted):
+                raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
+            ids.append(message_id)
+        await consumer.ack_many(ids)
+        if acked is not None:
+            acked(len(ids))

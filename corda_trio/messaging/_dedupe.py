@@ -26,6 +26,7 @@ in-flight window of all peers; replays by a restarted sender must also come back
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -120,25 +121,37 @@ class Deduplicator:
         If cancelled, the record may or may not be stored and the claim stays in place, so that the message
         is neither processed twice nor acked by this process.
         """
-        if dedup_id not in self._processing:
-            raise ValueError(f"{dedup_id!r} was not claimed with begin()")
-        gen = self._generations[-1]
-        while len(gen.ids) >= self._retain:
-            gen = await self._rotate(gen)
-        gen.ids.append(dedup_id)  # reserve the slot now so that concurrent commits rotate in time
-        gen.pending += 1
-        try:
-            await gen.queue.enqueue(receipt, headers=dedup_id.encode())
-        except BaseException:
-            gen.ids.remove(dedup_id)
-            raise
-        finally:
-            gen.pending -= 1
-            if gen.pending == 0:
-                gen.idle.set()
-                gen.idle = trio.Event()
-        self._processed[dedup_id] = receipt
-        self._processing.discard(dedup_id)
+        await self.commit_many([(dedup_id, receipt)])
+
+    async def commit_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Like :meth:`commit` for several ``(id, receipt)`` pairs, in one group commit per generation."""
+        for dedup_id, _ in items:
+            if dedup_id not in self._processing:
+                raise ValueError(f"{dedup_id!r} was not claimed with begin()")
+        start = 0
+        while start < len(items):
+            gen = self._generations[-1]
+            while len(gen.ids) >= self._retain:
+                gen = await self._rotate(gen)
+            chunk = items[start : start + self._retain - len(gen.ids)]
+            start += len(chunk)
+            ids = [dedup_id for dedup_id, _ in chunk]
+            gen.ids.extend(ids)  # reserve the slots now so that concurrent commits rotate in time
+            gen.pending += 1
+            try:
+                await gen.queue.enqueue_many([(receipt, dedup_id.encode()) for dedup_id, receipt in chunk])
+            except BaseException:
+                for dedup_id in ids:
+                    gen.ids.remove(dedup_id)
+                raise
+            finally:
+                gen.pending -= 1
+                if gen.pending == 0:
+                    gen.idle.set()
+                    gen.idle = trio.Event()
+            for dedup_id, receipt in chunk:
+                self._processed[dedup_id] = receipt
+                self._processing.discard(dedup_id)
 
     async def _rotate(self, full: _Generation) -> _Generation:
         async with self._rotate_lock:

@@ -13,7 +13,8 @@ task, so handlers see messages in inbox order (which is send order per sender: b
 it). For each message: claim its ``_AMQ_DUPL_ID`` with the :class:`Deduplicator` (a duplicate is acked and
 dropped), wait for a handler of its topic, await the handler, then, in a separate commit task so that the
 next message can be handled meanwhile, commit the id (and the handler's receipt) durably and only then ack the
-inbox message. A handler that raises gets the message again after :data:`HANDLER_RETRY_SECONDS`.
+inbox message. Commits and acks are batched: whatever was handled while the previous group commit ran goes
+into the next one. A handler that raises gets the message again after :data:`HANDLER_RETRY_SECONDS`.
 Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
 unless their id was committed.
 """
@@ -21,9 +22,10 @@ unless their id was committed.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -267,10 +269,13 @@ class MessagingService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Consume the inbox and dispatch to the handlers until cancelled."""
         dedup = self.deduplicator
+        # (inbox message id, dedup id to commit or None for a duplicate, receipt), in handling order
+        done_send, done_receive = trio.open_memory_channel[tuple[int, str | None, bytes]](math.inf)
         async with (
             self.inbox.consumer(credit=self.config.inbox_credit) as consumer,
             trio.open_nursery() as commits,
         ):
+            commits.start_soon(self._commit_loop, consumer, done_receive)
             task_status.started()
             async for delivery in consumer:
                 try:
@@ -283,7 +288,7 @@ class MessagingService:
                     continue
                 if not dedup.begin(message.dedup_id):
                     log.debug("duplicate %s dropped", message.dedup_id)
-                    commits.start_soon(consumer.ack, delivery.message_id)
+                    done_send.send_nowait((delivery.message_id, None, b""))
                     continue
                 handler = await self._handler_for(message.topic)
                 try:
@@ -296,20 +301,68 @@ class MessagingService:
                     consumer.release(delivery.message_id)
                     await trio.sleep(HANDLER_RETRY_SECONDS)
                     continue
-                commits.start_soon(
-                    self._commit, consumer, delivery.message_id, message.dedup_id, receipt or b""
-                )
+                if callable(receipt):  # a deferred receipt: awaited aside, the next message goes on
+                    commits.start_soon(
+                        self._await_deferred,
+                        consumer,
+                        delivery.message_id,
+                        message.dedup_id,
+                        receipt,
+                        done_send,
+                    )
+                else:
+                    done_send.send_nowait((delivery.message_id, message.dedup_id, receipt or b""))
 
-    async def _commit(
-        self, consumer: store.Consumer, message_id: int, dedup_id: str, receipt: bytes | DeferredReceipt
+    async def _await_deferred(
+        self,
+        consumer: store.Consumer,
+        message_id: int,
+        dedup_id: str,
+        receipt: DeferredReceipt,
+        done: trio.MemorySendChannel[tuple[int, str | None, bytes]],
     ) -> None:
-        if callable(receipt):
-            try:
-                receipt = await receipt() or b""
-            except Exception as exc:
-                log.warning("deferred handler outcome of %s failed (%s); redelivering", dedup_id, exc)
-                self.deduplicator.abandon(dedup_id)
-                consumer.release(message_id)
-                return
-        await self.deduplicator.commit(dedup_id, receipt)
-        await consumer.ack(message_id)
+        try:
+            outcome = await receipt() or b""
+        except Exception as exc:
+            log.warning("deferred handler outcome of %s failed (%s); redelivering", dedup_id, exc)
+            self.deduplicator.abandon(dedup_id)
+            consumer.release(message_id)
+            return
+        done.send_nowait((message_id, dedup_id, outcome))
+
+    async def _commit_loop(
+        self,
+        consumer: store.Consumer,
+        done: trio.MemoryReceiveChannel[tuple[int, str | None, bytes]],
+    ) -> None:
+        """Commit the handled messages' ids (whatever has accumulated, in one group commit), then hand their
+        inbox ids to the acker, which acks whatever has accumulated in one group commit too. The two stages
+        overlap: batch k is acked while batch k+1 is committed. An inbox message is acked only after its id
+        (and receipt) is durable; a duplicate needs no commit."""
+        ack_send, ack_receive = trio.open_memory_channel[list[int]](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_ack_loop, consumer, ack_receive)
+            async for first in done:
+                batch = [first, *_drain(done)]
+                items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
+                if items:
+                    await self.deduplicator.commit_many(items)
+                ack_send.send_nowait([message_id for message_id, _, _ in batch])
+
+
+def _drain(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:
+    """Everything ``channel`` holds right now."""
+    out = []
+    while True:
+        try:
+            out.append(channel.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return out
+
+
+async def _ack_loop(consumer: store.Consumer, ready: trio.MemoryReceiveChannel[list[int]]) -> None:
+    async for first in ready:
+        ids = list(first)
+        for more in _drain(ready):
+            ids += more
+        await consumer.ack_many(ids)
