@@ -8,14 +8,15 @@ connection's validated user. Per connection, link requests are answered: a sende
 inbox gets a receiving link with ``credit``; anything else is refused with ``amqp:unauthorized-access`` and a
 description naming the one allowed address.
 
-Per accepted link a reader task moves deliveries into a bounded channel and a writer task takes whatever has
-arrived (in order), validates each message (decodable, required headers, size at most ``max_message_size``,
+Per accepted link one task takes whatever has arrived on the link (in order), validates each message
+(decodable, required headers, size at most ``max_message_size``,
 ``_AMQ_VALIDATED_USER`` absent or equal to the TLS subject), rejects the bad ones with their condition (the
 link stays up), stamps ``_AMQ_VALIDATED_USER`` on the good ones and appends them to the inbox in one group
 commit; only when that returns, i.e. the batch is durable, are they settled ``accepted``. Order is kept: one
 writer per link, batches in arrival order. Flow control: the engine grants credit again only as deliveries are
 taken from the link, and the writer takes them only as fast as the inbox commits, so a slow disk slows the
-peers instead of growing memory (at most ``2 * credit`` messages per link in memory).
+peers instead of growing memory (at most ``credit`` messages per link in memory, plus what a peer overruns
+within the engine's bound).
 
 The same writer serves the node's local endpoint when the bridge runs in its own process
 (:meth:`InboundAcceptor.pump_link` with ``user=None``): there the out-of-process acceptor has checked and
@@ -127,59 +128,49 @@ class InboundAcceptor:
         ``user``: the peer's TLS subject, stamped on each message; ``None`` for a trusted local bridge whose
         messages carry the stamp already (required).
         """
-        send, receive = trio.open_memory_channel[transport.Delivery](self.config.credit)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, receiver, send)
-                await self._write(receive, user)
-        except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
-            log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
-
-    async def _read(
-        self, receiver: transport.Receiver, send: trio.MemorySendChannel[transport.Delivery]
-    ) -> None:
-        async with send:
-            try:
-                async for delivery in receiver:
-                    await send.send(delivery)
-            except transport.AmqpTransportError:
-                return  # the link or connection ended: the writer finishes what arrived, then stops
-
-    async def _write(self, receive: trio.MemoryReceiveChannel[transport.Delivery], user: str | None) -> None:
-        max_size = self.config.max_message_size
-        async for first in receive:
-            batch = [first]
             while True:
                 try:
-                    batch.append(receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            good: list[tuple[transport.Delivery, bytes]] = []
-            for delivery in batch:
-                try:
-                    message = amqp.Message.decode(delivery.payload)
-                    check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
-                    if user is not None:
-                        stamped = stamp_validated_user(message, user).encode()
-                    else:
-                        stamped = delivery.payload
-                        if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
-                            raise InvalidMessageError(
-                                "amqp:unauthorized-access",
-                                f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
-                            )
-                except amqp.DecodeError as exc:
-                    self.rejected += 1
-                    await delivery.reject("amqp:decode-error", f"malformed message: {exc}")
-                    continue
-                except InvalidMessageError as exc:
-                    self.rejected += 1
-                    log.warning("%s: rejected a message: %s", user, exc.description)
-                    await delivery.reject(exc.condition, exc.description)
-                    continue
-                good.append((delivery, stamped))
-            if good:
-                await self.inbox.enqueue_many([payload for _, payload in good])
-                for delivery, _ in good:
-                    await delivery.accept()
-                self.accepted += len(good)
+                    batch = [await receiver.receive()]
+                except trio.EndOfChannel:
+                    return
+                while True:  # and whatever else has arrived meanwhile
+                    try:
+                        batch.append(receiver.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self._store(batch, user)
+        except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("%s: link %s ended: %s", user, receiver.name, exc)
+
+    async def _store(self, batch: list[transport.Delivery], user: str | None) -> None:
+        max_size = self.config.max_message_size
+        good: list[tuple[transport.Delivery, bytes]] = []
+        for delivery in batch:
+            try:
+                message = amqp.Message.decode(delivery.payload)
+                check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
+                if user is not None:
+                    stamped = stamp_validated_user(message, user).encode()
+                else:
+                    stamped = delivery.payload
+                    if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
+                        raise InvalidMessageError(
+                            "amqp:unauthorized-access",
+                            f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
+                        )
+            except amqp.DecodeError as exc:
+                self.rejected += 1
+                await delivery.reject("amqp:decode-error", f"malformed message: {exc}")
+                continue
+            except InvalidMessageError as exc:
+                self.rejected += 1
+                log.warning("%s: rejected a message: %s", user, exc.description)
+                await delivery.reject(exc.condition, exc.description)
+                continue
+            good.append((delivery, stamped))
+        if good:
+            await self.inbox.enqueue_many([payload for _, payload in good])
+            for delivery, _ in good:
+                await delivery.accept()
+            self.accepted += len(good)

@@ -351,6 +351,24 @@ class Receiver:
             self._replenish()
         return delivery
 
+    def receive_nowait(self) -> Delivery:
+        """The next delivery if one has arrived already (to take a batch after :meth:`receive`).
+
+        Raises:
+            trio.WouldBlock: nothing buffered right now.
+            LinkDetachedError / AmqpConnectionError / trio.EndOfChannel: as :meth:`receive`.
+        """
+        try:
+            delivery = self._receive_channel.receive_nowait()
+        except trio.EndOfChannel:
+            if self._error is not None:
+                raise self._error from None
+            raise
+        self._taken += 1
+        if self._taken >= self._refill_after:
+            self._replenish()
+        return delivery
+
     def _replenish(self) -> None:
         conn = self._conn
         if self._error is not None or conn._broken is not None:
