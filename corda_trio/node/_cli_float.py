@@ -91,6 +91,9 @@ def _tunnel_pki(args: argparse.Namespace) -> int:
     return 0
 
 
+_KINDS = {int: "an integer", str: "a string", float: "a number", dict: "a table"}
+
+
 class _Toml:
     """Typed access to a parsed float.toml; every error names the file and the key."""
 
@@ -112,7 +115,7 @@ class _Toml:
         if kind is float and isinstance(node, int) and not isinstance(node, bool):
             node = float(node)
         if not isinstance(node, kind) or (kind is int and isinstance(node, bool)):
-            raise self._fail(key, f"must be a {kind.__name__}, got {type(node).__name__}")
+            raise self._fail(key, f"must be {_KINDS[kind]}, got {type(node).__name__} {node!r}")
         return node
 
     def file(self, key: str) -> Path:

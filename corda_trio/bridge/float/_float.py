@@ -31,6 +31,7 @@ and the peer sends it again when its link or connection ends.
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Mapping
@@ -136,7 +137,6 @@ class Float:
     latency: LatencySummary = attrs.field(factory=LatencySummary)
     _control_busy: bool = False
     _activation: _Activation | None = None
-    _connections: int = 0
 
     def _step(self, event: FloatInput) -> str:
         effect, self.state = float_transition(self.state, event)
@@ -296,37 +296,38 @@ class Float:
     async def _serve_public(
         self, activation: _Activation, context: ssl.SSLContext, *, task_status: trio.TaskStatus[int]
     ) -> None:
+        async def serve_one(stream: trio.abc.Stream) -> None:
+            await self._peer(stream, activation, context)
+
+        async def refuse(stream: trio.abc.Stream) -> None:
+            self.audit.write("connection-refused", peer=_peer_name(stream), reason="max_connections reached")
+
         with activation.scope:
             listeners = await trio.open_tcp_listeners(self.config.public_port, host=self.config.public_host)
             port = int(listeners[0].socket.getsockname()[1])
             async with trio.open_nursery() as nursery:
-                task_status.started(port)
-                await trio.serve_listeners(
-                    lambda stream: self._peer(stream, activation, context), listeners, handler_nursery=nursery
+                await nursery.start(
+                    functools.partial(
+                        transport.serve_listeners,
+                        serve_one,
+                        listeners,
+                        max_connections=self.config.max_connections,
+                        refuse=refuse,
+                    )
                 )
+                task_status.started(port)
 
-    async def _peer(
-        self, stream: trio.SocketStream, activation: _Activation, context: ssl.SSLContext
-    ) -> None:
-        try:
-            host, port = stream.socket.getpeername()[:2]
-            peer = f"{host}:{port}"
-        except OSError:
-            peer = "<unknown>"
-        if self._connections >= self.config.max_connections:
-            self.audit.write("connection-refused", peer=peer, reason="max_connections reached")
-            await trio.aclose_forcefully(stream)
-            return
-        self._connections += 1
+    async def _peer(self, stream: trio.abc.Stream, activation: _Activation, context: ssl.SSLContext) -> None:
+        peer = _peer_name(stream)
         self.audit.write("connection", peer=peer)
         try:
             await self._serve_peer(stream, peer, activation, context)
-        finally:
-            self._connections -= 1
-            await trio.aclose_forcefully(stream)
+        except Exception:  # supervision boundary: one broken peer connection must not close the listener
+            log.exception("peer %s: connection failed", peer)
+            self.audit.write("close", peer=peer, condition="amqp:internal-error")
 
     async def _serve_peer(
-        self, stream: trio.SocketStream, peer: str, activation: _Activation, context: ssl.SSLContext
+        self, stream: trio.abc.Stream, peer: str, activation: _Activation, context: ssl.SSLContext
     ) -> None:
         timeout = self.config.handshake_timeout_seconds
         try:
@@ -455,3 +456,11 @@ class Float:
             else:
                 self.refused_deliveries += 1
             self.latency.add(user, trio.current_time() - started)
+
+
+def _peer_name(stream: trio.abc.Stream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
+        return f"{host}:{port}"
+    except (AttributeError, OSError):
+        return "<unknown>"

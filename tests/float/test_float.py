@@ -1,0 +1,246 @@
+"""The float on its own, in one process over real sockets and TLS: activation commands, what it refuses on
+the public side, the end-to-end window, the single control link, the audit log."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from corda_trio import amqp, messaging, pki, transport
+from corda_trio.bridge import float as fl
+from tests.p2p_harness import NOW, contexts
+
+from .test_inprocess import node_tls
+
+
+@contextlib.asynccontextmanager
+async def running_float(
+    float_creds: fl.TunnelCredentials, bob: pki.NodeCredentials, root: Any, tmp_path: Path
+) -> AsyncIterator[tuple[fl.Float, int]]:
+    flt = fl.Float(
+        fl.FloatConfig(
+            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
+        ),
+        audit=fl.AuditLog(tmp_path / "audit.jsonl"),
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(flt.run)
+        yield flt, port
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def control(port: int, creds: fl.TunnelCredentials) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """A hand-driven inside: (commands sender, reports receiver, inbound receiver)."""
+    async with transport.open_amqp_connection(
+        "127.0.0.1",
+        port,
+        ssl_context=creds.client_context(),
+        peer_check=lambda t: fl.check_tunnel_peer(t, "float"),
+    ) as conn:
+        commands = await conn.open_sender(fl.CONTROL_ADDRESS)
+        reports = await conn.open_receiver(fl.EVENTS_ADDRESS, credit=8)
+        inbound = await conn.open_receiver(fl.INBOUND_ADDRESS, credit=4)
+        yield commands, reports, inbound
+
+
+async def command(commands: Any, reports: Any, message: fl.ControlMessage) -> Any:
+    assert isinstance(await commands.send(fl.encode_control(message)), amqp.Accepted)
+    delivery = await reports.receive()
+    await delivery.accept()
+    return fl.decode_control(delivery.message)
+
+
+def inbox_of(creds: pki.NodeCredentials) -> str:
+    return messaging.inbox_address(pki.key_hash(creds.identity.cert.public_key()))
+
+
+def activate(inbox: str, *, credit: int = 4, tls_ref: str = "node") -> fl.ActivateFloat:
+    return fl.ActivateFloat(activation_id="x1", tls_ref=tls_ref, inboxes=(inbox,), credit=credit)
+
+
+async def test_activation_deactivation_and_bad_commands(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    async with running_float(float_creds, bob, network.root.cert, tmp_path) as (flt, port):
+        with trio.fail_after(30):
+            async with control(port, bridge_creds) as (commands, reports, _):
+                report = await command(commands, reports, activate(inbox_of(bob), tls_ref="nope"))
+                assert isinstance(report, fl.FloatActivationFailed) and report.condition == "amqp:not-found"
+                assert flt.state is fl.FloatState.CONNECTED and flt.public_port is None
+                report = await command(commands, reports, activate(inbox_of(bob)))
+                assert isinstance(report, fl.FloatActivated) and report.public_port == flt.public_port
+                public = report.public_port
+                await trio.open_tcp_stream("127.0.0.1", public)  # open
+                outcome = await commands.send(b"\x00\x53\x70")  # not a message
+                assert isinstance(outcome, amqp.Rejected) and outcome.error.condition == "amqp:decode-error"
+                report = await command(commands, reports, fl.DeactivateFloat(reason="maintenance"))
+                assert report == fl.FloatDeactivated(reason="maintenance")
+                assert flt.state is fl.FloatState.CONNECTED
+                with pytest.raises(OSError):
+                    await trio.open_tcp_stream("127.0.0.1", public)
+                report = await command(commands, reports, activate(inbox_of(bob)))
+                assert isinstance(report, fl.FloatActivated)
+                # activating an active float is a protocol error: the control link closes, the port with it
+                await commands.start_send(fl.encode_control(activate(inbox_of(bob))))
+                with trio.fail_after(10):
+                    while flt.state is not fl.FloatState.IDLE:  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            assert flt.public_port is None
+    events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("public-open") == 2 and kinds.count("public-closed") == 2
+    assert "activation-failed" in kinds and kinds[-1] == "control-down"
+
+
+async def test_one_control_link_at_a_time_and_only_with_a_bridge_certificate(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tunnel: fl.TunnelPki,
+    tmp_path: Path,
+) -> None:
+    other_float = tunnel.issue("float", "float-z", now=NOW)
+    async with running_float(float_creds, bob, network.root.cert, tmp_path) as (flt, port):
+        with trio.fail_after(30):
+            async with control(port, bridge_creds):
+                while flt.state is not fl.FloatState.CONNECTED:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                with pytest.raises((transport.AmqpTransportError, trio.BrokenResourceError)):
+                    async with control(port, bridge_creds):
+                        pass
+            # a float certificate, or a node certificate, does not open the control link
+            for wrong in (other_float.client_context(), contexts(bob, network.root.cert)[1]):
+                with pytest.raises((transport.HandshakeError, transport.AmqpTransportError)):
+                    async with transport.open_amqp_connection(
+                        "127.0.0.1",
+                        port,
+                        ssl_context=wrong,
+                        peer_check=lambda t: fl.check_tunnel_peer(t, "float"),
+                    ) as conn:
+                        await conn.open_sender(fl.CONTROL_ADDRESS)
+    kinds = [json.loads(x)["event"] for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert "control-refused" in kinds
+
+
+async def test_public_side_refusals_and_the_end_to_end_window(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    root = network.root.cert
+    inbox = inbox_of(bob)
+    foreign = pki.NetworkCredentials.create(now=NOW).issue_node(alice.legal_name, now=NOW)
+    async with running_float(float_creds, bob, root, tmp_path) as (_, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                report = await command(commands, reports, activate(inbox, credit=4))
+                public = report.public_port
+
+                def dial(creds: pki.NodeCredentials, trust: Any = root) -> Any:
+                    return transport.open_amqp_connection(
+                        "127.0.0.1", public, ssl_context=contexts(creds, trust)[1],
+                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+                    )  # fmt: skip
+
+                async with dial(alice) as conn:
+                    for address, refused in (
+                        (inbox_of(carol), True),
+                        ("internal.peers.DLx", True),
+                        (inbox, False),
+                    ):
+                        if refused:
+                            with pytest.raises(transport.LinkDetachedError, match="unauthorized-access"):
+                                await conn.open_sender(address)
+                    with pytest.raises(transport.LinkDetachedError, match="unauthorized-access"):
+                        await conn.open_receiver(inbox)
+                    first = await conn.open_sender(inbox)
+                    # window 4: this link reserved it all (2 credit + 2 in flight); a second is refused
+                    with pytest.raises(transport.LinkDetachedError, match="resource-limit-exceeded"):
+                        await conn.open_sender(inbox)
+                    with trio.fail_after(5):
+                        while first.credit == 0:  # noqa: ASYNC110
+                            await trio.sleep(0.01)
+                    assert first.credit == 2
+                    # a spoofed validated user is refused by the float itself, the rest forwarded and settled
+                    # with the inside's outcome
+                    spoofed = wire(alice, 0, user=str(carol.legal_name))
+                    outcome = await first.send(spoofed)
+                    assert (
+                        isinstance(outcome, amqp.Rejected)
+                        and outcome.error.condition == "amqp:unauthorized-access"
+                    )
+                    pending = [await first.start_send(wire(alice, i)) for i in (1, 2)]
+                    got = [await inbound.receive(), await inbound.receive()]
+                    envelopes = [fl.ForwardedDelivery.decode(d.payload) for d in got]
+                    assert [e.source for e in envelopes] == [str(alice.legal_name)] * 2
+                    assert all(e.target == inbox for e in envelopes)
+                    stamped = amqp.Message.decode(envelopes[0].payload).application_properties
+                    assert stamped[messaging.HEADER_VALIDATED_USER] == str(alice.legal_name)
+                    await got[0].accept()
+                    await got[1].reject("amqp:invalid-field", "inside says no")
+                    assert isinstance(await pending[0].outcome(), amqp.Accepted)
+                    second = await pending[1].outcome()
+                    assert isinstance(second, amqp.Rejected) and second.error.description == "inside says no"
+                # another network's node is refused at TLS
+                with pytest.raises((transport.HandshakeError, transport.AmqpTransportError, OSError)):
+                    async with dial(foreign, trust=root) as conn:
+                        await conn.open_sender(inbox)
+    events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "tls" and e["outcome"] == "refused" for e in events)
+    refused = [e["condition"] for e in events if e["event"] == "link-refused"]
+    assert refused.count("amqp:unauthorized-access") == 3 and "amqp:resource-limit-exceeded" in refused
+
+
+def wire(sender: pki.NodeCredentials, i: int, *, user: str | None = None) -> bytes:
+    message = messaging.to_amqp(
+        messaging.OutgoingMessage(topic="t", data=b"%d" % i, dedup_id=f"d{i}"),
+        platform_version=1, release_version="t", sender_uuid="u", send_seq_no=i,
+    )  # fmt: skip
+    props = dict(message.application_properties or {})
+    if user is not None:
+        props[messaging.HEADER_VALIDATED_USER] = user
+    return amqp.Message(
+        header=message.header, properties=message.properties, application_properties=props, body=message.body
+    ).encode()
+
+
+def test_audit_log_rotates_by_size_and_summarises_latency(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    audit = fl.AuditLog(path, max_bytes=400, backups=2, clock=lambda: "T")
+    for i in range(30):
+        audit.write("connection", peer=f"10.0.0.{i}:1")
+    summary = fl.LatencySummary()
+    for ms in range(1, 101):
+        summary.add("O=A, L=B, C=GB", ms / 1000)
+    audit.write_latency(summary)
+    audit.close()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    assert all(p.stat().st_size <= 400 for p in tmp_path.iterdir())
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last == {"ts": "T", "event": "latency", "legal_name": "O=A, L=B, C=GB", "count": 100,
+                    "p50_ms": 50.0, "p99_ms": 99.0, "max_ms": 100.0}  # fmt: skip
+    lines = [
+        json.loads(x)
+        for p in ("audit.jsonl.2", "audit.jsonl.1", "audit.jsonl")
+        for x in (tmp_path / p).read_text().splitlines()
+    ]
+    peers = [int(e["peer"].split(".")[3].split(":")[0]) for e in lines if e["event"] == "connection"]
+    assert peers == list(range(30 - len(peers), 30))  # the newest kept, in order; older rotated away
+    assert summary.drain() == {}
