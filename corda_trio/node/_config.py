@@ -47,7 +47,11 @@ Theory of operation
     commit_process = true                # group commits in a helper process (false: worker threads)
 
     [bridge]
-    mode = "in-process"                  # "in-process" | "external" (a separate `corda-trio bridge`)
+    mode = "in-process"                  # "in-process" | "external" (a separate `corda-trio bridge start`)
+    # external only: the node's local endpoint the bridge process connects to (loopback), and its login
+    # endpoint = "127.0.0.1:10005"
+    # username = "bridge"
+    # password_env = "CORDA_TRIO_BRIDGE_PASSWORD"   # or password_file = "bridge.password" (mode 0600)
 
     [logging]
     format = "text"                      # "text" | "json" (one JSON object per line)
@@ -66,6 +70,7 @@ absolute.  ``networkmap.toml`` works the same way for ``corda-trio networkmap se
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -183,6 +188,10 @@ class NodeConfig:
     #: ``None``: no /metrics endpoint.
     metrics_address: tuple[str, int] | None = ("127.0.0.1", 0)
     bridge_mode: BridgeMode = BridgeMode.IN_PROCESS
+    #: External mode: where the local endpoint listens (loopback; port 0: any), its user and password source.
+    bridge_endpoint: tuple[str, int] = ("127.0.0.1", 0)
+    bridge_username: str = "bridge"
+    bridge_password: KeyPassphrase | None = None
     log_format: LogFormat = LogFormat.TEXT
     log_level: str = "info"
     #: ``None``: ``<base_directory>/logs/node.log``.
@@ -328,7 +337,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     p2p = r.section("p2p", {"address", "listen"})
     rpc = r.section("rpc", {"address", "users"})
     metrics = r.section("metrics", {"address", "enabled"})
-    bridge_table = r.section("bridge", {"mode"})
+    bridge_table = r.section("bridge", {"mode", "endpoint", "username", "password_env", "password_file"})
     logging_table = r.section("logging", {"format", "level", "file"})
     shutdown = r.section("shutdown", {"timeout_seconds"})
     net = r.section(
@@ -367,6 +376,15 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         raise r.fail("metrics.enabled", f"must be true or false, got {metrics_enabled!r}")
     metrics_address = _listen_address(r, metrics, "address", "metrics.address", "127.0.0.1:0")
     bridge_mode = r.choice(bridge_table, "mode", "bridge.mode", BridgeMode, BridgeMode.IN_PROCESS)
+    bridge_endpoint = _listen_address(r, bridge_table, "endpoint", "bridge.endpoint", "127.0.0.1:0")
+    if bridge_endpoint[0] != "localhost" and not _is_loopback(bridge_endpoint[0]):
+        raise r.fail("bridge.endpoint", f"must be a loopback address, got {bridge_endpoint[0]!r}")
+    bridge_username = r.string(bridge_table, "username", "bridge.username", "bridge")
+    bridge_password = None
+    if "password_env" in bridge_table or "password_file" in bridge_table:
+        bridge_password = _secret_source(r, bridge_table, "bridge", base)
+    elif bridge_mode is BridgeMode.EXTERNAL:
+        raise r.fail("bridge", 'mode = "external" needs password_env or password_file (endpoint password)')
     log_format = r.choice(logging_table, "format", "logging.format", LogFormat, LogFormat.TEXT)
     log_level = logging_table.get("level", "info")
     if log_level not in LOG_LEVELS:
@@ -386,6 +404,9 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         rpc_users=_rpc_users(r, rpc.get("users", [])),
         metrics_address=metrics_address if metrics_enabled else None,
         bridge_mode=bridge_mode,
+        bridge_endpoint=bridge_endpoint,
+        bridge_username=bridge_username,
+        bridge_password=bridge_password,
         log_format=log_format,
         log_level=log_level,
         log_file=log_file,
@@ -414,7 +435,28 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     )
 
 
-def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _secret_source(r: _Reader, table: dict[str, Any], section: str, base: Path) -> KeyPassphrase:
+    env, file = table.get("password_env"), table.get("password_file")
+    if env is not None and (not isinstance(env, str) or not env.replace("_", "").isalnum()):
+        raise r.fail(f"{section}.password_env", f"must be an environment variable name, got {env!r}")
+    if file is not None and (not isinstance(file, str) or not file):
+        raise r.fail(f"{section}.password_file", "must be a non-empty path")
+    try:
+        return KeyPassphrase(env=env, file=_join(base, file) if file else None)
+    except ConfigError:
+        raise r.fail(section, "give exactly one of password_env and password_file") from None
+
+
+def _listen_address(
+    r: _Reader, table: dict[str, Any], key: str, where: str, default: str
+) -> tuple[str, int]:
     """``HOST:PORT`` where port 0 (any free port) is allowed."""
     text = r.string(table, key, where, default)
     host, sep, port = text.rpartition(":")
@@ -559,6 +601,7 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "",
         "[bridge]",
         f"mode = {_toml_str(config.bridge_mode.value)}",
+        *_bridge_lines(config, base),
         "",
         "[logging]",
         f"format = {_toml_str(config.log_format.value)}",
@@ -570,6 +613,19 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _bridge_lines(config: NodeConfig, base: Path) -> list[str]:
+    if config.bridge_mode is BridgeMode.IN_PROCESS and config.bridge_password is None:
+        return []
+    host, port = config.bridge_endpoint
+    lines = [f"endpoint = {_toml_str(f'{host}:{port}')}", f"username = {_toml_str(config.bridge_username)}"]
+    source = config.bridge_password
+    if source is not None and source.env is not None:
+        lines.append(f"password_env = {_toml_str(source.env)}")
+    elif source is not None and source.file is not None:
+        lines.append(f"password_file = {_toml_str(_rel(source.file, base))}")
+    return lines
 
 
 def dump_network_map_config(config: NetworkMapServiceConfig, config_dir: Path) -> str:

@@ -1,20 +1,224 @@
-"""The node's side of the flow framework: starts the flow manager and serves the flow RPC calls.
+"""The node's side of the flow framework: runs the flow manager and serves the flow RPC calls.
 
-Until ``corda_trio.flows`` provides its manager, the node runs without flows (``start_flow_host``
-returns ``None``) and the flow RPC methods answer ``unavailable``.
+:class:`FlowHost` owns the :class:`corda_trio.flows.FlowManager` (opened over the node's messaging service, so
+checkpoints resume when it starts) and answers ``start_flow``, ``watch_flow``, ``list_flows``, ``retry_flow``,
+``kill_flow`` and ``registered_flows``. A flow started over RPC runs in the manager's nursery: the caller may
+wait for its result or disconnect, the flow goes on either way. The host remembers when each flow it started
+began, for ``list_flows`` and the ``corda_trio_flow_duration_seconds`` histogram.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
-from corda_trio import messaging
+from corda_trio import flows, messaging, rpc
 
-__all__ = ["start_flow_host"]
+if TYPE_CHECKING:
+    from ._node import Node
+
+__all__ = ["FlowHost", "start_flow_host"]
+
+log = logging.getLogger("corda_trio.node.flows")
+
+#: How many start times of flows started over RPC the host remembers (for listing and latency).
+STARTED_RETAIN: Final[int] = 10_000
+#: list_flows state filter -> FlowInfo statuses.
+STATES: Final[dict[str, tuple[str, ...]]] = {
+    "running": ("running", "sleeping", "retrying"),
+    "parked": ("parked",),
+    "finished": ("completed",),
+    "failed": ("failed",),
+}
+_ENDED: Final = ("completed", "failed")
 
 
-async def start_flow_host(node: Any, nursery: trio.Nursery, service: messaging.MessagingService) -> Any:
-    await trio.lowlevel.checkpoint()
-    return None
+def _state(status: str) -> str:
+    for state, statuses in STATES.items():
+        if status in statuses:
+            return state
+    return status
+
+
+@attrs.define(eq=False)
+class FlowHost:
+    """See the module docstring."""
+
+    node: Node
+    manager: flows.FlowManager
+    nursery: trio.Nursery
+    #: flow id -> (flow name, wall-clock start, monotonic start) of flows started over RPC
+    _started: dict[str, tuple[str, float, float]] = attrs.field(factory=dict)
+
+    # --- lifecycle, for the node -------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Take no new flows, and wait until running flows have finished (parked ones do not count)."""
+        self.manager.drain()
+        await self.manager.wait_drained()
+
+    def set_draining(self, draining: bool) -> None:
+        if draining:
+            self.manager.drain()
+        else:
+            self.manager.undrain()
+
+    def statistics(self) -> dict[str, int]:
+        s = self.manager.statistics()
+        return {
+            "started": s.started,
+            "finished": s.completed,
+            "failed": s.failed,
+            "running": s.running,
+            "parked": s.parked,
+            "transitions": s.transitions,
+            "checkpoint_writes": s.checkpoint_writes,
+        }
+
+    def registered(self) -> list[str]:
+        return sorted(name.rsplit(".", 1)[-1] for name in flows.registry.initiating)
+
+    def rpc_handlers(self) -> dict[str, rpc.Handler]:
+        return {
+            "start_flow": self._start_flow,
+            "watch_flow": self._watch_flow,
+            "list_flows": self._list_flows,
+            "retry_flow": self._retry_flow,
+            "kill_flow": self._kill_flow,
+            "registered_flows": self._registered_flows,
+        }
+
+    # --- RPC ---------------------------------------------------------------------------------------
+
+    async def _start_flow(self, call: rpc.Call) -> Any:
+        name = call.args["flow"]
+        args = call.args.get("args", {})
+        if not isinstance(args, dict):
+            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, "'args' must be a map of the flow's arguments")
+        try:
+            handle = await self.manager.start_flow(name, **args)
+        except flows.FlowManagerDrainingError as exc:
+            raise rpc.RpcError(rpc.ErrorCode.DRAINING, str(exc)) from None
+        except flows.UnknownFlowError as exc:
+            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+        except (ValueError, TypeError) as exc:
+            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, str(exc)) from None
+        except RuntimeError as exc:  # the manager is not running (the node is stopping)
+            raise rpc.RpcError(rpc.ErrorCode.UNAVAILABLE, str(exc)) from None
+        self._remember(handle.flow_id, name)
+        # The flow's outcome is observed here, in the node's nursery, whether or not the caller waits.
+        self.nursery.start_soon(self._observe, handle.flow_id, name)
+        log.info("flow %s %s started by RPC user %s", name, handle.flow_id, call.user.username)
+        if not call.args.get("wait", True):
+            return handle.flow_id
+        await call.send_event({"flow_id": handle.flow_id, "state": "running"})
+        try:
+            return await handle.result()
+        except flows.FlowException as exc:
+            raise rpc.RpcError(rpc.ErrorCode.FLOW_FAILED, f"flow {handle.flow_id}: {exc}") from None
+        except flows.UnknownFlowError as exc:
+            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+
+    def _remember(self, flow_id: str, name: str) -> None:
+        self._started[flow_id] = (name, time.time(), time.monotonic())
+        while len(self._started) > STARTED_RETAIN:
+            self._started.pop(next(iter(self._started)))
+
+    async def _observe(self, flow_id: str, name: str) -> None:
+        outcome = "finished"
+        try:
+            await self.manager.wait_result(flow_id)
+        except flows.FlowException:
+            outcome = "failed"
+        except flows.UnknownFlowError:
+            return
+        started = self._started.get(flow_id)
+        if started is not None and self.node.metrics is not None:
+            self.node.metrics.flow_duration.labels(flow=name).observe(time.monotonic() - started[2])
+        log.info("flow %s %s %s", name, flow_id, outcome)
+
+    def _info(self, info: flows.FlowInfo) -> dict[str, Any]:
+        started = self._started.get(info.flow_id)
+        out: dict[str, Any] = {
+            "flow_id": info.flow_id,
+            "flow": info.flow_name.rsplit(".", 1)[-1],
+            "flow_class": info.flow_name,
+            "state": _state(info.status),
+            "status": info.status,
+            "result": info.result if info.status == "completed" else None,
+            "error": info.error,
+            "suspends": info.suspends,
+            "initiator": info.initiator,
+        }
+        if started is not None:
+            at = dt.datetime.fromtimestamp(started[1], dt.UTC)
+            out["started_at"] = at.isoformat(timespec="milliseconds")
+        return out
+
+    def _find(self, flow_id: object) -> flows.FlowInfo:
+        if not isinstance(flow_id, str):
+            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, "'flow_id' must be a string")
+        for info in self.manager.flows():
+            if info.flow_id == flow_id:
+                return info
+        raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, f"no flow {flow_id} (unknown, or finished long ago)")
+
+    async def _watch_flow(self, call: rpc.Call) -> Any:
+        flow_id = call.args.get("flow_id")
+        last: tuple[str, int] | None = None
+        while True:
+            version = self.manager.version
+            info = self._find(flow_id)
+            if info.status in _ENDED:
+                return self._info(info)
+            if (info.status, info.suspends) != last:
+                last = (info.status, info.suspends)
+                await call.send_event(self._info(info))
+            await self.manager.wait_changed(version)
+
+    async def _list_flows(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        state = call.args.get("state")
+        if state is not None and state not in STATES:
+            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, f"'state' must be one of {', '.join(STATES)}")
+        out = [self._info(i) for i in self.manager.flows()]
+        return [f for f in out if state is None or f["state"] == state]
+
+    async def _retry_flow(self, call: rpc.Call) -> Any:
+        info = self._find(call.args.get("flow_id"))
+        try:
+            await self.manager.retry(info.flow_id)
+        except flows.UnknownFlowError as exc:
+            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+        log.info("flow %s retried by RPC user %s", info.flow_id, call.user.username)
+        return self._info(self._find(info.flow_id))
+
+    async def _kill_flow(self, call: rpc.Call) -> Any:
+        info = self._find(call.args.get("flow_id"))
+        try:
+            await self.manager.kill(info.flow_id, f"killed by RPC user {call.user.username}")
+        except flows.UnknownFlowError as exc:
+            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+        log.info("flow %s killed by RPC user %s", info.flow_id, call.user.username)
+        with trio.move_on_after(5):
+            try:
+                await self.manager.wait_result(info.flow_id)
+            except (flows.FlowException, flows.UnknownFlowError):
+                pass
+        return self._info(self._find(info.flow_id))
+
+    async def _registered_flows(self, call: rpc.Call) -> Any:
+        await trio.lowlevel.checkpoint()
+        return self.registered()
+
+
+async def start_flow_host(node: Node, nursery: trio.Nursery, service: messaging.MessagingService) -> FlowHost:
+    """Open the flow manager (loading checkpoints) and start it in ``nursery``: flows resume."""
+    manager = await flows.FlowManager.open(service)
+    await nursery.start(manager.run)
+    return FlowHost(node=node, manager=manager, nursery=nursery)

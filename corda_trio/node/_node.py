@@ -84,10 +84,13 @@ class NodeAddresses:
     rpc: str
     metrics: str | None
     key_hash: str
+    #: External bridge mode: the local endpoint the bridge process connects to.
+    bridge_endpoint: str | None = None
 
     def ready_line(self) -> str:
-        metrics = f" metrics {self.metrics}" if self.metrics else ""
-        return f"node ready: {self.legal_name}  p2p {self.p2p}  rpc {self.rpc}{metrics}"
+        metrics = f"  metrics {self.metrics}" if self.metrics else ""
+        endpoint = f"  bridge endpoint {self.bridge_endpoint}" if self.bridge_endpoint else ""
+        return f"node ready: {self.legal_name}  p2p {self.p2p}  rpc {self.rpc}{metrics}{endpoint}"
 
 
 def _lock_base_directory(base: Path) -> int:
@@ -186,6 +189,7 @@ class Node:
     _material: _Material | None = None
     _started: float = attrs.field(factory=time.monotonic)
     _stop: trio.Event = attrs.field(factory=trio.Event)
+    _rpc_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _flow_host: Any = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -207,11 +211,6 @@ class Node:
         runtime_file = cfg.base_directory / RUNTIME_FILE_NAME
         try:
             self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
-            if cfg.bridge_mode is BridgeMode.EXTERNAL:
-                raise NodeStartError(
-                    'bridge.mode = "external" needs a separately started bridge, which this version '
-                    'cannot serve yet; use "in-process"'
-                )
             broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
             cfg.store_directory.mkdir(parents=True, exist_ok=True)
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
@@ -224,6 +223,7 @@ class Node:
                     task_status.started(addresses)
                     await self._stop.wait()
                     await self._shutdown(nursery)
+                log.info("tasks stopped; closing the store")
             runtime_file.unlink(missing_ok=True)
             log.info("node stopped cleanly")
         finally:
@@ -245,22 +245,11 @@ class Node:
             self.peers,
         )
         self.service = service
-        acceptor = bridge.InboundAcceptor(
-            inbox=service.inbox,
-            ssl_context=material.server_context,
-            config=bridge.AcceptorConfig(
-                host=cfg.p2p_listen.host, port=cfg.p2p_listen.port, max_message_size=max_size
-            ),
-        )
-        self.acceptor = acceptor
-        try:
-            p2p_port = await nursery.start(acceptor.run)
-        except OSError as exc:
-            raise NodeStartError(f"cannot listen for peers on {cfg.p2p_listen}: {exc.strerror}") from None
-        self.bridges = bridge.BridgeManager(
-            messaging=service, resolver=self.peers, ssl_context=material.client_context
-        )
-        await nursery.start(self.bridges.run)
+        bridge_endpoint = None
+        if cfg.bridge_mode is BridgeMode.EXTERNAL:
+            bridge_endpoint = await self._start_endpoint(nursery, service, max_size)
+        else:
+            await self._start_bridges(nursery, service, material, max_size)
         await self._start_network_map(nursery, material)
         await self._start_flows(nursery, service)
         await nursery.start(service.run)
@@ -271,7 +260,7 @@ class Node:
             port=cfg.rpc_address.port,
         )
         try:
-            rpc_port = await nursery.start(self.rpc_server.run)
+            rpc_port = await nursery.start(self._run_rpc)
         except OSError as exc:
             raise NodeStartError(f"cannot listen for RPC on {cfg.rpc_address}: {exc.strerror}") from None
         metrics_at = None
@@ -285,11 +274,67 @@ class Node:
             metrics_at = f"http://{_host_port(host, metrics_port)}/metrics"
         return NodeAddresses(
             legal_name=str(cfg.legal_name),
-            p2p=_host_port(cfg.p2p_address.host, cfg.p2p_address.port or p2p_port),
+            p2p=str(cfg.p2p_address),
             rpc=f"ws://{_host_port(cfg.rpc_address.host, rpc_port)}",
             metrics=metrics_at,
             key_hash=material.key_hash,
+            bridge_endpoint=bridge_endpoint,
         )
+
+    async def _start_bridges(
+        self, nursery: trio.Nursery, service: messaging.MessagingService, material: _Material, max_size: int
+    ) -> None:
+        """In-process bridge mode: the inbound acceptor and the bridge manager."""
+        cfg = self.config
+        acceptor = bridge.InboundAcceptor(
+            inbox=service.inbox,
+            ssl_context=material.server_context,
+            config=bridge.AcceptorConfig(
+                host=cfg.p2p_listen.host, port=cfg.p2p_listen.port, max_message_size=max_size
+            ),
+        )
+        self.acceptor = acceptor
+        try:
+            await nursery.start(acceptor.run)
+        except OSError as exc:
+            raise NodeStartError(f"cannot listen for peers on {cfg.p2p_listen}: {exc.strerror}") from None
+        self.bridges = bridge.BridgeManager(
+            messaging=service, resolver=self.peers, ssl_context=material.client_context
+        )
+        await nursery.start(self.bridges.run)
+
+    async def _start_endpoint(
+        self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
+    ) -> str:
+        """External bridge mode: serve the local endpoint a ``corda-trio bridge start`` process uses."""
+        cfg = self.config
+        assert cfg.bridge_password is not None
+        try:
+            password = cfg.bridge_password.read().decode()
+        except ConfigError as exc:
+            raise NodeStartError(f"bridge endpoint password: {exc}") from None
+        host, port = cfg.bridge_endpoint
+        endpoint = bridge.LocalEndpoint(
+            messaging=service,
+            resolver=self.peers,
+            config=bridge.EndpointConfig(
+                username=cfg.bridge_username,
+                password=password,
+                host=host,
+                port=port,
+                max_message_size=max_size,
+            ),
+        )
+        try:
+            bound = await nursery.start(endpoint.run)
+        except OSError as exc:
+            raise NodeStartError(f"cannot listen for the bridge on {host}:{port}: {exc.strerror}") from None
+        return _host_port(host, bound)
+
+    async def _run_rpc(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        assert self.rpc_server is not None
+        with self._rpc_scope:  # cancelled first when the node stops: no new RPC
+            await self.rpc_server.run(task_status=task_status)
 
     async def _start_network_map(self, nursery: trio.Nursery, material: _Material) -> None:
         cfg = self.config
@@ -365,11 +410,14 @@ class Node:
         timeout = self.config.shutdown_timeout_seconds
         log.info("stopping: draining (up to %.0f s for running flows)", timeout)
         self.draining = True
+        self._rpc_scope.cancel()
         with trio.move_on_after(timeout) as scope:
             if self._flow_host is not None:
                 await self._flow_host.drain()
         if scope.cancelled_caught:
             log.warning("flows still running after %.0f s: they resume from their checkpoints", timeout)
+        else:
+            log.info("no flow is running")
         nursery.cancel_scope.cancel()
 
     # --- views for RPC and metrics ----------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 :func:`open_node_processes` starts one process per ``node.toml``, waits until each printed its ready line,
 and on leaving the block (normally, by an error or by cancellation, Ctrl-C included) stops every one of them:
-SIGTERM, then SIGKILL for any that has not exited after ``stop_timeout_seconds``. No child outlives it.
+SIGTERM (all at once), then SIGKILL for any that has not exited after ``stop_timeout_seconds``. No child
+outlives it.
 Each child's stderr goes to ``<base dir>/logs/console.log``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -140,6 +142,4 @@ async def open_node_processes(
             async with trio.open_nursery() as nursery:
                 for n in started:
                     if n is not None:
-                        nursery.start_soon(
-                            lambda n=n: n.stop(timeout_seconds=stop_timeout_seconds)  # type: ignore[misc]
-                        )
+                        nursery.start_soon(functools.partial(n.stop, timeout_seconds=stop_timeout_seconds))

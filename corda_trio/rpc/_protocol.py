@@ -16,7 +16,8 @@ that shape gets an error frame with ``id`` null (or its id, if one could be read
 A request larger than :data:`MAX_REQUEST_BYTES` closes the connection with websocket close code 1009.
 
 Permissions are strings: ``admin`` (everything), ``read`` (node info, network map, queues, flows),
-``start_flow:*`` (any flow) and ``start_flow:<FlowName>`` (that flow).
+``start_flow:*`` (any flow) and ``start_flow:<FlowName>`` (that flow, by its class name, e.g. ``PingPong``,
+or its full name).
 """
 
 from __future__ import annotations
@@ -126,7 +127,12 @@ def allowed(permissions: Iterable[str], method: str, flow: str | None = None) ->
     if need is None:
         return True
     if need == "start_flow":
-        return f"{_START_PREFIX}*" in perms or (flow is not None and f"{_START_PREFIX}{flow}" in perms)
+        if f"{_START_PREFIX}*" in perms:
+            return True
+        # A flow is named by its class name or its full name; a permission may use either.
+        return flow is not None and (
+            f"{_START_PREFIX}{flow}" in perms or f"{_START_PREFIX}{flow.rsplit('.', 1)[-1]}" in perms
+        )
     return need in perms
 
 

@@ -29,9 +29,8 @@ def make_network(
     out = []
     for node in net.nodes:
         path = node.directory / "node.toml"
-        cfg = attrs.evolve(
-            _config.load_node_config(path), rpc_users=USERS, shutdown_timeout_seconds=5.0, **overrides
-        )
+        settings: dict[str, object] = {"rpc_users": USERS, "shutdown_timeout_seconds": 5.0, **overrides}
+        cfg = attrs.evolve(_config.load_node_config(path), **settings)
         path.write_text(_config.dump_node_config(cfg, node.directory), encoding="utf-8")
         out.append((path, _config.load_node_config(path)))
     return out

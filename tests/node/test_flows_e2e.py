@@ -1,0 +1,174 @@
+"""Real node processes from their configs running flows over RPC; /metrics; SIGTERM in the middle of flows."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from corda_trio import rpc
+from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
+
+from .netutil import PASSWORD, make_network
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB, CAROL = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR", "O=Carol,L=New York,C=US"
+
+
+async def scrape(node: NodeProcess) -> dict[str, float]:
+    """The node's /metrics parsed with prometheus_client's text parser: {name{labels}: value}."""
+    assert node.metrics_url is not None
+    port = int(node.metrics_url.rsplit(":", 1)[1].split("/")[0])
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"text/plain" in head, head
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def total(samples: dict[str, float], name: str) -> float:
+    return sum(v for k, v in samples.items() if k.startswith(name + "{"))
+
+
+async def wait_for_peers(client: rpc.RpcClient, count: int) -> None:
+    with trio.fail_after(60):
+        while len(await client.network_map()) < count:  # noqa: ASYNC110 (another process's state)
+            await trio.sleep(0.2)
+
+
+async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -> None:
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, CAROL])
+    async with open_node_processes(nodes) as (alice, bob, carol):
+        async with (
+            rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+            rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+            rpc.connect(carol.rpc_url, "ops", PASSWORD) as c,
+        ):
+            for client in (a, b, c):
+                await wait_for_peers(client, 3)
+            before = {n: await scrape(p) for n, p in (("a", alice), ("b", bob))}
+            assert "PingPong" in await a.registered_flows()
+
+            # Flows across every pair, concurrently.
+            results: dict[str, Any] = {}
+
+            async def run(key: str, client: rpc.RpcClient, flow: str, **args: Any) -> None:
+                results[key] = await client.start_flow(flow, **args)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: run("ab", a, "PingPong", recipient=BOB, rounds=3))
+                nursery.start_soon(lambda: run("bc", b, "PingPong", recipient=CAROL, rounds="4"))
+                nursery.start_soon(lambda: run("ca", c, "PingPong", recipient=ALICE, rounds=2))
+                nursery.start_soon(lambda: run("cast", c, "Broadcast", recipients=[ALICE, BOB], message="hi"))
+            assert results["ab"] == 3 and results["bc"] == 4 and results["ca"] == 2
+            assert results["cast"] == [
+                "O=Alice, L=London, C=GB got hi", "O=Bob, L=Paris, C=FR got hi",
+            ]  # fmt: skip
+
+            # A flow that fails at the counterparty: its error comes back as flow-failed.
+            with pytest.raises(rpc.RpcError) as failed:
+                await a.start_flow("FailingFlow", recipient=BOB, reason="no thanks")
+            assert failed.value.code == "flow-failed" and "no thanks" in failed.value.message
+            for bad, code in (
+                (a.start_flow("NoSuchFlow"), "not-found"),
+                (a.start_flow("PingPong", recipient=BOB, colour="red"), "bad-arguments"),
+                (a.start_flow("PingPong", recipient=BOB, rounds="many"), "bad-arguments"),
+            ):
+                with pytest.raises(rpc.RpcError) as info:
+                    await bad
+                assert info.value.code == code, info.value
+
+            # Launch, then follow: progress events, then the final state.
+            flow_id = await a.launch_flow("PingPong", recipient=CAROL, rounds=5)
+            events = [e async for e in a.watch_flow(flow_id)]
+            assert events[-1]["state"] == "finished" and events[-1]["result"] == 5
+            assert all(e["flow_id"] == flow_id for e in events)
+            listed = {f["flow_id"]: f for f in await a.list_flows("finished")}
+            assert listed[flow_id]["flow"] == "PingPong" and listed[flow_id]["result"] == 5
+            assert any(f["state"] == "failed" for f in await a.list_flows("failed"))
+
+            # A client that vanishes mid-call leaves its flow running.
+            async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as gone:
+                with trio.move_on_after(0.05):
+                    await gone.start_flow("PingPong", recipient=BOB, rounds=20)
+            with trio.fail_after(60):
+                while not [f for f in await a.list_flows("finished") if f["result"] == 20]:  # noqa: ASYNC110
+                    await trio.sleep(0.2)
+
+            # Drain: no new flows; undrain: flows again.
+            await a.drain()
+            with pytest.raises(rpc.RpcError) as draining:
+                await a.start_flow("PingPong", recipient=BOB)
+            assert draining.value.code == "draining"
+            await a.undrain()
+            assert await a.start_flow("PingPong", recipient=BOB) == 1
+
+            after = {n: await scrape(p) for n, p in (("a", alice), ("b", bob))}
+        for name in ("corda_trio_p2p_messages_sent_total", "corda_trio_p2p_messages_received_total",
+                     "corda_trio_flows_started_total"):  # fmt: skip
+            for n in ("a", "b"):
+                assert total(after[n], name) > total(before[n], name), (n, name)
+        assert total(after["a"], "corda_trio_flow_duration_seconds_count") >= 5
+        assert after["a"]["corda_trio_flows_finished_total{outcome=failed}"] >= 1
+        assert after["a"]["corda_trio_rpc_calls_total{method=start_flow,outcome=flow-failed}"] == 1
+        assert after["a"]["corda_trio_bridge_state{peer=O=Bob, L=Paris, C=FR,state=connected}"] == 1
+        assert total(after["b"], "corda_trio_queue_depth_messages") >= 0
+
+
+async def test_sigterm_during_200_flows_then_restart_all_complete_none_twice(tmp_path: Path) -> None:
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], shutdown_timeout_seconds=0.5)
+    count = 200
+    async with open_node_processes(nodes) as (alice, bob):
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            ids = [await a.launch_flow("PingPong", recipient=BOB, rounds=10) for _ in range(count)]
+            assert len(set(ids)) == count
+            with trio.fail_after(60):  # some have finished, most are still running
+                while len(await a.list_flows("finished")) < 5:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            running_at_stop = len(await a.list_flows("running"))
+        with trio.fail_after(30):  # bounded: the drain timeout, then a clean stop
+            codes = [await alice.stop(signal.SIGTERM), await bob.stop(signal.SIGTERM)]
+        assert codes == [0, 0]
+    assert running_at_stop > 0, "every flow finished before SIGTERM: the test did not test a stop"
+    for _, cfg in nodes:
+        assert "node stopped cleanly" in cfg.log_path.read_text()
+
+    restarted = [await start_node_process(p, c) for p, c in nodes]
+    try:
+        async with (
+            rpc.connect(restarted[0].rpc_url, "ops", PASSWORD) as a,
+            rpc.connect(restarted[1].rpc_url, "ops", PASSWORD) as b,
+        ):
+            with trio.fail_after(120):
+                while len(await a.list_flows("finished")) < count:  # noqa: ASYNC110
+                    await trio.sleep(0.2)
+            finished = await a.list_flows("finished")
+            assert sorted(f["flow_id"] for f in finished) == sorted(ids)  # all of them, each once
+            assert all(f["result"] == 10 for f in finished)
+            assert await a.list_flows("failed") == [] and await a.list_flows("parked") == []
+            with trio.fail_after(60):
+                while len(await b.list_flows("finished")) < count:  # noqa: ASYNC110
+                    await trio.sleep(0.2)
+            responders = await b.list_flows("finished")
+            # One responder per initiated flow: none ran twice, none answered twice.
+            assert len(responders) == count and len({f["flow_id"] for f in responders}) == count
+            assert all(f["result"] == 10 for f in responders)
+            assert await b.list_flows("running") == []
+    finally:
+        for n in restarted:
+            await n.stop()
