@@ -56,10 +56,7 @@ PURE_MODULES = [
 
 # Product modules that still import bench/, each with the reason; the test fails once one no longer does,
 # so the entry must then be removed.
-KNOWN_BENCH_IMPORTS = {
-    # The node helper is replacing the in-process demo with a multi-process one that drops this import.
-    "corda_trio/node/_cli_demo.py": "the in-process demo reuses the bench harness's record writing",
-}
+KNOWN_BENCH_IMPORTS: dict[str, str] = {}
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:

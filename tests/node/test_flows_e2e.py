@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import rpc
+from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
@@ -172,3 +177,50 @@ async def test_sigterm_during_200_flows_then_restart_all_complete_none_twice(tmp
     finally:
         for n in restarted:
             await n.stop()
+
+
+async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path) -> None:
+    (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
+    alice_cfg = attrs.evolve(
+        alice_cfg,
+        bridge_mode=_config.BridgeMode.EXTERNAL,
+        bridge_password=_config.KeyPassphrase(env="TEST_BRIDGE_PASSWORD"),
+    )
+    alice_path.write_text(_config.dump_node_config(alice_cfg, alice_cfg.base_directory), encoding="utf-8")
+    env = {"TEST_BRIDGE_PASSWORD": "bridge-secret"}
+    alice = await start_node_process(alice_path, _config.load_node_config(alice_path), env=env)
+    bob = await start_node_process(bob_path, bob_cfg)
+    certs = alice_cfg.base_directory / "certificates"
+    bridge_toml = tmp_path / "bridge.toml"
+    bridge_toml.write_text(
+        f'[node]\nendpoint = "{alice.addresses["bridge_endpoint"]}"\nusername = "bridge"\n'
+        'password_env = "TEST_BRIDGE_PASSWORD"\n'
+        f'[p2p]\nlisten = "{alice_cfg.p2p_address}"\n'
+        f'[tls]\ncert_chain = "{certs / "tls.chain.pem"}"\nkey = "{certs / "tls.key.pem"}"\n'
+        f'trust_root = "{certs / "network-root.cert.pem"}"\npassphrase_file = "{certs / "passphrase"}"\n',
+        encoding="utf-8",
+    )
+    bridge = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(bridge_toml)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env},
+    )  # fmt: skip
+    try:
+        assert alice.addresses["bridge_endpoint"].startswith("127.0.0.1:")
+        async with (
+            rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+            rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+        ):
+            await wait_for_peers(a, 2)
+            await wait_for_peers(b, 2)
+            with trio.fail_after(60):
+                assert await a.start_flow("PingPong", recipient=BOB, rounds=3) == 3
+                assert await b.start_flow("PingPong", recipient=ALICE, rounds=2) == 2
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        with trio.move_on_after(30):
+            await bridge.wait()
+        if bridge.returncode is None:
+            bridge.kill()
+        await bridge.wait()
+        for n in (alice, bob):
+            assert await n.stop() == 0
