@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -113,6 +114,29 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
             with trio.fail_after(60):
                 while not [f for f in await a.list_flows("finished") if f["result"] == 20]:  # noqa: ASYNC110
                     await trio.sleep(0.2)
+
+            # Kill a running flow (it waits for a peer that will not answer in time: many rounds).
+            long_id = await a.launch_flow("PingPong", recipient=CAROL, rounds=100_000)
+            killed = await a.kill_flow(long_id)
+            assert killed["flow_id"] == long_id and killed["state"] == "failed", killed
+            with pytest.raises(rpc.RpcError) as gone_flow:
+                await a.kill_flow("no-such-flow")
+            assert gone_flow.value.code == "not-found"
+
+            # The operator's flow commands.
+            env = {**os.environ, "CORDA_TRIO_RPC_PASSWORD": PASSWORD}
+            cli = [sys.executable, "-m", "corda_trio", "flow"]
+            started = await trio.run_process(
+                [*cli, "start", "--node", alice.rpc_url, "--user", "ops", "PingPong", f"recipient={BOB}",
+                 "rounds=2"],
+                capture_stdout=True, capture_stderr=True, env=env, check=False,
+            )  # fmt: skip
+            assert started.returncode == 0 and started.stdout.decode().strip() == "2", started.stderr
+            listing = await trio.run_process(
+                [*cli, "list", "--node", alice.rpc_url, "--user", "ops", "--state", "failed", "--json"],
+                capture_stdout=True, capture_stderr=True, env=env, check=False,
+            )  # fmt: skip
+            assert long_id in {f["flow_id"] for f in json.loads(listing.stdout)}, listing.stderr
 
             # Drain: no new flows; undrain: flows again.
             await a.drain()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +36,14 @@ async def _scrape(url: str) -> dict[str, float]:
             key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
             samples[key] = s.value
     return samples
+
+
+async def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = await trio.run_process(
+        [sys.executable, "-m", "corda_trio", *args],
+        capture_stdout=True, capture_stderr=True, check=False, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -> None:
@@ -76,6 +86,37 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
         assert second.returncode == 1
         assert f"another node (pid {alice.process.pid}) is running in base directory" in stderr
         assert len(stderr.strip().splitlines()) == 1, stderr
+
+        # The operator's commands: the password from the environment, never from the command line.
+        base = str(nodes[0][1].base_directory)
+        env = {**os.environ, "CORDA_TRIO_RPC_PASSWORD": PASSWORD}
+        info = await _cli(["node", "info", "--base-dir", base, "--user", "reader"], env)
+        assert (
+            info.returncode == 0
+            and "O=Alice, L=London, C=GB" in info.stdout
+            and "O=Bob, L=Paris, C=FR" in info.stdout
+        )
+        as_json = json.loads(
+            (await _cli(["node", "info", "--node", alice.rpc_url, "--user", "reader", "--json"], env)).stdout
+        )
+        assert as_json["key_hash"] == alice.addresses["key_hash"]
+        undrain = await _cli(["node", "drain", "--config", str(nodes[0][0]), "--user", "ops", "--undo"], env)
+        assert undrain.returncode == 0 and "taking new flows again" in undrain.stdout
+        no_password = await _cli(
+            ["node", "info", "--base-dir", base, "--user", "ops"],
+            {k: v for k, v in os.environ.items() if k != "CORDA_TRIO_RPC_PASSWORD"},
+        )
+        assert no_password.returncode == 2
+        assert no_password.stderr.strip() == (
+            "corda-trio: error: no password: set $CORDA_TRIO_RPC_PASSWORD "
+            "or run from a terminal to be prompted"
+        )
+        wrong = await _cli(
+            ["node", "drain", "--base-dir", base, "--user", "ops"], {**env, "CORDA_TRIO_RPC_PASSWORD": "x"}
+        )
+        assert wrong.returncode == 2 and "unauthenticated: wrong user name or password" in wrong.stderr
+        denied = await _cli(["node", "drain", "--base-dir", base, "--user", "reader"], env)
+        assert denied.returncode == 2 and "forbidden: user reader may not call drain" in denied.stderr
 
         assert await bob.stop(signal.SIGINT) == 130
         with trio.fail_after(15):
