@@ -12,6 +12,7 @@ once over one connection. Every method raises :class:`RpcError` for an error rep
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Mapping
@@ -29,7 +30,7 @@ __all__ = ["RpcClient", "RpcConnectionError", "connect"]
 
 #: Largest reply the client reads (a long flow list or network map).
 MAX_REPLY_BYTES: Final[int] = 64 * 1024 * 1024
-#: Events of one followed call buffered before the reader waits for the caller to take them.
+#: Messages trio-websocket buffers before its reader waits for ours (which never waits).
 EVENT_BUFFER: Final[int] = 1024
 
 
@@ -48,23 +49,24 @@ class RpcClient:
     user: str = ""
     permissions: tuple[str, ...] = ()
     _ids: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
-    _pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = attrs.field(factory=dict)
+    _pending: dict[int, _Pending] = attrs.field(factory=dict)
     _closed: RpcConnectionError | None = None
 
     # --- the generic call --------------------------------------------------------------------------
 
     async def call(self, method: str, **args: Any) -> Any:
         """Call ``method`` and return its result (events, if any, are dropped)."""
-        async with self._request(method, args) as frames:
-            async for frame in frames:
+        async with self._request(method, args) as pending:
+            while True:
+                frame = await pending.get()
                 if "event" not in frame:
                     return _result(frame)
-        raise self._closed or RpcConnectionError("connection closed")  # pragma: no cover
 
     async def stream(self, method: str, **args: Any) -> AsyncIterator[dict[str, Any]]:
         """Call ``method``; yields ``{"event": value}`` for each event and finally ``{"ok": value}``."""
-        async with self._request(method, args) as frames:
-            async for frame in frames:
+        async with self._request(method, args) as pending:
+            while True:
+                frame = await pending.get()
                 if "event" in frame:
                     yield {"event": frame["event"]}
                 else:
@@ -72,19 +74,18 @@ class RpcClient:
                     return
 
     @contextlib.asynccontextmanager
-    async def _request(self, method: str, args: Mapping[str, Any]) -> AsyncIterator[Any]:
+    async def _request(self, method: str, args: Mapping[str, Any]) -> AsyncIterator[_Pending]:
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
-        send, receive = trio.open_memory_channel[dict[str, Any]](EVENT_BUFFER)
-        self._pending[request_id] = send
+        pending = _Pending(self)
+        self._pending[request_id] = pending
         try:
             try:
                 await self._ws.send_message(pack(request_frame(request_id, method, args)))
             except trio_websocket.ConnectionClosed as exc:
                 raise _closed_error(exc) from None
-            async with receive:
-                yield _Frames(receive, self)
+            yield pending
         finally:
             self._pending.pop(request_id, None)
 
@@ -96,21 +97,17 @@ class RpcClient:
                     frame = unpack(data)
                 except RpcProtocolError:
                     continue
-                if not isinstance(frame, dict):
-                    continue
-                channel = self._pending.get(frame.get("id"))  # type: ignore[arg-type]
-                if channel is not None:
-                    try:
-                        await channel.send(frame)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass  # the caller gave up on this call
+                if isinstance(frame, dict):
+                    pending = self._pending.get(frame.get("id"))  # type: ignore[arg-type]
+                    if pending is not None:
+                        pending.put(frame)
         except trio_websocket.ConnectionClosed as exc:
             self._closed = _closed_error(exc)
         finally:
             if self._closed is None:
                 self._closed = RpcConnectionError("connection closed")
-            for channel in self._pending.values():
-                channel.close()
+            for pending in self._pending.values():
+                pending.wake()
 
     # --- typed calls -------------------------------------------------------------------------------
 
@@ -167,18 +164,27 @@ class RpcClient:
 
 
 @attrs.define(eq=False)
-class _Frames:
-    receive: trio.MemoryReceiveChannel[dict[str, Any]]
+class _Pending:
+    """The frames of one call in flight: the reader puts them (never waiting), the caller takes them."""
+
     client: RpcClient
+    frames: collections.deque[dict[str, Any]] = attrs.field(factory=collections.deque)
+    _arrived: trio.Event = attrs.field(factory=trio.Event)
 
-    def __aiter__(self) -> _Frames:
-        return self
+    def put(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        self._arrived.set()
 
-    async def __anext__(self) -> dict[str, Any]:
-        try:
-            return await self.receive.receive()
-        except trio.EndOfChannel:
-            raise self.client._closed or RpcConnectionError("connection closed") from None
+    def wake(self) -> None:
+        self._arrived.set()
+
+    async def get(self) -> dict[str, Any]:
+        while not self.frames:
+            if self.client._closed is not None:
+                raise self.client._closed
+            await self._arrived.wait()
+            self._arrived = trio.Event()
+        return self.frames.popleft()
 
 
 def _result(frame: dict[str, Any]) -> Any:
