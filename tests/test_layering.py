@@ -213,10 +213,7 @@ def test_bench_and_reports_use_the_product_from_above(path: Path) -> None:
 
 # Project files that still name design notes the project does not ship, each with the reason; the test fails
 # once one no longer does, so the entry must then be removed.
-KNOWN_PRIVATE_NOTE_REFERENCES = {
-    # The node helper is replacing the in-process demo (and this docstring with it).
-    "corda_trio/node/_cli_demo.py": "docstring of the demo's P2P message",
-}
+KNOWN_PRIVATE_NOTE_REFERENCES: dict[str, str] = {}
 _NOTES = ("DESIGN" + ".md", "STACK" + "-NOTES")  # split so that this file does not name them itself
 
 

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import secrets
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,6 +110,7 @@ def _main(args: argparse.Namespace) -> int:
     configs, password = prepare_network(net_dir, console)
     result = trio.run(
         functools.partial(
+            _interruptible,
             run_demo,
             net_dir,
             configs,
@@ -129,6 +131,33 @@ def _main(args: argparse.Namespace) -> int:
         f"durable queues with fsync, checkpointed flows; network in {net_dir}"
     )
     return 1 if failed else 0
+
+
+async def _interruptible(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn``; on Ctrl-C cancel it (so every node is stopped and waited for), then raise
+    KeyboardInterrupt (the CLI prints ``interrupted`` and exits 130)."""
+    interrupted = False
+    result: Any = None
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    nursery.cancel_scope.cancel()
+                    return
+
+            async def main() -> None:
+                nonlocal result
+                result = await fn(*args, **kwargs)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(main)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
 
 
 def prepare_network(
