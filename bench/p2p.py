@@ -1,6 +1,13 @@
 """Peer-to-peer benchmark: two node processes, mutual TLS, durable queues with fsync group commit both sides.
 
     python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
+    python -m bench.p2p --via-float [...]    # direct, then through a float, side by side
+
+``--via-float`` runs the benchmark twice with the same settings: directly, then with B behind a float (a
+``corda-trio float start`` process: A's bridge -> float -> control link -> B's ``FloatTunnel`` -> B's inbox;
+B has no P2P port). The second run's phase 2 uses the *direct* run's half rate, so both latencies are taken
+at the same offered load. The last line then carries both summaries, ``throughput_ratio`` (via float /
+direct) and ``p99_delta_ms``, plus the float process's CPU per message.
 
 ``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile and writes ``DIR/sender.pstats`` and
 ``DIR/receiver.pstats`` (the figures are then not representative).
@@ -96,6 +103,18 @@ def _node_main(node_dir: Path) -> None:
                 ssl_context=pki.server_ssl_context(**tls),  # type: ignore[arg-type]
                 config=bridge.AcceptorConfig(credit=1024),
             )
+            tunnel = None
+            if plan.get("float_control_port"):  # --via-float: no P2P port, the float forwards inward
+                from corda_trio.bridge import float as fl
+
+                creds = fl.TunnelCredentials.read(
+                    node_dir / "tunnel.pem", node_dir / "tunnel.key", node_dir / "tunnel-ca.pem"
+                )
+                tunnel = fl.FloatTunnel(
+                    inbox=service.inbox,
+                    tunnel_context=creds.client_context(),
+                    config=fl.TunnelConfig(floats=[("127.0.0.1", plan["float_control_port"])], credit=1024),
+                )
             manager = bridge.BridgeManager(
                 messaging=service,
                 resolver=peers,
@@ -112,7 +131,11 @@ def _node_main(node_dir: Path) -> None:
                     got_all.set()
 
             service.add_message_handler(TOPIC, handler)
-            port = await nursery.start(acceptor.run)
+            if tunnel is None:
+                port = await nursery.start(acceptor.run)
+            else:
+                await nursery.start(tunnel.run)
+                port = (await tunnel.wait_active())[1]
             await nursery.start(manager.run)
             await nursery.start(service.run)
             cpu0 = _cpu_with_helpers()
@@ -173,7 +196,7 @@ def _node_main(node_dir: Path) -> None:
             t1 = time.time_ns()
             cpu_max = _cpu_with_helpers() - cpu_a0
             rate_max = n / ((t1 - t0) / 1e9)
-            rate = rate_max / 2
+            rate = plan.get("half_rate") or rate_max / 2
             # phase 2: open loop at half the measured rate
             count = max(1, int(rate * plan["half_seconds"]))
             start = time.time_ns() + 50_000_000
@@ -252,8 +275,46 @@ def _pct(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))] / 1e6
 
 
-def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Run both phases; returns the summary (and writes records if ``args.records``)."""
+def _start_float(base: Path, net: Any, b: Any, now: dt.datetime) -> tuple[subprocess.Popen[str], int]:
+    """A float process (``corda-trio float start``) for B, and its control port; B's tunnel files."""
+    from corda_trio import pki
+    from corda_trio.bridge import float as fl
+
+    tunnel = fl.TunnelPki.create(now=now)
+    d = base / "float"
+    d.mkdir()
+    tunnel.issue("float", "bench-float", now=now).write(d, "tunnel")
+    b_dir = base / b.legal_name.organisation
+    tunnel.issue("bridge", "bench-bridge", now=now).write(b_dir, "tunnel")
+    for where in (d, b_dir):
+        pki.write_certificates(where / "tunnel-ca.pem", [tunnel.ca.cert])
+    (d / "float.toml").write_text(
+        '[control]\nport = 0\ncert = "tunnel.pem"\nkey = "tunnel.key"\nca = "tunnel-ca.pem"\n'
+        '[public]\nhost = "127.0.0.1"\nport = 0\npeer_link_window = 2048\n'  # one peer: the whole window
+        f'[tls.node]\ncert_chain = "{b_dir}/tls.pem"\nkey = "{b_dir}/tls.key"\n'
+        f'trust_root = "{b_dir}/root.pem"\n'
+        '[audit]\npath = "audit.jsonl"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corda_trio", "float", "start", "--config", str(d / "float.toml")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "control port listening" not in line:
+        proc.kill()
+        raise SystemExit(f"the float did not start: {line!r} (code {proc.wait()})")
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def run_benchmark(
+    args: argparse.Namespace, *, via_float: bool = False, half_rate: float | None = None
+) -> dict[str, Any]:
+    """Run both phases; returns the summary (and writes records if ``args.records``).
+
+    ``via_float``: B sits behind a float process; ``half_rate``: phase 2's rate instead of half the maximum.
+    """
     from corda_trio import pki
 
     now = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
@@ -269,9 +330,18 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             base, a, net.root.cert, {**common, "role": "sender", "half_seconds": args.half_seconds}
         )
         b_dir = _write_node(base, b, net.root.cert, {**common, "role": "receiver"})
+        flt = None
+        if via_float:
+            flt, control_port = _start_float(base, net, b, now)
+            b_plan = json.loads((b_dir / "plan.json").read_text())
+            (b_dir / "plan.json").write_text(json.dumps({**b_plan, "float_control_port": control_port}))
+        if half_rate is not None:
+            a_plan = json.loads((a_dir / "plan.json").read_text())
+            (a_dir / "plan.json").write_text(json.dumps({**a_plan, "half_rate": half_rate}))
         receiver = _start(b_dir)
         sender = _start(a_dir)
         try:
+            float_cpu0 = _cpu_seconds(flt.pid) if flt is not None else 0.0
             port = _read(receiver)["ready"]
             _read(sender)
             b_info = json.loads((b_dir / "plan.json").read_text())
@@ -279,12 +349,14 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             a_done = _read(sender)
             _tell(receiver, {"expect": a_done["expect"]})
             b_done = _read(receiver)
+            float_cpu = _cpu_seconds(flt.pid) - float_cpu0 if flt is not None else None
             sender.wait(60)
             receiver.wait(60)
         finally:
-            for proc in (sender, receiver):
-                if proc.poll() is None:
+            for proc in (sender, receiver, flt):
+                if proc is not None and proc.poll() is None:
                     proc.kill()
+                    proc.wait()
         sent = json.loads((a_dir / "sent.json").read_text())
         delivered = json.loads((b_dir / "delivered.json").read_text())
     finished_at = dt.datetime.now(dt.UTC)
@@ -292,7 +364,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     latencies = sorted(delivered[k] - sent["created"][k] for k in half)
     total = a_done["expect"] - 200
     summary: dict[str, Any] = {
-        "scenario": "p2p",
+        "scenario": "p2p-via-float" if via_float else "p2p",
         "msgs_per_s": round(a_done["phase1_msgs_per_s"], 1),
         "half_rate_msgs_per_s": round(a_done["half_rate"], 1),
         "p50_ms": round(_pct(latencies, 0.50), 3),
@@ -306,10 +378,13 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_us_per_msg_receiver_all": round(b_done["cpu_seconds"] / (total + 200) * 1e6, 1),
         "fsync": "always (group commit, commit helper process), both nodes",
         "tls": "mutual TLS, network root",
+        "path": "A -> float process -> tunnel (mutual TLS, tunnel PKI) -> B" if via_float else "A -> B",
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
         "cpus": os.cpu_count(),
     }
+    if float_cpu is not None:
+        summary["cpu_us_per_msg_float_all"] = round(float_cpu / (total + 200) * 1e6, 1)
     if args.records is not None:
         summary["records"] = _write_records(args, half, sent, delivered, summary, started_at, finished_at)
     return summary
@@ -398,12 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     ap.add_argument("--half-seconds", type=float, default=5.0, help="length of phase 2 (default 5 s)")
     ap.add_argument("--records", type=Path, help="write one record per phase-2 message into this directory")
+    ap.add_argument("--via-float", action="store_true", help="also run with B behind a float; compare")
     args = ap.parse_args(argv)
     if args.node is not None:
         _node_main(args.node)
         return 0
     if args.messages < 1 or args.senders < 1 or args.size < 0 or args.half_seconds <= 0:
         ap.error("--messages and --senders must be >= 1, --size >= 0, --half-seconds > 0")
+    if args.via_float:
+        return _compare_via_float(args)
     summary = run_benchmark(args)
     print(
         f"max sustained {summary['msgs_per_s']:,.0f} msg/s durable at the peer; at half load "
@@ -412,6 +490,28 @@ def main(argv: list[str] | None = None) -> int:
         f"receiver {summary['cpu_us_per_msg_receiver_all']} us; load average {summary['loadavg_before']}"
     )
     print(json.dumps(summary))
+    return 0
+
+
+def _compare_via_float(args: argparse.Namespace) -> int:
+    direct = run_benchmark(args)
+    via = run_benchmark(args, via_float=True, half_rate=direct["half_rate_msgs_per_s"])
+    result = {
+        "scenario": "p2p-via-float",
+        "throughput_ratio": round(via["msgs_per_s"] / direct["msgs_per_s"], 3),
+        "p99_delta_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
+        "p50_delta_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
+        "half_rate_msgs_per_s": direct["half_rate_msgs_per_s"],
+        "direct": direct,
+        "via_float": via,
+    }
+    print(
+        f"direct {direct['msgs_per_s']:,.0f} msg/s, via float {via['msgs_per_s']:,.0f} msg/s "
+        f"(ratio {result['throughput_ratio']}); at {direct['half_rate_msgs_per_s']:,.0f} msg/s: p99 direct "
+        f"{direct['p99_ms']} ms, via float {via['p99_ms']} ms (delta {result['p99_delta_ms']} ms); float CPU "
+        f"{via.get('cpu_us_per_msg_float_all')} us/msg; load average {direct['loadavg_before']}"
+    )
+    print(json.dumps(result))
     return 0
 
 

@@ -18,6 +18,7 @@ Examples::
     host = "0.0.0.0"
     port = 10002
     max_message_size = 10485760    # optional (the network parameter)
+    peer_link_window = 64          # optional: share of the end-to-end window one peer link reserves
 
     [tls.node]                     # node TLS material an activation may name ("tls_ref" = "node")
     cert_chain = "node/tls.pem"
@@ -172,6 +173,9 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     max_size = t.get("public.max_message_size", int, fl.FloatConfig.__attrs_attrs__.max_message_size.default)
     if max_size < 1:
         raise CliError(f"{path}: key 'public.max_message_size': must be at least 1", 2)
+    window = t.get("public.peer_link_window", int, fl.FloatConfig.__attrs_attrs__.peer_link_window.default)
+    if window < 2:
+        raise CliError(f"{path}: key 'public.peer_link_window': must be at least 2", 2)
     config = fl.FloatConfig(
         tunnel=tunnel,
         control_host=t.get("control.host", str, "127.0.0.1"),
@@ -180,6 +184,7 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         public_port=t.port("public.port"),
         tls=tls,
         max_message_size=max_size,
+        peer_link_window=window,
         latency_summary_seconds=t.get("audit.latency_summary_seconds", float, 60.0),
     )
     audit = {

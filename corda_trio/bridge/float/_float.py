@@ -73,8 +73,9 @@ __all__ = ["Float", "FloatConfig", "NodeTls"]
 
 log = logging.getLogger("corda_trio.bridge.float")
 
-#: A peer link reserves at most this much of the end-to-end window (half as credit, half in flight).
-DEFAULT_PEER_LINK_WINDOW: Final = 256
+#: A peer link reserves at most this much of the end-to-end window (half as credit, half in flight): with the
+#: inside's default window of 1024, sixteen peer links at once get a full window each.
+DEFAULT_PEER_LINK_WINDOW: Final = 64
 #: How often the per-peer latency summary is written.
 LATENCY_SUMMARY_SECONDS: Final = 60.0
 _SERVER_SASL: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")

@@ -65,8 +65,9 @@ __all__ = ["FloatActivationError", "FloatTunnel", "TunnelConfig"]
 
 log = logging.getLogger("corda_trio.bridge.float")
 
-#: The end-to-end window: peer deliveries in flight between the float and the inbox.
-DEFAULT_TUNNEL_CREDIT: Final = 256
+#: The end-to-end window: peer deliveries the float may hold (and that are in flight towards the inbox). The
+#: float shares it among peer links (64 each by default), so it also bounds concurrent peer links.
+DEFAULT_TUNNEL_CREDIT: Final = 1024
 #: Room for the envelope's own sections around a message of ``max_message_size``.
 ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
 
