@@ -248,3 +248,36 @@ async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path)
         await bridge.wait()
         for n in (alice, bob):
             assert await n.stop() == 0
+
+
+async def test_second_ctrl_c_stops_at_once_and_the_flows_survive(tmp_path: Path) -> None:
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], shutdown_timeout_seconds=120.0)
+    alice_path, alice_cfg = nodes[0]
+    alice = await start_node_process(alice_path, alice_cfg)  # Bob never runs: the flows wait for him
+    try:
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            ids = {await a.launch_flow("PingPong", recipient=BOB, rounds=2) for _ in range(20)}
+            with trio.fail_after(30):
+                while len(await a.list_flows("running")) < 20:  # noqa: ASYNC110
+                    await trio.sleep(0.1)
+        alice.process.send_signal(signal.SIGINT)
+        with trio.move_on_after(2):
+            await alice.process.wait()
+        assert alice.process.returncode is None, "the first Ctrl-C waits for running flows"
+        alice.process.send_signal(signal.SIGINT)
+        with trio.fail_after(15):
+            assert await alice.process.wait() == 130
+        console = alice.console_tail()
+        assert "SIGINT: stopping (Ctrl-C again to stop at once)" in console
+        assert "stopping at once" in console and "Traceback" not in console
+    finally:
+        await alice.stop()
+    again = await start_node_process(alice_path, alice_cfg)
+    try:
+        async with rpc.connect(again.rpc_url, "ops", PASSWORD) as a:
+            assert {f["flow_id"] for f in await a.list_flows("running")} == ids
+    finally:
+        again.process.send_signal(signal.SIGINT)  # the flows still wait for Bob: stop at once
+        await trio.sleep(0.5)
+        await again.stop(signal.SIGINT)
