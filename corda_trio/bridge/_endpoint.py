@@ -272,7 +272,9 @@ class LocalEndpoint:
         try:
             async with queue.consumer(credit=self.config.credit) as consumer, trio.open_nursery() as n:
                 n.start_soon(_raise_when_detached, sender)
-                await stream_queue(consumer, sender, n)
+                await stream_queue(
+                    consumer, sender, n, dead_letter=self.messaging.dead_letter, queue_name=name
+                )
         except* (transport.AmqpTransportError, DeliveryRefusedError) as group:
             log.info("consumer of %s ended: %s", name, group.exceptions[0])
         finally:

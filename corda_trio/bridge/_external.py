@@ -125,6 +125,21 @@ class _RemoteConsumer:
         for message_id in message_ids:
             await self._held.pop(message_id).accept()
 
+    async def reject(self, message_id: int, condition: str, description: str) -> None:
+        """Pass a peer's rejection on to the node (which moves the message to its dead-letter queue)."""
+        await self._held.pop(message_id).reject(condition, description)
+
+
+async def _reject_at_node(
+    queue_name: str,
+    consumer: _RemoteConsumer,
+    message_id: int,
+    payload: bytes,
+    condition: str,
+    description: str,
+) -> None:
+    await consumer.reject(message_id, condition, description)
+
 
 @attrs.frozen(eq=False)
 class RemoteQueue:
@@ -274,6 +289,7 @@ class ExternalBridge:
                 resolver=self.peers,
                 ssl_context=self.client_ssl_context,
                 config=cfg.bridges,
+                dead_letter=_reject_at_node,
             )
             await nursery.start(self.manager.run)
             async for delivery in notify:

@@ -8,8 +8,9 @@ knows (``internal.peers.<key-hash>``, existing at start or declared on a first s
 the :class:`~corda_trio.messaging.PeerResolver` knows. So a node added to the map (or a first message to it)
 starts a bridge, a node removed from the map stops its bridge (its queue stays, with whatever it holds), and
 an address change is handled by the bridge itself (it reconnects). A bridge that raises is logged and
-restarted after a backoff; it never takes the manager, or the node, down. Stopping a bridge is a
-cancellation, which is safe at any checkpoint (see ``_outbound``).
+restarted after a backoff; it never takes the manager, or the node, down. A message a peer *rejects* is
+moved to the dead-letter queue (``dead_letter``), so that it does not block the queue behind it. Stopping a
+bridge is a cancellation, which is safe at any checkpoint (see ``_outbound``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import trio
 from corda_trio.messaging import MessagingService, PeerResolver, key_hash_of_address
 
 from ._backoff import Backoff
-from ._outbound import Bridge, BridgeConfig, OutboundSource
+from ._outbound import Bridge, BridgeConfig, DeadLetter, OutboundSource
 
 __all__ = ["BridgeManager", "OutboundQueues"]
 
@@ -68,9 +69,15 @@ class BridgeManager:
     resolver: PeerResolver
     ssl_context: ssl.SSLContext | None
     config: BridgeConfig = attrs.field(factory=BridgeConfig)
+    #: For messages a peer rejects; default: ``messaging.dead_letter`` of a ``MessagingService``.
+    dead_letter: DeadLetter | None = None
     _slots: dict[str, _Slot] = attrs.field(factory=dict)
     _stopping: dict[str, _Slot] = attrs.field(factory=dict)
     _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        if self.dead_letter is None and isinstance(self.messaging, MessagingService):
+            self.dead_letter = self.messaging.dead_letter
 
     def bridges(self) -> dict[str, Bridge]:
         """Running bridges by queue name."""
@@ -115,7 +122,11 @@ class BridgeManager:
         for name, queue in wanted.items():
             if name not in self._slots:
                 bridge = Bridge(
-                    queue=queue, resolver=self.resolver, ssl_context=self.ssl_context, config=self.config
+                    queue=queue,
+                    resolver=self.resolver,
+                    ssl_context=self.ssl_context,
+                    config=self.config,
+                    dead_letter=self.dead_letter,
                 )
                 slot = _Slot(bridge=bridge, scope=trio.CancelScope(), previous=self._stopping.pop(name, None))
                 self._slots[name] = slot
@@ -153,4 +164,5 @@ class BridgeManager:
                 resolver=self.resolver,
                 ssl_context=self.ssl_context,
                 config=self.config,
+                dead_letter=self.dead_letter,
             )

@@ -27,7 +27,7 @@ import collections
 import enum
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol
 
@@ -43,6 +43,7 @@ __all__ = [
     "Bridge",
     "BridgeConfig",
     "BridgeState",
+    "DeadLetter",
     "DeliveryRefusedError",
     "OutboundConsumer",
     "OutboundSource",
@@ -80,6 +81,12 @@ class OutboundSource(Protocol):
     def name(self) -> str: ...
 
     def consumer(self, *, credit: int) -> AbstractAsyncContextManager[Any]: ...
+
+
+#: ``async dead_letter(queue name, consumer, message id, payload, condition, description)``: take a message
+#: the peer *rejected* out of the queue for good (see ``MessagingService.dead_letter``), so that the messages
+#: behind it keep flowing. Without one, a rejection ends the session like any other refusal.
+DeadLetter = Callable[[str, Any, int, bytes, str, str], Awaitable[None]]
 
 
 class DeliveryRefusedError(Exception):
@@ -169,6 +176,8 @@ class Bridge:
     ssl_context: ssl.SSLContext | None
     config: BridgeConfig = attrs.field(factory=BridgeConfig)
     backoff: Backoff | None = None
+    #: Where a message the peer rejected goes (``None``: a rejection ends the session and it is sent again).
+    dead_letter: DeadLetter | None = None
     state: BridgeState = BridgeState.RESOLVING
     #: Counters: sessions established, messages acked after ``accepted``, sessions that ended in failure.
     connects: int = 0
@@ -268,7 +277,14 @@ class Bridge:
             ):
                 nursery.start_soon(self._watch_connection, conn)
                 nursery.start_soon(self._watch_peer, peer, address)
-                await stream_queue(consumer, sender, nursery, self._count_delivered)
+                await stream_queue(
+                    consumer,
+                    sender,
+                    nursery,
+                    self._count_delivered,
+                    dead_letter=self.dead_letter,
+                    queue_name=self.queue.name,
+                )
 
     def _count_delivered(self, count: int) -> None:
         self.delivered += count
@@ -293,6 +309,8 @@ async def stream_queue(
     sender: transport.Sender,
     nursery: trio.Nursery,
     acked: Callable[[int], None] | None = None,
+    dead_letter: DeadLetter | None = None,
+    queue_name: str = "",
 ) -> None:
     """Send what ``consumer`` hands out, each unsettled as soon as ``sender`` has credit, and ack in the
     queue what the peer settles ``accepted``. Used by the bridges and by the node's local endpoint.
@@ -301,11 +319,13 @@ async def stream_queue(
     one's outcome, then takes every following one already settled too, and acks them all with one
     ``ack_many`` (one group commit) before calling ``acked(count)``. Any outcome other than ``accepted`` (or
     the link failing) raises :class:`DeliveryRefusedError` (or the transport's error), which ends the nursery:
-    the caller's consumer then puts back whatever was not acked, in order.
+    the caller's consumer then puts back whatever was not acked, in order. With ``dead_letter``, a
+    ``rejected`` message (the peer will never take it) is handed to it instead, after the messages before it
+    were acked, and streaming goes on.
     """
-    sent: collections.deque[tuple[int, transport.PendingDelivery]] = collections.deque()
+    sent: collections.deque[tuple[int, transport.PendingDelivery, bytes]] = collections.deque()
     more = _Signal()
-    nursery.start_soon(_settle_in_order, consumer, sent, more, acked)
+    nursery.start_soon(_settle_in_order, consumer, sent, more, acked, dead_letter, queue_name)
     send = sender.send_nowait
     async for delivery in consumer:
         try:
@@ -313,7 +333,7 @@ async def stream_queue(
         except trio.WouldBlock:
             pending = await sender.start_send(delivery.payload)
         assert pending is not None
-        sent.append((delivery.message_id, pending))
+        sent.append((delivery.message_id, pending, delivery.payload))
         more.set()
 
 
@@ -336,9 +356,11 @@ class _Signal:
 
 async def _settle_in_order(
     consumer: OutboundConsumer | store.Consumer,
-    sent: collections.deque[tuple[int, transport.PendingDelivery]],
+    sent: collections.deque[tuple[int, transport.PendingDelivery, bytes]],
     more: _Signal,
     acked: Callable[[int], None] | None,
+    dead_letter: DeadLetter | None,
+    queue_name: str,
 ) -> None:
     while True:
         while not sent:
@@ -346,11 +368,25 @@ async def _settle_in_order(
         await sent[0][1].outcome()  # raises if the link or connection failed first
         ids = []
         while sent and (sent[0][1].settled or sent[0][1].error is not None):
-            message_id, pending = sent.popleft()
+            message_id, pending, payload = sent[0]
             outcome: Any = await pending.outcome() if not pending.settled else pending.state
-            if not isinstance(outcome, amqp.Accepted):
+            if isinstance(outcome, amqp.Accepted):
+                ids.append(message_id)
+                sent.popleft()
+                continue
+            if not isinstance(outcome, amqp.Rejected) or dead_letter is None:
                 raise DeliveryRefusedError(f"message {message_id} was settled with {outcome!r}, not accepted")
-            ids.append(message_id)
-        await consumer.ack_many(ids)
-        if acked is not None:
-            acked(len(ids))
+            if ids:  # in order: what came before it first
+                await consumer.ack_many(ids)
+                if acked is not None:
+                    acked(len(ids))
+                ids = []
+            error = outcome.error
+            condition = str(error.condition) if error is not None else "amqp:internal-error"
+            description = (error.description or "") if error is not None else "rejected without an error"
+            await dead_letter(queue_name, consumer, message_id, payload, condition, description)
+            sent.popleft()
+        if ids:
+            await consumer.ack_many(ids)
+            if acked is not None:
+                acked(len(ids))

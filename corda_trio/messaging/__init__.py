@@ -36,6 +36,7 @@ from ._model import to_amqp as to_amqp
 from ._peers import Peer as Peer
 from ._peers import PeerDirectory as PeerDirectory
 from ._peers import PeerResolver as PeerResolver
+from ._service import DEAD_LETTER_QUEUE as DEAD_LETTER_QUEUE
 from ._service import DEFAULT_MAX_MESSAGE_SIZE as DEFAULT_MAX_MESSAGE_SIZE
 from ._service import DeferredReceipt as DeferredReceipt
 from ._service import Handler as Handler
@@ -46,6 +47,7 @@ from ._service import MessagingService as MessagingService
 from ._service import UnknownRecipientError as UnknownRecipientError
 
 __all__ = [
+    "DEAD_LETTER_QUEUE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_RETAIN",
     "HEADER_DEDUP_ID",

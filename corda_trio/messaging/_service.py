@@ -9,18 +9,25 @@ recipient, ``internal.peers.<key-hash>``, declaring that queue on first use (the
 is on disk; from then on the bridge owns it. A message to this node itself goes straight into its own inbox.
 
 Receiving. :meth:`MessagingService.run` consumes the inbox ``p2p.inbound.<own key-hash>`` with one dispatcher
-task, so handlers see messages in inbox order (which is send order per sender: bridges and the acceptor keep
-it). For each message: claim its ``_AMQ_DUPL_ID`` with the :class:`Deduplicator` (a duplicate is acked and
-dropped), wait for a handler of its topic, await the handler, then, in a separate commit task so that the
-next message can be handled meanwhile, commit the id (and the handler's receipt) durably and only then ack the
-inbox message. Commits and acks are batched: whatever was handled while the previous group commit ran goes
-into the next one. A handler that raises gets the message again after :data:`HANDLER_RETRY_SECONDS`.
+task, so handlers see messages in inbox order per topic (which is send order per sender: bridges and the
+acceptor keep it), one handler call at a time. For each message: claim its ``_AMQ_DUPL_ID`` with the
+:class:`Deduplicator` (a duplicate is acked and dropped), await its topic's handler, then, in a separate
+commit task so that the next message can be handled meanwhile, commit the id (and the handler's receipt)
+durably and only then ack the inbox message. Commits and acks are batched: whatever was handled while the
+previous group commit ran goes into the next one.
+
+No head-of-line blocking: a message whose topic has no handler yet, or whose handler raised, is *parked*
+(held, unacked, in memory) with the messages of its topic behind it, and the dispatcher goes on with the
+other topics. A second task hands parked messages over, in order, once their topic has a handler and, after a
+failure, :data:`HANDLER_RETRY_SECONDS` have passed. Parked messages count against ``inbox_credit``: if that
+many are parked, the dispatcher waits (memory stays bounded).
 Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
 unless their id was committed.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import uuid
@@ -46,6 +53,7 @@ from ._model import (
 from ._peers import Peer, PeerResolver
 
 __all__ = [
+    "DEAD_LETTER_QUEUE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "HANDLER_RETRY_SECONDS",
     "DeferredReceipt",
@@ -60,6 +68,9 @@ __all__ = [
 log = logging.getLogger("corda_trio.messaging")
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
+#: Where a bridge puts an outbound message its peer *rejected* (it will never accept it: sending it again
+#: would block the queue behind it for ever). Headers: ``<queue name>\n<condition>\n<description>`` (UTF-8).
+DEAD_LETTER_QUEUE: Final = "internal.dead-letters"
 #: How long a message whose handler raised waits before it is handed over again.
 HANDLER_RETRY_SECONDS: Final = 1.0
 
@@ -112,6 +123,19 @@ class HandlerRegistration:
 
 
 @attrs.define(eq=False)
+class _Parked:
+    message_id: int
+    message: ReceivedMessage
+    #: trio time before which it is not handed over again (after a handler failed on it)
+    not_before: float = 0.0
+
+
+async def _set_then_cancel(event: trio.Event, nursery: trio.Nursery) -> None:
+    await event.wait()
+    nursery.cancel_scope.cancel()
+
+
+@attrs.define(eq=False)
 class MessagingService:
     """See the module docstring. Build it with :meth:`open`, then run :meth:`run` in a nursery."""
 
@@ -127,6 +151,10 @@ class MessagingService:
     _outbound: dict[str, store.Queue] = attrs.field(factory=dict)
     _outbound_version: int = 0
     _outbound_changed: trio.Event = attrs.field(factory=trio.Event)
+    _dead_letters: store.Queue | None = None
+    _parked: dict[str, collections.deque[_Parked]] = attrs.field(factory=dict)
+    _parked_changed: trio.Event = attrs.field(factory=trio.Event)
+    _handler_lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     @classmethod
     async def open(
@@ -226,6 +254,27 @@ class MessagingService:
                 self._outbound_changed = trio.Event()
         return queue
 
+    async def dead_letter(
+        self,
+        queue_name: str,
+        consumer: store.Consumer,
+        message_id: int,
+        payload: bytes,
+        condition: str,
+        description: str,
+    ) -> None:
+        """Move a message the peer rejected from ``consumer``'s outbound queue into :data:`DEAD_LETTER_QUEUE`
+        (durably, then acked from the outbound queue; a crash between the two leaves a copy in both, which the
+        receiver deduplicates if it is ever sent again)."""
+        if self._dead_letters is None:
+            self._dead_letters = await self.broker.declare_queue(DEAD_LETTER_QUEUE, fsync=self.config.fsync)
+        where = queue_name
+        log.error("%s: the peer rejected message %d (%s: %s); moved to %s",
+                  where, message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
+        headers = f"{where}\n{condition}\n{description}".encode()
+        await self._dead_letters.enqueue(payload, headers=headers)
+        await consumer.ack(message_id)
+
     @property
     def outbound_version(self) -> int:
         return self._outbound_version
@@ -261,11 +310,6 @@ class MessagingService:
         if self._handlers.get(registration.topic) is registration:
             del self._handlers[registration.topic]
 
-    async def _handler_for(self, topic: str) -> Handler:
-        while (registration := self._handlers.get(topic)) is None:
-            await self._handlers_changed.wait()
-        return registration.handler
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Consume the inbox and dispatch to the handlers until cancelled."""
         dedup = self.deduplicator
@@ -276,6 +320,7 @@ class MessagingService:
             trio.open_nursery() as commits,
         ):
             commits.start_soon(self._commit_loop, consumer, done_receive)
+            commits.start_soon(self._run_parked, consumer, done_send, commits)
             task_status.started()
             async for delivery in consumer:
                 try:
@@ -290,28 +335,78 @@ class MessagingService:
                     log.debug("duplicate %s dropped", message.dedup_id)
                     done_send.send_nowait((delivery.message_id, None, b""))
                     continue
-                handler = await self._handler_for(message.topic)
-                try:
-                    receipt = await handler(message)
-                except Exception:
-                    log.exception(
-                        "handler for topic %r failed on %s; retrying", message.topic, message.dedup_id
-                    )
-                    dedup.abandon(message.dedup_id)
-                    consumer.release(delivery.message_id)
-                    await trio.sleep(HANDLER_RETRY_SECONDS)
+                topic = message.topic
+                if topic in self._parked or topic not in self._handlers:
+                    # behind a parked message of its topic, or no handler yet: wait aside, in order
+                    self._park(topic, _Parked(delivery.message_id, message))
                     continue
-                if callable(receipt):  # a deferred receipt: awaited aside, the next message goes on
-                    commits.start_soon(
-                        self._await_deferred,
-                        consumer,
-                        delivery.message_id,
-                        message.dedup_id,
-                        receipt,
-                        done_send,
-                    )
-                else:
-                    done_send.send_nowait((delivery.message_id, message.dedup_id, receipt or b""))
+                if not await self._dispatch(consumer, delivery.message_id, message, done_send, commits):
+                    retry = _Parked(delivery.message_id, message, trio.current_time() + HANDLER_RETRY_SECONDS)
+                    self._park(topic, retry)
+
+    def _park(self, topic: str, parked: _Parked) -> None:
+        self._parked.setdefault(topic, collections.deque()).append(parked)
+        self._parked_changed.set()
+        self._parked_changed = trio.Event()
+
+    async def _dispatch(
+        self,
+        consumer: store.Consumer,
+        message_id: int,
+        message: ReceivedMessage,
+        done: trio.MemorySendChannel[tuple[int, str | None, bytes]],
+        commits: trio.Nursery,
+    ) -> bool:
+        """Hand a claimed message to its topic's handler; ``False`` if the handler raised (retry later)."""
+        registration = self._handlers.get(message.topic)
+        if registration is None:
+            return False
+        async with self._handler_lock:  # handlers run one at a time, as from a single dispatcher
+            try:
+                receipt = await registration.handler(message)
+            except Exception:
+                log.exception("handler for topic %r failed on %s; retrying", message.topic, message.dedup_id)
+                return False
+        if callable(receipt):  # a deferred receipt: awaited aside, the next message goes on
+            commits.start_soon(self._await_deferred, consumer, message_id, message.dedup_id, receipt, done)
+        else:
+            done.send_nowait((message_id, message.dedup_id, receipt or b""))
+        return True
+
+    async def _run_parked(
+        self,
+        consumer: store.Consumer,
+        done: trio.MemorySendChannel[tuple[int, str | None, bytes]],
+        commits: trio.Nursery,
+    ) -> None:
+        """Hand over parked messages, per topic in order, once their topic has a handler and their retry time
+        (after a failed handler) has come; sleep until something changes otherwise."""
+        while True:
+            handlers_changed, parked_changed = self._handlers_changed, self._parked_changed
+            wake = math.inf
+            for topic in list(self._parked):
+                waiting = self._parked[topic]
+                while waiting and topic in self._handlers:
+                    head = waiting[0]
+                    if head.not_before > trio.current_time():
+                        wake = min(wake, head.not_before)
+                        break
+                    if await self._dispatch(consumer, head.message_id, head.message, done, commits):
+                        waiting.popleft()
+                    else:
+                        head.not_before = trio.current_time() + HANDLER_RETRY_SECONDS
+                if not waiting:
+                    del self._parked[topic]
+            if self._handlers_changed is not handlers_changed or self._parked_changed is not parked_changed:
+                continue  # something changed while handlers ran: look again at once
+            with trio.move_on_at(wake):
+                async with trio.open_nursery() as waiters:
+                    waiters.start_soon(_set_then_cancel, handlers_changed, waiters)
+                    waiters.start_soon(_set_then_cancel, parked_changed, waiters)
+
+    def parked(self) -> dict[str, int]:
+        """Messages waiting aside per topic (no handler yet, or a handler that failed and will be retried)."""
+        return {topic: len(waiting) for topic, waiting in self._parked.items()}
 
     async def _await_deferred(
         self,

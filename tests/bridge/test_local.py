@@ -139,3 +139,39 @@ async def test_endpoint_authenticates_and_limits_addresses(
                 assert isinstance(outcome, amqp.Rejected)
                 assert outcome.error is not None and outcome.error.condition == "amqp:unauthorized-access"
                 assert a.service.inbox.statistics().depth == 0
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["in-node", "external"])
+async def test_a_rejected_message_is_dead_lettered_and_the_rest_flows(
+    external: bool,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """Bob takes at most 2,000 bytes: Alice's 5,000-byte message is rejected for good. It must not block the
+    messages behind it (no head-of-line blocking): it goes to Alice's dead-letter queue with the reason."""
+    peers = messaging.PeerDirectory()
+    root = network.root.cert
+    small = bridge.AcceptorConfig(max_message_size=2000)
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, external=external) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers, acceptor_config=small) as b,
+    ):
+        peers.put(a.as_peer())
+        peers.put(b.as_peer())
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (3, done))
+        bodies = [b"first", bytes(5000), b"second", b"third"]
+        await a.service.send_many([a.service.create_message(TOPIC, x) for x in bodies], bob.legal_name)
+        with trio.fail_after(60):
+            await done.wait()
+            (queue,) = a.service.outbound_queues().values()
+            await wait_until(lambda: queue.statistics().depth == 0)
+        assert got == {str(alice.legal_name): [b"first", b"second", b"third"]}
+        dead = a.broker.get_queue(messaging.DEAD_LETTER_QUEUE)
+        (letter,) = [d async for d in dead.browse()]
+        assert messaging.from_amqp(amqp.Message.decode(letter.payload)).data == bytes(5000)
+        name, condition, _ = letter.headers.decode().split("\n", 2)
+        assert (name, condition) == (queue.name, "amqp:link:message-size-exceeded")

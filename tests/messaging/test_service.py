@@ -66,3 +66,42 @@ async def test_duplicates_dropped_failing_handler_retried_and_ordered(
         assert seen == [b"0", b"1", b"3"]  # in order; "c" handed over again after its handler failed
         assert service.deduplicator.receipt("c") == b"done-3"
         nursery.cancel_scope.cancel()
+
+
+async def test_no_head_of_line_blocking_by_a_topic_without_handler_or_a_failing_handler(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """Messages on a topic nobody handles yet, or whose handler keeps failing, wait aside (in order, still in
+    the inbox); messages on other topics are handled meanwhile."""
+    peers = messaging.PeerDirectory()
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme")
+        service = await messaging.MessagingService.open(broker, config, peers)
+        plan = [("later", 0), ("now", 1), ("flaky", 2), ("later", 3), ("now", 4), ("flaky", 5), ("now", 6)]
+        for topic, i in plan:
+            await service.send(service.create_message(topic, b"%d" % i), ME)
+        seen: dict[str, list[bytes]] = {"now": [], "later": [], "flaky": []}
+        failures = [0]
+
+        def handler_for(topic: str) -> messaging.Handler:
+            async def handler(message: messaging.ReceivedMessage) -> None:
+                if topic == "flaky" and failures[0] < 3:
+                    failures[0] += 1
+                    raise RuntimeError("not yet")
+                seen[topic].append(message.data)
+
+            return handler
+
+        service.add_message_handler("now", handler_for("now"))
+        service.add_message_handler("flaky", handler_for("flaky"))
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: len(seen["now"]) == 3)
+            assert seen["flaky"] == [] and service.parked() == {"later": 2, "flaky": 2}
+            await wait_until(lambda: service.inbox.statistics().depth == 4)  # waiting aside: not acked
+            await wait_until(lambda: len(seen["flaky"]) == 2)  # retried after HANDLER_RETRY_SECONDS each
+            service.add_message_handler("later", handler_for("later"))
+            await wait_until(lambda: not service.inbox.statistics().depth)
+        assert seen == {"now": [b"1", b"4", b"6"], "later": [b"0", b"3"], "flaky": [b"2", b"5"]}
+        assert service.parked() == {}
+        nursery.cancel_scope.cancel()
