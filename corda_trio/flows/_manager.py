@@ -41,6 +41,7 @@ ones finished: repeated inits are recognised, and ``flows()`` lists them.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import random
 import time
@@ -231,9 +232,14 @@ class FlowHandle:
         return await self._manager.wait_result(self.flow_id)
 
 
+@functools.lru_cache(maxsize=4096)
+def _party(name: str) -> pki.CordaX500Name:
+    return pki.CordaX500Name.parse(name)
+
+
 def normalize_party(name: str) -> str:
     """``O=Bob,L=Paris,C=FR`` -> ``O=Bob, L=Paris, C=FR`` (raises ValueError for a bad name)."""
-    return str(pki.CordaX500Name.parse(name))
+    return str(_party(name))
 
 
 def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> FlowLogic[Any]:
@@ -570,7 +576,7 @@ class FlowManager:
             delay = self.config.retry_initial_seconds
             while True:
                 try:
-                    await self.messaging.send_many(messages, pki.CordaX500Name.parse(party))
+                    await self.messaging.send_many(messages, _party(party))
                     break
                 except messaging.UnknownRecipientError as exc:
                     if runner is not None:

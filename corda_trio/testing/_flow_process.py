@@ -12,7 +12,8 @@ With a plan ``{"flow": name, "args": {...}, "count": N, "concurrency": C, "rate"
 "prefix": client id prefix}`` it starts flow ``i`` for ``i in range(N)`` with client id ``<prefix><i>``
 (idempotent across restarts), ``{i}`` in string arguments replaced by ``i``, at most ``C`` at once (closed
 loop) or one every ``1/R`` s (open loop), writes ``[i, intended_ns, started_ns, finished_ns]`` per flow to
-``latencies.json`` and prints ``done``. ``dump`` prints every record of the checkpoint log as JSON
+``latencies-<phase>.json`` and prints ``phase K start``, ``phase K done {json}`` and ``done`` (a plan may list
+``phases``, see ``_run_plan``). ``dump`` prints every record of the checkpoint log as JSON
 (``flow_id``, ``flow_name``, ``status``, ``result``, ``error``), the ledger of what the flows did.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -61,9 +63,31 @@ def _args(template: dict[str, Any], i: int) -> dict[str, Any]:
     return {k: v.replace("{i}", str(i)) if isinstance(v, str) else v for k, v in template.items()}
 
 
-async def _run_plan(manager: flows.FlowManager, plan: dict[str, Any], node_dir: Path) -> None:
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_with_helpers(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its children (the store's commit helper), from /proc (Linux)."""
+    total = _cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                total += _cpu_seconds(child)
+            except OSError:
+                pass
+    return total
+
+
+async def _run_phase(manager: flows.FlowManager, plan: dict[str, Any], rate: float | None) -> list[list[int]]:
     count, prefix = int(plan["count"]), str(plan.get("prefix", ""))
-    times: dict[int, list[int]] = {}
+    times: list[list[int]] = []
 
     async def one(i: int, intended: int) -> None:
         started = time.time_ns()
@@ -72,10 +96,9 @@ async def _run_plan(manager: flows.FlowManager, plan: dict[str, Any], node_dir: 
             await handle.result()
         except flows.FlowException:
             pass  # the ledger (dump) tells what happened
-        times[i] = [i, intended, started, time.time_ns()]
+        times.append([i, intended, started, time.time_ns()])
 
     async with trio.open_nursery() as nursery:
-        rate = plan.get("rate")
         if rate:
             start = time.time_ns() + 20_000_000
             for i in range(count):
@@ -88,14 +111,39 @@ async def _run_plan(manager: flows.FlowManager, plan: dict[str, Any], node_dir: 
             limiter = trio.CapacityLimiter(int(plan.get("concurrency", 100)))
 
             async def limited(i: int) -> None:
-                async with limiter:
+                try:
                     await one(i, time.time_ns())
+                finally:
+                    limiter.release_on_behalf_of(i)
 
             for i in range(count):
-                await limiter.acquire()  # keep the nursery from holding N waiting tasks
-                limiter.release()
+                await limiter.acquire_on_behalf_of(i)
                 nursery.start_soon(limited, i)
-    (node_dir / "latencies.json").write_text(json.dumps(sorted(times.values())))
+    return sorted(times)
+
+
+async def _run_plan(manager: flows.FlowManager, plan: dict[str, Any], node_dir: Path) -> None:
+    """Run the plan's phases (``plan["phases"]``, or the plan itself as one phase); each phase may set
+    ``rate`` (open loop, flows/s) or ``rate_factor`` (open loop at that fraction of the previous phase's
+    throughput), and a ``count`` of -1 with ``seconds`` for as many flows as that rate gives."""
+    phases = plan.get("phases") or [plan]
+    previous_rate: float | None = None
+    for k, phase in enumerate(phases):
+        phase = {**plan, **phase}
+        rate = phase.get("rate")
+        if phase.get("rate_factor") and previous_rate:
+            rate = previous_rate * float(phase["rate_factor"])
+        if int(phase["count"]) < 0:  # as many as the rate gives in ``seconds``
+            phase["count"] = max(1, int((rate or 0) * float(phase["seconds"])))
+        cpu0, t0 = cpu_with_helpers(os.getpid()), time.time_ns()
+        _say(f"phase {k} start")
+        times = await _run_phase(manager, phase, rate)
+        t1 = time.time_ns()
+        cpu = cpu_with_helpers(os.getpid()) - cpu0
+        previous_rate = len(times) / ((t1 - t0) / 1e9)
+        (node_dir / f"latencies-{k}.json").write_text(json.dumps(times))
+        info = {"phase": k, "flows": len(times), "seconds": (t1 - t0) / 1e9, "cpu_seconds": cpu, "rate": rate}
+        _say(f"phase {k} done {json.dumps(info)}")
     _say("done")
 
 

@@ -1,0 +1,244 @@
+"""Flow benchmark: PingPong flows between two node processes with durable checkpoints both sides.
+
+    python -m bench.flows [--flows 5000] [--concurrency 256] [--rounds 1] [--open-seconds 5] [--records DIR]
+
+Node A (initiator) and node B (responder) each run the full stack (``corda_trio.testing._flow_process``): a
+store broker (fsync ``always``, group commit in the commit helper process), the messaging service, the inbound
+acceptor and the bridge manager (AMQP 1.0 over mutual TLS on 127.0.0.1), and the flow manager, whose
+checkpoints go to the store's keyed log. One flow = one session init, ``--rounds`` round trips (one by
+default), a checkpoint per transition on each side. Two phases, both in node A:
+
+1. **Closed loop**: ``--flows`` flows with at most ``--concurrency`` running; throughput = flows / wall time.
+2. **Open loop** at half the closed-loop throughput for ``--open-seconds`` (a flow starts at its intended time
+   whatever the others do); latency = finished - intended.
+
+CPU per flow on each side is the process's CPU time plus its commit helper's (from /proc) during the phase.
+With ``--records DIR`` one record per open-loop flow is written (``protocol_spec/bench-records.md``) for
+``corda-trio report``. The last line printed is one JSON object (``flows_per_s``, ``p50_ms``, ``p99_ms``, CPU
+per flow each side, the load average before and after: the machine may be shared, which moves the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from corda_trio.testing._flow_process import cpu_with_helpers
+
+REPO = Path(__file__).resolve().parent.parent
+A_NAME, B_NAME = "O=FlowBenchA, L=London, C=GB", "O=FlowBenchB, L=Paris, C=FR"
+
+
+def _loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _write_node(base: Path, creds: Any, root: Any, plan: dict[str, Any]) -> tuple[Path, str]:
+    from corda_trio import pki
+
+    d = base / creds.legal_name.organisation
+    d.mkdir()
+    (d / "name").write_text(str(creds.legal_name))
+    pki.write_certificates(d / "tls.pem", creds.tls_chain)
+    pki.write_private_key(d / "tls.key", creds.tls.key, None)
+    pki.write_certificates(d / "identity.pem", creds.identity_chain)
+    pki.write_certificates(d / "root.pem", [root])
+    if plan:
+        (d / "plan.json").write_text(json.dumps(plan))
+    return d, pki.key_hash(creds.identity.cert.public_key())
+
+
+def _start(d: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(
+        [sys.executable, "-m", "corda_trio.testing._flow_process", str(d), "run"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def _line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"a node process exited early (code {proc.wait()})")
+    return line.strip()
+
+
+def _pct(sorted_ns: list[int], q: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))] / 1e6
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    from corda_trio import pki
+
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    net = pki.NetworkCredentials.create(now=now)
+    a = net.issue_node(pki.CordaX500Name.parse(A_NAME), now=now)
+    b = net.issue_node(pki.CordaX500Name.parse(B_NAME), now=now)
+    load_before = _loadavg()
+    started_at = dt.datetime.now(dt.UTC)
+    common = {"flow": "PingPong", "args": {"recipient": B_NAME, "rounds": args.rounds}, "wait_for_peers": 1}
+    plan = {
+        **common,
+        "phases": [
+            {"prefix": "warm-", "count": 200, "concurrency": min(64, args.concurrency)},
+            {"prefix": "closed-", "count": args.flows, "concurrency": args.concurrency},
+            {"prefix": "open-", "count": -1, "rate_factor": 0.5, "seconds": args.open_seconds},
+        ],
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-flows-") as tmp:
+        base = Path(tmp)
+        a_dir, a_hash = _write_node(base, a, net.root.cert, {})
+        b_dir, b_hash = _write_node(base, b, net.root.cert, {})
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            responder = _start(b_dir)
+            procs.append(responder)
+            b_port = int(_line(responder).split()[1])
+            peers = [
+                {"name": B_NAME, "key_hash": b_hash, "host": "127.0.0.1", "port": b_port},
+                {"name": A_NAME, "key_hash": a_hash, "host": "127.0.0.1", "port": 0},
+            ]
+            (base / "peers.json").write_text(json.dumps(peers))
+            (a_dir / "plan.json").write_text(json.dumps(plan))
+            initiator = _start(a_dir)
+            procs.append(initiator)
+            a_port = int(_line(initiator).split()[1])
+            peers[1]["port"] = a_port
+            (base / "peers.json").write_text(json.dumps(peers))
+            phases: dict[int, dict[str, Any]] = {}
+            b_cpu: dict[int, float] = {}
+            while True:
+                line = _line(initiator)
+                if line == "done":
+                    break
+                words = line.split(" ", 3)
+                k = int(words[1])
+                if words[2] == "start":
+                    b_cpu[k] = cpu_with_helpers(responder.pid)
+                elif words[2] == "done":
+                    b_cpu[k] = cpu_with_helpers(responder.pid) - b_cpu[k]
+                    phases[k] = json.loads(words[3])
+            closed = phases[1]
+            open_ = phases[2]
+            lat = json.loads((a_dir / "latencies-2.json").read_text())
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    finished_at = dt.datetime.now(dt.UTC)
+    ends = sorted(t[3] - t[1] for t in lat)
+    summary: dict[str, Any] = {
+        "scenario": "flows",
+        "flows_per_s": round(closed["flows"] / closed["seconds"], 1),
+        "open_rate_flows_per_s": round(open_["rate"], 1),
+        "open_flows": len(lat),
+        "p50_ms": round(_pct(ends, 0.50), 3),
+        "p99_ms": round(_pct(ends, 0.99), 3),
+        "max_ms": round(ends[-1] / 1e6, 3),
+        "closed_flows": closed["flows"],
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "cpu_ms_per_flow_initiator": round(closed["cpu_seconds"] / closed["flows"] * 1e3, 3),
+        "cpu_ms_per_flow_responder": round(b_cpu[1] / closed["flows"] * 1e3, 3),
+        "fsync": "always (group commit, commit helper process), both nodes; checkpoints in the keyed log",
+        "tls": "mutual TLS, network root",
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
+        "cpus": os.cpu_count(),
+    }
+    if args.records is not None:
+        summary["records"] = _write_records(args, lat, summary, started_at, finished_at)
+    return summary
+
+
+def _write_records(
+    args: argparse.Namespace,
+    lat: list[list[int]],
+    summary: dict[str, Any],
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+) -> str:
+    from corda_trio import records
+
+    run_id = records.new_run_id("flows")
+    writer = records.RecordWriter(args.records, run_id)
+    link = "FlowBenchA -> FlowBenchB"
+    for seq, (_i, intended, started, finished) in enumerate(lat):
+        writer.add_sync(
+            records.make_record(
+                run_id=run_id, scenario="flows", link=link, size_bytes=0, seq=seq, intended_ns=intended,
+                stages={"created": intended, "enqueued": started, "flow_finished": finished},
+            )
+        )  # fmt: skip
+    ends = sorted(t[3] - t[1] for t in lat)
+    writer.finish(
+        {
+            "schema_version": records.SCHEMA_VERSION,
+            "run_id": run_id,
+            "scenario": "flows",
+            "description": "PingPong flows A -> B (session init, round trips, durable checkpoints both "
+            "sides), open loop at half the closed-loop throughput",
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "clock": "epoch ns (time.time_ns) in node A",
+            "links": [link],
+            "config": {
+                "scenario": "flows",
+                "sizes": "0:1",
+                "params": {"flows": args.flows, "concurrency": args.concurrency, "rounds": args.rounds},
+                "load": {"mode": "open", "rate_per_s": summary["open_rate_flows_per_s"]},
+            },
+            "environment": records.environment_metadata(),
+            "summary": {
+                "recorded_ops": writer.count,
+                "error_ops": 0,
+                "elapsed_seconds": len(lat) / summary["open_rate_flows_per_s"],
+                "latency_ns": {
+                    f"p{q * 100:g}": ends[min(len(ends) - 1, max(0, math.ceil(q * len(ends)) - 1))]
+                    for q in (0.5, 0.9, 0.99, 0.999)
+                }
+                | {"max": ends[-1]},
+            },
+        }
+    )
+    return str(writer.records_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.flows", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flows", type=int, default=5000, help="flows of the closed-loop phase (default 5000)")
+    ap.add_argument("--concurrency", type=int, default=256, help="closed-loop flows at once (default 256)")
+    ap.add_argument("--rounds", type=int, default=1, help="round trips per flow (default 1)")
+    ap.add_argument(
+        "--open-seconds", type=float, default=5.0, help="length of the open-loop phase (default 5 s)"
+    )
+    ap.add_argument("--records", type=Path, help="write one record per open-loop flow into this directory")
+    args = ap.parse_args(argv)
+    if args.flows < 1 or args.concurrency < 1 or args.rounds < 1 or args.open_seconds <= 0:
+        ap.error("--flows, --concurrency and --rounds must be >= 1, --open-seconds > 0")
+    summary = run_benchmark(args)
+    print(
+        f"closed loop {summary['flows_per_s']:,.0f} flows/s; open loop at "
+        f"{summary['open_rate_flows_per_s']:,.0f} flows/s: p50 {summary['p50_ms']} ms, "
+        f"p99 {summary['p99_ms']} ms; CPU per flow: initiator "
+        f"{summary['cpu_ms_per_flow_initiator']} ms, responder {summary['cpu_ms_per_flow_responder']} ms"
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
