@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from corda_trio.testing._flow_process import cpu_with_helpers
+from corda_trio.testing import cpu_with_helpers
 
 REPO = Path(__file__).resolve().parent.parent
 A_NAME, B_NAME = "O=FlowBenchA, L=London, C=GB", "O=FlowBenchB, L=Paris, C=FR"
