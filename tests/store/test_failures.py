@@ -172,6 +172,7 @@ class _GatedWrites:
         self.fail_first = fail_first
         self.gate = threading.Event()
         self.writes: list[bytes] = []
+        self.early = 0  # writes other than the first that began while the first was held
         self.lock = threading.Lock()
         self.entered = trio.Event()  # set (on the Trio thread) once the first write is held
         self.token = trio.lowlevel.current_trio_token()
@@ -180,6 +181,8 @@ class _GatedWrites:
         with self.lock:
             first = not self.writes
             self.writes.append(bytes(data))
+            if not first and not self.gate.is_set():
+                self.early += 1
         if first:
             self.token.run_sync_soon(self.entered.set)
             assert self.gate.wait(10)
@@ -211,8 +214,6 @@ async def _two_jobs_in_flight(
         nursery.start_soon(produce, b"second")
         await trio.testing.wait_all_tasks_blocked()
         assert log._jobs == 2  # the second batch's job started while the first one's write is held
-        await trio.sleep(0.05)
-        assert len(gated.writes) == 1  # ... and it waits for that write: writes stay in order
     gated.gate.set()
     return results  # filled in when the caller's nursery has finished
 
@@ -228,6 +229,9 @@ async def test_overlapping_commit_jobs_write_in_order(
             results = await _two_jobs_in_flight(queue, gated, nursery)
         # ids in write order (the two appenders may wake in either order)
         assert [results[b"first"], results[b"second"]] == [0, 1]
+        # the second job waited for the held write: no write began before the gate opened (counted when
+        # it happens, on the worker thread, instead of sampled after a real-time sleep)
+        assert gated.early == 0 and len(gated.writes) == 2
         assert queue.statistics().group_commits == 2
     assert [w[32:] for w in gated.writes] == [b"first", b"second"]
     async with store.open_broker(tmp_path) as broker:
