@@ -11,11 +11,13 @@ Exit codes: 0 success, 1 the operation failed (the message says why), 2 usage or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, Final
@@ -90,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         if not _is_interrupt(exc):
             raise
+        _stop_children()
         if terminated:
             print("terminated", file=sys.stderr)
             return 0
@@ -109,6 +112,57 @@ def _install_sigterm(handler: Callable[[int, FrameType | None], None]) -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, handler)
+
+
+#: After an interrupt, how long child processes get to end by themselves (they normally do: the commit
+#: helper on end of file, a Spark JVM when its stdin closes), then after SIGTERM, before SIGKILL.
+CHILD_GRACE_SECONDS: Final = 2.0
+
+
+def _stop_children() -> None:
+    """Leave no child process behind an interrupted command.
+
+    Unwinding already closed what the command opened, which ends well-behaved children; one that started
+    and was interrupted half-way (a Spark JVM during its start-up, say) may not notice. Each live child (by
+    pid, from ``/proc``) gets :data:`CHILD_GRACE_SECONDS` to end, then SIGTERM, then SIGKILL.
+    """
+    children = _live_children()
+    for signum in (None, signal.SIGTERM, signal.SIGKILL):
+        if signum is not None:
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signum)
+        deadline = time.monotonic() + CHILD_GRACE_SECONDS
+        while children and time.monotonic() < deadline:
+            for pid in children:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # reap it if it ended (it is ours)
+            children = [pid for pid in children if pid in _live_children()]
+            if children:
+                time.sleep(0.05)
+        if not children:
+            return
+
+
+def _live_children() -> list[int]:
+    """PIDs of this process's children that have not ended (Linux ``/proc``; elsewhere none are found)."""
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
 
 
 def _is_interrupt(exc: BaseException) -> bool:

@@ -10,7 +10,10 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ._cli import CliError
@@ -55,14 +58,15 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), 2) from exc
     settings = spark_reports.SparkSettings(master=args.master, driver_memory=args.driver_memory)
     try:
-        result = spark_reports.build_report(
-            args.in_dirs,
-            args.out,
-            settings=settings,
-            compare=tuple(args.compare) if args.compare else None,
-            sketch=sketch,
-            skip_bad=args.skip_bad,
-        )
+        with _py4j_logs_held_back():
+            result = spark_reports.build_report(
+                args.in_dirs,
+                args.out,
+                settings=settings,
+                compare=tuple(args.compare) if args.compare else None,
+                sketch=sketch,
+                skip_bad=args.skip_bad,
+            )
     except spark_reports.BadRecordsError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
@@ -83,3 +87,33 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  warning: {job.duplicates:,} duplicate record(s) dropped (same run, scenario, link and seq)")
     print("  time: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items()))
     return 0
+
+
+
+@contextlib.contextmanager
+def _py4j_logs_held_back() -> Iterator[None]:
+    """Hold back what py4j logs (on its loggers and, through ``logging.exception``, the root) while the
+    report runs: shown afterwards if the run ended otherwise, dropped if it was interrupted. On Ctrl-C or
+    SIGTERM, py4j logs the KeyboardInterrupt and the broken connection that follows with tracebacks; the
+    CLI reports an interrupt itself, in one line."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    loggers = [logging.getLogger(name) for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver")]
+    for logger in loggers:
+        logger.addFilter(hold)
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        for logger in loggers:
+            logger.removeFilter(hold)
+        if not interrupted:
+            for record in held:
+                logging.getLogger(record.name if record.name != "root" else "").handle(record)

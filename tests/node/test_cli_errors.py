@@ -65,6 +65,10 @@ CASES: list[tuple[str, str, str, int]] = [
      "--peers 0: must be in 1..", 2),
     ("bench-bad-param", "bench run wal --out {d}/out --param fsync=true --duration 1",
      "fsync must be 'always' or 'none', not 'true'", 1),
+    # report
+    ("report-no-input", "report --in {d}/nothing --out {d}/r.html",
+     "input directory {d}/nothing does not exist or is not a directory", 2),
+    ("report-no-records", "report --in {d}/net --out {d}/r.html", "no benchmark records in {d}/net", 2),
     # store
     ("store-not-a-store", "store check {d}/afile", "no such directory", 2),
     ("store-compact-not-a-broker", "store compact {d}/net", "not a broker directory", 1),

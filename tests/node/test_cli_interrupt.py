@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,50 @@ def test_networkmap_serve_interrupted(tmp_path: Path, signum: int, line: str, co
             proc.wait()
     assert stderr.splitlines()[-1:] == [line] and "Traceback" not in stderr, stderr
     assert proc.returncode == code
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("signum", "line", "code"),
+    [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 0)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_report_interrupted_while_spark_runs(tmp_path: Path, signum: int, line: str, code: int) -> None:
+    """py4j's own tracebacks about the interrupt are held back; the Spark JVM does not outlive the command."""
+    records = tmp_path / "records"
+    made = subprocess.run(
+        [*CLI, "bench", "run", "codec", "--out", str(records), "--duration", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    proc = _start("report", "--in", str(records), "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    try:
+        seen: dict[int, int] = {}
+
+        def spark_running() -> bool:
+            seen.update(descendants(proc.pid))
+            return any(_comm(pid) == "java" for pid in seen)
+
+        wait_for(spark_running, proc, what="the Spark JVM", timeout=120)
+        time.sleep(3)  # into the session's start-up or the job (a real process: real time)
+        seen.update(descendants(proc.pid))
+        assert proc.poll() is None, "the report finished before it could be interrupted"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in stderr, stderr
+    assert stderr.splitlines()[-1] == line, stderr
+    assert proc.returncode == code
+    assert still_running(seen) == set()
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
