@@ -104,7 +104,7 @@ async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
                     await a.service.send_many(
                         [a.service.create_message(TOPIC, b"%d" % j) for j in range(i, i + 50)], bob.legal_name
                     )
-                await wait_until(lambda: len(b.got) >= n)
+                await wait_until(lambda: len(b.got) >= n and flt.accepted >= n)
             assert b.got == [(str(alice.legal_name), b"%d" % i) for i in range(n)]
             assert b.tunnel.stored == n and flt.accepted == n
         nursery.cancel_scope.cancel()

@@ -10,13 +10,14 @@ certificates; the float must hold a ``float`` tunnel certificate), attaches the 
 the float is *active* and forwarded deliveries are stored:
 
 * a reader task moves deliveries from the inbound link (credit ``credit``) into a bounded channel;
-* the writer takes whatever has arrived, in order, validates each one *again* (the float is in the DMZ and
+* the writer takes whatever has arrived, in order, and validates each one itself (the float is in the DMZ and
   may be compromised): the envelope decodes; its target is exactly this node's inbox (never an outbound
   queue, a control address or another node's inbox); the claimed source is a legal name and, when a
-  resolver is given, a member of the network map; the message passes the node's P2P checks and carries
-  ``_AMQ_VALIDATED_USER`` equal to the claimed source. Bad ones are settled ``rejected`` with the condition
-  (the float passes that outcome to the peer); good ones are appended to the inbox in one group commit and
-  settled ``accepted`` only when that returned, i.e. once durable.
+  resolver is given, a member of the network map; the message passes the node's P2P checks, and a
+  ``_AMQ_VALIDATED_USER`` it carries equals the claimed source; then it is stamped with it. Bad ones are
+  settled ``rejected`` with the condition (the float passes that outcome to the peer); good ones are
+  appended to the inbox in one group commit and settled ``accepted`` only when that returned, i.e. once
+  durable.
 
 When the active float's control link fails (or the float deactivates itself), the tunnel fails over to the
 next float at once; after a whole round of floats failed without an activation it waits with the bridge's
@@ -38,10 +39,10 @@ import trio
 from corda_trio import amqp, pki, store, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
-    HEADER_VALIDATED_USER,
     InvalidMessageError,
     PeerResolver,
     check_p2p_message,
+    stamp_validated_user,
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
@@ -116,6 +117,8 @@ class FloatTunnel:
     rejected: int = 0
     last_error: str | None = None
     _changed: trio.Event = attrs.field(factory=trio.Event)
+    #: Senders already checked, with the network map version they were checked against.
+    _sources: dict[str, int] = attrs.field(factory=dict)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -248,7 +251,7 @@ class FloatTunnel:
                 await send.send(delivery)
 
     def validate(self, data: bytes) -> bytes:
-        """Check one forwarded delivery again; returns the payload to store in the inbox.
+        """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
 
         Raises:
             ControlProtocolError / InvalidMessageError: with the condition to reject it with.
@@ -259,27 +262,29 @@ class FloatTunnel:
                 "amqp:unauthorized-access",
                 f"forwarded to {envelope.target!r}: only this node's inbox {self.inbox.name} is reachable",
             )
-        try:
-            source = pki.CordaX500Name.parse(envelope.source)
-        except pki.InvalidNameError as exc:
-            raise ControlProtocolError(
-                "amqp:unauthorized-access",
-                f"the claimed sender {envelope.source!r} is not a legal name: {exc}",
-            ) from exc
-        if self.resolver is not None and self.resolver.peer_named(source) is None:
-            raise ControlProtocolError(
-                "amqp:unauthorized-access",
-                f"the claimed sender {envelope.source!r} is not in the network map",
-            )
+        self._check_source(envelope.source)
         try:
             message = amqp.Message.decode(envelope.payload)
         except amqp.DecodeError as exc:
             raise ControlProtocolError("amqp:decode-error", f"malformed message: {exc}") from exc
         check_p2p_message(message, max_size=self.config.max_message_size, encoded_size=len(envelope.payload))
-        stamped = (message.application_properties or {}).get(HEADER_VALIDATED_USER)
-        if stamped != envelope.source:
+        # a claimed _AMQ_VALIDATED_USER must be the sender the float authenticated (else unauthorized-access)
+        return stamp_validated_user(message, envelope.source).encode()
+
+    def _check_source(self, source: str) -> None:
+        known = self._sources.get(source)
+        if known is not None and (self.resolver is None or known == self.resolver.version):
+            return
+        try:
+            name = pki.CordaX500Name.parse(source)
+        except pki.InvalidNameError as exc:
             raise ControlProtocolError(
-                "amqp:unauthorized-access",
-                f"{HEADER_VALIDATED_USER} is {stamped!r} but the float authenticated {envelope.source!r}",
+                "amqp:unauthorized-access", f"the claimed sender {source!r} is not a legal name: {exc}"
+            ) from exc
+        if self.resolver is not None and self.resolver.peer_named(name) is None:
+            raise ControlProtocolError(
+                "amqp:unauthorized-access", f"the claimed sender {source!r} is not in the network map"
             )
-        return envelope.payload
+        if len(self._sources) > 4096:  # bound the cache of recently seen senders
+            self._sources.clear()
+        self._sources[source] = self.resolver.version if self.resolver is not None else 0
