@@ -6,12 +6,13 @@ Without a plugin the command says so in one line. The plugin offers the harness 
 ``load_scenario``, ``LoadProfile``, ``RunConfig``, ``SizeDistribution``, ``check_parameters``,
 ``run_benchmark``, ``BenchError``); its records are written with :mod:`corda_trio.records`.
 
-Examples::
+Examples (also shown by ``corda-trio bench --help``; a test runs their parameters through the scenarios)::
 
     corda-trio bench list
     corda-trio bench run loopback --out bench-out --rate 5000 --duration 10 --warmup 2 --sizes 256,4k
     corda-trio bench run wal --out bench-out --closed --concurrency 8 --duration 5 --param fsync=always
 """
+
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ from typing import Any, Final
 
 from ._cli import CliError
 
-__all__ = ["BENCH_ENTRY_POINT_GROUP", "register"]
+__all__ = ["BENCH_ENTRY_POINT_GROUP", "EXAMPLES", "register"]
+
+#: The examples of the module docstring, for ``--help``.
+EXAMPLES: Final = "examples:\n" + "\n".join(
+    line for line in (__doc__ or "").splitlines() if line.strip().startswith("corda-trio bench")
+)
 
 #: Entry point group through which benchmark harnesses register (name -> module with the harness API).
 BENCH_ENTRY_POINT_GROUP: Final = "corda_trio.bench"
@@ -51,6 +57,8 @@ def _harness() -> Any:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Add ``bench list`` and ``bench run``."""
+    parser.epilog = EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="bench_command", metavar="SUBCOMMAND", required=True)
 
     listing = sub.add_parser("list", help="list the scenarios")
