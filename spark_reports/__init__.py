@@ -2,7 +2,7 @@
 
 ``build_report(in_dirs, out_html)`` runs one Spark job (``local[*]`` by default, any master via
 ``SparkSettings``) that computes per run / scenario / link / size class: counts, errors, throughput (overall
-and per second), latency percentiles per stage; compares two runs; and writes an offline HTML report with
+and per second), latency percentiles per stage; compares like runs; and writes an offline HTML report with
 SVG charts plus the summary tables as CSV and Parquet.
 """
 

@@ -1,7 +1,8 @@
-"""Before / after comparison of two runs: matching groups and ratios (pure Python over the job result)."""
+"""Comparison of like runs: each run against a baseline, matching groups and ratios (pure Python)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -9,17 +10,20 @@ import attrs
 from ._errors import ReportInputError
 from ._job import PERCENTILES, GroupStats, JobResult
 
-__all__ = ["ComparisonRow", "compare_runs", "resolve_run"]
+__all__ = ["ComparisonRow", "compare_runs", "comparison_table", "resolve_run", "resolve_runs"]
 
 
 @attrs.frozen(kw_only=True)
 class ComparisonRow:
-    """One stage of one (scenario, link, size class) in both runs; ratios are after / before."""
+    """One stage of one (scenario, link, size class) in the baseline and one other run; ratios are
+    run / baseline (``after`` / ``before``)."""
 
     scenario: str
     link: str
     size_class: int
     stage: str
+    before_run: str
+    after_run: str
     before: dict[str, float | None]
     after: dict[str, float | None]
 
@@ -50,6 +54,24 @@ def resolve_run(result: JobResult, text: str) -> str:
     return matches[0]
 
 
+NEED_TWO = "--compare needs at least two runs: the baseline, then the runs to compare"
+
+
+def resolve_runs(result: JobResult, texts: Sequence[str]) -> tuple[str, ...]:
+    """``--compare RUN...``: two or more distinct runs (ids or unique prefixes), the baseline first.
+
+    Raises:
+        ReportInputError: fewer than two runs, a run named twice, or a name that matches no run or several.
+    """
+    if len(texts) < 2:
+        raise ReportInputError(NEED_TWO)
+    runs = tuple(resolve_run(result, t) for t in texts)
+    repeated = sorted({r for r in runs if runs.count(r) > 1})
+    if repeated:
+        raise ReportInputError(f"--compare names run {', '.join(repeated)} more than once")
+    return runs
+
+
 def _metrics(group: GroupStats, stage: str) -> dict[str, float | None]:
     s = group.stage(stage)
     out: dict[str, float | None] = {
@@ -61,39 +83,45 @@ def _metrics(group: GroupStats, stage: str) -> dict[str, float | None]:
     return out
 
 
-def compare_runs(result: JobResult, before: str, after: str) -> list[ComparisonRow]:
-    """Rows for every (scenario, link, size class, stage) present in both runs."""
+def compare_runs(result: JobResult, runs: Sequence[str]) -> list[ComparisonRow]:
+    """Rows for every (scenario, link, size class, stage) present in the baseline ``runs[0]`` and in another
+    of ``runs``, in the order of ``runs``."""
+    baseline, *others = runs
     by_key: dict[tuple[str, str, str, int], GroupStats] = {g.key: g for g in result.groups}
     rows: list[ComparisonRow] = []
     for g in sorted(result.groups, key=lambda g: (g.scenario, g.link, g.size_class)):
-        if g.run_id != before:
+        if g.run_id != baseline:
             continue
-        other = by_key.get((after, g.scenario, g.link, g.size_class))
-        if other is None:
-            continue
-        for s in g.stages:
-            if other.stage(s.stage) is None:
+        for run in others:
+            other = by_key.get((run, g.scenario, g.link, g.size_class))
+            if other is None:
                 continue
-            rows.append(
-                ComparisonRow(
-                    scenario=g.scenario,
-                    link=g.link,
-                    size_class=g.size_class,
-                    stage=s.stage,
-                    before=_metrics(g, s.stage),
-                    after=_metrics(other, s.stage),
+            for s in g.stages:
+                if other.stage(s.stage) is None:
+                    continue
+                rows.append(
+                    ComparisonRow(
+                        scenario=g.scenario,
+                        link=g.link,
+                        size_class=g.size_class,
+                        stage=s.stage,
+                        before_run=baseline,
+                        after_run=run,
+                        before=_metrics(g, s.stage),
+                        after=_metrics(other, s.stage),
+                    )
                 )
-            )
     return rows
 
 
-def comparison_table(rows: list[ComparisonRow], before: str, after: str) -> list[dict[str, Any]]:
-    """Flat rows for CSV / Parquet: one column per metric for before, after and ratio."""
+def comparison_table(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
+    """Flat rows for CSV / Parquet: one column per metric for the baseline (before), the run (after) and
+    their ratio."""
     out = []
     for r in rows:
         row: dict[str, Any] = {
-            "before_run": before,
-            "after_run": after,
+            "before_run": r.before_run,
+            "after_run": r.after_run,
             "scenario": r.scenario,
             "link": r.link,
             "size_class_bytes": r.size_class,

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no scripts, no network).
 
 Order: what was measured and on what (runs, machine, configuration), the per-link table, per run and
-scenario the latency CDF and the throughput-over-time charts, the before / after comparison, per-stage
+scenario the latency CDF and the throughput-over-time charts, the comparison of like runs, per-stage
 latency, errors, and how to read the numbers (definitions, approximation error).
 """
 
@@ -28,6 +28,8 @@ _TIMES = "\u00d7"
 
 #: At most this many series per chart; the rest are in the tables.
 MAX_SERIES_PER_CHART = 10
+#: Runs described and charted one by one (the first, by start time); the rest are in the tables.
+MAX_RUNS_SHOWN = 12
 
 _STAGE_MEANING = {
     "created": "the harness created the operation (open loop: schedule lag behind its due time)",
@@ -52,7 +54,7 @@ th{background:#f3f5f9;font-weight:600}td.l,th.l{text-align:left}
 tr:nth-child(even) td{background:#fafbfd}
 td.bad{background:#fde2e1!important}td.good{background:#e3f4e1!important}td.warn{background:#fff4d6!important}
 .charts{display:flex;flex-wrap:wrap;gap:14px}
-.chart{background:#fff;border:1px solid #e4e7ee;border-radius:4px}
+.chart{background:#fff;border:1px solid #e4e7ee;border-radius:4px;max-width:100%;height:auto}
 .chart .plot-area{fill:#fcfdff;stroke:#c9ced8}.chart .grid{stroke:#e6e9ef}
 .chart .tick{font-size:10.5px;fill:#5a6274}
 .chart .axis-label{font-size:11.5px;fill:#333}.chart .chart-title{font-size:13px;font-weight:600;fill:#1d2330}
@@ -80,7 +82,7 @@ class ReportContext:
     elapsed_seconds: float | None = None
     #: seconds per phase (spark start, input schema, aggregate, series, errors, tables)
     phases: Mapping[str, float] = attrs.field(factory=dict)
-    #: why two runs in the input were not compared (empty: they were, or there were not two)
+    #: why the runs in the input were not compared (empty: they were, or there was only one)
     comparison_note: str = ""
 
 
@@ -265,8 +267,8 @@ def _cdf_chart(
                 points=pts,
                 color=(
                     _color(result, g.run_id, g.link)
-                    if result is not None and not dashed_run
-                    else PALETTE[(i // 2 if dashed_run else i) % len(PALETTE)]
+                    if result is not None
+                    else PALETTE[i % len(PALETTE)]
                 ),
                 dashed=g.run_id == dashed_run,
             )
@@ -337,69 +339,96 @@ def _color(result: JobResult, run_id: str, link: str) -> str:
     return PALETTE[keys.index((run_id, link)) % len(PALETTE)] if (run_id, link) in keys else PALETTE[0]
 
 
-def _comparison_section(rows: list[ComparisonRow], before: str, after: str, result: JobResult) -> str:
+def _comparison_section(rows: list[ComparisonRow], runs: Sequence[str], result: JobResult) -> str:
+    """One row per (scenario, link, size) and run, the baseline first: the table grows down, not across,
+    however many runs are compared (and scrolls sideways on a narrow screen)."""
+    baseline, others = runs[0], runs[1:]
     parts = [
-        '<h2 id="comparison">Before / after</h2>',
-        f'<p class="caption">Before: <code>{escape(before)}</code>; after: <code>{escape(after)}</code>. '
-        "Ratios are after ÷ before: for latency and error rate below 1 is better (green when &lt; 0.9, red "
-        "when &gt; 1.1); for throughput above 1 is better.</p>",
+        '<h2 id="comparison">Comparison</h2>',
+        f'<p class="caption">Baseline: <code>{escape(baseline)}</code>; compared with it: '
+        + ", ".join(f"<code>{escape(r)}</code>" for r in others)
+        + ". Each run's row gives its values and, in brackets, the ratio run ÷ baseline: for latency and "
+        "error rate below 1 is better (green when &lt; 0.9, red when &gt; 1.1); for throughput above 1 is "
+        "better.</p>",
     ]
     if not rows:
-        parts.append("<p>The two runs have no (scenario, link, size) in common.</p>")
+        parts.append("<p>The runs have no (scenario, link, size) in common with the baseline.</p>")
         return "".join(parts)
-    table_rows = []
+    by_key: dict[tuple[str, str, int], list[ComparisonRow]] = defaultdict(list)
     for r in rows:
-        if r.stage != "end":
-            continue
-        cells: list[Any] = [r.scenario, r.link, _size(r.size_class)]
+        if r.stage == "end":
+            by_key[(r.scenario, r.link, r.size_class)].append(r)
+    table_rows = []
+    for (scenario, link, size), found in by_key.items():
+        first: list[Any] = [scenario, link, _size(size)]
+        cells: list[Any] = [*first, (escape(baseline) + " (baseline)", "")]
         for m in METRICS:
-            ratio = r.ratio(m)
-            b, a = r.before[m], r.after[m]
-            if m == "throughput_per_s":
-                text = f"{_rate(b or 0)} → {_rate(a or 0)}"
-                better, worse = ratio is not None and ratio > 1.1, ratio is not None and ratio < 0.9
-            elif m == "error_rate":
-                text = f"{(b or 0):.2%} → {(a or 0):.2%}"
-                better, worse = ratio is not None and ratio < 0.9, ratio is not None and ratio > 1.1
-            else:
-                text = f"{_ms_or_na(b)} → {_ms_or_na(a)}"
-                better, worse = ratio is not None and ratio < 0.9, ratio is not None and ratio > 1.1
-            css = "good" if better else ("bad" if worse else "")
-            cells.append((f"{text} ({_TIMES}{ratio:.2f})" if ratio is not None else text, css))
+            cells.append(_metric_text(m, found[0].before[m]))
         table_rows.append(cells)
-    headers = ["scenario", "link", "size ≤", *[f"end {p}" for p in PERCENTILES], "end max", "ops/s",
+        for r in found:
+            cells = ["", "", "", r.after_run]
+            for m in METRICS:
+                ratio = r.ratio(m)
+                higher_is_better = m == "throughput_per_s"
+                better = ratio is not None and (ratio > 1.1 if higher_is_better else ratio < 0.9)
+                worse = ratio is not None and (ratio < 0.9 if higher_is_better else ratio > 1.1)
+                text = _metric_text(m, r.after[m])
+                css = "good" if better else ("bad" if worse else "")
+                cells.append((f"{text} ({_TIMES}{ratio:.2f})" if ratio is not None else text, css))
+            table_rows.append(cells)
+    headers = ["scenario", "link", "size ≤", "run", *[f"end {p}" for p in PERCENTILES], "end max", "ops/s",
                "error rate"]  # fmt: skip
-    parts.append(_table(headers, table_rows, left=3))
+    parts.append(_table(headers, table_rows, left=4))
     parts.append(
         '<p class="caption">End-to-end latency only; every stage\'s ratios are in '
         "<code>comparison.csv</code> / <code>comparison.parquet</code>.</p>"
     )
     charts = []
+    notes = []
     for scenario in sorted({r.scenario for r in rows}):
         keys = {(r.link, r.size_class) for r in rows if r.scenario == scenario}
         groups = [g for g in result.groups if g.scenario == scenario and (g.link, g.size_class) in keys
-                  and g.run_id in (before, after) and g.cdf_ns]  # fmt: skip
-        groups.sort(key=lambda g: (g.link, g.size_class, g.run_id != before))
-        groups = groups[: MAX_SERIES_PER_CHART]
-        charts.append(_cdf_chart(f"{scenario}: end-to-end latency, before (dashed) vs after (solid)", groups,
-                                 dashed_run=before, prefixes={before: "before", after: "after"}))  # fmt: skip
+                  and g.run_id in runs and g.cdf_ns]  # fmt: skip
+        groups.sort(key=lambda g: (g.link, g.size_class, runs.index(g.run_id)))
+        shown = groups[:MAX_SERIES_PER_CHART]
+        prefixes = {r: f"{r} (baseline)" if r == baseline else r for r in runs}
+        title = f"{scenario}: end-to-end latency, baseline (dashed) and compared runs"
+        charts.append(_cdf_chart(title, shown, dashed_run=baseline, prefixes=prefixes, result=result))
+        if len(groups) > len(shown):
+            left = ", ".join(escape(_cut(_label(g, g.run_id), 80)) for g in groups[len(shown) :])
+            notes.append(
+                f'<p class="caption">{escape(scenario)}: {len(groups) - len(shown)} more line(s) would make '
+                f"the chart illegible (the first {len(shown)} are drawn; all are in the table): {left}</p>"
+            )
     parts.append('<div class="charts">' + "".join(charts) + "</div>")
+    parts += notes
     parts.append(
-        '<p class="caption">Same link and size share a colour; the dashed line is the before run.</p>'
+        '<p class="caption">Colours as in every other chart (one per run and link); the baseline is '
+        "dashed.</p>"
     )
     return "".join(parts)
+
+
+def _metric_text(metric: str, value: float | None) -> str:
+    if metric == "throughput_per_s":
+        return _rate(value or 0)
+    if metric == "error_rate":
+        return f"{(value or 0):.2%}"
+    return _ms_or_na(value)
 
 
 def render_html(
     result: JobResult,
     metas: Mapping[str, Mapping[str, Any]],
     context: ReportContext,
-    comparison: tuple[list[ComparisonRow], str, str] | None,
+    comparison: tuple[list[ComparisonRow], Sequence[str]] | None,
 ) -> str:
     """The whole report as one HTML document."""
     runs = result.run_ids
-    total = sum(g.count for g in result.groups)
-    errors = sum(g.errors for g in result.groups)
+    total, errors = result.records, result.error_count
+    shown_runs = runs[:MAX_RUNS_SHOWN]
+    more_runs = len(runs) - len(shown_runs) + result.left_out.runs
+    run_list = ", ".join(shown_runs) + (f" and {more_runs:,} more" if more_runs else "")
     title = "corda-trio benchmark report"
     synthetic = any(metas.get(r, {}).get("synthetic") for r in runs)
     out = [
@@ -407,11 +436,11 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{title}</h1>",
-        f'<p class="sub">{total:,} records, {errors:,} errors, {len(runs)} run(s): '
-        f"{escape(', '.join(runs))}. Generated {escape(context.generated_at)}.</p>",
+        f'<p class="sub">{total:,} records, {errors:,} errors, {len(runs) + result.left_out.runs:,} run(s): '
+        f"{escape(run_list)}. Generated {escape(context.generated_at)}.</p>",
     ]
     nav = [("measured", "what was measured"), ("per-link", "per link"), ("charts-1", "charts"),
-           *([("comparison", "before / after")] if comparison else []), ("stages", "per stage"),
+           *([("comparison", "comparison")] if comparison else []), ("stages", "per stage"),
            ("errors", "errors"), ("notes", "how to read")]  # fmt: skip
     out.append('<p class="sub">' + " · ".join(f'<a href="#{a}">{t}</a>' for a, t in nav) + "</p>")
     if synthetic:
@@ -433,6 +462,14 @@ def render_html(
                 "They count in every total and percentile but are not drawn in the timelines, and throughput "
                 "is measured over the window. A clock that jumped, or a corrupt timestamp?</p>"
             )
+    left = result.left_out
+    if left.groups:
+        out.append(
+            f'<p class="banner"><b>{left.groups:,} of {left.groups + len(result.groups):,} groups</b> (run, '
+            f"scenario, link, size) are counted in the totals but not shown one by one: this report shows "
+            f"the {len(result.groups):,} busiest. The others hold {left.records:,} records ({left.errors:,} "
+            f"errors)" + (f", and all of {left.runs:,} more run(s)" if left.runs else "") + ".</p>"
+        )
     if result.duplicates:
         out.append(
             f'<p class="banner"><b>{result.duplicates:,} duplicate record(s) were dropped</b>: they repeat '
@@ -440,8 +477,14 @@ def render_html(
             "two files). Every count in this report is over the records that remained.</p>"
         )
     out.append('<h2 id="measured">What was measured, and on what</h2>')
-    for r in runs:
+    for r in shown_runs:
         out.append(_run_section(r, metas.get(r), result))
+    if len(runs) > len(shown_runs):
+        names = ", ".join(f"<code>{escape(_cut(r, 80))}</code>" for r in runs[len(shown_runs) :])
+        out.append(
+            f'<p class="sub">{len(runs) - len(shown_runs):,} more run(s) are in the tables, and not '
+            f"described or charted here to keep the page readable: {names}</p>"
+        )
     host = context.report_host
     out.append("<h3>This report</h3><dl class=\"kv\">")
     for k, v in [
@@ -470,7 +513,7 @@ def render_html(
     out.append(_group_table(result))
 
     chart_no = 0
-    for r in runs:
+    for r in shown_runs:
         for scenario in sorted({g.scenario for g in result.groups if g.run_id == r}):
             everything = [g for g in result.groups if g.run_id == r and g.scenario == scenario and g.cdf_ns]
             groups = _top(everything)

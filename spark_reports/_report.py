@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._compare import compare_runs, comparison_table, resolve_run
+from ._compare import NEED_TWO, compare_runs, comparison_table, resolve_runs
 from ._errors import ReportInputError
 from ._html import ReportContext, render_html
 from ._job import JobResult, Sketch, compute
@@ -37,7 +37,8 @@ class ReportResult:
     table_files: tuple[Path, ...]
     runs: tuple[str, ...]
     records: int
-    compared: tuple[str, str] | None
+    #: the compared runs, the baseline first (``None``: no comparison)
+    compared: tuple[str, ...] | None
     elapsed_seconds: float
     job: JobResult
     #: seconds per phase: spark start, input schema, aggregate, series, errors, tables
@@ -68,13 +69,13 @@ def _host() -> dict[str, Any]:
     }
 
 
-def _alike(job: JobResult, a: str, b: str) -> bool:
-    """Whether two runs measured the same thing: equal sets of (scenario, size class)."""
-
-    def kinds(run: str) -> set[tuple[str, int]]:
-        return {(g.scenario, g.size_class) for g in job.groups if g.run_id == run}
-
-    return kinds(a) == kinds(b)
+def _unlike(job: JobResult, runs: Sequence[str]) -> list[str]:
+    """The runs that did not measure what ``runs[0]`` measured (another set of (scenario, size class))."""
+    kinds: dict[str, set[tuple[str, int]]] = {r: set() for r in runs}
+    for g in job.groups:
+        if g.run_id in kinds:
+            kinds[g.run_id].add((g.scenario, g.size_class))
+    return [r for r in runs[1:] if kinds[r] != kinds[runs[0]]]
 
 
 def build_report(
@@ -82,7 +83,7 @@ def build_report(
     out_html: Path,
     *,
     settings: SparkSettings | None = None,
-    compare: tuple[str, str] | None = None,
+    compare: Sequence[str] | None = None,
     sketch: Sketch | None = None,
     spark: SparkSession | None = None,
     skip_bad: bool = False,
@@ -93,8 +94,9 @@ def build_report(
         in_dirs: benchmark output directories (``corda-trio bench run --out``), or Parquet record sets.
         out_html: the report file to write (its directory is created).
         settings: Spark master, driver memory ... (ignored when ``spark`` is given or a session is active).
-        compare: (before, after) run ids or unique prefixes; by default, when the input holds exactly two
-            runs of the same scenarios and payload size classes, the earlier is compared with the later.
+        compare: two or more run ids or unique prefixes, the baseline first: each other run is compared
+            with it. By default, when the input holds several runs that all measured the same scenarios and
+            payload size classes, each is compared with the earliest.
         sketch: the quantile sketch (default KLL, k = 16,384; see ``_job.Sketch``).
         spark: an existing session to use (tests share one).
         skip_bad: leave records that break the schema out (counted and named in the report) instead of
@@ -109,6 +111,8 @@ def build_report(
     settings = settings or SparkSettings()
     out_html = Path(out_html)
     inputs = discover_inputs([Path(d) for d in in_dirs])  # fails fast, before Spark starts
+    if compare is not None and len(compare) < 2:
+        raise ReportInputError(NEED_TWO)
     if out_html.suffix.lower() not in (".html", ".htm"):
         raise ReportInputError(f"--out {out_html}: the report is an HTML file; name it *.html")
     out_html.parent.mkdir(parents=True, exist_ok=True)
@@ -123,21 +127,23 @@ def build_report(
         phases["input schema"] = time.perf_counter() - mark
         job = compute(records, sketch=sketch, skip_bad=skip_bad)
         runs = job.run_ids
-        pair: tuple[str, str] | None = None
+        compared: tuple[str, ...] | None = None
         note = ""
         if compare is not None:
-            pair = (resolve_run(job, compare[0]), resolve_run(job, compare[1]))
-            if pair[0] == pair[1]:
-                raise ReportInputError("--compare needs two different runs")
-        elif len(runs) == 2 and _alike(job, *runs):
-            pair = (runs[0], runs[1])
-        elif len(runs) == 2:
-            note = (
-                f"Runs {runs[0]} and {runs[1]} were not compared: they differ in scenario or payload size "
-                "classes, so their ratios would mislead. Pass --compare BEFORE AFTER to compare them anyway."
-            )
-        rows = compare_runs(job, *pair) if pair else None
-        tables = build_tables(job, comparison_table(rows, *pair) if rows is not None and pair else None)
+            compared = resolve_runs(job, compare)
+        elif len(runs) >= 2:
+            unlike = _unlike(job, runs)
+            if not unlike:
+                compared = tuple(runs)
+            else:
+                shown = ", ".join(unlike[:5]) + (f" and {len(unlike) - 5} more" if len(unlike) > 5 else "")
+                note = (
+                    f"The runs were not compared: {shown} measured other scenarios or payload size classes "
+                    f"than {runs[0]}, so their ratios would mislead. Pass --compare BASELINE RUN... to "
+                    "compare chosen runs anyway."
+                )
+        rows = compare_runs(job, compared) if compared else None
+        tables = build_tables(job, comparison_table(rows) if rows is not None else None)
         phases.update(job.timings)
         mark = time.perf_counter()
         files = write_tables(session, tables, tables_dir)
@@ -151,12 +157,13 @@ def build_report(
             master=session.sparkContext.master,
             driver_memory=session.sparkContext.getConf().get("spark.driver.memory", "default"),
             report_host=_host(),
-            records=sum(g.count for g in job.groups),
+            records=job.records,
             elapsed_seconds=elapsed,
             phases=dict(phases),
             comparison_note=note,
         )
-        html = render_html(job, inputs.metas, context, (rows, *pair) if rows is not None and pair else None)
+        comparison = (rows, compared) if rows is not None and compared else None
+        html = render_html(job, inputs.metas, context, comparison)
         tmp = out_html.with_name(out_html.name + ".part")
         tmp.write_text(html, encoding="utf-8")
         os.replace(tmp, out_html)
@@ -166,7 +173,7 @@ def build_report(
             table_files=tuple(files),
             runs=tuple(runs),
             records=context.records,
-            compared=pair,
+            compared=compared,
             elapsed_seconds=time.perf_counter() - started,
             job=job,
             phases=dict(phases),

@@ -3,7 +3,7 @@
 Example::
 
     corda-trio report --in bench-out --out report.html                 # local[*]
-    corda-trio report --in before/ --in after/ --out cmp.html --compare RUN_A RUN_B
+    corda-trio report --in before/ --in after/ --out cmp.html --compare RUN_A RUN_B [RUN_C ...]
     corda-trio report --in bench-out --out report.html --master spark://head:7077 --driver-memory 2g
 """
 
@@ -33,8 +33,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver heap, e.g. 2g (default 4g)")
     parser.add_argument(
-        "--compare", nargs=2, metavar=("BEFORE", "AFTER"),
-        help="compare two runs (ids or unique prefixes); default: the two runs when there are exactly two",
+        "--compare", nargs="+", metavar="RUN",
+        help="compare runs (ids or unique prefixes): the first is the baseline, each other run is compared "
+        "with it; default: all runs, when they all measured the same scenarios and payload sizes",
     )  # fmt: skip
     parser.add_argument(
         "--sketch", default="kll",
@@ -75,7 +76,9 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), 2) from exc
     except spark_reports.ReportError as exc:
         raise CliError(str(exc), 1) from exc
-    compared = f"; compared {result.compared[0]} -> {result.compared[1]}" if result.compared else ""
+    compared = (
+        f"; compared {', '.join(result.compared[1:])} with {result.compared[0]}" if result.compared else ""
+    )
     print(
         f"report {result.html_path} ({result.records:,} records, {len(result.runs)} run(s){compared}) "
         f"in {result.elapsed_seconds:.1f} s; tables in {result.tables_dir}"

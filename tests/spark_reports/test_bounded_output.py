@@ -9,7 +9,8 @@ import pytest
 
 import spark_reports
 from corda_trio import records as rf
-from spark_reports._job import MAX_TIMELINE_POINTS, bin_width_seconds
+from spark_reports._html import MAX_RUNS_SHOWN
+from spark_reports._job import MAX_ERROR_TEXTS, MAX_GROUPS, MAX_TIMELINE_POINTS, LeftOut, bin_width_seconds
 
 pytestmark = pytest.mark.spark
 
@@ -113,8 +114,68 @@ def test_unlike_runs_are_not_compared_and_no_series_is_dropped_silently(spark: A
     res = spark_reports.build_report([d], out, spark=spark)
     assert res.compared is None
     html = out.read_text(encoding="utf-8")
-    assert "Runs a and b were not compared: they differ in scenario or payload size classes" in html
+    assert "The runs were not compared: b measured other scenarios or payload size classes than a" in html
     assert "2 more link(s) not drawn here" in html and "link-10, link-11" in html
     assert "2 more link / size group(s) not drawn in the latency chart" in html
     forced = spark_reports.build_report([d], out, spark=spark, compare=("a", "b"))
     assert forced.compared == ("a", "b")
+
+
+def test_the_driver_holds_a_bounded_number_of_groups_runs_and_error_texts(spark: Any, tmp_path: Path) -> None:
+    """More groups than MAX_GROUPS: the busiest are shown, the rest counted; error texts capped per link."""
+    d = tmp_path / "many"
+    written: list[rf.Record] = []
+
+    def run(run_id: str, per_link: list[int], t0: int, error: str | None = None) -> None:
+        writer = rf.RecordWriter(d, run_id)
+        seq = 0
+        for link, n in enumerate(per_link):
+            for _ in range(n):
+                due = t0 + seq * 1_000_000
+                rec = rf.make_record(
+                    run_id=run_id, scenario="s", link=f"link-{link:02d}", size_bytes=64, seq=seq,
+                    intended_ns=due, stages={"created": due + 10, "delivered": due + 50_000},
+                    error=None if error is None else f"{error} #{seq}",  # every text distinct
+                )  # fmt: skip
+                writer.add_sync(rec)
+                written.append(rec)
+                seq += 1
+        writer.finish({"run_id": run_id, "scenario": "s"})
+
+    runs = 30
+    for r in range(runs):  # 30 runs x 12 links; link k holds 13 - k records
+        run(f"run-{r:02d}", [13 - k for k in range(12)], T0 + r * 10**12)
+    run("errors", [30], T0 - 10**12, error="boom")  # the busiest group: 30 distinct error texts
+    for r in range(5):  # runs too small to be shown at all, with errors of their own
+        run(f"tiny-{r}", [1], T0 + (runs + r) * 10**12, error="tiny")
+
+    counts: dict[tuple[str, str, str, int], int] = {}
+    for rec in written:
+        key = (rec.run_id, rec.scenario, rec.link, 64)
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts, key=lambda k: (-counts[k], k))  # busiest first, then by key
+    shown, hidden = set(ranked[:MAX_GROUPS]), ranked[MAX_GROUPS:]
+
+    out = tmp_path / "many.html"
+    res = spark_reports.build_report([d], out, spark=spark)
+    job = res.job
+    assert {g.key for g in job.groups} == shown
+    assert job.left_out == LeftOut(
+        groups=len(hidden),
+        records=sum(counts[k] for k in hidden),
+        ok=sum(counts[k] for k in hidden if not k[0].startswith("tiny")),
+        errors=sum(counts[k] for k in hidden if k[0].startswith("tiny")),
+        runs=5,
+    )
+    assert res.records == job.records == len(written)
+    assert job.error_count == 30 + 5
+    # series and error texts only for shown groups, error texts capped per link
+    assert {(p.run_id, p.scenario, p.link, p.size_class) for p in job.series} <= shown
+    assert [e.run_id for e in job.errors] == ["errors"] * MAX_ERROR_TEXTS
+    assert sum(e.count for e in job.errors) == MAX_ERROR_TEXTS
+    html = out.read_text(encoding="utf-8")
+    assert f"{len(hidden)} of {len(counts)} groups</b>" in html
+    assert f"{len(written):,} records" in html and f"{runs + 1 + 5} run(s)" in html
+    assert html.count("<svg") <= 3 * MAX_RUNS_SHOWN + 1
+    assert "more run(s) are in the tables" in html
+    assert len(html) < 2_000_000

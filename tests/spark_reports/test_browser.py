@@ -40,15 +40,20 @@ def _run(d: Path, run_id: str, scenario: str, t0: int, seed: int, links: int) ->
     writer.finish({"run_id": run_id, "scenario": scenario, "schema_version": rf.SCHEMA_VERSION})
 
 
+#: Runs in the report: six like runs, the width at which the comparison table used to overflow the page.
+RUNS = 6
+
+
 def test_report_renders_in_chromium_with_data_in_every_chart(spark: Any, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     d = tmp_path / "in"
-    _run(d, "before", "p2p", 1_800_000_000_000_000_000, 1, 3)
-    _run(d, "after", "p2p", 1_800_000_100_000_000_000, 2, 3)
+    runs = [f"run-{i}" for i in range(1, RUNS + 1)]
+    for i, run_id in enumerate(runs):
+        _run(d, run_id, "p2p", 1_800_000_000_000_000_000 + i * 100_000_000_000, i + 1, 3)
     html = tmp_path / "report.html"
     result = spark_reports.build_report([d], html, spark=spark)
-    assert result.compared == ("before", "after")
+    assert result.compared == tuple(runs)
 
     problems: list[str] = []
     with sync_playwright() as pw:
@@ -61,7 +66,7 @@ def test_report_renders_in_chromium_with_data_in_every_chart(spark: Any, tmp_pat
             page.goto(html.as_uri(), wait_until="load")
             charts = page.locator("svg.chart")
             n = charts.count()
-            assert n == 7  # per run: latency CDF, throughput, errors; plus the comparison
+            assert n == 3 * RUNS + 1  # per run: latency CDF, throughput, errors; plus the comparison
             for i in range(n):
                 chart = charts.nth(i)
                 title = chart.locator(".chart-title").text_content() or ""
@@ -72,6 +77,19 @@ def test_report_renders_in_chromium_with_data_in_every_chart(spark: Any, tmp_pat
                 assert points and min(points) >= 2, (title, points)
                 box = chart.bounding_box()
                 assert box is not None and box["width"] > 200 and box["height"] > 150, title
+            # the comparison grows down (one row per run), and any table wider than the page scrolls in
+            # its own box: the page itself never scrolls sideways, at desktop or at phone width
+            rows = page.locator("#comparison ~ div.scroll").first.locator("tr").count()
+            assert rows == 1 + 3 * RUNS  # header + one row per run for each of the 3 links
+            for width in (1280, 600):
+                page.set_viewport_size({"width": width, "height": 900})
+                overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                assert overflow <= 0, (width, overflow)
+                boxes = page.locator("div.scroll").evaluate_all(
+                    "els => els.map(e => e.getBoundingClientRect().right)"
+                )
+                assert boxes and max(boxes) <= width, (width, boxes)
+            page.set_viewport_size({"width": 1280, "height": 900})
             screenshot = tmp_path / "report.png"
             page.screenshot(path=str(screenshot), full_page=True)
         finally:

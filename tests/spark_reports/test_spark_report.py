@@ -20,6 +20,7 @@ import pytest
 import spark_reports
 from corda_trio import records as rf
 from corda_trio.node._cli import main
+from spark_reports._compare import resolve_runs
 from spark_reports._job import LATENCY_STAGES, compute
 from spark_reports._schema import discover_inputs, load_records
 
@@ -196,7 +197,7 @@ def test_report_html_tables_and_comparison(
     assert html.count('class="chart-title">gen: throughput over time: errors') == 2
     assert html.count('class="chart-title">gen: end-to-end latency distribution') == 2
     assert html.count('class="chart-title">gen: throughput over time<') == 2
-    assert "before (dashed) vs after (solid)" in html
+    assert "baseline (dashed) and compared runs" in html
     expected_texts = (
         "What was measured", "2 CPUs", "3.11.7", "abc123def", "rate_per_second", "generated test data",
         "kll_sketch_agg_bigint", "Per link", "Latency per stage", "ConnectionError: peer went away",
@@ -235,8 +236,55 @@ def test_compare_option_and_errors(
     assert res.compared == ("gen-b", "gen-a")
     with pytest.raises(spark_reports.ReportInputError, match="2 runs match"):
         spark_reports.build_report([out], tmp_path / "r.html", compare=("gen", "gen-a"), spark=spark)
-    with pytest.raises(spark_reports.ReportInputError, match="no run match"):
-        spark_reports.build_report([out], tmp_path / "r.html", compare=("zzz", "gen-a"), spark=spark)
+    with pytest.raises(spark_reports.ReportInputError, match="at least two runs"):
+        spark_reports.build_report([out], tmp_path / "r.html", compare=("gen-a",))  # before Spark starts
+    bad = {
+        ("zzz", "gen-a"): "no run match",
+        ("gen-a", "gen-b", "gen-a"): "names run gen-a more than once",
+    }
+    for compare, message in bad.items():
+        with pytest.raises(spark_reports.ReportInputError, match=message):
+            resolve_runs(res.job, compare)
+
+
+def test_any_number_of_like_runs_are_compared_with_the_baseline(
+    spark: Any, generated: tuple[Path, dict[str, list[rf.Record]]], tmp_path: Path
+) -> None:
+    out, _ = generated
+    more = tmp_path / "more"
+    _generate(more, "gen-c", slowdown=3.0, seed=1, t0_ns=1_800_000_200_000_000_000)
+    html_path = tmp_path / "three.html"
+    res = spark_reports.build_report([out, more], html_path, spark=spark)
+    assert res.compared == ("gen-a", "gen-b", "gen-c")  # all alike: each against the earliest
+    with (res.tables_dir / "comparison.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert Counter((r["before_run"], r["after_run"]) for r in rows) == {
+        ("gen-a", "gen-b"): 4 * len(LATENCY_STAGES[:-1]),
+        ("gen-a", "gen-c"): 4 * len(LATENCY_STAGES[:-1]),
+    }
+    # the same random draws scaled by 2 and 3: every latency ratio within the rank error of 2 or 3
+    for row in rows:
+        factor = {"gen-b": 2.0, "gen-c": 3.0}[row["after_run"]]
+        for m in ("p50", "p90", "p99", "max"):
+            assert 0.9 * factor < float(row[f"{m}_ratio"]) < 1.1 * factor, row
+    html = html_path.read_text(encoding="utf-8")
+    assert "gen-a (baseline)" in html and html.count("(baseline)") >= 4  # 4 groups in the table
+    # pivoted: one row per run, so the table has the same columns however many runs are compared
+    table = html[html.index('id="comparison"') :]
+    table = table[: table.index("</table>")]
+    assert table.count("<tr>") == 1 + 4 * 3  # header + (baseline, gen-b, gen-c) per group
+    assert table.count("<th") == 4 + len(spark_reports.PERCENTILES) + 3
+
+    res = spark_reports.build_report(
+        [out, more], tmp_path / "c.html", compare=("gen-c", "gen-a", "gen-b"), spark=spark
+    )
+    assert res.compared == ("gen-c", "gen-a", "gen-b")
+    with (res.tables_dir / "comparison.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["before_run"] for r in rows} == {"gen-c"}
+    for row in rows:
+        factor = {"gen-a": 1 / 3, "gen-b": 2 / 3}[row["after_run"]]
+        assert 0.9 * factor < float(row["p50_ratio"]) < 1.1 * factor, row
 
 
 def _tiny_record() -> rf.Record:
