@@ -2,11 +2,14 @@
 
 * ``store list DIR`` shows each queue with its depth, bytes, segments and oldest message.
 * ``store check DIR`` scans every segment and reports torn tails (harmless: the next open truncates
-  them) and corrupt records (exit code 1, naming file and offset). Nothing is changed.
-* ``store check DIR --repair`` also fixes what it found: torn tails are truncated, and a segment with a
-  corrupt record is copied to ``<queue>/quarantine/`` and cut back to its valid prefix; the report lists
-  the message ids that were in the lost part (lost enqueues are lost messages; lost acks mean those
-  messages may be delivered again, which receivers deduplicate).
+  them) and corruption (exit code 1, naming file and offset): a corrupt record, a sealed segment that
+  was cut, a missing segment, a gap in the record sequence, a damaged manifest. Nothing is changed.
+* ``store check DIR --repair`` also fixes what it found: torn tails are truncated, and a damaged queue
+  is salvaged: damaged segments are copied to ``<queue>/quarantine/``, every record before the damage is
+  kept and the survivors are rebuilt into a new segment; the report lists what was lost (the message ids
+  found in the lost part, or how many records a gap or a missing segment held and their id range; lost
+  enqueues are lost messages, lost acks mean those messages may be delivered again, which receivers
+  deduplicate).
 * ``store compact DIR`` rewrites segments that hold acked messages.
 
 ``DIR`` is a broker directory (holding one directory per queue) or a single queue directory. The node
@@ -37,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="verify every segment; --repair quarantines corrupt ones")
     check.add_argument("directory", metavar="DIR", help="broker directory or one queue's directory")
     check.add_argument(
-        "--repair", action="store_true", help="truncate torn tails, quarantine corrupt segments"
+        "--repair", action="store_true", help="truncate torn tails, salvage damaged queues"
     )
     check.add_argument("--queue", help="only this queue (when DIR is a broker directory)")
     check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -129,7 +132,7 @@ def _check(args: argparse.Namespace) -> int:
                 if not args.json:
                     print(f"CORRUPT  {name}: {exc.path} at offset {exc.offset}: {exc.reason}")
                     print(
-                        f"{'':9}run again with --repair to quarantine the segment (it reports what is lost)"
+                        f"{'':9}run again with --repair to salvage the queue (it reports what is lost)"
                     )
                 continue
             except OSError as exc:
@@ -145,6 +148,7 @@ def _check(args: argparse.Namespace) -> int:
                 stale_acks=report.stale_acks,
                 removed_files=list(report.removed_files),
                 stray_files=list(report.stray_files),
+                format_version=report.found_format,
             )
             if report.torn_tail is not None:
                 t = report.torn_tail
@@ -162,6 +166,8 @@ def _check(args: argparse.Namespace) -> int:
                     "lost_enqueue_ids": list(r.lost.enqueue_ids),
                     "lost_ack_ids": list(r.lost.ack_ids), "unreadable_bytes": r.lost.unreadable_bytes,
                     "dropped_bytes": r.lost.dropped_bytes, "damaged_record_claims_id": r.lost.damaged_id,
+                    "missing_records": r.lost.missing_records,
+                    "lost_id_range": list(r.lost.id_range) if r.lost.id_range else None,
                 }
                 for r in report.repairs
             ]  # fmt: skip
@@ -170,6 +176,9 @@ def _check(args: argparse.Namespace) -> int:
                 continue
             status = "REPAIRED" if report.repairs else "OK"
             print(f"{status:<8} {name}: {report.live_messages} messages, {report.segments} segments")
+            if report.found_format == 1:
+                verb = "migrated to" if args.repair else "is migrated to"
+                print(f"{'':9}written in store format version 1: {verb} version 2 when it is opened")
             if report.torn_tail is not None:
                 t = report.torn_tail
                 verb = "truncated" if args.repair else "will be truncated on the next open"
@@ -182,6 +191,15 @@ def _check(args: argparse.Namespace) -> int:
                 verb = "removed" if args.repair else "found"
                 print(f"{'':9}leftover of an interrupted compaction {verb}: {path}")
             for r in report.repairs:
+                if not r.quarantined_as:  # nothing left to quarantine: a gap, a missing file, a cut
+                    print(f"{'':9}{r.path} at offset {r.offset}: {r.reason}")
+                    if r.lost.missing_records:
+                        print(f"{'':9}LOST: {r.lost.missing_records} records (enqueues or acks)")
+                    if r.lost.id_range is not None:
+                        lo, hi = r.lost.id_range
+                        print(f"{'':9}their message ids lie in {lo}..{hi} (messages there may be lost or "
+                              "delivered again)")  # fmt: skip
+                    continue
                 print(f"         corrupt record in {r.path} at offset {r.offset}: {r.reason}")
                 print(
                     f"         quarantined a copy as {r.quarantined_as}; kept the first {r.kept_bytes} bytes"

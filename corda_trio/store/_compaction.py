@@ -17,13 +17,19 @@ the queue is gone.
 *What is rewritten.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less
 (or, on request, every sealed segment with anything to reclaim): a worker thread reads the segment, the
 event loop decides which records stay (live enqueues, and acks whose enqueue may still exist in an older
-segment), the thread writes them to ``<segment>.seg.compact``, fsyncs it, renames it over the segment and
-fsyncs the directory. The rename is the commit point: before it the old file is intact (the leftover temp
-file is deleted at recovery); after it the new file holds every live record exactly once, in the same
-order. A segment with nothing to keep is unlinked instead. Messages acked while a compaction runs are
-simply kept (their ack records, in later segments, stay too: an ack is dropped only when no older segment
-can hold its enqueue). Readers that already hold the old descriptor keep reading the old inode; it is
-closed when the last one is done.
+segment), the thread writes them to ``<segment>.seg.compact`` between a copy of the header (flagged
+*compacted*: sequence numbers may now skip) and a new seal (the same next sequence number, the new record
+count), fsyncs it, renames it over the segment and fsyncs the directory. The rename is the commit point:
+before it the old file is intact (the leftover temp file is deleted at recovery); after it the new file
+holds every live record exactly once, in the same order. A segment with nothing to keep is unlinked if
+it is the queue's first: the manifest is first replaced to start at the next segment (a crash before
+the unlink leaves a file below the manifest's first, which recovery deletes). Any other segment with
+nothing to keep becomes a *stub* (header and seal only) until every older segment is gone: a missing
+segment in the middle of the chain is always an error, never a compaction.
+
+Messages acked while a compaction runs are simply kept (their ack records, in later segments, stay too:
+an ack is dropped only when no older segment can hold its enqueue). Readers that already hold the old
+descriptor keep reading the old inode; it is closed when the last one is done.
 """
 
 from __future__ import annotations
@@ -37,9 +43,20 @@ import attrs
 import trio
 
 from ._errors import StoreClosedError, StoreFailedError
-from ._record import ACK_RECORD_BYTES, SEGMENT_HEADER_BYTES, pack_location, scan_records, unpack_location
+from ._record import (
+    ACK_RECORD_BYTES,
+    SEGMENT_COMPACTED,
+    SEGMENT_HEADER_BYTES,
+    Seal,
+    append_seal,
+    decode_segment_header,
+    encode_segment_header,
+    pack_location,
+    scan_records,
+    unpack_location,
+)
 from ._recovery import SegmentState
-from ._segment import COMPACT_SUFFIX, SEGMENT_SUFFIX, close_quietly, pread_exact, write_all
+from ._segment import COMPACT_SUFFIX, SEGMENT_SUFFIX, close_quietly, pread_exact, write_all, write_manifest
 
 if TYPE_CHECKING:
     from ._wal import DurableLog
@@ -164,12 +181,13 @@ class Compactor:
                 state = log.segments.get(number)
                 if state is None or state is log.tail or log.failure is not None:
                     continue
-                data_bytes = state.size - SEGMENT_HEADER_BYTES
+                data_bytes = state.record_bytes()
                 if only_dirty:
                     if not (state.dirty and log.worth_compacting(state)):
                         continue
                 elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
-                    continue
+                    if data_bytes or state.number != min(log.segments):
+                        continue  # (a first stub is reclaimable: it can go)
                 try:
                     reclaimed += await self._compact_one(state)
                 except OSError as exc:
@@ -182,11 +200,18 @@ class Compactor:
     async def _compact_one(self, state: SegmentState) -> int:
         log = self.log
         data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=log.io_limiter)
-        result = scan_records(data, SEGMENT_HEADER_BYTES, state.number, -1)
-        if result.stop is not None or result.end != state.size:
+        try:
+            header = decode_segment_header(data)
+        except ValueError as exc:
+            raise StoreFailedError(f"queue {log.name}: {state.path}: {exc}; compaction stopped") from None
+        result = scan_records(
+            data, SEGMENT_HEADER_BYTES, state.number, -1, header.first_seq, not header.compacted
+        )
+        if result.stop is not None or result.end != state.size or result.seal is None:
+            problem = result.stop.value if result.stop else "size mismatch" if result.seal else "no seal"
             raise StoreFailedError(
                 f"queue {log.name}: segment {state.path} changed or is unreadable at offset {result.end} "
-                f"({result.stop.value if result.stop else 'size mismatch'}); compaction stopped"
+                f"({problem}); compaction stopped"
             )
         # Which acks must stay: those whose enqueue may still be in an older segment.
         older = [
@@ -206,14 +231,31 @@ class Compactor:
                 keep.append((off, ACK_RECORD_BYTES))
                 kept_acks += 1
         keep.sort()
-        if keep and sum(length for _o, length in keep) == state.size - SEGMENT_HEADER_BYTES:
-            state.dirty = False  # nothing to drop (every ack still needed)
+        is_first = state.number == min(log.segments)
+        if sum(length for _o, length in keep) == state.record_bytes() and (keep or not is_first):
+            state.dirty = False  # nothing to drop (every ack still needed), or a stub that must stay
             return 0
         self._check()
-        new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
-            rewrite_segment, self.generation.dir_fd, os.path.basename(state.path), data, keep,
-            limiter=log.io_limiter,
-        )  # fmt: skip
+        name = os.path.basename(state.path)
+        if keep or not is_first:
+            head = encode_segment_header(
+                state.number, header.base_id, header.first_seq, header.flags | SEGMENT_COMPACTED
+            )
+            seal = bytearray()
+            append_seal(seal, Seal(result.seal.next_seq, len(keep), result.seal.next_id))
+            new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
+                rewrite_segment, self.generation.dir_fd, name, data, keep, head, bytes(seal),
+                limiter=log.io_limiter,
+            )  # fmt: skip
+        else:
+            # The first segment, nothing to keep: the manifest starts after it, then it goes.
+            following = min(n for n in log.segments if n > state.number)
+            async with log.manifest_lock:
+                self._check()
+                new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
+                    _drop_first, self.generation.dir_fd, name, following, log.tail.number,
+                    limiter=log.io_limiter,
+                )  # fmt: skip
         if self._stopped:  # deleted meanwhile: the rewrite reached the old directory only
             if new_fd >= 0:
                 close_quietly(new_fd)
@@ -229,11 +271,13 @@ class Compactor:
             new = SegmentState(
                 number=state.number, path=state.path, base_id=state.base_id, size=new_size, live_bytes=0,
                 live_count=0, min_id=-1, max_id=-1, ack_count=kept_acks, fd=new_fd,
+                first_seq=state.first_seq, records=len(keep), sealed=True,
             )  # fmt: skip
             for mid in kept_ids:
                 loc = live.get(mid)
-                if loc is None:
-                    continue  # acked during the compaction: its record stays until the next one
+                if loc is None:  # acked during the compaction: its record stays until the next one
+                    new.dirty = True
+                    continue
                 seg, off, length, meta_len, ts = unpack_location(loc)
                 live[mid] = pack_location(seg, offset_of[off], length, meta_len, ts)
                 new.live_bytes += length
@@ -241,13 +285,17 @@ class Compactor:
             if kept_ids:
                 new.min_id, new.max_id = kept_ids[0], kept_ids[-1]
             log.segments[state.number] = new
+            if new.dirty and log.worth_compacting(new):
+                log.compact_wanted.set()
         state.retired = True
         if state.readers == 0:
             close_quietly(state.fd)
-        # Acks in later segments may have become unnecessary.
+        # Acks in later segments may have become unnecessary; a stub after a dropped first one can go.
         for later in log.segments.values():
-            if later.number > state.number and later.ack_count:
+            if later.number > state.number and (later.ack_count or new_fd < 0):
                 later.dirty = True
+                if later is not log.tail and log.worth_compacting(later):
+                    log.compact_wanted.set()
         logger.debug(
             "queue %s: compacted segment %d: %d -> %d bytes", log.name, state.number, old_size, new_size
         )
@@ -259,23 +307,32 @@ def _read_whole(fd: int) -> bytes:
     return pread_exact(fd, 0, size)
 
 
+def _drop_first(dir_fd: int, name: str, following: int, last: int) -> tuple[int, int, list[int]]:
+    """Replace the manifest to start at segment ``following``, then unlink ``name`` (blocking)."""
+    write_manifest(dir_fd, following, last)
+    return rewrite_segment(dir_fd, name, b"", [])
+
+
 def rewrite_segment(
-    dir_fd: int, name: str, data: bytes, keep: list[tuple[int, int]]
-) -> tuple[int, int, list[int]]:
-    """Write the kept records of segment ``name`` (in the directory ``dir_fd``) to a temp file and rename
-    it over the segment (module docstring). Returns ``(new descriptor or -1 if deleted, new size, new
-    offset of each kept record)``. Blocking."""
+    dir_fd: int, name: str, data: bytes, keep: list[tuple[int, int]], head: bytes | None = None,
+    seal: bytes = b"",
+) -> tuple[int, int, list[int]]:  # fmt: skip
+    """Write the kept records of segment ``name`` (in the directory ``dir_fd``) to a temp file, between
+    ``head`` (the new header; default: the old one) and ``seal``, and rename it over the segment (module
+    docstring). With nothing to keep and no new header the segment is unlinked. Returns ``(new
+    descriptor or -1 if deleted, new size, new offset of each kept record)``. Blocking."""
     view = memoryview(data)
-    if not keep:
+    if not keep and head is None:
         os.unlink(name, dir_fd=dir_fd)
         os.fsync(dir_fd)
         return -1, 0, []
     tmp = name[: -len(SEGMENT_SUFFIX)] + COMPACT_SUFFIX
-    out = bytearray(view[:SEGMENT_HEADER_BYTES])
+    out = bytearray(view[:SEGMENT_HEADER_BYTES] if head is None else head)
     offsets = []
     for off, length in keep:
         offsets.append(len(out))
         out += view[off : off + length]
+    out += seal
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         write_all(fd, out, sync=True)

@@ -1,43 +1,52 @@
-"""PURE codec of the write-ahead log: segment headers, records, and the recovery scanner.
+"""PURE codec of the write-ahead log (format version 2): segment headers, records, seals, the manifest,
+and the recovery scanner.
 
 No I/O, clock or logging here (``tests/test_layering.py`` checks it): callers pass bytes and timestamps
 in and get bytes, offsets and verdicts out. ``protocol_spec/store-format.md`` is the normative description
-of the bytes; this module is its reference implementation.
+of the bytes; this module is its reference implementation. (Format version 1 is read by
+:mod:`._record_v1`, for migration only.)
 
 Theory of operation
 -------------------
-A queue's log is a sequence of segment files. Each segment starts with a 40-byte header and is followed
-by records, back to back, little-endian::
+A queue's log is a chain of segment files listed by a small *manifest* (first and last segment number).
+Each segment starts with a 48-byte header and is followed by records, back to back, little-endian::
 
     offset size  field
-    0      4     length       whole record in bytes, header included (>= 32)
+    0      4     length       whole record in bytes, header included (>= 40)
     4      4     crc          CRC-32 (zlib polynomial) of bytes [8, length) of this record
-    8      1     kind         1 = enqueue, 2 = ack
-    9      1     flags        0 (reserved; a non-zero value is an error)
+    8      1     kind         1 = enqueue, 2 = ack, 3 = seal
+    9      1     flags        0
     10     2     reserved     0
-    12     8     message_id   unsigned 64-bit, assigned by the store, strictly increasing per queue
-    20     8     timestamp    enqueue time, milliseconds since the Unix epoch (0 in acks)
-    28     4     meta_length  length of the opaque application blob (0 in acks)
-    32     ...   meta bytes, then payload bytes (enqueue only; an ack has no body)
+    12     4     sequence     low 32 bits of the record's sequence number (+1 per record, per queue)
+    16     4     meta_length  length of the opaque application blob (0 in acks and seals)
+    20     8     message_id   unsigned 64-bit, assigned by the store, strictly increasing per queue
+    28     8     timestamp    enqueue time, milliseconds since the Unix epoch (0 in acks and seals)
+    36     4     length_check the bitwise complement of ``length``
+    40     ...   meta bytes, then payload bytes (enqueue), or the seal's body
+
+Every record a queue writes takes the next *sequence number*; they are contiguous across segments: the
+segment header holds the sequence number of its first record, and a segment is closed by a *seal* record
+(taking no number of its own) that says how many records the segment holds and which sequence number
+the next segment starts at. Compaction drops records from sealed segments (marking the header
+*compacted*: gaps are then allowed inside it, but the seal's count must still match). So:
+
+* a sealed segment must be whole: a missing seal (a truncation at a record boundary), a record after it,
+  a count or sequence mismatch, a gap to the next segment, are all corruption;
+* only the *active* (last, unsealed) segment can end in a torn write, and only where a crash could have
+  left one (:func:`classify_stop`): a record cut short by the end of the file, or damage overlapping
+  zero-filled blocks (a power loss). A record whose length covers it completely but whose checksum
+  fails, with no zero block in it, is a bit flip: corruption. ``length_check`` makes a flipped
+  ``length`` field (which would otherwise look like a record running past the end) detectable too.
 
 The scanner walks a segment buffer without copying payloads: it reads only headers (``unpack_from``)
-and checksums each record through a ``memoryview`` slice. It stops at the first record that is not
-well formed and says why; :func:`classify_stop` then decides whether that is a *torn tail* (an append
-that never finished: allowed only at the end of the last segment, truncated and reported) or a *corrupt
-record* (anything else: an error naming the offset, never skipped).
-
-The distinction rests on how the writer appends: one group commit is one ``write`` followed by one
-``fsync`` before the next write starts, and a new segment is created only after the previous one was
-synced. So after a crash only the last write of the last segment can be incomplete, and what is missing
-is a suffix of the file, or (power loss during a multi-record write) a run of blocks that read back as
-zeros. Whatever follows the last well-formed record of the last segment is therefore a torn tail as long
-as no well-formed record follows it (truncated and reported); a well-formed record after a bad one cannot
-be produced by a crash and is corruption.
+and checksums each record through a ``memoryview`` slice: one ``crc32`` per record, as the encoder (the
+length check is one more field of the same ``pack``).
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import struct
 import zlib
 from array import array
@@ -48,46 +57,75 @@ import attrs
 __all__ = [
     "ACK_RECORD_BYTES",
     "FORMAT_VERSION",
+    "MANIFEST_BYTES",
     "MAX_RECORD_BYTES",
     "RECORD_HEADER_BYTES",
+    "SEAL_RECORD_BYTES",
+    "SEGMENT_COMPACTED",
     "SEGMENT_HEADER_BYTES",
     "SEGMENT_MAGIC",
+    "SEGMENT_ORIGIN",
     "RecordKind",
     "ScanResult",
+    "Seal",
+    "SegmentHeader",
     "StopReason",
     "Verdict",
     "append_ack",
     "append_enqueue",
     "append_enqueue_located",
+    "append_seal",
     "classify_stop",
     "decode_enqueue_body",
+    "decode_manifest",
     "decode_segment_header",
+    "encode_manifest",
     "encode_segment_header",
     "find_records",
     "pack_location",
+    "peek_format_version",
     "scan_records",
     "unpack_location",
 ]
 
 SEGMENT_MAGIC: Final = b"CTWALSEG"
-FORMAT_VERSION: Final = 1
-#: magic(8) version(u32) header_length(u32) segment_number(u64) base_id(u64) crc(u32) reserved(u32)
-_SEGMENT_HEADER: Final = struct.Struct("<8sIIQQII")
-SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size  # 40
-_SEGMENT_CRC_SPAN: Final = 32
+FORMAT_VERSION: Final = 2
+#: magic(8) version(u32) header_length(u32) segment_number(u64) base_id(u64) first_seq(u64) flags(u32)
+#: header_crc(u32)
+_SEGMENT_HEADER: Final = struct.Struct("<8sIIQQQII")
+SEGMENT_HEADER_BYTES: Final = _SEGMENT_HEADER.size  # 48
+_SEGMENT_CRC_SPAN: Final = 44
+#: header flag: the segment was rewritten by compaction (records may be missing between sequence numbers)
+SEGMENT_COMPACTED: Final = 1
+#: header flag: the segment starts a new chain, written by a migration or a repair (its leftover, when the
+#: manifest was never switched to it, is removed at the next open)
+SEGMENT_ORIGIN: Final = 2
+_KNOWN_SEGMENT_FLAGS: Final = SEGMENT_COMPACTED | SEGMENT_ORIGIN
 
-#: length(u32) crc(u32) kind(u8) flags(u8) reserved(u16) message_id(u64) timestamp_ms(u64) meta_length(u32)
-_RECORD_HEADER: Final = struct.Struct("<IIBBHQQI")
-RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 32
-#: the checksummed part of the header: kind .. meta_length
-_RECORD_TAIL: Final = struct.Struct("<BBHQQI")
+#: length(u32) crc(u32) kind(u8) flags(u8) reserved(u16) sequence(u32) meta_length(u32) message_id(u64)
+#: timestamp_ms(u64) length_check(u32)
+_RECORD_HEADER: Final = struct.Struct("<IIBBHIIQQI")
+RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 40
+#: bytes [8, 40): kind .. length_check
+_RECORD_TAIL: Final = struct.Struct("<BBHIIQQI")
 _RECORD_PREFIX: Final = struct.Struct("<II")  # length, crc
+_U32: Final = struct.Struct("<I")
 _pack_tail: Final = _RECORD_TAIL.pack
 _pack_prefix: Final = _RECORD_PREFIX.pack
+_pack_u32: Final = _U32.pack
 _crc32: Final = zlib.crc32
 ACK_RECORD_BYTES: Final = RECORD_HEADER_BYTES
+#: seal body: next_seq(u64) records(u64) next_id(u64)
+_SEAL_BODY: Final = struct.Struct("<QQQ")
+SEAL_RECORD_BYTES: Final = RECORD_HEADER_BYTES + _SEAL_BODY.size  # 64
 #: Upper bound of one record (header + meta + payload): 256 MiB. Larger length fields are corruption.
 MAX_RECORD_BYTES: Final = 256 * 1024 * 1024
+_MASK32: Final = 0xFFFFFFFF
+
+#: manifest: magic(8) version(u32) reserved(u32) first(u64) last(u64) reserved(u32) crc(u32)
+MANIFEST_MAGIC: Final = b"CTWALMAN"
+_MANIFEST: Final = struct.Struct("<8sIIQQII")
+MANIFEST_BYTES: Final = _MANIFEST.size  # 40
 
 
 class RecordKind(enum.IntEnum):
@@ -95,70 +133,136 @@ class RecordKind(enum.IntEnum):
 
     ENQUEUE = 1
     ACK = 2
+    SEAL = 3
 
 
 _ENQUEUE: Final = int(RecordKind.ENQUEUE)
 _ACK: Final = int(RecordKind.ACK)
+_SEAL: Final = int(RecordKind.SEAL)
 
 
-def encode_segment_header(segment_number: int, base_id: int) -> bytes:
-    """The 40-byte header that starts segment ``segment_number``.
-
-    ``base_id`` is the next message id the queue would assign when the segment was created: every id in
-    this segment and later ones is at least ``base_id``, and it survives even when compaction has removed
-    every older segment, so ids never go backwards after a restart.
-    """
-    fields = (SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, segment_number, base_id)
-    crc = zlib.crc32(_SEGMENT_HEADER.pack(*fields, 0, 0)[:_SEGMENT_CRC_SPAN])
-    return _SEGMENT_HEADER.pack(*fields, crc, 0)
+# ---------------------------------------------------------------------------------------- segment header
 
 
-def decode_segment_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
-    """Validate a segment header and return ``(segment_number, base_id)``.
+@attrs.frozen
+class SegmentHeader:
+    """A decoded segment header."""
+
+    number: int
+    #: a floor for message ids: the next id the queue assigns is at least this (ids never go backwards)
+    base_id: int
+    #: the sequence number of the segment's first record (as written, before any compaction)
+    first_seq: int
+    flags: int = 0
+
+    @property
+    def compacted(self) -> bool:
+        return bool(self.flags & SEGMENT_COMPACTED)
+
+    @property
+    def origin(self) -> bool:
+        return bool(self.flags & SEGMENT_ORIGIN)
+
+
+def encode_segment_header(segment_number: int, base_id: int, first_seq: int = 0, flags: int = 0) -> bytes:
+    """The 48-byte header that starts segment ``segment_number``."""
+    body = _SEGMENT_HEADER.pack(
+        SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, segment_number, base_id, first_seq, flags, 0
+    )[:_SEGMENT_CRC_SPAN]
+    return body + _pack_u32(zlib.crc32(body))
+
+
+def peek_format_version(data: bytes | bytearray | memoryview) -> int | None:
+    """The format version a segment file claims (``None``: too short or not a segment)."""
+    if len(data) < 12 or bytes(data[:8]) != SEGMENT_MAGIC:
+        return None
+    return int(_U32.unpack_from(data, 8)[0])
+
+
+def decode_segment_header(data: bytes | bytearray | memoryview) -> SegmentHeader:
+    """Validate a segment header.
 
     Raises:
-        ValueError: the header is short, has the wrong magic, an unknown version or a bad checksum
-            (the message says which).
+        ValueError: the header is short, has the wrong magic, an unknown version or flags, or a bad
+            checksum (the message says which).
     """
     if len(data) < SEGMENT_HEADER_BYTES:
         raise ValueError(f"segment header is {len(data)} bytes, expected {SEGMENT_HEADER_BYTES}")
-    magic, version, header_len, number, base_id, crc, reserved = _SEGMENT_HEADER.unpack_from(data, 0)
+    magic, version, header_len, number, base_id, first_seq, flags, crc = _SEGMENT_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise ValueError(f"bad segment magic {bytes(magic)!r}, expected {SEGMENT_MAGIC!r}")
+    if version != FORMAT_VERSION or header_len != SEGMENT_HEADER_BYTES:
+        raise ValueError(f"unsupported segment format version {version} (header length {header_len})")
     if zlib.crc32(memoryview(data)[:_SEGMENT_CRC_SPAN]) != crc:
         raise ValueError("segment header checksum mismatch")
-    if version != FORMAT_VERSION or header_len != SEGMENT_HEADER_BYTES or reserved:
-        raise ValueError(f"unsupported segment format version {version} (header length {header_len})")
-    return int(number), int(base_id)
+    if flags & ~_KNOWN_SEGMENT_FLAGS:
+        raise ValueError(f"unknown segment flags {flags:#x}")
+    return SegmentHeader(int(number), int(base_id), int(first_seq), int(flags))
 
 
-def append_enqueue(buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes) -> int:
+# ---------------------------------------------------------------------------------------- manifest
+
+
+def encode_manifest(first: int, last: int) -> bytes:
+    """The manifest of a queue whose segments are ``first`` .. ``last`` (every one of them present)."""
+    body = _MANIFEST.pack(MANIFEST_MAGIC, FORMAT_VERSION, 0, first, last, 0, 0)[:-4]
+    return body + _pack_u32(zlib.crc32(body))
+
+
+def decode_manifest(data: bytes) -> tuple[int, int]:
+    """``(first, last)`` of a manifest.
+
+    Raises:
+        ValueError: not a valid manifest (the message says why).
+    """
+    if len(data) != MANIFEST_BYTES:
+        raise ValueError(f"manifest is {len(data)} bytes, expected {MANIFEST_BYTES}")
+    magic, version, _r, first, last, _r2, crc = _MANIFEST.unpack(data)
+    if magic != MANIFEST_MAGIC:
+        raise ValueError(f"bad manifest magic {bytes(magic)!r}")
+    if zlib.crc32(data[:-4]) != crc:
+        raise ValueError("manifest checksum mismatch")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported manifest version {version}")
+    if not 1 <= first <= last:
+        raise ValueError(f"manifest lists segments {first}..{last}")
+    return int(first), int(last)
+
+
+# ---------------------------------------------------------------------------------------- records
+
+
+def append_enqueue(
+    buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes, sequence: int = 0
+) -> int:
     """Append one enqueue record to ``buf``; returns the record's length in bytes.
 
     The same bytes as :func:`append_enqueue_located`, which the group commit uses (it also wants the
     record's index entry).
     """
     start = len(buf)
-    append_enqueue_located(buf, message_id, timestamp_ms, meta, payload)
+    append_enqueue_located(buf, message_id, timestamp_ms, meta, payload, sequence)
     return len(buf) - start
 
 
 def append_enqueue_located(
-    buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes
+    buf: bytearray, message_id: int, timestamp_ms: int, meta: bytes, payload: bytes, sequence: int
 ) -> int:
     """Append one enqueue record to ``buf``; return its packed location (:func:`pack_location`) in
     segment 0 at its offset in ``buf``: the group commit's per-record index entry, computed while the
     lengths are at hand (the writer later adds the batch's segment and file offset in one addition).
 
-    This is the hot path of every enqueue: two ``pack`` calls and two or three ``crc32`` calls over the
-    caller's buffers, no intermediate copies besides the appends themselves.
+    This is the hot path of every enqueue: a few ``pack`` calls and ``crc32`` calls over the caller's
+    buffers (the header part once), no intermediate copies besides the appends themselves.
     """
     offset = len(buf)
     meta_len = len(meta)
     length = RECORD_HEADER_BYTES + meta_len + len(payload)
     if length > MAX_RECORD_BYTES:
         raise ValueError(f"record of {length} bytes exceeds the maximum of {MAX_RECORD_BYTES}")
-    tail = _pack_tail(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
+    tail = _pack_tail(
+        _ENQUEUE, 0, 0, sequence & _MASK32, meta_len, message_id, timestamp_ms, length ^ _MASK32
+    )
     if meta_len:
         buf += _pack_prefix(length, _crc32(payload, _crc32(meta, _crc32(tail))))
         buf += tail
@@ -170,12 +274,34 @@ def append_enqueue_located(
     return (timestamp_ms << _TS_SHIFT) | (meta_len << _META_SHIFT) | (length << _LEN_SHIFT) | offset
 
 
-def append_ack(buf: bytearray, message_id: int) -> None:
-    """Append one 32-byte ack record for ``message_id`` to ``buf``."""
-    tail = _RECORD_TAIL.pack(_ACK, 0, 0, message_id, 0, 0)
-    buf += ACK_RECORD_BYTES.to_bytes(4, "little")
-    buf += zlib.crc32(tail).to_bytes(4, "little")
+def _append_bodyless(buf: bytearray, kind: int, sequence: int, message_id: int, body: bytes) -> None:
+    length = RECORD_HEADER_BYTES + len(body)
+    tail = _pack_tail(kind, 0, 0, sequence & _MASK32, 0, message_id, 0, length ^ _MASK32)
+    buf += _pack_prefix(length, _crc32(body, _crc32(tail)))
     buf += tail
+    buf += body
+
+
+def append_ack(buf: bytearray, message_id: int, sequence: int = 0) -> None:
+    """Append one 40-byte ack record for ``message_id`` to ``buf``."""
+    _append_bodyless(buf, _ACK, sequence, message_id, b"")
+
+
+@attrs.frozen
+class Seal:
+    """The seal record that closes a segment."""
+
+    #: the sequence number the next segment starts at (every record of this one is below it)
+    next_seq: int
+    #: how many records (enqueues and acks) the segment holds before its seal
+    records: int
+    #: the next message id when the segment was sealed (a floor, like a header's ``base_id``)
+    next_id: int
+
+
+def append_seal(buf: bytearray, seal: Seal) -> None:
+    """Append the 64-byte seal record ``seal`` to ``buf``."""
+    _append_bodyless(buf, _SEAL, seal.next_seq, 0, _SEAL_BODY.pack(seal.next_seq, seal.records, seal.next_id))
 
 
 def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, bytes]:
@@ -188,7 +314,7 @@ def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, by
     """
     if len(record) < RECORD_HEADER_BYTES:
         raise ValueError("record shorter than its header")
-    length, crc, kind, flags, _r, message_id, ts, meta_len = _RECORD_HEADER.unpack_from(record, 0)
+    length, crc, kind, flags, _r, _seq, meta_len, message_id, ts, _h = _RECORD_HEADER.unpack_from(record, 0)
     if length != len(record) or kind != _ENQUEUE or flags or RECORD_HEADER_BYTES + meta_len > length:
         raise ValueError(f"not a well-formed enqueue record (length {length}, kind {kind})")
     view = memoryview(record)
@@ -206,7 +332,6 @@ _LEN_SHIFT: Final = 40
 _META_SHIFT: Final = 72
 _SEG_SHIFT: Final = 104
 _TS_SHIFT: Final = 136
-_MASK32: Final = 0xFFFFFFFF
 _MASK40: Final = (1 << _OFFSET_BITS) - 1
 
 
@@ -232,10 +357,14 @@ def unpack_location(loc: int) -> tuple[int, int, int, int, int]:
     )
 
 
+# ---------------------------------------------------------------------------------------- scanning
+
+
 class StopReason(enum.Enum):
     """Why :func:`scan_records` stopped before the end of the buffer."""
 
     SHORT_HEADER = "fewer bytes left than a record header"
+    BAD_HEADER = "record length field does not match its check"
     BAD_LENGTH = "record length field out of range"
     PAST_END = "record runs past the end of the file"
     BAD_CHECKSUM = "checksum mismatch"
@@ -243,6 +372,9 @@ class StopReason(enum.Enum):
     BAD_META = "meta length larger than the record"
     ID_NOT_INCREASING = "enqueue message id not greater than the previous one"
     BAD_ACK = "ack record with a body"
+    BAD_SEQUENCE = "record sequence number out of order"
+    BAD_SEAL = "seal record does not match the segment"
+    AFTER_SEAL = "record after the segment's seal"
 
 
 @attrs.define(eq=False)
@@ -250,8 +382,10 @@ class ScanResult:
     """Output of :func:`scan_records`: parallel arrays, no per-record objects.
 
     ``enqueue_ids[i]`` lives at ``enqueue_locations[i]`` (a :func:`pack_location`); ``ack_ids`` lists acks
-    in log order with ``ack_offsets``. ``end`` is the offset just after the last good record; when the scan
-    stopped early ``stop`` says why and ``stop_offset == end``.
+    in log order with ``ack_offsets``. ``end`` is the offset just after the last good record (the seal
+    included); when the scan stopped early ``stop`` says why and ``stop_offset == end``. ``records``
+    counts the enqueue and ack records, ``next_seq`` is the sequence number after the last of them (or
+    the seal's), ``seal`` the seal record if the segment has one (at ``seal_offset``).
     """
 
     enqueue_ids: array[int]
@@ -261,12 +395,21 @@ class ScanResult:
     ack_offsets: array[int]
     end: int
     last_enqueue_id: int
+    records: int = 0
+    next_seq: int = 0
+    seal: Seal | None = None
+    seal_offset: int = -1
     stop: StopReason | None = None
     detail: str = ""
 
 
 def scan_records(
-    data: bytes | bytearray | memoryview, start: int, segment: int, previous_enqueue_id: int
+    data: bytes | bytearray | memoryview,
+    start: int,
+    segment: int,
+    previous_enqueue_id: int,
+    first_seq: int = 0,
+    contiguous: bool = True,
 ) -> ScanResult:
     """Scan records of one segment from ``start`` (just after the header) to the end of ``data``.
 
@@ -275,6 +418,9 @@ def scan_records(
         start: offset of the first record (:data:`SEGMENT_HEADER_BYTES`).
         segment: the segment number, packed into each location.
         previous_enqueue_id: the highest enqueue id of earlier segments (or -1): ids must keep increasing.
+        first_seq: the header's ``first_seq``: sequence numbers are checked against it.
+        contiguous: every sequence number must follow the previous one (a segment not compacted);
+            otherwise they must only increase.
     """
     view = memoryview(data)
     size = len(view)
@@ -291,24 +437,41 @@ def scan_records(
     enqueue_bytes = 0
     pos = start
     header = RECORD_HEADER_BYTES
+    seq0 = first_seq & _MASK32
+    prev_d = -1  # sequence number of the previous record, relative to first_seq
+    records = 0
+    seal: Seal | None = None
+    seal_offset = -1
     stop: StopReason | None = None
     detail = ""
     while pos < size:
+        if seal is not None:
+            stop = StopReason.AFTER_SEAL
+            break
         if size - pos < header:
             stop = StopReason.SHORT_HEADER
             break
-        length, crc, kind, flags, reserved, mid, ts, meta_len = unpack(view, pos)
-        if length < header or length > MAX_RECORD_BYTES:
-            stop, detail = StopReason.BAD_LENGTH, f"length {length}"
-            break
+        length, crc, kind, flags, reserved, seq, meta_len, mid, ts, check = unpack(view, pos)
         end = pos + length
-        if end > size:
-            stop, detail = StopReason.PAST_END, f"length {length}, {size - pos} bytes left"
+        if length < header or length > MAX_RECORD_BYTES or end > size or crc32(view[pos + 8 : end]) != crc:
+            # Which part is bad? The length check says whether the length is as written.
+            if check != length ^ _MASK32:
+                stop = StopReason.BAD_HEADER
+            elif length < header or length > MAX_RECORD_BYTES:
+                stop, detail = StopReason.BAD_LENGTH, f"length {length}"
+            elif end > size:
+                stop, detail = StopReason.PAST_END, f"length {length}, {size - pos} bytes left"
+            else:
+                stop = StopReason.BAD_CHECKSUM
             break
-        if crc32(view[pos + 8 : end]) != crc:
-            stop = StopReason.BAD_CHECKSUM
+        if flags or reserved:
+            stop, detail = StopReason.BAD_KIND, f"kind {kind}, flags {flags}, reserved {reserved}"
             break
-        if kind == _ENQUEUE and not flags and not reserved:
+        d = (seq - seq0) & _MASK32
+        if (d != prev_d + 1) if contiguous else (d <= prev_d):
+            stop, detail = StopReason.BAD_SEQUENCE, f"sequence {first_seq + d} after {first_seq + prev_d}"
+            break
+        if kind == _ENQUEUE:
             if header + meta_len > length:
                 stop, detail = StopReason.BAD_META, f"meta length {meta_len}"
                 break
@@ -319,15 +482,33 @@ def scan_records(
             add_id(mid)
             add_loc((ts << _TS_SHIFT) | seg_bits | (meta_len << _META_SHIFT) | (length << _LEN_SHIFT) | pos)
             enqueue_bytes += length
-        elif kind == _ACK and not flags and not reserved:
+        elif kind == _ACK:
             if length != header or meta_len:
                 stop = StopReason.BAD_ACK
                 break
             acks.append(mid)
             ack_offsets.append(pos)
+        elif kind == _SEAL:
+            if length != SEAL_RECORD_BYTES or meta_len or mid or ts:
+                stop, detail = StopReason.BAD_SEAL, f"length {length}"
+                break
+            candidate = Seal(*_SEAL_BODY.unpack_from(view, pos + header))
+            if candidate.next_seq != first_seq + d or candidate.records != records:
+                stop = StopReason.BAD_SEAL
+                detail = (
+                    f"seal says {candidate.records} records up to sequence {candidate.next_seq}, "
+                    f"the segment holds {records} up to {first_seq + d}"
+                )
+                break
+            seal, seal_offset = candidate, pos
+            prev_d = d - 1  # the seal takes no sequence number: next_seq is the next segment's first
+            pos = end
+            continue
         else:
             stop, detail = StopReason.BAD_KIND, f"kind {kind}, flags {flags}, reserved {reserved}"
             break
+        prev_d = d
+        records += 1
         pos = end
     return ScanResult(
         enqueue_ids=ids,
@@ -337,6 +518,10 @@ def scan_records(
         ack_offsets=ack_offsets,
         end=pos,
         last_enqueue_id=last,
+        records=records,
+        next_seq=seal.next_seq if seal is not None else first_seq + prev_d + 1,
+        seal=seal,
+        seal_offset=seal_offset,
         stop=stop,
         detail=detail,
     )
@@ -346,12 +531,12 @@ def find_records(data: bytes | bytearray, start: int) -> list[tuple[int, int, in
     """Well-formed records (good checksum) anywhere in ``data[start:]``: ``(offset, length, kind, id)``.
 
     Used after a scan stopped: to tell a torn tail (nothing valid can follow it) from corruption, and to
-    list what a quarantined segment held past the bad spot. Candidates are found with ``bytes.find`` on
+    list what a damaged segment held past the bad spot. Candidates are found with ``bytes.find`` on
     the kind/flags/reserved bytes, so this is fast even on a large segment.
     """
     raw = bytes(data) if not isinstance(data, bytes) else data
     candidates: list[int] = []
-    for marker in (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"):
+    for marker in (b"\x01\x00\x00", b"\x02\x00\x00", b"\x03\x00\x00"):
         pos = raw.find(marker, start + 8)
         while pos != -1:
             candidates.append(pos - 8)
@@ -363,7 +548,9 @@ def find_records(data: bytes | bytearray, start: int) -> list[tuple[int, int, in
     for pos in candidates:
         if pos < next_free or pos + RECORD_HEADER_BYTES > len(raw):
             continue
-        length, crc, kind, _flags, _reserved, mid, _ts, meta_len = _RECORD_HEADER.unpack_from(raw, pos)
+        length, crc, kind, _flags, _reserved, _seq, meta_len, mid, _ts, _h = _RECORD_HEADER.unpack_from(
+            raw, pos
+        )
         if length < RECORD_HEADER_BYTES or pos + length > len(raw) or RECORD_HEADER_BYTES + meta_len > length:
             continue
         if kind == _ACK and length != RECORD_HEADER_BYTES:
@@ -382,37 +569,54 @@ class Verdict(enum.Enum):
     CORRUPT = "corrupt record"
 
 
+#: The granularity at which a power loss can leave blocks that read back as zeros (a disk sector).
+ZERO_BLOCK: Final = 512
+#: A zero run shorter than this does not count as a lost block (an ack's zero timestamp, say).
+_ZERO_RUN: Final = re.compile(rb"\x00{16,}")
+
+
+def _overlaps_zero_block(data: bytes | bytearray | memoryview, lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` overlaps a run of at least 16 zero bytes that ends at a sector boundary
+    (:data:`ZERO_BLOCK`) or at the end of the file: what a sector that never reached the disk reads back
+    as (the run may start mid-sector: the bytes before it in that sector were written earlier)."""
+    raw = bytes(data)
+    size = len(raw)
+    for match in _ZERO_RUN.finditer(raw, lo):
+        if match.start() >= hi:
+            break
+        if match.end() == size or match.end() % ZERO_BLOCK == 0:
+            return True
+    return False
+
+
 def classify_stop(
-    data: bytes | bytearray | memoryview, result: ScanResult, *, is_last_segment: bool
+    data: bytes | bytearray | memoryview, result: ScanResult, *, is_active_segment: bool
 ) -> Verdict:
     """Decide whether the place where ``result`` stopped is a torn tail or corruption.
 
-    Only the last segment can have a torn tail. There, whatever follows the last well-formed record is a
-    torn tail if no well-formed record follows it: a header cut short, a length running past the end, a
-    record whose checksum fails, zero-filled blocks (allocated but never written: a power loss), or a
-    mix of these. A well-formed record after the bad spot, or a record whose checksum is good but whose
-    content is wrong (an id out of order, an unknown kind), is corruption.
+    Only the active (last, unsealed) segment can have a torn tail, and only of a shape a crash leaves:
+    a header cut short, a record whose (intact) header says it runs past the end of the file, or a
+    record whose header or body is damaged where blocks read back as zeros (a power loss). Anything else
+    (a bit flip in a record the file holds completely, a record whose checksum is good but whose content
+    is wrong) is corruption, and so is any well-formed record after the bad spot: an interrupted append
+    leaves a prefix of what was written, so nothing valid can follow it.
     """
     if result.stop is None:
         raise ValueError("the scan did not stop early")
-    if not is_last_segment:
+    if not is_active_segment or result.seal is not None:
         return Verdict.CORRUPT
-    verdict = _classify_last(data, result)
-    if verdict is Verdict.TORN_TAIL and find_records(bytes(data), result.end + 1):
-        # An append cut short leaves a prefix: nothing valid can follow the incomplete record. A valid
-        # record after it means the bad one was damaged in place (a flipped length bit, say).
+    pos = result.end
+    stop = result.stop
+    if stop in (StopReason.SHORT_HEADER, StopReason.PAST_END):
+        verdict = Verdict.TORN_TAIL
+    elif stop is StopReason.BAD_HEADER:
+        end = min(len(data), pos + RECORD_HEADER_BYTES)
+        verdict = Verdict.TORN_TAIL if _overlaps_zero_block(data, pos, end) else Verdict.CORRUPT
+    elif stop is StopReason.BAD_CHECKSUM:
+        length = _U32.unpack_from(data, pos)[0]
+        verdict = Verdict.TORN_TAIL if _overlaps_zero_block(data, pos, pos + length) else Verdict.CORRUPT
+    else:
+        verdict = Verdict.CORRUPT
+    if verdict is Verdict.TORN_TAIL and find_records(bytes(data), pos + 1):
         return Verdict.CORRUPT
     return verdict
-
-
-#: Stops that an append cut short can produce: what follows the last whole record is a prefix of the
-#: write, and with a power loss some of its blocks may read back as zeros (allocated, never written).
-_TORN_STOPS: Final = frozenset(
-    {StopReason.SHORT_HEADER, StopReason.PAST_END, StopReason.BAD_LENGTH, StopReason.BAD_CHECKSUM}
-)
-
-
-def _classify_last(data: bytes | bytearray | memoryview, result: ScanResult) -> Verdict:
-    # A record whose checksum is good but whose content is wrong was written so: never a torn write.
-    # Anything else is a torn tail here, provided no well-formed record follows (``classify_stop``).
-    return Verdict.TORN_TAIL if result.stop in _TORN_STOPS else Verdict.CORRUPT

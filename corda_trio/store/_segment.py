@@ -22,10 +22,12 @@ import re
 from typing import Final
 
 from ._errors import InvalidQueueNameError
-from ._record import SEGMENT_HEADER_BYTES, encode_segment_header
+from ._record import SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
 
 __all__ = [
     "COMPACT_SUFFIX",
+    "MANIFEST_NAME",
+    "MANIFEST_TMP",
     "MAX_QUEUE_NAME_LENGTH",
     "QUARANTINE_DIR",
     "SEGMENT_SUFFIX",
@@ -34,15 +36,21 @@ __all__ = [
     "is_compaction_leftover",
     "list_segment_numbers",
     "pread_exact",
+    "read_manifest",
+    "rotate_segment",
     "segment_path",
     "stray_entries",
     "validate_queue_name",
     "write_all",
+    "write_manifest",
 ]
 
 SEGMENT_SUFFIX: Final = ".seg"
 COMPACT_SUFFIX: Final = ".seg.compact"
 QUARANTINE_DIR: Final = "quarantine"
+#: the queue's manifest (first and last segment number) and its temp file while it is replaced
+MANIFEST_NAME: Final = "manifest"
+MANIFEST_TMP: Final = "manifest.tmp"
 #: A queue name becomes a directory name as is, so it must fit NAME_MAX (255) with room to spare.
 MAX_QUEUE_NAME_LENGTH: Final = 200
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -125,6 +133,8 @@ def stray_entries(queue_dir: str) -> list[str]:
                 continue
         elif entry == QUARANTINE_DIR and os.path.isdir(full):
             continue
+        elif entry in (MANIFEST_NAME, MANIFEST_TMP) and os.path.isfile(full):
+            continue
         strays.append(entry)
     return strays
 
@@ -183,7 +193,7 @@ def pread_exact(fd: int, offset: int, length: int) -> bytes:
     return b"".join(parts)
 
 
-def create_segment(queue_dir: str, number: int, base_id: int) -> int:
+def create_segment(queue_dir: str, number: int, base_id: int, first_seq: int = 0, flags: int = 0) -> int:
     """Create segment ``number`` with its header, durably, and return a descriptor open for appends.
 
     The header is written and synced, then the directory is synced, before any record goes in: a crash
@@ -193,7 +203,7 @@ def create_segment(queue_dir: str, number: int, base_id: int) -> int:
     path = segment_path(queue_dir, number)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
-        write_all(fd, encode_segment_header(number, base_id), sync=True)
+        write_all(fd, encode_segment_header(number, base_id, first_seq, flags), sync=True)
         fsync_dir(queue_dir)
     except BaseException:
         os.close(fd)
@@ -215,3 +225,62 @@ def close_quietly(fd: int) -> None:
 def is_header_only(size: int) -> bool:
     """True when a segment of ``size`` bytes holds no record."""
     return size <= SEGMENT_HEADER_BYTES
+
+
+def read_manifest(queue_dir: str) -> bytes | None:
+    """The bytes of the queue's manifest, or ``None`` if it has none."""
+    try:
+        with open(os.path.join(queue_dir, MANIFEST_NAME), "rb", buffering=0) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_manifest(dir_fd: int, first: int, last: int) -> None:
+    """Durably replace the manifest of the queue directory ``dir_fd`` (temp file, ``fdatasync``,
+    ``rename``, directory ``fsync``): after a crash it is the old one or the new one."""
+    fd = os.open(
+        MANIFEST_TMP,
+        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0),
+        0o644,
+        dir_fd=dir_fd,
+    )
+    try:
+        write_all(fd, encode_manifest(first, last), sync=True)
+    finally:
+        os.close(fd)
+    os.replace(MANIFEST_TMP, MANIFEST_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
+
+
+def open_dir(path: str) -> int:
+    """A descriptor of the directory ``path`` (for ``dir_fd=`` operations and ``fsync``)."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+def write_manifest_at(queue_dir: str, first: int, last: int) -> None:
+    """:func:`write_manifest` for a directory given by path."""
+    fd = open_dir(queue_dir)
+    try:
+        write_manifest(fd, first, last)
+    finally:
+        os.close(fd)
+
+
+def rotate_segment(
+    queue_dir: str, old_fd: int, seal: bytes, number: int, base_id: int, first_seq: int, first: int
+) -> int:
+    """Seal the tail segment (append ``seal`` to ``old_fd``, ``fdatasync``), create segment ``number``
+    and replace the manifest to list segments ``first`` to ``number``; returns the new descriptor.
+
+    The order is what recovery relies on: a segment is sealed before the next one exists, and a new
+    segment holds no record before the manifest lists it.
+    """
+    write_all(old_fd, seal, sync=True)
+    fd = create_segment(queue_dir, number, base_id, first_seq)
+    try:
+        write_manifest_at(queue_dir, first, number)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -43,9 +43,16 @@ durable, unacked message; insertion order is id order. Payloads are read lazily 
 message is delivered, except for recently enqueued ones kept in a bounded cache, so a queue of a million
 messages costs about a hundred bytes each in memory, not its payloads.
 
+*Sequence.* Every record gets the queue's next sequence number as it is encoded (``next_seq``; a
+retracted enqueue gives its number back, like its id), so the records on disk are numbered without gaps
+across segments, which is what lets recovery notice a record or a segment that went missing.
+
 *Rotation.* Before a batch is written, a tail segment that would exceed ``segment_bytes`` is sealed and a
-new segment is created (header + fsync + directory fsync) first. Only the last write of the last segment
-can therefore be torn, which is what recovery relies on.
+new segment is created first: once every written batch is durable, the seal record (how many records the
+segment holds, which sequence number comes next) is appended and synced, the new segment is created
+(header + fsync + directory fsync), and the manifest is replaced to list it. Only the last write of the
+last segment can therefore be torn, and a sealed segment is always whole, which is what recovery relies
+on.
 
 *Compaction.* Sealed segments that are mostly acked are rewritten by :mod:`._compaction`, which works on
 the queue's directory descriptor (its generation), never on paths; the log only says when a segment may
@@ -72,8 +79,10 @@ from ._record import (
     ACK_RECORD_BYTES,
     RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
+    Seal,
     append_ack,
     append_enqueue_located,
+    append_seal,
     decode_enqueue_body,
     pack_location,
     unpack_location,
@@ -81,8 +90,8 @@ from ._record import (
 from ._recovery import RecoveredLog, SegmentState
 from ._segment import (
     close_quietly,
-    create_segment,
     pread_exact,
+    rotate_segment,
     segment_path,
     sync_file,
     write_all,
@@ -229,8 +238,12 @@ class DurableLog:
     segments: dict[int, SegmentState]
     live: dict[int, int]
     next_id: int
+    #: the sequence number of the next record
+    next_seq: int = 0
     #: the broker's commit helper process; ``None``: write and sync on worker threads of ``limiter``
     helper: CommitHelper | None = None
+    #: held while the manifest is replaced (rotation adds a segment, compaction removes the first)
+    manifest_lock: trio.Lock = attrs.field(factory=trio.Lock)
     tail: SegmentState = attrs.field(init=False)
     pending: Batch = attrs.field(factory=Batch, init=False)
     cache: dict[int, tuple[bytes, bytes]] = attrs.field(factory=dict, init=False)
@@ -302,6 +315,7 @@ class DurableLog:
             segments={s.number: s for s in recovered.segments},
             live=recovered.live,
             next_id=recovered.next_id,
+            next_seq=recovered.next_seq,
             helper=helper,
         )
 
@@ -331,7 +345,8 @@ class DurableLog:
         buf = batch.buf
         if not buf:
             self._work.set()  # the batch becomes non-empty: the writer has something to take
-        batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload))
+        batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload, self.next_seq))
+        self.next_seq += 1
         self.next_id = mid + 1
         ids = batch.ids
         ids.append(mid)
@@ -369,6 +384,7 @@ class DurableLog:
         batch.locs.pop()
         batch.bodies.pop()
         self.next_id = message_id
+        self.next_seq -= 1
         return True
 
     def add_ack(self, message_id: int) -> Batch:
@@ -388,7 +404,8 @@ class DurableLog:
         batch = self.pending
         if not batch.buf:
             self._work.set()
-        append_ack(batch.buf, message_id)
+        append_ack(batch.buf, message_id, self.next_seq)
+        self.next_seq += 1
         batch.acks += 1
         if len(batch.ids) + batch.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
             self._try_start()
@@ -629,6 +646,7 @@ class DurableLog:
         assert tail is not None
         base = batch.base
         tail.ack_count += batch.acks
+        tail.records += len(batch.ids) + batch.acks
         ids = batch.ids
         if ids:
             # Locations were packed for segment 0 at offset 0 of the batch: shift them in one pass.
@@ -649,16 +667,25 @@ class DurableLog:
             self.on_durable(ids)
 
     async def _rotate(self, first_id: int) -> None:
-        """Seal the tail and start the next segment; ``first_id`` is the smallest id it will hold (its
-        ``base_id``: no earlier segment holds an id that large)."""
+        """Seal the tail and start the next segment (every written batch is durable); ``first_id`` is
+        the smallest id it will hold (its ``base_id``: no earlier segment holds an id that large)."""
         old = self.tail
         number = old.number + 1
-        fd = await trio.to_thread.run_sync(
-            create_segment, self.directory, number, first_id, limiter=self.limiter
-        )
+        pending = self.pending
+        first_seq = self.next_seq - len(pending.ids) - pending.acks  # the pending records are numbered
+        seal = bytearray()
+        append_seal(seal, Seal(first_seq, old.records, first_id))
+        async with self.manifest_lock:
+            fd = await trio.to_thread.run_sync(
+                rotate_segment, self.directory, old.fd, bytes(seal), number, first_id, first_seq,
+                min(self.segments), limiter=self.limiter,
+            )  # fmt: skip
+        old.size += len(seal)
+        old.sealed = True
         new = SegmentState(
             number=number, path=segment_path(self.directory, number), base_id=first_id,
             size=SEGMENT_HEADER_BYTES, live_bytes=0, live_count=0, min_id=-1, max_id=-1, ack_count=0, fd=fd,
+            first_seq=first_seq,
         )  # fmt: skip
         self.segments[number] = new
         self.tail = new
@@ -755,9 +782,12 @@ class DurableLog:
             self.compact_wanted.set()
 
     def worth_compacting(self, state: SegmentState) -> bool:
-        """Whether ``state``'s live bytes fell to ``compact_live_ratio`` of its data or less."""
-        data = state.size - SEGMENT_HEADER_BYTES
-        return data > 0 and state.live_bytes <= self.config.compact_live_ratio * data
+        """Whether ``state``'s live bytes fell to ``compact_live_ratio`` of its records or less (a stub,
+        a segment holding nothing but its seal, is worth it when it is the first: it can then go)."""
+        data = state.record_bytes()
+        if data == 0:
+            return state.sealed and state.number == min(self.segments)
+        return state.live_bytes <= self.config.compact_live_ratio * data
 
     async def seal_tail(self) -> None:
         """Have the writer start a new segment (if the tail holds anything), so that the current one can

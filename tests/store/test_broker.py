@@ -230,7 +230,7 @@ async def test_statistics_oldest_age_and_fsync_none_warning(tmp_path: Path) -> N
         stats = queue.statistics()
         assert stats.fsync == "none" and stats.warning and "NOT durable" in stats.warning
         assert stats.oldest_age_seconds is not None and 0 <= stats.oldest_age_seconds < 60
-        assert stats.bytes == 100 + 32 and stats.fsyncs == 0 and stats.group_commits == 1
+        assert stats.bytes == 100 + 40 and stats.fsyncs == 0 and stats.group_commits == 1
         durable = await broker.declare_queue("durable")
         await durable.enqueue(b"y")
         assert durable.statistics().warning is None and durable.statistics().fsyncs == 1

@@ -20,8 +20,8 @@ def _corrupt_middle(root: Path) -> tuple[str, int]:
     qdir = str(root / QUEUE)
     path = segment_path(qdir, list_segment_numbers(qdir)[0])
     data = bytearray(Path(path).read_bytes())
-    offset = 40 + 3 * (32 + 5)  # the fourth record (payloads are 5 bytes)
-    data[offset + 34] ^= 0xFF  # a payload byte
+    offset = 48 + 3 * (40 + 5)  # the fourth record (payloads are 5 bytes)
+    data[offset + 42] ^= 0xFF  # a payload byte
     Path(path).write_bytes(bytes(data))
     return path, offset
 
@@ -57,7 +57,7 @@ async def test_check_repair_and_list(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "REPAIRED" in out and "LOST messages (enqueues): 4, 5, 6, 7" in out
     assert "the damaged record's header claims message id 3" in out  # the damaged one is reported too
-    assert f"dropped {5 * (32 + 5)} bytes from offset {offset}" in out
+    assert f"dropped {5 * (40 + 5)} bytes from offset {offset}" in out
     quarantined = os.listdir(tmp_path / QUEUE / store.QUARANTINE_DIR)
     assert quarantined == [os.path.basename(path) + ".corrupt-0"]
     assert main(["store", "check", str(tmp_path), "--json"]) == 0

@@ -233,7 +233,7 @@ async def test_overlapping_commit_jobs_write_in_order(
         # it happens, on the worker thread, instead of sampled after a real-time sleep)
         assert gated.early == 0 and len(gated.writes) == 2
         assert queue.statistics().group_commits == 2
-    assert [w[32:] for w in gated.writes] == [b"first", b"second"]
+    assert [w[40:] for w in gated.writes] == [b"first", b"second"]
     async with store.open_broker(tmp_path) as broker:
         assert [m.payload async for m in broker.get_queue("q").browse()] == [b"first", b"second"]
 

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from corda_trio import store
-from corda_trio.store._record import SEGMENT_HEADER_BYTES, append_enqueue, scan_records
+from corda_trio.store._record import (
+    ACK_RECORD_BYTES,
+    SEAL_RECORD_BYTES,
+    SEGMENT_HEADER_BYTES,
+    append_enqueue,
+    scan_records,
+)
 from corda_trio.store._segment import list_segment_numbers, segment_path
 
 QUEUE = "p2p.inbound.DLtest"
@@ -60,7 +66,7 @@ def _records(path: str) -> list[tuple[int, int, str, int]]:
         off, length = loc & ((1 << 40) - 1), (loc >> 40) & 0xFFFFFFFF
         out.append((off, off + length, "enqueue", mid))
     for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
-        out.append((off, off + 32, "ack", mid))
+        out.append((off, off + ACK_RECORD_BYTES, "ack", mid))
     return sorted(out)
 
 
@@ -88,7 +94,7 @@ async def test_truncation_at_every_byte_of_the_last_records_recovers_the_durable
     work = tmp_path / "work"
     for cut in range(first_cut, len(data) + 1):
         shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work / QUEUE)
+        shutil.copytree(original, work)
         (work / QUEUE / os.path.basename(path)).write_bytes(data[:cut])
         recovered = store.recover_queue(str(work / QUEUE), store.RecoveryMode.CHECK)
         expected = _expected_live(records, cut)
@@ -145,7 +151,9 @@ async def test_corrupt_record_in_the_middle_is_an_error_naming_file_and_offset(
     assert _read(path) == bytes(data)  # nothing was changed
 
 
-async def test_damaged_last_record_is_torn_but_damaged_non_last_segment_is_corrupt(tmp_path: Path) -> None:
+async def test_a_bit_flip_in_the_last_record_is_corruption_in_the_active_and_in_a_sealed_segment(
+    tmp_path: Path,
+) -> None:
     config = store.BrokerConfig(segment_bytes=4096)
     async with store.open_broker(tmp_path, config=config) as broker:
         queue = await broker.declare_queue(QUEUE)
@@ -154,21 +162,24 @@ async def test_damaged_last_record_is_torn_but_damaged_non_last_segment_is_corru
     qdir = str(tmp_path / QUEUE)
     numbers = list_segment_numbers(qdir)
     assert len(numbers) >= 3
-    # The last record of the LAST segment, damaged but covering the file to its end: a torn write.
+    # The last record of the ACTIVE segment, whole but with one flipped bit: no crash leaves that.
     last = segment_path(qdir, numbers[-1])
-    data = bytearray(_read(last))
+    good = _read(last)
+    data = bytearray(good)
     data[-1] ^= 1
     _write(last, bytes(data))
-    recovered = store.recover_queue(qdir, store.RecoveryMode.CHECK)
-    assert recovered.report.torn_tail is not None and len(recovered.live) == 11
-    # The same damage at the end of an earlier (sealed, fsynced) segment is corruption.
+    with pytest.raises(store.CorruptSegmentError, match="checksum mismatch") as info:
+        store.recover_queue(qdir, store.RecoveryMode.CHECK)
+    assert info.value.path == last and info.value.offset == len(good) - 1040
+    _write(last, good)
+    # The same at the end of an earlier (sealed, fsynced) segment: its seal record.
     sealed = segment_path(qdir, numbers[0])
     data = bytearray(_read(sealed))
     data[-1] ^= 1
     _write(sealed, bytes(data))
     with pytest.raises(store.CorruptSegmentError, match="checksum mismatch") as info:
         store.recover_queue(qdir, store.RecoveryMode.CHECK)
-    assert info.value.path == sealed
+    assert info.value.path == sealed and info.value.offset == len(data) - 64
 
 
 async def test_zero_filled_or_partial_tail_is_torn_but_a_valid_record_after_a_bad_one_is_corrupt(
@@ -184,13 +195,20 @@ async def test_zero_filled_or_partial_tail_is_torn_but_a_valid_record_after_a_ba
     before_last = good[:last_start]
     last = good[last_start:last_end]
     page = 4096
+    pad = -len(good) % 512 or 512
+    pad += 512 if pad < 16 else 0
     tails = {
         "zero pages": good + bytes(2 * page),
         # a multi-record write cut by a power loss: the first bytes landed, the rest reads back as zeros
         "partial record then zero pages": before_last + last[: len(last) // 2] + bytes(page),
-        "partial bytes after zeros": good + bytes(40) + b"\x01garbage" + bytes(100),
+        # sectors that never reached the disk read back as zeros, up to a sector boundary
+        "partial bytes after zeros": good + bytes(pad) + b"\x01garbage" + bytes(100),
     }
+    pristine = tmp_path / "pristine"
+    shutil.copytree(qdir, pristine)
     for label, data in tails.items():
+        shutil.rmtree(qdir)
+        shutil.copytree(pristine, qdir)
         _write(path, data)
         expected_cut = len(before_last) if label.startswith("partial record") else len(good)
         recovered = store.recover_queue(qdir, store.RecoveryMode.OPEN)
@@ -199,14 +217,17 @@ async def test_zero_filled_or_partial_tail_is_torn_but_a_valid_record_after_a_ba
         assert torn.dropped_bytes == len(data) - expected_cut, label
         for state in recovered.segments:
             os.close(state.fd)
-        assert _read(path) == data[:expected_cut], label  # truncated back
+        assert _read(path)[:expected_cut] == data[:expected_cut], label  # truncated back
         if label.startswith("partial record"):
-            # The cut record's id stays used: a new segment starts above it.
+            # The cut record's id stays used: the segment is sealed and a new one starts above it.
             (cut_id,) = [mid for start, _end, _kind, mid in records if start == last_start]
             assert recovered.next_id == cut_id + 1
             assert len(recovered.segments) == 2 and recovered.segments[-1].base_id == recovered.next_id
-            os.unlink(recovered.segments[-1].path)
-        _write(path, good)
+            assert len(_read(path)) == expected_cut + SEAL_RECORD_BYTES
+        else:
+            assert len(_read(path)) == expected_cut
+    shutil.rmtree(qdir)
+    shutil.copytree(pristine, qdir)
     # A well-formed record after a bad one cannot come from a crash: corruption, naming the offset.
     damaged = bytearray(good)
     damaged[records[-2][0] + 20] ^= 0x01  # a bit flip in the record before the last one
@@ -221,12 +242,14 @@ async def test_unknown_kind_with_a_valid_checksum_is_corrupt_even_at_the_end(tmp
     (number,) = list_segment_numbers(qdir)
     path = segment_path(qdir, number)
     good = _read(path)
+    next_seq = scan_records(good, SEGMENT_HEADER_BYTES, 1, -1).next_seq
     record = bytearray()
-    append_enqueue(record, 10_000, 0, b"", b"x")
+    append_enqueue(record, 10_000, 0, b"", b"x", next_seq)
     record[8] = 9  # kind 9 ...
     import zlib
 
-    record[4:8] = zlib.crc32(bytes(record[8:])).to_bytes(4, "little")  # ... with a valid checksum
+    # ... with a valid checksum
+    record[4:8] = zlib.crc32(bytes(record[8:])).to_bytes(4, "little")
     _write(path, good + bytes(record))
     with pytest.raises(store.CorruptSegmentError, match="unknown record kind"):
         store.recover_queue(qdir, store.RecoveryMode.CHECK)
@@ -369,5 +392,5 @@ async def test_damaged_length_field_in_the_middle_of_the_last_segment_is_corrupt
     data = bytearray(_read(path))
     data[start + 3] ^= 0x80  # the length now claims ~2 GiB: it "runs past the end", yet records follow
     _write(path, bytes(data))
-    with pytest.raises(store.CorruptSegmentError, match=f"offset {start}: record length field out of range"):
+    with pytest.raises(store.CorruptSegmentError, match=f"offset {start}: record length field does not"):
         store.recover_queue(qdir, store.RecoveryMode.CHECK)
