@@ -10,12 +10,13 @@ What is measured, in one run:
     batch of N records. ``raw-loop`` writes N pre-built random 256-byte blobs joined into one ``os.write``:
     the ceiling for this disk at N records per fsync, with no per-record work at all.
     ``raw-loop-encoded`` is the like-for-like loop: every record is encoded in the store's format
-    (``protocol_spec/store-format.md``: 32-byte header with id, timestamp and CRC-32, 224-byte payload) by
-    the same codec function the queue uses, into one buffer written with one ``os.write`` per batch.
+    (``protocol_spec/store-format.md``: 40-byte header with sequence, id, timestamp, CRC-32 and length
+    check, 216-byte payload) by the same codec function the queue uses, into one buffer written with one
+    ``os.write`` per batch.
     ``raw-loop-per-record`` calls ``os.write`` once per pre-built record.
 ``queue-256``
-    (b) our durable queue with 64 concurrent producers enqueuing 256-byte records (224-byte payload +
-    32-byte header), fsync ``always``. Its mean records per fsync is the N given to (a), so the two run
+    (b) our durable queue with 64 concurrent producers enqueuing 256-byte records (216-byte payload +
+    40-byte header), fsync ``always``. Its mean records per fsync is the N given to (a), so the two run
     at the same records per fsync. ``ratio_to_raw_encoded`` is (b) / ``raw-loop-encoded``: same records
     per fsync, same bytes on disk, same encoding and checksum work, so the ratio measures exactly what the
     queue adds (tasks, wake-ups, hand-offs to the commit helper, index); the target is >= 0.5.
@@ -72,7 +73,7 @@ from corda_trio import store
 __all__ = ["raw_encoded_loop", "raw_fsync_loop", "run_producer_sweep", "run_wal_benchmark"]
 
 RECORD_BYTES: Final = 256
-HEADER_BYTES: Final = 32
+HEADER_BYTES: Final = 40  # record header of store format version 2 (protocol_spec/store-format.md §3)
 PRODUCERS: Final = 64
 #: (a) runs between the slices of each (b) run (see :func:`_queue_run`).
 SLICES: Final = 8
