@@ -144,3 +144,67 @@ async def test_open_cancelled_during_recovery_leaves_nothing_half_open(tmp_path:
         assert outcome == []  # cancelled before it finished recovering
         log = await broker.open_keyed_log("checkpoints")
         assert len(log.items()) == 600
+
+
+def _unneeded(history: dict[int, tuple[list[bytes], list[bytes]]], unacked: list[int]) -> list[int]:
+    """The records of ``unacked`` (ids in write order) that the rule of protocol_spec/store-format.md
+    §6a does not need: none of their puts is the latest operation on its key, and none of their deletes
+    is the latest operation on a key that an older unacked record still puts."""
+    latest: dict[bytes, tuple[int, str]] = {}
+    for mid in unacked:
+        puts, deletes = history[mid]
+        for key in puts:
+            latest[key] = (mid, "put")
+        for key in deletes:
+            latest[key] = (mid, "delete")
+    out = []
+    for mid in unacked:
+        puts, deletes = history[mid]
+        holds = any(latest[k] == (mid, "put") for k in puts)
+        hides = any(
+            latest[k] == (mid, "delete") and any(k in history[o][0] for o in unacked if o < mid)
+            for k in deletes
+        )
+        if not (holds or hides):
+            out.append(mid)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_multi_key_records_are_acked_and_compacted_away_once_every_key_in_them_is_superseded(
+    tmp_path: Path, seed: int
+) -> None:
+    """A model of which records must stay: after every write (and after each restart) the unacked
+    records are exactly those still needed, and a full compaction leaves nothing else on disk."""
+    rng = random.Random(seed)
+    keys = [b"k%d" % i for i in range(12)]
+    history: dict[int, tuple[list[bytes], list[bytes]]] = {}
+    model: dict[bytes, bytes] = {}
+    for session in range(3):
+        async with store.open_broker(tmp_path, config=CONFIG) as broker:
+            log = await broker.open_keyed_log("checkpoints")
+            inner = log._log
+            assert inner is not None
+            for step in range(150):
+                chosen = rng.sample(keys, rng.randrange(1, 7))
+                split = rng.randrange(0, len(chosen) + 1)
+                puts = [(k, b"s%d-%d" % (session, step) + b"." * rng.randrange(200)) for k in chosen[:split]]
+                deletes = chosen[split:]
+                mid = inner.next_id  # (acks take no id: this write's record gets it)
+                await log.write(puts, deletes)
+                history[mid] = ([k for k, _v in puts], deletes)
+                model.update(puts)
+                for k in deletes:
+                    model.pop(k, None)
+                unacked = sorted(inner.live)
+                assert _unneeded(history, unacked) == [], (session, step)
+                for k in model:  # the latest put of every key is kept
+                    assert any(k in history[m][0] for m in unacked)
+                assert dict(log.items()) == model
+            await log.compact()
+            unacked = sorted(inner.live)
+        path = tmp_path / "keyed" / "checkpoints"
+        on_disk = store.recover_queue(str(path), store.RecoveryMode.CHECK)
+        # nothing but the needed records is left in the files (acked ones were compacted away)
+        assert on_disk.report.enqueue_records == len(on_disk.live) == len(unacked)
+        assert sorted(on_disk.live) == unacked
