@@ -13,7 +13,10 @@ come back). Per receiving link, ``AmqpConnection.open_receiver(..., max_message_
 receiver raises ``LinkDetachedError``. A peer overrunning its credit is absorbed up to
 ``ConnectionConfig.max_credit_overrun`` (``Receiver.overrun_total`` counts it). To refuse one delivery, settle
 it with ``Delivery.reject(condition, description)``; to refuse a link, ``LinkRequest.refuse(condition)``.
-Every close we decide on reaches the wire before the socket shuts (bounded by ``CLOSE_TIMEOUT_SECONDS``).
+Every close we decide on reaches the wire before the socket shuts: a graceful close waits for the peer's at
+most ``CLOSE_TIMEOUT_SECONDS``; when the connection's owner is cancelled, the goodbye (our close out, the
+peer's read back) takes at most ``CANCELLED_CLOSE_TIMEOUT_SECONDS``; over TLS a ``close_notify`` follows
+(``CLOSE_NOTIFY_TIMEOUT_SECONDS``).
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
@@ -21,6 +24,8 @@ from ._connect import PeerCheck as PeerCheck
 from ._connect import open_amqp_connection as open_amqp_connection
 from ._connect import open_amqp_over_stream as open_amqp_over_stream
 from ._connect import secure_stream as secure_stream
+from ._driver import CANCELLED_CLOSE_TIMEOUT_SECONDS as CANCELLED_CLOSE_TIMEOUT_SECONDS
+from ._driver import CLOSE_NOTIFY_TIMEOUT_SECONDS as CLOSE_NOTIFY_TIMEOUT_SECONDS
 from ._driver import CLOSE_TIMEOUT_SECONDS as CLOSE_TIMEOUT_SECONDS
 from ._driver import AmqpConnection as AmqpConnection
 from ._driver import Delivery as Delivery
@@ -47,6 +52,8 @@ from ._socks import open_socks_stream as open_socks_stream
 
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
+    "CANCELLED_CLOSE_TIMEOUT_SECONDS",
+    "CLOSE_NOTIFY_TIMEOUT_SECONDS",
     "CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",

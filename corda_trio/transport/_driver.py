@@ -20,10 +20,17 @@ Goodbye. Once the engine is closed (a ``close`` decided by either side, a protoc
 exchange, EOF), whichever task notices it runs :meth:`AmqpConnection._goodbye`: under the write lock (so a
 write in flight completes first) it sends everything the engine still queued, our ``close`` or
 ``sasl-outcome`` included, then half-closes plain TCP (``send_eof``). The reader keeps reading (the engine
-discards what arrives) until the peer's ``close`` or EOF, or until :data:`CLOSE_TIMEOUT_SECONDS` passed; only
-then is the stream closed, over TLS with a ``close_notify`` first. Reading to the end matters: a socket
-closed with unread input answers with a RST, and a RST can destroy our last frames before the peer reads
-them.
+discards what arrives) until the peer's ``close`` or EOF, or until the goodbye's deadline
+(:data:`CLOSE_TIMEOUT_SECONDS` after it started, for all of it); only then is the stream closed, over TLS
+with a ``close_notify`` first (bounded by :data:`CLOSE_NOTIFY_TIMEOUT_SECONDS`). Reading to the end matters:
+a socket closed with unread input answers with a RST, and a RST can destroy our last frames before the peer
+reads them.
+
+Closing under cancellation. When the task that owns the connection is cancelled, the reader is cancelled
+with it, so nobody would read the peer's reply: :meth:`AmqpConnection.aclose` then gives the goodbye
+:data:`CANCELLED_CLOSE_TIMEOUT_SECONDS` (shielded): our ``close`` and the half-close go out, and ``aclose``
+itself reads (and discards) until the peer's ``close`` or EOF, which with a live peer takes one round trip;
+a silent peer costs at most that bound (then the ``close_notify``, over TLS), never the graceful one.
 
 Nothing is reported as delivered that the peer did not settle: ``Sender.send`` returns the peer's terminal
 state only after a ``disposition`` settled it; if the link or the connection goes away first, every waiting
@@ -60,8 +67,13 @@ __all__ = ["AmqpConnection", "Delivery", "LinkRequest", "PendingDelivery", "Rece
 log = logging.getLogger("corda_trio.transport")
 
 RECEIVE_SIZE_BYTES: Final = 256 * 1024
-#: Bound on each phase of a goodbye: our last frames out, the peer's close (or EOF) in, close_notify out.
+#: Bound on a graceful goodbye, all of it: our last frames out and the peer's close (or EOF) in.
 CLOSE_TIMEOUT_SECONDS: Final = 2.0
+#: Bound on sending the TLS close_notify once the goodbye is over.
+CLOSE_NOTIFY_TIMEOUT_SECONDS: Final = 0.5
+#: Bound on the goodbye (our close out, the peer's in) when the connection's owner was cancelled: a peer on
+#: a working network answers our close within a round trip; a silent one is not waited for longer.
+CANCELLED_CLOSE_TIMEOUT_SECONDS: Final = 0.5
 #: ``max_message_size=DEFAULT``: take the connection config's limit.
 DEFAULT: Final[Any] = amqp.FROM_CONFIG
 LINK_REQUEST_BACKLOG: Final = 64
@@ -545,6 +557,8 @@ class AmqpConnection:
         self._writes_done = False
         self._linger_deadline = math.inf
         self._read_scope: trio.CancelScope | None = None
+        self._reader_active = False
+        self._reader_done = trio.Event()
         self._link_change: trio.Event | None = None
         self._closed = trio.Event()
         self._opened = trio.Event()
@@ -597,11 +611,15 @@ class AmqpConnection:
         """Close gracefully (``close`` frame, wait for the peer's), then close the stream.
 
         Whatever the engine still has queued (for example the ``close`` that reports a peer's protocol
-        violation) is flushed first; the goodbye is bounded (a few :data:`CLOSE_TIMEOUT_SECONDS`) and
-        shielded from cancellation.
+        violation) is flushed first. Shielded from cancellation and bounded: :data:`CLOSE_TIMEOUT_SECONDS`,
+        or :data:`CANCELLED_CLOSE_TIMEOUT_SECONDS` when called in a cancelled scope (the owner is being
+        cancelled, and the reader with it); plus :data:`CLOSE_NOTIFY_TIMEOUT_SECONDS` over TLS.
         """
+        cancelled = trio.current_effective_deadline() == -math.inf
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(2 * CLOSE_TIMEOUT_SECONDS):
+            budget = CANCELLED_CLOSE_TIMEOUT_SECONDS if cancelled else CLOSE_TIMEOUT_SECONDS
+            deadline = trio.current_time() + budget
+            with trio.move_on_at(deadline):
                 if self._broken is None and not self._engine.closed:
                     self._engine.close()
                 try:
@@ -609,9 +627,14 @@ class AmqpConnection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError):
                     pass
                 if self._engine.closed:
-                    await self._goodbye()
-                # the reader sees the peer's close (or EOF, or the linger deadline) and closes the stream
-                await self._closed.wait()
+                    await self._goodbye(deadline)
+                self._linger_until(deadline)
+                if self._reader_active:
+                    # the reader sees the peer's close (or EOF, or the deadline) and closes the stream; a
+                    # reader cancelled with our owner ends without doing so
+                    await self._reader_done.wait()
+                if not self._closed.is_set() and not self._stream_dead:
+                    await self._drain()
             self._set_broken(AmqpConnectionError("the connection was closed locally"))
             if not self._closed.is_set():
                 await self._final_close()
@@ -811,6 +834,14 @@ class AmqpConnection:
         await trio.lowlevel.checkpoint()
 
     async def _reader(self) -> None:
+        self._reader_active = True
+        try:
+            await self._read()
+        finally:
+            self._reader_active = False
+            self._reader_done.set()
+
+    async def _read(self) -> None:
         engine = self._engine
         stream = self._stream
         try:
@@ -822,7 +853,7 @@ class AmqpConnection:
                     data = await stream.receive_some(RECEIVE_SIZE_BYTES)
                 self._read_scope = None
                 if scope.cancelled_caught:
-                    break  # the peer did not finish within CLOSE_TIMEOUT_SECONDS of our goodbye
+                    break  # the peer did not finish before the goodbye's deadline
                 if self._closing:
                     # After our goodbye: read on (the engine discards) until the peer's close or EOF.
                     if not data:
@@ -855,15 +886,18 @@ class AmqpConnection:
             return
         await self._final_close()
 
-    async def _goodbye(self) -> None:
+    async def _goodbye(self, deadline: float | None = None) -> None:
         """The engine is closed: send what it queued (our close), half-close, and let the reader linger.
 
-        Runs once, in whichever task noticed first; bounded by :data:`CLOSE_TIMEOUT_SECONDS` and shielded.
+        Runs once, in whichever task noticed first; shielded, and bounded by ``deadline`` (by default
+        :data:`CLOSE_TIMEOUT_SECONDS` from now), which also ends the reader's wait for the peer's close.
         """
         if self._closing:
             await trio.lowlevel.checkpoint()
             return
         self._closing = True
+        if deadline is None:
+            deadline = trio.current_time() + CLOSE_TIMEOUT_SECONDS
         error = self._engine.close_error
         if self._broken is None:
             if error is None:
@@ -872,7 +906,7 @@ class AmqpConnection:
                 self._set_broken(AmqpConnectionError.from_error(error, "the connection was closed"))
         stream = self._stream
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+            with trio.move_on_at(deadline):
                 try:
                     async with self._write_lock:  # a write in flight completes first
                         data = self._engine.data_to_send()
@@ -884,16 +918,39 @@ class AmqpConnection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                     pass
         self._writes_done = True
-        self._linger_deadline = trio.current_time() + CLOSE_TIMEOUT_SECONDS
+        self._linger_until(deadline)
+
+    def _linger_until(self, deadline: float) -> None:
+        """The reader waits for the peer's close (or EOF) until ``deadline`` at the latest."""
+        self._linger_deadline = min(self._linger_deadline, deadline)
         if self._read_scope is not None:
             self._read_scope.deadline = min(self._read_scope.deadline, self._linger_deadline)
+
+    async def _drain(self) -> None:
+        """Read and discard until the peer's close or EOF, in ``aclose`` once the reader is gone.
+
+        Called only after our goodbye, within ``aclose``'s deadline: closing a socket with unread input
+        would answer with a RST, which can destroy our close before the peer reads it.
+        """
+        engine = self._engine
+        try:
+            while engine.state is not amqp.ConnectionState.END:
+                data = await self._stream.receive_some(RECEIVE_SIZE_BYTES)
+                if not data:
+                    break
+                try:
+                    engine.receive_data(data)
+                except amqp.RemoteProtocolError:
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            pass
 
     async def _final_close(self) -> None:
         """Close the stream: over TLS send close_notify first (bounded); then the connection is over."""
         stream = self._stream
         with trio.CancelScope(shield=True):
             if isinstance(stream, trio.SSLStream) and not self._stream_dead:
-                with trio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+                with trio.move_on_after(CLOSE_NOTIFY_TIMEOUT_SECONDS):
                     async with self._write_lock:
                         self._writes_done = True
                         try:
