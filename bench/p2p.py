@@ -18,8 +18,9 @@ on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Tw
 
 1. **Maximum sustained throughput**: ``--senders`` tasks in A call ``MessagingService.send`` (each returns
    once the message is durable in A's outbound queue) back to back for ``--messages`` messages of
-   ``--size`` bytes; the rate is messages / (first created -> A's outbound queue empty, i.e. every message
-   durable in B's inbox and settled ``accepted`` back to A).
+   ``--size`` bytes; the rate is messages / (first created -> B's handler has had every one of them, and A's
+   outbound queue is empty: each durable in B's inbox, settled ``accepted`` back to A, deduplicated and handed
+   to B's handler).
 2. **Latency at half load**, open loop: messages are created at half the measured rate for ``--half-seconds``
    on a fixed schedule (each send starts at its intended time whatever the previous ones do); the latency of
    a message is from its intended time to the moment B's handler got it (durable at B, deduplicated).
@@ -141,7 +142,15 @@ def _node_main(node_dir: Path) -> None:
             cpu0 = _cpu_with_helpers()
             say({"ready": port})
             if plan["role"] == "receiver":
-                line = await trio.to_thread.run_sync(sys.stdin.readline)  # once, off the hot path
+                # end of phase 1: when this node's handler has had every message so far
+                line = await trio.to_thread.run_sync(sys.stdin.readline)  # off the hot path
+                expect[0] = json.loads(line)["wait_handled"]
+                if len(delivered) >= expect[0]:
+                    got_all.set()
+                await got_all.wait()
+                got_all = trio.Event()
+                say({"handled_at": max(delivered.values())})
+                line = await trio.to_thread.run_sync(sys.stdin.readline)
                 expect[0] = json.loads(line)["expect"]
                 if len(delivered) >= expect[0]:
                     got_all.set()
@@ -193,7 +202,11 @@ def _node_main(node_dir: Path) -> None:
                 for _ in range(senders):
                     load.start_soon(sender)
             await drained()
-            t1 = time.time_ns()
+            # phase 1 ends when B's handler has had them all (B's inbox may still hold a backlog when A's
+            # outbound queue is empty; phase 2 must not start on top of it)
+            say({"phase1_sent": 200 + n})
+            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            t1 = json.loads(line)["handled_at"]
             cpu_max = _cpu_with_helpers() - cpu_a0
             rate_max = n / ((t1 - t0) / 1e9)
             rate = plan.get("half_rate") or rate_max / 2
@@ -346,6 +359,8 @@ def run_benchmark(
             _read(sender)
             b_info = json.loads((b_dir / "plan.json").read_text())
             _tell(sender, {"name": b_info["name"], "key_hash": b_info["key_hash"], "port": port})
+            _tell(receiver, {"wait_handled": _read(sender)["phase1_sent"]})
+            _tell(sender, {"handled_at": _read(receiver)["handled_at"]})
             a_done = _read(sender)
             _tell(receiver, {"expect": a_done["expect"]})
             b_done = _read(receiver)
