@@ -139,11 +139,13 @@ class InboundAcceptor:
                         batch.append(receiver.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                await self._store(batch, user)
+                await self._store(receiver, batch, user)
         except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.info("%s: link %s ended: %s", user, receiver.name, exc)
 
-    async def _store(self, batch: list[transport.Delivery], user: str | None) -> None:
+    async def _store(
+        self, receiver: transport.Receiver, batch: list[transport.Delivery], user: str | None
+    ) -> None:
         max_size = self.config.max_message_size
         good: list[tuple[transport.Delivery, bytes]] = []
         for delivery in batch:
@@ -171,6 +173,5 @@ class InboundAcceptor:
             good.append((delivery, stamped))
         if good:
             await self.inbox.enqueue_many([payload for _, payload in good])
-            for delivery, _ in good:
-                await delivery.accept()
+            await receiver.settle_many([delivery for delivery, _ in good], amqp.Accepted())
             self.accepted += len(good)

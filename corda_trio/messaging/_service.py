@@ -361,12 +361,18 @@ class MessagingService:
         registration = self._handlers.get(message.topic)
         if registration is None:
             return False
-        async with self._handler_lock:  # handlers run one at a time, as from a single dispatcher
-            try:
-                receipt = await registration.handler(message)
-            except Exception:
-                log.exception("handler for topic %r failed on %s; retrying", message.topic, message.dedup_id)
-                return False
+        lock = self._handler_lock  # handlers run one at a time, as from a single dispatcher
+        try:
+            lock.acquire_nowait()  # the usual case, without a checkpoint
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            receipt = await registration.handler(message)
+        except Exception:
+            log.exception("handler for topic %r failed on %s; retrying", message.topic, message.dedup_id)
+            return False
+        finally:
+            lock.release()
         if callable(receipt):  # a deferred receipt: awaited aside, the next message goes on
             commits.start_soon(self._await_deferred, consumer, message_id, message.dedup_id, receipt, done)
         else:

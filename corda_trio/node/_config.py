@@ -454,9 +454,7 @@ def _secret_source(r: _Reader, table: dict[str, Any], section: str, base: Path) 
         raise r.fail(section, "give exactly one of password_env and password_file") from None
 
 
-def _listen_address(
-    r: _Reader, table: dict[str, Any], key: str, where: str, default: str
-) -> tuple[str, int]:
+def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
     """``HOST:PORT`` where port 0 (any free port) is allowed."""
     text = r.string(table, key, where, default)
     host, sep, port = text.rpartition(":")

@@ -404,6 +404,21 @@ class Receiver:
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
 
+    async def settle_many(self, deliveries: list[Delivery], state: Any) -> None:
+        """Settle several deliveries of this link with ``state`` at once (one flush, one checkpoint);
+        pre-settled or already settled ones are skipped."""
+        conn = self._conn
+        conn._raise_if_broken()
+        if self._error is not None:
+            raise self._error
+        settle = conn._engine.settle
+        for delivery in deliveries:
+            if not delivery.settled:
+                delivery.settled = True
+                settle(self.channel, delivery.delivery_id, state)
+        conn._request_flush()
+        await trio.lowlevel.checkpoint()
+
     async def _settle(self, delivery_id: int, state: Any) -> None:
         conn = self._conn
         conn._raise_if_broken()
