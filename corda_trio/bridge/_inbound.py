@@ -43,7 +43,7 @@ from corda_trio.messaging import (
     HEADER_VALIDATED_USER,
     InvalidMessageError,
     check_p2p_message,
-    stamp_validated_user,
+    stamped_payload,
 )
 
 __all__ = ["AcceptorConfig", "InboundAcceptor", "Inbox"]
@@ -153,7 +153,7 @@ class InboundAcceptor:
                 message = amqp.Message.decode(delivery.payload)
                 check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
                 if user is not None:
-                    stamped = stamp_validated_user(message, user).encode()
+                    stamped = stamped_payload(delivery.payload, message, user)
                 else:
                     stamped = delivery.payload
                     if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):

@@ -32,6 +32,7 @@ from ._model import inbox_address as inbox_address
 from ._model import key_hash_of_address as key_hash_of_address
 from ._model import outbound_queue as outbound_queue
 from ._model import stamp_validated_user as stamp_validated_user
+from ._model import stamped_payload as stamped_payload
 from ._model import to_amqp as to_amqp
 from ._peers import Peer as Peer
 from ._peers import PeerDirectory as PeerDirectory
@@ -82,5 +83,6 @@ __all__ = [
     "key_hash_of_address",
     "outbound_queue",
     "stamp_validated_user",
+    "stamped_payload",
     "to_amqp",
 ]

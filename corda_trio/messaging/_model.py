@@ -48,6 +48,7 @@ __all__ = [
     "key_hash_of_address",
     "outbound_queue",
     "stamp_validated_user",
+    "stamped_payload",
     "to_amqp",
 ]
 
@@ -224,6 +225,58 @@ def stamp_validated_user(message: amqp.Message, user: str) -> amqp.Message:
         )
     props[HEADER_VALIDATED_USER] = user
     return attrs.evolve(message, application_properties=props)
+
+
+def _skip_list(buf: bytes, pos: int) -> int:
+    """The position after the list (or null) at ``pos`` (a header or properties section's value)."""
+    c = buf[pos]
+    if c in (0x40, 0x45):  # null, list0
+        return pos + 1
+    if c in (0xC0, 0xC1):  # list8, map8
+        return pos + 2 + buf[pos + 1]
+    if c in (0xD0, 0xD1):  # list32, map32
+        return pos + 5 + int.from_bytes(buf[pos + 1 : pos + 5], "big")
+    raise ValueError(f"unexpected constructor 0x{c:02x}")
+
+
+def stamped_payload(payload: bytes, message: amqp.Message, user: str) -> bytes:
+    """The bytes of ``stamp_validated_user(message, user).encode()`` for ``message = decode(payload)``,
+    without encoding the whole message again: the ``_AMQ_VALIDATED_USER`` pair is appended to the
+    application-properties map in place (the acceptor's hot path). A message that already names ``user``
+    is returned as it is; an unusual layout (long-form section descriptors) takes the slow path.
+
+    Raises:
+        InvalidMessageError: the sender claimed a different user (``amqp:unauthorized-access``).
+    """
+    props = message.application_properties or {}
+    claimed = props.get(HEADER_VALIDATED_USER)
+    if claimed is not None:
+        if claimed != user:
+            stamp_validated_user(message, user)  # raises with the right condition
+        return payload
+    try:
+        pos = 0
+        while payload[pos] == 0 and payload[pos + 1] == 0x53 and 0x70 <= payload[pos + 2] <= 0x73:
+            pos = _skip_list(payload, pos + 3)  # header, annotations, properties
+        if payload[pos : pos + 3] != b"\x00\x53\x74":
+            raise ValueError("no application-properties section")
+        c = payload[pos + 3]
+        if c == 0xC1:
+            count, start, end = payload[pos + 5], pos + 6, pos + 5 + payload[pos + 4]
+        elif c == 0xD1:
+            size = int.from_bytes(payload[pos + 4 : pos + 8], "big")
+            count, start, end = int.from_bytes(payload[pos + 8 : pos + 12], "big"), pos + 12, pos + 8 + size
+        else:
+            raise ValueError(f"application-properties is not a map (0x{c:02x})")
+    except (IndexError, ValueError):
+        return stamp_validated_user(message, user).encode()
+    pairs = payload[start:end] + amqp.encode_value(HEADER_VALIDATED_USER) + amqp.encode_value(user)
+    count += 2
+    if count <= 255 and len(pairs) < 255:
+        head = bytes((0xC1, len(pairs) + 1, count))
+    else:
+        head = b"\xd1" + (len(pairs) + 4).to_bytes(4, "big") + count.to_bytes(4, "big")
+    return b"".join((payload[: pos + 3], head, pairs, payload[end:]))
 
 
 def from_amqp(message: amqp.Message) -> ReceivedMessage:

@@ -93,3 +93,43 @@ def test_checks_name_the_condition() -> None:
     no_body = amqp.Message(application_properties=good.application_properties, body=None)
     with pytest.raises(messaging.InvalidMessageError, match="Data section"):
         messaging.check_p2p_message(no_body, max_size=1000, encoded_size=1)
+
+
+_texts = st.text(max_size=300)
+_extra_headers = st.dictionaries(
+    st.text(min_size=1, max_size=20).filter(lambda k: k not in ("_AMQ_VALIDATED_USER",)), _texts, max_size=20
+)
+
+
+@given(
+    topic=st.text(min_size=1, max_size=40),
+    data=st.binary(max_size=3000),
+    headers=_extra_headers,
+    user=st.text(min_size=1, max_size=300),
+    claim=st.booleans(),
+)
+def test_stamped_payload_equals_the_slow_stamp(
+    topic: str, data: bytes, headers: dict[str, str], user: str, claim: bool
+) -> None:
+    """The in-place stamp gives exactly the bytes of decode -> stamp -> encode (map8 and map32 alike)."""
+    wire = messaging.to_amqp(
+        messaging.OutgoingMessage(topic=topic, data=data, dedup_id="d-1", headers=headers),
+        platform_version=1,
+        release_version="0.1.0",
+        sender_uuid="u",
+        send_seq_no=7,
+    )
+    if claim:
+        wire = messaging.stamp_validated_user(wire, user)
+    payload = wire.encode()
+    message = amqp.Message.decode(payload)
+    fast = messaging.stamped_payload(payload, message, user)
+    assert fast == messaging.stamp_validated_user(message, user).encode()
+    assert amqp.Message.decode(fast).application_properties[messaging.HEADER_VALIDATED_USER] == user
+    if not claim:
+        with pytest.raises(messaging.InvalidMessageError, match="claims"):
+            messaging.stamped_payload(
+                messaging.stamp_validated_user(message, user + "x").encode(),
+                messaging.stamp_validated_user(message, user + "x"),
+                user,
+            )
