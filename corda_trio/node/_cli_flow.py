@@ -39,7 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     listing = sub.add_parser("list", help="list flows (running, parked with an error, recently finished)")
     add_rpc_options(listing)
-    listing.add_argument("--state", choices=("running", "parked", "finished", "failed", "killed"))
+    listing.add_argument("--state", choices=("running", "parked", "finished", "failed"))
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=_list)
 

@@ -24,7 +24,7 @@ import attrs
 import h11
 import trio
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class NodeMetrics:
         registry.register(NodeCollector(node))
         flow_duration = Histogram(
             "corda_trio_flow_duration_seconds",
-            "Time from a flow's start to its end (finished or failed), flows started since the node started",
+            "Time from a flow's start over RPC to its end (finished or failed)",
             labelnames=("flow",),
             buckets=FLOW_DURATION_BUCKETS,
             registry=registry,
@@ -141,6 +141,11 @@ class NodeCollector:
         batch = _gauge(
             "store_group_commit_records", "Mean records per group commit (fsync batch size)", labels
         )
+        latency = SummaryMetricFamily(
+            "corda_trio_store_group_commit_duration_seconds",
+            "Group commit latency: from starting a batch's write to its write and fsync having returned",
+            labels=list(labels),
+        )
         for s in broker.statistics():
             lv = [s.name]
             depth.add_metric(lv, s.depth)
@@ -152,7 +157,8 @@ class NodeCollector:
             commits.add_metric(lv, s.group_commits)
             fsyncs.add_metric(lv, s.fsyncs)
             batch.add_metric(lv, s.records_per_fsync)
-        yield from (depth, size, age, enq, acked, released, commits, fsyncs, batch)
+            latency.add_metric(lv, count_value=s.group_commits, sum_value=s.commit_seconds_total)
+        yield from (depth, size, age, enq, acked, released, commits, fsyncs, batch, latency)
 
     def _p2p(self, node: Node) -> Iterator[Metric]:
         labels = ("peer",)

@@ -174,6 +174,9 @@ class QueueStatistics:
     disk_bytes: int
     compactions: int
     warning: str | None
+    #: Seconds the group commits took (write and fsync, from starting the write to its return), summed:
+    #: divided by ``group_commits`` it is the mean commit latency.
+    commit_seconds_total: float = 0.0
 
 
 def _as_bytes(value: object, what: str) -> bytes:
@@ -452,6 +455,7 @@ class Queue:
             segments=len(log.segments) if log is not None else 0,
             disk_bytes=sum(s.size for s in log.segments.values()) if log is not None else 0,
             compactions=log.compactions if log is not None else 0,
+            commit_seconds_total=log.commit_seconds if log is not None else 0.0,
             warning=(
                 "fsync disabled: enqueues are NOT durable against a machine crash (benchmark mode)"
                 if self.durable and self.fsync is FsyncPolicy.NONE

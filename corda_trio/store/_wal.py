@@ -165,6 +165,8 @@ class Batch:
     waiters: list[trio.lowlevel.Task] = attrs.field(factory=list)
     #: set by :meth:`finish`: the batch is durable, or failed (then ``error`` is set)
     finished: bool = False
+    #: ``time.monotonic()`` when its write was started (for the commit latency statistic)
+    launched_at: float = 0.0
     error: BaseException | None = None
     # set when the batch is written: its segment, offset there and write sequence number
     segment: SegmentState | None = None
@@ -256,6 +258,8 @@ class DurableLog:
     records_written: int = attrs.field(default=0, init=False)
     bytes_written: int = attrs.field(default=0, init=False)
     fsyncs: int = attrs.field(default=0, init=False)
+    #: Seconds from starting a batch's write to its write (and fsync) having returned, summed over batches.
+    commit_seconds: float = attrs.field(default=0.0, init=False)
     compactions: int = attrs.field(default=0, init=False)
     compacted_bytes: int = attrs.field(default=0, init=False)
     _work: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -532,6 +536,7 @@ class DurableLog:
         assert batch is self.pending
         tail = self.tail
         self.pending = Batch()
+        batch.launched_at = time.monotonic()
         batch.segment = tail
         batch.base = tail.size
         batch.seq = self._next_seq
@@ -619,6 +624,7 @@ class DurableLog:
             return  # after a failed fsync nothing later may be trusted either (see _fail)
         if self.config.sync:
             self.fsyncs += 1
+        self.commit_seconds += time.monotonic() - batch.launched_at
         if batch.seq > self._durable_seq:
             self._durable_seq = batch.seq
         # The next batch first (its write and sync start while we wake this one's appenders), if it
