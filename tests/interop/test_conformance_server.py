@@ -1,8 +1,10 @@
-"""Third-party clients against our server: azure-servicebus's pure-Python ``_pyamqp`` and Qpid Proton.
+"""Third-party clients against our server: azure-servicebus's pure-Python ``_pyamqp``, Qpid Proton, uamqp.
 
 Each client sends 2,000 x 1 KiB messages to ``serve_amqp`` (a ``QueueBroker``) and receives them back, over
-plain TCP, TLS and mutual TLS. Every delivery must arrive exactly once each way (the broker counts what it
-stored, the client what it got back and any duplicate), and no connection may be closed on the way.
+plain TCP, TLS and mutual TLS (uamqp, the azure-uamqp-c client: TLS only, as it has no plain transport and
+no client certificate in its Python API). Every delivery must arrive exactly once each way (the broker
+counts what it stored, the client what it got back and any duplicate), and no connection may be closed on
+the way.
 ``_pyamqp`` asks for rcv-settle-mode ``second`` on its receiver and encodes booleans as ``0x56``; the server
 records each attach so the test sees what was asked. The hostile-peer variants (a client sending three
 times its credit, non-zero channel and handle, pipelined open/begin/attach) are in
@@ -52,6 +54,42 @@ class RecordingBroker(QueueBroker):
             nursery.start_soon(record)
             conn.link_requests = lambda: receive  # type: ignore[method-assign]
             await super().handle(conn)
+
+
+class PipelinedBroker(RecordingBroker):
+    """A ``RecordingBroker`` whose senders keep up to ``window`` deliveries in flight instead of one.
+
+    uamqp settles (sends its dispositions) on its own ~50 ms work cycle: one delivery per round trip would
+    take ~100 s for 2,000 messages.
+    """
+
+    window = 100
+
+    async def _produce(self, sender: transport.Sender) -> None:
+        queue = self.queues[sender.address]
+        in_flight = trio.Semaphore(self.window)
+
+        async def settle(pending: transport.PendingDelivery, payload: bytes) -> None:
+            try:
+                outcome = await pending.outcome()
+            except transport.AmqpTransportError:
+                outcome = None
+            if outcome != amqp.Accepted():
+                queue.append(payload)  # not delivered: keep it
+            in_flight.release()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    while not queue:
+                        await self._arrived[sender.address].wait()
+                    await in_flight.acquire()
+                    payload = queue.popleft()
+                    pending = await sender.start_send(payload)
+                    if pending is not None:
+                        nursery.start_soon(settle, pending, payload)
+        except transport.AmqpTransportError:
+            return
 
 
 def server_context(d: Path, *, mutual: bool) -> ssl.SSLContext:
@@ -119,3 +157,21 @@ async def test_pyamqp_with_a_credit_of_one(nursery: trio.Nursery) -> None:
         out = await run_client("pyamqp_client.py", port, "--address", "c1", "--count", "300", "--credit", "7")
     assert out["sent"] == out["accepted"] == out["received"] == 300 and out["duplicates"] == 0
     assert broker.received == 300
+
+
+async def test_uamqp_sends_and_receives_2000_over_tls(nursery: trio.Nursery, tls_pems: tuple) -> None:
+    """uamqp (azure-uamqp-c) connects over TLS only and its API has no client certificate: TLS, no mutual."""
+    d, _ca, _leaf = tls_pems
+    broker = PipelinedBroker(credit=100)
+    ctx = server_context(d, mutual=False)
+    serve = functools.partial(transport.serve_amqp, broker.handle, 0, ssl_context=ctx)
+    port = transport.listener_port(await nursery.start(serve))
+    args = ["--address", "conformance-uamqp", "--count", str(COUNT), "--size", str(SIZE), "--tls", str(d)]
+    with trio.fail_after(180):
+        out = await run_client("uamqp_client.py", port, *args)
+    assert out["sent"] == COUNT and out["accepted"] == COUNT
+    assert out["received"] == COUNT and out["mismatches"] == 0 and out["duplicates"] == 0
+    assert broker.received == COUNT
+    assert not broker.queues["conformance-uamqp"]
+    receiving = [a for a in broker.attaches if a.role]
+    assert receiving and receiving[0].rcv_settle_mode == amqp.ReceiverSettleMode.SECOND  # uamqp's PeekLock
