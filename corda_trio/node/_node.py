@@ -256,6 +256,17 @@ class Node:
         self.rpc_server = rpc.RpcServer(
             handlers=self._rpc_handlers(),
             users=rpc.UserDatabase.of(cfg.rpc_users),
+            inline=frozenset(
+                {
+                    "ping",
+                    "whoami",
+                    "node_info",
+                    "network_map",
+                    "queue_statistics",
+                    "list_flows",
+                    "registered_flows",
+                }
+            ),
             host=cfg.rpc_address.host,
             port=cfg.rpc_address.port,
         )
