@@ -399,15 +399,27 @@ class Float:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._settle_in_order, receive, slots, user)
                 async with send:
+                    target = str(receiver.address)
                     while True:
                         await slots.acquire()
                         try:
-                            delivery = await receiver.receive()
+                            batch = [await receiver.receive()]
                         except (trio.EndOfChannel, transport.AmqpTransportError):
                             break
+                        while True:  # and whatever else arrived meanwhile, as far as slots allow
+                            try:
+                                slots.acquire_nowait()
+                            except trio.WouldBlock:
+                                break
+                            try:
+                                batch.append(receiver.receive_nowait())
+                            except (trio.WouldBlock, trio.EndOfChannel, transport.AmqpTransportError):
+                                slots.release()
+                                break
                         started = trio.current_time()
-                        pending = await self._forward(delivery, activation, user, peer, str(receiver.address))
-                        await send.send((delivery, pending, started))
+                        for delivery in batch:  # forwarded without a checkpoint while the inside has credit
+                            pending = await self._forward(delivery, activation, user, peer, target)
+                            send.send_nowait((delivery, pending, started))  # room: one slot per item
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
             log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
         finally:
@@ -419,10 +431,11 @@ class Float:
         # The message itself is not parsed here: the inside decodes and checks it anyway (a float stays thin
         # and the DMZ parses as little untrusted input as it can); the link's max-message-size bounds it.
         envelope = ForwardedDelivery(source=user, target=target, peer=peer, payload=delivery.payload).encode()
-        try:
-            pending = activation.forward.send_nowait(envelope)
-        except trio.WouldBlock:
-            pending = await activation.forward.start_send(envelope)
+        forward = activation.forward
+        if forward.credit > 0:
+            pending = forward.send_nowait(envelope)
+        else:
+            pending = await forward.start_send(envelope)
         self.forwarded += 1
         assert pending is not None
         return pending

@@ -9,15 +9,14 @@ certificates; the float must hold a ``float`` tunnel certificate), attaches the 
 ``tls_ref`` and the end-to-end ``credit``, and waits for :class:`~._control.FloatActivated`. From then on
 the float is *active* and forwarded deliveries are stored:
 
-* a reader task moves deliveries from the inbound link (credit ``credit``) into a bounded channel;
-* the writer takes whatever has arrived, in order, and validates each one itself (the float is in the DMZ and
-  may be compromised): the envelope decodes; its target is exactly this node's inbox (never an outbound
-  queue, a control address or another node's inbox); the claimed source is a legal name and, when a
-  resolver is given, a member of the network map; the message passes the node's P2P checks, and a
-  ``_AMQ_VALIDATED_USER`` it carries equals the claimed source; then it is stamped with it. Bad ones are
-  settled ``rejected`` with the condition (the float passes that outcome to the peer); good ones are
-  appended to the inbox in one group commit and settled ``accepted`` only when that returned, i.e. once
-  durable.
+* one task takes whatever has arrived on the inbound link (credit ``credit``), in order, and validates
+  each one itself (the float is in the DMZ and may be compromised): the envelope decodes; its target is
+  exactly this node's inbox (never an outbound queue, a control address or another node's inbox); the
+  claimed source is a legal name and, when a resolver is given, a member of the network map; the message
+  passes the node's P2P checks, and a ``_AMQ_VALIDATED_USER`` it carries equals the claimed source; then
+  it is stamped with it. Bad ones are settled ``rejected`` with the condition (the float passes that
+  outcome to the peer); good ones are appended to the inbox in one group commit and settled ``accepted``
+  only when that returned, i.e. once durable.
 
 When the active float's control link fails (or the float deactivates itself), the tunnel fails over to the
 next float at once; after a whole round of floats failed without an activation it waits with the bridge's
@@ -218,37 +217,29 @@ class FloatTunnel:
     # --- storing forwarded deliveries -----------------------------------------------------------------
 
     async def _store(self, inbound: transport.Receiver) -> None:
-        send, receive = trio.open_memory_channel[transport.Delivery](self.config.credit)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read, inbound, send)
-            async for first in receive:
-                batch = [first]
-                while True:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                good: list[tuple[transport.Delivery, bytes]] = []
-                for delivery in batch:
-                    try:
-                        good.append((delivery, self.validate(delivery.payload)))
-                    except (ControlProtocolError, InvalidMessageError) as exc:
-                        self.rejected += 1
-                        log.warning("refused a forwarded delivery: %s", exc.description)
-                        await delivery.reject(exc.condition, exc.description)
-                if good:
-                    await self.inbox.enqueue_many([payload for _, payload in good])
-                    for delivery, _ in good:
-                        await delivery.accept()
-                    self.stored += len(good)
-        raise transport.AmqpConnectionError("the inbound link ended")
-
-    async def _read(
-        self, inbound: transport.Receiver, send: trio.MemorySendChannel[transport.Delivery]
-    ) -> None:
-        async with send:
-            async for delivery in inbound:
-                await send.send(delivery)
+        while True:
+            try:
+                batch = [await inbound.receive()]
+            except trio.EndOfChannel:
+                raise transport.AmqpConnectionError("the inbound link ended") from None
+            while True:  # and whatever else has arrived meanwhile
+                try:
+                    batch.append(inbound.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            good: list[tuple[transport.Delivery, bytes]] = []
+            for delivery in batch:
+                try:
+                    good.append((delivery, self.validate(delivery.payload)))
+                except (ControlProtocolError, InvalidMessageError) as exc:
+                    self.rejected += 1
+                    log.warning("refused a forwarded delivery: %s", exc.description)
+                    await delivery.reject(exc.condition, exc.description)
+            if good:
+                await self.inbox.enqueue_many([payload for _, payload in good])
+                for delivery, _ in good:
+                    await delivery.accept()
+                self.stored += len(good)
 
     def validate(self, data: bytes) -> bytes:
         """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
