@@ -114,7 +114,7 @@ def _node_main(node_dir: Path) -> None:
                 tunnel = fl.FloatTunnel(
                     inbox=service.inbox,
                     tunnel_context=creds.client_context(),
-                    config=fl.TunnelConfig(floats=[("127.0.0.1", plan["float_control_port"])], credit=1024),
+                    config=fl.TunnelConfig(floats=[("127.0.0.1", plan["float_control_port"])], credit=2048),
                 )
             manager = bridge.BridgeManager(
                 messaging=service,
@@ -303,7 +303,8 @@ def _start_float(base: Path, net: Any, b: Any, now: dt.datetime) -> tuple[subpro
         pki.write_certificates(where / "tunnel-ca.pem", [tunnel.ca.cert])
     (d / "float.toml").write_text(
         '[control]\nport = 0\ncert = "tunnel.pem"\nkey = "tunnel.key"\nca = "tunnel-ca.pem"\n'
-        '[public]\nhost = "127.0.0.1"\nport = 0\npeer_link_window = 2048\n'  # one peer: the whole window
+        # one peer gets the whole window (2048): link credit 1024, as the acceptor grants
+        '[public]\nhost = "127.0.0.1"\nport = 0\npeer_link_window = 2048\n'
         f'[tls.node]\ncert_chain = "{b_dir}/tls.pem"\nkey = "{b_dir}/tls.key"\n'
         f'trust_root = "{b_dir}/root.pem"\n'
         '[audit]\npath = "audit.jsonl"\n'

@@ -447,7 +447,11 @@ class Float:
         user: str,
     ) -> None:
         async for delivery, pending, started in receive:
-            outcome = await pending.outcome()  # the control link ending raises: the peer's stays unsettled
+            # the control link ending raises here: the peer's delivery stays unsettled (it is sent again)
+            if pending.settled and pending.state is not None:
+                outcome = pending.state  # already in: no need to wait (and yield) for it
+            else:
+                outcome = await pending.outcome()
             await delivery.settle(outcome)
             slots.release()
             if isinstance(outcome, amqp.Accepted):
@@ -455,7 +459,6 @@ class Float:
             else:
                 self.refused_deliveries += 1
             self.latency.add(user, trio.current_time() - started)
-
 
 def _peer_name(stream: trio.abc.Stream) -> str:
     try:
