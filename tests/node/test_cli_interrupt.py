@@ -3,11 +3,13 @@ records measured so far on disk, and no process of the command's session left be
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +19,28 @@ from tests.node.cli_helpers import CLI, descendants, still_running, wait_for
 pytestmark = pytest.mark.slow
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_after_a_failure() -> Iterator[None]:
+    """Whatever a test asserted, its command's process group (a Spark JVM included) ends with the test."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
     # A session of its own: the signal goes to the command only, as with `kill PID`.
+    proc = _popen(*args, cwd=cwd)
+    _STARTED.append(proc)
+    return proc
+
+
+def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
