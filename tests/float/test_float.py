@@ -92,7 +92,10 @@ async def test_activation_deactivation_and_bad_commands(
                 report = await command(commands, reports, activate(inbox_of(bob)))
                 assert isinstance(report, fl.FloatActivated)
                 # activating an active float is a protocol error: the control link closes, the port with it
-                await commands.start_send(fl.encode_control(activate(inbox_of(bob))))
+                again = await commands.send(fl.encode_control(activate(inbox_of(bob))))
+                assert (
+                    isinstance(again, amqp.Rejected) and again.error.condition == "amqp:precondition-failed"
+                )
                 with trio.fail_after(10):
                     while flt.state is not fl.FloatState.IDLE:  # noqa: ASYNC110
                         await trio.sleep(0.01)
@@ -100,7 +103,7 @@ async def test_activation_deactivation_and_bad_commands(
     events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds.count("public-open") == 2 and kinds.count("public-closed") == 2
-    assert "activation-failed" in kinds and kinds[-1] == "control-down"
+    assert "activation-failed" in kinds and "control-error" in kinds and kinds[-1] == "control-down"
 
 
 async def test_one_control_link_at_a_time_and_only_with_a_bridge_certificate(

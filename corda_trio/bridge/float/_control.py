@@ -283,8 +283,8 @@ class ForwardedDelivery:
 #    '--------------------------- control link down (listener closed) ------------'
 #
 # A second control link while one is up is refused (one bridge manager activates a float); a command that
-# has no entry below (ActivateFloat while ACTIVE, anything while IDLE) is a protocol error: the float closes
-# the control link with ``amqp:precondition-failed``, which also closes the public listener.
+# has no entry below (ActivateFloat while ACTIVE) is a protocol error: the float rejects it with
+# ``amqp:precondition-failed`` and closes the control link, which also closes the public listener.
 
 
 class FloatState(enum.Enum):

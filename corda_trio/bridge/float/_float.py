@@ -232,7 +232,13 @@ class Float:
                 await delivery.reject(exc.condition, exc.description)
                 continue
             if isinstance(command, ActivateFloat):
-                self._step(FloatInput.ACTIVATE)  # raises in any state but CONNECTED: closes the link
+                try:
+                    self._step(FloatInput.ACTIVATE)
+                except ControlProtocolError as exc:  # already active: refuse, and end the control link
+                    await delivery.reject(exc.condition, exc.description)
+                    self.audit.write("control-error", condition=exc.condition, description=exc.description)
+                    nursery.cancel_scope.cancel()
+                    return
                 await delivery.accept()
                 report = await self._activate(command, links, nursery)
                 await events.send(encode_control(report))
@@ -459,6 +465,7 @@ class Float:
             else:
                 self.refused_deliveries += 1
             self.latency.add(user, trio.current_time() - started)
+
 
 def _peer_name(stream: trio.abc.Stream) -> str:
     try:
