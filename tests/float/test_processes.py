@@ -1,6 +1,7 @@
 """Real processes, sockets and TLS: a receiver whose only way in is a float (``corda-trio float start``).
 
-Knobs: ``FLOAT_MESSAGES`` (default 10000, the bulk run), ``FLOAT_FAILOVER_MESSAGES`` (default 3000).
+Knobs: ``FLOAT_MESSAGES`` (default 10000, the bulk run), ``FLOAT_FAILOVER_MESSAGES`` (default 3000),
+``FLOAT_KILL_ROUNDS`` (default 3 kills of the active float, alternating between two).
 
 The ledger: after the run the receiver's committed handler receipts are dumped (``node_child.py dump``): they
 must be exactly the sender's messages 0..N-1, each once, in order. Outbound connections of the float are
@@ -108,7 +109,7 @@ class FloatProc(Proc):
 
 
 def write_float(
-    base: Path, name: str, tunnel: fl.TunnelPki, receiver: pki.NodeCredentials, root: object
+    base: Path, name: str, tunnel: fl.TunnelPki, receiver: pki.NodeCredentials, root: object, control: int = 0
 ) -> FloatProc:
     d = base / name
     d.mkdir(parents=True)
@@ -122,7 +123,7 @@ def write_float(
         f"""
 [control]
 host = "127.0.0.1"
-port = 0
+port = {control}
 cert = "tunnel.pem"
 key = "tunnel.key"
 ca = "tunnel-ca.pem"
@@ -326,6 +327,57 @@ async def test_failover_to_the_standby_float_and_restart_of_the_inside(
     assert await dump(b) == [[f"Alice-{i}", str(i)] for i in range(n)]
     events = [e["event"] for e in fb.audit()]
     assert events.count("public-open") == 2 and events.count("control-down") >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+async def test_repeated_kill_9_of_the_active_float(
+    tmp_path: Path,
+    network: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tunnel: fl.TunnelPki,
+) -> None:
+    """The active float is killed again and again mid-stream and restarted as the standby: each time the
+    inside activates the other one, the sender follows, and the ledger stays exact."""
+    rounds = int(os.environ.get("FLOAT_KILL_ROUNDS", "3"))
+    n = 600 * (rounds + 1)
+    root = network.root.cert
+    floats = [write_float(tmp_path, f"float-{i}", tunnel, bob, root, control=free_port()) for i in (0, 1)]
+    async with trio.open_nursery() as nursery:
+        try:
+            for f in floats:
+                await start_float(f, nursery)
+            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=floats, expect=n)
+            a = write_node(
+                tmp_path,
+                alice,
+                root,
+                send={"to": str(bob.legal_name), "count": n, "batch": 50, "interval": 0.05},
+            )
+            await b.start(nursery)
+            await b.wait_line(lambda x: x.startswith("active "))
+            await a.start(nursery)
+            alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
+            publish(tmp_path, [(alice, [alice_port]), (bob, [f.public_port for f in floats])])
+            active = 0
+            for r in range(rounds):
+                with trio.fail_after(120):
+                    await wait_until(lambda r=r: last_sent(a) >= (r + 1) * n // (rounds + 1))
+                victim, seen = floats[active], len(b.lines)
+                await victim.kill()
+                line = await b.wait_line(lambda x: x.startswith("active "), after=seen)
+                active = 1 - active
+                assert int(line.split()[2]) == floats[active].public_port
+                await start_float(victim, nursery)  # back as the standby: its public port stays closed
+                assert not listening(victim.public_port)
+            await b.wait_line(lambda x: x == "done", within=300)
+            await a.wait_line(lambda x: x == "done", within=60)
+        finally:
+            for p in (a, b, *floats):
+                await p.kill()
+            nursery.cancel_scope.cancel()
+    assert await dump(b) == [[f"Alice-{i}", str(i)] for i in range(n)]
 
 
 def test_the_outbound_guard_refuses_connections_in_its_process(tmp_path: Path) -> None:
