@@ -194,12 +194,12 @@ def test_no_private_imports_across_packages(path: Path) -> None:
         target = _private_target(mod)
         if target is None:
             continue
-        same = target == here or target.startswith(here + ".") or (
-            here in TOP_LEVEL and target.split(".")[0] == here and here != "corda_trio"
+        same = (
+            target == here
+            or target.startswith(here + ".")
+            or (here in TOP_LEVEL and target.split(".")[0] == here and here != "corda_trio")
         )
-        assert same, (
-            f"{path}:{line} imports {mod}, a private module of {target}: use {target}'s public names"
-        )
+        assert same, f"{path}:{line} imports {mod}, a private module of {target}: use {target}'s public names"
 
 
 @pytest.mark.parametrize("path", _sources("bench") + _sources("spark_reports"), ids=str)

@@ -198,6 +198,7 @@ class _Runner:
     timer: trio.CancelScope | None = None
     initiator: str | None = None
     resend: bool = False
+    retries: int = 0
 
     def post(self, event: Any) -> None:
         self.events.append(event)
@@ -557,6 +558,7 @@ class FlowManager:
             elif isinstance(action, (CompleteFlow, FailFlow)):
                 self._finish(runner)
         if runner.status != "running" and not state.finished:
+            runner.retries = 0
             runner.status = "running"
             runner.error = None
             self._bump()
@@ -579,11 +581,20 @@ class FlowManager:
                     await self.messaging.send_many(messages, _party(party))
                     break
                 except messaging.UnknownRecipientError as exc:
-                    if runner is not None:
-                        self._set_status(runner, "retrying", str(exc))
-                    log.info("flow %s: %s; retrying in %.1f s", runner and runner.flow_id, exc, delay)
-                    await trio.sleep(delay * random.uniform(0.5, 1.5))
+                    if runner is None:
+                        log.warning("resending a finished flow's messages: %s; dropped", exc)
+                        break
+                    self._set_status(runner, "retrying", str(exc))
+                    log.info("flow %s: %s; retrying in about %.1f s", runner.flow_id, exc, delay)
+                    with trio.move_on_after(delay * random.uniform(0.5, 1.5)):
+                        await runner.retry.wait()
+                    runner.retry = trio.Event()
                     delay = min(delay * 2, self.config.retry_max_seconds)
+                    if any(isinstance(e, Kill) for e in runner.events):
+                        log.warning(
+                            "flow %s killed while its messages to %s waited: dropped", runner.flow_id, party
+                        )
+                        return
         if runner is not None and runner.status == "retrying":
             self._set_status(runner, "running", None)
 
@@ -613,8 +624,8 @@ class FlowManager:
         runner.events.extendleft(reversed(batch))
         text = f"{type(error).__name__}: {error}"
         if transient:
-            delay = self.config.retry_initial_seconds * 2 ** min(self._stats[f"retries:{runner.flow_id}"], 10)
-            self._stats[f"retries:{runner.flow_id}"] += 1
+            delay = self.config.retry_initial_seconds * 2 ** min(runner.retries, 10)
+            runner.retries += 1
             self._set_status(runner, "retrying", text)
             log.info("flow %s: transient failure (%s); retrying", runner.flow_id, text)
             with trio.move_on_after(min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)):

@@ -245,9 +245,7 @@ def test_sasl_bad_mechanism_gets_sys_perm() -> None:
 
 
 def test_sasl_bad_credentials_get_auth() -> None:
-    init = amqp.encode_frame(
-        amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"\0u\0wrong")
-    )
+    init = amqp.encode_frame(amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"\0u\0wrong"))
     outcome = sasl_outcome_after(init, sasl_plain_check=lambda u, p: p == "right")
     assert outcome.code == amqp.SaslCode.AUTH
 
@@ -258,9 +256,7 @@ def test_sasl_bad_credentials_get_auth() -> None:
         pytest.param(b"\x00\x00\x00\x0c\x02\x01\x00\x00\x00\x53\x41\x45", id="truncated-body"),
         pytest.param(amqp.encode_frame(amqp.Open(container_id="x")), id="amqp-frame-in-sasl"),
         pytest.param(
-            amqp.encode_frame(
-                amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"no-nul")
-            ),
+            amqp.encode_frame(amqp.SaslInit(mechanism=amqp.Symbol("PLAIN"), initial_response=b"no-nul")),
             id="malformed-plain",
         ),
         pytest.param((4096).to_bytes(4, "big") + b"\x02\x01\x00\x00", id="oversize-sasl-frame"),

@@ -32,7 +32,9 @@ def ids(kind: str) -> list[str]:
 
 def test_vector_file_covers_every_kind() -> None:
     assert {type(expected(v["performative"])) for v in VECTORS["frames"] if "performative" in v} >= {
-        *amqp.PERFORMATIVES, *amqp.SASL_FRAMES, type(None)
+        *amqp.PERFORMATIVES,
+        *amqp.SASL_FRAMES,
+        type(None),
     }
     assert any("capture" in v["source"] for v in VECTORS["frames"])
     assert any("capture" in v["source"] for v in VECTORS["messages"])

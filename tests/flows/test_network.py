@@ -165,8 +165,13 @@ async def test_unknown_peer_is_transient_and_retried(net: testing.FlowNetwork) -
     net.forget(CAROL)
     with trio.fail_after(30):
         handle = await alice.start_flow("PingPong", recipient=CAROL, rounds="2")
+        doomed = await alice.start_flow("PingPong", recipient=CAROL, rounds="2")
         info = await wait_status(alice, handle.flow_id, "retrying")
         assert "is not in the network map" in (info.error or "")
+        await wait_status(alice, doomed.flow_id, "retrying")
+        await alice.kill(doomed.flow_id)
+        with pytest.raises(flows.FlowException, match="killed by an operator"):
+            await doomed.result()
         net._publish()
         assert await handle.result() == 2
 

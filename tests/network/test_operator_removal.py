@@ -116,5 +116,3 @@ def test_a_damaged_map_database_is_one_clear_error(tmp_path: Path, damage: str) 
     with pytest.raises(network.NetworkMapStoreError) as info:
         network.NetworkMapStore(db)
     assert str(db) in str(info.value) and "\n" not in str(info.value)
-
-

@@ -125,10 +125,14 @@ BAD = [
     (GOOD + '\n[network]\nmap_url = "https://x"\n', "network.map_url: must be an http:// URL"),
     ("legal_name = \n", "not valid TOML"),
     (_replace('mode = "in-process"', 'mode = "external"'), 'bridge: mode = "external" needs password_env'),
-    (_replace('mode = "in-process"', 'mode = "external"\nendpoint = "10.0.0.1:5"\npassword_env = "X"'),
-     "bridge.endpoint: must be a loopback address"),
-    (_replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"\npassword_file = "f"'),
-     "bridge: give exactly one of password_env and password_file"),
+    (
+        _replace('mode = "in-process"', 'mode = "external"\nendpoint = "10.0.0.1:5"\npassword_env = "X"'),
+        "bridge.endpoint: must be a loopback address",
+    ),
+    (
+        _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"\npassword_file = "f"'),
+        "bridge: give exactly one of password_env and password_file",
+    ),
 ]
 
 

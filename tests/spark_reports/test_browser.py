@@ -33,8 +33,14 @@ def _run(d: Path, run_id: str, scenario: str, t0: int, seed: int, links: int) ->
         error = "TimeoutError: no disposition" if i % 97 == 5 else None
         writer.add_sync(
             rf.make_record(
-                run_id=run_id, scenario=scenario, link=f"O=Bank{i % links}->O=Notary", size_bytes=1024,
-                seq=i, intended_ns=due, stages={"created": due + 1000, "delivered": due + delay}, error=error,
+                run_id=run_id,
+                scenario=scenario,
+                link=f"O=Bank{i % links}->O=Notary",
+                size_bytes=1024,
+                seq=i,
+                intended_ns=due,
+                stages={"created": due + 1000, "delivered": due + delay},
+                error=error,
             )
         )
     writer.finish({"run_id": run_id, "scenario": scenario, "schema_version": rf.SCHEMA_VERSION})
@@ -71,9 +77,7 @@ def test_report_renders_in_chromium_with_data_in_every_chart(spark: Any, tmp_pat
                 chart = charts.nth(i)
                 title = chart.locator(".chart-title").text_content() or ""
                 assert "no data" not in (chart.text_content() or ""), title
-                points = chart.locator("polyline").evaluate_all(
-                    "els => els.map(e => e.points.numberOfItems)"
-                )
+                points = chart.locator("polyline").evaluate_all("els => els.map(e => e.points.numberOfItems)")
                 assert points and min(points) >= 2, (title, points)
                 box = chart.bounding_box()
                 assert box is not None and box["width"] > 200 and box["height"] > 150, title

@@ -71,7 +71,10 @@ def _generate(out: Path, run_id: str, *, slowdown: float, seed: int, t0_ns: int)
                 "sizes": "100,5000",
             },
             "environment": {
-                "cpu_count": 2, "python": "3.11.7", "git_commit": "abc123def", "platform": "test-os"
+                "cpu_count": 2,
+                "python": "3.11.7",
+                "git_commit": "abc123def",
+                "platform": "test-os",
             },
         }
     )
@@ -288,9 +291,7 @@ def test_any_number_of_like_runs_are_compared_with_the_baseline(
 
 
 def _tiny_record() -> rf.Record:
-    return rf.make_record(
-        run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=5, stages={}
-    )
+    return rf.make_record(run_id="r", scenario="s", link="l", size_bytes=1, seq=0, intended_ns=5, stages={})
 
 
 def test_malformed_json_fails_clearly(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,6 +376,7 @@ def test_end_to_end_real_benchmark_then_report(
 
 #: The console script's entry point, run in a fresh interpreter.
 CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
+
 
 @pytest.mark.slow
 def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:

@@ -45,8 +45,11 @@ async def _serve(nursery: trio.Nursery, network: pki.NetworkCredentials, bob: pk
     server_ctx = _context(bob.tls_chain, bob.tls.key, network.root, server=True)
     listeners = await nursery.start(
         functools.partial(
-            transport.serve_amqp, handler, 0,
-            ssl_context=server_ctx, peer_check=pki.check_peer_is_network_node,
+            transport.serve_amqp,
+            handler,
+            0,
+            ssl_context=server_ctx,
+            peer_check=pki.check_peer_is_network_node,
         )
     )
     return transport.listener_port(listeners)
