@@ -581,9 +581,15 @@ class FlowManager:
                     await self.messaging.send_many(messages, _party(party))
                     break
                 except messaging.UnknownRecipientError as exc:
+                    # (also at start, before the network map is loaded: a finished flow's last messages are
+                    # resent then, and must not be dropped)
                     if runner is None:
-                        log.warning("resending a finished flow's messages: %s; dropped", exc)
-                        break
+                        log.info(
+                            "resending a finished flow's messages: %s; retrying in about %.1f s", exc, delay
+                        )
+                        await trio.sleep(delay * random.uniform(0.5, 1.5))
+                        delay = min(delay * 2, self.config.retry_max_seconds)
+                        continue
                     self._set_status(runner, "retrying", str(exc))
                     log.info("flow %s: %s; retrying in about %.1f s", runner.flow_id, exc, delay)
                     with trio.move_on_after(delay * random.uniform(0.5, 1.5)):
