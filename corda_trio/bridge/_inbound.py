@@ -119,7 +119,12 @@ class InboundAcceptor:
                         f"peers may only attach a sender to {inbox}, not a {what} {request.address!r}",
                     )
                     continue
-                receiver = await request.accept_receiver(credit=self.config.credit)
+                # The network's max_message_size on the link itself: advertised in our attach, and a
+                # transfer that grows past it ends the link (amqp:link:message-size-exceeded) at that frame,
+                # with nothing of it buffered beyond the limit.
+                receiver = await request.accept_receiver(
+                    credit=self.config.credit, max_message_size=self.config.max_message_size
+                )
                 nursery.start_soon(self.pump_link, receiver, user)
 
     async def pump_link(self, receiver: transport.Receiver, user: str | None) -> None:

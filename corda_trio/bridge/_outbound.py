@@ -323,18 +323,47 @@ async def stream_queue(
     ``rejected`` message (the peer will never take it) is handed to it instead, after the messages before it
     were acked, and streaming goes on.
     """
-    sent: collections.deque[tuple[int, transport.PendingDelivery, bytes]] = collections.deque()
+    sent: collections.deque[tuple[int, transport.PendingDelivery | _RefusedHere, bytes]] = collections.deque()
     more = _Signal()
     nursery.start_soon(_settle_in_order, consumer, sent, more, acked, dead_letter, queue_name)
     send = sender.send_nowait
     async for delivery in consumer:
         try:
-            pending = send(delivery.payload)
-        except trio.WouldBlock:
-            pending = await sender.start_send(delivery.payload)
+            try:
+                pending: transport.PendingDelivery | _RefusedHere = send(delivery.payload)
+            except trio.WouldBlock:
+                pending = await sender.start_send(delivery.payload)  # type: ignore[assignment]
+        except transport.AmqpTransportError as exc:
+            # Larger than the max-message-size the peer advertised on the link: it would refuse it, so it is
+            # not sent; like a rejection it goes to the dead letters in its turn (without one: the session
+            # ends, as for any refusal).
+            if exc.condition != _SIZE_EXCEEDED or dead_letter is None:
+                raise
+            pending = _RefusedHere(str(exc))
         assert pending is not None
         sent.append((delivery.message_id, pending, delivery.payload))
         more.set()
+
+
+_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
+
+
+@attrs.define(eq=False)
+class _RefusedHere:
+    """A message the link refused before sending (larger than the peer's max-message-size), standing in
+    for a delivery the peer rejected with that condition."""
+
+    description: str
+    settled: bool = True
+    error: None = None
+
+    @property
+    def state(self) -> amqp.Rejected:
+        error = amqp.Error(condition=amqp.Symbol(_SIZE_EXCEEDED), description=self.description)
+        return amqp.Rejected(error=error)
+
+    async def outcome(self) -> amqp.Rejected:
+        return self.state
 
 
 @attrs.define(eq=False)
@@ -356,7 +385,7 @@ class _Signal:
 
 async def _settle_in_order(
     consumer: OutboundConsumer | store.Consumer,
-    sent: collections.deque[tuple[int, transport.PendingDelivery, bytes]],
+    sent: collections.deque[tuple[int, transport.PendingDelivery | _RefusedHere, bytes]],
     more: _Signal,
     acked: Callable[[int], None] | None,
     dead_letter: DeadLetter | None,
