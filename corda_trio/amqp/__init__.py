@@ -1,15 +1,22 @@
 """corda_trio.amqp: pure sans-IO AMQP 1.0 (wire contract: protocol_spec/amqp-codec.md, amqp-engine.md).
 
 The codec: the type system (:func:`encode_value` / :func:`decode_value`), performatives, SASL frames,
-delivery states, terminus, message sections and :class:`Message`, frames and :class:`FrameBuffer`, and
-the errors with their AMQP conditions. The engine: :class:`Connection` (bytes in, events out) configured by
+delivery states, terminus, message sections and :class:`Message`, and the errors with their AMQP
+conditions. The engine: :class:`Connection` (bytes in, events out) configured by
 :class:`ConnectionConfig`.
+
+The names below (``__all__``): the engine (:class:`Connection`, its config, states and the events it
+returns); the errors, all derived from :class:`AmqpError`, and the AMQP :class:`Condition` symbols; messages;
+performatives, :class:`ErrorCondition` (the spec's ``error`` type, carried by ``close``, ``end``, ``detach``
+and ``rejected``), delivery states, terminus and SASL frames; the AMQP type system. The wire-level codec
+(frames, :class:`~corda_trio.amqp.codec.FrameBuffer`, performative tables, the codec memos) is
+:mod:`corda_trio.amqp.codec`.
 
 Limits a node sets (all on :class:`ConnectionConfig`, enforced per receiving link):
 
 * ``max_message_size`` (default 10 MiB, Corda's network parameter default): advertised in our ``attach``;
   a delivery whose running size passes it detaches only that link with ``amqp:link:message-size-exceeded``.
-  Per link: ``Connection.attach_receiver(..., max_message_size=)`` and
+  Per link: ``Connection.attach(..., Role.RECEIVER, max_message_size=)`` and
   ``Connection.accept_link(..., max_message_size=)`` (:data:`FROM_CONFIG` = the config's value).
 * ``max_credit_overrun`` (default 1000): deliveries beyond granted credit that are absorbed (counted in
   ``Connection.link(ch, h).overrun_total``); beyond it only that link is detached with
@@ -75,7 +82,7 @@ from ._performatives import Close as Close
 from ._performatives import Detach as Detach
 from ._performatives import Disposition as Disposition
 from ._performatives import End as End
-from ._performatives import Error as Error
+from ._performatives import ErrorCondition as ErrorCondition
 from ._performatives import Flow as Flow
 from ._performatives import Modified as Modified
 from ._performatives import Open as Open
@@ -118,7 +125,6 @@ from ._types import ULong as ULong
 from ._types import UShort as UShort
 
 __all__ = [
-    # codec (issue 2)
     "FROM_CONFIG",
     "Accepted",
     "AmqpError",
@@ -131,7 +137,6 @@ __all__ = [
     "Char",
     "Close",
     "Condition",
-    # connection engine (issue 3)
     "Connection",
     "ConnectionClosed",
     "ConnectionClosedError",
@@ -151,7 +156,7 @@ __all__ = [
     "Disposition",
     "EncodeError",
     "End",
-    "Error",
+    "ErrorCondition",
     "Event",
     "Float",
     "Flow",

@@ -105,7 +105,8 @@ class ConnectionConfig:
         max_message_size: the largest message we accept on a receiving link: advertised in our
             ``attach.max-message-size``; a delivery whose running size passes it detaches that link with
             ``amqp:link:message-size-exceeded`` at once (nothing beyond is buffered). ``None`` = no limit.
-            Per link: ``attach_receiver(..., max_message_size=)`` / ``accept_link(..., max_message_size=)``.
+            Per link: ``attach(..., Role.RECEIVER, max_message_size=)`` /
+            ``accept_link(..., max_message_size=)``.
         max_credit_overrun: deliveries a sender may send beyond every credit we granted (they are accepted
             and counted in ``Link.overrun_total``; the transport then grants less). One more and only
             that link is detached with ``amqp:link:transfer-limit-exceeded``. ``0`` is the strict spec.

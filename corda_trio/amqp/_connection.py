@@ -5,7 +5,7 @@ Theory of operation
 :class:`Connection` never touches a socket or a clock. The driver (``corda_trio.transport``) feeds it what it
 reads (``receive_data``; ``b""`` means EOF), sends whatever ``data_to_send()`` returns, and calls
 ``tick(now)`` after every read and write and at the deadline ``tick`` returned. Application calls
-(``begin_session``, ``attach_sender``, ``send_transfer``, ``settle``, ``flow``, ``detach``, ``close``...)
+(``begin_session``, ``attach``, ``send_transfer``, ``settle``, ``flow``, ``detach``, ``close``...)
 validate, update state and *queue* frames; nothing is written until ``data_to_send()``.
 
 Layers, in the order bytes meet them:
@@ -109,7 +109,7 @@ class Connection(TransferMixin, SettlementMixin):
         client: ``True`` for the side that opened the transport (it speaks first).
 
     Every method that takes ``channel`` / ``handle`` expects *our* numbers, as returned by
-    :meth:`begin_session` / :meth:`attach_sender` or reported in events.
+    :meth:`begin_session` / :meth:`attach` or reported in events.
     """
 
     def __init__(self, config: ConnectionConfig | None = None, *, client: bool) -> None:
@@ -193,17 +193,27 @@ class Connection(TransferMixin, SettlementMixin):
 
     def link(self, channel: int, handle: int) -> Link:
         """Our link ``handle`` in the session on ``channel``."""
-        try:
-            return self.session(channel).links[handle]
-        except KeyError:
-            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}") from None
+        return self._session_link(channel, handle)[1]
 
-    def _unanswered_link(self, channel: int, handle: int) -> Link:
-        """Our link ``handle`` if it waits for our answer to the peer's attach (else LocalProtocolError)."""
-        link = self.link(channel, handle)
-        if link.state is not LinkState.ATTACH_RCVD:
-            raise LocalProtocolError(f"link {link.name!r} is {link.state.value}, not waiting for an answer")
-        return link
+    def _session_link(
+        self, channel: int, handle: int, *, sending: bool | None = None, state: LinkState | None = None
+    ) -> tuple[Session, Link]:
+        """(session, link) of our link ``handle`` on ``channel``: the one look-up of every link-level call.
+
+        Raises:
+            LocalProtocolError: no such link, or (when asked) it is not a sending (``sending=True``) or
+                receiving (``False``) link, or not in ``state``: the caller's mistake, nothing is sent.
+        """
+        session = self._sessions.get(channel)
+        link = session.links.get(handle) if session is not None else None
+        if link is None or session is None:
+            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
+        if sending is not None and link.is_sender is not sending:
+            kind = "sending" if sending else "receiving"
+            raise LocalProtocolError(f"link {link.name!r} is not a {kind} link")
+        if state is not None and link.machine.state is not state:
+            raise LocalProtocolError(f"link {link.name!r} is {link.machine.state.value}, not {state.value}")
+        return session, link
 
     def credit(self, channel: int, handle: int) -> int:
         """The link's current credit (sender: how many deliveries we may start)."""
@@ -310,7 +320,7 @@ class Connection(TransferMixin, SettlementMixin):
     # ------------------------------------------------------------------------------------------------
     # connection-level calls
 
-    def close(self, error: P.Error | None = None) -> None:
+    def close(self, error: P.ErrorCondition | None = None) -> None:
         """Queue our ``close`` (with ``error`` if given). Closing twice is a no-op."""
         if self.closed or self._machine.state in (_CS.CLOSE_SENT,):
             return
@@ -342,7 +352,7 @@ class Connection(TransferMixin, SettlementMixin):
         self._send_begin(session)
         return channel
 
-    def end_session(self, channel: int, error: P.Error | None = None) -> None:
+    def end_session(self, channel: int, error: P.ErrorCondition | None = None) -> None:
         """Queue an ``end`` for the session on ``channel``."""
         session = self.session(channel)
         self._flush_dispositions()
@@ -354,61 +364,67 @@ class Connection(TransferMixin, SettlementMixin):
     # ------------------------------------------------------------------------------------------------
     # link-level calls
 
-    def attach_sender(
+    def attach(
         self,
         channel: int,
+        role: bool,
         *,
         name: str,
-        target: Any,
         source: Any = None,
-        snd_settle_mode: int | None = None,
-        rcv_settle_mode: int | None = None,
-        properties: dict[Symbol, Any] | None = None,
-    ) -> int:
-        """Queue an ``attach`` for a sending link; returns its handle.
-
-        ``target`` / ``source`` may be addresses (``str``) or :class:`~corda_trio.amqp.Target` /
-        :class:`~corda_trio.amqp.Source` objects.
-        """
-        return self._attach(
-            channel,
-            name=name,
-            role=P.Role.SENDER,
-            source=_source(source),
-            target=_target(target),
-            snd_settle_mode=snd_settle_mode,
-            rcv_settle_mode=rcv_settle_mode,
-            properties=properties,
-        )
-
-    def attach_receiver(
-        self,
-        channel: int,
-        *,
-        name: str,
-        source: Any,
         target: Any = None,
         snd_settle_mode: int | None = None,
         rcv_settle_mode: int | None = None,
         properties: dict[Symbol, Any] | None = None,
         max_message_size: int | None = FROM_CONFIG,
     ) -> int:
-        """Queue an ``attach`` for a receiving link (no credit yet: call :meth:`flow`); returns its handle.
+        """Queue an ``attach`` for a link in the session on ``channel``; returns its handle.
 
-        ``max_message_size`` (bytes, ``None`` = no limit) defaults to the config's; it is advertised in
-        the attach, and a larger delivery detaches the link with ``amqp:link:message-size-exceeded``.
+        Args:
+            role: :attr:`Role.SENDER <corda_trio.amqp.Role>` (we send to ``target``) or ``Role.RECEIVER``
+                (we receive from ``source``; no credit yet: call :meth:`flow`).
+            source / target: addresses (``str``) or :class:`~corda_trio.amqp.Source` /
+                :class:`~corda_trio.amqp.Target` objects.
+            snd_settle_mode / rcv_settle_mode: default: the config's.
+            max_message_size: receiving links only: the largest delivery we take (bytes, ``None`` = no
+                limit; default: the config's); advertised in the attach, and a larger delivery detaches the
+                link with ``amqp:link:message-size-exceeded``.
+
+        Raises:
+            LocalProtocolError: the session cannot attach (not begun, handle-max used up), a link with this
+                name and role exists, or ``max_message_size`` was given for a sending link.
         """
-        return self._attach(
-            channel,
-            name=name,
-            role=P.Role.RECEIVER,
-            source=_source(source),
-            target=_target(target),
-            snd_settle_mode=snd_settle_mode,
-            rcv_settle_mode=rcv_settle_mode,
-            properties=properties,
-            max_message_size=max_message_size,
-        )
+        self._check_can_send()
+        session = self.session(channel)
+        if session.state not in (SessionState.BEGIN_SENT, SessionState.MAPPED):
+            raise LocalProtocolError(f"session {channel} is {session.state.value}; cannot attach")
+        role = bool(role)
+        if not role and max_message_size is not FROM_CONFIG:
+            raise LocalProtocolError("max_message_size is for receiving links")
+        if (name, role) in session.links_by_name:
+            raise LocalProtocolError(
+                f"a link named {name!r} with this role is already attached", condition=Condition.NOT_ALLOWED
+            )
+        handle = session.free_handle()
+        if handle > session.remote_handle_max:
+            raise LocalProtocolError(
+                f"the peer's handle-max {session.remote_handle_max} is used up",
+                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
+            )
+        link = Link(handle=handle, name=name, role=role)
+        link.source, link.target = _source(source), _target(target)
+        cfg = self.config
+        link.snd_settle_mode = cfg.snd_settle_mode if snd_settle_mode is None else snd_settle_mode
+        link.rcv_settle_mode = cfg.rcv_settle_mode if rcv_settle_mode is None else rcv_settle_mode
+        if role:
+            link.max_message_size = (
+                cfg.max_message_size
+                if max_message_size is FROM_CONFIG
+                else _check_max_message_size(max_message_size)
+            )
+        session.links[handle] = link
+        session.links_by_name[(name, role)] = link
+        self._send_attach(session, link, properties)
+        return handle
 
     def accept_link(
         self,
@@ -425,18 +441,17 @@ class Connection(TransferMixin, SettlementMixin):
         ``max_message_size``: for a link on which we receive, the largest delivery we take (bytes, ``None``
         = no limit; default: the config's); advertised in our attach and enforced as frames arrive.
         """
-        link = self._unanswered_link(channel, handle)
+        session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
         if link.role and max_message_size is not FROM_CONFIG:
             link.max_message_size = _check_max_message_size(max_message_size)
         remote = link.remote_attach
         link.source = _source(source) if source is not None else remote.source
         link.target = _target(target) if target is not None else remote.target
-        self._send_attach(self.session(channel), link, properties)
+        self._send_attach(session, link, properties)
 
-    def refuse_link(self, channel: int, handle: int, error: P.Error) -> None:
+    def refuse_link(self, channel: int, handle: int, error: P.ErrorCondition) -> None:
         """Refuse a peer's attach: answer with a null terminus, then detach with ``error`` (spec 2.6.3)."""
-        link = self._unanswered_link(channel, handle)
-        session = self.session(channel)
+        session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
         if link.is_sender:  # the peer wants to receive from a source we refuse
             link.source, link.target = None, link.remote_attach.target
         else:
@@ -444,10 +459,11 @@ class Connection(TransferMixin, SettlementMixin):
         self._send_attach(session, link, None)
         self.detach(channel, handle, error=error, closed=True)
 
-    def detach(self, channel: int, handle: int, *, error: P.Error | None = None, closed: bool = True) -> None:
+    def detach(
+        self, channel: int, handle: int, *, error: P.ErrorCondition | None = None, closed: bool = True
+    ) -> None:
         """Queue a ``detach`` for our link ``handle``."""
-        session = self.session(channel)
-        link = self.link(channel, handle)
+        session, link = self._session_link(channel, handle)
         self._flush_dispositions()
         link.machine.process(LinkInput.SEND_DETACH)
         link.detach_error = error
@@ -516,49 +532,6 @@ class Connection(TransferMixin, SettlementMixin):
                 session.channel,
             )
         )
-
-    def _attach(
-        self,
-        channel: int,
-        *,
-        name: str,
-        role: bool,
-        source: Any,
-        target: Any,
-        snd_settle_mode: int | None,
-        rcv_settle_mode: int | None,
-        properties: dict[Symbol, Any] | None,
-        max_message_size: int | None = FROM_CONFIG,
-    ) -> int:
-        self._check_can_send()
-        session = self.session(channel)
-        if session.state not in (SessionState.BEGIN_SENT, SessionState.MAPPED):
-            raise LocalProtocolError(f"session {channel} is {session.state.value}; cannot attach")
-        if (name, role) in session.links_by_name:
-            raise LocalProtocolError(
-                f"a link named {name!r} with this role is already attached", condition=Condition.NOT_ALLOWED
-            )
-        handle = session.free_handle()
-        if handle > session.remote_handle_max:
-            raise LocalProtocolError(
-                f"the peer's handle-max {session.remote_handle_max} is used up",
-                condition=Condition.RESOURCE_LIMIT_EXCEEDED,
-            )
-        link = Link(handle=handle, name=name, role=role)
-        link.source, link.target = source, target
-        cfg = self.config
-        link.snd_settle_mode = cfg.snd_settle_mode if snd_settle_mode is None else snd_settle_mode
-        link.rcv_settle_mode = cfg.rcv_settle_mode if rcv_settle_mode is None else rcv_settle_mode
-        if role:
-            link.max_message_size = (
-                cfg.max_message_size
-                if max_message_size is FROM_CONFIG
-                else _check_max_message_size(max_message_size)
-            )
-        session.links[handle] = link
-        session.links_by_name[(name, role)] = link
-        self._send_attach(session, link, properties)
-        return handle
 
     def _send_attach(self, session: Session, link: Link, properties: dict[Symbol, Any] | None) -> None:
         link.machine.process(LinkInput.SEND_ATTACH)

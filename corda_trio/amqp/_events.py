@@ -63,7 +63,8 @@ class ConnectionClosed(Event):
     """The connection is finished.
 
     Attributes:
-        error: the ``amqp.Error`` carried by the ``close`` (or the one we sent); ``None``: a clean close.
+        error: the ``amqp.ErrorCondition`` carried by the ``close`` (or the one we sent); ``None``: a clean
+            close.
         by_peer: ``True`` when the peer closed (or vanished), ``False`` when we closed.
     """
 

@@ -2,7 +2,7 @@
 
 * transport performatives (2.7): :class:`Open`, :class:`Begin`, :class:`Attach`, :class:`Flow`,
   :class:`Transfer`, :class:`Disposition`, :class:`Detach`, :class:`End`, :class:`Close`;
-* :class:`Error` (2.8.14);
+* :class:`ErrorCondition` (2.8.14, the spec's ``error`` type);
 * delivery states (3.4): :class:`Received`, :class:`Accepted`, :class:`Rejected`, :class:`Released`,
   :class:`Modified`;
 * terminus (3.5): :class:`Source`, :class:`Target`;
@@ -38,7 +38,7 @@ __all__ = [
     "Detach",
     "Disposition",
     "End",
-    "Error",
+    "ErrorCondition",
     "Flow",
     "Modified",
     "Open",
@@ -116,8 +116,12 @@ class SaslCode(enum.IntEnum):
 
 @composite(0x1D, "amqp:error:list")
 @attrs.frozen(kw_only=True, slots=False)
-class Error:
-    """Details of an error (spec 2.8.14): ``condition`` is one of :class:`~corda_trio.amqp.Condition`."""
+class ErrorCondition:
+    """The spec's ``error`` type (2.8.14), carried by ``close``, ``end``, ``detach`` and ``rejected``.
+
+    ``condition`` is one of :class:`~corda_trio.amqp.Condition` (or another symbol); not an exception (the
+    package's exceptions derive from :class:`~corda_trio.amqp.AmqpError`).
+    """
 
     condition: Symbol = field("symbol")
     description: str | None = field("string", None)
@@ -147,7 +151,7 @@ class Accepted:
 class Rejected:
     """Terminal outcome: the message is invalid and will not be processed (spec 3.4.3)."""
 
-    error: Error | None = field("described", None, allowed=(Error,))
+    error: ErrorCondition | None = field("described", None, allowed=(ErrorCondition,))
 
 
 @composite(0x26, "amqp:released:list")
@@ -318,7 +322,7 @@ class Detach:
 
     handle: int = field("uint")
     closed: bool = field("boolean", False)
-    error: Error | None = field("described", None, allowed=(Error,))
+    error: ErrorCondition | None = field("described", None, allowed=(ErrorCondition,))
 
 
 @composite(0x17, "amqp:end:list")
@@ -326,7 +330,7 @@ class Detach:
 class End:
     """End a session (spec 2.7.8)."""
 
-    error: Error | None = field("described", None, allowed=(Error,))
+    error: ErrorCondition | None = field("described", None, allowed=(ErrorCondition,))
 
 
 @composite(0x18, "amqp:close:list")
@@ -334,7 +338,7 @@ class End:
 class Close:
     """Close the connection (spec 2.7.9)."""
 
-    error: Error | None = field("described", None, allowed=(Error,))
+    error: ErrorCondition | None = field("described", None, allowed=(ErrorCondition,))
 
 
 PERFORMATIVES: Final = (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)

@@ -38,9 +38,9 @@ from ._types import Symbol
 __all__ = ["TransferMixin", "error"]
 
 
-def error(condition: Symbol, description: str) -> P.Error:
-    """An ``amqp.Error`` (the frame type) with ``condition`` and ``description``."""
-    return P.Error(condition=condition, description=description)
+def error(condition: Symbol, description: str) -> P.ErrorCondition:
+    """An ``amqp.ErrorCondition`` (the frame type) with ``condition`` and ``description``."""
+    return P.ErrorCondition(condition=condition, description=description)
 
 
 _error = error
@@ -63,23 +63,19 @@ class TransferMixin:
         self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False
     ) -> None:
         """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``."""
-        link = self.link(channel, handle)
-        if link.is_sender:
-            raise LocalProtocolError("flow(credit=...) is for receiving links; senders get credit")
+        session, link = self._session_link(channel, handle, sending=False)  # senders get credit
         if not 0 <= credit <= UINT_MAX:
             raise LocalProtocolError(f"credit must fit a uint, got {credit}")
         link.grant(credit)
         link.drain = drain
-        self._send_flow(self.session(channel), link, echo=echo)
+        self._send_flow(session, link, echo=echo)
 
     def drained(self, channel: int, handle: int) -> None:
         """Sender link: we have nothing to send for a draining receiver: give the credit back (spec 2.6.7)."""
-        link = self.link(channel, handle)
-        if not link.is_sender:
-            raise LocalProtocolError("drained() is for sending links")
+        session, link = self._session_link(channel, handle, sending=True)
         link.delivery_count = (link.delivery_count + link.link_credit) % SERIAL_MOD
         link.link_credit = 0
-        self._send_flow(self.session(channel), link)
+        self._send_flow(session, link)
 
     def send_transfer(
         self,
@@ -103,14 +99,7 @@ class TransferMixin:
                 ``amqp:link:transfer-limit-exceeded``), or the message exceeds the peer's max-message-size
                 (``amqp:link:message-size-exceeded``).
         """
-        session = self._sessions.get(channel)
-        link = session.links.get(handle) if session is not None else None
-        if link is None or session is None:
-            raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
-        if link.role or link.machine.state is not LinkState.ATTACHED:
-            raise LocalProtocolError(
-                f"link {link.name!r} is not an attached sending link ({link.machine.state.value})"
-            )
+        session, link = self._session_link(channel, handle, sending=True, state=LinkState.ATTACHED)
         self._check_can_send()
         if link.link_credit <= 0:
             raise LocalProtocolError(

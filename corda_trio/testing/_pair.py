@@ -99,10 +99,11 @@ class ConnectionPair:
         handle); grants ``credit`` from the receiver if non-zero."""
         starter = self.side(by)
         answerer = self.other(by)
+        name = f"link-{address}"
         if sender_at == by:
-            handle = starter.attach_sender(by_channel, name=f"link-{address}", target=address, **kw)
+            handle = starter.attach(by_channel, amqp.Role.SENDER, name=name, target=address, **kw)
         else:
-            handle = starter.attach_receiver(by_channel, name=f"link-{address}", source=address, **kw)
+            handle = starter.attach(by_channel, amqp.Role.RECEIVER, name=name, source=address, **kw)
         events_c, events_s = self.pump()
         theirs = events_s if by == "client" else events_c
         request = [e for e in theirs if isinstance(e, amqp.LinkAttachRequested)][-1]

@@ -269,9 +269,8 @@ class Delivery:
 
     async def reject(self, condition: str = "amqp:internal-error", description: str | None = None) -> None:
         """Settle with ``rejected`` and an error."""
-        await self.settle(
-            amqp.Rejected(error=amqp.Error(condition=amqp.Symbol(condition), description=description))
-        )
+        error = amqp.ErrorCondition(condition=amqp.Symbol(condition), description=description)
+        await self.settle(amqp.Rejected(error=error))
 
     async def release(self) -> None:
         """Settle with ``released`` (the sender may deliver it again, elsewhere)."""
@@ -320,7 +319,7 @@ class Receiver:
         except (trio.WouldBlock, trio.ClosedResourceError):  # defensive: never let a peer crash the reader
             conn = self._conn
             if self._error is None and conn._broken is None:
-                error = amqp.Error(
+                error = amqp.ErrorCondition(
                     condition=amqp.Condition.TRANSFER_LIMIT_EXCEEDED,
                     description=f"link {self.name!r}: more deliveries than the receiver can buffer",
                 )
@@ -522,7 +521,7 @@ class LinkRequest:
             conn._engine.refuse_link(
                 self.channel,
                 self.handle,
-                amqp.Error(condition=amqp.Symbol(condition), description=description),
+                amqp.ErrorCondition(condition=amqp.Symbol(condition), description=description),
             )
             await conn._flush()
 
@@ -681,7 +680,9 @@ class AmqpConnection:
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-sender-{next(self._link_names)}"
-        handle = self._engine.attach_sender(channel, name=name, target=address, snd_settle_mode=settle_mode)
+        handle = self._engine.attach(
+            channel, amqp.Role.SENDER, name=name, target=address, snd_settle_mode=settle_mode
+        )
         sender = Sender(self, channel, handle, address, name)
         self._links[(channel, handle)] = sender
         await self._flush()
@@ -717,8 +718,8 @@ class AmqpConnection:
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
-        handle = self._engine.attach_receiver(
-            channel, name=name, source=address, max_message_size=max_message_size
+        handle = self._engine.attach(
+            channel, amqp.Role.RECEIVER, name=name, source=address, max_message_size=max_message_size
         )
         receiver = Receiver(self, channel, handle, address, name, credit, refill)
         self._links[(channel, handle)] = receiver
@@ -1044,7 +1045,7 @@ class AmqpConnection:
                 self._engine.refuse_link(
                     event.channel,
                     event.handle,
-                    amqp.Error(
+                    amqp.ErrorCondition(
                         condition=amqp.Condition.RESOURCE_LIMIT_EXCEEDED,
                         description="too many unanswered link attaches",
                     ),

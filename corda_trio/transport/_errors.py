@@ -38,7 +38,7 @@ class AmqpTransportError(amqp.AmqpError):
 
     @classmethod
     def from_error(cls, error: Any, default: str) -> AmqpTransportError:
-        """Build from an ``amqp.Error`` (or ``None``: then ``default`` is the description)."""
+        """Build from an ``amqp.ErrorCondition`` (or ``None``: then ``default`` is the description)."""
         if error is None:
             return cls(default)
         return cls(error.description or default, condition=str(error.condition))

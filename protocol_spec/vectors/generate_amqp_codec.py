@@ -151,7 +151,7 @@ NEGATIVE_VALUES: list[tuple[str, str, str]] = [
     ("close error is not an error", "005318c00201005324" + "45", "amqp:invalid-field"),
 ]
 
-ERR = amqp.Error(condition=amqp.Condition.NOT_ALLOWED, description="no", info={Symbol("k"): 1})
+ERR = amqp.ErrorCondition(condition=amqp.Condition.NOT_ALLOWED, description="no", info={Symbol("k"): 1})
 PERFORMATIVES: list[tuple[str, int, Any]] = [
     ("open minimal", 0, amqp.Open(container_id="c")),
     ("open corda-trio", 0, amqp.Open(
@@ -194,15 +194,15 @@ PERFORMATIVES: list[tuple[str, int, Any]] = [
     ("disposition accepted range", 1, amqp.Disposition(role=True, first=0, last=1, settled=True,
                                                        state=amqp.Accepted())),
     ("disposition rejected", 1, amqp.Disposition(role=True, first=3, settled=True, state=amqp.Rejected(
-        error=amqp.Error(condition=amqp.Condition.UNAUTHORIZED_ACCESS, description="claimed sender differs")))),
+        error=amqp.ErrorCondition(condition=amqp.Condition.UNAUTHORIZED_ACCESS, description="claimed sender differs")))),
     ("disposition released", 1, amqp.Disposition(role=True, first=4, settled=True, state=amqp.Released())),
     ("disposition modified", 1, amqp.Disposition(role=True, first=4, state=amqp.Modified(
         delivery_failed=True, undeliverable_here=False, message_annotations={Symbol("x"): 1}))),
     ("detach", 1, amqp.Detach(handle=0, closed=True)),
-    ("detach error", 1, amqp.Detach(handle=2, closed=True, error=amqp.Error(
+    ("detach error", 1, amqp.Detach(handle=2, closed=True, error=amqp.ErrorCondition(
         condition=amqp.Condition.UNAUTHORIZED_ACCESS, description="not this node's inbox"))),
     ("end", 1, amqp.End()),
-    ("end error", 1, amqp.End(error=amqp.Error(condition=amqp.Condition.WINDOW_VIOLATION))),
+    ("end error", 1, amqp.End(error=amqp.ErrorCondition(condition=amqp.Condition.WINDOW_VIOLATION))),
     ("close", 0, amqp.Close()),
     ("close error", 0, amqp.Close(error=ERR)),
     ("sasl-mechanisms", 0, amqp.SaslMechanisms(

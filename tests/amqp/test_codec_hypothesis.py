@@ -174,7 +174,7 @@ def composite_strategy(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
     return st.builds(cls, **kwargs)
 
 
-COMPOSITES = [*amqp.PERFORMATIVES, *amqp.SASL_FRAMES, *amqp.DELIVERY_STATES, amqp.Error, amqp.Source,
+COMPOSITES = [*amqp.PERFORMATIVES, *amqp.SASL_FRAMES, *amqp.DELIVERY_STATES, amqp.ErrorCondition, amqp.Source,
               amqp.Target, amqp.Header, amqp.Properties]  # fmt: skip
 composites = st.sampled_from(COMPOSITES).flatmap(composite_strategy)
 

@@ -247,7 +247,7 @@ def test_public_surface_resolves() -> None:
     main_names = {
         "encode_value", "decode_value", "Message", "DecodeError", "FramingError", "AmqpError", "Condition",
         "Symbol", "Array", "Described", "Open", "Transfer", "SaslOutcome", "Accepted", "Source", "Target",
-        "Error", "codec",
+        "ErrorCondition", "codec",
     }  # fmt: skip
     assert main_names <= set(amqp.__all__)
     wire_names = {"Frame", "FrameBuffer", "encode_frame", "decode_frame", "encode_empty_frame"}

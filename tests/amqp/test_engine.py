@@ -251,10 +251,11 @@ def test_refused_link_gets_null_terminus_then_detach_with_error() -> None:
     pair = ConnectionPair()
     pair.open()
     ch, och = pair.begin("client")
-    pair.client.attach_sender(ch, name="l", target="forbidden")
+    pair.client.attach(ch, amqp.Role.SENDER, name="l", target="forbidden")
     _, server_ev = pair.pump()
     req = of(server_ev, amqp.LinkAttachRequested)[0]
-    pair.server.refuse_link(och, req.handle, amqp.Error(condition=C.UNAUTHORIZED_ACCESS, description="no"))
+    refusal = amqp.ErrorCondition(condition=C.UNAUTHORIZED_ACCESS, description="no")
+    pair.server.refuse_link(och, req.handle, refusal)
     client_ev, _ = pair.pump()
     assert of(client_ev, amqp.LinkAttached)[0].remote_attach.target is None
     det = of(client_ev, amqp.LinkDetached)[0]
@@ -267,10 +268,10 @@ def test_channel_max_and_handle_max_are_enforced() -> None:
     ch, _och = pair.begin("client")
     with pytest.raises(amqp.LocalProtocolError):
         pair.client.begin_session()  # the server's channel-max 0 is used up
-    pair.client.attach_sender(ch, name="a", target="a")
+    pair.client.attach(ch, amqp.Role.SENDER, name="a", target="a")
     pair.pump()
     with pytest.raises(amqp.LocalProtocolError):
-        pair.client.attach_sender(ch, name="b", target="b")  # handle-max 0
+        pair.client.attach(ch, amqp.Role.SENDER, name="b", target="b")  # handle-max 0
     # a peer that ignores handle-max is a framing error
     bad = amqp.encode_frame(amqp.Attach(name="c", handle=5, role=False, initial_delivery_count=0), 0)
     with pytest.raises(amqp.RemoteProtocolError) as info:

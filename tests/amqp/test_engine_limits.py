@@ -299,7 +299,7 @@ def test_per_link_max_message_size_is_advertised_in_attach() -> None:
     pair = ConnectionPair()
     pair.open()
     cch, _sch = pair.begin("client")
-    pair.client.attach_receiver(cch, name="r", source="q", max_message_size=2048)
+    pair.client.attach(cch, amqp.Role.RECEIVER, name="r", source="q", max_message_size=2048)
     attaches = [p for p in performatives(pair.client.data_to_send()) if isinstance(p, amqp.Attach)]
     assert attaches[0].max_message_size == 2048
 

@@ -7,7 +7,7 @@ import pytest
 from corda_trio import amqp
 from corda_trio.amqp import Symbol
 
-ERR = amqp.Error(condition=amqp.Condition.NOT_ALLOWED, description="no", info={Symbol("k"): 1})
+ERR = amqp.ErrorCondition(condition=amqp.Condition.NOT_ALLOWED, description="no", info={Symbol("k"): 1})
 
 # Every performative and SASL frame with every field set to a non-default value, plus minimal ones.
 SAMPLES = [
@@ -114,7 +114,7 @@ SAMPLES = [
     amqp.Detach(handle=0),
     amqp.Detach(handle=2, closed=True, error=ERR),
     amqp.End(),
-    amqp.End(error=amqp.Error(condition=amqp.Condition.WINDOW_VIOLATION)),
+    amqp.End(error=amqp.ErrorCondition(condition=amqp.Condition.WINDOW_VIOLATION)),
     amqp.Close(),
     amqp.Close(error=ERR),
     amqp.SaslMechanisms(sasl_server_mechanisms=(Symbol("PLAIN"), Symbol("ANONYMOUS"), Symbol("EXTERNAL"))),

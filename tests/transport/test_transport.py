@@ -129,7 +129,7 @@ async def raw_exchange(port: int, chunks: list[bytes], *, dribble: bool = False)
     return bytes(received)
 
 
-def close_error(data: bytes) -> amqp.Error | None:
+def close_error(data: bytes) -> amqp.ErrorCondition | None:
     """The error of the close frame in the server's reply to a bare-AMQP client (header, then frames)."""
     assert data.startswith(amqp.AMQP_HEADER), data[:16]
     buf = amqp.FrameBuffer()
