@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgpack
 import pytest
 import trio
+import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import rpc, store
@@ -76,6 +78,31 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
             "corda_trio_rpc_calls_total,method=ping,outcome=ok", 0
         )
         assert after["corda_trio_node_draining"] == 1
+
+        # Abuse over the real node's RPC port: each gets its error or its answer, the node stays up.
+        async with trio_websocket.open_websocket_url(alice.rpc_url) as ws:
+            await ws.send_message(b"\xc1 not msgpack")
+            assert msgpack.unpackb(await ws.get_message())["error"]["code"] == "malformed"
+            await ws.send_message(msgpack.packb({"id": 1, "method": "node_info", "args": {}}))
+            assert msgpack.unpackb(await ws.get_message())["error"]["code"] == "unauthenticated"
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as client:
+            with pytest.raises(rpc.RpcError) as too_large:
+                await client.call("ping", echo=b"x" * (10 * 1024 * 1024))
+            assert too_large.value.code == "too-large"
+        outcomes: dict[int, object] = {}
+
+        async def one(i: int) -> None:
+            try:
+                async with rpc.connect(alice.rpc_url, "reader", PASSWORD if i % 10 else "wrong") as c:
+                    outcomes[i] = (await c.node_info())["legal_name"]
+            except rpc.RpcError as exc:
+                outcomes[i] = exc.code
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+        assert outcomes == {i: "O=Alice, L=London, C=GB" if i % 10 else "unauthenticated" for i in range(100)}
 
         # A second node on the same base directory is refused, clearly, and leaves the first alone.
         second = await trio.run_process(
