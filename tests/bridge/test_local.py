@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
-from corda_trio import amqp, bridge, messaging, pki, transport
-from tests.p2p_harness import running_node, wait_until
+from corda_trio import amqp, bridge, messaging, pki, store, transport
+from tests.p2p_harness import contexts, running_node, wait_until
 
 from .test_p2p import TOPIC, collect
 
@@ -175,3 +176,66 @@ async def test_a_rejected_message_is_dead_lettered_and_the_rest_flows(
         assert messaging.from_amqp(amqp.Message.decode(letter.payload)).data == bytes(5000)
         name, condition, _ = letter.headers.decode().split("\n", 2)
         assert (name, condition) == (queue.name, "amqp:link:message-size-exceeded")
+
+
+async def test_external_bridge_reconnects_and_queries_again_after_the_endpoint_restarts(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """The node's endpoint goes away and comes back on the same port: the bridge backs off, reconnects,
+    queries again (a new query id), keeps its P2P port and delivers what was queued meanwhile."""
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    server_ctx, client_ctx = contexts(alice, root)
+    async with (
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+        store.open_broker(tmp_path / "a") as broker,
+        trio.open_nursery() as nursery,
+    ):
+        key_hash = pki.key_hash(alice.identity.cert.public_key())
+        service = await messaging.MessagingService.open(
+            broker, messaging.MessagingConfig(legal_name=alice.legal_name, key_hash=key_hash), peers
+        )
+        config = bridge.EndpointConfig(username="bridge", password="secret")
+        first = bridge.LocalEndpoint(messaging=service, resolver=peers, config=config)
+        scope = trio.CancelScope()
+
+        async def serve(endpoint: bridge.LocalEndpoint, *, task_status: trio.TaskStatus[int]) -> None:
+            with scope:
+                await endpoint.run(task_status=task_status)
+
+        port = await nursery.start(serve, first)
+        ext = bridge.ExternalBridge(
+            config=bridge.ExternalBridgeConfig(
+                node_port=port,
+                username="bridge",
+                password="secret",
+                bridges=bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.2),
+            ),
+            client_ssl_context=client_ctx,  # type: ignore[arg-type]
+            server_ssl_context=server_ctx,  # type: ignore[arg-type]
+        )
+        await nursery.start(ext.run)
+        with trio.fail_after(60):
+            p2p_port = await ext.wait_serving()
+            peers.put(b.as_peer())
+            got: dict[str, list[bytes]] = defaultdict(list)
+            done = trio.Event()
+            collect(b, got, (2, done))
+            await service.send(service.create_message(TOPIC, b"before"), bob.legal_name)
+            await wait_until(lambda: len(got[str(alice.legal_name)]) == 1)
+            scope.cancel()  # the node's endpoint goes away
+            await wait_until(lambda: ext.control.state is not bridge.ControlState.SYNCED)
+            await service.send(service.create_message(TOPIC, b"while away"), bob.legal_name)
+            scope = trio.CancelScope()
+            second = bridge.LocalEndpoint(
+                messaging=service, resolver=peers, config=attrs.evolve(config, port=port)
+            )
+            await nursery.start(serve, second)
+            await done.wait()
+            assert ext.sessions >= 2 and second.queries >= 1
+            assert ext.acceptor is not None and ext.acceptor.port == p2p_port
+        assert got == {str(alice.legal_name): [b"before", b"while away"]}
+        nursery.cancel_scope.cancel()
