@@ -208,3 +208,14 @@ __all__ = [
     "default_container_id",
     "encode_value",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    """``amqp.Error``: the former name of :class:`ErrorCondition`, kept (with a warning) for code written
+    before the rename; not part of ``__all__``."""
+    if name == "Error":
+        import warnings
+
+        warnings.warn("amqp.Error is now amqp.ErrorCondition", DeprecationWarning, stacklevel=2)
+        return ErrorCondition
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

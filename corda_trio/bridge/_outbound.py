@@ -359,7 +359,7 @@ class _RefusedHere:
 
     @property
     def state(self) -> amqp.Rejected:
-        error = amqp.Error(condition=amqp.Symbol(_SIZE_EXCEEDED), description=self.description)
+        error = amqp.ErrorCondition(condition=amqp.Symbol(_SIZE_EXCEEDED), description=self.description)
         return amqp.Rejected(error=error)
 
     async def outcome(self) -> amqp.Rejected:
