@@ -74,6 +74,18 @@ def test_forwarded_envelope_refusals() -> None:
         )
 
 
+@given(st.text(max_size=60), st.text(max_size=80), st.binary(max_size=600))
+def test_wrapping_a_payload_behind_a_link_prefix_is_the_envelope(
+    source: str, target: str, payload: bytes
+) -> None:
+    whole = fl.ForwardedDelivery(source=source, target=target, peer="h:1", payload=payload)
+    assert (
+        fl.ForwardedDelivery.wrap(fl.ForwardedDelivery.prefix(source, target, "h:1"), payload)
+        == whole.encode()
+    )
+    assert fl.ForwardedDelivery.decode(whole.encode()) == whole
+
+
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 

@@ -233,16 +233,27 @@ class ForwardedDelivery:
     payload: bytes
 
     def encode(self) -> bytes:
+        return self.wrap(self.prefix(self.source, self.target, self.peer), self.payload)
+
+    @staticmethod
+    def prefix(source: str, target: str, peer: str) -> bytes:
+        """The envelope's sections before the body: the same for every delivery of one peer link."""
         return amqp.Message(
             properties=amqp.Properties(subject=FORWARDED_SUBJECT),
             application_properties={
                 _VERSION_KEY: PROTOCOL_VERSION,
-                SOURCE_HEADER: self.source,
-                TARGET_HEADER: self.target,
-                PEER_HEADER: self.peer,
+                SOURCE_HEADER: source,
+                TARGET_HEADER: target,
+                PEER_HEADER: peer,
             },
-            body=self.payload,
         ).encode()
+
+    @staticmethod
+    def wrap(prefix: bytes, payload: bytes) -> bytes:
+        """``prefix`` (see :meth:`prefix`) and ``payload`` as one Data section (spec 3.2.6: binary)."""
+        n = len(payload)
+        head = b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256 else b"\x00\x53\x75\xb0" + n.to_bytes(4, "big")
+        return b"".join((prefix, head, payload))
 
     @classmethod
     def decode(cls, data: bytes) -> ForwardedDelivery:

@@ -405,7 +405,7 @@ class Float:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._settle_in_order, receive, slots, user)
                 async with send:
-                    target = str(receiver.address)
+                    prefix = ForwardedDelivery.prefix(user, str(receiver.address), peer)
                     while True:
                         await slots.acquire()
                         try:
@@ -424,7 +424,7 @@ class Float:
                                 break
                         started = trio.current_time()
                         for delivery in batch:  # forwarded without a checkpoint while the inside has credit
-                            pending = await self._forward(delivery, activation, user, peer, target)
+                            pending = await self._forward(delivery, activation, prefix)
                             send.send_nowait((delivery, pending, started))  # room: one slot per item
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
             log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
@@ -432,11 +432,11 @@ class Float:
             activation.window_left += reserve
 
     async def _forward(
-        self, delivery: transport.Delivery, activation: _Activation, user: str, peer: str, target: str
+        self, delivery: transport.Delivery, activation: _Activation, prefix: bytes
     ) -> transport.PendingDelivery:
         # The message itself is not parsed here: the inside decodes and checks it anyway (a float stays thin
         # and the DMZ parses as little untrusted input as it can); the link's max-message-size bounds it.
-        envelope = ForwardedDelivery(source=user, target=target, peer=peer, payload=delivery.payload).encode()
+        envelope = ForwardedDelivery.wrap(prefix, delivery.payload)
         forward = activation.forward
         if forward.credit > 0:
             pending = forward.send_nowait(envelope)
