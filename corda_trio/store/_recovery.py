@@ -554,7 +554,7 @@ def _recover_v2(
                         os.fsync(f.fileno())
                     tail.size += len(buf)
                     tail.sealed = True
-                number = max(chain[-1], *numbers) + 1
+                number = chain[-1] + 1  # (a torn one there was removed above: segments stay consecutive)
                 fd = create_segment(queue_dir, number, next_id, next_seq)
                 found.states.append(_state(number, segment_path(queue_dir, number), next_id, next_seq, fd=fd))
                 write_manifest = True

@@ -262,6 +262,15 @@ async def test_crashes_between_the_steps_of_a_rotation_open_with_nothing_lost(tm
         assert {m.message_id: m.payload async for m in queue.browse()} == live
         await queue.enqueue(b"more")
     assert list_segment_numbers(str(work / QUEUE))[-1] == last + 1
+    # 1b. ... and the next one created, its header cut short: removed, created again, still consecutive.
+    work = _fresh_copy(tmp_path)
+    _write(segment_path(str(work / QUEUE), last), sealed_then)
+    _write(segment_path(str(work / QUEUE), last + 1), b"CTWALSEG\x02\x00")
+    for _ in range(2):  # (the second open finds what the first one left)
+        async with store.open_broker(work, config=CONFIG) as broker:
+            queue = broker.get_queue(QUEUE)
+            assert {m.message_id: m.payload async for m in queue.browse()} == live
+    assert list_segment_numbers(str(work / QUEUE)) == [*numbers, last + 1]
     # 2. The next one was created (header only), the manifest not replaced yet: adopted.
     work = _fresh_copy(tmp_path)
     _write(segment_path(str(work / QUEUE), last), sealed_then)
