@@ -263,6 +263,13 @@ class Delivery:
         self.settled = True
         await self._receiver._settle(self.delivery_id, state)
 
+    def settle_nowait(self, state: Any) -> None:
+        """:meth:`settle` without the checkpoint: settle a run of deliveries, then yield once, so that their
+        dispositions leave together (the engine merges contiguous ones into one frame)."""
+        if not self.settled:
+            self.settled = True
+            self._receiver._settle_nowait(self.delivery_id, state)
+
     async def accept(self) -> None:
         """Settle with ``accepted``."""
         await self.settle(amqp.Accepted())
@@ -419,13 +426,16 @@ class Receiver:
         await trio.lowlevel.checkpoint()
 
     async def _settle(self, delivery_id: int, state: Any) -> None:
+        self._settle_nowait(delivery_id, state)
+        await trio.lowlevel.checkpoint()
+
+    def _settle_nowait(self, delivery_id: int, state: Any) -> None:
         conn = self._conn
         conn._raise_if_broken()
         if self._error is not None:
             raise self._error
         conn._engine.settle(self.channel, delivery_id, state)
         conn._request_flush()
-        await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
         """Detach the link (closing it)."""
