@@ -23,6 +23,7 @@ or an unknown section descriptor raises :class:`DecodeError`.
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 from typing import Any, Final
 
 import attrs
@@ -142,20 +143,32 @@ class EncoderMemo:
     key twice in a row (``last`` holds the value last seen per key), so one-off values such as dedup ids and
     sequence numbers never fill it. ``keys`` maps a key to its encoded bytes. Each is bounded and cleared
     when full, so recurring entries come back after one miss.
+
+    ``shape`` is the application-properties *shape* learnt from the last two maps with the same keys and
+    value types in the same order: ``[keys, value types, getter of the unchanged places, their values, runs,
+    changing places]``. A map with those keys and types whose unchanged places hold equal values (of types
+    whose equal values encode alike: ``_MEMO_TYPES``) is the runs (the encoded unchanged entries plus the
+    next changing entry's key) joined with its changing values, encoded. ``seen`` holds the last map encoded
+    in full, to learn from: ``[keys, types, values, encoded entries]``.
     """
 
-    __slots__ = ("entries", "keys", "last")
+    __slots__ = ("entries", "keys", "last", "seen", "shape")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, Any, type], bytes] = {}
         self.keys: dict[str, bytes] = {}
         self.last: dict[str, Any] = {}
+        self.shape: list[Any] = []
+        self.seen: list[Any] = []
+        self.clear()
 
     def clear(self) -> None:
         """Forget everything."""
         self.entries.clear()
         self.keys.clear()
         self.last.clear()
+        self.shape[:] = [None, None, None, None, (), ()]
+        self.seen[:] = [None, None, None, None]
 
 
 #: The process's encoder memo (see :class:`EncoderMemo`).
@@ -164,13 +177,85 @@ _ENTRY_MEMO: Final = ENCODER_MEMO.entries
 _KEY_MEMO: Final = ENCODER_MEMO.keys
 _LAST_VALUE: Final = ENCODER_MEMO.last
 _ENTRY_MEMO_MAX: Final = 256
-_MEMO_TYPES: Final = frozenset({str, int, bool, Int, Long, UInt, ULong, Symbol})
+#: Value types whose equal values always encode to the same bytes (not float: 0.0 == -0.0; not containers).
+_MEMO_TYPES: Final = frozenset({str, int, bool, Int, Long, UInt, ULong, Symbol, bytes, type(None)})
+_SHAPE: Final = ENCODER_MEMO.shape
+_SEEN: Final = ENCODER_MEMO.seen
+
+
+def _app_value(v: Any) -> bytes:
+    if type(v) is str and len(v) < 256 and v.isascii():
+        return _STR8[len(v)] + v.encode()
+    enc = E._ENCODERS.get(type(v))
+    return enc(v) if enc is not None else E.encode_value(v)
 
 
 def _app_properties(props: dict[str, Any]) -> bytes:
     """application-properties (3.2.5): string keys, simple values (any value is accepted here)."""
     if not isinstance(props, dict):
         raise EncodeError(f"application_properties must be a dict, not {type(props).__name__}")
+    shape = _SHAPE
+    keys = tuple(props)
+    values = tuple(props.values())
+    types = tuple(map(type, values))
+    if keys == shape[0] and types == shape[1] and shape[2](values) == shape[3]:
+        # the learnt shape: the unchanged entries' bytes, with the changing values encoded in between
+        runs = shape[4]
+        parts = [runs[0]]
+        append = parts.append
+        for i, run in zip(shape[5], runs[1:], strict=True):
+            append(_app_value(values[i]))
+            append(run)
+        return E._compound(0xC1, 0xD1, 2 * len(keys), b"".join(parts))
+    entries = _app_entries(props)
+    _learn_app_shape(keys, types, values, entries)
+    return E._compound(0xC1, 0xD1, 2 * len(keys), b"".join(entries))
+
+
+def _learn_app_shape(
+    keys: tuple[Any, ...], types: tuple[type, ...], values: tuple[Any, ...], entries: list[bytes]
+) -> None:
+    """Compare a map encoded in full with the one before; with the same keys and types, learn its shape."""
+    seen = _SEEN
+    same = keys == seen[0] and types == seen[1]
+    previous = seen[2]
+    seen[:] = [keys, types, values, entries]
+    if not same or not all(type(k) is str for k in keys):
+        return
+    memo_types = _MEMO_TYPES
+    unchanged = [i for i, t in enumerate(types) if t in memo_types and values[i] == previous[i]]
+    changing = [i for i in range(len(keys)) if i not in unchanged]
+    runs = []
+    run = b""
+    for i, key in enumerate(keys):
+        if i in unchanged:
+            run += entries[i]
+            continue
+        runs.append(run + _app_key(key))
+        run = b""
+    runs.append(run)
+    getter: Any
+    if not unchanged:
+        getter = _nothing
+    elif len(unchanged) == 1:
+        getter = itemgetter(slice(unchanged[0], unchanged[0] + 1))
+    else:
+        getter = itemgetter(*unchanged)
+    _SHAPE[:] = [keys, types, getter, getter(values), tuple(runs), tuple(changing)]
+
+
+def _nothing(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    return ()
+
+
+def _app_key(k: str) -> bytes:
+    if len(k) < 64 and k.isascii():
+        return _STR8[len(k)] + k.encode()
+    return E.enc_string(k)
+
+
+def _app_entries(props: dict[str, Any]) -> list[bytes]:
+    """The encoded entries of an application-properties map, one ``bytes`` per entry."""
     parts: list[bytes] = []
     append = parts.append
     encoders = E._ENCODERS
@@ -213,9 +298,8 @@ def _app_properties(props: dict[str, Any]) -> bytes:
                 if len(last) >= _ENTRY_MEMO_MAX:
                     last.clear()
                 last[k] = v
-        append(kb)
-        append(vb)
-    return E._compound(0xC1, 0xD1, 2 * len(props), b"".join(parts))
+        append(kb + vb)
+    return parts
 
 
 _annotations: Final = FIELD_ENCODERS["annotations"]  # symbol (or ulong) keys, any values

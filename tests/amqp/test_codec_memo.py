@@ -168,3 +168,44 @@ def test_the_remembered_transfer_never_changes_the_result() -> None:
     frame[i - 1] = 40
     with pytest.raises(amqp.DecodeError):
         amqp.decode_frame(bytes(frame))
+
+
+def test_the_encoder_shape_never_changes_the_bytes() -> None:
+    """Maps encoded by a learnt shape (unchanged runs + changing values) equal a fresh encoding."""
+    from corda_trio.amqp import codec
+
+    codec.ENCODER_MEMO.clear()
+    rng = random.Random(7)
+    # equal values of different types (13, Int(13), True, 1.0) and equal floats with different bytes
+    values = ["v", "é", 13, amqp.Int(13), amqp.Long(13), True, 1, 1.0, 0.0, -0.0, None, b"b",
+              amqp.Symbol("v"), [1], [True], {"k": 1}, 1 << 40, "w" * 300]  # fmt: skip
+    keys = ["platform-topic", "platform-version", "_AMQ_DUPL_ID", "sender-uuid", "send-seq-no"]
+    base = {k: rng.choice(values) for k in keys}
+    hits = 0
+    for n in range(3000):
+        props = dict(base)
+        for k in rng.sample(keys, rng.randrange(0, 3)):
+            props[k] = rng.choice(values)
+        if n % 11 == 0:
+            props["_AMQ_DUPL_ID"] = f"id-{n}"
+        if n % 89 == 0:
+            props = {f"x{n % 3}": n, **props}  # another shape now and then
+        if n % 17 == 0:
+            base = dict(props)
+        message = amqp.Message(application_properties=props)
+        shape = codec.ENCODER_MEMO.shape
+        values_now = tuple(props.values())
+        hits += (tuple(props), tuple(map(type, values_now))) == (shape[0], shape[1]) and shape[2](
+            values_now
+        ) == shape[3]
+        warm = message.encode()
+        saved = [list(codec.ENCODER_MEMO.shape), list(codec.ENCODER_MEMO.seen)]
+        entries, keys_memo, last = (dict(x) for x in (codec.ENCODER_MEMO.entries, codec.ENCODER_MEMO.keys,
+                                                       codec.ENCODER_MEMO.last))  # fmt: skip
+        codec.ENCODER_MEMO.clear()
+        assert message.encode() == warm, (n, props)  # the same bytes with nothing remembered
+        codec.ENCODER_MEMO.shape[:], codec.ENCODER_MEMO.seen[:] = saved
+        codec.ENCODER_MEMO.entries.update(entries)
+        codec.ENCODER_MEMO.keys.update(keys_memo)
+        codec.ENCODER_MEMO.last.update(last)
+    assert hits > 300  # the shape path was taken
