@@ -100,9 +100,6 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
-        # Smaller input splits keep both cores of a small machine busy to the end (measured on 10M records:
-        # 128m splits gave 3 tasks for 2 cores and doubled the job time).
-        .config("spark.sql.files.maxPartitionBytes", "32m")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -158,3 +158,20 @@ def test_a_huge_meta_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "schema_version": 3}))
     with pytest.raises(spark_reports.ReportInputError, match=r"unknown schema_version 3"):
         discover_inputs([tmp_path])
+
+
+def test_input_splits_are_one_per_core(tmp_path: Path) -> None:
+    from spark_reports._schema import MIN_SPLIT_BYTES, OPEN_COST_BYTES, input_bytes, split_bytes
+
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "run-a.records.jsonl").write_bytes(b"x" * 1000)
+    parquet = d / "run-b.records.parquet"
+    parquet.mkdir()
+    for i in range(3):
+        (parquet / f"part-{i}.parquet").write_bytes(b"p" * 500)
+    (parquet / "_SUCCESS").write_bytes(b"")
+    inputs = discover_inputs([d])
+    assert input_bytes(inputs) == 1000 + 3 * 500 + 4 * OPEN_COST_BYTES
+    assert split_bytes(10 << 30, 2) == 5 << 30 and split_bytes(10 << 30, 0) == 10 << 30
+    assert split_bytes(1000, 2) == MIN_SPLIT_BYTES
