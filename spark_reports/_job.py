@@ -5,16 +5,17 @@ Theory of operation
 
 A *group* is (run_id, scenario, link, size class); the size class of an operation is the smallest power of
 two >= its ``size_bytes`` (so a run with sizes 256 / 4 KiB / 64 KiB has exactly those classes, and a uniform
-size range falls into a few octaves). Three Spark jobs read the records:
+size range falls into a few octaves). Two passes read the records:
 
-1. **Main aggregate**, one pass, grouped by group: counts (ok / error / bytes), first due time and last
-   completion, and for every latency *stage* (created ... flow_finished, plus *end* = the last stage an
-   operation reached) a quantile sketch read at p50 / p90 / p99 / p99.9, with exact max and mean. The *end*
-   stage also gets a grid of ~100 percentiles for the CDF chart. The same pass counts records that break
-   the format (missing required fields, unknown outcome), which fail the report.
-2. **Throughput series**: completions per second per group, ok and error separately, in one-second bins
-   counted from the run's first due time (``floor((completion_ns - run_start_ns) / 1e9)``).
-3. **Errors**: the most frequent error texts per run / scenario / link.
+1. **Main aggregate**, grouped by group: counts (ok / error / bytes), first due time and last completion,
+   and for every latency *stage* (created ... flow_finished, plus *end* = the last stage an operation
+   reached) a quantile sketch read at p50 / p90 / p99 / p99.9, with exact max and mean. The *end* stage also
+   gets a grid of ~100 percentiles for the CDF chart. Records that break the schema form a group of their
+   own (their count fails the report, or is reported with ``--skip-bad``). The driver takes at most
+   :data:`MAX_GROUPS` groups, the busiest; the others are counted (:class:`LeftOut`).
+2. **Follow-up** (:func:`_followup`), one pass fanned out into three aggregations: completions per time
+   bin per group, ok and error separately, in bins counted from the run's first due time; the most
+   frequent error texts per run / scenario / link; and the number of duplicate records.
 
 Latency is always ``stage_ns - intended_ns`` over ``ok`` records (see ``protocol_spec/bench-records.md``).
 

@@ -148,6 +148,8 @@ def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
 SPLITS_PER_CORE: Final = 1
 #: The smallest input split (small inputs: the split size does not matter).
 MIN_SPLIT_BYTES: Final = 8 << 20
+#: The largest (a huge input on a cluster: tasks small enough to retry and to balance).
+MAX_SPLIT_BYTES: Final = 4 << 30
 #: What Spark counts for opening a file when it packs files into splits (``spark.sql.files.openCostInBytes``).
 OPEN_COST_BYTES: Final = 4 << 20
 
@@ -162,7 +164,7 @@ def input_bytes(inputs: InputSet) -> int:
 
 def split_bytes(total: int, cores: int) -> int:
     """``spark.sql.files.maxPartitionBytes`` for ``total`` input bytes: :data:`SPLITS_PER_CORE` per core."""
-    return max(MIN_SPLIT_BYTES, -(-total // (max(1, cores) * SPLITS_PER_CORE)))
+    return min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // (max(1, cores) * SPLITS_PER_CORE))))
 
 
 def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:

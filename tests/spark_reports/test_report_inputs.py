@@ -161,7 +161,13 @@ def test_a_huge_meta_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_input_splits_are_one_per_core(tmp_path: Path) -> None:
-    from spark_reports._schema import MIN_SPLIT_BYTES, OPEN_COST_BYTES, input_bytes, split_bytes
+    from spark_reports._schema import (
+        MAX_SPLIT_BYTES,
+        MIN_SPLIT_BYTES,
+        OPEN_COST_BYTES,
+        input_bytes,
+        split_bytes,
+    )
 
     d = tmp_path / "in"
     d.mkdir()
@@ -173,5 +179,5 @@ def test_input_splits_are_one_per_core(tmp_path: Path) -> None:
     (parquet / "_SUCCESS").write_bytes(b"")
     inputs = discover_inputs([d])
     assert input_bytes(inputs) == 1000 + 3 * 500 + 4 * OPEN_COST_BYTES
-    assert split_bytes(10 << 30, 2) == 5 << 30 and split_bytes(10 << 30, 0) == 10 << 30
-    assert split_bytes(1000, 2) == MIN_SPLIT_BYTES
+    assert split_bytes(6 << 30, 2) == 3 << 30 and split_bytes(3 << 30, 0) == 3 << 30
+    assert split_bytes(1000, 2) == MIN_SPLIT_BYTES and split_bytes(1 << 40, 100) == MAX_SPLIT_BYTES
