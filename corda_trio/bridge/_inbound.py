@@ -87,6 +87,8 @@ class InboundAcceptor:
     accepted: int = 0
     rejected: int = 0
     refused_links: int = 0
+    #: Messages stored and accepted, by the sending peer's legal name (the TLS subject).
+    accepted_by_peer: dict[str, int] = attrs.field(factory=dict)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""
@@ -180,3 +182,5 @@ class InboundAcceptor:
             await self.inbox.enqueue_many([payload for _, payload in good])
             await receiver.settle_many([delivery for delivery, _ in good], amqp.Accepted())
             self.accepted += len(good)
+            if user is not None:
+                self.accepted_by_peer[user] = self.accepted_by_peer.get(user, 0) + len(good)

@@ -188,11 +188,17 @@ class NodeCollector:
                 restarts.add_metric([peer], restart_count)
         yield from (sent, redelivered, pending, state, connects, failures, restarts)
         acceptor = node.acceptor
-        received = _counter("p2p_messages_received", "Messages from peers stored in the inbox and accepted")
+        received = _counter(
+            "p2p_messages_received", "Messages from the peer stored in our inbox and accepted", labels
+        )
         rejected = _counter("p2p_messages_rejected", "Messages from peers rejected (malformed, too large)")
         refused = _counter("p2p_links_refused", "Links peers tried to attach to anything but our inbox")
         if acceptor is not None:
-            received.add_metric([], acceptor.accepted)
+            by_peer = dict(acceptor.accepted_by_peer)
+            for peer, n in sorted(by_peer.items()):
+                received.add_metric([peer], n)
+            if acceptor.accepted > sum(by_peer.values()):  # delivered without a TLS peer (a local endpoint)
+                received.add_metric(["unknown"], acceptor.accepted - sum(by_peer.values()))
             rejected.add_metric([], acceptor.rejected)
             refused.add_metric([], acceptor.refused_links)
         yield from (received, rejected, refused)

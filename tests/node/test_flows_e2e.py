@@ -155,6 +155,9 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
         assert after["a"]["corda_trio_flows_finished_total{outcome=failed}"] >= 1
         assert after["a"]["corda_trio_rpc_calls_total{method=start_flow,outcome=flow-failed}"] == 1
         assert after["a"]["corda_trio_bridge_state{peer=O=Bob, L=Paris, C=FR,state=connected}"] == 1
+        for peer in ("O=Bob, L=Paris, C=FR", "O=Carol, L=New York, C=US"):  # per peer, both ways
+            assert after["a"][f"corda_trio_p2p_messages_received_total{{peer={peer}}}"] > 0
+            assert after["a"][f"corda_trio_p2p_messages_sent_total{{peer={peer}}}"] > 0
         # Group commits and their latency moved with the messages (count and sum of the summary).
         for n in ("a", "b"):
             commits = total(after[n], "corda_trio_store_group_commit_duration_seconds_count")
