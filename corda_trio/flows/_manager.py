@@ -35,7 +35,11 @@ is retried from the last checkpoint with jittered exponential backoff. Any other
 runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told).
 
 *Finished flows* keep their record (status, result or error, last outbox) until ``finished_retain`` newer
-ones finished: repeated inits are recognised, and ``flows()`` lists them.
+ones finished: repeated inits are recognised, and ``flows()`` lists them. A flow that finished before one of
+its sessions was confirmed still owes that session its held messages and its end or error (the state machine
+keeps them in the checkpoint): its runner stays (``_lingering``, routed to by session id, resumed after a
+restart) until the confirm (the messages go) or a reject (they are dropped) arrives; its record is not
+retired meanwhile. Its handle completed when the flow did.
 """
 
 from __future__ import annotations
@@ -159,6 +163,8 @@ class FlowManagerStatistics:
     checkpoint_writes: int
     refused: int
     draining: bool
+    #: finished flows whose end or error waits for a session's confirm
+    unconfirmed: int = 0
 
 
 @attrs.define(eq=False)
@@ -298,6 +304,8 @@ class FlowManager:
     config: FlowManagerConfig
     env: Environment
     _runners: dict[str, _Runner] = attrs.field(factory=dict)
+    #: finished flows whose held messages wait for a session's confirm (see the module docstring)
+    _lingering: dict[str, _Runner] = attrs.field(factory=dict)
     _sessions: dict[int, _Runner] = attrs.field(factory=dict)
     _finished: dict[str, _Finished] = attrs.field(factory=dict)
     _finished_order: collections.deque[str] = attrs.field(factory=collections.deque)
@@ -331,7 +339,12 @@ class FlowManager:
                 manager._unresumable[flow_id] = str(exc)
                 log.error("flow %s cannot be resumed: %s", flow_id, exc)
                 continue
-            if state.finished:
+            if state.finished and state.unflushed:
+                manager._add_finished(state, None)
+                runner = _Runner(flow_id, state, data, persisted=True, resend=True)
+                manager._lingering[flow_id] = runner
+                manager._register_sessions(runner)
+            elif state.finished:
                 manager._add_finished(state, None)
                 manager._stats["resend"] += 1 if state.outbox else 0
                 manager._pending_resend.append(state)
@@ -354,14 +367,14 @@ class FlowManager:
                 for state in self._pending_resend:
                     nursery.start_soon(self._send_outbox, None, state.outbox)
                 self._pending_resend = []
-                for runner in self._runners.values():
+                for runner in [*self._runners.values(), *self._lingering.values()]:
                     nursery.start_soon(self._drive, runner)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
             self._nursery = None
             self.messaging.remove_message_handler(registration)
-            for runner in self._runners.values():
+            for runner in [*self._runners.values(), *self._lingering.values()]:
                 for receipt in runner.held:
                     receipt.resolve(trio.ClosedResourceError("flow manager stopped"))
                 for event in runner.events:
@@ -530,11 +543,16 @@ class FlowManager:
                 await self._hospital(runner, batch, exc, False)
                 return
             deletes = []
-            if state.finished:
+            if state.finished and runner.flow_id not in self._lingering:
+                kept = []  # still waiting for a confirm: their records stay
                 while len(self._finished_order) >= self.config.finished_retain:
                     old = self._finished_order.popleft()
+                    if old in self._lingering:
+                        kept.append(old)
+                        continue
                     self._finished.pop(old, None)
                     deletes.append(old.encode())
+                self._finished_order.extendleft(reversed(kept))
             await self.checkpoints.write([(runner.flow_id.encode(), data)], deletes)
             self._stats["checkpoint_writes"] += 1
             runner.checkpoint = data
@@ -557,6 +575,8 @@ class FlowManager:
                 self._arm_timer(runner)
             elif isinstance(action, (CompleteFlow, FailFlow)):
                 self._finish(runner)
+        if runner.flow_id in self._lingering and not state.unflushed:
+            self._release(runner)
         if runner.status != "running" and not state.finished:
             runner.retries = 0
             runner.status = "running"
@@ -658,11 +678,21 @@ class FlowManager:
         self._stats["completed" if state.status == "completed" else "failed"] += 1
         if runner.timer is not None:
             runner.timer.cancel()
-        for s in state.sessions.values():
-            if self._sessions.get(s.our_id) is runner:
-                del self._sessions[s.our_id]
         self._runners.pop(runner.flow_id, None)
         self._add_finished(state, runner.initiator)
+        if state.unflushed:  # a session's confirm is still owed: keep taking its messages
+            runner.status = "running"
+            self._lingering[runner.flow_id] = runner
+            self._bump()
+            return
+        self._release(runner)
+
+    def _release(self, runner: _Runner) -> None:
+        """A finished flow owes nothing any more: forget its sessions and stop its runner."""
+        for s in runner.state.sessions.values():
+            if self._sessions.get(s.our_id) is runner:
+                del self._sessions[s.our_id]
+        self._lingering.pop(runner.flow_id, None)
         for event in runner.events:  # arrived after the end: nothing will consume them
             if isinstance(event, MessageArrived):
                 event.token.resolve()
@@ -802,5 +832,5 @@ class FlowManager:
             parked=sum(r.status == "parked" for r in self._runners.values()) + len(self._unresumable),
             finished=len(self._finished), started=s["started"], completed=s["completed"], failed=s["failed"],
             transitions=s["transitions"], checkpoint_writes=s["checkpoint_writes"], refused=s["refused"],
-            draining=self._draining,
+            draining=self._draining, unconfirmed=len(self._lingering),
         )  # fmt: skip

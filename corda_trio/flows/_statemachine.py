@@ -30,6 +30,13 @@ state passed in may then have been changed half-way and must be thrown away (the
 checkpoint). A message that breaks the protocol (unknown session, wrong sender, out of sequence, a confirm
 twice) is acknowledged and dropped with :class:`RefuseMessage` naming the reason; the flow is unaffected.
 
+*Unconfirmed sessions.* Messages for a session whose confirm has not arrived yet (data, the end of a flow
+that finished, the error of one that failed) are held in the session (``buffered``, in the checkpoint) and
+sent, in order, by the transition that applies the confirm; a reject drops them. This holds after the flow
+finished too: a finished flow with held messages (:attr:`FlowState.unflushed`) still takes its sessions'
+confirm or reject, so the responder always hears how the flow ended. The error's id is fixed when the flow
+fails, so the error sent later, or again after a crash, is the same message.
+
 *Ownership.* ``transition`` changes the state it is given (flows are mutable attrs objects); callers that may
 need the old state keep its checkpoint bytes.
 """
@@ -138,7 +145,8 @@ class SessionState:
     recv_seq: int = 0
     #: payloads received and not consumed yet (values, or BadPayload)
     received: list[Any] = attrs.field(factory=list)
-    #: (kind, value) to send once the peer's session id is known: ("data", payload), ("end", None)
+    #: (kind, value) to send once the peer's session id is known: ("data", payload), ("end", None),
+    #: ("error", [error id, exception type, message]), ("confirm", None) (a responder's, owed first)
     buffered: list[tuple[str, Any]] = attrs.field(factory=list)
     peer_ended: bool = False
     #: (exception type or None, message) once the peer errored or rejected
@@ -199,6 +207,12 @@ class FlowState:
             if s.our_id == our_id:
                 return s
         return None
+
+    @property
+    def unflushed(self) -> bool:
+        """Messages wait for a session's confirm. A finished flow in this state still needs its confirms (or
+        rejects): its record must stay and session messages for it must still reach it."""
+        return any(s.buffered for s in self.sessions.values())
 
     @property
     def wake_at(self) -> float | None:
@@ -565,6 +579,12 @@ class _Machine:
             self._existing(session, DataPayload(payload=value))
         elif kind == "end":
             self._existing(session, EndPayload())
+        elif kind == "error":
+            error_id, exception_type, text = value
+            self._existing(
+                session, ErrorPayload(error_id=error_id, exception_type=exception_type, message=text),
+                dedup_id=error_dedup_id(error_id, session.peer_id),
+            )  # fmt: skip
         elif kind == "confirm":
             self._existing(
                 session,
@@ -581,14 +601,11 @@ class _Machine:
             self._emit(session, kind, value)
 
     def _send_error(self, session: SessionState, exception_type: str | None, message: str) -> None:
-        if session.peer_id is None:
-            return  # never confirmed: there is no session on the other side to tell (yet)
+        """The error goes now, or (not confirmed yet) after the data held for the confirm; its id is fixed
+        here, so that the error sent later, or again after a crash, is the same message."""
         if self.error_id is None:
             self.error_id = derive_id(self.state.flow_id, "error", self.number)
-        self._existing(
-            session, ErrorPayload(error_id=self.error_id, exception_type=exception_type, message=message),
-            dedup_id=error_dedup_id(self.error_id, session.peer_id),
-        )  # fmt: skip
+        self._emit(session, "error", [self.error_id, exception_type, message])
 
     # --- receiving --------------------------------------------------------------------------------------
 
@@ -620,6 +637,7 @@ class _Machine:
             if not session.initiating or session.peer_id is not None:
                 return refuse(f"session {session.our_id} was confirmed: a reject is not allowed")
             session.peer_error = (None, f"{session.counterparty} rejected the session: {payload.message}")
+            session.buffered.clear()  # nobody to send them to
         elif session.peer_id is None:
             return refuse(
                 f"session {session.our_id} is not confirmed yet: {type(payload).__name__} not allowed"
@@ -791,7 +809,11 @@ def transition(state: FlowState, event: Event, env: Environment) -> Transition:
     state.outbox = []
     if state.finished:
         if isinstance(event, MessageArrived):
-            if isinstance(event.message.payload, EndPayload):
+            session = state.session_by_id(event.message.recipient_session_id)
+            if session is not None and session.buffered:
+                # the flow ended before this session's confirm: its end / error (and held data) wait for it
+                m.apply_message(event)
+            elif isinstance(event.message.payload, EndPayload):
                 m.tokens.append(event.token)  # the peer's end crossed ours: nothing to do
             else:
                 sid = event.message.recipient_session_id

@@ -72,7 +72,7 @@ class MemNet:
                 node.results[state.flow_id] = action.result
             elif isinstance(action, sm.FailFlow):
                 node.results[state.flow_id] = flows.FlowException(action.message)
-        if state.finished:
+        if state.finished and not state.unflushed:
             node.states.pop(state.flow_id, None)
         else:
             node.states[state.flow_id] = state
@@ -136,7 +136,7 @@ class MemNet:
         for flow_id, data in node.checkpoints.items():
             state = flows.decode_checkpoint(data)
             self._send(name, tuple(state.outbox))
-            if not state.finished:
+            if not state.finished or state.unflushed:
                 node.states[flow_id] = state
 
     def run(self, limit: int = 100_000) -> None:

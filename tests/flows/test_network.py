@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from corda_trio import flows, testing
+from tests.flows.hasty import Hasty, HastyResponder, ended_text
 
 ALICE, BOB, CAROL = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
 
@@ -277,3 +278,43 @@ async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.Flo
             await waiting.result()
         handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
         assert await handle.result() == 2
+
+
+async def test_a_flow_ending_before_the_confirm_ends_its_responder_across_restarts(
+    net: testing.FlowNetwork,
+) -> None:
+    """Hasty flows finish (or fail) before Bob, stopped, can confirm; Alice restarts holding their ends and
+    errors in her checkpoints; once Bob is back every responder hears how its initiator ended."""
+    alice = net["Alice"].flows
+    await net.stop("Bob")
+    with trio.fail_after(60):
+        plans = [(1 + i % 3, f"r{i}" if i % 2 else "") for i in range(6)]
+        handles = [
+            await alice.start_flow(Hasty(peer=BOB, notes=n, reason=r)) for n, r in plans
+        ]
+        for (n, r), h in zip(plans, handles, strict=True):
+            if r:
+                with pytest.raises(flows.FlowException, match=rf"^{r}$"):
+                    await h.result()
+            else:
+                assert await h.result() == f"sent {n}"
+        assert alice.statistics().unconfirmed == len(plans)
+        await net.restart("Alice")
+        alice = net["Alice"].flows
+        assert alice.statistics().unconfirmed == len(plans)
+        await net.start("Bob")
+        bob = net["Bob"].flows
+        expected = sorted(r or ended_text(ALICE) for _n, r in plans)
+
+        def ended() -> list[str]:
+            return sorted(
+                f.error or "" for f in bob.flows() if f.flow_name == HastyResponder.flow_name
+                and f.status == "failed"
+            )  # fmt: skip
+
+        version = bob.version
+        while ended() != expected:
+            version = await bob.wait_changed(version)
+        version = alice.version
+        while alice.statistics().unconfirmed:
+            version = await alice.wait_changed(version)

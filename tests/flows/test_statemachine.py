@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from corda_trio import flows
 from corda_trio.flows import _statemachine as sm
+from tests.flows.hasty import Hasty, ended_text
 from tests.flows.memnet import MemNet
 
 A, B, C = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
@@ -281,3 +282,67 @@ def test_every_state_and_event_kind_gives_a_legal_result() -> None:
 def test_malformed_session_messages_raise_protocol_errors(bad: bytes) -> None:
     with pytest.raises(flows.SessionProtocolError):
         flows.decode_session_message(bad)
+
+
+# --------------------------------------------------------------------------- ended before the confirm
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), plans=st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=4))
+def test_a_flow_ending_before_the_confirm_still_ends_its_responder(
+    data: st.DataObject, plans: list[tuple[int, bool]]
+) -> None:
+    """Each ``Hasty`` finishes (or fails) in its first transition, before any confirm can arrive; with any
+    interleaving, copies and crashes of any node, every responder still receives the notes in order and then
+    the initiator's end (or error), and every held message leaves the initiator's checkpoint."""
+    net = MemNet.of(A, B, C)
+    ids = [
+        net.start(A, Hasty(peer=(B, C)[i % 2], notes=notes, reason=f"r{i}" if fails else ""))
+        for i, (notes, fails) in enumerate(plans)
+    ]
+    for _ in range(400):
+        links = net.pending()
+        if not links:
+            break
+        choice = data.draw(st.integers(0, 9))
+        if choice == 0 and net.history:
+            sender, recipient, _, wire = data.draw(st.sampled_from(net.history))
+            net.receive(sender, recipient, wire)
+        elif choice == 1:
+            net.crash(data.draw(st.sampled_from([A, B, C])))
+        else:
+            net.deliver(data.draw(st.sampled_from(sorted(links))))
+    net.run()
+    alice = net.nodes[A]
+    for i, ((notes, fails), fid) in enumerate(zip(plans, ids, strict=True)):
+        result = alice.results[fid]
+        assert (str(result) if fails else result) == (f"r{i}" if fails else f"sent {notes}")
+    responders = [str(v) for n in (B, C) for v in net.nodes[n].results.values()]
+    expected = [f"r{i}" if fails else ended_text(A) for i, (_n, fails) in enumerate(plans)]
+    assert sorted(responders) == sorted(expected)
+    for node in net.nodes.values():
+        assert not node.states and not node.hospital
+        assert all(r.startswith(("unknown session", "out of sequence")) for r in node.refused), node.refused
+    for checkpoint in alice.checkpoints.values():
+        assert not flows.decode_checkpoint(checkpoint).unflushed
+    by_id: dict[str, bytes] = {}
+    for _s, _r, dedup_id, wire in net.history:
+        assert by_id.setdefault(dedup_id, wire) == wire
+
+
+def test_a_reject_drops_what_a_finished_flow_held_for_the_confirm() -> None:
+    net = MemNet.of(A, B)
+    fid = net.start(A, Hasty(peer=B, notes=2))
+    ((_, init_wire),) = net.links[(A, B)]
+    net.links[(A, B)].clear()
+    alice = net.nodes[A]
+    assert alice.results[fid] == "sent 2" and alice.states[fid].unflushed
+    init = flows.decode_session_message(init_wire)
+    reject = flows.ExistingSessionMessage(
+        recipient_session_id=init.initiator_session_id, seq=0,
+        payload=flows.RejectPayload(error_id=7, message="not here"),
+    )  # fmt: skip
+    net.receive(B, A, flows.encode_session_message(reject))
+    assert not alice.states and not net.pending()
+    state = flows.decode_checkpoint(alice.checkpoints[fid])
+    assert not state.unflushed and state.sessions[0].peer_error == (None, f"{B} rejected the session: not here")
