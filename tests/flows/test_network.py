@@ -289,9 +289,7 @@ async def test_a_flow_ending_before_the_confirm_ends_its_responder_across_restar
     await net.stop("Bob")
     with trio.fail_after(60):
         plans = [(1 + i % 3, f"r{i}" if i % 2 else "") for i in range(6)]
-        handles = [
-            await alice.start_flow(Hasty(peer=BOB, notes=n, reason=r)) for n, r in plans
-        ]
+        handles = [await alice.start_flow(Hasty(peer=BOB, notes=n, reason=r)) for n, r in plans]
         for (n, r), h in zip(plans, handles, strict=True):
             if r:
                 with pytest.raises(flows.FlowException, match=rf"^{r}$"):

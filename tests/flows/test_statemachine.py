@@ -345,4 +345,5 @@ def test_a_reject_drops_what_a_finished_flow_held_for_the_confirm() -> None:
     net.receive(B, A, flows.encode_session_message(reject))
     assert not alice.states and not net.pending()
     state = flows.decode_checkpoint(alice.checkpoints[fid])
-    assert not state.unflushed and state.sessions[0].peer_error == (None, f"{B} rejected the session: not here")
+    assert not state.unflushed
+    assert state.sessions[0].peer_error == (None, f"{B} rejected the session: not here")
