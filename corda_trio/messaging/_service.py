@@ -20,7 +20,10 @@ No head-of-line blocking: a message whose topic has no handler yet, or whose han
 (held, unacked, in memory) with the messages of its topic behind it, and the dispatcher goes on with the
 other topics. A second task hands parked messages over, in order, once their topic has a handler and, after a
 failure, :data:`HANDLER_RETRY_SECONDS` have passed. Parked messages count against ``inbox_credit``: if that
-many are parked, the dispatcher waits (memory stays bounded).
+many are parked, the dispatcher waits (memory stays bounded). An inbox message the dispatcher cannot decode
+(the acceptor checks what peers send, so this is a local bug or disk damage) is moved to
+:data:`DEAD_LETTER_QUEUE` with the reason in its headers, durably, and only then acked from the inbox: held,
+it would take inbox credit for good.
 Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
 unless their id was committed.
 """
@@ -266,12 +269,25 @@ class MessagingService:
         """Move a message the peer rejected from ``consumer``'s outbound queue into :data:`DEAD_LETTER_QUEUE`
         (durably, then acked from the outbound queue; a crash between the two leaves a copy in both, which the
         receiver deduplicates if it is ever sent again)."""
+        log.error("%s: the peer rejected message %d (%s: %s); moved to %s",
+                  queue_name, message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
+        await self._move_to_dead_letters(queue_name, consumer, message_id, payload, condition, description)
+
+    async def _move_to_dead_letters(
+        self,
+        queue_name: str,
+        consumer: store.Consumer,
+        message_id: int,
+        payload: bytes,
+        condition: str,
+        description: str,
+    ) -> None:
+        """Append ``payload`` to :data:`DEAD_LETTER_QUEUE` durably, with the headers
+        ``<queue>\\n<condition>\\n<description>`` (UTF-8), then ack it from ``consumer``. A crash between the
+        two leaves a copy in both."""
         if self._dead_letters is None:
             self._dead_letters = await self.broker.declare_queue(DEAD_LETTER_QUEUE, fsync=self.config.fsync)
-        where = queue_name
-        log.error("%s: the peer rejected message %d (%s: %s); moved to %s",
-                  where, message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
-        headers = f"{where}\n{condition}\n{description}".encode()
+        headers = f"{queue_name}\n{condition}\n{description}".encode()
         await self._dead_letters.enqueue(payload, headers=headers)
         await consumer.ack(message_id)
 
@@ -326,10 +342,16 @@ class MessagingService:
                 try:
                     message = from_amqp(amqp.Message.decode(delivery.payload))
                 except (amqp.DecodeError, InvalidMessageError) as exc:
-                    # The acceptor validates what peers send: this is a local bug or disk damage. Keep it.
-                    log.error(
-                        "inbox message %d is malformed, left in the inbox: %s", delivery.message_id, exc
-                    )
+                    # The acceptor validates what peers send: this is a local bug or disk damage. Holding it
+                    # would eat inbox credit for good: move it aside (durably, then ack it here).
+                    if isinstance(exc, InvalidMessageError):
+                        condition, description = exc.condition, exc.description
+                    else:
+                        condition, description = "amqp:decode-error", f"malformed message: {exc}"
+                    log.error("inbox message %d is malformed (%s: %s); moved to %s",
+                              delivery.message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
+                    await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
+                                                     delivery.payload, condition, description)  # fmt: skip
                     continue
                 if not dedup.begin(message.dedup_id):
                     log.debug("duplicate %s dropped", message.dedup_id)

@@ -105,3 +105,43 @@ async def test_no_head_of_line_blocking_by_a_topic_without_handler_or_a_failing_
         assert seen == {"now": [b"1", b"4", b"6"], "later": [b"0", b"3"], "flaky": [b"2", b"5"]}
         assert service.parked() == {}
         nursery.cancel_scope.cancel()
+
+
+async def test_an_undecodable_inbox_message_goes_to_the_dead_letters_and_frees_its_credit(
+    tmp_path: Path,
+) -> None:
+    """A record in the inbox that is no P2P message (written here through the store's API: the acceptor never
+    stores one) is moved to the dead-letter queue with its reason, acked from the inbox, and does not hold
+    inbox credit: with ``inbox_credit=1`` the good messages behind it are still handled."""
+    peers = messaging.PeerDirectory()
+    config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme", inbox_credit=1)
+    async with store.open_broker(tmp_path) as broker:
+        service = await messaging.MessagingService.open(broker, config, peers)
+        await service.inbox.enqueue(b"\x00\x53\x77\xa1")  # a truncated value section: not decodable
+        no_headers = amqp.Message(body=b"x").encode()  # decodable, but no P2P headers
+        await service.inbox.enqueue(no_headers)
+        await service.send(service.create_message("t", b"good", dedup_id="g1"), ME)
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(broker, config, peers)
+        seen: list[bytes] = []
+
+        async def handler(message: messaging.ReceivedMessage) -> None:
+            seen.append(message.data)
+
+        service.add_message_handler("t", handler)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: seen == [b"good"] and not service.inbox.statistics().depth)
+        nursery.cancel_scope.cancel()
+    async with store.open_broker(tmp_path) as broker:
+        dead = await broker.declare_queue(messaging.DEAD_LETTER_QUEUE)
+        moved = [d async for d in dead.browse()]
+        assert [d.payload for d in moved] == [b"\x00\x53\x77\xa1", no_headers]
+        reasons = [d.headers.decode().split("\n") for d in moved]
+        assert [r[:2] for r in reasons] == [
+            [config.inbox, "amqp:decode-error"],
+            [config.inbox, reasons[1][1]],
+        ]
+        assert reasons[1][1].startswith("amqp:") and reasons[1][2]
+        inbox = await broker.declare_queue(config.inbox)
+        assert [d async for d in inbox.browse()] == []
