@@ -54,6 +54,7 @@ from ._external import AnnouncedQueues as AnnouncedQueues
 from ._external import ExternalBridge as ExternalBridge
 from ._external import ExternalBridgeConfig as ExternalBridgeConfig
 from ._external import ListenError as ListenError
+from ._external import MultipleInboxesError as MultipleInboxesError
 from ._external import RemoteInbox as RemoteInbox
 from ._external import RemoteQueue as RemoteQueue
 from ._inbound import AcceptorConfig as AcceptorConfig
@@ -97,6 +98,7 @@ __all__ = [
     "Inbox",
     "ListenError",
     "LocalEndpoint",
+    "MultipleInboxesError",
     "OutboundConsumer",
     "OutboundQueues",
     "OutboundSource",

@@ -16,7 +16,8 @@ Theory of operation
    them, so every bridge behaves exactly as in the node: resolve, dial round-robin with backoff, park
    addresses failing the identity check, ack (here: settle ``accepted`` towards the node, which then acks
    its WAL) only on the peer's ``accepted``, release everything else.
-4. Once the snapshot named the node's inbox, run the :class:`InboundAcceptor` on the P2P address; it
+4. Once the snapshot named the node's inbox, run the :class:`InboundAcceptor` on the P2P address (one node,
+   one inbox: a snapshot listing several stops the bridge with :class:`MultipleInboxesError`); it
    delivers through :class:`RemoteInbox` (a sender link to the inbox on the endpoint): a batch is settled
    ``accepted`` towards the peer only after the node settled each message ``accepted``, i.e. stored it.
 5. If the connection to the node ends, the session ends: the manager, its bridges and the acceptor are
@@ -30,7 +31,7 @@ import logging
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -58,6 +59,7 @@ __all__ = [
     "ExternalBridge",
     "ExternalBridgeConfig",
     "ListenError",
+    "MultipleInboxesError",
     "RemoteInbox",
     "RemoteQueue",
 ]
@@ -67,6 +69,11 @@ log = logging.getLogger("corda_trio.bridge.external")
 
 class ListenError(OSError):
     """The P2P acceptor cannot bind its address (a configuration problem: not retried)."""
+
+
+class MultipleInboxesError(ControlProtocolError):
+    """The node's snapshot lists more than one inbox queue. A bridge serves exactly one node and its one inbox
+    (``protocol_spec/bridge-control.md`` §3): not retried, since asking again gives the same answer."""
 
 
 @attrs.frozen(kw_only=True)
@@ -256,7 +263,7 @@ class ExternalBridge:
                 try:
                     await self._session(backoff, outer)
                 except Exception as exc:
-                    _reraise_listen_error(exc)
+                    _reraise_fatal(exc)
                     log.warning("bridge %s: session with the node ended: %s", self.config.bridge_id, exc)
                 finally:
                     if self.inbox is not None:
@@ -341,9 +348,16 @@ class ExternalBridge:
         self.queues.set(queues)
 
     async def _serve_inbox(self, conn: transport.AmqpConnection, outer: trio.Nursery) -> None:
-        if not self.control.inboxes:
+        inboxes = self.control.inboxes
+        if not inboxes:
             return
-        name = self.control.inboxes[0].queue_name
+        if len(inboxes) > 1:
+            names = ", ".join(entry.queue_name for entry in inboxes)
+            raise MultipleInboxesError(
+                f"the node lists {len(inboxes)} inbox queues ({names}); a bridge serves one node and its one "
+                "inbox: run one bridge per node"
+            )
+        name = inboxes[0].queue_name
         if self.inbox is None:
             self.inbox = RemoteInbox(name, conn)
             self.acceptor = InboundAcceptor(
@@ -368,11 +382,15 @@ class ExternalBridge:
             self.inbox.conn = conn
 
 
-def _reraise_listen_error(exc: BaseException) -> None:
+_FATAL: Final = (ListenError, MultipleInboxesError)
+
+
+def _reraise_fatal(exc: BaseException) -> None:
+    """Re-raise a configuration problem (found in ``exc`` or its groups): retrying would not help."""
     while isinstance(exc, BaseExceptionGroup):
-        found = exc.subgroup(ListenError)
+        found = exc.subgroup(_FATAL)
         if found is None:
             return
         exc = found.exceptions[0]
-    if isinstance(exc, ListenError):
+    if isinstance(exc, _FATAL):
         raise exc

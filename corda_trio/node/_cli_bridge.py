@@ -211,8 +211,8 @@ def _start(args: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except BaseExceptionGroup as group:
-        listen = group.subgroup(bridge.ListenError)
-        if listen is not None and group.subgroup(KeyboardInterrupt) is None:
-            raise CliError(str(listen.exceptions[0]), 1) from None
+        fatal = group.subgroup((bridge.ListenError, bridge.MultipleInboxesError))
+        if fatal is not None and group.subgroup(KeyboardInterrupt) is None:
+            raise CliError(str(fatal.exceptions[0]), 1) from None
         raise
     return 0

@@ -1,0 +1,69 @@
+"""A bridge serves one node and its one inbox: a snapshot listing several stops it with a clear error."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from corda_trio import amqp, bridge, pki, transport
+from tests.p2p_harness import contexts
+
+
+async def _node_with_two_inboxes(conn: transport.AmqpConnection) -> None:
+    """A minimal node side of the control protocol (a real AMQP server): answers the notify link with an
+    unsolicited snapshot listing two inbox queues, and reads the control link."""
+    snapshot = bridge.QueueSnapshot(
+        correlation_id=None,
+        inbox_queues=[
+            bridge.QueueEntry(legal_name="O=Alice, L=London, C=GB", queue_name="p2p.inbound.DLaaa"),
+            bridge.QueueEntry(legal_name="O=Notary, L=Zurich, C=CH", queue_name="p2p.inbound.DLbbb"),
+        ],
+        outbound_queues=[],
+    )
+    async with trio.open_nursery() as nursery:
+        async for request in conn.link_requests():
+            if request.peer_is_sender and request.address == bridge.CONTROL_ADDRESS:
+                receiver = await request.accept_receiver(credit=64)
+
+                async def drain(receiver: transport.Receiver = receiver) -> None:
+                    async for _ in receiver:
+                        pass
+
+                nursery.start_soon(drain)
+            elif not request.peer_is_sender and request.address == bridge.NOTIFY_ADDRESS:
+                sender = await request.accept_sender()
+                await sender.send(bridge.encode_control(snapshot), settled=True)
+            else:
+                await request.refuse("amqp:not-found", f"not here: {request.address!r}")
+
+
+async def test_a_snapshot_with_two_inboxes_stops_the_bridge_naming_them(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials
+) -> None:
+    config = amqp.ConnectionConfig(
+        sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda user, password: password == "pw"
+    )
+    server_ctx, client_ctx = contexts(alice, network.root.cert)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            lambda task_status: transport.serve_amqp(
+                _node_with_two_inboxes, 0, host="127.0.0.1", config=config, task_status=task_status
+            )
+        )
+        ext = bridge.ExternalBridge(
+            config=bridge.ExternalBridgeConfig(
+                node_port=transport.listener_port(listeners), username="bridge", password="pw"
+            ),
+            client_ssl_context=client_ctx,  # type: ignore[arg-type]
+            server_ssl_context=server_ctx,  # type: ignore[arg-type]
+        )
+        with (
+            trio.fail_after(30),
+            pytest.RaisesGroup(bridge.MultipleInboxesError, flatten_subgroups=True) as got,
+        ):
+            await ext.run()
+        message = str(got.value.exceptions[0])
+        assert "p2p.inbound.DLaaa" in message and "p2p.inbound.DLbbb" in message
+        assert "one inbox" in message
+        assert ext.acceptor is None and ext.sessions == 1  # not retried, nothing served
+        nursery.cancel_scope.cancel()
