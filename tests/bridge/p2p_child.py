@@ -3,7 +3,8 @@
 ``python p2p_child.py NODE_DIR run``: runs broker + messaging service + inbound acceptor + bridge manager.
 NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally ``send.json``
 (``{"to": legal name, "count": N, "start": K, "batch": B, "expect": M,
-"interval": seconds between batches}``); the peers come from ``../peers.json`` (a list of
+"interval": seconds between batches, "trace": print ``handled ID`` on each handler call}``); the peers come
+from ``../peers.json`` (a list of
 ``{"name", "key_hash", "host", "port"}``, re-read every 50 ms: the test's stand-in for the network map cache).
 Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before it) is durable, and ``done``
 once it has sent everything, its outbound queue is empty and it handled ``expect`` messages (``expect`` in
@@ -75,7 +76,11 @@ async def run(node_dir: Path, external: bool = False) -> None:
         service = await messaging.MessagingService.open(broker, config, peers)
         expect = int(plan.get("expect", 0))
 
+        trace = bool(plan.get("trace"))
+
         async def handler(message: messaging.ReceivedMessage) -> bytes:
+            if trace:  # every hand-over to the handler, for tests that count them
+                _say(f"handled {message.dedup_id}")
             return message.data
 
         service.add_message_handler(TOPIC, handler)

@@ -1,7 +1,8 @@
 """Two p2p node processes over real sockets and mutual TLS: bulk exchange, a chaos proxy, kill -9.
 
 Knobs: ``P2P_MESSAGES`` (default 10000, the bulk exchange per direction), ``P2P_KILL_ROUNDS`` (default 20
-kills of each side), ``P2P_CHAOS_MESSAGES`` (default 2000), ``P2P_SEED``.
+kills of each side), ``P2P_CHAOS_MESSAGES`` (default 2000), ``P2P_BRIDGE_KILL_ROUNDS`` (default 6 kills of an
+out-of-process bridge), ``P2P_SEED``.
 
 The ledger: a child prints ``sent I`` once message I is durable in its outbound queue; after the run each
 receiver's committed handler receipts are dumped (``p2p_child.py dump``): they must be exactly the messages
@@ -140,6 +141,17 @@ max_backoff_seconds = 1.0
             self.bridge_process.send_signal(signal.SIGKILL)
             await self.bridge_process.wait()
 
+    async def kill_bridge(self, nursery: trio.Nursery) -> None:
+        """SIGKILL the bridge process only, start a new one (the node stays up); waits for its P2P port."""
+        assert self.bridge_process is not None
+        self.bridge_process.send_signal(signal.SIGKILL)
+        await self.bridge_process.wait()
+        self.port = None
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        await self._start_bridge(nursery, env)
+        with trio.fail_after(60):
+            await wait_until(lambda: self.port is not None)
+
     async def stop_bridge(self) -> int:
         """SIGTERM the bridge process; its exit code."""
         assert self.bridge_process is not None
@@ -235,6 +247,48 @@ async def test_two_processes_with_out_of_process_bridges_exchange_exactly_once_i
         await a.kill()
         await b.kill()
     await _check_ledgers(a, b, n)
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+async def test_kill_9_of_the_out_of_process_bridge_mid_exchange(
+    tmp_path: Path, network: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials
+) -> None:
+    """Both nodes run their bridges in ``corda-trio bridge start`` processes; while messages flow both ways,
+    one of the two bridge processes (at random) is killed with SIGKILL and restarted on a new P2P port
+    (republished), ``P2P_BRIDGE_KILL_ROUNDS`` times. The nodes stay up. Then the exchange completes: the
+    committed ledgers are exact and every message was handed to its handler exactly once (the node processes
+    print each hand-over, never restarted, so their lines are the whole record)."""
+    n = int(os.environ.get("P2P_BRIDGE_KILL_MESSAGES", "1000"))
+    rounds = int(os.environ.get("P2P_BRIDGE_KILL_ROUNDS", "6"))
+    rng = random.Random(SEED + "-bridge")
+    batch = 20
+    interval = 2.0 * rounds / (n / batch)  # traffic lasts through (most of) the kills
+    plan = {"batch": batch, "interval": interval, "trace": True}
+    async with two_nodes(tmp_path, network, alice, bob, n, **plan) as (a, b, nursery):
+        await a.start(nursery, batch, external=True)
+        await b.start(nursery, batch, external=True)
+        _publish(tmp_path, [a, b])
+        kills_in_traffic = 0
+        with trio.fail_after(60 + 10 * rounds):
+            for _ in range(rounds):
+                await trio.sleep(rng.uniform(0.2, 1.0))
+                kills_in_traffic += not (a.done() and b.done())
+                await rng.choice((a, b)).kill_bridge(nursery)
+                _publish(tmp_path, [a, b])
+            await wait_until(lambda: a.done() and b.done(), interval=0.1)
+        for c in (a, b):
+            assert await c.stop_bridge() == 0
+        handled = {
+            c.creds.legal_name.organisation: [x.split()[1] for x in c.lines if x.startswith("handled ")]
+            for c in (a, b)
+        }
+        await a.kill()
+        await b.kill()
+    await _check_ledgers(a, b, n)
+    assert handled["Alice"] == [f"Bob-{i}" for i in range(n)]  # each exactly once, in order
+    assert handled["Bob"] == [f"Alice-{i}" for i in range(n)]
+    assert kills_in_traffic >= 2 * rounds // 3  # most kills hit an exchange in progress
 
 
 # --- chaos proxy -------------------------------------------------------------------------------------------
