@@ -52,6 +52,19 @@ Theory of operation
     # endpoint = "127.0.0.1:10005"
     # username = "bridge"
     # password_env = "CORDA_TRIO_BRIDGE_PASSWORD"   # or password_file = "bridge.password" (mode 0600)
+    # in-process only: dial peers through a SOCKS proxy (socks5:// or socks4://, optional USER@; the
+    # SOCKS5 password from proxy_password_env or proxy_password_file, never in the URL)
+    # proxy = "socks5://corda@10.0.0.9:1080"
+    # proxy_password_env = "CORDA_TRIO_PROXY_PASSWORD"
+
+    [float]                              # optional (in-process bridge): peers reach us through floats
+    control = ["10.0.0.5:10010", "10.0.0.6:10010"]  # their control ports, in order (one active at a time)
+    tunnel_cert = "tunnel/bridge.pem"    # `corda-trio float tunnel-pki` makes these three
+    tunnel_key = "tunnel/bridge.key"
+    tunnel_ca = "tunnel/tunnel-ca.pem"
+    tls_ref = "node"                     # which [tls.NAME] of float.toml the float presents to peers
+    # With [float] the node opens no p2p listener of its own: p2p.address must be the floats' public
+    # address (what peers dial; it is advertised in the NodeInfo) and p2p.listen is not allowed.
 
     [logging]
     format = "text"                      # "text" | "json" (one JSON object per line)
@@ -79,11 +92,12 @@ from typing import Any, Final, TypeVar, final
 
 import attrs
 
-from corda_trio import network, pki, rpc, store
+from corda_trio import network, pki, rpc, store, transport
 
 __all__ = [
     "BridgeMode",
     "ConfigError",
+    "FloatSettings",
     "KeyPassphrase",
     "LogFormat",
     "NetworkMapServiceConfig",
@@ -148,6 +162,18 @@ class BridgeMode(enum.Enum):
     EXTERNAL = "external"
 
 
+@final
+@attrs.frozen(kw_only=True)
+class FloatSettings:
+    """``[float]``: the floats' control ports (in order of preference) and this end's tunnel files."""
+
+    control: tuple[network.NetworkHostAndPort, ...]
+    tunnel_cert: Path
+    tunnel_key: Path
+    tunnel_ca: Path
+    tls_ref: str = "node"
+
+
 class LogFormat(enum.Enum):
     TEXT = "text"
     JSON = "json"
@@ -192,6 +218,12 @@ class NodeConfig:
     bridge_endpoint: tuple[str, int] = ("127.0.0.1", 0)
     bridge_username: str = "bridge"
     bridge_password: KeyPassphrase | None = None
+    #: In-process bridges dial peers through this SOCKS proxy (its password, if any, from
+    #: ``bridge_proxy_password``); ``None``: directly.
+    bridge_proxy: transport.SocksProxy | None = None
+    bridge_proxy_password: KeyPassphrase | None = None
+    #: ``None``: the node listens for peers itself; else peers reach it through these floats.
+    floats: FloatSettings | None = None
     log_format: LogFormat = LogFormat.TEXT
     log_level: str = "info"
     #: ``None``: ``<base_directory>/logs/node.log``.
@@ -337,7 +369,12 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     p2p = r.section("p2p", {"address", "listen"})
     rpc = r.section("rpc", {"address", "users"})
     metrics = r.section("metrics", {"address", "enabled"})
-    bridge_table = r.section("bridge", {"mode", "endpoint", "username", "password_env", "password_file"})
+    bridge_table = r.section(
+        "bridge",
+        {"mode", "endpoint", "username", "password_env", "password_file", "proxy", "proxy_password_env",
+         "proxy_password_file"},
+    )  # fmt: skip
+    float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
     logging_table = r.section("logging", {"format", "level", "file"})
     shutdown = r.section("shutdown", {"timeout_seconds"})
     net = r.section(
@@ -385,6 +422,8 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         bridge_password = _secret_source(r, bridge_table, "bridge", base)
     elif bridge_mode is BridgeMode.EXTERNAL:
         raise r.fail("bridge", 'mode = "external" needs password_env or password_file (endpoint password)')
+    proxy, proxy_password = _proxy_settings(r, bridge_table, bridge_mode, base)
+    floats = _float_settings(r, float_table, p2p, bridge_mode, base)
     log_format = r.choice(logging_table, "format", "logging.format", LogFormat, LogFormat.TEXT)
     log_level = logging_table.get("level", "info")
     if log_level not in LOG_LEVELS:
@@ -407,6 +446,9 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         bridge_endpoint=bridge_endpoint,
         bridge_username=bridge_username,
         bridge_password=bridge_password,
+        bridge_proxy=proxy,
+        bridge_proxy_password=proxy_password,
+        floats=floats,
         log_format=log_format,
         log_level=log_level,
         log_file=log_file,
@@ -452,6 +494,92 @@ def _secret_source(r: _Reader, table: dict[str, Any], section: str, base: Path) 
         return KeyPassphrase(env=env, file=_join(base, file) if file else None)
     except ConfigError:
         raise r.fail(section, "give exactly one of password_env and password_file") from None
+
+
+def _proxy_settings(
+    r: _Reader, table: dict[str, Any], mode: BridgeMode, base: Path
+) -> tuple[transport.SocksProxy | None, KeyPassphrase | None]:
+    """``bridge.proxy`` (``socks5://[USER@]HOST:PORT`` or ``socks4://...``) and its password source."""
+    has_password = "proxy_password_env" in table or "proxy_password_file" in table
+    if "proxy" not in table:
+        if has_password:
+            raise r.fail("bridge", "proxy_password_env / proxy_password_file need bridge.proxy")
+        return None, None
+    text = r.string(table, "proxy", "bridge.proxy")
+    if mode is BridgeMode.EXTERNAL:
+        raise r.fail("bridge.proxy", 'applies to mode = "in-process" (an external bridge has its own)')
+    shape = f"must be socks5://[USER@]HOST:PORT or socks4://[USER@]HOST:PORT, got {text!r}"
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme not in ("socks5", "socks4") or not rest or any(c in rest for c in "/?#"):
+        raise r.fail("bridge.proxy", shape)
+    user, at, host_port = rest.rpartition("@")
+    if ":" in user:
+        raise r.fail(
+            "bridge.proxy", "write no password in the URL: use proxy_password_env or proxy_password_file"
+        )
+    if at and not user:
+        raise r.fail("bridge.proxy", shape)
+    try:
+        address = network.NetworkHostAndPort.parse(host_port)
+    except ValueError as exc:
+        raise r.fail("bridge.proxy", f"{exc} ({shape})") from None
+    password = None
+    if has_password:
+        if scheme != "socks5" or not user:
+            raise r.fail("bridge", "a proxy password needs a socks5:// proxy with a USER@")
+        env, file = table.get("proxy_password_env"), table.get("proxy_password_file")
+        if env is not None and (not isinstance(env, str) or not env.replace("_", "").isalnum()):
+            raise r.fail("bridge.proxy_password_env", f"must be an environment variable name, got {env!r}")
+        if file is not None and (not isinstance(file, str) or not file):
+            raise r.fail("bridge.proxy_password_file", "must be a non-empty path")
+        try:
+            password = KeyPassphrase(env=env, file=_join(base, file) if file else None)
+        except ConfigError:
+            raise r.fail("bridge", "give exactly one of proxy_password_env and proxy_password_file") from None
+    proxy = transport.SocksProxy(
+        host=address.host,
+        port=address.port,
+        version=scheme,  # type: ignore[arg-type]
+        username=user or None,
+    )
+    return proxy, password
+
+
+def _float_settings(
+    r: _Reader, table: dict[str, Any], p2p: dict[str, Any], mode: BridgeMode, base: Path
+) -> FloatSettings | None:
+    """``[float]``: validated control addresses and tunnel files (``None`` when the section is absent)."""
+    if not table:
+        return None
+    if mode is BridgeMode.EXTERNAL:
+        raise r.fail(
+            "float", 'needs bridge.mode = "in-process" (the node\'s bridge manager dials the floats)'
+        )
+    if "listen" in p2p:
+        raise r.fail("p2p.listen", "not used behind a float (the float listens; p2p.address is its address)")
+    control = table.get("control")
+    if isinstance(control, str):
+        control = [control]
+    if not isinstance(control, list) or not control:
+        raise r.fail("float.control", 'must be a non-empty array of "HOST:PORT" (the floats\' control ports)')
+    addresses: list[network.NetworkHostAndPort] = []
+    for i, entry in enumerate(control):
+        if not isinstance(entry, str):
+            raise r.fail(f"float.control[{i}]", f'must be a "HOST:PORT" string, got {entry!r}')
+        try:
+            address = network.NetworkHostAndPort.parse(entry)
+        except ValueError as exc:
+            raise r.fail(f"float.control[{i}]", str(exc)) from None
+        if address in addresses:
+            raise r.fail(f"float.control[{i}]", f"{entry} is listed twice")
+        addresses.append(address)
+    return FloatSettings(
+        control=tuple(addresses),
+        tunnel_cert=_join(base, r.string(table, "tunnel_cert", "float.tunnel_cert")),
+        tunnel_key=_join(base, r.string(table, "tunnel_key", "float.tunnel_key")),
+        tunnel_ca=_join(base, r.string(table, "tunnel_ca", "float.tunnel_ca")),
+        tls_ref=r.string(table, "tls_ref", "float.tls_ref", "node"),
+    )
 
 
 def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
@@ -600,6 +728,8 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "[bridge]",
         f"mode = {_toml_str(config.bridge_mode.value)}",
         *_bridge_lines(config, base),
+        *_proxy_lines(config, base),
+        *_float_lines(config, base),
         "",
         "[logging]",
         f"format = {_toml_str(config.log_format.value)}",
@@ -624,6 +754,36 @@ def _bridge_lines(config: NodeConfig, base: Path) -> list[str]:
     elif source is not None and source.file is not None:
         lines.append(f"password_file = {_toml_str(_rel(source.file, base))}")
     return lines
+
+
+def _proxy_lines(config: NodeConfig, base: Path) -> list[str]:
+    proxy = config.bridge_proxy
+    if proxy is None:
+        return []
+    user = f"{proxy.username}@" if proxy.username else ""
+    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+    lines = [f"proxy = {_toml_str(f'{proxy.version}://{user}{host}:{proxy.port}')}"]
+    source = config.bridge_proxy_password
+    if source is not None and source.env is not None:
+        lines.append(f"proxy_password_env = {_toml_str(source.env)}")
+    elif source is not None and source.file is not None:
+        lines.append(f"proxy_password_file = {_toml_str(_rel(source.file, base))}")
+    return lines
+
+
+def _float_lines(config: NodeConfig, base: Path) -> list[str]:
+    f = config.floats
+    if f is None:
+        return []
+    return [
+        "",
+        "[float]",
+        f"control = [{', '.join(_toml_str(str(a)) for a in f.control)}]",
+        f"tunnel_cert = {_toml_str(_rel(f.tunnel_cert, base))}",
+        f"tunnel_key = {_toml_str(_rel(f.tunnel_key, base))}",
+        f"tunnel_ca = {_toml_str(_rel(f.tunnel_ca, base))}",
+        f"tls_ref = {_toml_str(f.tls_ref)}",
+    ]
 
 
 def dump_network_map_config(config: NetworkMapServiceConfig, config_dir: Path) -> str:

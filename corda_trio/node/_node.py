@@ -7,7 +7,8 @@ keys, certificates and network parameters, opens the store, and then starts, in 
 order:
 
 1. the messaging service (inbox dispatcher, deduplicator) over the broker's durable queues;
-2. the inbound acceptor (AMQP 1.0 over mutual TLS, peers may only send to our inbox);
+2. the inbound acceptor (AMQP 1.0 over mutual TLS, peers may only send to our inbox) or, with ``[float]``,
+   the float tunnel instead (no listener of our own: peers reach us through the active float);
 3. the bridge manager (one bridge per outbound queue whose peer is in the map);
 4. the network map updater (publishes our freshly signed NodeInfo, polls the map or the
    ``additional-node-infos`` directory) and the task that turns its events into the
@@ -42,7 +43,8 @@ import attrs
 import trio
 from cryptography.hazmat.primitives import serialization
 
-from corda_trio import __version__, bridge, messaging, network, pki, rpc, store
+from corda_trio import __version__, bridge, messaging, network, pki, rpc, store, transport
+from corda_trio.bridge import float as float_
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
 from ._metrics import NodeMetrics, serve_metrics
@@ -179,6 +181,8 @@ class Node:
     broker: store.Broker | None = None
     service: messaging.MessagingService | None = None
     acceptor: bridge.InboundAcceptor | None = None
+    #: Behind floats (``[float]``): the tunnel that activates one of them, instead of the acceptor.
+    float_tunnel: float_.FloatTunnel | None = None
     bridges: bridge.BridgeManager | None = None
     updater: network.NetworkMapUpdater | None = None
     rpc_server: rpc.RpcServer | None = None
@@ -295,7 +299,59 @@ class Node:
     async def _start_bridges(
         self, nursery: trio.Nursery, service: messaging.MessagingService, material: _Material, max_size: int
     ) -> None:
-        """In-process bridge mode: the inbound acceptor and the bridge manager."""
+        """In-process bridge mode: the inbound acceptor (or the float tunnel) and the bridge manager."""
+        cfg = self.config
+        if cfg.floats is not None:
+            await self._start_float_tunnel(nursery, service, max_size)
+        else:
+            await self._start_acceptor(nursery, service, material, max_size)
+        self.bridges = bridge.BridgeManager(
+            messaging=service,
+            resolver=self.peers,
+            ssl_context=material.client_context,
+            config=bridge.BridgeConfig(proxy=self._bridge_proxy()),
+        )
+        await nursery.start(self.bridges.run)
+
+    def _bridge_proxy(self) -> transport.SocksProxy | None:
+        """``bridge.proxy`` with its password read (``None``: dial peers directly)."""
+        cfg = self.config
+        if cfg.bridge_proxy is None or cfg.bridge_proxy_password is None:
+            return cfg.bridge_proxy
+        try:
+            password = cfg.bridge_proxy_password.read().decode()
+        except ConfigError as exc:
+            raise NodeStartError(f"bridge proxy password: {exc}") from None
+        return attrs.evolve(cfg.bridge_proxy, password=password)
+
+    async def _start_float_tunnel(
+        self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
+    ) -> None:
+        """Behind floats: no listener of our own; the tunnel activates a float and stores what it forwards."""
+        floats = self.config.floats
+        assert floats is not None
+        try:
+            creds = float_.TunnelCredentials.read(floats.tunnel_cert, floats.tunnel_key, floats.tunnel_ca)
+            role = creds.role
+        except (pki.KeyStoreError, pki.PeerIdentityError) as exc:
+            raise NodeStartError(f"float tunnel certificates: {exc}") from None
+        if role != "bridge":
+            raise NodeStartError(f"{floats.tunnel_cert} is a {role!r} tunnel certificate, not a bridge's")
+        self.float_tunnel = float_.FloatTunnel(
+            inbox=service.inbox,
+            tunnel_context=creds.client_context(),
+            config=float_.TunnelConfig(
+                floats=[(a.host, a.port) for a in floats.control],
+                tls_ref=floats.tls_ref,
+                max_message_size=max_size,
+            ),
+            resolver=self.peers,
+        )
+        await nursery.start(self.float_tunnel.run)
+
+    async def _start_acceptor(
+        self, nursery: trio.Nursery, service: messaging.MessagingService, material: _Material, max_size: int
+    ) -> None:
         cfg = self.config
         acceptor = bridge.InboundAcceptor(
             inbox=service.inbox,
@@ -309,10 +365,6 @@ class Node:
             await nursery.start(acceptor.run)
         except OSError as exc:
             raise NodeStartError(f"cannot listen for peers on {cfg.p2p_listen}: {exc.strerror}") from None
-        self.bridges = bridge.BridgeManager(
-            messaging=service, resolver=self.peers, ssl_context=material.client_context
-        )
-        await nursery.start(self.bridges.run)
 
     async def _start_endpoint(
         self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
