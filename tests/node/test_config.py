@@ -82,6 +82,31 @@ def test_good_config_round_trips(tmp_path: Path) -> None:
     assert reloaded.store_fsync == cfg.store_fsync and reloaded.shutdown_timeout_seconds == 2.5
 
 
+FLOAT = """
+[float]
+control = ["10.0.0.5:10010"]
+tunnel_cert = "b.pem"
+tunnel_key = "b.key"
+tunnel_ca = "ca.pem"
+"""
+
+
+def test_float_and_proxy_settings_load_and_round_trip(tmp_path: Path) -> None:
+    text = _replace('mode = "in-process"', 'proxy = "socks5://corda@[::1]:1080"\nproxy_password_env = "P"')
+    path = _write(tmp_path, text + FLOAT.replace('"10.0.0.5:10010"', '"10.0.0.5:10010", "10.0.0.6:10010"'))
+    cfg = _config.load_node_config(path)
+    assert cfg.bridge_proxy is not None and cfg.bridge_proxy_password is not None
+    assert (cfg.bridge_proxy.version, cfg.bridge_proxy.host, cfg.bridge_proxy.port) == ("socks5", "::1", 1080)
+    assert cfg.bridge_proxy.username == "corda" and cfg.bridge_proxy_password.env == "P"
+    assert cfg.floats is not None
+    assert [str(a) for a in cfg.floats.control] == ["10.0.0.5:10010", "10.0.0.6:10010"]
+    assert cfg.floats.tunnel_ca == tmp_path / "ca.pem" and cfg.floats.tls_ref == "node"
+    again = _write(tmp_path, _config.dump_node_config(cfg, tmp_path))
+    assert _config.load_node_config(again) == cfg
+    plain = _config.load_node_config(_write(tmp_path, GOOD))
+    assert plain.floats is None and plain.bridge_proxy is None
+
+
 def _replace(old: str, new: str) -> str:
     assert old in GOOD, old
     return GOOD.replace(old, new, 1)
@@ -132,6 +157,32 @@ BAD = [
     (
         _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"\npassword_file = "f"'),
         "bridge: give exactly one of password_env and password_file",
+    ),
+    (
+        _replace('mode = "in-process"', 'proxy = "http://p:3128"'),
+        "bridge.proxy: must be socks5://[USER@]HOST:PORT",
+    ),
+    (_replace('mode = "in-process"', 'proxy = "socks5://p"'), "bridge.proxy: expected HOST:PORT"),
+    (_replace('mode = "in-process"', 'proxy = "socks5://p:1080/x"'), "bridge.proxy: must be socks5://"),
+    (_replace('mode = "in-process"', 'proxy = "socks5://u:pw@p:1080"'), "bridge.proxy: write no password in"),
+    (_replace('mode = "in-process"', 'proxy_password_env = "P"'), "bridge: proxy_password_env / proxy_pass"),
+    (
+        _replace('mode = "in-process"', 'proxy = "socks4://u@p:1080"\nproxy_password_env = "P"'),
+        "bridge: a proxy password needs a socks5:// proxy with a USER@",
+    ),
+    (
+        _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"\nproxy = "socks5://p:1"'),
+        'bridge.proxy: applies to mode = "in-process"',
+    ),
+    (GOOD + FLOAT.replace('["10.0.0.5:10010"]', "[]"), "float.control: must be a non-empty array"),
+    (GOOD + FLOAT.replace('"10.0.0.5:10010"', '"10.0.0.5"'), "float.control[0]: expected HOST:PORT"),
+    (GOOD + FLOAT.replace('"10.0.0.5:10010"', '"a:1", "a:1"'), "float.control[1]: a:1 is listed twice"),
+    (GOOD + FLOAT.replace('tunnel_ca = "ca.pem"\n', ""), "float.tunnel_ca: is required"),
+    (GOOD + FLOAT + "port = 1\n", "float.port: unknown setting"),
+    (_replace("[p2p]", '[p2p]\nlisten = "0.0.0.0:1"') + FLOAT, "p2p.listen: not used behind a float"),
+    (
+        _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"') + FLOAT,
+        'float: needs bridge.mode = "in-process"',
     ),
 ]
 
