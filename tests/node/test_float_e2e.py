@@ -1,0 +1,142 @@
+"""A real node behind a real float: ``corda-trio node start`` with ``[float]`` in its node.toml, a
+``corda-trio float start`` process whose tunnel PKI came from ``corda-trio float tunnel-pki``, and a second
+node running flows against it over RPC. The node behind the float listens for no peer itself: the float
+holds its advertised p2p port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+from corda_trio import network, pki, rpc
+from corda_trio.node import _config
+from corda_trio.node._processes import open_node_processes
+
+from .netutil import PASSWORD, make_network
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"
+CLI = [sys.executable, "-m", "corda_trio"]
+
+
+def listening_ports(pid: int) -> set[int]:
+    """Local ports of the TCP sockets in LISTEN state that process ``pid`` holds (read from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[9] in inodes and cols[3] == "0A":
+                    ports.add(int(cols[1].split(":")[1], 16))
+    return ports
+
+
+def write_float_toml(directory: Path, bob: _config.NodeConfig, tunnel: Path) -> Path:
+    """The float for Bob: public port = Bob's advertised p2p address, Bob's TLS key decrypted (0600)."""
+    directory.mkdir()
+    key = pki.read_private_key(bob.tls_key, bob.key_passphrase.read())
+    pki.write_private_key(directory / "tls.key", key, None)
+    path = directory / "float.toml"
+    path.write_text(
+        f"""
+[control]
+host = "127.0.0.1"
+port = 0
+cert = "{tunnel / "float-a.pem"}"
+key = "{tunnel / "float-a.key"}"
+ca = "{tunnel / "tunnel-ca.pem"}"
+
+[public]
+host = "{bob.p2p_address.host}"
+port = {bob.p2p_address.port}
+
+[tls.node]
+cert_chain = "{bob.tls_cert_chain}"
+key = "tls.key"
+trust_root = "{bob.trust_root}"
+
+[audit]
+path = "audit.jsonl"
+"""
+    )
+    return path
+
+
+async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_path: Path) -> None:
+    (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
+    tunnel = tmp_path / "tunnel"
+    made = await trio.run_process(
+        [*CLI, "float", "tunnel-pki", "--out", str(tunnel), "--float", "float-a", "--bridge", "bridge"],
+        capture_stdout=True,
+    )
+    assert b"tunnel PKI written" in made.stdout
+    float_toml = write_float_toml(tmp_path / "float", bob_cfg, tunnel)
+    flt = await trio.lowlevel.open_process(
+        [*CLI, "float", "start", "--config", str(float_toml)], stdout=subprocess.PIPE
+    )
+    lines: list[str] = []
+
+    async def wait_line(text: str) -> str:
+        assert flt.stdout is not None
+        with trio.fail_after(30):
+            while not any(text in x for x in lines):
+                chunk = await flt.stdout.receive_some(4096)
+                assert chunk, f"the float exited: {lines}"
+                lines.extend(chunk.decode().splitlines())
+        return next(x for x in lines if text in x)
+
+    try:
+        control_port = int((await wait_line("control port listening")).rsplit(":", 1)[1])
+        behind = attrs.evolve(
+            bob_cfg,
+            floats=_config.FloatSettings(
+                control=(network.NetworkHostAndPort(host="127.0.0.1", port=control_port),),
+                tunnel_cert=tunnel / "bridge.pem",
+                tunnel_key=tunnel / "bridge.key",
+                tunnel_ca=tunnel / "tunnel-ca.pem",
+            ),
+        )
+        bob_path.write_text(_config.dump_node_config(behind, bob_path.parent), encoding="utf-8")
+        bob_cfg = _config.load_node_config(bob_path)
+        assert bob_cfg.floats is not None
+        async with open_node_processes([(alice_path, alice_cfg), (bob_path, bob_cfg)]) as (alice, bob):
+            await wait_line(f"public listener open on {bob_cfg.p2p_address}")
+            assert bob.addresses["p2p"] == str(bob_cfg.p2p_address)
+            # Bob listens for RPC and /metrics only; the p2p port is the float's.
+            assert bob.metrics_url is not None
+            own = {int(bob.rpc_url.rsplit(":", 1)[1]), int(bob.metrics_url.rsplit(":", 1)[1].split("/")[0])}
+            assert listening_ports(bob.process.pid) == own
+            assert bob_cfg.p2p_address.port in listening_ports(flt.pid)
+            async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+                with trio.fail_after(30):
+                    while len(await a.network_map()) < 2:  # noqa: ASYNC110 (another process's state)
+                        await trio.sleep(0.2)
+                    result = await a.start_flow("PingPong", recipient=BOB, rounds=3)
+            assert result == 3, result
+            assert listening_ports(bob.process.pid) == own
+    finally:
+        if flt.returncode is None:
+            flt.send_signal(signal.SIGTERM)
+            with trio.move_on_after(10):
+                await flt.wait()
+            if flt.returncode is None:
+                flt.kill()
+        await flt.wait()
+    audit = (tmp_path / "float" / "audit.jsonl").read_text()
+    assert "O=Alice" in audit  # the peer's validated name, logged by the float
