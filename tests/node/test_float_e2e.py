@@ -1,12 +1,14 @@
 """A real node behind a real float: ``corda-trio node start`` with ``[float]`` in its node.toml, a
 ``corda-trio float start`` process whose tunnel PKI came from ``corda-trio float tunnel-pki``, and a second
-node running flows against it over RPC. The node behind the float listens for no peer itself: the float
-holds its advertised p2p port."""
+node running flows against it over RPC, dialling out through a SOCKS5 proxy (``[bridge] proxy``; pproxy, a
+maintained server). The node behind the float listens for no peer itself: the float holds its advertised
+p2p port."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ import attrs
 import pytest
 import trio
 
-from corda_trio import network, pki, rpc
+from corda_trio import network, pki, rpc, transport
 from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
@@ -45,6 +47,23 @@ def listening_ports(pid: int) -> set[int]:
                 if cols[9] in inodes and cols[3] == "0A":
                     ports.add(int(cols[1].split(":")[1], 16))
     return ports
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (pproxy takes its port on the command line)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def stop(process: trio.Process) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+    await process.wait()
 
 
 def write_float_toml(directory: Path, bob: _config.NodeConfig, tunnel: Path) -> Path:
@@ -87,9 +106,19 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
     )
     assert b"tunnel PKI written" in made.stdout
     float_toml = write_float_toml(tmp_path / "float", bob_cfg, tunnel)
-    flt = await trio.lowlevel.open_process(
-        [*CLI, "float", "start", "--config", str(float_toml)], stdout=subprocess.PIPE
-    )
+    proxy_port, proxy_log = free_port(), tmp_path / "pproxy.log"
+    with open(proxy_log, "wb") as out:  # noqa: ASYNC230 (a local file, opened once)
+        socks = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "pproxy", "-l", f"socks5://127.0.0.1:{proxy_port}", "-v"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        flt = await trio.lowlevel.open_process(
+            [*CLI, "float", "start", "--config", str(float_toml)], stdout=subprocess.PIPE
+        )
+    except BaseException:
+        await stop(socks)
+        raise
     lines: list[str] = []
 
     async def wait_line(text: str) -> str:
@@ -115,6 +144,12 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
         bob_path.write_text(_config.dump_node_config(behind, bob_path.parent), encoding="utf-8")
         bob_cfg = _config.load_node_config(bob_path)
         assert bob_cfg.floats is not None
+        via = transport.SocksProxy(host="127.0.0.1", port=proxy_port, version="socks5")
+        alice_path.write_text(
+            _config.dump_node_config(attrs.evolve(alice_cfg, bridge_proxy=via), alice_path.parent)
+        )
+        alice_cfg = _config.load_node_config(alice_path)
+        assert alice_cfg.bridge_proxy == via
         async with open_node_processes([(alice_path, alice_cfg), (bob_path, bob_cfg)]) as (alice, bob):
             await wait_line(f"public listener open on {bob_cfg.p2p_address}")
             assert bob.addresses["p2p"] == str(bob_cfg.p2p_address)
@@ -131,12 +166,9 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
             assert result == 3, result
             assert listening_ports(bob.process.pid) == own
     finally:
-        if flt.returncode is None:
-            flt.send_signal(signal.SIGTERM)
-            with trio.move_on_after(10):
-                await flt.wait()
-            if flt.returncode is None:
-                flt.kill()
-        await flt.wait()
+        await stop(flt)
+        await stop(socks)
+    # Alice's bridge dialled Bob's advertised address (the float) through the proxy.
+    assert f"127.0.0.1:{bob_cfg.p2p_address.port}" in proxy_log.read_text()
     audit = (tmp_path / "float" / "audit.jsonl").read_text()
     assert "O=Alice" in audit  # the peer's validated name, logged by the float
