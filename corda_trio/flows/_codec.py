@@ -84,15 +84,28 @@ def _default(internal: bool) -> Any:
 
 
 _DEFAULTS: Final = {False: _default(False), True: _default(True)}
+#: Idle packers, reused: building one (its buffer) cost more than packing a checkpoint. A packer is not
+#: re-entrant and ``default`` packs nested values (ext types), so each call takes its own from the pool.
+#: msgpack empties a packer's buffer after each ``pack``, also when it raises.
+#: (``None``: session messages, no ``default``.)
+_PACKERS: Final[dict[bool | None, list[msgpack.Packer]]] = {False: [], True: [], None: []}
 
 
 def _pack(value: Any, internal: bool) -> bytes:
+    pool = _PACKERS[internal]
+    packer = (
+        pool.pop()
+        if pool
+        else msgpack.Packer(default=_DEFAULTS[internal], use_bin_type=True, strict_types=True)
+    )
     try:
-        return msgpack.packb(value, default=_DEFAULTS[internal], use_bin_type=True, strict_types=True)
+        return packer.pack(value)
     except PayloadError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise PayloadError(f"cannot encode {type(value).__name__}: {exc}") from exc
+    finally:
+        pool.append(packer)
 
 
 def _build(cls: type, fields: Any, what: str) -> Any:
@@ -223,7 +236,12 @@ def encode_session_message(message: SessionMessage) -> bytes:
             fields = head
         else:
             raise TypeError(f"not a session payload: {p!r}")
-    return msgpack.packb(fields, use_bin_type=True)
+    pool = _PACKERS[None]
+    packer = pool.pop() if pool else msgpack.Packer(use_bin_type=True)
+    try:
+        return packer.pack(fields)
+    finally:
+        pool.append(packer)
 
 
 _LENGTHS: Final = {INIT: 8, CONFIRM: 7, DATA: 5, ERROR: 7, REJECT: 6, END: 4}
