@@ -104,6 +104,7 @@ def _node_main(node_dir: Path) -> None:
                 inbox=service.inbox,
                 ssl_context=pki.server_ssl_context(**tls),  # type: ignore[arg-type]
                 config=bridge.AcceptorConfig(credit=1024),
+                on_checked=service.remember_received,
             )
             tunnel = None
             if plan.get("float_control_port"):  # --via-float: no P2P port, the float forwards inward

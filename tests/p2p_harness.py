@@ -120,6 +120,7 @@ async def running_node(
                 inbox=service.inbox,
                 ssl_context=server_ctx,  # type: ignore[arg-type]
                 config=acceptor_config,
+                on_checked=service.remember_received,
             )
             manager = bridge.BridgeManager(
                 messaging=service,

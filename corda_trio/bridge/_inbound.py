@@ -12,7 +12,9 @@ Per accepted link one task takes whatever has arrived on the link (in order), va
 (decodable, required headers, size at most ``max_message_size``,
 ``_AMQ_VALIDATED_USER`` absent or equal to the TLS subject), rejects the bad ones with their condition (the
 link stays up), stamps ``_AMQ_VALIDATED_USER`` on the good ones and appends them to the inbox in one group
-commit; only when that returns, i.e. the batch is durable, are they settled ``accepted``. Order is kept: one
+commit; only when that returns, i.e. the batch is durable, are they settled ``accepted``. In the node,
+``on_checked`` (``MessagingService.remember_received``) is given each batch's decoded messages just before the
+append, so that the dispatcher does not decode the same bytes a second time. Order is kept: one
 writer per link, batches in arrival order. Flow control: the engine grants credit again only as deliveries are
 taken from the link, and the writer takes them only as fast as the inbox commits, so a slow disk slows the
 peers instead of growing memory (at most ``credit`` messages per link in memory, plus what a peer overruns
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 import attrs
@@ -83,6 +85,9 @@ class InboundAcceptor:
     ssl_context: ssl.SSLContext | None
     config: AcceptorConfig = attrs.field(factory=AcceptorConfig)
     port: int | None = None
+    #: In the node: ``MessagingService.remember_received``, told each batch about to be stored (the stamped
+    #: payloads, the messages as decoded and checked here, the user): the dispatcher need not decode again.
+    on_checked: Callable[[Sequence[bytes], Sequence[amqp.Message], str], None] | None = None
     #: Counters: messages stored and accepted, messages rejected, links refused.
     accepted: int = 0
     rejected: int = 0
@@ -155,6 +160,7 @@ class InboundAcceptor:
     ) -> None:
         max_size = self.config.max_message_size
         good: list[tuple[transport.Delivery, bytes]] = []
+        decoded: list[amqp.Message] = []
         for delivery in batch:
             try:
                 message = amqp.Message.decode(delivery.payload)
@@ -178,8 +184,12 @@ class InboundAcceptor:
                 await delivery.reject(exc.condition, exc.description)
                 continue
             good.append((delivery, stamped))
+            decoded.append(message)
         if good:
-            await self.inbox.enqueue_many([payload for _, payload in good])
+            payloads = [payload for _, payload in good]
+            if self.on_checked is not None and user is not None:
+                self.on_checked(payloads, decoded, user)
+            await self.inbox.enqueue_many(payloads)
             await receiver.settle_many([delivery for delivery, _ in good], amqp.Accepted())
             self.accepted += len(good)
             if user is not None:

@@ -158,6 +158,10 @@ class MessagingService:
     _parked: dict[str, collections.deque[_Parked]] = attrs.field(factory=dict)
     _parked_changed: trio.Event = attrs.field(factory=trio.Event)
     _handler_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: stored inbox payload -> (message as the acceptor decoded it, validated user), see remember_received
+    _decoded: collections.OrderedDict[bytes, tuple[amqp.Message, str]] = attrs.field(
+        factory=collections.OrderedDict
+    )
 
     @classmethod
     async def open(
@@ -307,6 +311,27 @@ class MessagingService:
 
     # --- receiving -------------------------------------------------------------------------------------
 
+    def remember_received(
+        self, payloads: Sequence[bytes], messages: Sequence[amqp.Message], user: str
+    ) -> None:
+        """An in-node acceptor's hand-off: ``payloads``, about to be stored in the inbox, decode to
+        ``messages`` (checked already) stamped with ``user``; the dispatcher takes them from here instead of
+        decoding the same bytes again. Only a cache keyed by the exact stored bytes (so a hit is what
+        decoding would give): at most twice ``inbox_credit`` entries, oldest dropped first; a payload not
+        found here is decoded as usual."""
+        decoded = self._decoded
+        for payload, message in zip(payloads, messages, strict=True):
+            decoded[payload] = (message, user)
+        while len(decoded) > 2 * self.config.inbox_credit:
+            decoded.popitem(last=False)
+
+    def _received(self, payload: bytes) -> ReceivedMessage:
+        memo = self._decoded.pop(payload, None)
+        if memo is None:
+            return from_amqp(amqp.Message.decode(payload))
+        message, user = memo
+        return attrs.evolve(from_amqp(message), validated_user=user)
+
     def add_message_handler(self, topic: str, handler: Handler) -> HandlerRegistration:
         """Handle messages on ``topic`` (one handler per topic). Messages wait in the inbox until then.
 
@@ -340,7 +365,7 @@ class MessagingService:
             task_status.started()
             async for delivery in consumer:
                 try:
-                    message = from_amqp(amqp.Message.decode(delivery.payload))
+                    message = self._received(delivery.payload)
                 except (amqp.DecodeError, InvalidMessageError) as exc:
                     # The acceptor validates what peers send: this is a local bug or disk damage. Holding it
                     # would eat inbox credit for good: move it aside (durably, then ack it here).

@@ -359,6 +359,7 @@ class Node:
             config=bridge.AcceptorConfig(
                 host=cfg.p2p_listen.host, port=cfg.p2p_listen.port, max_message_size=max_size
             ),
+            on_checked=service.remember_received,
         )
         self.acceptor = acceptor
         try:

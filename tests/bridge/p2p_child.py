@@ -94,7 +94,9 @@ async def run(node_dir: Path, external: bool = False) -> None:
             )
             port = await nursery.start(endpoint.run)
         else:
-            acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx)
+            acceptor = bridge.InboundAcceptor(
+                inbox=service.inbox, ssl_context=server_ctx, on_checked=service.remember_received
+            )
             manager = bridge.BridgeManager(
                 messaging=service,
                 resolver=peers,

@@ -145,3 +145,29 @@ async def test_an_undecodable_inbox_message_goes_to_the_dead_letters_and_frees_i
         assert reasons[1][1].startswith("amqp:") and reasons[1][2]
         inbox = await broker.declare_queue(config.inbox)
         assert [d async for d in inbox.browse()] == []
+
+
+async def test_a_message_remembered_by_the_acceptor_equals_the_one_decoded_from_the_inbox(
+    tmp_path: Path,
+) -> None:
+    """``remember_received`` is only a cache keyed by the stored bytes: what the dispatcher takes from it is
+    what decoding those bytes gives; it holds at most twice ``inbox_credit`` entries, oldest dropped first."""
+    peers = messaging.PeerDirectory()
+    config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme", inbox_credit=2)
+    user = "O=Peer, L=Paris, C=FR"
+    async with store.open_broker(tmp_path) as broker:
+        service = await messaging.MessagingService.open(broker, config, peers)
+        sent = [service.create_message("t", b"m%d" % i, headers={"k": "v"}) for i in range(6)]
+        encoded = [
+            messaging.to_amqp(m, platform_version=4, release_version="1", sender_uuid="s", send_seq_no=i)
+            for i, m in enumerate(sent)
+        ]
+        raw = [m.encode() for m in encoded]
+        wires = [amqp.Message.decode(e) for e in raw]  # as the acceptor decoded them
+        stored = [messaging.stamped_payload(e, w, user) for e, w in zip(raw, wires, strict=True)]
+        service.remember_received(stored, wires, user)
+        assert list(service._decoded) == stored[2:]  # 2 * inbox_credit entries kept, the newest
+        from_store = [messaging.from_amqp(amqp.Message.decode(p)) for p in stored]
+        got = [service._received(bytes(p)) for p in stored]  # equal bytes, other objects
+        assert got == from_store and not service._decoded
+        assert all(m.validated_user == user for m in got)
