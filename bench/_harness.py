@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import random
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -387,10 +387,10 @@ class RunSummary:
         return "\n".join(lines)
 
 
-def _exact_percentiles(values: array[int]) -> dict[str, int]:
-    if not values:
-        return {}
+def _exact_percentiles(values: Iterable[int]) -> dict[str, int]:
     ordered = sorted(values)
+    if not ordered:
+        return {}
     n = len(ordered)
 
     def rank(p: float) -> int:  # nearest-rank: smallest value with at least p of the data at or below it
@@ -403,6 +403,73 @@ def _exact_percentiles(values: array[int]) -> dict[str, int]:
         "p99.9": rank(0.999),
         "max": ordered[-1],
     }
+
+
+def write_open_loop_run(
+    directory: Path | str,
+    *,
+    scenario: str,
+    description: str,
+    clock: str,
+    link: str,
+    size_bytes: int,
+    params: Mapping[str, Any],
+    rate_per_s: float,
+    started_at: datetime,
+    finished_at: datetime,
+    stages: Sequence[Mapping[str, int]],
+) -> str:
+    """Write the records and the run meta (``protocol_spec/bench-records.md``) of a benchmark that drives
+    its own processes (``bench.p2p``, ``bench.flows``): one link, one open-loop phase at ``rate_per_s``.
+
+    Each entry of ``stages`` is one operation's stage times in order, from ``created`` (its intended
+    start) to its last stage; its latency is the last minus ``created``, summarised with the same
+    nearest-rank percentiles as :func:`run_benchmark`'s. Such runs count no errors (a lost message fails
+    the run instead). Returns the records file's path.
+    """
+    run_id = new_run_id(scenario)
+    writer = RecordWriter(directory, run_id)
+    latencies: list[int] = []
+    for seq, times in enumerate(stages):
+        created = times["created"]
+        writer.add_sync(
+            make_record(
+                run_id=run_id,
+                scenario=scenario,
+                link=link,
+                size_bytes=size_bytes,
+                seq=seq,
+                intended_ns=created,
+                stages=dict(times),
+            )
+        )
+        latencies.append(list(times.values())[-1] - created)
+    writer.finish(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": run_id,
+            "scenario": scenario,
+            "description": description,
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "clock": clock,
+            "links": [link],
+            "config": {
+                "scenario": scenario,
+                "sizes": f"{size_bytes}:1",
+                "params": dict(params),
+                "load": {"mode": "open", "rate_per_s": rate_per_s},
+            },
+            "environment": environment_metadata(),
+            "summary": {
+                "recorded_ops": writer.count,
+                "error_ops": 0,
+                "elapsed_seconds": len(latencies) / rate_per_s,
+                "latency_ns": _exact_percentiles(latencies),
+            },
+        }
+    )
+    return str(writer.records_path)
 
 
 @attrs.define(eq=False)

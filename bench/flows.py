@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench._harness import write_open_loop_run
 from corda_trio.testing import cpu_with_helpers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,50 +172,21 @@ def _write_records(
     started_at: dt.datetime,
     finished_at: dt.datetime,
 ) -> str:
-    from corda_trio import records
-
-    run_id = records.new_run_id("flows")
-    writer = records.RecordWriter(args.records, run_id)
-    link = "FlowBenchA -> FlowBenchB"
-    for seq, (_i, intended, started, finished) in enumerate(lat):
-        writer.add_sync(
-            records.make_record(
-                run_id=run_id, scenario="flows", link=link, size_bytes=0, seq=seq, intended_ns=intended,
-                stages={"created": intended, "enqueued": started, "flow_finished": finished},
-            )
-        )  # fmt: skip
-    ends = sorted(t[3] - t[1] for t in lat)
-    writer.finish(
-        {
-            "schema_version": records.SCHEMA_VERSION,
-            "run_id": run_id,
-            "scenario": "flows",
-            "description": "PingPong flows A -> B (session init, round trips, durable checkpoints both "
-            "sides), open loop at half the closed-loop throughput",
-            "started_at": started_at.isoformat(),
-            "finished_at": finished_at.isoformat(),
-            "clock": "epoch ns (time.time_ns) in node A",
-            "links": [link],
-            "config": {
-                "scenario": "flows",
-                "sizes": "0:1",
-                "params": {"flows": args.flows, "concurrency": args.concurrency, "rounds": args.rounds},
-                "load": {"mode": "open", "rate_per_s": summary["open_rate_flows_per_s"]},
-            },
-            "environment": records.environment_metadata(),
-            "summary": {
-                "recorded_ops": writer.count,
-                "error_ops": 0,
-                "elapsed_seconds": len(lat) / summary["open_rate_flows_per_s"],
-                "latency_ns": {
-                    f"p{q * 100:g}": ends[min(len(ends) - 1, max(0, math.ceil(q * len(ends)) - 1))]
-                    for q in (0.5, 0.9, 0.99, 0.999)
-                }
-                | {"max": ends[-1]},
-            },
-        }
-    )
-    return str(writer.records_path)
+    return write_open_loop_run(
+        args.records,
+        scenario="flows",
+        description="PingPong flows A -> B (session init, round trips, durable checkpoints both sides), "
+        "open loop at half the closed-loop throughput",
+        clock="epoch ns (time.time_ns) in node A",
+        link="FlowBenchA -> FlowBenchB",
+        size_bytes=0,
+        params={"flows": args.flows, "concurrency": args.concurrency, "rounds": args.rounds},
+        rate_per_s=summary["open_rate_flows_per_s"],
+        started_at=started_at,
+        finished_at=finished_at,
+        stages=[{"created": intended, "enqueued": started, "flow_finished": finished}
+                for _i, intended, started, finished in lat],
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -423,64 +423,25 @@ def _write_records(
     started_at: dt.datetime,
     finished_at: dt.datetime,
 ) -> str:
-    import bench
+    from bench._harness import write_open_loop_run
 
-    run_id = bench.new_run_id("p2p")
-    writer = bench.RecordWriter(args.records, run_id)
-    link = "BenchA -> BenchB"
-    for seq, key in enumerate(half):
-        stages = {
-            "created": sent["created"][key],
-            "enqueued": sent["enqueued"][key],
-            "delivered": delivered[key],
-        }
-        writer.add_sync(
-            bench.make_record(
-                run_id=run_id,
-                scenario="p2p",
-                link=link,
-                size_bytes=args.size,
-                seq=seq,
-                intended_ns=sent["created"][key],
-                stages=stages,
-            )
-        )
-    ends = sorted(delivered[k] - sent["created"][k] for k in half)
-    writer.finish(
-        {
-            "schema_version": bench.SCHEMA_VERSION,
-            "run_id": run_id,
-            "scenario": "p2p",
-            "description": "node A MessagingService.send -> durable outbound queue -> bridge (AMQP 1.0, "
-            "mutual TLS) -> durable inbox at node B -> B's handler; open loop at half the measured maximum",
-            "started_at": started_at.isoformat(),
-            "finished_at": finished_at.isoformat(),
-            "clock": "epoch ns (time.time_ns) in both processes on one machine",
-            "links": [link],
-            "config": {
-                "scenario": "p2p",
-                "sizes": f"{args.size}:1",
-                "params": {
-                    "messages": args.messages,
-                    "senders": args.senders,
-                    "half_seconds": args.half_seconds,
-                },
-                "load": {"mode": "open", "rate_per_s": summary["half_rate_msgs_per_s"]},
-            },
-            "environment": bench.environment_metadata(),
-            "summary": {
-                "recorded_ops": writer.count,
-                "error_ops": 0,
-                "elapsed_seconds": len(half) / summary["half_rate_msgs_per_s"],
-                "latency_ns": {
-                    f"p{q * 100:g}": ends[min(len(ends) - 1, max(0, math.ceil(q * len(ends)) - 1))]
-                    for q in (0.5, 0.9, 0.99, 0.999)
-                }
-                | {"max": ends[-1]},
-            },
-        }
+    return write_open_loop_run(
+        args.records,
+        scenario="p2p",
+        description="node A MessagingService.send -> durable outbound queue -> bridge (AMQP 1.0, "
+        "mutual TLS) -> durable inbox at node B -> B's handler; open loop at half the measured maximum",
+        clock="epoch ns (time.time_ns) in both processes on one machine",
+        link="BenchA -> BenchB",
+        size_bytes=args.size,
+        params={"messages": args.messages, "senders": args.senders, "half_seconds": args.half_seconds},
+        rate_per_s=summary["half_rate_msgs_per_s"],
+        started_at=started_at,
+        finished_at=finished_at,
+        stages=[
+            {"created": sent["created"][k], "enqueued": sent["enqueued"][k], "delivered": delivered[k]}
+            for k in half
+        ],
     )
-    return str(writer.records_path)
 
 
 def main(argv: list[str] | None = None) -> int:

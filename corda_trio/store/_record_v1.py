@@ -5,17 +5,41 @@ not tell a bit flip in the last record, a truncation at a record boundary or a d
 clean state (``protocol_spec/store-format.md`` §8). This module keeps its reader so that such a store
 still opens: ``_recovery.py`` recovers it with these rules, then rewrites its live messages into one
 format-2 segment. The encoders remain for the migration tests.
+
+What both versions share lives in :mod:`._record` and is used from there: the record kinds, the record
+size limit, the framing (length, CRC-32 over the rest), the packed locations, the scan result and its
+stop reasons and verdicts, and the shape of decoding an enqueue record and of searching for records
+(parametrised by each version's header layout). What stays here is what version 1 does differently:
+its segment and record header layouts, its scanner (no sequence numbers, seals or length check) and its
+torn-tail rule (it cannot tell a bit flip from a torn write).
 """
 
 from __future__ import annotations
 
-import enum
+import operator
 import struct
 import zlib
 from array import array
 from typing import Final
 
-import attrs
+from ._record import (
+    _LEN_SHIFT,
+    _META_SHIFT,
+    _SEG_SHIFT,
+    _TS_SHIFT,
+    MAX_RECORD_BYTES,
+    SEGMENT_MAGIC,
+    RecordKind,
+    ScanResult,
+    StopReason,
+    Verdict,
+    _append_framed,
+    _decode_enqueue,
+    _FieldPicker,
+    _find_records,
+    pack_location,
+    unpack_location,
+)
 
 __all__ = [
     "ACK_RECORD_BYTES",
@@ -41,7 +65,6 @@ __all__ = [
     "unpack_location",
 ]
 
-SEGMENT_MAGIC: Final = b"CTWALSEG"
 FORMAT_VERSION: Final = 1
 #: magic(8) version(u32) header_length(u32) segment_number(u64) base_id(u64) crc(u32) reserved(u32)
 _SEGMENT_HEADER: Final = struct.Struct("<8sIIQQII")
@@ -53,24 +76,19 @@ _RECORD_HEADER: Final = struct.Struct("<IIBBHQQI")
 RECORD_HEADER_BYTES: Final = _RECORD_HEADER.size  # 32
 #: the checksummed part of the header: kind .. meta_length
 _RECORD_TAIL: Final = struct.Struct("<BBHQQI")
-_RECORD_PREFIX: Final = struct.Struct("<II")  # length, crc
 _pack_tail: Final = _RECORD_TAIL.pack
-_pack_prefix: Final = _RECORD_PREFIX.pack
-_crc32: Final = zlib.crc32
 ACK_RECORD_BYTES: Final = RECORD_HEADER_BYTES
-#: Upper bound of one record (header + meta + payload): 256 MiB. Larger length fields are corruption.
-MAX_RECORD_BYTES: Final = 256 * 1024 * 1024
-
-
-class RecordKind(enum.IntEnum):
-    """The ``kind`` byte of a record."""
-
-    ENQUEUE = 1
-    ACK = 2
-
+#: (length, crc, kind, flags, meta_length, message_id, timestamp_ms) of an unpacked format-1 header
+_pick_fields: Final[_FieldPicker] = operator.itemgetter(0, 1, 2, 3, 7, 5, 6)  # type: ignore[assignment]
+#: find_records' candidates: the kind byte and the zero flags and reserved bytes (no seals in format 1)
+_MARKERS: Final = (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00")
 
 _ENQUEUE: Final = int(RecordKind.ENQUEUE)
 _ACK: Final = int(RecordKind.ACK)
+
+
+# The segment header differs from format 2's (no first sequence number or flags, the CRC before a
+# reserved word), so it keeps its own encoder and decoder.
 
 
 def encode_segment_header(segment_number: int, base_id: int) -> bytes:
@@ -122,8 +140,7 @@ def append_enqueue_located(
     segment 0 at its offset in ``buf``: the group commit's per-record index entry, computed while the
     lengths are at hand (the writer later adds the batch's segment and file offset in one addition).
 
-    This is the hot path of every enqueue: two ``pack`` calls and two or three ``crc32`` calls over the
-    caller's buffers, no intermediate copies besides the appends themselves.
+    Only the migration tests write format 1 now (format 2's encoder is the hot path).
     """
     offset = len(buf)
     meta_len = len(meta)
@@ -131,23 +148,13 @@ def append_enqueue_located(
     if length > MAX_RECORD_BYTES:
         raise ValueError(f"record of {length} bytes exceeds the maximum of {MAX_RECORD_BYTES}")
     tail = _pack_tail(_ENQUEUE, 0, 0, message_id, timestamp_ms, meta_len)
-    if meta_len:
-        buf += _pack_prefix(length, _crc32(payload, _crc32(meta, _crc32(tail))))
-        buf += tail
-        buf += meta
-    else:
-        buf += _pack_prefix(length, _crc32(payload, _crc32(tail)))
-        buf += tail
-    buf += payload
-    return (timestamp_ms << _TS_SHIFT) | (meta_len << _META_SHIFT) | (length << _LEN_SHIFT) | offset
+    _append_framed(buf, length, tail, meta, payload)
+    return pack_location(0, offset, length, meta_len, timestamp_ms)
 
 
 def append_ack(buf: bytearray, message_id: int) -> None:
     """Append one 32-byte ack record for ``message_id`` to ``buf``."""
-    tail = _RECORD_TAIL.pack(_ACK, 0, 0, message_id, 0, 0)
-    buf += ACK_RECORD_BYTES.to_bytes(4, "little")
-    buf += zlib.crc32(tail).to_bytes(4, "little")
-    buf += tail
+    _append_framed(buf, ACK_RECORD_BYTES, _pack_tail(_ACK, 0, 0, message_id, 0, 0), b"", b"")
 
 
 def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, bytes]:
@@ -158,83 +165,15 @@ def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, by
     Raises:
         ValueError: the bytes are not one valid enqueue record.
     """
-    if len(record) < RECORD_HEADER_BYTES:
-        raise ValueError("record shorter than its header")
-    length, crc, kind, flags, _r, message_id, ts, meta_len = _RECORD_HEADER.unpack_from(record, 0)
-    if length != len(record) or kind != _ENQUEUE or flags or RECORD_HEADER_BYTES + meta_len > length:
-        raise ValueError(f"not a well-formed enqueue record (length {length}, kind {kind})")
-    view = memoryview(record)
-    if zlib.crc32(view[8:length]) != crc:
-        raise ValueError(f"checksum mismatch in record of message {message_id}")
-    body = RECORD_HEADER_BYTES + meta_len
-    return message_id, ts, bytes(view[RECORD_HEADER_BYTES:body]), bytes(view[body:length])
+    return _decode_enqueue(record, _RECORD_HEADER, _pick_fields)
 
 
-# A message's location packed into one int, so that the in-memory index of a million messages is one
-# dict of ints (about 100 bytes per message) rather than a million objects. Fields, low bits first:
-# offset (40 bits), record length (32), meta length (32), segment number (32), enqueue timestamp ms (rest).
-_OFFSET_BITS: Final = 40
-_LEN_SHIFT: Final = 40
-_META_SHIFT: Final = 72
-_SEG_SHIFT: Final = 104
-_TS_SHIFT: Final = 136
-_MASK32: Final = 0xFFFFFFFF
-_MASK40: Final = (1 << _OFFSET_BITS) - 1
-
-
-def pack_location(segment: int, offset: int, length: int, meta_length: int, timestamp_ms: int) -> int:
-    """Pack where an enqueue record lives into one int (see :func:`unpack_location`)."""
-    return (
-        (timestamp_ms << _TS_SHIFT)
-        | (segment << _SEG_SHIFT)
-        | (meta_length << _META_SHIFT)
-        | (length << _LEN_SHIFT)
-        | offset
-    )
-
-
-def unpack_location(loc: int) -> tuple[int, int, int, int, int]:
-    """``(segment, offset, length, meta_length, timestamp_ms)`` of a packed location."""
-    return (
-        (loc >> _SEG_SHIFT) & _MASK32,
-        loc & _MASK40,
-        (loc >> _LEN_SHIFT) & _MASK32,
-        (loc >> _META_SHIFT) & _MASK32,
-        loc >> _TS_SHIFT,
-    )
-
-
-class StopReason(enum.Enum):
-    """Why :func:`scan_records` stopped before the end of the buffer."""
-
-    SHORT_HEADER = "fewer bytes left than a record header"
-    BAD_LENGTH = "record length field out of range"
-    PAST_END = "record runs past the end of the file"
-    BAD_CHECKSUM = "checksum mismatch"
-    BAD_KIND = "unknown record kind or non-zero reserved field"
-    BAD_META = "meta length larger than the record"
-    ID_NOT_INCREASING = "enqueue message id not greater than the previous one"
-    BAD_ACK = "ack record with a body"
-
-
-@attrs.define(eq=False)
-class ScanResult:
-    """Output of :func:`scan_records`: parallel arrays, no per-record objects.
-
-    ``enqueue_ids[i]`` lives at ``enqueue_locations[i]`` (a :func:`pack_location`); ``ack_ids`` lists acks
-    in log order with ``ack_offsets``. ``end`` is the offset just after the last good record; when the scan
-    stopped early ``stop`` says why and ``stop_offset == end``.
-    """
-
-    enqueue_ids: array[int]
-    enqueue_locations: list[int]
-    enqueue_bytes: int
-    ack_ids: array[int]
-    ack_offsets: array[int]
-    end: int
-    last_enqueue_id: int
-    stop: StopReason | None = None
-    detail: str = ""
+# Format 1 has no sequence numbers, seals or length check, and its checks come in another order (a bad
+# length is told from a bad checksum by the length alone), so its scanner is its own. It produces the
+# same ScanResult as format 2's (without the sequence and seal fields) and a subset of its StopReasons.
+# Its per-record acceptance of enqueues and acks looks like format 2's on purpose: both scanners keep it
+# inline because it runs once per record of every recovery (a shared helper would add a call per record
+# to format 2's scan, the path every open takes).
 
 
 def scan_records(
@@ -321,37 +260,7 @@ def find_records(data: bytes | bytearray, start: int) -> list[tuple[int, int, in
     list what a quarantined segment held past the bad spot. Candidates are found with ``bytes.find`` on
     the kind/flags/reserved bytes, so this is fast even on a large segment.
     """
-    raw = bytes(data) if not isinstance(data, bytes) else data
-    candidates: list[int] = []
-    for marker in (b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"):
-        pos = raw.find(marker, start + 8)
-        while pos != -1:
-            candidates.append(pos - 8)
-            pos = raw.find(marker, pos + 1)
-    candidates.sort()
-    view = memoryview(raw)
-    found: list[tuple[int, int, int, int]] = []
-    next_free = start
-    for pos in candidates:
-        if pos < next_free or pos + RECORD_HEADER_BYTES > len(raw):
-            continue
-        length, crc, kind, _flags, _reserved, mid, _ts, meta_len = _RECORD_HEADER.unpack_from(raw, pos)
-        if length < RECORD_HEADER_BYTES or pos + length > len(raw) or RECORD_HEADER_BYTES + meta_len > length:
-            continue
-        if kind == _ACK and length != RECORD_HEADER_BYTES:
-            continue
-        if zlib.crc32(view[pos + 8 : pos + length]) != crc:
-            continue
-        found.append((pos, length, kind, mid))
-        next_free = pos + length
-    return found
-
-
-class Verdict(enum.Enum):
-    """What a scan stop means (see the module docstring)."""
-
-    TORN_TAIL = "torn tail"
-    CORRUPT = "corrupt record"
+    return _find_records(data, start, _RECORD_HEADER, _pick_fields, _MARKERS)
 
 
 def classify_stop(
