@@ -429,20 +429,11 @@ def write_open_loop_run(
     """
     run_id = new_run_id(scenario)
     writer = RecordWriter(directory, run_id)
+    common = {"run_id": run_id, "scenario": scenario, "link": link, "size_bytes": size_bytes}
     latencies: list[int] = []
     for seq, times in enumerate(stages):
         created = times["created"]
-        writer.add_sync(
-            make_record(
-                run_id=run_id,
-                scenario=scenario,
-                link=link,
-                size_bytes=size_bytes,
-                seq=seq,
-                intended_ns=created,
-                stages=dict(times),
-            )
-        )
+        writer.add_sync(make_record(**common, seq=seq, intended_ns=created, stages=dict(times)))
         latencies.append(list(times.values())[-1] - created)
     writer.finish(
         {

@@ -161,32 +161,22 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     if args.records is not None:
-        summary["records"] = _write_records(args, lat, summary, started_at, finished_at)
+        summary["records"] = write_open_loop_run(
+            args.records,
+            scenario="flows",
+            description="PingPong flows A -> B (session init, round trips, durable checkpoints both sides), "
+            "open loop at half the closed-loop throughput",
+            clock="epoch ns (time.time_ns) in node A",
+            link="FlowBenchA -> FlowBenchB",
+            size_bytes=0,
+            params={"flows": args.flows, "concurrency": args.concurrency, "rounds": args.rounds},
+            rate_per_s=summary["open_rate_flows_per_s"],
+            started_at=started_at,
+            finished_at=finished_at,
+            stages=[{"created": intended, "enqueued": started, "flow_finished": finished}
+                    for _i, intended, started, finished in lat],
+        )  # fmt: skip
     return summary
-
-
-def _write_records(
-    args: argparse.Namespace,
-    lat: list[list[int]],
-    summary: dict[str, Any],
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-) -> str:
-    return write_open_loop_run(
-        args.records,
-        scenario="flows",
-        description="PingPong flows A -> B (session init, round trips, durable checkpoints both sides), "
-        "open loop at half the closed-loop throughput",
-        clock="epoch ns (time.time_ns) in node A",
-        link="FlowBenchA -> FlowBenchB",
-        size_bytes=0,
-        params={"flows": args.flows, "concurrency": args.concurrency, "rounds": args.rounds},
-        rate_per_s=summary["open_rate_flows_per_s"],
-        started_at=started_at,
-        finished_at=finished_at,
-        stages=[{"created": intended, "enqueued": started, "flow_finished": finished}
-                for _i, intended, started, finished in lat],
-    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -404,7 +404,25 @@ def run_benchmark(
     if float_cpu is not None:
         summary["cpu_us_per_msg_float_all"] = round(float_cpu / (total + 200) * 1e6, 1)
     if args.records is not None:
-        summary["records"] = _write_records(args, half, sent, delivered, summary, started_at, finished_at)
+        from bench._harness import write_open_loop_run
+
+        summary["records"] = write_open_loop_run(
+            args.records,
+            scenario="p2p",
+            description="node A MessagingService.send -> durable outbound queue -> bridge (AMQP 1.0, "
+            "mutual TLS) -> durable inbox at node B -> B's handler; open loop at half the measured maximum",
+            clock="epoch ns (time.time_ns) in both processes on one machine",
+            link="BenchA -> BenchB",
+            size_bytes=args.size,
+            params={"messages": args.messages, "senders": args.senders, "half_seconds": args.half_seconds},
+            rate_per_s=summary["half_rate_msgs_per_s"],
+            started_at=started_at,
+            finished_at=finished_at,
+            stages=[
+                {"created": sent["created"][k], "enqueued": sent["enqueued"][k], "delivered": delivered[k]}
+                for k in half
+            ],
+        )
     return summary
 
 
@@ -412,36 +430,6 @@ def _tell(proc: subprocess.Popen[str], obj: dict[str, Any]) -> None:
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(obj) + "\n")
     proc.stdin.flush()
-
-
-def _write_records(
-    args: argparse.Namespace,
-    half: list[str],
-    sent: dict[str, dict[str, int]],
-    delivered: dict[str, int],
-    summary: dict[str, Any],
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-) -> str:
-    from bench._harness import write_open_loop_run
-
-    return write_open_loop_run(
-        args.records,
-        scenario="p2p",
-        description="node A MessagingService.send -> durable outbound queue -> bridge (AMQP 1.0, "
-        "mutual TLS) -> durable inbox at node B -> B's handler; open loop at half the measured maximum",
-        clock="epoch ns (time.time_ns) in both processes on one machine",
-        link="BenchA -> BenchB",
-        size_bytes=args.size,
-        params={"messages": args.messages, "senders": args.senders, "half_seconds": args.half_seconds},
-        rate_per_s=summary["half_rate_msgs_per_s"],
-        started_at=started_at,
-        finished_at=finished_at,
-        stages=[
-            {"created": sent["created"][k], "enqueued": sent["enqueued"][k], "delivered": delivered[k]}
-            for k in half
-        ],
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -448,9 +448,34 @@ def scan_records(
         contiguous: every sequence number must follow the previous one (a segment not compacted);
             otherwise they must only increase.
     """
+    return _scan_records(data, start, segment, previous_enqueue_id, first_seq, contiguous, None)
+
+
+#: Unpacks a header without sequence number or length check (format 1) at an offset:
+#: ``(length, crc, kind, flags, reserved, meta_length, message_id, timestamp_ms)``.
+_UnsequencedUnpack = Callable[[memoryview, int], tuple[int, int, int, int, int, int, int, int]]
+
+
+def _scan_records(
+    data: bytes | bytearray | memoryview,
+    start: int,
+    segment: int,
+    previous_enqueue_id: int,
+    first_seq: int,
+    contiguous: bool,
+    unsequenced: tuple[int, _UnsequencedUnpack] | None,
+) -> ScanResult:
+    # ``unsequenced``: (header size, unpack) of a format without sequence numbers, length checks or seals
+    # (format 1, :mod:`._record_v1`). Its records are given the sequence number and length check that
+    # always pass, so the rest of the rules (and their order) are the same for both formats; the only
+    # per-record cost to format 2 is the test below which unpack to use.
     view = memoryview(data)
     size = len(view)
     unpack = _RECORD_HEADER.unpack_from
+    header = RECORD_HEADER_BYTES
+    unpack_unsequenced = None
+    if unsequenced is not None:
+        header, unpack_unsequenced = unsequenced
     crc32 = zlib.crc32
     ids: array[int] = array("Q")
     locs: list[int] = []
@@ -462,7 +487,6 @@ def scan_records(
     last = previous_enqueue_id
     enqueue_bytes = 0
     pos = start
-    header = RECORD_HEADER_BYTES
     seq0 = first_seq & _MASK32
     prev_d = -1  # sequence number of the previous record, relative to first_seq
     records = 0
@@ -477,7 +501,11 @@ def scan_records(
         if size - pos < header:
             stop = StopReason.SHORT_HEADER
             break
-        length, crc, kind, flags, reserved, seq, meta_len, mid, ts, check = unpack(view, pos)
+        if unpack_unsequenced is None:
+            length, crc, kind, flags, reserved, seq, meta_len, mid, ts, check = unpack(view, pos)
+        else:
+            length, crc, kind, flags, reserved, meta_len, mid, ts = unpack_unsequenced(view, pos)
+            seq, check = (seq0 + prev_d + 1) & _MASK32, length ^ _MASK32
         end = pos + length
         if length < header or length > MAX_RECORD_BYTES or end > size or crc32(view[pos + 8 : end]) != crc:
             # Which part is bad? The length check says whether the length is as written.
@@ -514,7 +542,7 @@ def scan_records(
                 break
             acks.append(mid)
             ack_offsets.append(pos)
-        elif kind == _SEAL:
+        elif kind == _SEAL and unpack_unsequenced is None:
             if length != SEAL_RECORD_BYTES or meta_len or mid or ts:
                 stop, detail = StopReason.BAD_SEAL, f"length {length}"
                 break

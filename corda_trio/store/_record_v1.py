@@ -7,10 +7,10 @@ still opens: ``_recovery.py`` recovers it with these rules, then rewrites its li
 format-2 segment. The encoders remain for the migration tests.
 
 What both versions share lives in :mod:`._record` and is used from there: the record kinds, the record
-size limit, the framing (length, CRC-32 over the rest), the packed locations, the scan result and its
-stop reasons and verdicts, and the shape of decoding an enqueue record and of searching for records
-(parametrised by each version's header layout). What stays here is what version 1 does differently:
-its segment and record header layouts, its scanner (no sequence numbers, seals or length check) and its
+size limit, the framing (length, CRC-32 over the rest), the packed locations, the scanner, its result,
+stop reasons and verdicts, and decoding an enqueue record and searching for records (all parametrised
+by each version's header layout; format 1's records pass the sequence and length checks it lacks).
+What stays here is what version 1 does differently: its segment and record header layouts and its
 torn-tail rule (it cannot tell a bit flip from a torn write).
 """
 
@@ -19,14 +19,9 @@ from __future__ import annotations
 import operator
 import struct
 import zlib
-from array import array
 from typing import Final
 
 from ._record import (
-    _LEN_SHIFT,
-    _META_SHIFT,
-    _SEG_SHIFT,
-    _TS_SHIFT,
     MAX_RECORD_BYTES,
     SEGMENT_MAGIC,
     RecordKind,
@@ -37,6 +32,7 @@ from ._record import (
     _decode_enqueue,
     _FieldPicker,
     _find_records,
+    _scan_records,
     pack_location,
     unpack_location,
 )
@@ -168,89 +164,22 @@ def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, by
     return _decode_enqueue(record, _RECORD_HEADER, _pick_fields)
 
 
-# Format 1 has no sequence numbers, seals or length check, and its checks come in another order (a bad
-# length is told from a bad checksum by the length alone), so its scanner is its own. It produces the
-# same ScanResult as format 2's (without the sequence and seal fields) and a subset of its StopReasons.
-# Its per-record acceptance of enqueues and acks looks like format 2's on purpose: both scanners keep it
-# inline because it runs once per record of every recovery (a shared helper would add a call per record
-# to format 2's scan, the path every open takes).
-
-
 def scan_records(
     data: bytes | bytearray | memoryview, start: int, segment: int, previous_enqueue_id: int
 ) -> ScanResult:
     """Scan records of one segment from ``start`` (just after the header) to the end of ``data``.
 
-    Args:
-        data: the whole segment file.
-        start: offset of the first record (:data:`SEGMENT_HEADER_BYTES`).
-        segment: the segment number, packed into each location.
-        previous_enqueue_id: the highest enqueue id of earlier segments (or -1): ids must keep increasing.
+    Format 2's scanner (:func:`._record.scan_records`) with this format's header: no sequence numbers,
+    length checks or seals, so it stops only for the reasons format 1 knows. ``records`` and
+    ``next_seq`` of the result count the records, as if numbered from 0.
     """
-    view = memoryview(data)
-    size = len(view)
-    unpack = _RECORD_HEADER.unpack_from
-    crc32 = zlib.crc32
-    ids: array[int] = array("Q")
-    locs: list[int] = []
-    acks: array[int] = array("Q")
-    ack_offsets: array[int] = array("Q")
-    add_id = ids.append
-    add_loc = locs.append
-    seg_bits = segment << _SEG_SHIFT
-    last = previous_enqueue_id
-    enqueue_bytes = 0
-    pos = start
-    header = RECORD_HEADER_BYTES
-    stop: StopReason | None = None
-    detail = ""
-    while pos < size:
-        if size - pos < header:
-            stop = StopReason.SHORT_HEADER
-            break
-        length, crc, kind, flags, reserved, mid, ts, meta_len = unpack(view, pos)
-        if length < header or length > MAX_RECORD_BYTES:
-            stop, detail = StopReason.BAD_LENGTH, f"length {length}"
-            break
-        end = pos + length
-        if end > size:
-            stop, detail = StopReason.PAST_END, f"length {length}, {size - pos} bytes left"
-            break
-        if crc32(view[pos + 8 : end]) != crc:
-            stop = StopReason.BAD_CHECKSUM
-            break
-        if kind == _ENQUEUE and not flags and not reserved:
-            if header + meta_len > length:
-                stop, detail = StopReason.BAD_META, f"meta length {meta_len}"
-                break
-            if mid <= last:
-                stop, detail = StopReason.ID_NOT_INCREASING, f"id {mid} after {last}"
-                break
-            last = mid
-            add_id(mid)
-            add_loc((ts << _TS_SHIFT) | seg_bits | (meta_len << _META_SHIFT) | (length << _LEN_SHIFT) | pos)
-            enqueue_bytes += length
-        elif kind == _ACK and not flags and not reserved:
-            if length != header or meta_len:
-                stop = StopReason.BAD_ACK
-                break
-            acks.append(mid)
-            ack_offsets.append(pos)
-        else:
-            stop, detail = StopReason.BAD_KIND, f"kind {kind}, flags {flags}, reserved {reserved}"
-            break
-        pos = end
-    return ScanResult(
-        enqueue_ids=ids,
-        enqueue_locations=locs,
-        enqueue_bytes=enqueue_bytes,
-        ack_ids=acks,
-        ack_offsets=ack_offsets,
-        end=pos,
-        last_enqueue_id=last,
-        stop=stop,
-        detail=detail,
-    )
+    return _scan_records(data, start, segment, previous_enqueue_id, 0, True, (RECORD_HEADER_BYTES, _unpack))
+
+
+def _unpack(view: memoryview, pos: int) -> tuple[int, int, int, int, int, int, int, int]:
+    """``(length, crc, kind, flags, reserved, meta_length, message_id, timestamp_ms)`` at ``pos``."""
+    length, crc, kind, flags, reserved, message_id, ts, meta_len = _RECORD_HEADER.unpack_from(view, pos)
+    return length, crc, kind, flags, reserved, meta_len, message_id, ts
 
 
 def find_records(data: bytes | bytearray, start: int) -> list[tuple[int, int, int, int]]:
