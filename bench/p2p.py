@@ -47,37 +47,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from corda_trio.testing import cpu_with_helpers
+
 TOPIC = "bench.p2p"
 
 
 # --- the node processes -------------------------------------------------------------------------------------
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
-
-
-def _cpu_with_helpers() -> float:
-    me = os.getpid()
-    total = _cpu_seconds(me)
-    for child in _children(me):
-        try:
-            total += _cpu_seconds(child)
-        except OSError:
-            pass
-    return total
 
 
 def _node_main(node_dir: Path) -> None:
@@ -141,7 +116,7 @@ def _node_main(node_dir: Path) -> None:
                 port = (await tunnel.wait_active())[1]
             await nursery.start(manager.run)
             await nursery.start(service.run)
-            cpu0 = _cpu_with_helpers()
+            cpu0 = cpu_with_helpers(os.getpid())
             say({"ready": port})
             if plan["role"] == "receiver":
                 # end of phase 1: when this node's handler has had every message so far
@@ -158,7 +133,7 @@ def _node_main(node_dir: Path) -> None:
                     got_all.set()
                 await got_all.wait()
                 (node_dir / "delivered.json").write_text(json.dumps(delivered))
-                say({"done": True, "cpu_seconds": _cpu_with_helpers() - cpu0})
+                say({"done": True, "cpu_seconds": cpu_with_helpers(os.getpid()) - cpu0})
                 nursery.cancel_scope.cancel()
                 return
             line = await trio.to_thread.run_sync(sys.stdin.readline)  # the receiver's port
@@ -192,7 +167,7 @@ def _node_main(node_dir: Path) -> None:
             await drained()
             # phase 1: closed loop, `senders` tasks back to back; done when all are durable at B (accepted)
             n, senders = plan["messages"], plan["senders"]
-            cpu_a0 = _cpu_with_helpers()
+            cpu_a0 = cpu_with_helpers(os.getpid())
             counter = iter(range(n))
 
             async def sender() -> None:
@@ -209,7 +184,7 @@ def _node_main(node_dir: Path) -> None:
             say({"phase1_sent": 200 + n})
             line = await trio.to_thread.run_sync(sys.stdin.readline)
             t1 = json.loads(line)["handled_at"]
-            cpu_max = _cpu_with_helpers() - cpu_a0
+            cpu_max = cpu_with_helpers(os.getpid()) - cpu_a0
             rate_max = n / ((t1 - t0) / 1e9)
             rate = plan.get("half_rate") or rate_max / 2
             # phase 2: open loop at half the measured rate
@@ -357,7 +332,7 @@ def run_benchmark(
         receiver = _start(b_dir)
         sender = _start(a_dir)
         try:
-            float_cpu0 = _cpu_seconds(flt.pid) if flt is not None else 0.0
+            float_cpu0 = cpu_with_helpers(flt.pid) if flt is not None else 0.0
             port = _read(receiver)["ready"]
             _read(sender)
             b_info = json.loads((b_dir / "plan.json").read_text())
@@ -367,7 +342,7 @@ def run_benchmark(
             a_done = _read(sender)
             _tell(receiver, {"expect": a_done["expect"]})
             b_done = _read(receiver)
-            float_cpu = _cpu_seconds(flt.pid) - float_cpu0 if flt is not None else None
+            float_cpu = cpu_with_helpers(flt.pid) - float_cpu0 if flt is not None else None
             sender.wait(60)
             receiver.wait(60)
         finally:
