@@ -24,6 +24,8 @@ Examples::
     cert_chain = "node/tls.pem"
     key = "node/tls.key"
     trust_root = "node/root.pem"
+    passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"  # an encrypted key: at most one of passphrase_env /
+    # passphrase_file = "node/passphrase"          # passphrase_file (0600); never the passphrase itself
 
     [audit]                        # the only file a float writes
     path = "float-audit.jsonl"
@@ -50,6 +52,7 @@ from corda_trio import pki
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError
+from ._config import ConfigError, KeyPassphrase
 
 __all__ = ["load_float_config", "register"]
 
@@ -125,6 +128,24 @@ class _Toml:
             raise self._fail(key, f"file {path} does not exist")
         return path
 
+    def passphrase(self, section: str) -> bytes | None:
+        """The passphrase of ``<section>.key``: from ``passphrase_env`` or ``passphrase_file``, or None."""
+        env = self.get(f"{section}.passphrase_env", str, None)
+        file = self.get(f"{section}.passphrase_file", str, None)
+        if env is not None and (not env or not env.replace("_", "").isalnum()):
+            raise self._fail(f"{section}.passphrase_env", f"must be a variable name, got {env!r}")
+        if file is not None and not file:
+            raise self._fail(f"{section}.passphrase_file", "must be a non-empty path")
+        if env is not None and file is not None:
+            raise self._fail(section, "set at most one of passphrase_env and passphrase_file")
+        if env is None and file is None:
+            return None
+        key = f"{section}.passphrase_env" if env is not None else f"{section}.passphrase_file"
+        try:
+            return KeyPassphrase(env=env, file=self.path.parent / file if file else None).read()
+        except ConfigError as exc:
+            raise self._fail(key, str(exc)) from None
+
     def port(self, key: str) -> int:
         port = self.get(key, int)
         if not 0 <= port < 65536:
@@ -163,10 +184,17 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     tls_entries = t.get("tls", dict, {})
     tls = {}
     for ref in tls_entries:
+        key = t.file(f"tls.{ref}.key")
+        passphrase = t.passphrase(f"tls.{ref}")
+        try:  # a wrong or missing passphrase shows now, not at the first activation
+            pki.read_private_key(key, passphrase)
+        except pki.KeyStoreError as exc:
+            raise CliError(f"{path}: key 'tls.{ref}.key': {exc}", 2) from None
         tls[ref] = fl.NodeTls(
             cert_chain=t.file(f"tls.{ref}.cert_chain"),
-            key=t.file(f"tls.{ref}.key"),
+            key=key,
             trust_root=t.file(f"tls.{ref}.trust_root"),
+            passphrase=passphrase,
         )
     if not tls:
         raise CliError(f"{path}: no [tls.<ref>] section: an activation has no TLS material to name", 2)

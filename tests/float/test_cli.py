@@ -59,7 +59,14 @@ def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCred
     pki.write_certificates(tmp_path / "tls.pem", bob.tls_chain)
     pki.write_private_key(tmp_path / "tls.key", bob.tls.key, None)
     pki.write_certificates(tmp_path / "root.pem", [network.root.cert])
+    pki.write_private_key(tmp_path / "enc.key", bob.tls.key, b"s3cret")
+    for name, text, mode in [("pass", "s3cret", 0o600), ("wrong", "nope", 0o600), ("open", "s3cret", 0o644)]:
+        (tmp_path / name).write_text(text + "\n")
+        (tmp_path / name).chmod(mode)
     return tmp_path
+
+
+ENCRYPTED = 'key = "enc.key"\n'
 
 
 @pytest.mark.parametrize(
@@ -75,6 +82,22 @@ def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCred
         (('[audit]\npath = "audit.jsonl"', ""), "key 'audit.path': missing"),
         (("[public]", "[publik]"), "unknown section [publik]"),
         (("[control]", "[control"), "not valid TOML"),
+        (('key = "tls.key"', ENCRYPTED), "key 'tls.node.key': private key"),
+        (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "wrong"'), "(wrong passphrase?)"),
+        (
+            ('key = "tls.key"', ENCRYPTED + 'passphrase_file = "open"'),
+            "key 'tls.node.passphrase_file': passphrase file",
+        ),
+        (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "none"'), "cannot read passphrase file"),
+        (
+            ('key = "tls.key"', ENCRYPTED + 'passphrase_env = "CORDA_TRIO_FLOAT_TEST_UNSET"'),
+            "key 'tls.node.passphrase_env': environment variable CORDA_TRIO_FLOAT_TEST_UNSET",
+        ),
+        (('key = "tls.key"', ENCRYPTED + 'passphrase_env = "A-B"'), "must be a variable name"),
+        (
+            ('key = "tls.key"', ENCRYPTED + 'passphrase_env = "X"\npassphrase_file = "pass"'),
+            "key 'tls.node': set at most one of passphrase_env and passphrase_file",
+        ),
     ],
 )
 def test_configuration_errors_are_one_line_and_exit_2(
@@ -88,8 +111,12 @@ def test_configuration_errors_are_one_line_and_exit_2(
     assert "Traceback" not in done.stderr
 
 
-def test_start_writes_only_the_audit_log_and_exits_0_on_sigterm(float_dir: Path) -> None:
-    (float_dir / "float.toml").write_text(CONFIG.replace("{port}", "0"))
+@pytest.mark.parametrize("key", ["plain", "encrypted"])
+def test_start_writes_only_the_audit_log_and_exits_0_on_sigterm(float_dir: Path, key: str) -> None:
+    config = CONFIG.replace("{port}", "0")
+    if key == "encrypted":
+        config = config.replace('key = "tls.key"', ENCRYPTED + 'passphrase_file = "pass"')
+    (float_dir / "float.toml").write_text(config)
     before = {p for p in float_dir.rglob("*")}
     process = subprocess.Popen(
         [sys.executable, "-m", "corda_trio", "float", "start", "--config", str(float_dir / "float.toml")],

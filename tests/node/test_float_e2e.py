@@ -17,7 +17,7 @@ import attrs
 import pytest
 import trio
 
-from corda_trio import network, pki, rpc, transport
+from corda_trio import network, rpc, transport
 from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
@@ -67,10 +67,11 @@ async def stop(process: trio.Process) -> None:
 
 
 def write_float_toml(directory: Path, bob: _config.NodeConfig, tunnel: Path) -> Path:
-    """The float for Bob: public port = Bob's advertised p2p address, Bob's TLS key decrypted (0600)."""
+    """The float for Bob: public port = Bob's advertised p2p address, Bob's encrypted TLS key as the
+    bootstrap wrote it, with the passphrase from the same place Bob's node.toml names."""
     directory.mkdir()
-    key = pki.read_private_key(bob.tls_key, bob.key_passphrase.read())
-    pki.write_private_key(directory / "tls.key", key, None)
+    source = bob.key_passphrase
+    passphrase = f'passphrase_env = "{source.env}"' if source.env else f'passphrase_file = "{source.file}"'
     path = directory / "float.toml"
     path.write_text(
         f"""
@@ -87,8 +88,9 @@ port = {bob.p2p_address.port}
 
 [tls.node]
 cert_chain = "{bob.tls_cert_chain}"
-key = "tls.key"
+key = "{bob.tls_key}"
 trust_root = "{bob.trust_root}"
+{passphrase}
 
 [audit]
 path = "audit.jsonl"
