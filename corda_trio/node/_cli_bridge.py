@@ -213,6 +213,9 @@ def _start(args: argparse.Namespace) -> int:
     except BaseExceptionGroup as group:
         fatal = group.subgroup((bridge.ListenError, bridge.MultipleInboxesError))
         if fatal is not None and group.subgroup(KeyboardInterrupt) is None:
-            raise CliError(str(fatal.exceptions[0]), 1) from None
+            error: BaseException = fatal
+            while isinstance(error, BaseExceptionGroup):  # subgroup keeps the nesting of the nurseries
+                error = error.exceptions[0]
+            raise CliError(str(error), 1) from None
         raise
     return 0

@@ -111,3 +111,39 @@ async def test_signals_stop_the_bridge(
         assert await process.wait() == code
     assert rest.decode().strip().splitlines()[-1] == ("interrupted" if code else "terminated")
     assert "Traceback" not in (seen + rest).decode()
+
+
+async def test_a_node_with_several_inboxes_is_one_line_and_exit_1(
+    tmp_path: Path, network: object, alice: object
+) -> None:
+    """The CLI against a real control-protocol server whose snapshot lists two inboxes: one line, exit 1."""
+    from corda_trio import amqp, pki, transport
+    from tests.bridge.test_external_inboxes import _node_with_two_inboxes
+
+    creds: pki.NodeCredentials = alice  # type: ignore[assignment]
+    pki.write_certificates(tmp_path / "tls.pem", creds.tls_chain)
+    pki.write_private_key(tmp_path / "tls.key", creds.tls.key, None)
+    pki.write_certificates(tmp_path / "root.pem", [network.root.cert])  # type: ignore[attr-defined]
+    config = amqp.ConnectionConfig(
+        sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda user, password: password == "secret"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            lambda task_status: transport.serve_amqp(
+                _node_with_two_inboxes, 0, host="127.0.0.1", config=config, task_status=task_status
+            )
+        )
+        path = write(tmp_path, GOOD.format(port=transport.listener_port(listeners)))
+        with trio.fail_after(60):
+            done = await trio.run_process(
+                [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(path)],
+                capture_stdout=True, capture_stderr=True, check=False, env=env,
+            )  # fmt: skip
+        nursery.cancel_scope.cancel()
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("corda-trio: error:") and "one inbox" in last, err
+    assert "p2p.inbound.DLaaa" in last and "p2p.inbound.DLbbb" in last, err
+    assert "Traceback" not in err, err
