@@ -328,7 +328,9 @@ class Scenario(Protocol):
     """A named benchmark. ``open`` sets up the system under test and tears it down on exit.
 
     ``parameters`` maps each parameter the scenario understands to a one-line help text; the harness
-    refuses a run with any other parameter (a misspelt ``--param`` must not be silently ignored).
+    refuses a run with any other parameter (a misspelt ``--param`` must not be silently ignored). An
+    optional ``choices`` maps a parameter to its valid values; the harness refuses any other value before
+    the run starts.
     """
 
     name: str
@@ -604,11 +606,20 @@ ProgressCallback = Callable[[float, int], None]
 
 
 def check_parameters(scenario: Scenario, config: RunConfig) -> None:
-    """Refuse parameters the scenario does not declare (a scenario without ``parameters`` accepts any).
+    """Refuse parameters the scenario does not declare (a scenario without ``parameters`` accepts any), and
+    values outside the scenario's ``choices`` for a parameter.
 
     Raises:
-        BenchError: naming the unknown parameters and the scenario's own.
+        BenchError: naming the unknown parameters and the scenario's own, or the parameter, its value and
+            the valid values.
     """
+    choices: Mapping[str, Sequence[str]] = getattr(scenario, "choices", {})
+    for name, valid in choices.items():
+        if name in config.params and str(config.params[name]) not in valid:
+            raise BenchError(
+                f"scenario {scenario.name}: parameter {name}={config.params[name]!r}: "
+                f"must be one of {', '.join(valid)}"
+            )
     known = getattr(scenario, "parameters", None)
     if known is None:
         return

@@ -101,6 +101,7 @@ class WalScenario:
         "consume": "true (default): a consumer receives and acks; false: measure enqueue only",
         "credit": "consumer prefetch (default 256)",
     }
+    choices: Final = {"fsync": ("always", "none")}  # checked by the harness before the run
 
     @asynccontextmanager
     async def open(self, ctx: ScenarioContext) -> AsyncIterator[_WalSession]:
@@ -110,8 +111,6 @@ class WalScenario:
         credit = ctx.param("credit", 256)
         if count < 1 or credit < 1:
             raise BenchError("wal: queues and credit must be at least 1")
-        if fsync not in ("always", "none"):
-            raise BenchError(f"wal: fsync must be 'always' or 'none', not {fsync!r}")
         payload = bytes(range(256)) * (max(ctx.config.sizes.sizes) // 256 + 1)
         async with store.open_broker(ctx.scratch_dir / "broker") as broker:
             queues = {}

@@ -64,7 +64,7 @@ CASES: list[tuple[str, str, str, int]] = [
     ("bench-peers-zero", "bench run loopback --out {d}/out --peers 0 --duration 1",
      "--peers 0: must be in 1..", 2),
     ("bench-bad-param", "bench run wal --out {d}/out --param fsync=true --duration 1",
-     "fsync must be 'always' or 'none', not 'true'", 1),
+     "scenario wal: parameter fsync='true': must be one of always, none", 2),
     # report
     ("report-no-input", "report --in {d}/nothing --out {d}/r.html",
      "input directory {d}/nothing does not exist or is not a directory", 2),
