@@ -165,10 +165,10 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
     if end <= len(data) and data.startswith(head, pos):
         q = pos + len(head)
         c = data[q]
-        if c == 0x70:
+        if c == 0x70 and q + 5 < end:
             delivery_id = _U32(data, q + 1)[0]
             q += 5
-        elif c == 0x52:
+        elif c == 0x52 and q + 2 < end:
             delivery_id = data[q + 1]
             q += 2
         elif c == 0x43:
@@ -176,7 +176,8 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
             q += 1
         else:
             delivery_id = -1
-        if delivery_id >= 0 and data[q] == 0xA0:
+        # every read stays inside this transfer's list (``end``): a shorter transfer goes to the full decoder
+        if delivery_id >= 0 and q + 1 < end and data[q] == 0xA0:
             tag_end = q + 2 + data[q + 1]
             tail = memo[3]
             if tag_end + len(tail) == end and data.startswith(tail, tag_end):
@@ -194,7 +195,9 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
         head_end = q
         c = data[q]
         q += 1 if c == 0x43 else 2 if c == 0x52 else 5  # the delivery-id
-        if data[q] == 0xA0:
+        # learn only a transfer whose list goes on with a vbin8 delivery-tag (a list that ends after the
+        # delivery-id is followed by the payload, not by more fields)
+        if q + 1 < end and data[q] == 0xA0 and q + 2 + data[q + 1] <= end:
             tag_end = q + 2 + data[q + 1]
             constant = dict(fields)
             del constant["delivery_id"]

@@ -209,3 +209,33 @@ def test_the_encoder_shape_never_changes_the_bytes() -> None:
         codec.ENCODER_MEMO.keys.update(keys_memo)
         codec.ENCODER_MEMO.last.update(last)
     assert hits > 300  # the shape path was taken
+
+
+def test_transfers_that_end_before_or_at_their_delivery_tag_decode_exactly() -> None:
+    """Continuation transfers may stop after the handle or the delivery-id (no tag), and the payload that
+    follows may start with a byte that looks like a vbin8; the remembered transfer never reads past the
+    list, and a delivery-id wider than the remembered one goes to the full decoder."""
+    from corda_trio.amqp import codec
+
+    payloads = [b"", b"\xa0", b"\xa0\x05abcde", b"\x70\x00", b"payload"]
+    shapes: list[dict[str, object]] = [
+        {"handle": 0, "delivery_id": 1, "delivery_tag": b"t"},
+        {"handle": 0, "delivery_id": 1},
+        {"handle": 0},
+        {"handle": 0, "delivery_id": 1 << 20, "delivery_tag": b"t"},
+        {"handle": 0, "delivery_id": 1 << 20},
+        {"handle": 0, "delivery_id": 0, "delivery_tag": b""},
+        {"handle": 0, "delivery_id": 200, "delivery_tag": b"tag"},
+    ]
+    codec.DECODER_MEMO.clear()
+    for first in shapes:
+        for second in shapes:
+            for payload in payloads:
+                for kw in (first, second):
+                    transfer = amqp.Transfer(**kw)  # type: ignore[arg-type]
+                    frame = amqp.encode_frame(transfer, 0, payload)
+                    got = amqp.decode_frame(frame)
+                    assert (got.performative, got.payload) == (transfer, payload)
+                    buffer = amqp.codec.FrameBuffer()
+                    buffer.feed(frame)
+                    assert buffer.frames() == [got]
