@@ -222,6 +222,28 @@ async def test_flows_resume_after_a_node_restart(net: testing.FlowNetwork) -> No
     assert answered.count(5) == len([f for f in answered if f is not None])
 
 
+def expected_from_carol(sid: int) -> list[tuple[str, str]]:
+    return [
+        (CAROL, "field 'payload' must be bytes"),
+        (CAROL, "unknown session 424242"),
+        (CAROL, f"session {sid} belongs to {BOB}, not to the sender {CAROL}"),
+        (CAROL, "not msgpack: "),
+    ]
+
+
+async def _wait_refused(manager: flows.FlowManager, expected: list[tuple[str, str]]) -> None:
+    """Wait (at most 10 s) until every (party, reason prefix) in ``expected`` is among the refusals."""
+
+    def missing() -> list[tuple[str, str]]:
+        refusals = manager.refusals()
+        return [(p, r) for p, r in expected if not any(s == p and x.startswith(r) for s, x in refusals)]
+
+    with trio.move_on_after(10):
+        while missing():
+            await manager.wait_changed(manager.version)
+    assert not missing(), manager.refusals()
+
+
 async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.FlowNetwork) -> None:
     """Carol and Bob send hand-made session messages to Alice; each is refused with its reason; Alice keeps
     serving."""
@@ -248,6 +270,9 @@ async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.Flo
             await service.send(
                 service.create_message(flows.SESSION_TOPIC, data, dedup_id=f"evil-{i}"), alice.name
             )
+        # Carol's refusals first: Bob's in-sequence message below fails the waiting flow and ends the session,
+        # after which Carol's forged message for it could only be refused as an unknown session
+        await _wait_refused(alice.flows, expected_from_carol(sid))
         # Bob's real session: out of sequence, then an unregistered class in sequence (seq 0 is Bob's confirm)
         bob_service = net["Bob"].messaging
         assert bob_service is not None
@@ -257,22 +282,7 @@ async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.Flo
             await bob_service.send(
                 bob_service.create_message(flows.SESSION_TOPIC, data, dedup_id=f"bad-{i}"), alice.name
             )
-        expected = [
-            (CAROL, "field 'payload' must be bytes"),
-            (CAROL, "unknown session 424242"),
-            (CAROL, f"session {sid} belongs to {BOB}, not to the sender {CAROL}"),
-            (CAROL, "not msgpack: "),
-            (BOB, f"out of sequence on session {sid}: expected "),
-        ]
-
-        def missing() -> list[tuple[str, str]]:
-            refusals = alice.flows.refusals()
-            return [(p, r) for p, r in expected if not any(s == p and x.startswith(r) for s, x in refusals)]
-
-        with trio.move_on_after(10):
-            while missing():
-                await alice.flows.wait_changed(alice.flows.version)
-        assert not missing(), alice.flows.refusals()
+        await _wait_refused(alice.flows, [(BOB, f"out of sequence on session {sid}: expected ")])
         # the in-sequence message naming os.system fails the waiting flow with the type name
         with pytest.raises(flows.FlowException, match=r"payload type 'os\.system' is not registered"):
             await waiting.result()
