@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 __all__ = ["CliError", "main"]
 
@@ -172,6 +172,24 @@ def _is_interrupt(exc: BaseException) -> bool:
     return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
 
 
+_E = TypeVar("_E", bound=BaseException)
+
+
+def grouped_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E | None:
+    """The first ``kind`` error in ``exc`` (itself, or a leaf of a group as Trio nurseries nest them), or
+    None when there is none or when an interrupt is among the leaves (that one must unwind as it is)."""
+    if _is_interrupt(exc):
+        return None
+    if isinstance(exc, kind):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    leaf: BaseException | None = exc.subgroup(kind)
+    while isinstance(leaf, BaseExceptionGroup):  # subgroup keeps the nesting of the nurseries
+        leaf = leaf.exceptions[0]
+    return leaf  # type: ignore[return-value]
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
@@ -187,15 +205,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         print(f"corda-trio: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BaseExceptionGroup as group:  # a CliError raised inside a Trio nursery arrives grouped
-        if _is_interrupt(group):
+        leaf = grouped_error(group, CliError)
+        if leaf is None:
             raise
-        errors = group.subgroup(CliError)
-        if errors is None:
-            raise
-        leaf: BaseException = errors
-        while isinstance(leaf, BaseExceptionGroup):
-            leaf = leaf.exceptions[0]
-        assert isinstance(leaf, CliError)
         print(f"corda-trio: error: {leaf}", file=sys.stderr)
         return leaf.exit_code
     except BrokenPipeError:  # `corda-trio ... | head`: the reader left; say nothing more

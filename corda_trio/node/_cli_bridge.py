@@ -40,7 +40,7 @@ import trio
 
 from corda_trio import bridge, network, pki
 
-from ._cli import CliError
+from ._cli import CliError, grouped_error
 from ._config import ConfigError, KeyPassphrase, _join, _read_toml, _Reader
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
@@ -211,11 +211,8 @@ def _start(args: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except BaseExceptionGroup as group:
-        fatal = group.subgroup((bridge.ListenError, bridge.MultipleInboxesError))
-        if fatal is not None and group.subgroup(KeyboardInterrupt) is None:
-            error: BaseException = fatal
-            while isinstance(error, BaseExceptionGroup):  # subgroup keeps the nesting of the nurseries
-                error = error.exceptions[0]
-            raise CliError(str(error), 1) from None
-        raise
+        fatal = grouped_error(group, (bridge.ListenError, bridge.MultipleInboxesError))
+        if fatal is None:
+            raise
+        raise CliError(str(fatal), 1) from None
     return 0

@@ -51,7 +51,7 @@ import trio
 from corda_trio import pki
 from corda_trio.bridge import float as fl
 
-from ._cli import CliError
+from ._cli import CliError, grouped_error
 from ._config import ConfigError, KeyPassphrase
 
 __all__ = ["load_float_config", "register"]
@@ -259,11 +259,9 @@ def _start(args: argparse.Namespace) -> int:
     try:
         trio.run(_run, config, audit)
     except (OSError, BaseExceptionGroup) as exc:  # the control port cannot be bound
-        error = exc.subgroup(OSError) if isinstance(exc, BaseExceptionGroup) else exc
-        if error is None or (isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt)):
+        error = grouped_error(exc, OSError)
+        if error is None:
             raise
-        while isinstance(error, BaseExceptionGroup):
-            error = error.exceptions[0]
         where = f"{config.control_host}:{config.control_port}"
         raise CliError(f"cannot listen on {where}: {getattr(error, 'strerror', None) or error}") from None
     finally:
