@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -100,13 +101,24 @@ def _node_main(node_dir: Path) -> None:
                 config=bridge.BridgeConfig(credit=1024),
             )
             delivered: dict[str, int] = {}
-            got_all = trio.Event()
-            expect = [10**18]
+            anomalies: list[str] = []  # a message handed over twice, or whose body is not its id's
+            # [the count of messages handled to wait for, the event set when it is reached]
+            target: list[Any] = [math.inf, trio.Event()]
+
+            async def handled(count: int) -> None:
+                """Return once this node's handler has had ``count`` messages."""
+                if len(delivered) < count:
+                    target[:] = [count, trio.Event()]
+                    await target[1].wait()
+                target[0] = math.inf
 
             async def handler(message: messaging.ReceivedMessage) -> None:
-                delivered[message.dedup_id] = time.time_ns()
-                if len(delivered) >= expect[0]:
-                    got_all.set()
+                dedup_id = message.dedup_id
+                if dedup_id in delivered or message.data != _body(dedup_id, plan["size"]):
+                    anomalies.append(dedup_id)
+                delivered[dedup_id] = time.time_ns()
+                if len(delivered) >= target[0]:
+                    target[1].set()
 
             service.add_message_handler(TOPIC, handler)
             if tunnel is None:
@@ -121,19 +133,20 @@ def _node_main(node_dir: Path) -> None:
             if plan["role"] == "receiver":
                 # end of phase 1: when this node's handler has had every message so far
                 line = await trio.to_thread.run_sync(sys.stdin.readline)  # off the hot path
-                expect[0] = json.loads(line)["wait_handled"]
-                if len(delivered) >= expect[0]:
-                    got_all.set()
-                await got_all.wait()
-                got_all = trio.Event()
+                await handled(json.loads(line)["wait_handled"])
                 say({"handled_at": max(delivered.values())})
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
-                expect[0] = json.loads(line)["expect"]
-                if len(delivered) >= expect[0]:
-                    got_all.set()
-                await got_all.wait()
+                # (every message is durable in this node's inbox by now, but the handler may lag behind)
+                await handled(json.loads(line)["expect"])
                 (node_dir / "delivered.json").write_text(json.dumps(delivered))
-                say({"done": True, "cpu_seconds": cpu_with_helpers(os.getpid()) - cpu0})
+                say(
+                    {
+                        "done": True,
+                        "cpu_seconds": cpu_with_helpers(os.getpid()) - cpu0,
+                        "anomalies": anomalies[:20],
+                        "anomaly_count": len(anomalies),
+                    }
+                )
                 nursery.cancel_scope.cancel()
                 return
             line = await trio.to_thread.run_sync(sys.stdin.readline)  # the receiver's port
@@ -146,12 +159,12 @@ def _node_main(node_dir: Path) -> None:
                 )
             )
             to = pki.CordaX500Name.parse(peer["name"])
-            body = bytes(range(256)) * (plan["size"] // 256) + bytes(plan["size"] % 256)
             created: dict[str, int] = {}
             enqueued: dict[str, int] = {}
 
             async def one(dedup_id: str, intended: int) -> None:
                 created[dedup_id] = intended
+                body = _body(dedup_id, plan["size"])
                 await service.send(service.create_message(TOPIC, body, dedup_id=dedup_id), to)
                 enqueued[dedup_id] = time.time_ns()
 
@@ -221,6 +234,16 @@ def _node_main(node_dir: Path) -> None:
         prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
     else:
         trio.run(run)
+
+
+@functools.cache
+def _filler(size: int) -> bytes:
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def _body(dedup_id: str, size: int) -> bytes:
+    """A message's body: its id, then filler, ``size`` bytes in all (the receiver checks every body)."""
+    return (dedup_id.encode() + b"|" + _filler(size))[:size]
 
 
 # --- the orchestrator ---------------------------------------------------------------------------------------
@@ -353,6 +376,15 @@ def run_benchmark(
         sent = json.loads((a_dir / "sent.json").read_text())
         delivered = json.loads((b_dir / "delivered.json").read_text())
     finished_at = dt.datetime.now(dt.UTC)
+    missing = sorted(set(sent["created"]) - set(delivered))
+    unexpected = sorted(set(delivered) - set(sent["created"]))
+    if missing or unexpected or b_done["anomaly_count"]:
+        # never expected: a message lost, or handed over under another message's id, twice, or with
+        # another message's body
+        raise SystemExit(
+            f"wrong deliveries: {len(missing)} missing {missing[:10]}, {len(unexpected)} unexpected "
+            f"{unexpected[:10]}, {b_done['anomaly_count']} twice or with a wrong body {b_done['anomalies']}"
+        )
     half = [k for k in sent["created"] if k.startswith("half-")]
     latencies = sorted(delivered[k] - sent["created"][k] for k in half)
     total = a_done["expect"] - 200
