@@ -781,13 +781,17 @@ class FlowManager:
     async def kill(self, flow_id: str, reason: str = "killed by an operator") -> None:
         """End a flow: its counterparties are told ("counter-flow errored"), its result is a FlowKilledError.
 
+        A flow that finished before one of its sessions was confirmed (``statistics().unconfirmed``) keeps
+        its result; killing it drops the end (or error) it still held for that session, and its record is
+        released (a confirm arriving later is refused as for an unknown session).
+
         Raises:
-            UnknownFlowError: no such running flow.
+            UnknownFlowError: no such running or unconfirmed flow.
         """
         await trio.lowlevel.checkpoint()
-        runner = self._runners.get(flow_id)
+        runner = self._runners.get(flow_id) or self._lingering.get(flow_id)
         if runner is None:
-            raise UnknownFlowError(f"no running flow {flow_id}")
+            raise UnknownFlowError(f"no running or unconfirmed flow {flow_id}")
         runner.events.appendleft(Kill(reason=reason, now=time.time()))
         runner.wakeup.set()
         runner.retry.set()

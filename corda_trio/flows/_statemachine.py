@@ -34,8 +34,9 @@ twice) is acknowledged and dropped with :class:`RefuseMessage` naming the reason
 that finished, the error of one that failed) are held in the session (``buffered``, in the checkpoint) and
 sent, in order, by the transition that applies the confirm; a reject drops them. This holds after the flow
 finished too: a finished flow with held messages (:attr:`FlowState.unflushed`) still takes its sessions'
-confirm or reject, so the responder always hears how the flow ended. The error's id is fixed when the flow
-fails, so the error sent later, or again after a crash, is the same message.
+confirm or reject, so the responder always hears how the flow ended (unless an operator gives up on a peer
+that never confirms: a :class:`Kill` of such a flow drops the held messages). The error's id is fixed when
+the flow fails, so the error sent later, or again after a crash, is the same message.
 
 *Ownership.* ``transition`` changes the state it is given (flows are mutable attrs objects); callers that may
 need the old state keep its checkpoint bytes.
@@ -818,6 +819,12 @@ def transition(state: FlowState, event: Event, env: Environment) -> Transition:
             else:
                 sid = event.message.recipient_session_id
                 m._refuser(event)(f"unknown session {sid}: its flow has finished")
+        elif isinstance(event, Kill) and state.unflushed:
+            # an operator gives up on the confirms: the held messages are dropped (a confirm that still
+            # comes is refused as for an unknown session)
+            for s in state.sessions.values():
+                s.buffered.clear()
+            m.changed = True
         return _result(m)
     try:
         if isinstance(event, Start):

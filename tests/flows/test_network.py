@@ -326,3 +326,28 @@ async def test_a_flow_ending_before_the_confirm_ends_its_responder_across_restar
         version = alice.version
         while alice.statistics().unconfirmed:
             version = await alice.wait_changed(version)
+
+
+async def test_kill_releases_a_flow_waiting_for_a_confirm(net: testing.FlowNetwork) -> None:
+    """A flow that finished before Bob (stopped) could confirm is killed: it stays completed, no longer waits
+    (also after a restart), and Bob's late confirm is refused as for an unknown session."""
+    alice = net["Alice"].flows
+    await net.stop("Bob")
+    with trio.fail_after(60):
+        handle = await alice.start_flow(Hasty(peer=BOB, notes=2))
+        assert await handle.result() == "sent 2"
+        assert alice.statistics().unconfirmed == 1
+        await alice.kill(handle.flow_id)
+        version = alice.version
+        while alice.statistics().unconfirmed:
+            version = await alice.wait_changed(version)
+        with pytest.raises(flows.UnknownFlowError):
+            await alice.kill(handle.flow_id)
+        await net.restart("Alice")
+        alice = net["Alice"].flows
+        assert alice.statistics().unconfirmed == 0
+        assert await alice.wait_result(handle.flow_id) == "sent 2"
+        await net.start("Bob")
+        version = alice.version
+        while not any(p == BOB and r.startswith("unknown session") for p, r in alice.refusals()):
+            version = await alice.wait_changed(version)

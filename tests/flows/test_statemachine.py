@@ -347,3 +347,25 @@ def test_a_reject_drops_what_a_finished_flow_held_for_the_confirm() -> None:
     state = flows.decode_checkpoint(alice.checkpoints[fid])
     assert not state.unflushed
     assert state.sessions[0].peer_error == (None, f"{B} rejected the session: not here")
+
+
+def test_a_kill_drops_what_a_finished_flow_held_for_the_confirm() -> None:
+    """An operator gives up on a confirm that does not come: the held end and data go, the record stays
+    completed, and a confirm arriving afterwards is refused as for an unknown session."""
+    net = MemNet.of(A, B)
+    fid = net.start(A, Hasty(peer=B, notes=2))
+    ((_, init_wire),) = net.links[(A, B)]
+    state = net.nodes[A].states[fid]
+    assert state.finished and state.unflushed
+    t = sm.transition(state, sm.Kill(reason="operator", now=1.0), sm.Environment(our_name=A))
+    assert t.actions == (sm.PersistCheckpoint(),)
+    assert not t.state.unflushed and t.state.status == "completed" and t.state.result == "sent 2"
+    init = flows.decode_session_message(init_wire)
+    confirm = flows.ExistingSessionMessage(
+        recipient_session_id=init.initiator_session_id, seq=0,
+        payload=flows.ConfirmPayload(initiated_session_id=5, flow_version=1, app_name=""),
+    )  # fmt: skip
+    t = sm.transition(t.state, sm.MessageArrived(sender=B, message=confirm, token="tok", now=2.0),
+                      sm.Environment(our_name=A))  # fmt: skip
+    assert [type(a) for a in t.actions] == [sm.AcknowledgeMessages, sm.RefuseMessage]
+    assert t.actions[1].reason.startswith(f"unknown session {init.initiator_session_id}")  # type: ignore[union-attr]
