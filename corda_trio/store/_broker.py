@@ -377,6 +377,7 @@ class Queue:
         self._delivery_counts.pop(mid, None)
         self._read_ahead.pop(mid, None)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def ack(self, message_id: int) -> None:
         """Acknowledge (remove) an in-flight message, whichever consumer holds it; returns once durable.
 
@@ -463,6 +464,7 @@ class Queue:
             ),
         )
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def compact(self) -> int:
         """Compact this queue now, the current segment included; returns the bytes reclaimed (0 for an
         in-memory queue).
@@ -516,6 +518,7 @@ class Consumer:
         """Ids delivered to this consumer and not yet acked or released, in delivery order."""
         return tuple(self._held)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     def add_credit(self, n: int) -> None:
         """Grant ``n`` more deliveries."""
         if n < 0:
@@ -628,6 +631,7 @@ class Consumer:
         else:
             await batch.wait()
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     def release(self, message_id: int) -> None:
         """Give a held message back: it is delivered again (first in line) with ``delivery_count + 1``.
 
@@ -639,6 +643,7 @@ class Consumer:
         if not self._queue._closed:
             self._queue._put_back(message_id)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def aclose(self) -> None:
         """Release every held message and stop receiving."""
         self._close()
@@ -685,6 +690,7 @@ class Broker:
         if self._closed:
             raise StoreClosedError("broker is closed")
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def declare_queue(
         self, name: str, *, durable: bool = True, fsync: FsyncPolicy | str | None = None
     ) -> Queue:
@@ -774,6 +780,7 @@ class Broker:
         self.recovery_reports[name] = recovered.report
         return queue
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def open_keyed_log(self, name: str) -> KeyedLog:
         """Open (creating if needed) the durable keyed log ``name`` and recover its live entries.
 
@@ -835,6 +842,7 @@ class Broker:
         """Statistics of every queue whose name starts with ``prefix``, sorted by name."""
         return [self._queues[n].statistics() for n in self.list_queues(prefix)]
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def delete_queue(self, name: str) -> None:
         """Delete a queue and everything in it (consumers see :class:`StoreClosedError`).
 
@@ -878,6 +886,7 @@ class Broker:
 
 
 @contextlib.asynccontextmanager
+@trio.lowlevel.enable_ki_protection  # its clean-up runs whole: a Ctrl-C lands at a checkpoint
 async def open_broker(
     directory: str | os.PathLike[str], *, config: BrokerConfig | None = None
 ) -> AsyncIterator[Broker]:

@@ -130,6 +130,7 @@ class CommitHelper:
 
     # ------------------------------------------------------------------ tasks
 
+    @trio.lowlevel.enable_ki_protection  # replies settle commits: never half-dispatched
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Send what the socket could not take at once and dispatch replies, until the helper exits
         (after :meth:`aclose`, or on its own: then every outstanding commit fails)."""
@@ -180,6 +181,7 @@ class CommitHelper:
         for done in callbacks.values():
             done(self._failure)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def _send_loop(self) -> None:
         unsent = self._unsent
         while True:
@@ -244,6 +246,7 @@ class CommitHelper:
             done(self._failure)
         self._unsent.clear()
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def kill(self) -> None:
         """Kill the helper (if it is still running) and reap it."""
         if self._process.returncode is None:
@@ -254,6 +257,7 @@ class CommitHelper:
             trio.lowlevel.notify_closing(self._sock)
             self._sock.close()
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def aclose(self) -> None:
         """Shut the socket for writing (the helper finishes what it has, sees end of file and exits) and
         wait for the helper to exit; :meth:`run` then returns.

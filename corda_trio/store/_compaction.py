@@ -109,6 +109,7 @@ class Compactor:
     _task_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _pass_done: trio.Event = attrs.field(factory=trio.Event, init=False)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def run(self) -> None:
         """Compact sealed segments as they become mostly acked, until :meth:`stop` or the log closes."""
         log = self.log
@@ -133,6 +134,7 @@ class Compactor:
         finally:
             self._task_done.set()
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def stop(self) -> None:
         """Stop compacting this generation: cancel the background task and wait until no compaction
         runs (a rewrite already on its worker thread is finished first). Later requests raise
@@ -155,6 +157,7 @@ class Compactor:
         if self._stopped or self.log.closing:
             raise StoreClosedError(f"queue {self.log.name} is closed")
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def compact(self, *, only_dirty: bool = False, seal_tail: bool = False) -> int:
         """Compact sealed segments; returns the number of bytes reclaimed.
 

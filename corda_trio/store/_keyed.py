@@ -163,6 +163,7 @@ class KeyedLog:
 
     # ------------------------------------------------------------------ writing
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def put(self, key: bytes, value: bytes) -> None:
         """Store ``value`` under ``key``; returns once it is durable.
 
@@ -172,6 +173,7 @@ class KeyedLog:
         """
         await self.write([(key, value)], [])
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def delete(self, key: bytes) -> None:
         """Remove ``key`` (durably; a key that is not there is fine)."""
         await self.write([], [key])
@@ -206,6 +208,7 @@ class KeyedLog:
             if batch.error is not None:
                 self._pending.pop(mid, None)
 
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def compact(self) -> int:
         """Compact the log now (the current segment included); returns the bytes reclaimed.
 

@@ -417,6 +417,7 @@ class DurableLog:
 
     # ------------------------------------------------------------------ writer task
 
+    @trio.lowlevel.enable_ki_protection  # the group-commit books never half-updated
     async def run_writer(self) -> None:
         """The group-commit loop (one task per queue, in the broker's nursery). Returns after ``close``
         once everything pending is written and every job it started has finished.
