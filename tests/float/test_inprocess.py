@@ -108,3 +108,40 @@ async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
             assert b.got == [(str(alice.legal_name), b"%d" % i) for i in range(n)]
             assert b.tunnel.stored == n and flt.accepted == n
         nursery.cancel_scope.cancel()
+
+
+async def test_every_failover_is_seen_by_counting_activations(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """Regression: a failover can be over (standby active) within milliseconds, before an observer that
+    waits for ``public_address`` to read ``None`` ever looks; ``wait_activation`` counts, so it cannot miss
+    one. Here nobody looks during the failover at all, and it is still reported, with the new address."""
+    tls = {"node": node_tls(bob, network.root.cert, tmp_path / "tls")}
+    floats = [
+        fl.Float(fl.FloatConfig(tunnel=float_creds, public_host="127.0.0.1", tls=tls)) for _ in range(2)
+    ]
+    peers = messaging.PeerDirectory()
+    async with trio.open_nursery() as nursery:
+        scopes = [trio.CancelScope(), trio.CancelScope()]
+
+        async def serve(i: int, *, task_status: trio.TaskStatus[int]) -> None:
+            with scopes[i]:
+                await floats[i].run(task_status=task_status)
+
+        ports = [await nursery.start(serve, i) for i in (0, 1)]
+        async with receiver_behind_float(
+            bob, tmp_path / "b", [("127.0.0.1", p) for p in ports], bridge_creds, peers
+        ) as b:
+            with trio.fail_after(30):
+                count, address = await b.tunnel.wait_activation()
+                assert count == 1 and address == ("127.0.0.1", floats[0].public_port)
+                scopes[0].cancel()  # the active float goes away
+                await wait_until(lambda: b.tunnel.activations == 2)  # the standby took over meanwhile
+                assert b.tunnel.failovers == 1
+                assert await b.tunnel.wait_activation(count) == (2, ("127.0.0.1", floats[1].public_port))
+                assert await b.tunnel.wait_activation() == (2, ("127.0.0.1", floats[1].public_port))
+        nursery.cancel_scope.cancel()

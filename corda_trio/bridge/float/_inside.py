@@ -99,7 +99,8 @@ class TunnelConfig:
 
 @attrs.define(eq=False)
 class FloatTunnel:
-    """See the module docstring. ``await nursery.start(tunnel.run)``; :meth:`wait_active` for tests."""
+    """See the module docstring. ``await nursery.start(tunnel.run)``; :meth:`wait_active` and
+    :meth:`wait_activation` for tests and monitoring."""
 
     inbox: store.Queue
     tunnel_context: ssl.SSLContext
@@ -109,6 +110,8 @@ class FloatTunnel:
     #: The float in use (``(host, port)`` of its control port) and its public address, while active.
     active: tuple[str, int] | None = None
     public_address: tuple[str, int] | None = None
+    #: The public address the latest activation reported (kept after that activation ended).
+    latest_public_address: tuple[str, int] | None = None
     #: Counters: activations, failovers (a float's control link ended), messages stored, rejected.
     activations: int = 0
     failovers: int = 0
@@ -128,6 +131,19 @@ class FloatTunnel:
         while self.public_address is None:
             await self._changed.wait()
         return self.public_address
+
+    async def wait_activation(self, after: int = 0) -> tuple[int, tuple[str, int]]:
+        """Wait until more than ``after`` activations have happened; returns their number and the public
+        address the latest one reported.
+
+        Counting activations is the way to see every failover: one can end and the next float be active
+        within milliseconds, so an observer that waits for ``public_address`` to read ``None`` in between
+        may never see it do so.
+        """
+        while self.activations <= after:
+            await self._changed.wait()
+        assert self.latest_public_address is not None
+        return self.activations, self.latest_public_address
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep one float active until cancelled (never returns)."""
@@ -189,7 +205,7 @@ class FloatTunnel:
             if not isinstance(report, FloatActivated) or report.activation_id != command.activation_id:
                 raise FloatActivationError(f"unexpected answer to the activation: {report!r}")
             self.active = address
-            self.public_address = (report.public_host, report.public_port)
+            self.public_address = self.latest_public_address = (report.public_host, report.public_port)
             self.activations += 1
             log.info("float %s:%d active, public port %d", *address, report.public_port)
             self._notify()
