@@ -68,18 +68,9 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
     if kind == "queue":
         name = os.path.basename(os.path.normpath(directory))
         return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
-    entries = os.listdir(directory)
-    queues = []
-    for entry in sorted(entries):
-        full = os.path.join(directory, entry)
-        if not os.path.isdir(full) or entry == store.QUARANTINE_DIR:
-            continue
-        try:
-            store.validate_queue_name(entry)
-        except store.InvalidQueueNameError:
-            continue
-        if only is None or entry == only:
-            queues.append((entry, full))
+    queues = [(name, os.path.join(directory, name)) for name in store.list_root(directory)[0]]
+    if only is not None:
+        queues = [(name, full) for name, full in queues if name == only]
     if only is not None and not queues:
         raise CliError(f"{directory}: no queue named {only!r}", 1)
     return directory, queues
@@ -229,19 +220,7 @@ def _strays(directory: str) -> list[str]:
     """Entries of a broker directory that are neither queues nor the store's own files (reported, kept)."""
     if store.store_kind(directory) != "broker":
         return []
-    found = []
-    for entry in sorted(os.listdir(directory)):
-        full = os.path.join(directory, entry)
-        if entry in (store.LOCK_FILE, store.QUARANTINE_DIR, store.KEYED_DIR) or entry.startswith(".deleted-"):
-            continue  # the store's own (an interrupted queue delete is finished on the next open)
-        try:
-            store.validate_queue_name(entry)
-        except store.InvalidQueueNameError:
-            found.append(full)
-            continue
-        if not os.path.isdir(full):
-            found.append(full)
-    return found
+    return [os.path.join(directory, entry) for entry in store.list_root(directory)[1]]
 
 
 def _list(args: argparse.Namespace) -> int:

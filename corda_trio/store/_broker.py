@@ -705,7 +705,8 @@ class Broker:
 
         Raises:
             InvalidQueueNameError: bad name.
-            QueueExistsError: it exists with the other durability.
+            QueueExistsError: it exists with the other durability, or a directory of that name holds
+                files the store did not write (it is never written to).
         """
         self._check_open()
         validate_queue_name(name)

@@ -26,15 +26,17 @@ from typing import Final
 
 import attrs
 
-from ._errors import BrokerLockedError, InvalidQueueNameError
+from ._errors import BrokerLockedError, InvalidQueueNameError, QueueExistsError
 from ._recovery import RecoveredLog, RecoveryMode, recover_queue
-from ._segment import QUARANTINE_DIR, fsync_dir, list_segment_numbers, validate_queue_name
+from ._segment import QUARANTINE_DIR, fsync_dir, list_segment_numbers, stray_entries, validate_queue_name
 
 __all__ = [
     "KEYED_DIR",
     "LOCK_FILE",
     "RootListing",
     "create_queue_dir",
+    "is_queue_dir",
+    "list_root",
     "lock_directory",
     "open_root",
     "remove_queue_dir",
@@ -101,22 +103,45 @@ def open_root(directory: str, wait_seconds: float = 0.0) -> RootListing:
         if not os.path.exists(marker):
             os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o644))
             fsync_dir(directory)
-        queues: list[str] = []
-        strays: list[str] = []
-        for entry in sorted(os.listdir(directory)):
+        for entry in os.listdir(directory):
             full = os.path.join(directory, entry)
-            if entry.startswith(DELETED_PREFIX) and os.path.isdir(full):
+            if entry.startswith(DELETED_PREFIX) and os.path.isdir(full) and not os.path.islink(full):
                 shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
-            elif entry == LOCK_FILE or (entry in (QUARANTINE_DIR, KEYED_DIR) and os.path.isdir(full)):
-                continue
-            elif _is_queue_name(entry) and os.path.isdir(full) and not os.path.islink(full):
-                queues.append(entry)
-            else:
-                strays.append(entry)
-        return RootListing(lock_fd=fd, queues=tuple(queues), strays=tuple(strays))
+        queues, strays = list_root(directory)
+        return RootListing(lock_fd=fd, queues=queues, strays=strays)
     except BaseException:
         os.close(fd)
         raise
+
+
+def list_root(directory: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(queue names, entries the store did not write) of a broker directory, both sorted; reads only.
+
+    A queue directory is named like a queue and holds what the store writes there (segments, manifest),
+    or nothing at all (a queue whose creation was interrupted). A directory named like a queue that holds
+    only other files is not the store's: it is reported, and never written to.
+    """
+    queues: list[str] = []
+    strays: list[str] = []
+    for entry in sorted(os.listdir(directory)):
+        full = os.path.join(directory, entry)
+        if entry == LOCK_FILE or (entry in (QUARANTINE_DIR, KEYED_DIR) and os.path.isdir(full)):
+            continue
+        if entry.startswith(DELETED_PREFIX) and os.path.isdir(full):
+            continue  # an interrupted delete_queue, finished by the next open
+        if is_queue_dir(full):
+            queues.append(entry)
+        else:
+            strays.append(entry)
+    return tuple(queues), tuple(strays)
+
+
+def is_queue_dir(path: str) -> bool:
+    """Whether ``path`` is a queue directory the store wrote (see :func:`list_root`)."""
+    if not _is_queue_name(os.path.basename(path)) or os.path.islink(path) or not os.path.isdir(path):
+        return False
+    entries = os.listdir(path)
+    return not entries or len(stray_entries(path)) < len(entries)
 
 
 def _is_queue_name(entry: str) -> bool:
@@ -128,14 +153,20 @@ def _is_queue_name(entry: str) -> bool:
 
 
 def create_queue_dir(root: str, path: str) -> RecoveredLog:
-    """Create the directory of a new queue (durably) and recover it (its first segment is created)."""
-    created = False
+    """Create the directory of a new queue (durably) and recover it (its first segment is created).
+
+    Raises:
+        QueueExistsError: ``path`` exists but holds only files the store did not write.
+    """
     try:
         os.mkdir(path)
-        created = True
     except FileExistsError:
-        pass
-    if created:
+        if not is_queue_dir(path):
+            raise QueueExistsError(
+                f"{path} exists and was not written by the store: move it away to create queue"
+                f" {os.path.basename(path)}"
+            ) from None
+    else:
         fsync_dir(root)
     return recover_queue(path, RecoveryMode.OPEN)
 
@@ -159,6 +190,6 @@ def store_kind(directory: str) -> str | None:
         return "queue"
     for entry in os.listdir(directory):
         full = os.path.join(directory, entry)
-        if _is_queue_name(entry) and os.path.isdir(full) and list_segment_numbers(full):
+        if is_queue_dir(full) and list_segment_numbers(full):
             return "broker"
     return None

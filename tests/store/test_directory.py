@@ -82,6 +82,33 @@ async def test_stray_directories_are_reported_not_a_traceback(
     assert (qdir / "00000000000000000099.seg").is_dir() and (tmp_path / "not a queue").is_dir()
 
 
+def test_a_directory_named_like_a_queue_that_the_store_did_not_write_is_never_written_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    payloads = trio.run(_fill, tmp_path)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "cat.jpg").write_bytes(b"meow")
+    (tmp_path / "empty").mkdir()  # what an interrupted declare_queue leaves: a queue with nothing in it
+
+    async def declare() -> None:
+        async with store.open_broker(tmp_path) as broker:
+            assert broker.list_queues() == ["empty", QUEUE]
+            with pytest.raises(store.QueueExistsError, match="was not written by the store"):
+                await broker.declare_queue("photos")
+
+    trio.run(declare)
+    assert main(["store", "list", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "photos" not in listed and QUEUE in listed
+    assert main(["store", "check", str(tmp_path)]) == 0
+    assert f"left alone: {photos}" in capsys.readouterr().out
+    assert main(["store", "compact", str(tmp_path)]) == 0
+    assert "photos" not in capsys.readouterr().out
+    assert sorted(os.listdir(photos)) == ["cat.jpg"] and _read(photos / "cat.jpg") == b"meow"
+    assert trio.run(_payloads, tmp_path) == payloads
+
+
 async def test_deleting_broker_lock_does_not_let_a_second_opener_in(tmp_path: Path) -> None:
     config = store.BrokerConfig(lock_wait_seconds=0.2)
     async with store.open_broker(tmp_path) as broker:
