@@ -44,6 +44,7 @@ from ._manager import FlowManager as FlowManager
 from ._manager import FlowManagerConfig as FlowManagerConfig
 from ._manager import FlowManagerStatistics as FlowManagerStatistics
 from ._manager import build_flow as build_flow
+from ._manager import checkpoint_records as checkpoint_records
 from ._messages import SESSION_TOPIC as SESSION_TOPIC
 from ._messages import ConfirmPayload as ConfirmPayload
 from ._messages import DataPayload as DataPayload
@@ -111,6 +112,7 @@ __all__ = [
     "UnexpectedFlowEndError",
     "UnknownFlowError",
     "build_flow",
+    "checkpoint_records",
     "decode_checkpoint",
     "decode_payload",
     "decode_session_message",

@@ -38,9 +38,11 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "SESSION_FORMAT",
     "decode_checkpoint",
+    "decode_outbox_record",
     "decode_payload",
     "decode_session_message",
     "encode_checkpoint",
+    "encode_outbox_record",
     "encode_payload",
     "encode_session_message",
 ]
@@ -51,6 +53,8 @@ EXT_FLOW: Final = 3
 #: The first element of every session message.
 SESSION_FORMAT: Final = 1
 CHECKPOINT_FORMAT: Final = 1
+#: The first element of an outbox record (see :func:`encode_outbox_record`).
+OUTBOX_FORMAT: Final = 1
 
 INIT, CONFIRM, DATA, ERROR, REJECT, END = range(6)
 KIND_NAMES: Final = ("init", "confirm", "data", "error", "reject", "end")
@@ -420,3 +424,34 @@ def decode_checkpoint(data: bytes) -> FlowState:
 def outgoing_wire(o: Outgoing) -> bytes:
     """The wire bytes of an outbox entry."""
     return _wire(o)
+
+
+def encode_outbox_record(outbox: list[Outgoing]) -> tuple[bytes, list[Outgoing]]:
+    """The record of one transition's outbox (kept beside the checkpoint until its messages are in the
+    outbound queues), and the outbox with wire bytes: ``[OUTBOX_FORMAT, [[counterparty, dedup id, wire,
+    initial], ...]]``."""
+    wired = [
+        o if o.wire is not None else Outgoing(counterparty=o.counterparty, dedup_id=o.dedup_id, wire=_wire(o),
+                                              initial=o.initial)
+        for o in outbox
+    ]  # fmt: skip
+    entries = [[o.counterparty, o.dedup_id, o.wire, o.initial] for o in wired]
+    return msgpack.packb([OUTBOX_FORMAT, entries], use_bin_type=True), wired
+
+
+def decode_outbox_record(data: bytes) -> list[Outgoing]:
+    """Inverse of :func:`encode_outbox_record`.
+
+    Raises:
+        PayloadError: not an outbox record of this format.
+    """
+    try:
+        value = msgpack.unpackb(data, raw=False)
+        if not (isinstance(value, list) and len(value) == 2 and value[0] == OUTBOX_FORMAT):
+            raise ValueError("not an outbox record of format 1")
+        return [
+            Outgoing(counterparty=str(c), dedup_id=str(d), wire=bytes(w), initial=bool(i))
+            for c, d, w, i in value[1]
+        ]
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise PayloadError(f"malformed flow outbox record: {exc}") from exc

@@ -15,12 +15,22 @@ Theory of operation
 -------------------
 *One task per flow.* Every live flow has a runner task in the manager's nursery with a queue of events
 (session messages, timers, kill). The task takes whatever events have queued, feeds them one by one to the
-pure ``transition``, and performs the actions of the whole batch in the required order: (1) the checkpoint is
-written to the keyed log ``flows.checkpoints`` (one atomic record; thousands of flows share one group commit),
-(2) the consumed inbox messages are acknowledged, (3) the outbox is appended to the outbound queues
-(``send_many``, per counterparty, in order), (4) timers are armed and the handle completed. The checkpoint
-holds the outbox, so after a crash between (1) and (3) the flow's messages are sent again, identically;
-receivers drop copies.
+pure ``transition``, and performs the actions of the whole batch in the required order: (1) the checkpoint
+and the batch's outbox become durable together: **one** atomic record of the keyed log ``flows.checkpoints``
+puts the checkpoint under the flow id and the outbox under ``<flow id> NUL <transition number>`` (thousands
+of flows share one group commit); (2) the consumed inbox messages are acknowledged; (3) the outbox is handed
+to the *outbound pump* of each counterparty, synchronously (so per flow and counterparty the order is the
+transition order), and the runner goes on at once: it waits for one durable commit per batch (the inbox
+acks and the outbound appends follow on their own); (4) timers are armed and the handle completed.
+
+*Outbound pumps.* One task per counterparty appends whatever the flows handed over to that peer's outbound
+queue in one ``send_many`` (one group commit), in hand-over order, and only then hands over the next lot. A
+peer the network map does not know yet is retried with jittered backoff (its flows show as ``retrying``).
+Once every part of an outbox is durable in the outbound queues its record is deleted, in the next checkpoint
+write of any flow or, when none comes within ``outbox_flush_seconds``, in a write of its own. At start every
+outbox record still there is handed over again, in order, before its flow takes any event: exactly the
+messages that may not have reached the outbound queues (a crash between (1) and (3)), none of the others;
+receivers drop copies (dedup id, sequence number).
 
 *Receiving.* The manager's handler for ``platform.session`` decodes the message (refusing malformed ones with
 the reason), routes it by recipient session id to its runner and returns a *deferred receipt*: the messaging
@@ -29,12 +39,13 @@ message for an unknown session is acked and dropped (logged). A session init sta
 with ``@initiated_by`` (flow id derived from the init, so a copy of an init maps to the same flow and is
 dropped); an init for an unknown flow is answered with a reject carrying the reason.
 
-*Hospital.* A step raising :class:`RetryableFlowError`, or a send to a peer the network map does not know yet,
-is retried from the last checkpoint with jittered exponential backoff. Any other failure parks the flow
+*Hospital.* A step raising :class:`RetryableFlowError` is retried from the last checkpoint with jittered
+exponential backoff. Any other failure parks the flow
 (status ``parked`` with its error; its messages stay unacknowledged in the inbox): :meth:`FlowManager.retry`
-runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told).
+runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told, after the
+messages it had already handed over).
 
-*Finished flows* keep their record (status, result or error, last outbox) until ``finished_retain`` newer
+*Finished flows* keep their record (status, result or error) until ``finished_retain`` newer
 ones finished: repeated inits are recognised, and ``flows()`` lists them. A flow that finished before one of
 its sessions was confirmed still owes that session its held messages and its end or error (the state machine
 keeps them in the checkpoint): its runner stays (``_lingering``, routed to by session id, resumed after a
@@ -50,7 +61,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -60,8 +71,10 @@ from corda_trio import messaging, pki, store
 
 from ._codec import (
     decode_checkpoint,
+    decode_outbox_record,
     decode_session_message,
     encode_checkpoint,
+    encode_outbox_record,
     encode_session_message,
     outgoing_wire,
 )
@@ -113,6 +126,9 @@ __all__ = [
     "FlowManagerConfig",
     "FlowManagerStatistics",
     "build_flow",
+    "checkpoint_records",
+    "outbox_key",
+    "split_outbox_key",
 ]
 
 log = logging.getLogger("corda_trio.flows")
@@ -130,6 +146,9 @@ class FlowManagerConfig:
     retry_max_seconds: float = 30.0
     #: refusals kept for ``refusals()``
     refusals_retain: int = 1000
+    #: how long the record of an outbox that reached the outbound queues waits for a checkpoint write to
+    #: delete it with, before a write of its own does (seconds)
+    outbox_flush_seconds: float = 0.05
 
 
 @attrs.frozen(kw_only=True)
@@ -165,6 +184,12 @@ class FlowManagerStatistics:
     draining: bool
     #: finished flows whose end or error waits for a session's confirm
     unconfirmed: int = 0
+    #: messages handed to the outbound pumps and not yet durable in an outbound queue
+    outbound_waiting: int = 0
+    #: messages handed over again at start (outbox records found: they may not have reached the queues)
+    resent: int = 0
+    #: outbox records in the checkpoint log (their messages are not known to be in the outbound queues)
+    outbox_records: int = 0
 
 
 @attrs.define(eq=False)
@@ -191,8 +216,11 @@ class _Runner:
     flow_id: str
     state: FlowState
     #: the last durable checkpoint (or the encoded initial state of a flow not persisted yet)
-    checkpoint: bytes
+    checkpoint: bytes | None
     persisted: bool = False
+    #: builds the initial state again (a flow not persisted yet whose first transition went to the hospital),
+    #: when ``checkpoint`` is None
+    initial: Callable[[], FlowState] | None = None
     events: collections.deque[Any] = attrs.field(factory=collections.deque)
     wakeup: trio.Event = attrs.field(factory=trio.Event)
     #: receipts to resolve with the next checkpoint (the init that created a responder)
@@ -203,12 +231,56 @@ class _Runner:
     done: trio.Event = attrs.field(factory=trio.Event)
     timer: trio.CancelScope | None = None
     initiator: str | None = None
-    resend: bool = False
+    #: resumed from a checkpoint at start: arm its timer first
+    resumed: bool = False
     retries: int = 0
+    #: outboxes found at start, to hand over again before anything else: (record key, messages)
+    pending_out: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
+    #: why the outbound pump cannot send this flow's messages yet (unknown peer), shown as ``retrying``
+    send_error: str | None = None
 
     def post(self, event: Any) -> None:
         self.events.append(event)
         self.wakeup.set()
+
+
+@attrs.define(eq=False)
+class _Handover:
+    """One outbox handed to the pumps: its record is deleted once all ``parts`` (one per counterparty) are
+    durable in the outbound queues."""
+
+    key: bytes | None
+    parts: int
+
+
+@attrs.define(eq=False)
+class _Pump:
+    """What waits for one counterparty's outbound queue: (hand-over, runner or None, messages), in order."""
+
+    party: str
+    entries: collections.deque[tuple[_Handover, _Runner | None, list[Outgoing]]] = attrs.field(
+        factory=collections.deque
+    )
+    wakeup: trio.Event = attrs.field(factory=trio.Event)
+    retry: trio.Event = attrs.field(factory=trio.Event)
+
+
+def outbox_key(flow_id: str, number: int) -> bytes:
+    """The key of the outbox record of transition ``number`` of ``flow_id`` (beside its checkpoint)."""
+    return b"%s\x00%d" % (flow_id.encode(), number)
+
+
+def split_outbox_key(key: bytes) -> tuple[str, int] | None:
+    """``(flow id, transition number)`` of an outbox record's key; ``None`` for a checkpoint's key."""
+    flow_id, sep, number = key.partition(b"\x00")
+    if not sep:
+        return None
+    return flow_id.decode(), int(number)
+
+
+def checkpoint_records(log: store.KeyedLog) -> list[tuple[str, bytes]]:
+    """``(flow id, checkpoint)`` of every flow in a checkpoint log (not the outbox records beside them)."""
+    return [(key.decode(), data) for key, data in log.items() if b"\x00" not in key]
 
 
 @attrs.frozen(kw_only=True)
@@ -244,6 +316,7 @@ def _party(name: str) -> pki.CordaX500Name:
     return pki.CordaX500Name.parse(name)
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_party(name: str) -> str:
     """``O=Bob,L=Paris,C=FR`` -> ``O=Bob, L=Paris, C=FR`` (raises ValueError for a bad name)."""
     return str(_party(name))
@@ -295,6 +368,19 @@ def _convert(cls_name: str, name: str, kind: Any, value: Any) -> Any:
     return value
 
 
+_IMMUTABLE: Final = (str, int, float, bool, type(None))
+
+
+def _new_responder(sender: str, data: bytes, responder: type[FlowLogic[Any]], flow_id: str) -> FlowState:
+    init = decode_session_message(data)
+    assert isinstance(init, InitialSessionMessage)
+    return new_responder(sender, init, responder, flow_id=flow_id)
+
+
+def _new_initiator(flow_id: str, flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> FlowState:
+    return new_initiator(flow_id, build_flow(flow, args))
+
+
 @attrs.define(eq=False)
 class FlowManager:
     """See the module docstring. Build it with :meth:`open`, then ``await nursery.start(manager.run)``."""
@@ -318,6 +404,14 @@ class FlowManager:
     _refusals: collections.deque[tuple[str, str]] = attrs.field(factory=collections.deque)
     _stats: collections.Counter[str] = attrs.field(factory=collections.Counter)
     _finished_waiters: dict[str, trio.Event] = attrs.field(factory=dict)
+    _pumps: dict[str, _Pump] = attrs.field(factory=dict)
+    #: keys of outbox records whose messages are durable in the outbound queues: to delete
+    _confirmed: list[bytes] = attrs.field(factory=list)
+    _confirmed_added: trio.Event = attrs.field(factory=trio.Event)
+    _outbound_waiting: int = 0
+    _outbox_records: int = 0
+    #: outboxes of finished (or unreadable) flows found at start: (record key, messages)
+    _pending_resend: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
 
     @classmethod
     async def open(
@@ -331,7 +425,12 @@ class FlowManager:
         checkpoints = await service.broker.open_keyed_log(CHECKPOINT_LOG)
         env = Environment(our_name=str(service.config.legal_name), normalize_party=normalize_party)
         manager = cls(service, checkpoints, config or FlowManagerConfig(), env)
+        outboxes: dict[str, list[tuple[int, bytes, bytes]]] = {}
         for key, data in checkpoints.items():
+            parsed = split_outbox_key(key)
+            if parsed is not None:
+                outboxes.setdefault(parsed[0], []).append((parsed[1], key, data))
+                continue
             flow_id = key.decode()
             try:
                 state = decode_checkpoint(data)
@@ -339,22 +438,36 @@ class FlowManager:
                 manager._unresumable[flow_id] = str(exc)
                 log.error("flow %s cannot be resumed: %s", flow_id, exc)
                 continue
-            if state.finished and state.unflushed:
+            # (a checkpoint written before outboxes had records of their own holds its outbox)
+            pending: list[tuple[bytes | None, list[Outgoing]]] = (
+                [(None, state.outbox)] if state.outbox else []
+            )
+            state.outbox = []
+            if state.finished and not state.unflushed:
                 manager._add_finished(state, None)
-                runner = _Runner(flow_id, state, data, persisted=True, resend=True)
+                manager._pending_resend += pending
+                continue
+            runner = _Runner(flow_id, state, data, persisted=True, resumed=True, pending_out=pending)
+            if state.finished:
+                manager._add_finished(state, None)
                 manager._lingering[flow_id] = runner
-                manager._register_sessions(runner)
-            elif state.finished:
-                manager._add_finished(state, None)
-                manager._stats["resend"] += 1 if state.outbox else 0
-                manager._pending_resend.append(state)
             else:
-                runner = _Runner(flow_id, state, data, persisted=True, resend=True)
                 manager._runners[flow_id] = runner
-                manager._register_sessions(runner)
+            manager._register_sessions(runner)
+        for flow_id, records in outboxes.items():
+            found = []
+            for _number, key, data in sorted(records):
+                try:
+                    found.append((key, decode_outbox_record(data)))
+                except PayloadError as exc:
+                    log.error("flow %s: outbox record %r left alone: %s", flow_id, key, exc)
+            manager._outbox_records += len(records)
+            runner = manager._runners.get(flow_id) or manager._lingering.get(flow_id)
+            if runner is not None:
+                runner.pending_out += found
+            else:  # finished: its last messages
+                manager._pending_resend += found
         return manager
-
-    _pending_resend: list[FlowState] = attrs.field(factory=list)
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -364,10 +477,16 @@ class FlowManager:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for state in self._pending_resend:
-                    nursery.start_soon(self._send_outbox, None, state.outbox)
+                nursery.start_soon(self._delete_confirmed)
+                for key, outbox in self._pending_resend:
+                    self._hand_over(None, outbox, key)
+                    self._stats["resent"] += len(outbox)
                 self._pending_resend = []
                 for runner in [*self._runners.values(), *self._lingering.values()]:
+                    for key, outbox in runner.pending_out:  # before the flow takes any event
+                        self._hand_over(runner, outbox, key)
+                        self._stats["resent"] += len(outbox)
+                    runner.pending_out = []
                     nursery.start_soon(self._drive, runner)
                 task_status.started()
                 await trio.sleep_forever()
@@ -406,6 +525,8 @@ class FlowManager:
         await trio.lowlevel.checkpoint()
         if isinstance(flow, FlowLogic) and args:
             raise TypeError("arguments are given with a flow name or class, not with an instance")
+        if client_id is not None and "\x00" in client_id:
+            raise ValueError("a client id cannot contain a NUL character")
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
             return FlowHandle(flow_id, self)
@@ -413,9 +534,13 @@ class FlowManager:
             raise FlowManagerDrainingError("the node is draining: no new flows are started")
         if self._nursery is None:
             raise RuntimeError("the flow manager is not running")
-        instance = flow if isinstance(flow, FlowLogic) else build_flow(flow, args)
-        state = new_initiator(flow_id, instance)
-        runner = _Runner(flow_id, state, encode_checkpoint(state))
+        if isinstance(flow, FlowLogic) or not all(isinstance(v, _IMMUTABLE) for v in args.values()):
+            instance = flow if isinstance(flow, FlowLogic) else build_flow(flow, args)
+            state = new_initiator(flow_id, instance)
+            runner = _Runner(flow_id, state, encode_checkpoint(state))
+        else:  # the initial state can be built again, should the first transition go to the hospital
+            initial = functools.partial(_new_initiator, flow_id, flow, args)
+            runner = _Runner(flow_id, initial(), None, initial=initial)
         runner.post(Start(now=time.time()))
         self._runners[flow_id] = runner
         self._stats["started"] += 1
@@ -449,8 +574,8 @@ class FlowManager:
             return None
         if isinstance(decoded, InitialSessionMessage):
             if self._draining:
-                return self._deferred_init(sender, decoded, message.dedup_id)
-            return await self._on_init(sender, decoded, message.dedup_id)
+                return self._deferred_init(sender, decoded, message.dedup_id, message.data)
+            return await self._on_init(sender, decoded, message.dedup_id, message.data)
         runner = self._sessions.get(decoded.recipient_session_id)
         if runner is None:
             self._refuse(
@@ -463,15 +588,15 @@ class FlowManager:
         runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))
         return receipt.wait
 
-    def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str) -> Any:
+    def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str, data: bytes) -> Any:
         async def when_undrained() -> bytes | None:
             await self._undrained.wait()
-            deferred = await self._on_init(sender, init, dedup_id)
+            deferred = await self._on_init(sender, init, dedup_id, data)
             return await deferred() if deferred is not None else None
 
         return when_undrained
 
-    async def _on_init(self, sender: str, init: InitialSessionMessage, dedup_id: str) -> Any:
+    async def _on_init(self, sender: str, init: InitialSessionMessage, dedup_id: str, data: bytes) -> Any:
         responder = registry.responders.get(init.initiator_flow_class_name)
         if responder is None:
             reason = f"no responder is registered for flow {init.initiator_flow_class_name!r}"
@@ -493,7 +618,10 @@ class FlowManager:
             return None
         state = new_responder(sender, init, responder, flow_id=flow_id)
         receipt = _Receipt()
-        runner = _Runner(flow_id, state, encode_checkpoint(state), held=[receipt], initiator=sender)
+        # (from the wire bytes again, should the first transition go to the hospital: a step may have changed
+        # the first payload in place)
+        initial = functools.partial(_new_responder, sender, data, responder, flow_id)
+        runner = _Runner(flow_id, state, None, initial=initial, held=[receipt], initiator=sender)
         runner.post(Start(now=time.time()))
         self._runners[flow_id] = runner
         self._register_sessions(runner)
@@ -510,9 +638,8 @@ class FlowManager:
     # --- running ------------------------------------------------------------------------------------------
 
     async def _drive(self, runner: _Runner) -> None:
-        if runner.resend:
-            runner.resend = False
-            await self._send_outbox(runner, runner.state.outbox)
+        if runner.resumed:
+            runner.resumed = False
             self._arm_timer(runner)
         while not runner.done.is_set():
             while not runner.events:
@@ -534,14 +661,23 @@ class FlowManager:
                 return
             actions.extend(t.actions)
         persist = any(isinstance(a, PersistCheckpoint) for a in actions)
-        # The checkpoint carries every message of the batch (each transition started a fresh outbox).
-        state.outbox = [o for a in actions if isinstance(a, SendMessages) for o in a.messages]
+        # The messages of the whole batch (each transition started a fresh outbox): stored beside the
+        # checkpoint under a key of their own, in the same record, not in the checkpoint.
+        outbox = [o for a in actions if isinstance(a, SendMessages) for o in a.messages]
+        state.outbox = []
+        out_key = None
         if persist:
             try:
                 data = encode_checkpoint(state)
+                if outbox:
+                    record, outbox = encode_outbox_record(outbox)
             except PayloadError as exc:
                 await self._hospital(runner, batch, exc, False)
                 return
+            puts = [(runner.flow_id.encode(), data)]
+            if outbox:
+                out_key = outbox_key(runner.flow_id, state.suspends)
+                puts.append((out_key, record))
             deletes = []
             if state.finished and runner.flow_id not in self._lingering:
                 kept = []  # still waiting for a confirm: their records stay
@@ -553,9 +689,15 @@ class FlowManager:
                     self._finished.pop(old, None)
                     deletes.append(old.encode())
                 self._finished_order.extendleft(reversed(kept))
-            await self.checkpoints.write([(runner.flow_id.encode(), data)], deletes)
+            confirmed = len(self._confirmed)  # outbox records whose messages are in the outbound queues
+            if confirmed:
+                deletes += self._confirmed
+                self._confirmed = []
+            await self.checkpoints.write(puts, deletes)
+            self._outbox_records += len(puts) - 1 - confirmed
             self._stats["checkpoint_writes"] += 1
             runner.checkpoint = data
+            runner.initial = None
             runner.persisted = True
             self._bump()
             self._register_sessions(runner)
@@ -568,8 +710,8 @@ class FlowManager:
                     token.resolve()
             elif isinstance(action, RefuseMessage):
                 self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
-        if state.outbox:
-            await self._send_outbox(runner, state.outbox)
+        if outbox:
+            self._hand_over(runner, outbox, out_key)
         for action in actions:
             if isinstance(action, ScheduleTimer):
                 self._arm_timer(runner)
@@ -583,46 +725,95 @@ class FlowManager:
             runner.error = None
             self._bump()
 
-    async def _send_outbox(self, runner: _Runner | None, outbox: list[Outgoing]) -> None:
-        """Append the messages to the outbound queues, per counterparty in order; a peer the network map does
-        not know yet is retried with backoff (the flow shows as ``retrying``)."""
-        groups: dict[str, list[messaging.OutgoingMessage]] = {}
+    # --- sending ------------------------------------------------------------------------------------------
+
+    def _hand_over(self, runner: _Runner | None, outbox: list[Outgoing], key: bytes | None) -> None:
+        """Queue ``outbox`` for the outbound pumps (per counterparty, in order); ``key``, its record, is
+        deleted once every part is durable in the outbound queues."""
+        parts: dict[str, list[Outgoing]] = {}
         for o in outbox:
-            headers = {messaging.HEADER_MESSAGE_TYPE: SESSION_INIT_TYPE} if o.initial else None
-            groups.setdefault(o.counterparty, []).append(
-                self.messaging.create_message(
-                    SESSION_TOPIC, outgoing_wire(o), dedup_id=o.dedup_id, headers=headers
-                )
-            )
-        for party, messages in groups.items():
-            delay = self.config.retry_initial_seconds
-            while True:
-                try:
-                    await self.messaging.send_many(messages, _party(party))
-                    break
-                except messaging.UnknownRecipientError as exc:
-                    # (also at start, before the network map is loaded: a finished flow's last messages are
-                    # resent then, and must not be dropped)
-                    if runner is None:
-                        log.info(
-                            "resending a finished flow's messages: %s; retrying in about %.1f s", exc, delay
-                        )
-                        await trio.sleep(delay * random.uniform(0.5, 1.5))
-                        delay = min(delay * 2, self.config.retry_max_seconds)
-                        continue
-                    self._set_status(runner, "retrying", str(exc))
-                    log.info("flow %s: %s; retrying in about %.1f s", runner.flow_id, exc, delay)
-                    with trio.move_on_after(delay * random.uniform(0.5, 1.5)):
-                        await runner.retry.wait()
-                    runner.retry = trio.Event()
-                    delay = min(delay * 2, self.config.retry_max_seconds)
-                    if any(isinstance(e, Kill) for e in runner.events):
-                        log.warning(
-                            "flow %s killed while its messages to %s waited: dropped", runner.flow_id, party
-                        )
-                        return
-        if runner is not None and runner.status == "retrying":
-            self._set_status(runner, "running", None)
+            parts.setdefault(o.counterparty, []).append(o)
+        handover = _Handover(key, len(parts))
+        for party, messages in parts.items():
+            pump = self._pumps.get(party)
+            if pump is None:
+                pump = self._pumps[party] = _Pump(party)
+                assert self._nursery is not None
+                self._nursery.start_soon(self._pump, pump)
+            pump.entries.append((handover, runner, messages))
+            pump.wakeup.set()
+        self._outbound_waiting += len(outbox)
+
+    def _outgoing(self, o: Outgoing) -> messaging.OutgoingMessage:
+        headers = {messaging.HEADER_MESSAGE_TYPE: SESSION_INIT_TYPE} if o.initial else None
+        return self.messaging.create_message(
+            SESSION_TOPIC, outgoing_wire(o), dedup_id=o.dedup_id, headers=headers
+        )
+
+    async def _pump(self, pump: _Pump) -> None:
+        """Append what the flows handed over for ``pump.party`` to its outbound queue: everything waiting in
+        one ``send_many`` (one group commit), lot after lot, in hand-over order."""
+        while True:
+            while not pump.entries:
+                pump.wakeup = trio.Event()
+                await pump.wakeup.wait()
+            entries = list(pump.entries)
+            pump.entries.clear()
+            await self._send_lot(pump, entries)
+            for handover, runner, messages in entries:
+                self._outbound_waiting -= len(messages)
+                handover.parts -= 1
+                if handover.parts == 0 and handover.key is not None:
+                    self._confirmed.append(handover.key)
+                    self._confirmed_added.set()
+                if runner is not None and runner.send_error is not None:
+                    runner.send_error = None
+                    self._bump()
+
+    async def _send_lot(
+        self, pump: _Pump, entries: list[tuple[_Handover, _Runner | None, list[Outgoing]]]
+    ) -> None:
+        """Send one lot; a peer the network map does not know yet is retried with backoff (its flows show as
+        ``retrying``). A message above the network's size limit can never go: it is dropped (logged)."""
+        delay = self.config.retry_initial_seconds
+        party = _party(pump.party)
+        messages = [self._outgoing(o) for _h, _r, outbox in entries for o in outbox]
+        while True:
+            try:
+                await self.messaging.send_many(messages, party)
+                return
+            except messaging.UnknownRecipientError as exc:
+                text = str(exc)
+                for _h, runner, _o in entries:
+                    if runner is not None and runner.send_error != text:
+                        runner.send_error = text
+                        self._bump()
+                log.info("messages to %s wait: %s; retrying in about %.1f s", pump.party, exc, delay)
+                with trio.move_on_after(delay * random.uniform(0.5, 1.5)):
+                    await pump.retry.wait()
+                pump.retry = trio.Event()
+                delay = min(delay * 2, self.config.retry_max_seconds)
+            except messaging.MessageTooLargeError as exc:
+                if len(messages) == 1:
+                    log.error("flow message %s to %s dropped: %s", entries[0][2][0].dedup_id, pump.party, exc)
+                    return
+                for entry in entries:  # find the culprit: the others go
+                    for o in entry[2]:
+                        await self._send_lot(pump, [(entry[0], entry[1], [o])])
+                return
+
+    async def _delete_confirmed(self) -> None:
+        """Delete the records of outboxes whose messages are in the outbound queues, unless a checkpoint write
+        takes them first."""
+        while True:
+            await self._confirmed_added.wait()
+            await trio.sleep(self.config.outbox_flush_seconds)
+            self._confirmed_added = trio.Event()
+            if self._confirmed:
+                keys, self._confirmed = self._confirmed, []
+                await self.checkpoints.write([], keys)
+                self._outbox_records -= len(keys)
+                self._bump()
 
     def _arm_timer(self, runner: _Runner) -> None:
         wake_at = runner.state.wake_at
@@ -646,7 +837,11 @@ class FlowManager:
     ) -> None:
         """Throw the in-memory state away, reload the last checkpoint and retry the batch: after a backoff
         (transient) or when an operator says so (parked)."""
-        runner.state = decode_checkpoint(runner.checkpoint)
+        if runner.checkpoint is not None:
+            runner.state = decode_checkpoint(runner.checkpoint)
+        else:
+            assert runner.initial is not None
+            runner.state = runner.initial()
         runner.events.extendleft(reversed(batch))
         text = f"{type(error).__name__}: {error}"
         if transient:
@@ -735,15 +930,17 @@ class FlowManager:
         """Running and parked flows, then the finished ones still remembered (oldest first)."""
         out = []
         for runner in self._runners.values():
-            status = runner.status
-            if status == "running" and runner.state.wake_at is not None:
+            status, error = runner.status, runner.error
+            if status == "running" and runner.send_error is not None:
+                status, error = "retrying", runner.send_error
+            elif status == "running" and runner.state.wake_at is not None:
                 status = "sleeping"
             out.append(
                 FlowInfo(
                     flow_id=runner.flow_id,
                     flow_name=runner.state.flow_name,
                     status=status,
-                    error=runner.error,
+                    error=error,
                     suspends=runner.state.suspends,
                     initiator=runner.initiator,
                 )
@@ -777,6 +974,9 @@ class FlowManager:
         if runner is None:
             raise UnknownFlowError(f"no running flow {flow_id}")
         runner.retry.set()
+        if runner.send_error is not None:
+            for pump in self._pumps.values():
+                pump.retry.set()
 
     async def kill(self, flow_id: str, reason: str = "killed by an operator") -> None:
         """End a flow: its counterparties are told ("counter-flow errored"), its result is a FlowKilledError.
@@ -837,4 +1037,5 @@ class FlowManager:
             finished=len(self._finished), started=s["started"], completed=s["completed"], failed=s["failed"],
             transitions=s["transitions"], checkpoint_writes=s["checkpoint_writes"], refused=s["refused"],
             draining=self._draining, unconfirmed=len(self._lingering),
+            outbound_waiting=self._outbound_waiting, resent=s["resent"], outbox_records=self._outbox_records,
         )  # fmt: skip

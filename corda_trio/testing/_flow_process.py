@@ -189,11 +189,11 @@ async def dump(node_dir: Path) -> None:
     async with store.open_broker(node_dir / "store") as broker:
         log = await broker.open_keyed_log(flows.CHECKPOINT_LOG)
         out = []
-        for key, data in log.items():
+        for flow_id, data in flows.checkpoint_records(log):
             try:
                 state = flows.decode_checkpoint(data)
             except flows.PayloadError as exc:
-                out.append({"flow_id": key.decode(), "status": "unreadable", "error": str(exc)})
+                out.append({"flow_id": flow_id, "status": "unreadable", "error": str(exc)})
                 continue
             out.append(
                 {

@@ -11,7 +11,10 @@ import msgpack
 import pytest
 import trio
 
-from corda_trio import flows, testing
+from corda_trio import flows, store, testing
+from corda_trio.flows._codec import encode_outbox_record
+from corda_trio.flows._manager import outbox_key
+from corda_trio.flows._statemachine import Outgoing
 from tests.flows.hasty import Hasty, HastyResponder, ended_text
 
 ALICE, BOB, CAROL = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
@@ -351,3 +354,37 @@ async def test_kill_releases_a_flow_waiting_for_a_confirm(net: testing.FlowNetwo
         version = alice.version
         while not any(p == BOB and r.startswith("unknown session") for p, r in alice.refusals()):
             version = await alice.wait_changed(version)
+
+
+async def test_a_restart_resends_only_outboxes_not_known_to_be_in_the_outbound_queues(
+    net: testing.FlowNetwork,
+) -> None:
+    """After flows finished and their outbox records were deleted, a restart sends nothing again; an outbox
+    record left by a crash between a checkpoint and the hand-over is sent at start, once, then deleted."""
+    alice = net["Alice"].flows
+    with trio.fail_after(60):
+        handles = [await alice.start_flow("PingPong", recipient=BOB, rounds=2) for _ in range(20)]
+        for h in handles:
+            assert await h.result() == 2
+        version = alice.version
+        while alice.statistics().outbox_records:
+            version = await alice.wait_changed(version)
+        await net.restart("Alice")
+        assert net["Alice"].flows.statistics().resent == 0
+        await net.stop("Alice")
+        lost = Outgoing(counterparty=BOB, dedup_id="lost-0", wire=msgpack.packb([1, 2, 424242, 0, b"\x01"]))
+        async with store.open_broker(net["Alice"].directory / "store") as broker:
+            log = await broker.open_keyed_log(flows.CHECKPOINT_LOG)
+            await log.put(outbox_key("lost-flow", 3), encode_outbox_record([lost])[0])
+        await net.start("Alice")
+        alice = net["Alice"].flows
+        assert (alice.statistics().resent, alice.statistics().outbox_records) == (1, 1)
+        bob = net["Bob"].flows
+        version = bob.version
+        while (ALICE, "unknown session 424242") not in bob.refusals():
+            version = await bob.wait_changed(version)
+        version = alice.version
+        while alice.statistics().outbox_records:
+            version = await alice.wait_changed(version)
+        await net.restart("Alice")
+        assert net["Alice"].flows.statistics().resent == 0
