@@ -337,10 +337,11 @@ class DecoderMemo:
             its message-id (a str8): the fields after the message id (to, user-id...) recur from message to
             message, so a section ending in exactly these bytes decodes only its message id.
         shape: the application-properties *shape* learnt from the last two maps with the same keys in the
-            same order (see :func:`map_by_shape`): ``[entry count, first run, its dict, steps]`` where a
-            run is the exact bytes of the entries whose value did not change plus the key of the next entry
-            whose value did, and each step is ``(key, next run, its dict)``. A map that matches it decodes
-            as copies of the dicts plus one value per changing entry.
+            same order (see :func:`map_by_shape`): ``[entry count, first run, dict, steps]`` where a run is
+            the exact bytes of the entries whose value did not change plus the key of the next entry whose
+            value did, ``dict`` the last such map (every key, in order), and each step is ``(key, next
+            run)``. A map that matches it decodes as a copy of the dict with each changing entry's value
+            decoded and set (no key added: the copy is never resized).
         transfer: ``[head, list end, fields, tail]`` of the last transfer performative (a list8) with a
             delivery-id and a binary delivery-tag: ``head`` is its bytes up to the delivery-id (list header
             and handle), ``tail`` those after the tag (message-format, settled...; never a delivery state),
@@ -348,11 +349,20 @@ class DecoderMemo:
             its delivery-id and tag (``_frames.py``).
         shape_seen: ``[spans]`` of the last application-properties map learnt from (key bytes, value bytes,
             value constructor per entry), to compare the next one with.
+        message: the *layout* of the last message that began with a header (list8) or none, then
+            properties (list8, str8 message-id first), then application-properties decoded by ``shape``:
+            ``[prefix, id length, header, fields, tail, map size - 1, map count]`` where ``prefix`` is its
+            bytes up to the message id's UTF-8 (header section, properties list header, ``a1`` + length),
+            ``tail`` those after the id up to the map's first entry (the other properties fields, the
+            application-properties section and map header), ``fields`` the properties fields decoded (a
+            copy gets the new message id).
+            A message with exactly that prefix and tail decodes only its message id, its map by ``shape``
+            and what follows (``_messages.py``).
     """
 
     __slots__ = (
-        "entries", "headers", "last_header", "prefix", "previous", "properties_tail", "shape", "shape_seen",
-        "transfer", "volatile",
+        "entries", "headers", "last_header", "message", "prefix", "previous", "properties_tail", "shape",
+        "shape_seen", "transfer", "volatile",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -366,6 +376,7 @@ class DecoderMemo:
         self.shape: list[Any] = []
         self.shape_seen: list[Any] = []
         self.transfer: list[Any] = []
+        self.message: list[Any] = []
         self.clear()
 
     def clear(self) -> None:
@@ -380,6 +391,7 @@ class DecoderMemo:
         self.shape[:] = [-1, b"\xff", {}, ()]
         self.shape_seen[:] = [None]
         self.transfer[:] = [b"\xff", 0, {}, b""]
+        self.message[:] = [b"\xff", 0, None, {}, b"", 0, -1]
 
 
 #: The process's decoder memo (see :class:`DecoderMemo`).
@@ -526,9 +538,9 @@ def map_by_shape(buf: bytes, pos: int, end: int, count: int) -> dict[Any, Any] |
     run = shape[1]
     if count != shape[0] or not buf.startswith(run, pos):
         return None
-    out: dict[Any, Any] = shape[2].copy()
+    out: dict[Any, Any] = shape[2].copy()  # every key in order; each changing value is overwritten below
     pos += len(run)
-    for key, run, entries in shape[3]:
+    for key, run in shape[3]:
         if pos >= end:
             return None
         c = buf[pos]
@@ -551,8 +563,6 @@ def map_by_shape(buf: bytes, pos: int, end: int, count: int) -> dict[Any, Any] |
         if not buf.startswith(run, pos):
             return None
         pos += len(run)
-        if entries:
-            out.update(entries)
     if pos != end:
         return None
     return out
@@ -599,7 +609,7 @@ def learn_map_shape(buf: bytes, pos: int, count: int, out: dict[Any, Any]) -> No
         first = (run, entries)
     else:
         steps.append((changing, run, entries or None))
-    _SHAPE[:] = [count, first[0], first[1], tuple(steps)]
+    _SHAPE[:] = [count, first[0], dict(out), tuple((key, run) for key, run, _ in steps)]
 
 
 def _map8(buf: Any, pos: int) -> tuple[Any, int]:

@@ -374,6 +374,36 @@ def _section_code(buf: Any, pos: int) -> tuple[int, int]:
     raise DecodeError(f"unknown message section descriptor {descriptor!r}", pos)
 
 
+_LAYOUT: Final = D.DECODER_MEMO.message
+_DATA8: Final = b"\x00\x53\x75\xa0"
+_DATA32: Final = b"\x00\x53\x75\xb0"
+
+
+def _learn_layout(buf: bytes, offset: int, header: Header | None, props: Properties) -> None:
+    """Remember the layout of a valid message (see ``DecoderMemo.message``) if it has the usual one.
+
+    Called only after a strict decode of the whole message succeeded with its application-properties
+    decoded by the remembered shape, so every byte read here was already judged.
+    """
+    if D.DECODE_MODE.opaque:
+        return
+    p = offset
+    if header is not None:
+        if not buf.startswith(b"\x00\x53\x70\xc0", p):
+            return
+        p += 5 + buf[p + 4]
+    if p + 8 > len(buf) or not buf.startswith(b"\x00\x53\x73\xc0", p) or buf[p + 6] != 0xA1:
+        return
+    pend = p + 5 + buf[p + 4]
+    id_at = p + 8
+    mid_end = id_at + buf[p + 7]
+    if mid_end > pend or not buf.startswith(b"\x00\x53\x74\xc1", pend):
+        return
+    fields = dict(props.__dict__)
+    _LAYOUT[:] = [buf[offset:id_at], buf[p + 7], header, fields, buf[mid_end : pend + 6], buf[pend + 4] - 1,
+                  buf[pend + 5]]  # fmt: skip
+
+
 def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Message:
     """Decode a message from all the bytes of ``buf`` from ``offset`` on (this is ``Message.decode``).
 
@@ -392,6 +422,39 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
         header = da = ma = props = ap = footer = body = None
         bodies: list[Any] | None = None
         last = 0
+        shaped = False
+        layout = _LAYOUT
+        if buf.startswith(layout[0], pos):
+            # The layout of the last such message (DecoderMemo.message): the same header, properties other
+            # than the message id, and application-properties keys; decode the id, the map by its shape,
+            # and a final data section here; anything else goes on in the loop below.
+            q = pos + len(layout[0])
+            mid_end = q + layout[1]
+            if buf.startswith(layout[4], mid_end):
+                mpos = mid_end + len(layout[4])
+                mend = mpos + layout[5]
+                if mend <= end:
+                    ap = _by_shape(buf, mpos, mend, layout[6])
+                    if ap is not None:
+                        try:
+                            message_id = buf[q:mid_end].decode()
+                        except UnicodeDecodeError:
+                            ap = None  # judged (and reported precisely) by the loop
+                    if ap is not None:
+                        fields = layout[3].copy()  # message_id included: overwritten, never added
+                        fields["message_id"] = message_id
+                        props = _obj_new(Properties)
+                        _set_dict(props, "__dict__", fields)
+                        header = layout[2]
+                        pos = mend
+                        last = 0x74
+                        if buf.startswith(_DATA32, pos):
+                            if pos + 8 + _U32(buf, pos + 4)[0] == end:
+                                body = buf[pos + 8 : end]
+                                pos = end
+                        elif buf.startswith(_DATA8, pos) and pos + 5 + buf[pos + 4] == end:
+                            body = buf[pos + 5 : end]
+                            pos = end
         while pos < end:
             start = pos
             if buf[pos] == 0x00 and buf[pos + 1] == 0x53:
@@ -431,6 +494,7 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
                         _learn_shape(buf, mpos, count, ap)
                     else:
                         pos = mend
+                        shaped = True
                 else:
                     ap, pos = _MAP_TABLE[c](buf, pos + 1)
             elif code == 0x73:
@@ -508,6 +572,8 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
                 raise DecodeError(f"unknown message section descriptor 0x{code:02x}", start)
         if bodies is not None:
             body = bodies[0] if len(bodies) == 1 else tuple(bodies)
+        if shaped and props is not None and da is None and ma is None:
+            _learn_layout(buf, offset, header, props)
         m = _obj_new(Message)
         _set_dict(m, "__dict__", {
             "header": header, "delivery_annotations": da, "message_annotations": ma, "properties": props,

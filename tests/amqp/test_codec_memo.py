@@ -1,9 +1,11 @@
-"""The map decoder's per-place memo and its volatile-key fast path never change what a map decodes to."""
+"""The decoder's memo (map entries, shapes, properties tails, transfers, message layouts) never changes what
+anything decodes to; nor does the encoder's."""
 
 from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 
 from corda_trio import amqp
@@ -239,3 +241,74 @@ def test_transfers_that_end_before_or_at_their_delivery_tag_decode_exactly() -> 
                     buffer = amqp.codec.FrameBuffer()
                     buffer.feed(frame)
                     assert buffer.frames() == [got]
+
+
+def _typed(value: object) -> object:
+    """``value`` with the type of every part, so that ``Int(13)`` and ``13`` compare different."""
+    if isinstance(value, dict):
+        return {k: (_typed(v), type(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value), [_typed(v) for v in value]
+    return value, type(value)
+
+
+def test_the_remembered_message_layout_never_changes_the_result() -> None:
+    """Messages decoded by the remembered layout (header, properties tail, application-properties shape,
+    then a final data section) equal a decode from an empty memo, whatever changes from one to the next;
+    a message that matches the layout up to a broken part is still refused."""
+    from corda_trio.amqp import codec
+
+    codec.DECODER_MEMO.clear()
+    headers = [None, amqp.Header(durable=True), amqp.Header(durable=True, priority=9)]
+    tails: list[dict[str, object]] = [{"to": "p2p.inbound.A"}, {"to": "p2p.inbound.A", "user_id": b"u"}, {}]
+    bodies: list[object] = [b"x" * 16, b"y" * 1024, b"", (b"a", b"b"), amqp.AmqpValue("v"), None]
+    base = {"platform-topic": "t", "platform-version": amqp.Int(13), "_AMQ_DUPL_ID": "id", "send-seq-no": 1}
+    hits = 0
+    for n in range(3000):
+        props = dict(base, _AMQ_DUPL_ID=f"id-{n}", **{"send-seq-no": n})
+        if n % 41 == 0:
+            props[f"extra{n % 2}"] = "e"  # another shape now and then
+        message = amqp.Message(
+            header=headers[0 if n % 50 == 0 else 1 if n % 23 else 2],
+            properties=amqp.Properties(message_id=f"m-{n % 7}{'é' * (n // 200 % 3)}", **tails[(n // 97) % 3]),  # type: ignore[arg-type]
+            application_properties=props,
+            body=bodies[0 if n % 11 else (n // 11) % len(bodies)],
+            footer={amqp.Symbol("f"): 1} if n % 31 == 0 else None,
+        )
+        data = message.encode()
+        layout = codec.DECODER_MEMO.message[0]
+        hits += data.startswith(layout)
+        got = amqp.Message.decode(data)
+        memo = codec.DECODER_MEMO
+        saved = list(memo.message), list(memo.shape), list(memo.shape_seen), list(memo.properties_tail)
+        memo.clear()
+        cold = amqp.Message.decode(data)
+        memo.message[:], memo.shape[:], memo.shape_seen[:], memo.properties_tail[:] = saved
+        assert got == cold == message, n
+        assert _typed(got.application_properties) == _typed(props)
+        assert type(got.body) is type(message.body)
+    assert hits > 1500  # the layout path was taken
+    # the remembered layout up to a message id that is not UTF-8, or a body cut short, is refused
+    good = amqp.Message(
+        header=amqp.Header(durable=True),
+        properties=amqp.Properties(message_id="abc", to="p2p.inbound.A"),
+        application_properties={"a": "x", "b": "yy"},
+        body=b"z" * 300,
+    )
+    for body in (b"z" * 300, b"w" * 300):  # two messages with the same map: its shape is learnt
+        amqp.Message.decode(attrs.evolve(good, body=body).encode())
+    assert amqp.Message.decode(good.encode()) == good
+    assert good.encode().startswith(codec.DECODER_MEMO.message[0])
+    with pytest.raises(amqp.DecodeError):
+        amqp.Message.decode(good.encode().replace(b"abc", b"\xff\xfe\xfd"))
+    for cut in range(1, 40):
+        with pytest.raises(amqp.DecodeError):
+            amqp.Message.decode(good.encode()[:-cut])
+    head = attrs.evolve(good, body=None).encode()  # the layout, then a section that may not follow it
+    for again in (amqp.Message(application_properties={"c": "w"}), amqp.Message(header=amqp.Header())):
+        with pytest.raises(amqp.DecodeError, match="out of order or repeated"):
+            amqp.Message.decode(head + again.encode() + amqp.Message(body=b"z").encode())
+    longer = bytearray(good.encode())
+    longer[-301] += 1  # the data section claims one byte more than there is
+    with pytest.raises(amqp.DecodeError):
+        amqp.Message.decode(bytes(longer))
