@@ -10,8 +10,8 @@ latencies are taken at one offered load that both paths sustain. The last line t
 summaries, ``throughput_ratio`` (via float / direct) and ``p99_delta_ms``, plus the float process's CPU per
 message.
 
-``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile and writes ``DIR/sender.pstats`` and
-``DIR/receiver.pstats`` (the figures are then not representative).
+``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile (timed by process CPU time) and writes
+``DIR/sender.pstats`` and ``DIR/receiver.pstats`` (the figures are then not representative).
 
 Node A (sender) and node B (receiver) each run a broker (WAL queues, fsync ``always``, commit helper process),
 the messaging service, the inbound acceptor and the bridge manager (``corda_trio.messaging`` / ``.bridge``)
@@ -171,8 +171,9 @@ def _node_main(node_dir: Path) -> None:
             queue = await service.outbound_queue_for(peer["key_hash"])
 
             async def drained() -> None:
+                # (polled: 20 ms is cheap next to the messages, and phase 1 ends when B has them all anyway)
                 while queue.statistics().depth:  # noqa: ASYNC110
-                    await trio.sleep(0.002)
+                    await trio.sleep(0.02)
 
             # warm-up: connection, TLS, first group commits
             for i in range(200):
@@ -229,7 +230,9 @@ def _node_main(node_dir: Path) -> None:
     if profile:  # cProfile of this node process (slows it down: for finding hot spots, not for figures)
         import cProfile
 
-        with cProfile.Profile() as prof:
+        # CPU time, not wall time: on a shared machine wall time charges the functions that were running
+        # when the process was preempted (a sendmsg that wakes the commit helper, say)
+        with cProfile.Profile(time.process_time) as prof:
             trio.run(run)
         prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
     else:

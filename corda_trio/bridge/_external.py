@@ -125,6 +125,18 @@ class _RemoteConsumer:
             delivery = await self._receiver.receive()
         except trio.EndOfChannel:
             raise transport.LinkDetachedError(f"the node closed the link from {self.name}") from None
+        return self._hold(delivery)
+
+    def receive_nowait(self) -> _RemoteDelivery:
+        """The next delivery already arrived on the link (not a checkpoint), or raise ``trio.WouldBlock``."""
+        assert self._receiver is not None
+        try:
+            delivery = self._receiver.receive_nowait()
+        except trio.EndOfChannel:
+            raise trio.WouldBlock from None  # (the next __anext__ reports the end)
+        return self._hold(delivery)
+
+    def _hold(self, delivery: transport.Delivery) -> _RemoteDelivery:
         self._held[delivery.delivery_id] = delivery
         return _RemoteDelivery(delivery.delivery_id, delivery.payload)
 

@@ -18,6 +18,7 @@ No I/O, no clock, no randomness here: ids and sequence numbers are arguments.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -239,6 +240,12 @@ def _skip_list(buf: bytes, pos: int) -> int:
     raise ValueError(f"unexpected constructor 0x{c:02x}")
 
 
+@functools.lru_cache(maxsize=256)  # one entry per peer (TLS subject) seen lately
+def _stamp_entry(user: str) -> bytes:
+    """The encoded ``_AMQ_VALIDATED_USER`` map entry (key and value) for ``user``."""
+    return amqp.encode_value(HEADER_VALIDATED_USER) + amqp.encode_value(user)
+
+
 def stamped_payload(payload: bytes, message: amqp.Message, user: str) -> bytes:
     """The bytes of ``stamp_validated_user(message, user).encode()`` for ``message = decode(payload)``,
     without encoding the whole message again: the ``_AMQ_VALIDATED_USER`` pair is appended to the
@@ -270,7 +277,7 @@ def stamped_payload(payload: bytes, message: amqp.Message, user: str) -> bytes:
             raise ValueError(f"application-properties is not a map (0x{c:02x})")
     except (IndexError, ValueError):
         return stamp_validated_user(message, user).encode()
-    pairs = payload[start:end] + amqp.encode_value(HEADER_VALIDATED_USER) + amqp.encode_value(user)
+    pairs = payload[start:end] + _stamp_entry(user)
     count += 2
     if count <= 255 and len(pairs) < 255:
         head = bytes((0xC1, len(pairs) + 1, count))
@@ -279,17 +286,28 @@ def stamped_payload(payload: bytes, message: amqp.Message, user: str) -> bytes:
     return b"".join((payload[: pos + 3], head, pairs, payload[end:]))
 
 
-def from_amqp(message: amqp.Message) -> ReceivedMessage:
+def from_amqp(
+    message: amqp.Message, *, checked: bool = False, validated_user: str | None = None
+) -> ReceivedMessage:
     """Read a stored inbox message.
+
+    Args:
+        checked: ``message`` passed :func:`check_p2p_message` already (the in-node acceptor's hand-off):
+            it is not checked again.
+        validated_user: ``message`` is the acceptor's decoded form from before it stamped this user into
+            the stored bytes: the result carries it, whatever ``_AMQ_VALIDATED_USER`` ``message`` holds.
 
     Raises:
         InvalidMessageError: a required header is missing or mistyped, or the body is not one Data section.
     """
-    check_p2p_message(message, max_size=2**63, encoded_size=0)
+    if not checked:
+        check_p2p_message(message, max_size=2**63, encoded_size=0)
     props = dict(message.application_properties or {})
     seq = props.pop(HEADER_SEND_SEQ_NO, None)
     sender = props.pop(HEADER_SENDER_UUID, None)
     user = props.pop(HEADER_VALIDATED_USER, None)
+    if validated_user is not None:
+        user = validated_user
     message_id = message.properties.message_id if message.properties is not None else None
     received = ReceivedMessage(
         topic=props.pop(HEADER_TOPIC),

@@ -76,6 +76,9 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
 DEAD_LETTER_QUEUE: Final = "internal.dead-letters"
 #: How long a message whose handler raised waits before it is handed over again.
 HANDLER_RETRY_SECONDS: Final = 1.0
+#: Inbox messages the dispatcher takes between two checkpoints of its own, when they are at hand (handlers
+#: that wait checkpoint as they do).
+DISPATCH_BURST: Final = 64
 
 #: ``async def handler(message) -> bytes | None``: the optional bytes are a receipt committed with the id.
 #: A handler may instead return a *deferred receipt*, ``async () -> bytes | None``: the dispatcher goes on
@@ -330,7 +333,7 @@ class MessagingService:
         if memo is None:
             return from_amqp(amqp.Message.decode(payload))
         message, user = memo
-        return attrs.evolve(from_amqp(message), validated_user=user)
+        return from_amqp(message, checked=True, validated_user=user)  # the acceptor checked it
 
     def add_message_handler(self, topic: str, handler: Handler) -> HandlerRegistration:
         """Handle messages on ``topic`` (one handler per topic). Messages wait in the inbox until then.
@@ -353,7 +356,6 @@ class MessagingService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Consume the inbox and dispatch to the handlers until cancelled."""
-        dedup = self.deduplicator
         # (inbox message id, dedup id to commit or None for a duplicate, receipt), in handling order
         done_send, done_receive = trio.open_memory_channel[tuple[int, str | None, bytes]](math.inf)
         async with (
@@ -363,33 +365,52 @@ class MessagingService:
             commits.start_soon(self._commit_loop, consumer, done_receive)
             commits.start_soon(self._run_parked, consumer, done_send, commits)
             task_status.started()
-            async for delivery in consumer:
-                try:
-                    message = self._received(delivery.payload)
-                except (amqp.DecodeError, InvalidMessageError) as exc:
-                    # The acceptor validates what peers send: this is a local bug or disk damage. Holding it
-                    # would eat inbox credit for good: move it aside (durably, then ack it here).
-                    if isinstance(exc, InvalidMessageError):
-                        condition, description = exc.condition, exc.description
-                    else:
-                        condition, description = "amqp:decode-error", f"malformed message: {exc}"
-                    log.error("inbox message %d is malformed (%s: %s); moved to %s",
-                              delivery.message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
-                    await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
-                                                     delivery.payload, condition, description)  # fmt: skip
-                    continue
-                if not dedup.begin(message.dedup_id):
-                    log.debug("duplicate %s dropped", message.dedup_id)
-                    done_send.send_nowait((delivery.message_id, None, b""))
-                    continue
-                topic = message.topic
-                if topic in self._parked or topic not in self._handlers:
-                    # behind a parked message of its topic, or no handler yet: wait aside, in order
-                    self._park(topic, _Parked(delivery.message_id, message))
-                    continue
-                if not await self._dispatch(consumer, delivery.message_id, message, done_send, commits):
-                    retry = _Parked(delivery.message_id, message, trio.current_time() + HANDLER_RETRY_SECONDS)
-                    self._park(topic, retry)
+            async for first in consumer:
+                # with the message just received, whatever else is at hand (up to DISPATCH_BURST): one
+                # checkpoint for all of them instead of one each
+                batch = [first]
+                while len(batch) < DISPATCH_BURST:
+                    try:
+                        batch.append(consumer.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                for delivery in batch:
+                    await self._take_in(consumer, delivery, done_send, commits)
+
+    async def _take_in(
+        self,
+        consumer: store.Consumer,
+        delivery: store.Delivery,
+        done: trio.MemorySendChannel[tuple[int, str | None, bytes]],
+        commits: trio.Nursery,
+    ) -> None:
+        """One inbox message: decoded (or moved to the dead letters), deduplicated, dispatched or parked."""
+        try:
+            message = self._received(delivery.payload)
+        except (amqp.DecodeError, InvalidMessageError) as exc:
+            # The acceptor validates what peers send: this is a local bug or disk damage. Holding it would
+            # eat inbox credit for good: move it aside (durably, then ack it here).
+            if isinstance(exc, InvalidMessageError):
+                condition, description = exc.condition, exc.description
+            else:
+                condition, description = "amqp:decode-error", f"malformed message: {exc}"
+            log.error("inbox message %d is malformed (%s: %s); moved to %s",
+                      delivery.message_id, condition, description, DEAD_LETTER_QUEUE)  # fmt: skip
+            await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
+                                             delivery.payload, condition, description)  # fmt: skip
+            return
+        if not self.deduplicator.begin(message.dedup_id):
+            log.debug("duplicate %s dropped", message.dedup_id)
+            done.send_nowait((delivery.message_id, None, b""))
+            return
+        topic = message.topic
+        if topic in self._parked or topic not in self._handlers:
+            # behind a parked message of its topic, or no handler yet: wait aside, in order
+            self._park(topic, _Parked(delivery.message_id, message))
+            return
+        if not await self._dispatch(consumer, delivery.message_id, message, done, commits):
+            retry = _Parked(delivery.message_id, message, trio.current_time() + HANDLER_RETRY_SECONDS)
+            self._park(topic, retry)
 
     def _park(self, topic: str, parked: _Parked) -> None:
         self._parked.setdefault(topic, collections.deque()).append(parked)

@@ -373,6 +373,16 @@ class Queue:
                 self._read_ahead[message.message_id] = message
         return messages[0]
 
+    def _load_nowait(self, mid: int) -> StoredMessage | None:
+        """The message ``mid`` if it is in memory (see :meth:`_load`), else ``None``."""
+        if self._log is None:
+            ts, headers, payload = self._mem[mid]
+            return StoredMessage(message_id=mid, timestamp_ms=ts, headers=headers, payload=payload)
+        ahead = self._read_ahead.pop(mid, None)
+        if ahead is not None:
+            return ahead
+        return self._log.read_cached(mid)
+
     def _forget(self, mid: int) -> None:
         self._delivery_counts.pop(mid, None)
         self._read_ahead.pop(mid, None)
@@ -551,11 +561,7 @@ class Consumer:
             if mid is not None:
                 break
             await queue._lot.park()
-        self._credit -= 1
-        self._held[mid] = None
-        queue._in_flight[mid] = self
-        count = queue._delivery_counts.get(mid, 0) + 1
-        queue._delivery_counts[mid] = count
+        count = self._mark_in_flight(mid)
         try:
             message = await queue._load(mid)
         except BaseException:
@@ -567,11 +573,50 @@ class Consumer:
             if not queue._closed:
                 queue._put_back(mid)
             raise
+        return self._delivery(mid, count, message)
+
+    def _mark_in_flight(self, mid: int) -> int:
+        """Take one credit and hold ``mid``; returns its delivery count."""
+        queue = self._queue
+        self._credit -= 1
+        self._held[mid] = None
+        queue._in_flight[mid] = self
+        count = queue._delivery_counts.get(mid, 0) + 1
+        queue._delivery_counts[mid] = count
+        return count
+
+    def _delivery(self, mid: int, count: int, message: StoredMessage) -> Delivery:
+        queue = self._queue
         queue._delivered += 1
         return Delivery(
             queue=queue.name, message_id=mid, payload=message.payload, headers=message.headers,
             delivery_count=count, enqueued_at_ms=message.timestamp_ms,
         )  # fmt: skip
+
+    def receive_nowait(self) -> Delivery:
+        """Like :meth:`receive`, but only if that would not wait: credit is left, a message is ready and it
+        is in memory (no disk read). Not a checkpoint: a consumer that has just received can take what else
+        is ready without a trip through the scheduler per message.
+
+        Raises:
+            trio.WouldBlock: no credit, no ready message, or the next one must be read from disk first.
+            StoreClosedError: the consumer, queue or broker was closed.
+        """
+        self._check_open()
+        queue = self._queue
+        if self._credit <= 0:
+            raise trio.WouldBlock
+        if queue._redeliver:
+            mid = queue._redeliver[0]
+        elif queue._ready:
+            mid = queue._ready[0]
+        else:
+            raise trio.WouldBlock
+        message = queue._load_nowait(mid)
+        if message is None:
+            raise trio.WouldBlock
+        queue._take()  # that head, `mid`
+        return self._delivery(mid, self._mark_in_flight(mid), message)
 
     def __aiter__(self) -> Consumer:
         return self

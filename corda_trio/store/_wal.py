@@ -744,6 +744,14 @@ class DurableLog:
 
     # ------------------------------------------------------------------ reading
 
+    def read_cached(self, mid: int) -> StoredMessage | None:
+        """The live message ``mid`` if its record is in the cache (no disk read), else ``None``."""
+        cached = self.cache.get(mid)
+        if cached is None:
+            return None
+        return StoredMessage(message_id=mid, timestamp_ms=unpack_location(self.live[mid])[4],
+                             headers=cached[0], payload=cached[1])  # fmt: skip
+
     async def read(self, ids: Sequence[int]) -> list[StoredMessage]:
         """The stored messages ``ids`` (all live), from the cache or, in one worker-thread call, from disk.
 

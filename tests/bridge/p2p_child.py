@@ -3,7 +3,8 @@
 ``python p2p_child.py NODE_DIR run``: runs broker + messaging service + inbound acceptor + bridge manager.
 NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally ``send.json``
 (``{"to": legal name, "count": N, "start": K, "batch": B, "expect": M,
-"interval": seconds between batches, "trace": print ``handled ID`` on each handler call}``); the peers come
+"interval": seconds between batches, "trace": print ``handled ID`` on each handler call, "body_size":
+bytes of each body (default: just ``I``; else ``I|`` then filler, see :func:`body`)}``); the peers come
 from ``../peers.json`` (a list of
 ``{"name", "key_hash", "host", "port"}``, re-read every 50 ms: the test's stand-in for the network map cache).
 Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before it) is durable, and ``done``
@@ -16,7 +17,7 @@ with ``corda-trio bridge start``; prints ``endpoint PORT`` (and ``ready PORT`` i
 process prints where it listens).
 
 ``python p2p_child.py NODE_DIR dump``: prints the committed receipts as JSON (the ledger of what handlers
-did), then exits.
+did; receipts as Latin-1 text), then exits.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ import trio
 from corda_trio import bridge, messaging, pki, store
 
 TOPIC = "test.p2p"
+
+
+def body(i: int, size: int = 0) -> bytes:
+    """The body of message ``i``: its number, padded with filler to ``size`` bytes when that is longer (each
+    body differs from every other, so the ledger shows a message handed over with another one's body)."""
+    head = b"%d" % i
+    if size <= len(head):
+        return head
+    head += b"|"
+    return head + (bytes(range(256)) * (size // 256 + 1))[: size - len(head)]
 
 
 def _say(line: str) -> None:
@@ -113,11 +124,12 @@ async def run(node_dir: Path, external: bool = False) -> None:
             while peers.peer_named(to) is None:
                 await peers.wait_changed(peers.version)
             count, batch = int(plan["count"]), int(plan.get("batch", 100))
+            size = int(plan.get("body_size", 0))
             for start in range(int(plan.get("start", 0)), count, batch):
                 ids = range(start, min(count, start + batch))
                 await service.send_many(
                     [
-                        service.create_message(TOPIC, b"%d" % i, dedup_id=f"{name.organisation}-{i}")
+                        service.create_message(TOPIC, body(i, size), dedup_id=f"{name.organisation}-{i}")
                         for i in ids
                     ],
                     to,
@@ -136,7 +148,7 @@ async def run(node_dir: Path, external: bool = False) -> None:
 async def dump(node_dir: Path) -> None:
     async with store.open_broker(node_dir / "store") as broker:
         dedup = await messaging.Deduplicator.open(broker)
-        print(json.dumps([[i, r.decode()] for i, r in dedup.receipts()]))
+        print(json.dumps([[i, r.decode("latin-1")] for i, r in dedup.receipts()]))  # any bytes
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from corda_trio import pki
+from tests.bridge.p2p_child import body
 from tests.p2p_harness import wait_until
 
 CHILD = Path(__file__).with_name("p2p_child.py")
@@ -207,10 +208,12 @@ async def two_nodes(
             nursery.cancel_scope.cancel()
 
 
-async def _check_ledgers(a: Child, b: Child, n: int) -> None:
+async def _check_ledgers(a: Child, b: Child, n: int, body_size: int = 0) -> None:
+    """Each node's handler committed exactly the other's messages 0..n-1, once each, in order, each with its
+    own body (the receipt is the body as handed over)."""
     got_by_a, got_by_b = await a.dump(), await b.dump()
-    assert got_by_a == [[f"Bob-{i}", str(i)] for i in range(n)]
-    assert got_by_b == [[f"Alice-{i}", str(i)] for i in range(n)]
+    assert got_by_a == [[f"Bob-{i}", body(i, body_size).decode("latin-1")] for i in range(n)]
+    assert got_by_b == [[f"Alice-{i}", body(i, body_size).decode("latin-1")] for i in range(n)]
 
 
 @pytest.mark.slow
@@ -218,7 +221,7 @@ async def test_two_processes_exchange_exactly_once_in_order(
     tmp_path: Path, network: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials
 ) -> None:
     n = int(os.environ.get("P2P_MESSAGES", "10000"))
-    async with two_nodes(tmp_path, network, alice, bob, n) as (a, b, nursery):
+    async with two_nodes(tmp_path, network, alice, bob, n, body_size=1024) as (a, b, nursery):
         await a.start(nursery, 100)
         await b.start(nursery, 100)
         _publish(tmp_path, [a, b])
@@ -226,7 +229,7 @@ async def test_two_processes_exchange_exactly_once_in_order(
             await wait_until(lambda: a.done() and b.done(), interval=0.1)
         await a.kill()
         await b.kill()
-    await _check_ledgers(a, b, n)
+    await _check_ledgers(a, b, n, body_size=1024)
 
 
 @pytest.mark.slow
@@ -376,7 +379,8 @@ async def test_chaos_proxy_and_kill_9_of_both_sides(
     batch = 50
     # paced so that traffic lasts through the kills: n / batch batches, `interval` apart
     interval = 0.6 * rounds / (n / batch)
-    async with two_nodes(tmp_path, network, alice, bob, n, batch=batch, interval=interval) as (a, b, nursery):
+    plan = {"batch": batch, "interval": interval, "body_size": 1024}  # 1 KiB bodies, each its own
+    async with two_nodes(tmp_path, network, alice, bob, n, **plan) as (a, b, nursery):
         proxies = {}
         for c in (a, b):
             proxy = ChaosProxy(target=lambda c=c: c.port, rng=rng)
@@ -403,7 +407,7 @@ async def test_chaos_proxy_and_kill_9_of_both_sides(
         await a.kill()
         await b.kill()
         used = {m for p in proxies.values() for m in p.modes_used}
-    await _check_ledgers(a, b, n)
+    await _check_ledgers(a, b, n, body_size=1024)
     assert kills == {"sender": rounds, "receiver": rounds}
     assert kills_in_traffic >= rounds  # most kills hit the nodes while messages were flowing
     assert {"pass", "drop"} <= used

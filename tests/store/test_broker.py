@@ -83,6 +83,57 @@ async def test_window_credit_bounds_unacked_deliveries(
             assert (await consumer.receive()).payload == b"2"
 
 
+@pytest.mark.parametrize("durable", [True, False])
+async def test_receive_nowait_takes_what_is_at_hand_in_order(tmp_path: Path, durable: bool) -> None:
+    """``receive_nowait`` hands out what ``receive`` would, in the same order and with the same bookkeeping
+    (credit, redelivery first, delivery counts), without waiting: no credit or nothing ready is WouldBlock."""
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q", durable=durable)
+        ids = await queue.enqueue_many([b"%d" % i for i in range(5)])
+        async with queue.consumer(credit=3) as consumer:
+            got = [consumer.receive_nowait() for _ in range(3)]
+            assert [(d.message_id, d.payload, d.delivery_count) for d in got] == [
+                (ids[i], b"%d" % i, 1) for i in range(3)
+            ]
+            assert consumer.credit == 0 and consumer.held == tuple(ids[:3])
+            with pytest.raises(trio.WouldBlock):
+                consumer.receive_nowait()
+            await consumer.ack(ids[1])
+            consumer.release(ids[0])  # redelivered before the rest
+            assert [(d.message_id, d.delivery_count) for d in (consumer.receive_nowait(),)] == [(ids[0], 2)]
+            assert consumer.receive_nowait().message_id == ids[3]
+            with pytest.raises(trio.WouldBlock):
+                consumer.receive_nowait()  # no credit again
+            await consumer.ack_many([ids[0], ids[2], ids[3]])
+            assert consumer.receive_nowait().message_id == ids[4]
+            with pytest.raises(trio.WouldBlock):
+                consumer.receive_nowait()  # credit, but nothing ready
+        stats = queue.statistics()
+        assert (stats.in_flight, stats.ready, stats.acked) == (0, 1, 4)  # the last one went back on close
+        async with queue.consumer(credit=1) as consumer:
+            pass
+        with pytest.raises(store.StoreClosedError):
+            consumer.receive_nowait()
+
+
+async def test_receive_nowait_never_reads_the_disk(tmp_path: Path) -> None:
+    """A message whose record is not in memory (after a restart) is WouldBlock for ``receive_nowait``:
+    ``receive`` reads it (and the next ones along), then those are at hand."""
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        ids = await queue.enqueue_many([b"a", b"b", b"c"])
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        async with queue.consumer(credit=10) as consumer:
+            with pytest.raises(trio.WouldBlock):
+                consumer.receive_nowait()
+            assert consumer.held == () and consumer.credit == 10
+            first = await consumer.receive()
+            rest = [consumer.receive_nowait() for _ in range(2)]  # read ahead with the first
+            assert [d.message_id for d in (first, *rest)] == ids
+            assert [d.payload for d in (first, *rest)] == [b"a", b"b", b"c"]
+
+
 async def test_explicit_credit_mode(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     async with store.open_broker(tmp_path) as broker:
         queue = await broker.declare_queue("q")
