@@ -158,6 +158,10 @@ class ReceivedMessage:
     headers: Mapping[str, Any]
 
 
+_DURABLE: Final = amqp.Header(durable=True)  # immutable: one for every message
+_int: Final = functools.lru_cache(maxsize=16)(amqp.Int)  # the platform version, as an AMQP int
+
+
 def to_amqp(
     message: OutgoingMessage,
     *,
@@ -171,7 +175,7 @@ def to_amqp(
     props.update(
         {
             HEADER_TOPIC: message.topic,
-            HEADER_PLATFORM_VERSION: amqp.Int(platform_version),
+            HEADER_PLATFORM_VERSION: _int(platform_version),
             HEADER_VENDOR: CORDA_VENDOR,
             HEADER_RELEASE_VERSION: release_version,
             HEADER_SENDER_UUID: sender_uuid,
@@ -180,7 +184,7 @@ def to_amqp(
         }
     )
     return amqp.Message(
-        header=amqp.Header(durable=True),
+        header=_DURABLE,
         properties=amqp.Properties(message_id=message.dedup_id),
         application_properties=props,
         body=message.data,
