@@ -593,6 +593,7 @@ class Consumer:
             delivery_count=count, enqueued_at_ms=message.timestamp_ms,
         )  # fmt: skip
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C never lands between taking a message and holding it
     def receive_nowait(self) -> Delivery:
         """Like :meth:`receive`, but only if that would not wait: credit is left, a message is ready and it
         is in memory (no disk read). Not a checkpoint: a consumer that has just received can take what else
