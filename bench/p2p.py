@@ -93,6 +93,7 @@ def _node_main(node_dir: Path) -> None:
                     inbox=service.inbox,
                     tunnel_context=creds.client_context(),
                     config=fl.TunnelConfig(floats=[("127.0.0.1", plan["float_control_port"])], credit=2048),
+                    on_checked=service.remember_received,
                 )
             manager = bridge.BridgeManager(
                 messaging=service,

@@ -346,6 +346,7 @@ class Node:
                 max_message_size=max_size,
             ),
             resolver=self.peers,
+            on_checked=service.remember_received,
         )
         await nursery.start(self.float_tunnel.run)
 

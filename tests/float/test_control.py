@@ -86,6 +86,62 @@ def test_wrapping_a_payload_behind_a_link_prefix_is_the_envelope(
     assert fl.ForwardedDelivery.decode(whole.encode()) == whole
 
 
+def _decoded_or_error(decode: Any, data: bytes) -> object:
+    try:
+        return decode(data)
+    except fl.ControlProtocolError as exc:
+        return (exc.condition, exc.description)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["O=A, L=B, C=GB", "O=C, L=D, C=FR"]), st.sampled_from(["h:1", "h:22"]))
+    ),
+    st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=700)), min_size=1, max_size=12),
+    st.data(),
+)
+def test_the_envelope_reader_decodes_exactly_as_the_decoder(
+    links: list[tuple[str, str]], sends: list[tuple[int, bytes]], data: st.DataObject
+) -> None:
+    """Remembered prefixes change nothing: for envelopes of several links (payloads across the vbin8/vbin32
+    boundary) and for mangled ones (a byte changed, cut short, extended, the body re-encoded long), the
+    reader gives exactly what ForwardedDelivery.decode gives, value or error."""
+    reader = fl.EnvelopeReader()
+    links = links or [("O=A, L=B, C=GB", "h:1")]
+    for which, payload in sends:
+        source, peer = links[which % len(links)]
+        good = fl.ForwardedDelivery(source=source, target="p2p.inbound.DLx", peer=peer, payload=payload)
+        encoded = good.encode()
+        assert reader.decode(encoded) == good
+        variants = [encoded[:-1], encoded + b"\x00", encoded[: len(encoded) // 2]]
+        i = data.draw(st.integers(0, len(encoded) - 1))
+        variants.append(encoded[:i] + bytes([encoded[i] ^ data.draw(st.integers(1, 255))]) + encoded[i + 1 :])
+        prefix = fl.ForwardedDelivery.prefix(source, "p2p.inbound.DLx", peer)
+        variants.append(prefix + b"\x00\x53\x75\xb0" + len(payload).to_bytes(4, "big") + payload)
+        for variant in variants:
+            assert _decoded_or_error(reader.decode, variant) == _decoded_or_error(
+                fl.ForwardedDelivery.decode, variant
+            )
+
+
+def test_the_envelope_reader_skips_the_decoder_for_a_remembered_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = fl.EnvelopeReader()
+    link = {"source": "O=A, L=B, C=GB", "target": "p2p.inbound.DLx", "peer": "h:1"}
+    reader.decode(fl.ForwardedDelivery(**link, payload=b"first").encode())
+
+    def no_decoding(data: bytes) -> fl.ForwardedDelivery:
+        raise AssertionError("decoded in full")
+
+    monkeypatch.setattr(fl.ForwardedDelivery, "decode", no_decoding)
+    for size in (0, 1, 255, 256, 70_000):
+        envelope = fl.ForwardedDelivery(
+            **link, payload=bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        )
+        assert reader.decode(envelope.encode()) == envelope
+
+
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 

@@ -23,6 +23,7 @@ from ._control import ActivateFloat as ActivateFloat
 from ._control import ControlMessage as ControlMessage
 from ._control import ControlProtocolError as ControlProtocolError
 from ._control import DeactivateFloat as DeactivateFloat
+from ._control import EnvelopeReader as EnvelopeReader
 from ._control import FloatActivated as FloatActivated
 from ._control import FloatActivationFailed as FloatActivationFailed
 from ._control import FloatDeactivated as FloatDeactivated
@@ -56,6 +57,7 @@ __all__ = [
     "ControlMessage",
     "ControlProtocolError",
     "DeactivateFloat",
+    "EnvelopeReader",
     "Float",
     "FloatActivated",
     "FloatActivationError",

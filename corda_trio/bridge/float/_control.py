@@ -44,6 +44,7 @@ __all__ = [
     "ControlMessage",
     "ControlProtocolError",
     "DeactivateFloat",
+    "EnvelopeReader",
     "FloatActivated",
     "FloatActivationFailed",
     "FloatDeactivated",
@@ -282,6 +283,86 @@ class ForwardedDelivery:
                 "amqp:invalid-field", f"{FORWARDED_SUBJECT}: the body must be one Data section"
             )
         return cls(payload=message.body, **values)
+
+
+#: The prefixes an :class:`EnvelopeReader` remembers (one per peer link the float forwards from).
+MAX_REMEMBERED_PREFIXES: Final = 256
+
+
+@final
+@attrs.define(eq=False)
+class EnvelopeReader:
+    """:meth:`ForwardedDelivery.decode` that remembers the prefixes it has read: the inside's hot path.
+
+    Every envelope of one peer link starts with the same bytes (:meth:`ForwardedDelivery.prefix`). The
+    first one is decoded in full; if its prefix is exactly the canonical prefix of the fields it carried,
+    those bytes are remembered with the fields. An envelope that is then such a prefix followed by one
+    canonical Data section up to its end *is* ``ForwardedDelivery(fields, payload).encode()``, so its
+    fields and payload are taken without decoding (and without evicting the payload's shapes from the
+    decoder's memo). Anything else, including any non-canonical layout, goes to the full decoder, so the
+    result or error is always the one :meth:`ForwardedDelivery.decode` gives.
+    """
+
+    _known: dict[bytes, tuple[str, str, str]] = attrs.field(factory=dict)
+
+    def decode(self, data: bytes) -> ForwardedDelivery:
+        """Raises: ControlProtocolError, as :meth:`ForwardedDelivery.decode`."""
+        start = _body_start(data)
+        if start is not None:
+            fields = self._known.get(data[:start])
+            if fields is not None:
+                payload = _canonical_data_section(data, start)
+                if payload is not None:
+                    return ForwardedDelivery(
+                        source=fields[0], target=fields[1], peer=fields[2], payload=payload
+                    )
+        envelope = ForwardedDelivery.decode(data)
+        prefix = ForwardedDelivery.prefix(envelope.source, envelope.target, envelope.peer)
+        if start == len(prefix) and data.startswith(prefix):
+            if len(self._known) >= MAX_REMEMBERED_PREFIXES:
+                self._known.clear()
+            self._known[prefix] = (envelope.source, envelope.target, envelope.peer)
+        return envelope
+
+
+def _body_start(data: bytes) -> int | None:
+    """Where the first Data section (``00 53 75``) starts after sections 0x70-0x74 in short form (each a
+    list or map, skipped by its declared size); ``None`` for any other layout. Only a proposal of where a
+    remembered prefix would end: the caller checks the bytes before it against what it remembered."""
+    pos = 0
+    try:
+        while data[pos] == 0 and data[pos + 1] == 0x53:
+            code, c = data[pos + 2], data[pos + 3]
+            if code == 0x75:
+                return pos
+            if not 0x70 <= code <= 0x74:
+                return None
+            if c in (0xC0, 0xC1):
+                pos += 5 + data[pos + 4]
+            elif c in (0xD0, 0xD1):
+                pos += 8 + int.from_bytes(data[pos + 4 : pos + 8], "big")
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def _canonical_data_section(data: bytes, pos: int) -> bytes | None:
+    """The payload of the one Data section from ``pos`` to the end, if written as
+    :meth:`ForwardedDelivery.wrap` writes it (vbin8 below 256 bytes, else vbin32); else ``None``."""
+    if data[pos : pos + 3] != b"\x00\x53\x75":
+        return None
+    c, end = data[pos + 3 : pos + 4], len(data)
+    if c == b"\xa0" and pos + 5 <= end and end - pos - 5 == data[pos + 4]:
+        return data[pos + 5 :]
+    if (
+        c == b"\xb0"
+        and pos + 8 <= end
+        and end - pos - 8 == int.from_bytes(data[pos + 4 : pos + 8], "big") >= 256
+    ):
+        return data[pos + 8 :]
+    return None
 
 
 # --- the float's activation state machine --------------------------------------------------------------

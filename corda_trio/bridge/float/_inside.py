@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import ssl
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -41,7 +42,7 @@ from corda_trio.messaging import (
     InvalidMessageError,
     PeerResolver,
     check_p2p_message,
-    stamp_validated_user,
+    stamped_payload,
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
@@ -52,10 +53,10 @@ from ._control import (
     INBOUND_ADDRESS,
     ActivateFloat,
     ControlProtocolError,
+    EnvelopeReader,
     FloatActivated,
     FloatActivationFailed,
     FloatDeactivated,
-    ForwardedDelivery,
     decode_control,
     encode_control,
 )
@@ -107,6 +108,10 @@ class FloatTunnel:
     config: TunnelConfig
     #: When given, a forwarded message must claim a sender that is in the network map.
     resolver: PeerResolver | None = None
+    #: In the node: ``MessagingService.remember_received``, told each run of checked messages from one
+    #: sender just before they are stored (stamped payloads, the messages as decoded here, the sender), so
+    #: that the dispatcher need not decode them again (as with the in-node acceptor).
+    on_checked: Callable[[Sequence[bytes], Sequence[amqp.Message], str], None] | None = None
     #: The float in use (``(host, port)`` of its control port) and its public address, while active.
     active: tuple[str, int] | None = None
     public_address: tuple[str, int] | None = None
@@ -121,6 +126,7 @@ class FloatTunnel:
     _changed: trio.Event = attrs.field(factory=trio.Event)
     #: Senders already checked, with the network map version they were checked against.
     _sources: dict[str, int] = attrs.field(factory=dict)
+    _envelopes: EnvelopeReader = attrs.field(factory=EnvelopeReader)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -243,19 +249,35 @@ class FloatTunnel:
                     batch.append(inbound.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            good: list[tuple[transport.Delivery, bytes]] = []
+            good: list[transport.Delivery] = []
+            payloads: list[bytes] = []
+            checked: list[tuple[str, amqp.Message]] = []
             for delivery in batch:
                 try:
-                    good.append((delivery, self.validate(delivery.payload)))
+                    source, message, payload = self._check(delivery.payload)
                 except (ControlProtocolError, InvalidMessageError) as exc:
                     self.rejected += 1
                     log.warning("refused a forwarded delivery: %s", exc.description)
                     await delivery.reject(exc.condition, exc.description)
+                    continue
+                good.append(delivery)
+                payloads.append(payload)
+                checked.append((source, message))
             if good:
-                await self.inbox.enqueue_many([payload for _, payload in good])
-                for delivery, _ in good:
-                    await delivery.accept()
+                if self.on_checked is not None:
+                    self._hand_over(payloads, checked)
+                await self.inbox.enqueue_many(payloads)
+                await inbound.settle_many(good, amqp.Accepted())
                 self.stored += len(good)
+
+    def _hand_over(self, payloads: list[bytes], checked: list[tuple[str, amqp.Message]]) -> None:
+        """``on_checked`` once per run of consecutive messages from one sender."""
+        assert self.on_checked is not None
+        run = 0
+        for i in range(1, len(payloads) + 1):
+            if i == len(payloads) or checked[i][0] != checked[run][0]:
+                self.on_checked(payloads[run:i], [m for _, m in checked[run:i]], checked[run][0])
+                run = i
 
     def validate(self, data: bytes) -> bytes:
         """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
@@ -263,7 +285,11 @@ class FloatTunnel:
         Raises:
             ControlProtocolError / InvalidMessageError: with the condition to reject it with.
         """
-        envelope = ForwardedDelivery.decode(data)
+        return self._check(data)[2]
+
+    def _check(self, data: bytes) -> tuple[str, amqp.Message, bytes]:
+        """:meth:`validate`, also returning the sender and the message as decoded (unstamped)."""
+        envelope = self._envelopes.decode(data)
         if envelope.target != self.inbox.name:
             raise ControlProtocolError(
                 "amqp:unauthorized-access",
@@ -276,7 +302,7 @@ class FloatTunnel:
             raise ControlProtocolError("amqp:decode-error", f"malformed message: {exc}") from exc
         check_p2p_message(message, max_size=self.config.max_message_size, encoded_size=len(envelope.payload))
         # a claimed _AMQ_VALIDATED_USER must be the sender the float authenticated (else unauthorized-access)
-        return stamp_validated_user(message, envelope.source).encode()
+        return envelope.source, message, stamped_payload(envelope.payload, message, envelope.source)
 
     def _check_source(self, source: str) -> None:
         known = self._sources.get(source)
