@@ -26,6 +26,10 @@ on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Tw
    on a fixed schedule (each send starts at its intended time whatever the previous ones do); the latency of
    a message is from its intended time to the moment B's handler got it (durable at B, deduplicated).
 
+Every body starts with its message's dedup id (then filler): B's handler checks each body against its id and
+that no message is handed over twice, and the run ends with the sent and handled ids compared; any difference
+(lost, unexpected, twice, another message's body) fails the run with a ``wrong deliveries`` line.
+
 Times are ``time.time_ns()`` in both processes (one machine, one clock). CPU per message of each node is its
 process time plus its commit helper's, read from /proc. Writes one record per message of phase 2
 (``protocol_spec/bench-records.md``) with ``--records DIR`` for ``corda-trio report``; the last line printed
