@@ -31,7 +31,7 @@ import logging
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -53,6 +53,9 @@ from ._control import (
 from ._inbound import AcceptorConfig, InboundAcceptor
 from ._manager import BridgeManager
 from ._outbound import BridgeConfig
+
+if TYPE_CHECKING:
+    from .float import FloatTunnel, TunnelConfig
 
 __all__ = [
     "AnnouncedQueues",
@@ -90,6 +93,10 @@ class ExternalBridgeConfig:
     #: Where the inbound acceptor listens (the node's P2P address as published in the network map).
     p2p: AcceptorConfig = attrs.field(factory=AcceptorConfig)
     bridges: BridgeConfig = attrs.field(factory=BridgeConfig)
+    #: Behind floats: a ``float.TunnelConfig``; peers reach the inbox through the float this bridge
+    #: activates (``float.FloatTunnel``, over ``ExternalBridge.tunnel_ssl_context``) and ``p2p`` is not
+    #: listened on.
+    floats: TunnelConfig | None = None
 
 
 @attrs.define(eq=False)
@@ -245,11 +252,15 @@ class ExternalBridge:
     #: The node's TLS contexts (mutual TLS anchored in the network root), as the in-node bridge uses them.
     client_ssl_context: ssl.SSLContext
     server_ssl_context: ssl.SSLContext
+    #: With ``config.floats``: the tunnel PKI context the floats are dialled with (a ``bridge`` certificate).
+    tunnel_ssl_context: ssl.SSLContext | None = None
     control: ControlClient = attrs.field(init=False)
     peers: PeerDirectory = attrs.field(factory=PeerDirectory, init=False)
     queues: AnnouncedQueues = attrs.field(factory=AnnouncedQueues, init=False)
     manager: BridgeManager | None = attrs.field(default=None, init=False)
     acceptor: InboundAcceptor | None = attrs.field(default=None, init=False)
+    #: With ``config.floats``: the tunnel that activates a float and stores what it forwards.
+    tunnel: FloatTunnel | None = attrs.field(default=None, init=False)
     inbox: RemoteInbox | None = attrs.field(default=None, init=False)
     #: Sessions with the node that completed the handshake.
     sessions: int = attrs.field(default=0, init=False)
@@ -258,10 +269,14 @@ class ExternalBridge:
 
     def __attrs_post_init__(self) -> None:
         self.control = ControlClient(bridge_id=self.config.bridge_id)
+        if self.config.floats is not None and self.tunnel_ssl_context is None:
+            raise ValueError("config.floats needs tunnel_ssl_context (the bridge's tunnel certificate)")
 
     async def wait_serving(self) -> int:
-        """Wait until the acceptor listens; returns its port."""
+        """Wait until the acceptor listens, or a float is active; returns the port peers dial."""
         await self._serving.wait()
+        if self.tunnel is not None:
+            return (await self.tunnel.wait_active())[1]
         assert self.acceptor is not None and self.acceptor.port is not None
         return self.acceptor.port
 
@@ -370,7 +385,21 @@ class ExternalBridge:
                 "inbox: run one bridge per node"
             )
         name = inboxes[0].queue_name
-        if self.inbox is None:
+        if self.inbox is None and self.config.floats is not None:
+            from .float import FloatTunnel  # the float package builds on this one
+
+            assert self.tunnel_ssl_context is not None
+            self.inbox = RemoteInbox(name, conn)
+            # No resolver: this process knows only the peers it has queues for, not the network map; the
+            # tunnel checks the rest (only this inbox, a legal name, a matching stamp) as the acceptor does.
+            self.tunnel = FloatTunnel(
+                inbox=self.inbox, tunnel_context=self.tunnel_ssl_context, config=self.config.floats
+            )
+            await outer.start(self.tunnel.run)
+            log.info("bridge %s: peers reach %s through floats %s", self.config.bridge_id, name,
+                     ", ".join(f"{h}:{p}" for h, p in self.config.floats.floats))  # fmt: skip
+            self._serving.set()
+        elif self.inbox is None:
             self.inbox = RemoteInbox(name, conn)
             self.acceptor = InboundAcceptor(
                 inbox=self.inbox, ssl_context=self.server_ssl_context, config=self.config.p2p

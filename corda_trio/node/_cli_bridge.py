@@ -21,8 +21,17 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     credit = 256
     initial_backoff_seconds = 1.0
     max_backoff_seconds = 60.0
+    [float]                                         # optional: peers reach the node through floats
+    control = ["10.0.0.5:10010", "10.0.0.6:10010"]  # their control ports, in order (one active at a time)
+    tunnel_cert = "tunnel/bridge.pem"               # `corda-trio float tunnel-pki` makes these three
+    tunnel_key = "tunnel/bridge.key"
+    tunnel_ca = "tunnel/tunnel-ca.pem"
+    tls_ref = "node"                                # which [tls.NAME] of float.toml the float presents
 
-Prints ``corda-trio bridge: listening on HOST:PORT for INBOX`` once the acceptor is up. SIGTERM stops it
+With ``[float]`` the bridge listens for no peer (no ``p2p.listen``): it activates a float, as the node's
+in-process bridge does (``docs/float.md``), and prints ``corda-trio bridge: float HOST:PORT active, public
+port PORT, for INBOX``. Otherwise it prints ``corda-trio bridge: listening on HOST:PORT for INBOX`` once the
+acceptor is up. SIGTERM stops it
 cleanly (``terminated``, exit 0); Ctrl-C prints ``interrupted`` and exits 130. A configuration problem is one
 line naming the file and the key (exit 2); a P2P address that cannot be bound, one line (exit 1).
 """
@@ -39,9 +48,19 @@ import attrs
 import trio
 
 from corda_trio import bridge, network, pki
+from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error
-from ._config import ConfigError, KeyPassphrase, _join, _read_toml, _Reader
+from ._config import (
+    BridgeMode,
+    ConfigError,
+    FloatSettings,
+    KeyPassphrase,
+    _float_settings,
+    _join,
+    _read_toml,
+    _Reader,
+)
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
 
@@ -54,8 +73,8 @@ class BridgeProcessConfig:
     endpoint: network.NetworkHostAndPort
     username: str
     password: KeyPassphrase
-    #: (host, port); port 0 picks a free port (tests; the printed line names it).
-    p2p_listen: tuple[str, int]
+    #: (host, port); port 0 picks a free port (tests; the printed line names it). ``None`` behind floats.
+    p2p_listen: tuple[str, int] | None
     max_message_size: int
     tls_cert_chain: Path
     tls_key: Path
@@ -64,6 +83,8 @@ class BridgeProcessConfig:
     credit: int
     initial_backoff_seconds: float
     max_backoff_seconds: float
+    #: ``[float]``: the floats this bridge activates instead of listening itself.
+    floats: FloatSettings | None = None
 
 
 def _number(r: _Reader, table: dict[str, Any], key: str, where: str, default: float, *, integer: bool) -> Any:
@@ -116,7 +137,10 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
     p2p = r.section("p2p", {"listen", "max_message_size"})
     tls = r.section("tls", {"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"})
     tuning = r.section("tuning", {"credit", "initial_backoff_seconds", "max_backoff_seconds"})
+    float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
     r.finish()
+    # the same [float] keys as node.toml's; this process is the bridge manager that dials the floats
+    floats = _float_settings(r, float_table, p2p, BridgeMode.IN_PROCESS, base)
     endpoint = r.address(node, "endpoint", "node.endpoint")
     try:
         bridge.EndpointConfig(username="x", password="x", host=endpoint.host)
@@ -135,7 +159,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         endpoint=endpoint,
         username=r.string(node, "username", "node.username"),
         password=password,
-        p2p_listen=_listen(r, p2p),
+        p2p_listen=_listen(r, p2p) if floats is None else None,
         max_message_size=_number(
             r, p2p, "max_message_size", "p2p.max_message_size", 10 * 1024 * 1024, integer=True
         ),
@@ -146,6 +170,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         credit=_number(r, tuning, "credit", "tuning.credit", 256, integer=True),
         initial_backoff_seconds=float(initial),
         max_backoff_seconds=float(maximum),
+        floats=floats,
     )
 
 
@@ -173,22 +198,44 @@ def _build(cfg: BridgeProcessConfig) -> bridge.ExternalBridge:
         initial_backoff_seconds=cfg.initial_backoff_seconds,
         max_backoff_seconds=cfg.max_backoff_seconds,
     )
-    extra = {"bridge_id": cfg.bridge_id} if cfg.bridge_id else {}
+    extra: dict[str, Any] = {"bridge_id": cfg.bridge_id} if cfg.bridge_id else {}
+    tunnel_context = None
+    if cfg.floats is not None:
+        tunnel_context, extra["floats"] = _tunnel(cfg, cfg.floats)
+    listen = cfg.p2p_listen or ("127.0.0.1", 0)
     config = bridge.ExternalBridgeConfig(
         node_host=cfg.endpoint.host,
         node_port=cfg.endpoint.port,
         username=cfg.username,
         password=password,
         p2p=bridge.AcceptorConfig(
-            host=cfg.p2p_listen[0],
-            port=cfg.p2p_listen[1],
-            credit=cfg.credit,
-            max_message_size=cfg.max_message_size,
+            host=listen[0], port=listen[1], credit=cfg.credit, max_message_size=cfg.max_message_size
         ),
         bridges=bridges,
         **extra,
     )
-    return bridge.ExternalBridge(config=config, client_ssl_context=client, server_ssl_context=server)
+    return bridge.ExternalBridge(
+        config=config, client_ssl_context=client, server_ssl_context=server, tunnel_ssl_context=tunnel_context
+    )
+
+
+def _tunnel(cfg: BridgeProcessConfig, floats: FloatSettings) -> tuple[Any, Any]:
+    """The tunnel context and ``float.TunnelConfig`` of ``[float]`` (one line, exit 2, if a file is bad)."""
+    try:
+        creds = fl.TunnelCredentials.read(floats.tunnel_cert, floats.tunnel_key, floats.tunnel_ca)
+        role = creds.role
+    except (pki.KeyStoreError, pki.PeerIdentityError) as exc:
+        raise CliError(f"float tunnel certificates: {exc}", 2) from None
+    if role != "bridge":
+        raise CliError(f"{floats.tunnel_cert} is a {role!r} tunnel certificate, not a bridge's", 2)
+    config = fl.TunnelConfig(
+        floats=[(a.host, a.port) for a in floats.control],
+        tls_ref=floats.tls_ref,
+        max_message_size=cfg.max_message_size,
+        initial_backoff_seconds=cfg.initial_backoff_seconds,
+        max_backoff_seconds=cfg.max_backoff_seconds,
+    )
+    return creds.client_context(), config
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -206,7 +253,15 @@ def _start(args: argparse.Namespace) -> int:
             await nursery.start(ext.run)
             port = await ext.wait_serving()
             inbox = ext.inbox.name if ext.inbox is not None else "?"
-            print(f"corda-trio bridge: listening on {cfg.p2p_listen[0]}:{port} for {inbox}", flush=True)
+            if ext.tunnel is not None and ext.tunnel.active is not None:
+                host, control = ext.tunnel.active
+                print(
+                    f"corda-trio bridge: float {host}:{control} active, public port {port}, for {inbox}",
+                    flush=True,
+                )
+            else:
+                host = cfg.p2p_listen[0] if cfg.p2p_listen else "?"
+                print(f"corda-trio bridge: listening on {host}:{port} for {inbox}", flush=True)
 
     try:
         trio.run(main)

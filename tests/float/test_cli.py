@@ -6,12 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from corda_trio import pki
 from corda_trio.bridge import float as fl
+from corda_trio.node._cli_bridge import _build, load_bridge_config
+from tests.p2p_harness import NOW
 
 from .test_processes import ENV
 
@@ -130,3 +133,82 @@ def test_start_writes_only_the_audit_log_and_exits_0_on_sigterm(float_dir: Path,
     assert process.returncode == 0, err
     assert err.strip() == "terminated"
     assert {p for p in float_dir.rglob("*")} - before == {float_dir / "audit.jsonl"}
+
+
+BRIDGE_TOML = """
+[node]
+endpoint = "127.0.0.1:5"
+username = "bridge"
+password_file = "pw"
+[tls]
+cert_chain = "tls.pem"
+key = "tls.key"
+trust_root = "root.pem"
+[float]
+control = ["127.0.0.1:10010", "127.0.0.1:10011"]
+tunnel_cert = "tunnel/br.pem"
+tunnel_key = "tunnel/br.key"
+tunnel_ca = "tunnel/tunnel-ca.pem"
+"""
+
+
+def _bridge_dir(tmp_path: Path, tunnel: fl.TunnelPki, network: pki.NetworkCredentials, bob: object) -> Path:
+    (tmp_path / "pw").write_text("secret")
+    (tmp_path / "pw").chmod(0o600)
+    (tmp_path / "tunnel").mkdir()
+    tunnel.issue("bridge", "br", now=NOW).write(tmp_path / "tunnel", "br")
+    tunnel.issue("float", "fa", now=NOW).write(tmp_path / "tunnel", "fa")
+    pki.write_certificates(tmp_path / "tunnel" / "tunnel-ca.pem", [tunnel.ca.cert])
+    pki.write_certificates(tmp_path / "tls.pem", bob.tls_chain)  # type: ignore[attr-defined]
+    pki.write_private_key(tmp_path / "tls.key", bob.tls.key, None)  # type: ignore[attr-defined]
+    pki.write_certificates(tmp_path / "root.pem", [network.root.cert])
+    return tmp_path
+
+
+def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
+    tmp_path: Path, tunnel: fl.TunnelPki, network: pki.NetworkCredentials, bob: pki.NodeCredentials
+) -> None:
+    d = _bridge_dir(tmp_path, tunnel, network, bob)
+    (d / "bridge.toml").write_text(BRIDGE_TOML)
+    cfg = load_bridge_config(d / "bridge.toml")
+    assert cfg.p2p_listen is None and cfg.floats is not None
+    assert [(a.host, a.port) for a in cfg.floats.control] == [("127.0.0.1", 10010), ("127.0.0.1", 10011)]
+    ext = _build(cfg)  # reads the tunnel files: a bridge certificate
+    assert ext.config.floats is not None and ext.tunnel_ssl_context is not None
+    assert ext.config.floats.floats == (("127.0.0.1", 10010), ("127.0.0.1", 10011))
+    assert ext.config.floats.tls_ref == "node"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda t: t.replace("[tls]", '[p2p]\nlisten = "127.0.0.1:0"\n[tls]'),
+            "p2p.listen: not used behind a float",
+        ),
+        (
+            lambda t: t.replace('control = ["127.0.0.1:10010", "127.0.0.1:10011"]', "control = []"),
+            "float.control",
+        ),
+        (lambda t: t.replace("[float]", "[float]\ncolour = 1"), "float.colour"),
+        (
+            lambda t: t.replace("tunnel/br.pem", "tunnel/fa.pem").replace("tunnel/br.key", "tunnel/fa.key"),
+            "a 'float' tunnel certificate, not a bridge's",
+        ),
+        (lambda t: t.replace("tunnel/br.pem", "tunnel/none.pem"), "none.pem"),
+    ],
+)
+def test_bridge_float_section_errors_are_one_line_and_exit_2(
+    tmp_path: Path,
+    tunnel: fl.TunnelPki,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    change: Callable[[str], str],
+    message: str,
+) -> None:
+    d = _bridge_dir(tmp_path, tunnel, network, bob)
+    (d / "bridge.toml").write_text(change(BRIDGE_TOML))
+    done = cli("bridge", "start", "--config", str(d / "bridge.toml"))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr

@@ -36,7 +36,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, pki, store, transport
+from corda_trio import amqp, pki, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     InvalidMessageError,
@@ -46,6 +46,7 @@ from corda_trio.messaging import (
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
+from .._inbound import Inbox
 from .._outbound import _failure_unless_cancelled
 from ._control import (
     CONTROL_ADDRESS,
@@ -103,7 +104,8 @@ class FloatTunnel:
     """See the module docstring. ``await nursery.start(tunnel.run)``; :meth:`wait_active` and
     :meth:`wait_activation` for tests and monitoring."""
 
-    inbox: store.Queue
+    #: The node's inbox: its store queue in the node, ``RemoteInbox`` in a bridge process.
+    inbox: Inbox
     tunnel_context: ssl.SSLContext
     config: TunnelConfig
     #: When given, a forwarded message must claim a sender that is in the network map.
