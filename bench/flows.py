@@ -1,6 +1,7 @@
 """Flow benchmark: PingPong flows between two node processes with durable checkpoints both sides.
 
     python -m bench.flows [--flows 5000] [--concurrency 256] [--rounds 1] [--open-seconds 5] [--records DIR]
+                          [--no-bundle]
 
 Node A (initiator) and node B (responder) each run the full stack (``corda_trio.testing._flow_process``): a
 store broker (fsync ``always``, group commit in the commit helper process), the messaging service, the inbound
@@ -89,7 +90,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     b = net.issue_node(pki.CordaX500Name.parse(B_NAME), now=now)
     load_before = _loadavg()
     started_at = dt.datetime.now(dt.UTC)
-    common = {"flow": "PingPong", "args": {"recipient": B_NAME, "rounds": args.rounds}, "wait_for_peers": 1}
+    common = {
+        "flow": "PingPong", "args": {"recipient": B_NAME, "rounds": args.rounds}, "wait_for_peers": 1,
+        "bundle": not args.no_bundle,
+    }  # fmt: skip
     plan = {
         **common,
         "phases": [
@@ -101,7 +105,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-flows-") as tmp:
         base = Path(tmp)
         a_dir, a_hash = _write_node(base, a, net.root.cert, {})
-        b_dir, b_hash = _write_node(base, b, net.root.cert, {})
+        b_dir, b_hash = _write_node(base, b, net.root.cert, {"bundle": not args.no_bundle})
         procs: list[subprocess.Popen[str]] = []
         try:
             responder = _start(b_dir)
@@ -152,6 +156,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "closed_flows": closed["flows"],
         "concurrency": args.concurrency,
         "rounds": args.rounds,
+        "bundles": not args.no_bundle,
         "cpu_ms_per_flow_initiator": round(closed["cpu_seconds"] / closed["flows"] * 1e3, 3),
         "cpu_ms_per_flow_responder": round(b_cpu[1] / closed["flows"] * 1e3, 3),
         "fsync": "always (group commit, commit helper process), both nodes; checkpoints in the keyed log",
@@ -188,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         "--open-seconds", type=float, default=5.0, help="length of the open-loop phase (default 5 s)"
     )
     ap.add_argument("--records", type=Path, help="write one record per open-loop flow into this directory")
+    ap.add_argument(
+        "--no-bundle",
+        action="store_true",
+        help="one P2P message per session message (the flow manager's bundle=False), for comparison",
+    )
     args = ap.parse_args(argv)
     if args.flows < 1 or args.concurrency < 1 or args.rounds < 1 or args.open_seconds <= 0:
         ap.error("--flows, --concurrency and --rounds must be >= 1, --open-seconds > 0")

@@ -15,8 +15,10 @@ The pure core: the session messages (``_messages``), the state machine ``transit
 from ._codec import decode_checkpoint as decode_checkpoint
 from ._codec import decode_payload as decode_payload
 from ._codec import decode_session_message as decode_session_message
+from ._codec import decode_session_messages as decode_session_messages
 from ._codec import encode_checkpoint as encode_checkpoint
 from ._codec import encode_payload as encode_payload
+from ._codec import encode_session_bundle as encode_session_bundle
 from ._codec import encode_session_message as encode_session_message
 from ._errors import COUNTER_FLOW_ERRORED as COUNTER_FLOW_ERRORED
 from ._errors import FlowError as FlowError
@@ -116,8 +118,10 @@ __all__ = [
     "decode_checkpoint",
     "decode_payload",
     "decode_session_message",
+    "decode_session_messages",
     "encode_checkpoint",
     "encode_payload",
+    "encode_session_bundle",
     "encode_session_message",
     "error_dedup_id",
     "initiated_by",

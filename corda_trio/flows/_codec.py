@@ -41,9 +41,11 @@ __all__ = [
     "decode_outbox_record",
     "decode_payload",
     "decode_session_message",
+    "decode_session_messages",
     "encode_checkpoint",
     "encode_outbox_record",
     "encode_payload",
+    "encode_session_bundle",
     "encode_session_message",
 ]
 
@@ -56,8 +58,8 @@ CHECKPOINT_FORMAT: Final = 1
 #: The first element of an outbox record (see :func:`encode_outbox_record`).
 OUTBOX_FORMAT: Final = 1
 
-INIT, CONFIRM, DATA, ERROR, REJECT, END = range(6)
-KIND_NAMES: Final = ("init", "confirm", "data", "error", "reject", "end")
+INIT, CONFIRM, DATA, ERROR, REJECT, END, BUNDLE = range(7)
+KIND_NAMES: Final = ("init", "confirm", "data", "error", "reject", "end", "bundle")
 
 
 # ------------------------------------------------------------------------------------------------ values
@@ -248,11 +250,54 @@ def encode_session_message(message: SessionMessage) -> bytes:
         pool.append(packer)
 
 
-_LENGTHS: Final = {INIT: 8, CONFIRM: 7, DATA: 5, ERROR: 7, REJECT: 6, END: 4}
+_LENGTHS: Final = {INIT: 8, CONFIRM: 7, DATA: 5, ERROR: 7, REJECT: 6, END: 4, BUNDLE: 3}
+
+
+def encode_session_bundle(parts: list[bytes]) -> bytes:
+    """Several session messages (their wire bytes, at least two, none a bundle) to one node as one P2P
+    message: ``[1, 6, [message, ...]]``."""
+    if len(parts) < 2:
+        raise ValueError("a bundle holds at least two session messages")
+    return msgpack.packb([SESSION_FORMAT, BUNDLE, parts], use_bin_type=True)
+
+
+def _unpack_message(data: bytes) -> list[Any]:
+    try:
+        fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:
+        raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+    return fields  # type: ignore[no-any-return]
+
+
+def decode_session_messages(data: bytes) -> list[tuple[SessionMessage, bytes]]:
+    """Read a P2P message's body from a peer: one session message or a bundle of them; each with its own
+    wire bytes.
+
+    Raises:
+        SessionProtocolError: not a session message or bundle of this format (the reason says which field;
+            for a bundle, which part).
+    """
+    fields = _unpack_message(data)
+    if not (
+        isinstance(fields, list) and len(fields) == 3
+        and type(fields[0]) is int and fields[0] == SESSION_FORMAT
+        and type(fields[1]) is int and fields[1] == BUNDLE
+    ):  # fmt: skip
+        return [(_from_fields(fields), data)]
+    parts = fields[2]
+    if not isinstance(parts, list) or len(parts) < 2 or any(type(p) is not bytes for p in parts):
+        raise SessionProtocolError("a bundle holds an array of at least two session messages (bin)")
+    out = []
+    for i, part in enumerate(parts):
+        try:
+            out.append((decode_session_message(part), part))
+        except SessionProtocolError as exc:
+            raise SessionProtocolError(f"bundle part {i}: {exc}") from exc
+    return out
 
 
 def decode_session_message(data: bytes) -> SessionMessage:
-    """Read a session message from a peer.
+    """Read a session message from a peer (not a bundle: see :func:`decode_session_messages`).
 
     A payload that cannot be decoded does not fail the message: it becomes a :class:`BadPayload` with the
     reason (the receiving step fails with it, and the peer hears of it).
@@ -260,10 +305,10 @@ def decode_session_message(data: bytes) -> SessionMessage:
     Raises:
         SessionProtocolError: not a session message of this format (the reason says which field).
     """
-    try:
-        fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:
-        raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+    return _from_fields(_unpack_message(data))
+
+
+def _from_fields(fields: Any) -> SessionMessage:
     if not isinstance(fields, list) or len(fields) < 2:
         raise SessionProtocolError("a session message is a msgpack array [format, kind, ...]")
     if fields[0] != SESSION_FORMAT or type(fields[0]) is not int:
@@ -275,6 +320,8 @@ def decode_session_message(data: bytes) -> SessionMessage:
         raise SessionProtocolError(
             f"a {KIND_NAMES[kind]} message has {_LENGTHS[kind]} fields, not {len(fields)}"
         )
+    if kind == BUNDLE:
+        raise SessionProtocolError("a bundle is not a session message here (a bundle cannot hold one)")
     if kind == INIT:
         first = fields[7]
         if first is not None and type(first) is not bytes:

@@ -73,8 +73,10 @@ from ._codec import (
     decode_checkpoint,
     decode_outbox_record,
     decode_session_message,
+    decode_session_messages,
     encode_checkpoint,
     encode_outbox_record,
+    encode_session_bundle,
     encode_session_message,
     outgoing_wire,
 )
@@ -92,6 +94,7 @@ from ._messages import (
     ExistingSessionMessage,
     InitialSessionMessage,
     RejectPayload,
+    SessionMessage,
     derive_id,
     error_dedup_id,
 )
@@ -149,6 +152,9 @@ class FlowManagerConfig:
     #: how long the record of an outbox that reached the outbound queues waits for a checkpoint write to
     #: delete it with, before a write of its own does (seconds)
     outbox_flush_seconds: float = 0.05
+    #: send the messages one transition has for one node as one P2P message (a bundle: one inbox record, one
+    #: dedup record, one acknowledgement at the receiver instead of one each)
+    bundle: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -568,14 +574,33 @@ class FlowManager:
         except ValueError:
             sender = str(message.validated_user)
         try:
-            decoded = decode_session_message(message.data)
+            parts = decode_session_messages(message.data)
         except SessionProtocolError as exc:
             self._refuse(sender, str(exc))
             return None
+        if len(parts) == 1:
+            return await self._on_part(sender, parts[0][0], message.dedup_id, parts[0][1])
+        # a bundle: its parts in order; the inbox message goes once every part's consumption is durable
+        deferred = []
+        for i, (part, data) in enumerate(parts):
+            receipt = await self._on_part(sender, part, f"{message.dedup_id}/{i}", data)
+            if receipt is not None:
+                deferred.append(receipt)
+        if not deferred:
+            return None
+
+        async def all_durable() -> bytes | None:
+            for receipt in deferred:
+                await receipt()
+            return None
+
+        return all_durable
+
+    async def _on_part(self, sender: str, decoded: SessionMessage, dedup_id: str, data: bytes) -> Any:
         if isinstance(decoded, InitialSessionMessage):
             if self._draining:
-                return self._deferred_init(sender, decoded, message.dedup_id, message.data)
-            return await self._on_init(sender, decoded, message.dedup_id, message.data)
+                return self._deferred_init(sender, decoded, dedup_id, data)
+            return await self._on_init(sender, decoded, dedup_id, data)
         runner = self._sessions.get(decoded.recipient_session_id)
         if runner is None:
             self._refuse(
@@ -750,6 +775,15 @@ class FlowManager:
             SESSION_TOPIC, outgoing_wire(o), dedup_id=o.dedup_id, headers=headers
         )
 
+    def _bundle(self, outbox: list[Outgoing]) -> messaging.OutgoingMessage:
+        """One P2P message for one transition's messages to one node: the same bundle (bytes and dedup id)
+        whenever that outbox is sent again."""
+        initial = any(o.initial for o in outbox)
+        headers = {messaging.HEADER_MESSAGE_TYPE: SESSION_INIT_TYPE} if initial else None
+        wire = encode_session_bundle([outgoing_wire(o) for o in outbox])
+        dedup_id = f"B-{outbox[0].dedup_id}-{len(outbox)}"
+        return self.messaging.create_message(SESSION_TOPIC, wire, dedup_id=dedup_id, headers=headers)
+
     async def _pump(self, pump: _Pump) -> None:
         """Append what the flows handed over for ``pump.party`` to its outbound queue: everything waiting in
         one ``send_many`` (one group commit), lot after lot, in hand-over order."""
@@ -777,7 +811,12 @@ class FlowManager:
         ``retrying``). A message above the network's size limit can never go: it is dropped (logged)."""
         delay = self.config.retry_initial_seconds
         party = _party(pump.party)
-        messages = [self._outgoing(o) for _h, _r, outbox in entries for o in outbox]
+        messages = []
+        for _h, _r, outbox in entries:
+            if len(outbox) > 1 and self.config.bundle:
+                messages.append(self._bundle(outbox))
+            else:
+                messages += [self._outgoing(o) for o in outbox]
         while True:
             try:
                 await self.messaging.send_many(messages, party)

@@ -5,7 +5,8 @@
 
 NODE_DIR holds ``name`` (legal name), ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally
 ``plan.json``; the peers come from ``../peers.json`` (a list of ``{"name", "key_hash", "host", "port"}``,
-re-read every 50 ms: the stand-in for the network map). ``--import`` loads modules that register flows.
+re-read every 50 ms: the stand-in for the network map). ``--import`` loads modules that register flows. A
+plan's ``"retain"`` and ``"bundle"`` set those ``FlowManagerConfig`` fields (``finished_retain``, ``bundle``).
 
 ``run`` starts broker, messaging service, acceptor, bridge manager and flow manager; prints ``ready PORT``.
 With a plan ``{"flow": name, "args": {...}, "count": N, "concurrency": C, "rate": R (optional, open loop),
@@ -169,7 +170,10 @@ async def run(node_dir: Path) -> None:
             config=bridge.BridgeConfig(credit=1024, initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
         )
         manager = await flows.FlowManager.open(
-            service, config=flows.FlowManagerConfig(finished_retain=int(plan.get("retain", 100_000)))
+            service,
+            config=flows.FlowManagerConfig(
+                finished_retain=int(plan.get("retain", 100_000)), bundle=bool(plan.get("bundle", True))
+            ),
         )
         port = await nursery.start(acceptor.run)
         await nursery.start(bridges.run)

@@ -388,3 +388,32 @@ async def test_a_restart_resends_only_outboxes_not_known_to_be_in_the_outbound_q
             version = await alice.wait_changed(version)
         await net.restart("Alice")
         assert net["Alice"].flows.statistics().resent == 0
+
+
+async def test_bundles_from_a_peer_are_taken_part_by_part_or_refused_whole(net: testing.FlowNetwork) -> None:
+    """A bundle's parts are routed one by one (here: to unknown sessions, each refused with its reason); a
+    bundle with a malformed part is refused whole, naming the part; Alice keeps serving."""
+    alice, carol = net["Alice"], net["Carol"]
+    service = carol.messaging
+    assert service is not None
+    bundles = [
+        flows.encode_session_bundle(
+            [msgpack.packb([1, 2, 777, 0, msgpack.packb("x")]), msgpack.packb([1, 5, 778, 0])]
+        ),
+        flows.encode_session_bundle([msgpack.packb([1, 5, 779, 0]), b"\xff\x00"]),
+    ]
+    with trio.fail_after(30):
+        for i, data in enumerate(bundles):
+            message = service.create_message(flows.SESSION_TOPIC, data, dedup_id=f"bundle-{i}")
+            await service.send(message, alice.name)
+        await _wait_refused(
+            alice.flows,
+            [
+                (CAROL, "unknown session 777"),
+                (CAROL, "unknown session 778"),
+                (CAROL, "bundle part 1: not msgpack"),
+            ],
+        )
+        assert not any("779" in reason for _p, reason in alice.flows.refusals())
+        handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
+        assert await handle.result() == 2

@@ -106,3 +106,30 @@ def test_unregistered_class_cannot_be_sent() -> None:
 
     with pytest.raises(flows.PayloadError, match="register it with @payload_type"):
         flows.encode_payload([Plain()])
+
+
+_BY_NAME = {c["name"]: c for c in VECTORS["valid"]}
+
+
+@pytest.mark.parametrize("case", VECTORS["bundles"], ids=lambda c: c["name"])
+def test_bundle_vectors(case: dict[str, Any]) -> None:
+    parts = [_BY_NAME[name] for name in case["parts"]]
+    wires = [bytes.fromhex(p["hex"]) for p in parts]
+    assert flows.encode_session_bundle(wires).hex() == case["hex"]
+    decoded = flows.decode_session_messages(bytes.fromhex(case["hex"]))
+    assert decoded == [(_message(p["kind"], p["fields"]), w) for p, w in zip(parts, wires, strict=True)]
+
+
+@pytest.mark.parametrize("case", VECTORS["invalid_bundles"], ids=lambda c: c["name"])
+def test_invalid_bundles_are_refused_with_their_reason(case: dict[str, Any]) -> None:
+    with pytest.raises(flows.SessionProtocolError) as info:
+        flows.decode_session_messages(bytes.fromhex(case["hex"]))
+    assert str(info.value) == case["error"]
+
+
+def test_a_single_message_decodes_as_a_list_of_one() -> None:
+    case = _BY_NAME["end"]
+    data = bytes.fromhex(case["hex"])
+    assert flows.decode_session_messages(data) == [(_message("end", case["fields"]), data)]
+    with pytest.raises(ValueError, match="at least two"):
+        flows.encode_session_bundle([data])
