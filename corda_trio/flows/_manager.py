@@ -805,23 +805,31 @@ class FlowManager:
                     self._bump()
 
     async def _send_lot(
-        self, pump: _Pump, entries: list[tuple[_Handover, _Runner | None, list[Outgoing]]]
+        self,
+        pump: _Pump,
+        entries: list[tuple[_Handover, _Runner | None, list[Outgoing]]],
+        *,
+        gather: bool = True,
     ) -> None:
         """Send one lot; a peer the network map does not know yet is retried with backoff (its flows show as
-        ``retrying``). A message above the network's size limit can never go: it is dropped (logged)."""
+        ``retrying``; with ``gather``, what is handed over meanwhile joins ``entries``). A message above the
+        network's size limit can never go: it is dropped (logged), the others go."""
         delay = self.config.retry_initial_seconds
         party = _party(pump.party)
-        messages = []
-        for _h, _r, outbox in entries:
-            if len(outbox) > 1 and self.config.bundle:
-                messages.append(self._bundle(outbox))
-            else:
-                messages += [self._outgoing(o) for o in outbox]
         while True:
+            messages = []
+            for _h, _r, outbox in entries:
+                if len(outbox) > 1 and self.config.bundle:
+                    messages.append(self._bundle(outbox))
+                else:
+                    messages += [self._outgoing(o) for o in outbox]
             try:
                 await self.messaging.send_many(messages, party)
                 return
             except messaging.UnknownRecipientError as exc:
+                if gather:  # what was handed over meanwhile joins this lot (in order): all of it waits
+                    entries.extend(pump.entries)
+                    pump.entries.clear()
                 text = str(exc)
                 for _h, runner, _o in entries:
                     if runner is not None and runner.send_error != text:
@@ -832,13 +840,16 @@ class FlowManager:
                     await pump.retry.wait()
                 pump.retry = trio.Event()
                 delay = min(delay * 2, self.config.retry_max_seconds)
+                if gather:
+                    entries.extend(pump.entries)
+                    pump.entries.clear()
             except messaging.MessageTooLargeError as exc:
-                if len(messages) == 1:
+                if sum(len(outbox) for _h, _r, outbox in entries) == 1:
                     log.error("flow message %s to %s dropped: %s", entries[0][2][0].dedup_id, pump.party, exc)
                     return
                 for entry in entries:  # find the culprit: the others go
                     for o in entry[2]:
-                        await self._send_lot(pump, [(entry[0], entry[1], [o])])
+                        await self._send_lot(pump, [(entry[0], entry[1], [o])], gather=False)
                 return
 
     async def _delete_confirmed(self) -> None:
