@@ -28,3 +28,5 @@ def test_main_prints_a_table_and_a_json_line(capsys: object) -> None:
     out = capsys.readouterr().out.strip().splitlines()  # type: ignore[attr-defined]
     final = json.loads(out[-1])
     assert final["benchmark"] == "codec" and set(final["results"]) == set(codec.LIBRARIES)
+    assert set(final["ratios"]) == set(final["meets_target_by_case"]) == {"p2p_16", "basic_16"}
+    assert all(set(r) == {"encode", "decode"} for r in final["ratios"].values())
