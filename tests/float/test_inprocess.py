@@ -142,6 +142,7 @@ async def test_every_failover_is_seen_by_counting_activations(
                 scopes[0].cancel()  # the active float goes away
                 await wait_until(lambda: b.tunnel.activations == 2)  # the standby took over meanwhile
                 assert b.tunnel.failovers == 1
+                assert b.tunnel.last_error is not None and "ExceptionGroup" not in b.tunnel.last_error
                 assert await b.tunnel.wait_activation(count) == (2, ("127.0.0.1", floats[1].public_port))
                 assert await b.tunnel.wait_activation() == (2, ("127.0.0.1", floats[1].public_port))
         nursery.cancel_scope.cancel()

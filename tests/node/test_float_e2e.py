@@ -174,3 +174,80 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
     assert f"127.0.0.1:{bob_cfg.p2p_address.port}" in proxy_log.read_text()
     audit = (tmp_path / "float" / "audit.jsonl").read_text()
     assert "O=Alice" in audit  # the peer's validated name, logged by the float
+
+
+async def test_a_bridge_process_behind_a_float_carries_flows(tmp_path: Path) -> None:
+    """``corda-trio bridge start`` with ``[float]`` in its bridge.toml: Bob's bridge runs in its own process,
+    activates the float and stores what it forwards through Bob's local endpoint. Neither Bob's node nor his
+    bridge process listens for peers; Alice's flows reach Bob through the float."""
+    (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
+    env = {"TEST_BRIDGE_PASSWORD": "bridge-secret"}
+    bob_cfg = attrs.evolve(
+        bob_cfg,
+        bridge_mode=_config.BridgeMode.EXTERNAL,
+        bridge_password=_config.KeyPassphrase(env="TEST_BRIDGE_PASSWORD"),
+    )
+    bob_path.write_text(_config.dump_node_config(bob_cfg, bob_cfg.base_directory), encoding="utf-8")
+    bob_cfg = _config.load_node_config(bob_path)
+    tunnel = tmp_path / "tunnel"
+    await trio.run_process(
+        [*CLI, "float", "tunnel-pki", "--out", str(tunnel), "--float", "float-a", "--bridge", "bridge"],
+        capture_stdout=True,
+    )
+    float_toml = write_float_toml(tmp_path / "float", bob_cfg, tunnel)
+    flt = await trio.lowlevel.open_process(
+        [*CLI, "float", "start", "--config", str(float_toml)], stdout=subprocess.PIPE
+    )
+    bridge_proc: trio.Process | None = None
+    try:
+        assert flt.stdout is not None
+        seen = b""
+        with trio.fail_after(30):
+            while b"control port listening" not in seen:
+                chunk = await flt.stdout.receive_some(4096)
+                assert chunk, f"the float exited: {seen!r}"
+                seen += chunk
+        control_port = int(seen.split(b"control port listening on ")[1].split(b"\n")[0].rsplit(b":", 1)[1])
+        async with open_node_processes([(alice_path, alice_cfg), (bob_path, bob_cfg)], env=env) as (
+            alice,
+            bob,
+        ):
+            certs = bob_cfg.base_directory / "certificates"
+            bridge_toml = tmp_path / "bridge.toml"
+            bridge_toml.write_text(
+                f'[node]\nendpoint = "{bob.addresses["bridge_endpoint"]}"\nusername = "bridge"\n'
+                'password_env = "TEST_BRIDGE_PASSWORD"\n'
+                f'[tls]\ncert_chain = "{certs / "tls.chain.pem"}"\nkey = "{certs / "tls.key.pem"}"\n'
+                f'trust_root = "{certs / "network-root.cert.pem"}"\n'
+                f'passphrase_file = "{certs / "passphrase"}"\n'
+                f'[float]\ncontrol = ["127.0.0.1:{control_port}"]\ntunnel_cert = "{tunnel / "bridge.pem"}"\n'
+                f'tunnel_key = "{tunnel / "bridge.key"}"\ntunnel_ca = "{tunnel / "tunnel-ca.pem"}"\n',
+                encoding="utf-8",
+            )
+            bridge_proc = await trio.lowlevel.open_process(
+                [*CLI, "bridge", "start", "--config", str(bridge_toml)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **env},
+            )  # fmt: skip
+            assert bridge_proc.stdout is not None
+            said = b""
+            with trio.fail_after(60):
+                while b"\n" not in said:
+                    chunk = await bridge_proc.stdout.receive_some(4096)
+                    assert chunk, "the bridge process exited"
+                    said += chunk
+            expected = f"float 127.0.0.1:{control_port} active, public port {bob_cfg.p2p_address.port}, for "
+            assert expected in said.decode(), said
+            assert listening_ports(bridge_proc.pid) == set()  # the bridge process listens for no peer
+            assert bob_cfg.p2p_address.port not in listening_ports(bob.process.pid)
+            assert bob_cfg.p2p_address.port in listening_ports(flt.pid)
+            async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+                with trio.fail_after(60):
+                    while len(await a.network_map()) < 2:  # noqa: ASYNC110 (another process's state)
+                        await trio.sleep(0.2)
+                    assert await a.start_flow("PingPong", recipient=BOB, rounds=3) == 3
+    finally:
+        for proc in (bridge_proc, flt):
+            if proc is not None:
+                await stop(proc)
+    audit = (tmp_path / "float" / "audit.jsonl").read_text()
+    assert "O=Alice" in audit

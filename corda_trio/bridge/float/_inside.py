@@ -166,6 +166,8 @@ class FloatTunnel:
                 activated = await self._session(address)
             except BaseException as raised:
                 exc = _failure_unless_cancelled(raised)
+                while isinstance(exc, BaseExceptionGroup):  # the session's tasks fail together: name one
+                    exc = exc.exceptions[0]
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.info("float %s:%d: %s", *address, self.last_error)
             finally:
