@@ -96,8 +96,10 @@ def _start(args: argparse.Namespace) -> int:
     try:
         signum = trio.run(_serve, node, str(log_path))
     except BaseExceptionGroup as group:
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        # A failed store fails several tasks at once (each write it refuses): report the store.
+        failed_store, _ = group.split(store.StoreError)
+        leaf: BaseException = failed_store or group
+        while isinstance(leaf, BaseExceptionGroup) and (failed_store or len(leaf.exceptions) == 1):
             leaf = leaf.exceptions[0]
         raise _start_error(leaf, config) from None
     except (NodeStartError, store.StoreError, OSError) as exc:

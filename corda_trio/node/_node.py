@@ -220,6 +220,7 @@ class Node:
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
                 self.broker = broker
                 async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._watch_store, broker)
                     addresses = await self._start(nursery, broker, material)
                     self.addresses = addresses
                     runtime_file.write_text(json.dumps(attrs.asdict(addresses)) + "\n")
@@ -232,6 +233,14 @@ class Node:
             log.info("node stopped cleanly")
         finally:
             os.close(lock_fd)
+
+    async def _watch_store(self, broker: store.Broker) -> None:
+        """A store that can no longer write stops the node at once (everything acknowledged is on disk;
+        a restart recovers it): the error ends :meth:`run`."""
+        failure = await broker.wait_failed()
+        # stderr gets the command's own last line (``corda-trio node start``), the log file this one
+        log.critical("fatal store error, the node stops: %s", failure, extra={FILE_ONLY: True})
+        raise failure
 
     async def _start(self, nursery: trio.Nursery, broker: store.Broker, material: _Material) -> NodeAddresses:
         cfg = self.config
@@ -600,6 +609,10 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+#: A log record's ``extra`` key: the record goes to the log file, not to stderr (the command says it there).
+FILE_ONLY: Final[str] = "corda_trio_file_only"
+
+
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and the exception, if any)."""
 
@@ -633,6 +646,7 @@ def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNIN
     root.addHandler(handler)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(console_level)
+    console.addFilter(lambda record: not getattr(record, FILE_ONLY, False))
     console.setFormatter(logging.Formatter("corda-trio node: %(levelname)s %(name)s: %(message)s"))
     root.addHandler(console)
     return path

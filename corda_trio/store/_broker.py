@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import heapq
 import itertools
 import logging
@@ -44,6 +45,7 @@ from ._errors import (
     QueueExistsError,
     QueueNotFoundError,
     StoreClosedError,
+    StoreFailedError,
     UnknownDeliveryError,
 )
 from ._keyed import KeyedLog
@@ -729,12 +731,30 @@ class Broker:
     _keyed: dict[str, KeyedLog] = attrs.field(factory=dict)
     _registry_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _closed: bool = False
+    _failure: StoreFailedError | None = None
+    _failed: trio.Event = attrs.field(factory=trio.Event)
     #: What recovery found in each durable queue when the broker opened.
     recovery_reports: dict[str, RecoveryReport] = attrs.field(factory=dict)
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("broker is closed")
+
+    async def wait_failed(self) -> StoreFailedError:
+        """Wait until the store can no longer write, and return why: the commit helper process exited
+        when it was not asked to, or a queue's or keyed log's write or fsync failed (that log stopped).
+        Never returns while the store is healthy; closing the broker is not a failure. Owners that cannot
+        run without their store (the node) stop on it."""
+        await self._failed.wait()
+        assert self._failure is not None
+        return self._failure
+
+    def _note_failure(self, what: str, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = (
+                exc if isinstance(exc, StoreFailedError) else StoreFailedError(f"{what}: {exc!r}")
+            )
+            self._failed.set()
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def declare_queue(
@@ -808,6 +828,7 @@ class Broker:
             io_limiter=self._io_limiter,
             on_durable=on_durable,
             helper=self._helper,
+            on_failure=functools.partial(self._note_failure, f"queue {name}: write-ahead log write failed"),
         )
         compactor = Compactor(log=log, generation=QueueGeneration.open(name, path))
         self._nursery.start_soon(log.run_writer, name=f"store-writer:{name}")
@@ -991,6 +1012,8 @@ async def open_broker(
                     directory=root, config=config, nursery=nursery, limiter=limiter, io_limiter=io_limiter,
                     helper=helper,
                 )  # fmt: skip
+                if helper is not None:
+                    helper.on_failure = functools.partial(broker._note_failure, "commit helper")
                 for name, recovered in recovered_logs:
                     broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
                 recovered_logs.clear()

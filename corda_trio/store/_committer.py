@@ -52,6 +52,8 @@ class CommitHelper:
         self._failure: StoreFailedError | None = None
         self._closing = False
         self._reply_buf = bytearray()  # a reply cut between two reads waits here for its rest
+        #: called once, with the error, if the helper exits when it was not asked to (the broker's hook)
+        self.on_failure: Callable[[StoreFailedError], None] | None = None
 
     @classmethod
     async def start(cls, *, inherit: tuple[int, ...] = ()) -> CommitHelper:
@@ -241,6 +243,8 @@ class CommitHelper:
             f"the store's commit helper process (pid {self._process.pid}) exited with status {status}"
         )
         logger.critical("%s; %d commits outstanding failed", self._failure, len(self._callbacks))
+        if self.on_failure is not None:
+            self.on_failure(self._failure)
         callbacks, self._callbacks = self._callbacks, {}
         for done in callbacks.values():
             done(self._failure)

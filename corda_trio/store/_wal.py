@@ -244,6 +244,8 @@ class DurableLog:
     next_seq: int = 0
     #: the broker's commit helper process; ``None``: write and sync on worker threads of ``limiter``
     helper: CommitHelper | None = None
+    #: called once, with the error, when the log fails for good (a write or fsync failed)
+    on_failure: Callable[[BaseException], None] | None = None
     #: held while the manifest is replaced (rotation adds a segment, compaction removes the first)
     manifest_lock: trio.Lock = attrs.field(factory=trio.Lock)
     tail: SegmentState = attrs.field(init=False)
@@ -307,6 +309,7 @@ class DurableLog:
         io_limiter: trio.CapacityLimiter,
         on_durable: Callable[[list[int]], None],
         helper: CommitHelper | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> DurableLog:
         """Build the log of a queue that :func:`~._recovery.recover_queue` just rebuilt."""
         return cls(
@@ -321,6 +324,7 @@ class DurableLog:
             next_id=recovered.next_id,
             next_seq=recovered.next_seq,
             helper=helper,
+            on_failure=on_failure,
         )
 
     # ------------------------------------------------------------------ appending
@@ -712,6 +716,8 @@ class DurableLog:
         if self.failure is None:
             logger.critical("queue %s: write-ahead log write failed, queue stopped: %r", self.name, exc)
             self.failure = exc
+            if self.on_failure is not None:
+                self.on_failure(exc)
         for failed in [*self._written, self.pending]:
             failed.error = self.failure
             failed.finish()

@@ -119,6 +119,9 @@ async def test_a_dead_helper_stops_the_queues_and_recovery_keeps_every_acknowled
                     await queue.enqueue(b"lost?")
         with pytest.raises(store.StoreFailedError):
             await queue.enqueue(b"refused")
+        with trio.fail_after(5):  # the broker reports it to its owner (the node stops on it)
+            failure = await broker.wait_failed()
+        assert f"commit helper process (pid {helper.pid}) exited" in str(failure)
     async with store.open_broker(tmp_path) as broker:
         queue = broker.get_queue("q")
         recovered = [m async for m in queue.browse()]

@@ -38,6 +38,9 @@ async def test_a_failed_write_stops_the_queue_and_recovery_keeps_the_durable_pre
             await queue.enqueue(b"lost")
         with pytest.raises(store.StoreFailedError):
             await queue.enqueue(b"refused")
+        with trio.fail_after(5):  # the broker reports it to its owner (the node stops on it)
+            failure = await broker.wait_failed()
+        assert "queue q: write-ahead log write failed" in str(failure) and "No space left" in str(failure)
         other = await broker.declare_queue("other")  # other queues are not affected
         monkeypatch.setattr(_wal, "write_all", real_write_all)
         await other.enqueue(b"fine")
