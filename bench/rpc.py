@@ -11,8 +11,10 @@ frames both ways) in two patterns, each for ``--seconds``:
 
 Reference, side by side: the same two patterns against a bare trio-websocket echo server in its own
 process (no msgpack, no login, no dispatch), so the ratio is what our protocol and server cost on top of the
-websocket library. The machine may be shared: the JSON carries the load average. The last line printed is
-one JSON object.
+websocket library. Also reported for the node: CPU microseconds per call in the client and in the node
+process, which a busy machine inflates much less than it cuts the calls per second (a sequential call is
+a round trip between two processes: on a loaded machine each side waits for a CPU). The machine may be
+shared: the JSON carries the load average. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import trio
 import trio_websocket
 
 from corda_trio import rpc
+from corda_trio.testing import cpu_with_helpers
 
 from ._nodes import NodeProcess, bootstrap
 
@@ -74,14 +77,26 @@ async def _measure(call: Any, seconds: float, in_flight: int) -> float:
 async def _bench_node(directory: Path, seconds: float, in_flight: int) -> dict[str, float]:
     (node_dir,) = bootstrap(directory / "net", ["O=Bench,L=London,C=GB"], user="bench", password=PASSWORD)
     node = await NodeProcess.start(node_dir)
+    out: dict[str, float] = {}
+    calls = 0
+
+    async def ping() -> None:
+        nonlocal calls
+        await client.ping()
+        calls += 1
+
     try:
         async with rpc.connect(node.rpc_url, "bench", PASSWORD) as client:
             await _measure(client.ping, 0.5, 1)  # warm-up
-            sequential = await _measure(client.ping, seconds, 1)
-            pipelined = await _measure(client.ping, seconds, in_flight)
+            for pattern, width in (("sequential", 1), ("pipelined", in_flight)):
+                calls = 0
+                client_cpu, node_cpu = time.process_time(), cpu_with_helpers(node.process.pid)
+                out[pattern] = await _measure(ping, seconds, width)
+                out[f"client_cpu_us_{pattern}"] = (time.process_time() - client_cpu) / calls * 1e6
+                out[f"node_cpu_us_{pattern}"] = (cpu_with_helpers(node.process.pid) - node_cpu) / calls * 1e6
     finally:
         await node.stop()
-    return {"sequential": sequential, "pipelined": pipelined}
+    return out
 
 
 async def _bench_echo(seconds: float, in_flight: int) -> dict[str, float]:
@@ -137,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         "rpc_calls_per_s_sequential": round(node["sequential"]),
         "rpc_calls_per_s_pipelined": round(node["pipelined"]),
         "in_flight": args.in_flight,
+        "rpc_client_cpu_us_per_call_sequential": round(node["client_cpu_us_sequential"]),
+        "rpc_node_cpu_us_per_call_sequential": round(node["node_cpu_us_sequential"]),
+        "rpc_client_cpu_us_per_call_pipelined": round(node["client_cpu_us_pipelined"]),
+        "rpc_node_cpu_us_per_call_pipelined": round(node["node_cpu_us_pipelined"]),
         "ws_echo_per_s_sequential": round(echo["sequential"]),
         "ws_echo_per_s_pipelined": round(echo["pipelined"]),
         "ratio_sequential": round(node["sequential"] / echo["sequential"], 3),

@@ -87,11 +87,12 @@ class FlowHost:
         return {
             "start_flow": self._start_flow,
             "watch_flow": self._watch_flow,
-            "list_flows": self._list_flows,
             "retry_flow": self._retry_flow,
             "kill_flow": self._kill_flow,
-            "registered_flows": self._registered_flows,
         }
+
+    def rpc_immediate_handlers(self) -> dict[str, rpc.ImmediateHandler]:
+        return {"list_flows": self._list_flows, "registered_flows": self._registered_flows}
 
     # --- RPC ---------------------------------------------------------------------------------------
 
@@ -181,8 +182,7 @@ class FlowHost:
                 await call.send_event(self._info(info))
             await self.manager.wait_changed(version)
 
-    async def _list_flows(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _list_flows(self, call: rpc.Call) -> Any:
         state = call.args.get("state")
         if state is not None and state not in STATES:
             raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, f"'state' must be one of {', '.join(STATES)}")
@@ -212,8 +212,7 @@ class FlowHost:
                 pass
         return self._info(self._find(info.flow_id))
 
-    async def _registered_flows(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _registered_flows(self, call: rpc.Call) -> Any:
         return self.registered()
 
 

@@ -267,19 +267,9 @@ class Node:
         await self._start_flows(nursery, service)
         await nursery.start(service.run)
         self.rpc_server = rpc.RpcServer(
-            handlers=self._rpc_handlers(),
+            handlers=self._flow_host.rpc_handlers() if self._flow_host is not None else {},
+            immediate=self._rpc_immediate_handlers(),
             users=rpc.UserDatabase.of(cfg.rpc_users),
-            inline=frozenset(
-                {
-                    "ping",
-                    "whoami",
-                    "node_info",
-                    "network_map",
-                    "queue_statistics",
-                    "list_flows",
-                    "registered_flows",
-                }
-            ),
             host=cfg.rpc_address.host,
             port=cfg.rpc_address.port,
         )
@@ -541,8 +531,9 @@ class Node:
 
     # --- RPC ------------------------------------------------------------------------------------------
 
-    def _rpc_handlers(self) -> dict[str, rpc.Handler]:
-        handlers: dict[str, rpc.Handler] = {
+    def _rpc_immediate_handlers(self) -> dict[str, rpc.ImmediateHandler]:
+        """The calls answered from memory (see :class:`rpc.RpcServer`): each a plain function."""
+        handlers: dict[str, rpc.ImmediateHandler] = {
             "ping": self._rpc_ping,
             "whoami": self._rpc_whoami,
             "node_info": self._rpc_node_info,
@@ -552,23 +543,19 @@ class Node:
             "undrain": self._rpc_undrain,
         }
         if self._flow_host is not None:
-            handlers.update(self._flow_host.rpc_handlers())
+            handlers.update(self._flow_host.rpc_immediate_handlers())
         return handlers
 
-    async def _rpc_ping(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _rpc_ping(self, call: rpc.Call) -> Any:
         return call.args.get("echo", "pong")
 
-    async def _rpc_whoami(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _rpc_whoami(self, call: rpc.Call) -> Any:
         return {"user": call.user.username, "permissions": sorted(call.user.permissions)}
 
-    async def _rpc_node_info(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _rpc_node_info(self, call: rpc.Call) -> Any:
         return self.info()
 
-    async def _rpc_network_map(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _rpc_network_map(self, call: rpc.Call) -> Any:
         return [
             {
                 "legal_name": name,
@@ -582,26 +569,23 @@ class Node:
             for name, n in sorted(self.network_nodes().items())
         ]
 
-    async def _rpc_queue_statistics(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def _rpc_queue_statistics(self, call: rpc.Call) -> Any:
         if self.broker is None:
             return []
         return [attrs.asdict(s) for s in self.broker.statistics()]
 
-    async def _rpc_drain(self, call: rpc.Call) -> Any:
+    def _rpc_drain(self, call: rpc.Call) -> Any:
         self.draining = True
         log.info("draining (asked by RPC user %s)", call.user.username)
         if self._flow_host is not None:
             self._flow_host.set_draining(True)
-        await trio.lowlevel.checkpoint()
         return {"draining": True, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
 
-    async def _rpc_undrain(self, call: rpc.Call) -> Any:
+    def _rpc_undrain(self, call: rpc.Call) -> Any:
         self.draining = False
         log.info("undrained (asked by RPC user %s)", call.user.username)
         if self._flow_host is not None:
             self._flow_host.set_draining(False)
-        await trio.lowlevel.checkpoint()
         return {"draining": False}
 
 

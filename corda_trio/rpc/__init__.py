@@ -23,6 +23,7 @@ from ._protocol import allowed as allowed
 from ._protocol import parse_permission as parse_permission
 from ._server import Call as Call
 from ._server import Handler as Handler
+from ._server import ImmediateHandler as ImmediateHandler
 from ._server import RpcError as RpcError
 from ._server import RpcServer as RpcServer
 from ._server import RpcServerStatistics as RpcServerStatistics
@@ -35,6 +36,7 @@ __all__ = [
     "Call",
     "ErrorCode",
     "Handler",
+    "ImmediateHandler",
     "RpcClient",
     "RpcConnectionError",
     "RpcError",

@@ -120,7 +120,7 @@ def parse_permission(text: object) -> str:
 
 def allowed(permissions: Iterable[str], method: str, flow: str | None = None) -> bool:
     """Whether ``permissions`` allow calling ``method`` (for ``start_flow``, of flow ``flow``)."""
-    perms = set(permissions)
+    perms = permissions if isinstance(permissions, (set, frozenset)) else frozenset(permissions)
     if PERMISSION_ADMIN in perms:
         return True
     need = METHODS.get(method, PERMISSION_ADMIN)

@@ -4,12 +4,16 @@ Theory of operation
 -------------------
 ``await nursery.start(server.run)`` listens and reports the bound port. Each connection gets one task that
 reads frames in order; the first request must be ``login``. Every later request runs in its own task in the
-connection's nursery (except those of :attr:`RpcServer.inline` methods, which never wait and are answered by
-the reader itself) (at most :attr:`RpcServer.max_calls_per_connection` at once: beyond that the reader stops
-reading, so a client that floods the server slows itself down). A handler is an ``async def`` that receives a
-:class:`Call` (arguments, the user, ``send_event`` for progress) and returns the value of the ``ok`` frame,
-or raises :class:`RpcError` for an error frame. Any other exception becomes an ``internal`` error frame (and
-is logged); the connection and the server go on.
+connection's nursery (at most :attr:`RpcServer.max_calls_per_connection` at once: beyond that the reader
+stops reading, so a client that floods the server slows itself down). A handler is an ``async def`` that
+receives a :class:`Call` (arguments, the user, ``send_event`` for progress) and returns the value of the
+``ok`` frame, or raises :class:`RpcError` for an error frame. Any other exception becomes an ``internal``
+error frame (and is logged); the connection and the server go on.
+
+Calls that answer from memory (ping, node info, list flows, ...) are :attr:`RpcServer.immediate` handlers:
+plain functions the reader calls itself, in order, with no task and no scheduler round of their own. That is
+what makes a small call cheap: per call, the server decodes one frame, checks the permission, calls the
+function and sends one frame (measured in ``bench/rpc.py``).
 
 When a client disconnects, its connection's calls are cancelled: what a handler started elsewhere (a flow
 runs in the flow manager's nursery, not here) keeps running. :meth:`RpcServer.run` ends only by
@@ -43,7 +47,7 @@ from ._protocol import (
     parse_request,
 )
 
-__all__ = ["Call", "Handler", "RpcError", "RpcServer", "RpcServerStatistics"]
+__all__ = ["Call", "Handler", "ImmediateHandler", "RpcError", "RpcServer", "RpcServerStatistics"]
 
 log = logging.getLogger("corda_trio.rpc.server")
 
@@ -82,6 +86,8 @@ class Call:
 
 #: ``async def handler(call) -> value``.
 Handler = Callable[[Call], Awaitable[Any]]
+#: ``def handler(call) -> value``: answers at once, from memory (never waits, never sends events).
+ImmediateHandler = Callable[[Call], Any]
 
 
 @final
@@ -103,9 +109,8 @@ class RpcServer:
     host: str = "127.0.0.1"
     port: int = 0
     max_calls_per_connection: int = DEFAULT_MAX_CALLS_PER_CONNECTION
-    #: Methods whose handlers never wait (they answer from memory): run in the connection's reader task
-    #: instead of a task of their own, which saves a task per call. Unknown methods are answered inline too.
-    inline: frozenset[str] = frozenset()
+    #: Handlers that answer at once (see the module docstring); a method is in ``handlers`` or here.
+    immediate: Mapping[str, ImmediateHandler] = attrs.field(factory=dict)
     _connections_open: int = 0
     _connections_total: int = 0
     _failed_logins: int = 0
@@ -179,14 +184,11 @@ class RpcServer:
                             await ws.aclose(code=1008, reason="too many failed logins")
                             break
                     continue
-                if req.method == "login":
-                    await send(error_frame(req.id, ErrorCode.MALFORMED, "already logged in"))
+                if req.method not in self.handlers:
+                    await send.raw(self._answer_now(req, user))
                     continue
                 await slots.acquire()
-                if req.method in self.inline or req.method not in self.handlers:
-                    await self._call(req, user, send, slots)
-                else:
-                    calls.start_soon(self._call, req, user, send, slots)
+                calls.start_soon(self._call, req, user, send, slots)
             # The client went away (or closed): abandon its calls. Anything they started elsewhere goes on.
             calls.cancel_scope.cancel()
 
@@ -207,32 +209,45 @@ class RpcServer:
         return user
 
     async def _call(self, req: Request, user: RpcUser, send: _Sender, slots: trio.Semaphore) -> None:
+        """Run an ``async`` handler (in a task of its own) and send its answer."""
         try:
-            outcome = "ok"
             try:
-                value = await self._dispatch(req, user, send)
-                frame = ok_frame(req.id, value)
-            except RpcError as exc:
-                outcome = exc.code
-                frame = {"id": req.id, "error": {"code": exc.code, "message": exc.message[:2000]}}
+                self._check(req, user)
+
+                async def send_event(value: Any) -> None:
+                    await send(event_frame(req.id, value))
+
+                value = await self.handlers[req.method](
+                    Call(method=req.method, args=req.args, user=user, send=send_event)
+                )
             except Exception as exc:
-                outcome = ErrorCode.INTERNAL.value
-                log.exception("RPC %s failed", req.method)
-                frame = error_frame(req.id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-            try:
-                data = pack(frame)
-            except (TypeError, ValueError) as exc:  # a handler returned something msgpack cannot encode
-                outcome = ErrorCode.INTERNAL.value
-                data = pack(error_frame(req.id, ErrorCode.INTERNAL, f"result cannot be encoded: {exc}"))
-            self._calls[_method_label(req.method), outcome] += 1
+                data = self._reply(req, None, exc)
+            else:
+                data = self._reply(req, value, None)
             await send.raw(data)
         except trio_websocket.ConnectionClosed:
             pass
         finally:
             slots.release()
 
-    async def _dispatch(self, req: Request, user: RpcUser, send: _Sender) -> Any:
-        if req.method not in METHODS:
+    def _answer_now(self, req: Request, user: RpcUser) -> bytes:
+        """The answer to an immediate method, or to an unknown or unavailable one."""
+        try:
+            self._check(req, user)
+            handler = self.immediate.get(req.method)
+            if handler is None:
+                raise RpcError(ErrorCode.UNAVAILABLE, f"{req.method} is not available on this node")
+            value = handler(Call(method=req.method, args=req.args, user=user, send=_no_events))
+        except Exception as exc:
+            return self._reply(req, None, exc)
+        return self._reply(req, value, None)
+
+    def _check(self, req: Request, user: RpcUser) -> None:
+        """Raise the :class:`RpcError` for an unknown method or a missing permission."""
+        need = METHODS.get(req.method, _UNKNOWN)
+        if need is None:  # any logged-in user (ping, whoami)
+            return
+        if need is _UNKNOWN:
             raise RpcError(ErrorCode.UNKNOWN_METHOD, f"unknown method {req.method!r}")
         flow = req.args.get("flow") if req.method == "start_flow" else None
         if req.method == "start_flow" and not isinstance(flow, str):
@@ -240,14 +255,33 @@ class RpcServer:
         if not allowed(user.permissions, req.method, flow):
             what = f"start flow {flow}" if flow else f"call {req.method}"
             raise RpcError(ErrorCode.FORBIDDEN, f"user {user.username} may not {what}")
-        handler = self.handlers.get(req.method)
-        if handler is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, f"{req.method} is not available on this node")
 
-        async def send_event(value: Any) -> None:
-            await send(event_frame(req.id, value))
+    def _reply(self, req: Request, value: Any, error: Exception | None) -> bytes:
+        """The encoded final frame for ``value`` (or ``error``), counted in the statistics."""
+        outcome = "ok"
+        if error is None:
+            frame = {"id": req.id, "ok": value}
+        elif isinstance(error, RpcError):
+            outcome = error.code
+            frame = {"id": req.id, "error": {"code": error.code, "message": error.message[:2000]}}
+        else:
+            outcome = ErrorCode.INTERNAL.value
+            log.error("RPC %s failed", req.method, exc_info=error)
+            frame = error_frame(req.id, ErrorCode.INTERNAL, f"{type(error).__name__}: {error}")
+        try:
+            data = pack(frame)
+        except (TypeError, ValueError) as exc:  # a handler returned something msgpack cannot encode
+            outcome = ErrorCode.INTERNAL.value
+            data = pack(error_frame(req.id, ErrorCode.INTERNAL, f"result cannot be encoded: {exc}"))
+        self._calls[_method_label(req.method), outcome] += 1
+        return data
 
-        return await handler(Call(method=req.method, args=req.args, user=user, send=send_event))
+
+_UNKNOWN: Final = object()
+
+
+async def _no_events(value: Any) -> None:
+    raise RuntimeError("an immediate RPC handler cannot send events")
 
 
 def _method_label(method: str) -> str:

@@ -49,13 +49,18 @@ class Work:
         await self.finished.wait()
         return {"flow": flow, "result": call.args.get("args", {})}
 
-    async def node_info(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    # Immediate handlers (answered by the connection's reader, as the node's calls that read memory are).
+    def node_info(self, call: rpc.Call) -> Any:
         return {"user": call.user.username}
 
-    async def ping(self, call: rpc.Call) -> Any:
-        await trio.lowlevel.checkpoint()
+    def ping(self, call: rpc.Call) -> Any:
         return call.args.get("echo", "pong")
+
+    def crash_now(self, call: rpc.Call) -> Any:
+        raise RuntimeError("immediate handler bug")
+
+    def unencodable(self, call: rpc.Call) -> Any:
+        return {"value": object()}
 
     async def crash(self, call: rpc.Call) -> Any:
         await trio.lowlevel.checkpoint()
@@ -67,11 +72,12 @@ async def serving() -> AsyncIterator[tuple[str, Work]]:
     async with trio.open_nursery() as nursery:
         work = Work(nursery)
         server = rpc.RpcServer(
-            handlers={
-                "start_flow": work.start_flow,
+            handlers={"start_flow": work.start_flow, "queue_statistics": work.crash},
+            immediate={
                 "node_info": work.node_info,
                 "ping": work.ping,
-                "queue_statistics": work.crash,
+                "list_flows": work.crash_now,
+                "whoami": work.unencodable,
             },
             users=rpc.UserDatabase.of(USERS),
         )
@@ -134,6 +140,12 @@ async def test_permissions_are_enforced() -> None:
             with pytest.raises(rpc.RpcError) as info:
                 await reader.queue_statistics()
             assert info.value.code == "internal" and "handler bug" in info.value.message
+            with pytest.raises(rpc.RpcError) as info:
+                await reader.list_flows()
+            assert info.value.code == "internal" and "immediate handler bug" in info.value.message
+            with pytest.raises(rpc.RpcError) as info:
+                await reader.call("whoami")
+            assert info.value.code == "internal" and "cannot be encoded" in info.value.message
             assert await reader.ping() == "pong"
 
 
