@@ -12,15 +12,25 @@ Examples::
 
 Flow arguments are ``name=value``; a value that reads as JSON (a number, ``true``, ``[1, 2]``) is passed as
 that, anything else as a string.
+
+``flow start`` waits for the result (stdout). While it waits, a flow in trouble is reported on stderr (its
+id, ``retrying`` or ``parked``, and why: e.g. a recipient not in the network map); after Ctrl-C the flow
+goes on on the node, and the command says which flow that is.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from typing import Any
 
-from ._cli import CliError
+import trio
+
+from corda_trio import rpc
+
+from ._cli import CliError, _is_interrupt
 from ._cli_node import _run, add_rpc_options, open_rpc_client
 
 __all__ = ["parse_flow_args", "register"]
@@ -84,15 +94,53 @@ def _print_result(value: Any, as_json: bool) -> None:
 
 def _start(args: argparse.Namespace) -> int:
     flow_args = parse_flow_args(args.args)
+    started: list[str] = []
 
     async def main() -> Any:
         async with open_rpc_client(args) as client:
             if args.no_wait:
                 return await client.launch_flow(args.flow, **flow_args)
-            return await client.start_flow(args.flow, **flow_args)
+            frames = client.stream("start_flow", flow=args.flow, args=flow_args, wait=True)
+            async with trio.open_nursery() as nursery, contextlib.aclosing(frames):
+                async for frame in frames:
+                    if "ok" in frame:
+                        nursery.cancel_scope.cancel()
+                        return frame["ok"]
+                    flow_id = frame["event"].get("flow_id") if isinstance(frame["event"], dict) else None
+                    if isinstance(flow_id, str) and not started:
+                        started.append(flow_id)
+                        nursery.start_soon(_report_trouble, client, flow_id)
+            raise AssertionError("unreachable: the stream ends with its result")
 
-    _print_result(_run(main), args.json)
+    try:
+        result = _run(main)
+    except BaseException as exc:
+        if started and _is_interrupt(exc):
+            print(
+                f"flow {started[0]} goes on running on the node (`corda-trio flow watch` follows it, "
+                "`corda-trio flow kill` stops it)",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+    _print_result(result, args.json)
     return 0
+
+
+async def _report_trouble(client: rpc.RpcClient, flow_id: str) -> None:
+    """While ``flow start`` waits: say on stderr when the flow retries or is parked, and why (once per
+    reason)."""
+    said: tuple[Any, Any] | None = None
+    try:
+        async with contextlib.aclosing(client.watch_flow(flow_id)) as events:
+            async for event in events:
+                if not isinstance(event, dict) or event.get("status") not in ("retrying", "parked"):
+                    continue
+                if (event["status"], event.get("error")) != said:
+                    said = (event["status"], event.get("error"))
+                    print(f"flow {flow_id} {said[0]}: {said[1]}", file=sys.stderr, flush=True)
+    except rpc.RpcError:
+        pass  # (a lost connection also ends the start call, which says so)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -115,8 +163,11 @@ def _list(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     async def main() -> Any:
         last: Any = None
-        async with open_rpc_client(args) as client:
-            async for event in client.watch_flow(args.flow_id):
+        async with (
+            open_rpc_client(args) as client,
+            contextlib.aclosing(client.watch_flow(args.flow_id)) as events,
+        ):
+            async for event in events:
                 print(json.dumps(event, default=repr, sort_keys=True), flush=True)
                 last = event
         return last

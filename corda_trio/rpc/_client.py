@@ -169,8 +169,9 @@ class RpcClient:
 
     async def watch_flow(self, flow_id: str) -> AsyncIterator[dict[str, Any]]:
         """Yield the flow's progress events, then its final state (``state`` and ``result`` or ``error``)."""
-        async for frame in self.stream("watch_flow", flow_id=flow_id):
-            yield frame.get("event", frame.get("ok"))
+        async with contextlib.aclosing(self.stream("watch_flow", flow_id=flow_id)) as frames:
+            async for frame in frames:
+                yield frame.get("event", frame.get("ok"))
 
     async def flow_result(self, flow_id: str) -> Any:
         """Wait for the flow to end; its final state (a map with ``state`` and ``result`` or ``error``)."""

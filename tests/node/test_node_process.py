@@ -145,6 +145,41 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
         denied = await _cli(["node", "drain", "--base-dir", base, "--user", "reader"], env)
         assert denied.returncode == 2 and "forbidden: user reader may not call drain" in denied.stderr
 
+        # 'flow start' to a party the network does not know: it says why the flow waits, and after Ctrl-C
+        # which flow goes on running on the node.
+        waiting = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "corda_trio", "flow", "start", "--base-dir", base, "--user", "ops",
+             "PingPong", "recipient=O=Nobody,L=Rome,C=IT"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert waiting.stderr is not None and waiting.stdout is not None
+        said = b""
+        try:
+            with trio.fail_after(60):
+                while b"is not in the network map" not in said:
+                    chunk = await waiting.stderr.receive_some(4096)
+                    assert chunk, said
+                    said += chunk
+            (line,) = said.decode().splitlines()
+            flow_id = line.split()[1]
+            assert line == f"flow {flow_id} retrying: O=Nobody, L=Rome, C=IT is not in the network map"
+            waiting.send_signal(signal.SIGINT)
+            with trio.fail_after(30):
+                assert await waiting.wait() == 130
+        finally:
+            waiting.kill()
+        async with waiting.stderr:
+            while chunk := await waiting.stderr.receive_some(4096):
+                said += chunk
+        assert said.decode().splitlines()[1:] == [
+            f"flow {flow_id} goes on running on the node (`corda-trio flow watch` follows it, "
+            "`corda-trio flow kill` stops it)",
+            "interrupted",
+        ]
+        assert await waiting.stdout.receive_some(4096) == b""
+        killed = await _cli(["flow", "kill", "--base-dir", base, "--user", "ops", flow_id], env)
+        assert killed.returncode == 0 and json.loads(killed.stdout)["state"] == "failed", killed.stderr
+
         assert await bob.stop(signal.SIGINT) == 130
         with trio.fail_after(15):
             assert await alice.stop(signal.SIGTERM) == 0
