@@ -87,6 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise KeyboardInterrupt
 
     previous = _install_sigterm(on_sigterm)
+    ignored_sigint = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    )
+    if ignored_sigint:
+        # A background job of a script starts with SIGINT ignored. Trio then installs no KeyboardInterrupt
+        # handler of its own, and a SIGTERM turned into a KeyboardInterrupt raised at any point (inside
+        # Trio's run loop, say) would abandon the run half-way, with pages of tracebacks. So the command
+        # takes SIGINT as any command does (it ends it like Ctrl-C).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _dispatch(argv)
     except BaseException as exc:
@@ -101,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if ignored_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 #: Exit code after Ctrl-C (128 + SIGINT, as shells report it).

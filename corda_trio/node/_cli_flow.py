@@ -116,15 +116,20 @@ def _start(args: argparse.Namespace) -> int:
         result = _run(main)
     except BaseException as exc:
         if started and _is_interrupt(exc):
-            print(
+            _say(
                 f"flow {started[0]} goes on running on the node (`corda-trio flow watch` follows it, "
-                "`corda-trio flow kill` stops it)",
-                file=sys.stderr,
-                flush=True,
+                "`corda-trio flow kill` stops it)"
             )
         raise
     _print_result(result, args.json)
     return 0
+
+
+def _say(line: str) -> None:
+    """One whole line on stderr, in one write (a Ctrl-C between ``print``'s text and newline would leave
+    the line open)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 async def _report_trouble(client: rpc.RpcClient, flow_id: str) -> None:
@@ -138,7 +143,7 @@ async def _report_trouble(client: rpc.RpcClient, flow_id: str) -> None:
                     continue
                 if (event["status"], event.get("error")) != said:
                     said = (event["status"], event.get("error"))
-                    print(f"flow {flow_id} {said[0]}: {said[1]}", file=sys.stderr, flush=True)
+                    _say(f"flow {flow_id} {said[0]}: {said[1]}")
     except rpc.RpcError:
         pass  # (a lost connection also ends the start call, which says so)
 

@@ -48,6 +48,38 @@ async def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
+async def _interrupted_flow_start(
+    base: str, env: dict[str, str], signum: int, *, ignore_sigint: bool = False
+) -> tuple[str, list[str], int]:
+    """Run ``flow start`` to an unknown party until it reports the flow retrying, then send ``signum``.
+    Returns (flow id, stderr lines, exit code); stdout must stay empty."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "corda_trio", "flow", "start", "--base-dir", base, "--user", "ops",
+         "PingPong", "recipient=O=Nobody,L=Rome,C=IT"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None,
+    )  # fmt: skip
+    assert proc.stderr is not None and proc.stdout is not None
+    said = b""
+    try:
+        with trio.fail_after(60):
+            while b"is not in the network map\n" not in said:
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, said
+                said += chunk
+        proc.send_signal(signum)
+        with trio.fail_after(30):
+            code = await proc.wait()
+    finally:
+        proc.kill()
+    async with proc.stderr:
+        while chunk := await proc.stderr.receive_some(4096):
+            said += chunk
+    assert await proc.stdout.receive_some(4096) == b""
+    lines = said.decode().splitlines()
+    return lines[0].split()[1], lines, code
+
+
 async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -> None:
     nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"])
     async with open_node_processes(nodes) as procs:
@@ -146,39 +178,23 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
         assert denied.returncode == 2 and "forbidden: user reader may not call drain" in denied.stderr
 
         # 'flow start' to a party the network does not know: it says why the flow waits, and after Ctrl-C
-        # which flow goes on running on the node.
-        waiting = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "corda_trio", "flow", "start", "--base-dir", base, "--user", "ops",
-             "PingPong", "recipient=O=Nobody,L=Rome,C=IT"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        )  # fmt: skip
-        assert waiting.stderr is not None and waiting.stdout is not None
-        said = b""
-        try:
-            with trio.fail_after(60):
-                while b"is not in the network map" not in said:
-                    chunk = await waiting.stderr.receive_some(4096)
-                    assert chunk, said
-                    said += chunk
-            (line,) = said.decode().splitlines()
-            flow_id = line.split()[1]
-            assert line == f"flow {flow_id} retrying: O=Nobody, L=Rome, C=IT is not in the network map"
-            waiting.send_signal(signal.SIGINT)
-            with trio.fail_after(30):
-                assert await waiting.wait() == 130
-        finally:
-            waiting.kill()
-        async with waiting.stderr:
-            while chunk := await waiting.stderr.receive_some(4096):
-                said += chunk
-        assert said.decode().splitlines()[1:] == [
-            f"flow {flow_id} goes on running on the node (`corda-trio flow watch` follows it, "
-            "`corda-trio flow kill` stops it)",
-            "interrupted",
-        ]
-        assert await waiting.stdout.receive_some(4096) == b""
-        killed = await _cli(["flow", "kill", "--base-dir", base, "--user", "ops", flow_id], env)
-        assert killed.returncode == 0 and json.loads(killed.stdout)["state"] == "failed", killed.stderr
+        # which flow goes on running on the node. Also as a script's background job (SIGINT ignored), stopped
+        # by SIGTERM: the same, without a traceback.
+        flow_id, lines, code = await _interrupted_flow_start(base, env, signal.SIGINT)
+        assert code == 130 and lines[-1] == "interrupted", lines
+        other_id, other_lines, code = await _interrupted_flow_start(
+            base, env, signal.SIGTERM, ignore_sigint=True
+        )
+        assert code == 0 and other_lines[-1] == "terminated", other_lines
+        for fid, said in ((flow_id, lines), (other_id, other_lines)):
+            assert said[:-1] == [
+                f"flow {fid} retrying: O=Nobody, L=Rome, C=IT is not in the network map",
+                f"flow {fid} goes on running on the node (`corda-trio flow watch` follows it, "
+                "`corda-trio flow kill` stops it)",
+            ]
+        for fid in (flow_id, other_id):
+            killed = await _cli(["flow", "kill", "--base-dir", base, "--user", "ops", fid], env)
+            assert killed.returncode == 0 and json.loads(killed.stdout)["state"] == "failed", killed.stderr
 
         assert await bob.stop(signal.SIGINT) == 130
         with trio.fail_after(15):
