@@ -18,6 +18,15 @@ the float is *active* and forwarded deliveries are stored:
   outcome to the peer); good ones are appended to the inbox in one group commit and settled ``accepted``
   only when that returned, i.e. once durable.
 
+Each message is decoded once on this side: the envelope's prefix is the same bytes for every delivery of one
+peer link, so :class:`~._control.EnvelopeReader` decodes it once per link; the stamp is added in place
+(``messaging.stamped_payload``); and ``on_checked`` (in the node ``MessagingService.remember_received``)
+hands the decoded messages to the dispatcher, as the in-node acceptor does.
+
+``inbox`` is the node's store queue in the node, or ``RemoteInbox`` (the node's local endpoint) in a bridge
+process (``ExternalBridgeConfig.floats``). Observers count activations (:meth:`FloatTunnel.wait_activation`):
+a failover can be over within milliseconds, faster than any poll of ``public_address`` would notice.
+
 When the active float's control link fails (or the float deactivates itself), the tunnel fails over to the
 next float at once; after a whole round of floats failed without an activation it waits with the bridge's
 backoff (1 s doubling to 60 s by default). Deliveries in flight when a link dies were never settled: the
