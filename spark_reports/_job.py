@@ -512,7 +512,7 @@ def _compute(
     listed: tuple[BadRecord, ...] = ()
     if bad_count:
         mark = time.perf_counter()
-        listed = tuple(locate_bad(loaded.located, loaded.lines))
+        listed = tuple(locate_bad(*loaded.locate()))
         timings["locate bad records"] = time.perf_counter() - mark
         if not skip_bad:
             raise BadRecordsError(listed, bad_count)

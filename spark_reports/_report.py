@@ -43,6 +43,9 @@ class ReportResult:
     job: JobResult
     #: seconds per phase: spark start, input schema, aggregate, series, errors, tables
     phases: dict[str, float] = attrs.field(factory=dict)
+    #: CPU seconds of the Spark JVM (in local mode it runs the tasks too) until the report was written, or
+    #: ``None`` if the JVM does not say; on a shared machine a steadier measure of the work than wall time
+    jvm_cpu_seconds: float | None = None
 
 
 def tables_dir_for(html_path: Path) -> Path:
@@ -67,6 +70,16 @@ def _host() -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": commit,
     }
+
+
+def _jvm_cpu_seconds(session: SparkSession) -> float | None:
+    """CPU time of the driver JVM so far (``ProcessHandle.info().totalCpuDuration()``), if it reports it."""
+    try:
+        jvm: Any = session.sparkContext._jvm
+        total = jvm.java.lang.ProcessHandle.current().info().totalCpuDuration()
+        return int(total.get().toNanos()) / 1e9 if total.isPresent() else None
+    except Exception:  # a cluster driver or Spark Connect without a local JVM: the figure is optional
+        return None
 
 
 def _unlike(job: JobResult, runs: Sequence[str]) -> list[str]:
@@ -177,6 +190,7 @@ def build_report(
             elapsed_seconds=time.perf_counter() - started,
             job=job,
             phases=dict(phases),
+            jvm_cpu_seconds=_jvm_cpu_seconds(session),
         )
 
     if spark is not None:

@@ -62,18 +62,26 @@ def record_schema(*, corrupt_column: str | None = None) -> Any:
 
 @attrs.frozen(kw_only=True)
 class LoadedRecords:
-    """The records of all inputs as one DataFrame, and the same records with their positions.
+    """The records of all inputs as one DataFrame; the same records with their positions on demand.
 
     ``frame`` has the record columns in :data:`RECORD_COLUMNS` order, ``schema_version``, and ``_reason``
-    (``NULL`` for a valid record, else what is wrong). ``located`` has the same columns plus ``_source`` /
-    ``_block`` / ``_pos`` / ``_kind`` (where the record is; see ``_validate.py``) and ``_text_head`` /
-    ``_text_len`` (JSON: the start of the line); it is slower to read and only used to name bad records.
-    ``lines`` (JSON inputs) is every input line, for line numbers.
+    (``NULL`` for a valid record, else what is wrong). :meth:`locate` builds the positioned form, which is
+    slower to read and only used to name bad records.
     """
 
     frame: Any
-    located: Any
-    lines: Any | None
+    _spark: Any = attrs.field(alias="spark", repr=False)
+    _inputs: InputSet = attrs.field(alias="inputs", repr=False)
+
+    def locate(self) -> tuple[Any, Any | None]:
+        """``(located, lines)``: ``located`` has the columns of :attr:`frame` plus ``_source`` / ``_block`` /
+        ``_pos`` / ``_kind`` (where the record is; see ``_validate.py``) and ``_text_head`` / ``_text_len``
+        (JSON: the start of the line); ``lines`` (JSON inputs) is every input line, for line numbers.
+
+        Built only when some record is bad: defining these frames costs Spark's analysis of the
+        text + ``from_json`` plan (seconds of a fresh JVM's warm-up), which a clean input never needs.
+        """
+        return _positioned(self._spark, self._inputs)
 
 
 def discover_inputs(dirs: list[Path]) -> InputSet:
@@ -177,8 +185,65 @@ def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:
     """
     from pyspark.sql import functions as F
 
+    from ._validate import reason_column
+
     split = split_bytes(input_bytes(inputs), spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(split))
+    names = [n for n, _ in RECORD_COLUMNS]
+    # JSON through Spark's JSON reader (measured 2.4x faster than text + from_json, which the line numbers
+    # need): the same rules, no line positions; those come from :meth:`LoadedRecords.locate` only when some
+    # record is bad.
+    main: list[DataFrame] = []
+    if inputs.json_files:
+        raw = (
+            spark.read.schema(record_schema(corrupt_column="_corrupt"))
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "_corrupt")
+            .json([str(p) for p in inputs.json_files])
+        )
+        reason = reason_column(corrupt=F.col("_corrupt")).alias("_reason")
+        main.append(raw.select(*names, records.VERSION_FIELD, reason))
+    for path in inputs.parquet_paths:
+        typed = _typed_parquet(spark, path)
+        main.append(typed.select(*names, records.VERSION_FIELD, reason_column().alias("_reason")))
+    frame = main[0]
+    for other in main[1:]:
+        frame = frame.unionByName(other)
+    return LoadedRecords(frame=frame, spark=spark, inputs=inputs)
+
+
+def _typed_parquet(spark: SparkSession, path: Path, *extra: Any) -> DataFrame:
+    """The record columns of one Parquet record set, cast to the schema's types (checked: names and types),
+    and the ``extra`` columns (read in the same select: ``_metadata`` is only resolvable on the scan)."""
+    from pyspark.sql import functions as F
+
+    try:
+        df = spark.read.parquet(str(path))
+    except Exception as exc:  # pyspark raises its own AnalysisException family
+        raise ReportInputError(f"cannot read Parquet records {path}: {_first_line(exc)}") from exc
+    present = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    missing = [name for name, _ in RECORD_COLUMNS if name not in present]
+    if missing:
+        raise ReportInputError(f"Parquet records {path} lack column(s) {', '.join(missing)}")
+    for name, kind in RECORD_COLUMNS:
+        ok_types = {"string"} if kind == "string" else {"bigint", "int", "smallint", "tinyint"}
+        if present[name] not in ok_types and present[name] != "void":
+            raise ReportInputError(
+                f"Parquet records {path}: column {name} has type {present[name]}, expected {kind}"
+            )
+    version = (
+        F.col(records.VERSION_FIELD).cast("long")
+        if records.VERSION_FIELD in present
+        else F.lit(None).cast("long")
+    )
+    return df.select(
+        *[F.col(n).cast(k).alias(n) for n, k in RECORD_COLUMNS], version.alias(records.VERSION_FIELD), *extra
+    )
+
+
+def _positioned(spark: SparkSession, inputs: InputSet) -> tuple[DataFrame, DataFrame | None]:
+    """:meth:`LoadedRecords.locate`."""
+    from pyspark.sql import functions as F
 
     from ._validate import MAX_LINE_CHARS, reason_column
 
@@ -213,33 +278,10 @@ def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:
                 F.left(F.col("value"), F.lit(MAX_LINE_CHARS)).alias("_text_head"),
                 F.length("value").cast("long").alias("_text_len"),
             )
-        )
+        )  # fmt: skip
     for path in inputs.parquet_paths:
-        try:
-            df = spark.read.parquet(str(path))
-        except Exception as exc:  # pyspark raises its own AnalysisException family
-            raise ReportInputError(f"cannot read Parquet records {path}: {_first_line(exc)}") from exc
-        present = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-        missing = [name for name, _ in RECORD_COLUMNS if name not in present]
-        if missing:
-            raise ReportInputError(f"Parquet records {path} lack column(s) {', '.join(missing)}")
-        for name, kind in RECORD_COLUMNS:
-            ok_types = {"string"} if kind == "string" else {"bigint", "int", "smallint", "tinyint"}
-            if present[name] not in ok_types and present[name] != "void":
-                raise ReportInputError(
-                    f"Parquet records {path}: column {name} has type {present[name]}, expected {kind}"
-                )
-        version = (
-            F.col(records.VERSION_FIELD).cast("long")
-            if records.VERSION_FIELD in present
-            else F.lit(None).cast("long")
-        )
-        typed = df.select(
-            *[F.col(n).cast(k).alias(n) for n, k in RECORD_COLUMNS],
-            version.alias(records.VERSION_FIELD),
-            F.col("_metadata.file_path").alias("_source"),
-            F.col("_metadata.row_index").alias("_pos"),
-        )
+        meta = F.col("_metadata")
+        typed = _typed_parquet(spark, path, meta.file_path.alias("_source"), meta.row_index.alias("_pos"))
         frames.append(
             typed.select(
                 *names, records.VERSION_FIELD, reason_column().alias("_reason"), "_source",
@@ -250,25 +292,7 @@ def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:
     located = frames[0]
     for other in frames[1:]:
         located = located.unionByName(other)
-    # The main path reads JSON with Spark's JSON reader (measured 2.4x faster than text + from_json, which
-    # the line numbers need): the same rules, no line positions; those come from ``located`` only when
-    # some record is bad.
-    keep = [*names, records.VERSION_FIELD, "_reason"]
-    main: list[DataFrame] = []
-    if inputs.json_files:
-        raw = (
-            spark.read.schema(record_schema(corrupt_column="_corrupt"))
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", "_corrupt")
-            .json([str(p) for p in inputs.json_files])
-        )
-        reason = reason_column(corrupt=F.col("_corrupt")).alias("_reason")
-        main.append(raw.select(*names, records.VERSION_FIELD, reason))
-    main += [f.select(*keep) for f in frames[1:]] if inputs.json_files else [f.select(*keep) for f in frames]
-    frame = main[0]
-    for other in main[1:]:
-        frame = frame.unionByName(other)
-    return LoadedRecords(frame=frame, located=located, lines=lines)
+    return located, lines
 
 
 def _first_line(exc: BaseException) -> str:

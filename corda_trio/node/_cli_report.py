@@ -89,6 +89,8 @@ def _run(args: argparse.Namespace) -> int:
     if job.duplicates:
         print(f"  warning: {job.duplicates:,} duplicate record(s) dropped (same run, scenario, link and seq)")
     print("  time: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items()))
+    if result.jvm_cpu_seconds is not None:
+        print(f"  cpu: Spark JVM {result.jvm_cpu_seconds:.1f} s")
     return 0
 
 

@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -397,6 +398,9 @@ def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
     noisy = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(jvm_notes)]
     assert noisy == []
     assert proc.stdout.startswith("report ") and "time: spark start" in proc.stdout
+    # the JVM's CPU time (the benchmark's steadier figure on a shared machine): it did the work, so > 0
+    cpu = re.search(r"^  cpu: Spark JVM ([0-9.]+) s$", proc.stdout, re.MULTILINE)
+    assert cpu is not None and float(cpu.group(1)) > 0, proc.stdout
 
 
 def test_size_class_expression_matches_python_at_every_power_of_two_edge(spark: Any) -> None:
