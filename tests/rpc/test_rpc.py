@@ -7,6 +7,8 @@ under test is the server: each bad request gets its error reply and the server k
 from __future__ import annotations
 
 import contextlib
+import math
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +51,10 @@ class Work:
         await self.finished.wait()
         return {"flow": flow, "result": call.args.get("args", {})}
 
+    async def echo_later(self, call: rpc.Call) -> Any:
+        await trio.sleep(call.args["delay"])
+        return call.args["echo"]
+
     # Immediate handlers (answered by the connection's reader, as the node's calls that read memory are).
     def node_info(self, call: rpc.Call) -> Any:
         return {"user": call.user.username}
@@ -72,7 +78,11 @@ async def serving() -> AsyncIterator[tuple[str, Work]]:
     async with trio.open_nursery() as nursery:
         work = Work(nursery)
         server = rpc.RpcServer(
-            handlers={"start_flow": work.start_flow, "queue_statistics": work.crash},
+            handlers={
+                "start_flow": work.start_flow,
+                "queue_statistics": work.crash,
+                "watch_flow": work.echo_later,
+            },
             immediate={
                 "node_info": work.node_info,
                 "ping": work.ping,
@@ -261,6 +271,59 @@ async def test_many_calls_in_flight_over_one_connection() -> None:
                 for i in range(500):
                     nursery.start_soon(one, i)
             assert results == list(range(500))
+
+
+async def test_callers_cancelled_while_waiting_never_strand_the_others() -> None:
+    """The client has no reader task: a waiting caller reads the connection for all of them and hands the
+    reading over when it leaves. Half the callers are cancelled at random moments (the reader among them,
+    often); every other call still gets its own answer, and the connection goes on."""
+    rng = random.Random(17)
+    plan = [(rng.uniform(0, 0.05), rng.uniform(0.01, 0.3) if i % 2 else None) for i in range(300)]
+    async with serving() as (url, _):
+        async with rpc.connect(url, "reader", PASSWORD) as client:
+            results: dict[int, Any] = {}
+
+            async def one(i: int) -> None:
+                delay, cancel_after = plan[i]
+                with trio.move_on_after(cancel_after if cancel_after is not None else math.inf):
+                    results[i] = await client.call("watch_flow", echo=i, delay=delay)
+
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    for i in range(300):
+                        nursery.start_soon(one, i)
+            assert [results.get(i) for i in range(0, 300, 2)] == list(range(0, 300, 2))
+            assert all(results[i] == i for i in range(1, 300, 2) if i in results)
+            assert len(results) < 300, "no caller was cancelled: the test tested nothing"
+            assert await client.ping() == "pong"
+
+
+async def test_a_reader_cancelled_hands_the_reading_over() -> None:
+    """The caller reading the connection for all is cancelled while the others' answers are still on their
+    way: one of the waiting callers reads next, and gets its answer."""
+    async with serving() as (url, _):
+        async with rpc.connect(url, "reader", PASSWORD) as client:
+            answer: list[Any] = []
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    slow = trio.CancelScope()
+
+                    async def reader() -> None:
+                        with slow:
+                            await client.call("watch_flow", echo="never", delay=60)
+
+                    async def waiter() -> None:
+                        answer.append(await client.call("watch_flow", echo="mine", delay=2))
+
+                    nursery.start_soon(reader)
+                    while not client._reading:  # the first caller took the reading
+                        await trio.lowlevel.checkpoint()
+                    nursery.start_soon(waiter)
+                    while not any(p.waiting for p in client._pending.values()):  # the second one waits
+                        await trio.lowlevel.checkpoint()
+                    slow.cancel()
+            assert answer == ["mine"]
+            assert await client.ping() == "pong"
 
 
 async def test_connecting_to_nothing_is_a_clear_error() -> None:
