@@ -871,45 +871,46 @@ class AmqpConnection:
         engine = self._engine
         stream = self._stream
         try:
-            while True:
-                if self._closing and engine.state is amqp.ConnectionState.END:
-                    break  # both close frames exchanged: nothing the peer sends now matters
-                with trio.CancelScope(deadline=self._linger_deadline) as scope:
-                    self._read_scope = scope
+            # One scope for the whole loop (not one per read: that showed in profiles); _goodbye sets its
+            # deadline, which ends the wait for the peer's close (the loop just stops, as on EOF).
+            with trio.CancelScope(deadline=self._linger_deadline) as scope:
+                self._read_scope = scope
+                while True:
+                    if self._closing and engine.state is amqp.ConnectionState.END:
+                        break  # both close frames exchanged: nothing the peer sends now matters
                     data = await stream.receive_some(RECEIVE_SIZE_BYTES)
-                self._read_scope = None
-                if scope.cancelled_caught:
-                    break  # the peer did not finish before the goodbye's deadline
-                if self._closing:
-                    # After our goodbye: read on (the engine discards) until the peer's close or EOF.
-                    if not data:
-                        break
+                    if self._closing:
+                        # After our goodbye: read on (the engine discards) until the peer's close or EOF.
+                        if not data:
+                            break
+                        try:
+                            engine.receive_data(data)
+                        except amqp.RemoteProtocolError:
+                            pass
+                        continue
                     try:
-                        engine.receive_data(data)
-                    except amqp.RemoteProtocolError:
-                        pass
-                    continue
-                try:
-                    events = engine.receive_data(data)
-                except amqp.RemoteProtocolError as exc:
-                    log.warning("%s: protocol violation by the peer: %s", self.id, exc)
-                    self._handle_events(exc.events)
-                    await self._goodbye()
-                    continue
-                if events:
-                    self._handle_events(events)
-                self._tick()
-                if engine.wants_write:
-                    self._flush_wanted.set()  # the writer sends replies (flows, heartbeats) in its next batch
-                if not data or engine.closed:
-                    await self._goodbye()
-                    if not data:
-                        break
+                        events = engine.receive_data(data)
+                    except amqp.RemoteProtocolError as exc:
+                        log.warning("%s: protocol violation by the peer: %s", self.id, exc)
+                        self._handle_events(exc.events)
+                        await self._goodbye()
+                        continue
+                    if events:
+                        self._handle_events(events)
+                    self._tick()
+                    if engine.wants_write:
+                        self._flush_wanted.set()  # the writer sends replies (flows, heartbeats) next batch
+                    if not data or engine.closed:
+                        await self._goodbye()
+                        if not data:
+                            break
         except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError) as exc:
             self._set_broken(AmqpConnectionError(f"transport failed: {exc!r}"))
             with trio.CancelScope(shield=True):
                 await self._drop_stream()
             return
+        finally:
+            self._read_scope = None
         await self._final_close()
 
     async def _goodbye(self, deadline: float | None = None) -> None:
