@@ -237,3 +237,33 @@ def test_each_ca_key_has_its_own_passphrase_and_the_root_key_can_leave(tmp_path:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=20)
     assert server.returncode == 0, err
+
+
+def test_serve_started_in_the_background_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`corda-trio networkmap serve ... &` in a script starts with SIGINT ignored (a non-interactive shell
+    does that for background jobs); SIGTERM must still stop it as usual: one line, exit 0 (it printed a page
+    of Trio tracebacks, "Nursery misnesting detected")."""
+    net = tmp_path / "net"
+    done = _cli("network", "bootstrap", "--dir", str(net), "--node", ALICE, env=_env_without_passphrase())
+    assert done.returncode == 0, done.stderr
+    command = " ".join(f"'{part}'" for part in [*CLI, "networkmap", "serve", "--dir", str(net)])
+    server = subprocess.Popen(
+        ["/bin/sh", "-c", f"trap '' INT; exec {command}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env_without_passphrase(),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("corda-trio networkmap: serving http://"), line
+        url = line.split()[3]
+        with urllib.request.urlopen(f"{url}/network-map", timeout=10) as response:
+            assert response.status == 200
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert err == "terminated\n", err
+    assert server.returncode == 0
