@@ -61,7 +61,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, str]]]:
     """(broker root, [(queue name, queue dir)]) for DIR, which may be a broker or a queue directory."""
     if not os.path.isdir(directory):
-        raise CliError(f"{directory}: no such directory", 2)
+        raise CliError(f"{directory}: {_not_a_directory(directory)}", 2)
     kind = store.store_kind(directory)
     if kind is None:
         raise CliError(f"{directory}: not a store directory (no broker.lock and no queue segments in it)", 1)
@@ -74,6 +74,10 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
     if only is not None and not queues:
         raise CliError(f"{directory}: no queue named {only!r}", 1)
     return directory, queues
+
+
+def _not_a_directory(path: str) -> str:
+    return "not a directory (a file)" if os.path.exists(path) else "no such directory"
 
 
 @contextlib.contextmanager
@@ -127,7 +131,7 @@ def _check(args: argparse.Namespace) -> int:
                     )
                 continue
             except OSError as exc:
-                raise CliError(f"{qdir}: {exc}", 1) from exc
+                raise CliError(f"cannot check {exc.filename or qdir}: {exc.strerror}", 1) from None
             _close(recovered)
             report = recovered.report
             entry.update(
@@ -235,6 +239,9 @@ def _list(args: argparse.Namespace) -> int:
             except store.CorruptSegmentError as exc:
                 rows.append({"queue": name, "error": str(exc)})
                 continue
+            except OSError as exc:  # unreadable: say which file, never a traceback
+                rows.append({"queue": name, "error": f"cannot read {exc.filename or qdir}: {exc.strerror}"})
+                continue
             oldest = None
             if recovered.live:
                 first = next(iter(recovered.live.values()))
@@ -286,10 +293,12 @@ def _compact(args: argparse.Namespace) -> int:
             raise CliError(f"{exc}: stop the node first", 1) from None
         except store.CorruptSegmentError as exc:
             raise CliError(f"{exc}; run 'corda-trio store check --repair' first", 1) from None
+        except OSError as exc:
+            raise CliError(f"cannot compact: {exc.filename or args.directory}: {exc.strerror}", 1) from None
         return 0
 
     if not os.path.isdir(args.directory):
-        raise CliError(f"{args.directory}: no such directory", 2)
+        raise CliError(f"{args.directory}: {_not_a_directory(args.directory)}", 2)
     if store.store_kind(args.directory) != "broker":  # never create a store in the wrong place
         raise CliError(f"{args.directory}: not a broker directory (no broker.lock in it)", 1)
     return trio.run(run)

@@ -21,7 +21,7 @@ import os
 import re
 from typing import Final
 
-from ._errors import InvalidQueueNameError
+from ._errors import CorruptSegmentError, InvalidQueueNameError
 from ._record import SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
 
 __all__ = [
@@ -228,12 +228,22 @@ def is_header_only(size: int) -> bool:
 
 
 def read_manifest(queue_dir: str) -> bytes | None:
-    """The bytes of the queue's manifest, or ``None`` if it has none."""
+    """The bytes of the queue's manifest, or ``None`` if it has none.
+
+    Raises:
+        CorruptSegmentError: the manifest's name is taken by something that is not a file (a directory):
+            the store did not write it and cannot tell what the queue held, so it refuses to guess.
+    """
+    path = os.path.join(queue_dir, MANIFEST_NAME)
     try:
-        with open(os.path.join(queue_dir, MANIFEST_NAME), "rb", buffering=0) as f:
+        with open(path, "rb", buffering=0) as f:
             return f.read()
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise CorruptSegmentError(
+            path, 0, "the manifest is a directory, not the store's file: move it out of the queue directory"
+        ) from None
 
 
 def write_manifest(dir_fd: int, first: int, last: int) -> None:

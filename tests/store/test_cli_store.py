@@ -118,3 +118,28 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["store", "compact", str(tmp_path)]) == 1
     assert "not a broker directory" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]  # nothing written to the wrong directory
+    assert main(["store", "list", str(tmp_path / "notes.txt")]) == 2
+    assert "notes.txt: not a directory (a file)" in capsys.readouterr().err
+
+
+async def test_a_directory_in_place_of_the_manifest_is_one_line_never_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`store list` and `store compact` printed an IsADirectoryError traceback, `store check` a raw errno."""
+    await _fill(tmp_path)
+    manifest = tmp_path / QUEUE / "manifest"
+    manifest.unlink()
+    manifest.mkdir()
+    for command in (["check"], ["list"], ["compact"], ["check", "--repair"]):
+        args = ["store", *command, str(tmp_path)]
+        assert await trio.to_thread.run_sync(main, args) == 1
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+        assert f"{manifest} at offset 0: the manifest is a directory" in text, text
+        assert "Traceback" not in text
+    assert main(["store", "list", str(tmp_path), "--prefix", "internal."]) == 0  # the other queue is fine
+    assert "internal.peers.DLother: 0 messages" in capsys.readouterr().out
+    with pytest.raises(store.CorruptSegmentError, match="the manifest is a directory"):
+        async with store.open_broker(tmp_path):
+            pass
+    assert manifest.is_dir()  # nothing destroyed
