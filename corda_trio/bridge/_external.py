@@ -73,6 +73,9 @@ log = logging.getLogger("corda_trio.bridge.external")
 class ListenError(OSError):
     """The P2P acceptor cannot bind its address (a configuration problem: not retried)."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # "cannot listen on HOST:PORT: why", without "[Errno N]"
+
 
 class MultipleInboxesError(ControlProtocolError):
     """The node's snapshot lists more than one inbox queue. A bridge serves exactly one node and its one inbox
@@ -406,10 +409,15 @@ class ExternalBridge:
             )
             try:
                 await outer.start(self.acceptor.run)
-            except OSError as exc:
+            except (OSError, BaseExceptionGroup) as exc:
+                # The bind error arrives wrapped in the acceptor's nursery groups: unwrapped, it is fatal
+                # (retrying the session would fail the same way forever).
+                bind_error = _only_os_error(exc)
+                if bind_error is None:
+                    raise
                 p2p = self.config.p2p
-                what = f"cannot listen on {p2p.host}:{p2p.port}: {exc.strerror}"
-                raise ListenError(exc.errno, what) from None
+                what = f"cannot listen on {p2p.host}:{p2p.port}: {bind_error.strerror or bind_error}"
+                raise ListenError(bind_error.errno, what) from None
             log.info(
                 "bridge %s: accepting peers on port %s for %s",
                 self.config.bridge_id,
@@ -424,6 +432,16 @@ class ExternalBridge:
 
 
 _FATAL: Final = (ListenError, MultipleInboxesError)
+
+
+def _only_os_error(exc: BaseException) -> OSError | None:
+    """``exc`` if it is an OSError, or the first leaf of a group made of OSErrors only; else ``None``."""
+    while isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(OSError)
+        if rest is not None:
+            return None
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 def _reraise_fatal(exc: BaseException) -> None:

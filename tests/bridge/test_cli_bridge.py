@@ -147,3 +147,52 @@ async def test_a_node_with_several_inboxes_is_one_line_and_exit_1(
     assert last.startswith("corda-trio: error:") and "one inbox" in last, err
     assert "p2p.inbound.DLaaa" in last and "p2p.inbound.DLbbb" in last, err
     assert "Traceback" not in err, err
+
+
+async def test_a_p2p_address_in_use_is_one_line_and_exit_1(
+    tmp_path: Path, network: object, alice: object
+) -> None:
+    """The acceptor cannot bind p2p.listen (another process has the port): the bridge stops at once with one
+    line naming the address (it logged "Exceptions from Trio nursery (1 sub-exception)" and retried forever:
+    the bind error came wrapped in the acceptor's nursery group and was not recognised as fatal)."""
+    from corda_trio import amqp, pki, transport
+    from tests.bridge.test_external_inboxes import node_listing
+
+    creds: pki.NodeCredentials = alice  # type: ignore[assignment]
+    pki.write_certificates(tmp_path / "tls.pem", creds.tls_chain)
+    pki.write_private_key(tmp_path / "tls.key", creds.tls.key, None)
+    pki.write_certificates(tmp_path / "root.pem", [network.root.cert])  # type: ignore[attr-defined]
+    config = amqp.ConnectionConfig(
+        sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda user, password: password == "secret"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    busy = taken.getsockname()[1]
+    with taken:
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                lambda task_status: transport.serve_amqp(
+                    node_listing("p2p.inbound.DLaaa"),
+                    0,
+                    host="127.0.0.1",
+                    config=config,
+                    task_status=task_status,
+                )
+            )
+            text = GOOD.format(port=transport.listener_port(listeners)).replace(
+                'listen = "127.0.0.1:0"', f'listen = "127.0.0.1:{busy}"'
+            )
+            path = write(tmp_path, text)
+            with trio.fail_after(60):
+                done = await trio.run_process(
+                    [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(path)],
+                    capture_stdout=True, capture_stderr=True, check=False, env=env,
+                )  # fmt: skip
+            nursery.cancel_scope.cancel()
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    expected = f"corda-trio: error: cannot listen on 127.0.0.1:{busy}: Address already in use"
+    assert err.strip().splitlines()[-1] == expected, err
+    assert "Traceback" not in err and "sub-exception" not in err, err

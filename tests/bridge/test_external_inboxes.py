@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 
@@ -9,32 +11,39 @@ from corda_trio import amqp, bridge, pki, transport
 from tests.p2p_harness import contexts
 
 
-async def _node_with_two_inboxes(conn: transport.AmqpConnection) -> None:
+def node_listing(*inboxes: str) -> Callable[[transport.AmqpConnection], Awaitable[None]]:
     """A minimal node side of the control protocol (a real AMQP server): answers the notify link with an
-    unsolicited snapshot listing two inbox queues, and reads the control link."""
+    unsolicited snapshot listing these inbox queues, and reads the control link."""
     snapshot = bridge.QueueSnapshot(
         correlation_id=None,
         inbox_queues=[
-            bridge.QueueEntry(legal_name="O=Alice, L=London, C=GB", queue_name="p2p.inbound.DLaaa"),
-            bridge.QueueEntry(legal_name="O=Notary, L=Zurich, C=CH", queue_name="p2p.inbound.DLbbb"),
+            bridge.QueueEntry(legal_name=f"O=Node{i}, L=London, C=GB", queue_name=name)
+            for i, name in enumerate(inboxes)
         ],
         outbound_queues=[],
     )
-    async with trio.open_nursery() as nursery:
-        async for request in conn.link_requests():
-            if request.peer_is_sender and request.address == bridge.CONTROL_ADDRESS:
-                receiver = await request.accept_receiver(credit=64)
 
-                async def drain(receiver: transport.Receiver = receiver) -> None:
-                    async for _ in receiver:
-                        pass
+    async def node(conn: transport.AmqpConnection) -> None:
+        async with trio.open_nursery() as nursery:
+            async for request in conn.link_requests():
+                if request.peer_is_sender and request.address == bridge.CONTROL_ADDRESS:
+                    receiver = await request.accept_receiver(credit=64)
 
-                nursery.start_soon(drain)
-            elif not request.peer_is_sender and request.address == bridge.NOTIFY_ADDRESS:
-                sender = await request.accept_sender()
-                await sender.send(bridge.encode_control(snapshot), settled=True)
-            else:
-                await request.refuse("amqp:not-found", f"not here: {request.address!r}")
+                    async def drain(receiver: transport.Receiver = receiver) -> None:
+                        async for _ in receiver:
+                            pass
+
+                    nursery.start_soon(drain)
+                elif not request.peer_is_sender and request.address == bridge.NOTIFY_ADDRESS:
+                    sender = await request.accept_sender()
+                    await sender.send(bridge.encode_control(snapshot), settled=True)
+                else:
+                    await request.refuse("amqp:not-found", f"not here: {request.address!r}")
+
+    return node
+
+
+_node_with_two_inboxes = node_listing("p2p.inbound.DLaaa", "p2p.inbound.DLbbb")
 
 
 async def test_a_snapshot_with_two_inboxes_stops_the_bridge_naming_them(
