@@ -70,7 +70,7 @@ CASES: list[tuple[str, str, str, int]] = [
      "input directory {d}/nothing does not exist or is not a directory", 2),
     ("report-no-records", "report --in {d}/net --out {d}/r.html", "no benchmark records in {d}/net", 2),
     # store
-    ("store-not-a-store", "store check {d}/afile", "no such directory", 2),
+    ("store-not-a-store", "store check {d}/afile", "not a directory (a file)", 2),
     ("store-compact-not-a-broker", "store compact {d}/net", "not a broker directory", 1),
 ]  # fmt: skip
 
