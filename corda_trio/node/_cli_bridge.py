@@ -42,7 +42,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -87,11 +87,23 @@ class BridgeProcessConfig:
     floats: FloatSettings | None = None
 
 
+#: Upper bounds of the numbers in bridge.toml: beyond them a value is a typo (credit is also what a link
+#: holds in memory; max_message_size is the network parameter's range; a back-off past a day never retries).
+_MAXIMUM: Final = {
+    "tuning.credit": 65_536,
+    "p2p.max_message_size": 2_147_483_647,
+    "tuning.initial_backoff_seconds": 86_400.0,
+    "tuning.max_backoff_seconds": 86_400.0,
+}
+
+
 def _number(r: _Reader, table: dict[str, Any], key: str, where: str, default: float, *, integer: bool) -> Any:
     value = table.get(key, default)
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # also refuses nan
         raise r.fail(where, f"must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    if value > _MAXIMUM[where]:
+        raise r.fail(where, f"must be at most {_MAXIMUM[where]}, got {value!r}")
     return value
 
 

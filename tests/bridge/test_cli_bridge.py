@@ -54,6 +54,12 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
         (lambda t: t.replace('listen = "127.0.0.1:0"', 'listen = "nowhere"'), "p2p.listen"),
         (lambda t: t + "[tuning]\ncredit = 0\n", "tuning.credit"),
         (lambda t: t + "[tuning]\nmax_backoff_seconds = 0.5\n", "tuning.max_backoff_seconds"),
+        # beyond AMQP's uint the first peer's link failed silently (its connection was dropped)
+        (lambda t: t + "[tuning]\ncredit = 99999999999999999999\n", "tuning.credit"),
+        (lambda t: t + "[tuning]\ncredit = 65537\n", "tuning.credit"),
+        (lambda t: t + "[tuning]\ninitial_backoff_seconds = nan\n", "tuning.initial_backoff_seconds"),
+        (lambda t: t + "[tuning]\nmax_backoff_seconds = inf\n", "tuning.max_backoff_seconds"),
+        (lambda t: t.replace("[p2p]", "[p2p]\nmax_message_size = 4294967296"), "p2p.max_message_size"),
         (lambda t: t.replace("[tls]", "[tls]\ncolour = 1"), "tls.colour"),
         (lambda t: "extra = 1\n" + t, "extra"),
     ],
