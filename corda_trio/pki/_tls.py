@@ -186,7 +186,8 @@ def _write_private(path: str, data: bytes) -> None:
 def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase: bytes | None) -> None:
     for path in (chain_path, key_path):
         if not os.path.isfile(path):
-            raise KeyStoreError(f"TLS file {path!r} does not exist")
+            what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+            raise KeyStoreError(f"TLS file {path!r} {what}")
     try:
         # A callable password keeps OpenSSL from prompting on a terminal when none was given.
         ctx.load_cert_chain(chain_path, key_path, password=lambda: passphrase or b"")

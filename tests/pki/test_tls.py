@@ -192,6 +192,18 @@ async def test_contexts_from_encrypted_files(
             cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
             trust_root=tmp_path / "root.pem", passphrase=b"not the passphrase",
         )  # fmt: skip
+    # A path that names a directory says so (it said "does not exist").
+    (tmp_path / "certs").mkdir()
+    with pytest.raises(pki.KeyStoreError, match=r"certs' is a directory, not a file"):
+        pki.client_ssl_context(
+            cert_chain=tmp_path / "certs", key=tmp_path / "alice-tls.key",
+            trust_root=tmp_path / "root.pem", passphrase=b"secret",
+        )  # fmt: skip
+    with pytest.raises(pki.KeyStoreError, match=r"nothing\.key' does not exist"):
+        pki.client_ssl_context(
+            cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "nothing.key",
+            trust_root=tmp_path / "root.pem", passphrase=b"secret",
+        )  # fmt: skip
 
 
 def test_context_settings(live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials) -> None:
