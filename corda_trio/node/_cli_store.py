@@ -67,6 +67,8 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
         raise CliError(f"{directory}: not a store directory (no broker.lock and no queue segments in it)", 1)
     if kind == "queue":
         name = os.path.basename(os.path.normpath(directory))
+        if only is not None and only != name:
+            raise CliError(f"{directory} is the directory of queue {name!r}, not of {only!r}", 2)
         return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
     queues = [(name, os.path.join(directory, name)) for name in store.list_root(directory)[0]]
     if only is not None:

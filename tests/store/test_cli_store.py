@@ -122,6 +122,18 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "notes.txt: not a directory (a file)" in capsys.readouterr().err
 
 
+async def test_queue_option_that_names_another_queue_than_the_queue_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`store check QUEUE_DIR --queue OTHER` checked QUEUE_DIR and said OK, as if OTHER had been checked."""
+    await _fill(tmp_path)
+    assert main(["store", "check", str(tmp_path / QUEUE), "--queue", "internal.peers.DLother"]) == 2
+    err = capsys.readouterr().err
+    assert f"is the directory of queue {QUEUE!r}, not of 'internal.peers.DLother'" in err
+    assert "\n" not in err.strip()
+    assert main(["store", "check", str(tmp_path / QUEUE), "--queue", QUEUE]) == 0
+
+
 async def test_a_directory_in_place_of_the_manifest_is_one_line_never_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
