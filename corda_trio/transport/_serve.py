@@ -246,7 +246,9 @@ async def _serve_one(
         else:
             secured, identity = await secure_stream(stream, ssl_context, peer_check, server_side=True)
     except (HandshakeError, trio.TooSlowError) as exc:
-        log.warning("inbound %s refused: %s", peer, exc or "TLS handshake timed out")
+        # TooSlowError has no text (and an exception is always truthy): name what happened.
+        reason = str(exc) or f"no TLS handshake within {handshake_timeout} s"
+        log.warning("inbound %s refused: %s", peer, reason)
         await trio.aclose_forcefully(stream)
         return
     try:
