@@ -20,10 +20,12 @@ No head-of-line blocking: a message whose topic has no handler yet, or whose han
 (held, unacked, in memory) with the messages of its topic behind it, and the dispatcher goes on with the
 other topics. A second task hands parked messages over, in order, once their topic has a handler and, after a
 failure, :data:`HANDLER_RETRY_SECONDS` have passed. Parked messages count against ``inbox_credit``: if that
-many are parked, the dispatcher waits (memory stays bounded). An inbox message the dispatcher cannot decode
-(the acceptor checks what peers send, so this is a local bug or disk damage) is moved to
-:data:`DEAD_LETTER_QUEUE` with the reason in its headers, durably, and only then acked from the inbox: held,
-it would take inbox credit for good.
+many are parked, the dispatcher waits (memory stays bounded). So that a topic nobody handles cannot take all
+of it (and stop every other topic), at most half of ``inbox_credit`` wait for a handler: more go to
+:data:`DEAD_LETTER_QUEUE` (reason ``amqp:not-found``), durably, then are acked from the inbox.
+An inbox message the dispatcher cannot decode (the acceptor checks what peers send, so this is a local bug or
+disk damage) is moved to :data:`DEAD_LETTER_QUEUE` with the reason in its headers, durably, and only then
+acked from the inbox: held, it would take inbox credit for good.
 Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
 unless their id was committed.
 """
@@ -399,6 +401,18 @@ class MessagingService:
             await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
                                              delivery.payload, condition, description)  # fmt: skip
             return
+        waiting_room = max(1, self.config.inbox_credit // 2)
+        if message.topic not in self._handlers and self._waiting_for_handlers() >= waiting_room:
+            # Parked messages hold inbox credit: unbounded, a topic nobody handles (a peer's typo, a newer
+            # peer's protocol, a hostile peer) would stop every other topic once inbox_credit of them wait.
+            # Past half the credit, they go aside to the dead letters (durably, nothing lost).
+            waiting = self._waiting_for_handlers()
+            description = f"no handler for topic {message.topic!r}; {waiting} messages already wait for one"
+            log.warning("inbox message %d from %s: %s; moved to %s", delivery.message_id,
+                        message.validated_user, description, DEAD_LETTER_QUEUE)  # fmt: skip
+            await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
+                                             delivery.payload, "amqp:not-found", description)  # fmt: skip
+            return
         if not self.deduplicator.begin(message.dedup_id):
             log.debug("duplicate %s dropped", message.dedup_id)
             done.send_nowait((delivery.message_id, None, b""))
@@ -411,6 +425,10 @@ class MessagingService:
         if not await self._dispatch(consumer, delivery.message_id, message, done, commits):
             retry = _Parked(delivery.message_id, message, trio.current_time() + HANDLER_RETRY_SECONDS)
             self._park(topic, retry)
+
+    def _waiting_for_handlers(self) -> int:
+        """Messages parked because their topic has no handler (not those whose handler failed)."""
+        return sum(len(waiting) for topic, waiting in self._parked.items() if topic not in self._handlers)
 
     def _park(self, topic: str, parked: _Parked) -> None:
         self._parked.setdefault(topic, collections.deque()).append(parked)

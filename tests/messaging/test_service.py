@@ -171,3 +171,40 @@ async def test_a_message_remembered_by_the_acceptor_equals_the_one_decoded_from_
         got = [service._received(bytes(p)) for p in stored]  # equal bytes, other objects
         assert got == from_store and not service._decoded
         assert all(m.validated_user == user for m in got)
+
+
+async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(tmp_path: Path) -> None:
+    """1100 messages on a topic with no handler (inbox_credit 1024) parked until the credit was used up, and
+    then no message of any topic was handed over any more. Now half the credit waits for a handler; the rest
+    goes to the dead letters, durably, and a handler registered later still gets the ones that waited."""
+    peers = messaging.PeerDirectory()
+    config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme", inbox_credit=64)
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(broker, config, peers)
+        for i in range(100):
+            await service.send(service.create_message("nobody", b"n%d" % i), ME)
+        await service.send(service.create_message("known", b"k"), ME)
+        seen: dict[str, list[bytes]] = {"known": [], "nobody": []}
+
+        def handler_for(topic: str) -> messaging.Handler:
+            async def handler(message: messaging.ReceivedMessage) -> None:
+                seen[topic].append(message.data)
+
+            return handler
+
+        service.add_message_handler("known", handler_for("known"))
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: seen["known"] == [b"k"])
+            assert service.parked() == {"nobody": 32}  # half of inbox_credit waits for a handler
+            await wait_until(lambda: service.inbox.statistics().depth == 32)  # the rest moved aside
+            service.add_message_handler("nobody", handler_for("nobody"))
+            await wait_until(lambda: not service.inbox.statistics().depth)
+        assert seen["nobody"] == [b"n%d" % i for i in range(32)]
+        nursery.cancel_scope.cancel()
+    async with store.open_broker(tmp_path) as broker:
+        dead = await broker.declare_queue(messaging.DEAD_LETTER_QUEUE)
+        moved = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in dead.browse()]
+        assert [m.data for m in moved] == [b"n%d" % i for i in range(32, 100)]  # nothing lost
+        reasons = {tuple(d.headers.decode().split("\n")[:2]) async for d in dead.browse()}
+        assert reasons == {(config.inbox, "amqp:not-found")}
