@@ -125,7 +125,7 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
 
     async def wait_line(text: str) -> str:
         assert flt.stdout is not None
-        with trio.fail_after(30):
+        with trio.fail_after(60):  # generous: three node-like processes share a loaded machine
             while not any(text in x for x in lines):
                 chunk = await flt.stdout.receive_some(4096)
                 assert chunk, f"the float exited: {lines}"
@@ -161,7 +161,7 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
             assert listening_ports(bob.process.pid) == own
             assert bob_cfg.p2p_address.port in listening_ports(flt.pid)
             async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
-                with trio.fail_after(30):
+                with trio.fail_after(60):
                     while len(await a.network_map()) < 2:  # noqa: ASYNC110 (another process's state)
                         await trio.sleep(0.2)
                     result = await a.start_flow("PingPong", recipient=BOB, rounds=3)
