@@ -333,6 +333,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes itself: not a TOMLDecodeError
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
 
 
 def _passphrase(r: _Reader, keys: dict[str, Any], base: Path) -> KeyPassphrase:

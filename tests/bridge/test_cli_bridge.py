@@ -202,3 +202,15 @@ async def test_a_p2p_address_in_use_is_one_line_and_exit_1(
     expected = f"corda-trio: error: cannot listen on 127.0.0.1:{busy}: Address already in use"
     assert err.strip().splitlines()[-1] == expected, err
     assert "Traceback" not in err and "sub-exception" not in err, err
+
+
+@pytest.mark.parametrize("command", [["bridge", "start"], ["networkmap", "serve"]])
+def test_a_config_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """tomllib raises UnicodeDecodeError (not a TOMLDecodeError) on such bytes: it was a traceback."""
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b"\xff\xfe[node]\n")
+    assert main([*command, "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"corda-trio: error: {path}: not valid TOML: not UTF-8 text (byte 0)", err
