@@ -16,10 +16,6 @@ split (``_metadata.file_path``, ``_metadata.file_block_start``) and their first
 ``_metadata.row_index``. The first :data:`MAX_LISTED` bad rows (ordered by file and line) are collected with
 at most :data:`MAX_LINE_CHARS` characters of their text; a line that Spark only knows as "malformed" is
 re-checked in Python on that text, which names the exact problem. The driver holds nothing else.
-
-Duplicates (:func:`count_duplicates`) are counted exactly and cheaply: per (run, scenario, link), ``seq``
-values are set in 32,768-bit bitmaps (``bitmap_construct_agg``), whose partial aggregates are small; the
-number of distinct keys is the sum of their bit counts.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from corda_trio import records
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["MAX_LINE_CHARS", "MAX_LISTED", "BadRecord", "count_duplicates", "locate_bad", "reason_column"]
+__all__ = ["MAX_LINE_CHARS", "MAX_LISTED", "BadRecord", "locate_bad", "reason_column"]
 
 #: Bad records named one by one (then a count).
 MAX_LISTED: Final = 20
@@ -171,20 +167,3 @@ def _explain(reason: str, head: str | None, length: int) -> str:
 def _local_path(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
-
-
-def count_duplicates(df: DataFrame) -> int:
-    """How many records repeat an earlier one's ``records.DUPLICATE_KEY`` (exact)."""
-    from pyspark.sql import functions as F
-
-    *group, seq = records.DUPLICATE_KEY
-    row = (
-        df.groupBy(*group, F.bitmap_bucket_number(seq).alias("_bucket"))
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position(seq))).alias("distinct"),
-        )
-        .agg(F.sum("n").alias("n"), F.sum("distinct").alias("distinct"))
-        .collect()[0]
-    )
-    return int(row["n"] or 0) - int(row["distinct"] or 0)
