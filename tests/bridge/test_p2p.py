@@ -242,19 +242,28 @@ async def test_cancelling_bridges_at_random_moments_loses_nothing(
         got: dict[str, list[bytes]] = defaultdict(list)
         done = trio.Event()
         collect(b, got, (n, done))
-        for i in range(n):
-            await a.service.send(a.service.create_message(TOPIC, b"%d" % i), b.as_peer())
         cycles = 0
+
+        async def send_all() -> None:
+            # In lots with a pause between, so that the bridge is cancelled many times while the messages
+            # flow, however fast the machine moves them.
+            for i in range(n):
+                await a.service.send(a.service.create_message(TOPIC, b"%d" % i), b.as_peer())
+                if i % 20 == 19:
+                    await trio.sleep(0.02)
+
         with trio.fail_after(180):
-            while not done.is_set():
-                peers.put(b.as_peer())
-                await trio.sleep(rng.uniform(0, 0.05))
-                peers.remove(b.as_peer().key_hash)  # cancels the bridge wherever it is
-                cycles += 1
-                await trio.lowlevel.checkpoint()
-                if cycles > 400:
+            async with trio.open_nursery() as sending:
+                sending.start_soon(send_all)
+                while not done.is_set():
                     peers.put(b.as_peer())
-                    await done.wait()
+                    await trio.sleep(rng.uniform(0, 0.05))
+                    peers.remove(b.as_peer().key_hash)  # cancels the bridge wherever it is
+                    cycles += 1
+                    await trio.lowlevel.checkpoint()
+                    if cycles > 400:
+                        peers.put(b.as_peer())
+                        await done.wait()
             peers.put(b.as_peer())
             queue = a.service.outbound_queues()[messaging.outbound_queue(b.as_peer().key_hash)]
             await wait_until(lambda: not (queue.statistics().depth))
