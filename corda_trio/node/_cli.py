@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final, TypeVar
 
@@ -185,6 +185,20 @@ def _is_interrupt(exc: BaseException) -> bool:
 
 
 _E = TypeVar("_E", bound=BaseException)
+
+
+_R = TypeVar("_R")
+
+
+def run_trio(async_fn: Callable[..., Awaitable[_R]], *args: Any) -> _R:
+    """``trio.run`` for a command: a Ctrl-C (or a SIGTERM, delivered the same way) reaches the main task at
+    its next checkpoint and never lands half-way through synchronous code. Without this, Trio raises it
+    wherever unprotected code runs, and Trio's own ``task_status.started()`` is such code: interrupted
+    there it leaves ``nursery.start`` waiting forever (seen with ``float start``: SIGTERM right after its
+    ready line, the process idle and deaf to every later signal)."""
+    import trio  # (not at the top: commands that never run Trio start faster)
+
+    return trio.run(async_fn, *args, restrict_keyboard_interrupt_to_checkpoints=True)
 
 
 def grouped_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E | None:

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-from ._cli import CliError
+from ._cli import CliError, run_trio
 
 __all__ = ["BENCH_ENTRY_POINT_GROUP", "EXAMPLES", "register"]
 
@@ -163,7 +163,6 @@ def _scratch_and_out(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import trio
 
     bench = _harness()
     try:
@@ -196,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
         if show_progress:
             summary = _run_with_progress(scenario, config, args)
         else:
-            summary = trio.run(
+            summary = run_trio(
                 functools.partial(bench.run_benchmark, scratch_dir=args.scratch),
                 scenario,
                 config,
@@ -222,7 +221,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(scenario: Any, config: Any, args: argparse.Namespace) -> Any:
-    import trio
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -242,4 +240,4 @@ def _run_with_progress(scenario: Any, config: Any, args: argparse.Namespace) -> 
             bar.update(task, completed=fraction, ops=ops)
 
         run = functools.partial(bench.run_benchmark, scratch_dir=args.scratch, progress=progress)
-        return trio.run(run, scenario, config, args.out)
+        return run_trio(run, scenario, config, args.out)

@@ -50,7 +50,7 @@ import trio
 from corda_trio import bridge, network, pki
 from corda_trio.bridge import float as fl
 
-from ._cli import CliError, grouped_error
+from ._cli import CliError, grouped_error, run_trio
 from ._config import (
     BridgeMode,
     ConfigError,
@@ -276,7 +276,7 @@ def _start(args: argparse.Namespace) -> int:
                 print(f"corda-trio bridge: listening on {host}:{port} for {inbox}", flush=True)
 
     try:
-        trio.run(main)
+        run_trio(main)
     except BaseExceptionGroup as group:
         fatal = grouped_error(group, (bridge.ListenError, bridge.MultipleInboxesError))
         if fatal is None:

@@ -41,7 +41,7 @@ from rich.table import Table
 
 from corda_trio import network, pki, records, rpc
 
-from ._cli import CliError
+from ._cli import CliError, run_trio
 from ._cli_network import create_network
 from ._cli_networkmap import _service as network_map_service
 from ._config import ConfigError, NodeConfig, dump_node_config, load_network_map_config, load_node_config
@@ -111,7 +111,7 @@ def _main(args: argparse.Namespace) -> int:
     net_dir: Path = args.dir.absolute()
     started = time.perf_counter()
     configs, password = prepare_network(net_dir, console)
-    result = trio.run(
+    result = run_trio(
         functools.partial(
             _interruptible,
             run_demo,

@@ -51,7 +51,7 @@ import trio
 from corda_trio import pki
 from corda_trio.bridge import float as fl
 
-from ._cli import CliError, grouped_error
+from ._cli import CliError, grouped_error, run_trio
 from ._config import ConfigError, KeyPassphrase
 
 __all__ = ["load_float_config", "register"]
@@ -257,7 +257,7 @@ def _start(args: argparse.Namespace) -> int:
         lambda event, where: audit.write("outbound-refused", event=event, destination=where)
     )
     try:
-        trio.run(_run, config, audit)
+        run_trio(_run, config, audit)
     except (OSError, BaseExceptionGroup) as exc:  # the control port cannot be bound
         error = grouped_error(exc, OSError)
         if error is None:

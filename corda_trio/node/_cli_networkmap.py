@@ -20,7 +20,7 @@ import trio
 
 from corda_trio import network, pki
 
-from ._cli import CliError
+from ._cli import CliError, run_trio
 from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
 
 __all__ = ["register"]
@@ -124,7 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
             await trio.sleep_forever()
 
     try:
-        trio.run(main)
+        run_trio(main)
     except BaseExceptionGroup as group:
         leaves = group.subgroup(CliError)
         if leaves is not None:

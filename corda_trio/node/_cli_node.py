@@ -28,7 +28,7 @@ import trio
 
 from corda_trio import rpc, store
 
-from ._cli import CliError
+from ._cli import CliError, run_trio
 from ._config import ConfigError, NodeConfig, load_node_config
 
 __all__ = ["PASSWORD_ENV", "add_rpc_options", "open_rpc_client", "register"]
@@ -94,7 +94,7 @@ def _start(args: argparse.Namespace) -> int:
         raise CliError(f"cannot open the log file {config.log_path}: {exc.strerror}", 2) from None
     node = Node(config)
     try:
-        signum = trio.run(_serve, node, str(log_path))
+        signum = run_trio(_serve, node, str(log_path))
     except BaseExceptionGroup as group:
         # A failed store fails several tasks at once (each write it refuses): report the store.
         failed_store, _ = group.split(store.StoreError)
@@ -213,7 +213,7 @@ async def open_rpc_client(args: argparse.Namespace) -> AsyncIterator[rpc.RpcClie
 
 def _run(coro_fn: Any, *args: Any) -> Any:
     try:
-        return trio.run(coro_fn, *args)
+        return run_trio(coro_fn, *args)
     except BaseExceptionGroup as group:
         leaf: BaseException = group
         while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:

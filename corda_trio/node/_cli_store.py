@@ -28,7 +28,7 @@ from typing import Any
 
 from corda_trio import store
 
-from ._cli import CliError
+from ._cli import CliError, run_trio
 
 __all__ = ["register"]
 
@@ -275,7 +275,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    import trio
 
     async def run() -> int:
         try:
@@ -303,4 +302,4 @@ def _compact(args: argparse.Namespace) -> int:
         raise CliError(f"{args.directory}: {_not_a_directory(args.directory)}", 2)
     if store.store_kind(args.directory) != "broker":  # never create a store in the wrong place
         raise CliError(f"{args.directory}: not a broker directory (no broker.lock in it)", 1)
-    return trio.run(run)
+    return run_trio(run)
