@@ -125,11 +125,17 @@ def test_start_writes_only_the_audit_log_and_exits_0_on_sigterm(float_dir: Path,
         [sys.executable, "-m", "corda_trio", "float", "start", "--config", str(float_dir / "float.toml")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("float: control port listening on 127.0.0.1:"), line
-    os.kill(process.pid, signal.SIGTERM)
-    _, err = process.communicate(timeout=30)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("float: control port listening on 127.0.0.1:"), line
+        # At once: the signal lands while the float is still finishing its start (it once hung there).
+        os.kill(process.pid, signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:  # never leave it running after a failure
+            process.kill()
+            process.wait()
     assert process.returncode == 0, err
     assert err.strip() == "terminated"
     assert {p for p in float_dir.rglob("*")} - before == {float_dir / "audit.jsonl"}
