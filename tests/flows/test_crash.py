@@ -2,7 +2,7 @@
 received exactly once (asserted on the ledger each flow keeps in its checkpoint).
 
 Knobs: ``FLOW_CRASH_ROUNDS`` (default 20 kills, alternating initiator and responder), ``FLOW_CRASH_FLOWS``
-(default 1000 flows of 3 round trips, 50 at a time), ``FLOW_CRASH_SEED``.
+(default 5000 flows of 3 round trips, 50 at a time), ``FLOW_CRASH_SEED``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from corda_trio import pki
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("FLOW_CRASH_ROUNDS", "20"))
-FLOWS = int(os.environ.get("FLOW_CRASH_FLOWS", "1000"))
+# Enough that a quiet machine is still busy with them after the last kill (1000 finished before 20 kills).
+FLOWS = int(os.environ.get("FLOW_CRASH_FLOWS", "5000"))
 SEED = os.environ.get("FLOW_CRASH_SEED", "corda-trio-flows")
 ALICE, BOB = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
 
