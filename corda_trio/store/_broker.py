@@ -347,16 +347,11 @@ class Queue:
         self._lot.unpark()
 
     async def _load(self, mid: int) -> StoredMessage:
-        if self._log is None:
-            ts, headers, payload = self._mem[mid]
-            return StoredMessage(message_id=mid, timestamp_ms=ts, headers=headers, payload=payload)
-        ahead = self._read_ahead.pop(mid, None)
-        if ahead is not None:
-            return ahead
+        found = self._load_nowait(mid)  # a memory queue's, read ahead, or in the log's cache
+        if found is not None:
+            return found
         log = self._log
-        if mid in log.cache:
-            (message,) = await log.read([mid])
-            return message
+        assert log is not None
         # From disk: bring the next ready messages along in the same worker-thread call (bounded in
         # records, in bytes, and in how far down the queue we look).
         ids = [mid]
