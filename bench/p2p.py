@@ -10,6 +10,11 @@ latencies are taken at one offered load that both paths sustain. The last line t
 summaries, ``throughput_ratio`` (via float / direct) and ``p99_delta_ms``, plus the float process's CPU per
 message.
 
+``BENCH_P2P_TRACE=DIR`` writes ``DIR/sender.trace.json`` and ``DIR/receiver.trace.json``: every Trio task step
+that took more than 2 ms of CPU or 4 ms of wall time, and every garbage collection (generation, CPU ms), each
+with its ``time.time_ns()``, to line up with the per-message records of ``--records`` when looking for the
+cause of a slow message (cheap enough to leave the figures representative).
+
 ``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile (timed by process CPU time) and writes
 ``DIR/sender.pstats`` and ``DIR/receiver.pstats`` (the figures are then not representative).
 
@@ -64,6 +69,7 @@ def _node_main(node_dir: Path) -> None:
     import trio
 
     from corda_trio import bridge, messaging, pki, store
+    from corda_trio.node import freeze_startup_heap
 
     plan = json.loads((node_dir / "plan.json").read_text())
 
@@ -133,6 +139,7 @@ def _node_main(node_dir: Path) -> None:
                 port = (await tunnel.wait_active())[1]
             await nursery.start(manager.run)
             await nursery.start(service.run)
+            freeze_startup_heap()  # as the node's entry point does once it is ready
             cpu0 = cpu_with_helpers(os.getpid())
             say({"ready": port})
             if plan["role"] == "receiver":
@@ -240,8 +247,56 @@ def _node_main(node_dir: Path) -> None:
         with cProfile.Profile(time.process_time) as prof:
             trio.run(run)
         prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
+    elif trace_dir := os.environ.get("BENCH_P2P_TRACE"):
+        tracer = _Tracer()
+        try:
+            trio.run(run, instruments=[tracer])
+        finally:
+            tracer.close()
+            Path(trace_dir, f"{plan['role']}.trace.json").write_text(
+                json.dumps({"steps": tracer.steps, "gc": tracer.collections})
+            )
     else:
         trio.run(run)
+
+
+class _Tracer:
+    """A Trio instrument for ``BENCH_P2P_TRACE``: long task steps and garbage collections, timestamped."""
+
+    STEP_CPU_S = 0.002
+    STEP_WALL_S = 0.004
+
+    def __init__(self) -> None:
+        import gc
+
+        #: [time_ns, task name, CPU ms, wall ms]
+        self.steps: list[tuple[int, str, float, float]] = []
+        #: [time_ns, generation, CPU ms, objects collected]
+        self.collections: list[tuple[int, int, float, int]] = []
+        self._cpu = self._wall = self._gc_cpu = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def close(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._on_gc)
+
+    def before_task_step(self, task: Any) -> None:
+        self._cpu = time.thread_time()
+        self._wall = time.perf_counter()
+
+    def after_task_step(self, task: Any) -> None:
+        cpu = time.thread_time() - self._cpu
+        wall = time.perf_counter() - self._wall
+        if cpu > self.STEP_CPU_S or wall > self.STEP_WALL_S:
+            self.steps.append((time.time_ns(), task.name, round(cpu * 1e3, 2), round(wall * 1e3, 2)))
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_cpu = time.thread_time()
+        else:
+            cpu_ms = round((time.thread_time() - self._gc_cpu) * 1e3, 2)
+            self.collections.append((time.time_ns(), info["generation"], cpu_ms, info["collected"]))
 
 
 @functools.cache

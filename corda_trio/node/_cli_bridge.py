@@ -61,6 +61,7 @@ from ._config import (
     _read_toml,
     _Reader,
 )
+from ._heap import freeze_startup_heap
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
 
@@ -264,6 +265,7 @@ def _start(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             await nursery.start(ext.run)
             port = await ext.wait_serving()
+            freeze_startup_heap()
             inbox = ext.inbox.name if ext.inbox is not None else "?"
             if ext.tunnel is not None and ext.tunnel.active is not None:
                 host, control = ext.tunnel.active

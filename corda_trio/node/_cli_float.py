@@ -53,6 +53,7 @@ from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
 from ._config import ConfigError, KeyPassphrase
+from ._heap import freeze_startup_heap
 
 __all__ = ["load_float_config", "register"]
 
@@ -272,3 +273,4 @@ def _start(args: argparse.Namespace) -> int:
 async def _run(config: fl.FloatConfig, audit: fl.AuditLog) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(fl.Float(config, audit=audit).run)
+        freeze_startup_heap()

@@ -30,6 +30,7 @@ from corda_trio import rpc, store
 
 from ._cli import CliError, run_trio
 from ._config import ConfigError, NodeConfig, load_node_config
+from ._heap import freeze_startup_heap
 
 __all__ = ["PASSWORD_ENV", "add_rpc_options", "open_rpc_client", "register"]
 
@@ -150,6 +151,7 @@ async def _serve(node: Any, log_path: str) -> int | None:
 
             nursery.start_soon(watch_signals)
             addresses = await nursery.start(run_node)
+            freeze_startup_heap()
             print(f"{addresses.ready_line()}  log {log_path}", flush=True)
     return first
 
