@@ -138,6 +138,9 @@ log = logging.getLogger("corda_trio.flows")
 
 CHECKPOINT_LOG: Final = "flows.checkpoints"
 SESSION_INIT_TYPE: Final = "session_init"
+#: a P2P message's headers and framing around its session bytes stay well below this many bytes: session
+#: bytes closer than this to ``max_message_size`` get their exact encoded size checked before the checkpoint
+ENVELOPE_ROOM: Final = 64 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -696,7 +699,10 @@ class FlowManager:
                 data = encode_checkpoint(state)
                 if outbox:
                     record, outbox = encode_outbox_record(outbox)
-            except PayloadError as exc:
+                    self._check_sizes(outbox)
+            except (PayloadError, messaging.MessageTooLargeError) as exc:
+                # never: a message that no peer may take, or state that cannot be stored (parked, and
+                # nothing of this batch is committed: the flow can be killed, its counterparties told)
                 await self._hospital(runner, batch, exc, False)
                 return
             puts = [(runner.flow_id.encode(), data)]
@@ -769,6 +775,14 @@ class FlowManager:
             pump.wakeup.set()
         self._outbound_waiting += len(outbox)
 
+    def _check_sizes(self, outbox: list[Outgoing]) -> None:
+        """Raise ``MessageTooLargeError`` for a message of ``outbox`` (with wire bytes) that the network's
+        ``max_message_size`` refuses: exactly, for those whose session bytes come near the limit."""
+        near = self.messaging.config.max_message_size - ENVELOPE_ROOM
+        for o in outbox:
+            if len(o.wire or b"") > near:
+                self.messaging.check_size(self._outgoing(o), o.counterparty)
+
     def _outgoing(self, o: Outgoing) -> messaging.OutgoingMessage:
         headers = {messaging.HEADER_MESSAGE_TYPE: SESSION_INIT_TYPE} if o.initial else None
         return self.messaging.create_message(
@@ -813,7 +827,8 @@ class FlowManager:
     ) -> None:
         """Send one lot; a peer the network map does not know yet is retried with backoff (its flows show as
         ``retrying``; with ``gather``, what is handed over meanwhile joins ``entries``). A message above the
-        network's size limit can never go: it is dropped (logged), the others go."""
+        network's size limit can never go: it is dropped (logged), the others go (a last resort: ``_step``
+        parks a flow that makes one before its checkpoint)."""
         delay = self.config.retry_initial_seconds
         party = _party(pump.party)
         while True:

@@ -231,27 +231,39 @@ class MessagingService:
         payloads = []
         for message in messages:
             self._seq += 1
-            wire = to_amqp(
-                message,
-                platform_version=self.config.platform_version,
-                release_version=self.config.release_version,
-                sender_uuid=self.sender_uuid,
-                send_seq_no=self._seq,
-            )
-            if to_self:
-                wire = stamp_validated_user(wire, str(self.config.legal_name))
-            payload = wire.encode()
-            if len(payload) > self.config.max_message_size:
-                raise MessageTooLargeError(
-                    f"message on topic {message.topic!r} is {len(payload)} bytes encoded, above the "
-                    f"network's max_message_size of {self.config.max_message_size} bytes"
-                )
-            payloads.append(payload)
+            payloads.append(self._encode(message, to_self, self._seq))
         queue = self.inbox if to_self else await self.outbound_queue_for(key_hash)
         if len(payloads) == 1:
             await queue.enqueue(payloads[0])
         elif payloads:
             await queue.enqueue_many(payloads)
+
+    def check_size(self, message: OutgoingMessage, recipient: pki.CordaX500Name | Peer | str) -> None:
+        """Raise :class:`MessageTooLargeError` if :meth:`send` would refuse ``message`` for its size: for
+        a caller that must know before it commits to sending (a flow, before its checkpoint)."""
+        try:
+            to_self = self._resolve(recipient) == self.config.key_hash
+        except UnknownRecipientError:
+            to_self = False
+        self._encode(message, to_self, 2**63 - 1)  # (the widest sequence number: an upper bound)
+
+    def _encode(self, message: OutgoingMessage, to_self: bool, seq: int) -> bytes:
+        wire = to_amqp(
+            message,
+            platform_version=self.config.platform_version,
+            release_version=self.config.release_version,
+            sender_uuid=self.sender_uuid,
+            send_seq_no=seq,
+        )
+        if to_self:
+            wire = stamp_validated_user(wire, str(self.config.legal_name))
+        payload = wire.encode()
+        if len(payload) > self.config.max_message_size:
+            raise MessageTooLargeError(
+                f"message on topic {message.topic!r} is {len(payload)} bytes encoded, above the "
+                f"network's max_message_size of {self.config.max_message_size} bytes"
+            )
+        return payload
 
     async def outbound_queue_for(self, key_hash: str) -> store.Queue:
         """The outbound queue towards ``key_hash``, declared on first use."""

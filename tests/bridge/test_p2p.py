@@ -88,6 +88,13 @@ async def test_send_refuses_oversize_and_unknown_recipient(
         with pytest.raises(messaging.UnknownRecipientError, match="Bob"):
             await a.service.send(a.service.create_message(TOPIC, b"x"), bob.legal_name)
         assert a.service.inbox.statistics().depth == 0
+        # check_size tells beforehand, for any recipient (known or not), and never counts as a send
+        for recipient in (alice.legal_name, bob.legal_name):
+            with pytest.raises(messaging.MessageTooLargeError, match="max_message_size of 2000 bytes"):
+                a.service.check_size(a.service.create_message(TOPIC, bytes(3000)), recipient)
+            a.service.check_size(a.service.create_message(TOPIC, bytes(1000)), recipient)
+        await a.service.send(a.service.create_message(TOPIC, bytes(1000)), alice.legal_name)
+        assert a.service.inbox.statistics().depth == 1
 
 
 def wire(sender: pki.NodeCredentials, i: int, **extra: object) -> amqp.Message:

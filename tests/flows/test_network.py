@@ -11,7 +11,7 @@ import msgpack
 import pytest
 import trio
 
-from corda_trio import flows, store, testing
+from corda_trio import flows, messaging, store, testing
 from corda_trio.flows._codec import encode_outbox_record
 from corda_trio.flows._manager import outbox_key
 from corda_trio.flows._statemachine import Outgoing
@@ -417,3 +417,49 @@ async def test_bundles_from_a_peer_are_taken_part_by_part_or_refused_whole(net: 
         assert not any("779" in reason for _p, reason in alice.flows.refusals())
         handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
         assert await handle.result() == 2
+
+
+@flows.initiating_flow
+@attrs.define
+class Oversized(flows.FlowLogic[str]):
+    """Sends ``size`` bytes to ``peer`` in its first message."""
+
+    peer: str
+    size: int
+
+    def call(self, ctx: Any) -> Any:
+        s = ctx.initiate_flow(self.peer)
+        return ctx.send_and_receive(s, b"x" * self.size, str, then=self.done)
+
+    def done(self, ctx: Any, answer: str) -> Any:
+        return ctx.finish(answer)
+
+
+@flows.initiated_by(Oversized)
+@attrs.define
+class OversizedResponder(flows.BroadcastResponder):
+    pass
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        messaging.DEFAULT_MAX_MESSAGE_SIZE + 1,  # the payload alone is too large
+        messaging.DEFAULT_MAX_MESSAGE_SIZE - 200,  # fits, but not with the session and P2P headers around it
+    ],
+)
+async def test_a_message_above_max_message_size_parks_its_flow_before_the_checkpoint(
+    net: testing.FlowNetwork, size: int
+) -> None:
+    alice = net["Alice"].flows
+    with trio.fail_after(60):
+        handle = await alice.start_flow(Oversized(peer=BOB, size=size))
+        info = await wait_status(alice, handle.flow_id, "parked")
+        assert info.error is not None and info.error.startswith("MessageTooLargeError: ")
+        assert f"max_message_size of {messaging.DEFAULT_MAX_MESSAGE_SIZE} bytes" in info.error
+        # nothing of it was committed or queued for Bob
+        assert alice.statistics().checkpoint_writes == 0
+        assert all(q.depth == 0 for q in net["Alice"].broker.statistics("internal.peers."))
+        await alice.kill(handle.flow_id)
+        with pytest.raises(flows.FlowException, match="killed by an operator"):
+            await handle.result()
