@@ -209,7 +209,8 @@ def check_p2p_message(message: amqp.Message, *, max_size: int, encoded_size: int
             raise InvalidMessageError("amqp:invalid-field", f"required header {name!r} is missing")
         if not isinstance(value, kind) or isinstance(value, bool):
             raise InvalidMessageError(
-                "amqp:invalid-field", f"header {name!r} must be a {kind.__name__}, got {type(value).__name__}"
+                "amqp:invalid-field",
+                f"header {name!r} must be of type {kind.__name__}, got {type(value).__name__}",
             )
     if type(message.body) is not bytes:
         raise InvalidMessageError("amqp:invalid-field", "the body must be exactly one Data section")

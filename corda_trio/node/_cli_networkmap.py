@@ -115,9 +115,10 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise CliError(f"cannot listen on {cfg.address}: {exc.strerror}", 1) from None
             port = listeners[0].socket.getsockname()[1]
+            count = len(service.store.legal_names())
             print(
                 f"corda-trio networkmap: serving http://{cfg.address.host}:{port} "
-                f"({len(service.store.legal_names())} nodes)",
+                f"({count} node{'' if count == 1 else 's'})",
                 flush=True,
             )
             # Ctrl-C and SIGTERM unwind through main() (one line; 130 or 0); the store closes below.

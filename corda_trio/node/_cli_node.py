@@ -244,7 +244,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"  version      {info['version']} (platform {info['platform_version']}), pid {info['pid']}")
     print(f"  uptime       {info['uptime_seconds']:.0f} s{'   DRAINING' if info['draining'] else ''}")
     print(f"  flows        {', '.join(info['flows']) or 'none'}")
-    print(f"  network map  {info['network_map']} ({info['network_nodes']} nodes)")
+    count = info["network_nodes"]
+    print(f"  network map  {info['network_map']} ({count} node{'' if count == 1 else 's'})")
     for n in info["network"]:
         print(f"    {n['legal_name']}  {', '.join(n['addresses'])}{'  (this node)' if n['self'] else ''}")
     return 0

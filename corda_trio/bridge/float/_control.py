@@ -204,7 +204,7 @@ def decode_control(message: amqp.Message) -> ControlMessage:
         elif not isinstance(value, kind) or isinstance(value, bool):
             raise ControlProtocolError(
                 "amqp:invalid-field",
-                f"{subject}: {key!r} must be a {kind.__name__}, got {type(value).__name__}",
+                f"{subject}: {key!r} must be of type {kind.__name__}, got {type(value).__name__}",
             )
         values[a.name] = int(value) if kind is int else value
     if given:
