@@ -56,12 +56,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     watch = sub.add_parser("watch", help="follow a flow's progress until it ends")
     add_rpc_options(watch)
     watch.add_argument("flow_id")
+    watch.add_argument("--json", action="store_true", help="print each state as one JSON line")
     watch.set_defaults(func=_watch)
 
     for name, text in (("retry", "retry a parked flow from its last checkpoint"), ("kill", "kill a flow")):
         p = sub.add_parser(name, help=f"{text} (admin)")
         add_rpc_options(p)
         p.add_argument("flow_id")
+        p.add_argument("--json", action="store_true", help="print the flow's state after it as JSON")
         p.set_defaults(func=_retry if name == "retry" else _kill)
 
 
@@ -160,9 +162,21 @@ def _list(args: argparse.Namespace) -> int:
     if not flows:
         print("no flows")
     for f in flows:
-        extra = f.get("error") or ("" if f.get("result") is None else json.dumps(f["result"], default=repr))
-        print(f"{f['flow_id']}  {f['state']:<9} {f['flow']:<16} {f.get('started_at', '')}  {extra}"[:200])
+        print(_flow_line(f))
     return 0
+
+
+def _flow_line(f: dict[str, Any]) -> str:
+    """One flow (an RPC flow map) on one line: id, state, name, start time, then its error or result."""
+    extra = f.get("error") or ("" if f.get("result") is None else json.dumps(f["result"], default=repr))
+    return f"{f['flow_id']}  {f['state']:<9} {f['flow']:<16} {f.get('started_at', '')}  {extra}"[:200]
+
+
+def _print_flow(f: Any, as_json: bool) -> None:
+    if as_json or not isinstance(f, dict):
+        print(json.dumps(f, default=repr, sort_keys=True), flush=True)
+    else:
+        print(_flow_line(f), flush=True)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -173,7 +187,7 @@ def _watch(args: argparse.Namespace) -> int:
             contextlib.aclosing(client.watch_flow(args.flow_id)) as events,
         ):
             async for event in events:
-                print(json.dumps(event, default=repr, sort_keys=True), flush=True)
+                _print_flow(event, args.json)
                 last = event
         return last
 
@@ -186,7 +200,7 @@ def _retry(args: argparse.Namespace) -> int:
         async with open_rpc_client(args) as client:
             return await client.retry_flow(args.flow_id)
 
-    _print_result(_run(main), True)
+    _print_flow(_run(main), args.json)
     return 0
 
 
@@ -195,5 +209,5 @@ def _kill(args: argparse.Namespace) -> int:
         async with open_rpc_client(args) as client:
             return await client.kill_flow(args.flow_id)
 
-    _print_result(_run(main), True)
+    _print_flow(_run(main), args.json)
     return 0

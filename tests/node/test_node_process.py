@@ -194,7 +194,15 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
             ]
         for fid in (flow_id, other_id):
             killed = await _cli(["flow", "kill", "--base-dir", base, "--user", "ops", fid], env)
-            assert killed.returncode == 0 and json.loads(killed.stdout)["state"] == "failed", killed.stderr
+            assert killed.returncode == 0, killed.stderr
+            assert killed.stdout.startswith(f"{fid}  failed ") and "killed by RPC user ops" in killed.stdout
+        retried = await _cli(["flow", "retry", "--json", "--base-dir", base, "--user", "ops", flow_id], env)
+        watched = await _cli(["flow", "watch", "--base-dir", base, "--user", "ops", flow_id], env)
+        assert watched.returncode == 1 and watched.stdout.startswith(f"{flow_id}  failed "), watched
+        watched = await _cli(["flow", "watch", "--json", "--base-dir", base, "--user", "ops", flow_id], env)
+        assert watched.returncode == 1 and json.loads(watched.stdout)["state"] == "failed", watched
+        assert retried.returncode == 1 and retried.stdout == "", retried
+        assert retried.stderr.endswith(f"not-found: no running flow {flow_id}\n"), retried.stderr
 
         assert await bob.stop(signal.SIGINT) == 130
         with trio.fail_after(15):
