@@ -274,6 +274,17 @@ class _Pump:
     retry: trio.Event = attrs.field(factory=trio.Event)
 
 
+def _shown_status(runner: _Runner) -> tuple[str, str | None]:
+    """A live flow's status and error as :meth:`FlowManager.flows` shows them: ``running`` split into
+    ``retrying`` (its messages cannot go yet) and ``sleeping`` (waiting for its timer)."""
+    status, error = runner.status, runner.error
+    if status == "running" and runner.send_error is not None:
+        return "retrying", runner.send_error
+    if status == "running" and runner.state.wake_at is not None:
+        return "sleeping", error
+    return status, error
+
+
 def outbox_key(flow_id: str, number: int) -> bytes:
     """The key of the outbox record of transition ``number`` of ``flow_id`` (beside its checkpoint)."""
     return b"%s\x00%d" % (flow_id.encode(), number)
@@ -995,11 +1006,7 @@ class FlowManager:
         """Running and parked flows, then the finished ones still remembered (oldest first)."""
         out = []
         for runner in self._runners.values():
-            status, error = runner.status, runner.error
-            if status == "running" and runner.send_error is not None:
-                status, error = "retrying", runner.send_error
-            elif status == "running" and runner.state.wake_at is not None:
-                status = "sleeping"
+            status, error = _shown_status(runner)
             out.append(
                 FlowInfo(
                     flow_id=runner.flow_id,
@@ -1078,8 +1085,10 @@ class FlowManager:
         return self._draining
 
     async def wait_drained(self) -> None:
-        """Wait until no flow is running (parked ones do not count)."""
-        while any(r.status != "parked" for r in self._runners.values()):
+        """Wait until no flow is running: parked flows, flows waiting out a retry (a counterparty not in the
+        network map, say: nothing they can finish soon) and sleeping ones do not count; they resume from
+        their checkpoints."""
+        while any(_shown_status(r)[0] == "running" for r in self._runners.values()):
             await self.wait_changed(self._version)
         await trio.lowlevel.checkpoint()
 

@@ -58,7 +58,8 @@ class FlowHost:
     # --- lifecycle, for the node -------------------------------------------------------------------
 
     async def drain(self) -> None:
-        """Take no new flows, and wait until running flows have finished (parked ones do not count)."""
+        """Take no new flows, and wait until running flows have finished (parked or retrying ones do not
+        count)."""
         self.manager.drain()
         await self.manager.wait_drained()
 
