@@ -1,0 +1,35 @@
+"""bench/p2p.py end to end, small: two real node processes, every message checked, one JSON last line, and
+records that ``corda-trio report`` reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from corda_trio.records import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    small = ["--messages", "600", "--senders", "8", "--half-seconds", "0.5", "--records", str(records)]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.p2p", *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["scenario"] == "p2p" and summary["messages"] == 600
+    assert summary["msgs_per_s"] > 0 and 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
+    for key in ("cpu_us_per_msg_sender_phase1", "cpu_us_per_msg_sender_half", "cpu_us_per_msg_receiver_half"):
+        assert summary[key] > 0, key
+    (path,) = records.glob("*.records.jsonl")
+    written = list(read_records(path))
+    assert len(written) == summary["half_messages"] > 0
+    assert all(r.outcome == "ok" and r.created_ns <= r.enqueued_ns <= r.delivered_ns for r in written)
