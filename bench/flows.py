@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import write_open_loop_run
+from corda_trio import messaging, pki, testing
 from corda_trio.testing import cpu_with_helpers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +42,11 @@ A_NAME, B_NAME = "O=FlowBenchA, L=London, C=GB", "O=FlowBenchB, L=Paris, C=FR"
 
 def _loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _peer(name: str, key_hash: str, port: int) -> messaging.Peer:
+    legal_name = pki.CordaX500Name.parse(name)
+    return messaging.Peer(legal_name=legal_name, key_hash=key_hash, addresses=[("127.0.0.1", port)])
 
 
 def _write_node(base: Path, creds: Any, root: Any, plan: dict[str, Any]) -> tuple[Path, str]:
@@ -111,17 +117,13 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             responder = _start(b_dir)
             procs.append(responder)
             b_port = int(_line(responder).split()[1])
-            peers = [
-                {"name": B_NAME, "key_hash": b_hash, "host": "127.0.0.1", "port": b_port},
-                {"name": A_NAME, "key_hash": a_hash, "host": "127.0.0.1", "port": 0},
-            ]
-            (base / "peers.json").write_text(json.dumps(peers))
+            b_peer = _peer(B_NAME, b_hash, b_port)
+            testing.write_peer_file(base / "peers.json", [b_peer, _peer(A_NAME, a_hash, 0)])
             (a_dir / "plan.json").write_text(json.dumps(plan))
             initiator = _start(a_dir)
             procs.append(initiator)
             a_port = int(_line(initiator).split()[1])
-            peers[1]["port"] = a_port
-            (base / "peers.json").write_text(json.dumps(peers))
+            testing.write_peer_file(base / "peers.json", [b_peer, _peer(A_NAME, a_hash, a_port)])
             phases: dict[int, dict[str, Any]] = {}
             b_cpu: dict[int, float] = {}
             while True:

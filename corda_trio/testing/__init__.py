@@ -6,6 +6,8 @@ from ._flows import FlowNetwork as FlowNetwork
 from ._flows import FlowNode as FlowNode
 from ._flows import open_flow_network as open_flow_network
 from ._pair import ConnectionPair as ConnectionPair
+from ._peer_file import follow_peer_file as follow_peer_file
+from ._peer_file import write_peer_file as write_peer_file
 
 __all__ = [
     "ConnectionPair",
@@ -13,5 +15,7 @@ __all__ = [
     "FlowNode",
     "QueueBroker",
     "cpu_with_helpers",
+    "follow_peer_file",
     "open_flow_network",
+    "write_peer_file",
 ]

@@ -4,8 +4,8 @@
     python -m corda_trio.testing._flow_process NODE_DIR dump [--import MODULE]...
 
 NODE_DIR holds ``name`` (legal name), ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally
-``plan.json``; the peers come from ``../peers.json`` (a list of ``{"name", "key_hash", "host", "port"}``,
-re-read every 50 ms: the stand-in for the network map). ``--import`` loads modules that register flows. A
+``plan.json``; the peers come from ``../peers.json`` (written by :func:`write_peer_file`, followed with
+:func:`follow_peer_file`: the stand-in for the network map). ``--import`` loads modules that register flows. A
 plan's ``"retain"`` and ``"bundle"`` set those ``FlowManagerConfig`` fields (``finished_retain``, ``bundle``).
 
 ``run`` starts broker, messaging service, acceptor, bridge manager and flow manager; prints ``ready PORT``.
@@ -20,6 +20,7 @@ loop) or one every ``1/R`` s (open loop), writes ``[i, intended_ns, started_ns, 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -32,32 +33,12 @@ import trio
 
 from corda_trio import bridge, flows, messaging, pki, store
 
+from ._peer_file import follow_peer_file
+
 
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-async def _follow_peers(path: Path, own: str, directory: messaging.PeerDirectory) -> None:
-    last = b""
-    while True:
-        try:
-            raw = path.read_bytes()  # noqa: ASYNC240 (a small local file)
-        except FileNotFoundError:
-            raw = b"[]"
-        if raw != last:
-            last = raw
-            entries = json.loads(raw)
-            for e in entries:
-                if e["key_hash"] != own:
-                    directory.put(
-                        messaging.Peer(
-                            legal_name=pki.CordaX500Name.parse(e["name"]),
-                            key_hash=e["key_hash"],
-                            addresses=[(e["host"], e["port"])],
-                        )
-                    )
-        await trio.sleep(0.05)
 
 
 def _args(template: dict[str, Any], i: int) -> dict[str, Any]:
@@ -179,7 +160,8 @@ async def run(node_dir: Path) -> None:
         await nursery.start(bridges.run)
         await nursery.start(service.run)
         await nursery.start(manager.run)
-        nursery.start_soon(_follow_peers, node_dir.parent / "peers.json", key_hash, peers)
+        peer_file = node_dir.parent / "peers.json"
+        nursery.start_soon(functools.partial(follow_peer_file, peer_file, peers, own_key_hash=key_hash))
         _say(f"ready {port}")
         if plan.get("flow"):
             if plan.get("wait_for_peers"):

@@ -5,8 +5,8 @@ NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`
 (``{"to": legal name, "count": N, "start": K, "batch": B, "expect": M,
 "interval": seconds between batches, "trace": print ``handled ID`` on each handler call, "body_size":
 bytes of each body (default: just ``I``; else ``I|`` then filler, see :func:`body`)}``); the peers come
-from ``../peers.json`` (a list of
-``{"name", "key_hash", "host", "port"}``, re-read every 50 ms: the test's stand-in for the network map cache).
+from ``../peers.json`` (``corda_trio.testing.write_peer_file``, followed by ``follow_peer_file``: the test's
+stand-in for the network map cache).
 Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before it) is durable, and ``done``
 once it has sent everything, its outbound queue is empty and it handled ``expect`` messages (``expect`` in
 ``send.json``). The handler returns the message body as its receipt, committed with the dedup id.
@@ -22,13 +22,14 @@ did; receipts as Latin-1 text), then exits.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 import trio
 
-from corda_trio import bridge, messaging, pki, store
+from corda_trio import bridge, messaging, pki, store, testing
 
 TOPIC = "test.p2p"
 
@@ -46,31 +47,6 @@ def body(i: int, size: int = 0) -> bytes:
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-async def _follow_peers(path: Path, own: str, directory: messaging.PeerDirectory) -> None:
-    last = b""
-    while True:
-        try:
-            raw = path.read_bytes()  # noqa: ASYNC240 (a small local file)
-        except FileNotFoundError:
-            raw = b"[]"
-        if raw != last:
-            last = raw
-            entries = json.loads(raw)
-            wanted = {e["key_hash"]: e for e in entries if e["key_hash"] != own}
-            for key_hash, e in wanted.items():
-                directory.put(
-                    messaging.Peer(
-                        legal_name=pki.CordaX500Name.parse(e["name"]),
-                        key_hash=key_hash,
-                        addresses=[(e["host"], e["port"])],
-                    )
-                )
-            for p in directory.peers():
-                if p.key_hash not in wanted:
-                    directory.remove(p.key_hash)
-        await trio.sleep(0.05)
 
 
 async def run(node_dir: Path, external: bool = False) -> None:
@@ -117,7 +93,9 @@ async def run(node_dir: Path, external: bool = False) -> None:
             port = await nursery.start(acceptor.run)
             await nursery.start(manager.run)
         await nursery.start(service.run)
-        nursery.start_soon(_follow_peers, node_dir.parent / "peers.json", key_hash, peers)
+        peer_file = node_dir.parent / "peers.json"
+        follow = functools.partial(testing.follow_peer_file, peer_file, peers, own_key_hash=key_hash)
+        nursery.start_soon(follow)
         _say(f"endpoint {port}" if external else f"ready {port}")
         if plan:
             to = pki.CordaX500Name.parse(plan["to"])

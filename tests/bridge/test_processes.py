@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 
-from corda_trio import pki
+from corda_trio import messaging, pki, testing
 from tests.bridge.p2p_child import body
 from tests.p2p_harness import wait_until
 
@@ -169,19 +169,16 @@ max_backoff_seconds = 1.0
 
 
 def _publish(base: Path, children: list[Child], ports: dict[str, int] | None = None) -> None:
-    entries = [
-        {
-            "name": str(c.creds.legal_name),
-            "key_hash": c.key_hash,
-            "host": "127.0.0.1",
-            "port": (ports or {}).get(c.key_hash, c.port),
-        }
+    peers = [
+        messaging.Peer(
+            legal_name=c.creds.legal_name,
+            key_hash=c.key_hash,
+            addresses=[("127.0.0.1", (ports or {}).get(c.key_hash, c.port))],
+        )
         for c in children
         if c.port is not None
     ]
-    tmp = base / "peers.json.tmp"
-    tmp.write_text(json.dumps(entries))
-    tmp.replace(base / "peers.json")
+    testing.write_peer_file(base / "peers.json", peers)
 
 
 @asynccontextmanager

@@ -5,8 +5,8 @@ acceptor (its own P2P port) or, when NODE_DIR has ``tunnel.json`` (``{"floats": 
 "credit": N}`` plus ``tunnel.pem`` / ``tunnel.key`` / ``tunnel-ca.pem``), no listener at all and a
 :class:`FloatTunnel` to the floats. NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``,
 ``root.pem`` and optionally ``send.json`` (``{"to", "count", "start", "batch", "interval", "expect"}``).
-Peers come from ``../peers.json`` (``[{"name", "key_hash", "addresses": [[host, port], ...]}]``), re-read
-every 50 ms. Prints ``ready PORT`` (``ready -`` behind a float), ``active HOST PORT`` on every activation,
+Peers come from ``../peers.json`` (``corda_trio.testing.write_peer_file`` / ``follow_peer_file``). Prints
+``ready PORT`` (``ready -`` behind a float), ``active HOST PORT`` on every activation,
 ``sent I`` once message I is durable, and ``done`` when everything was sent and ``expect`` messages handled.
 
 ``python node_child.py NODE_DIR dump``: prints the committed receipts as JSON, then exits.
@@ -14,13 +14,14 @@ every 50 ms. Prints ``ready PORT`` (``ready -`` behind a float), ``active HOST P
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 import trio
 
-from corda_trio import bridge, messaging, pki, store
+from corda_trio import bridge, messaging, pki, store, testing
 from corda_trio.bridge import float as fl
 
 TOPIC = "test.p2p"
@@ -29,30 +30,6 @@ TOPIC = "test.p2p"
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-async def _follow_peers(path: Path, own: str, directory: messaging.PeerDirectory) -> None:
-    last = b""
-    while True:
-        try:
-            raw = path.read_bytes()  # noqa: ASYNC240 (a small local file)
-        except FileNotFoundError:
-            raw = b"[]"
-        if raw != last:
-            last = raw
-            wanted = {e["key_hash"]: e for e in json.loads(raw) if e["key_hash"] != own}
-            for key_hash, e in wanted.items():
-                peer = messaging.Peer(
-                    legal_name=pki.CordaX500Name.parse(e["name"]),
-                    key_hash=key_hash,
-                    addresses=[(h, p) for h, p in e["addresses"]],
-                )
-                if directory.peer(key_hash) != peer:
-                    directory.put(peer)
-            for p in directory.peers():
-                if p.key_hash not in wanted:
-                    directory.remove(p.key_hash)
-        await trio.sleep(0.05)
 
 
 async def _report_activations(tunnel: fl.FloatTunnel) -> None:
@@ -113,7 +90,9 @@ async def run(node_dir: Path) -> None:
             port = "-"
         await nursery.start(manager.run)
         await nursery.start(service.run)
-        nursery.start_soon(_follow_peers, node_dir.parent / "peers.json", key_hash, peers)
+        peer_file = node_dir.parent / "peers.json"
+        follow = functools.partial(testing.follow_peer_file, peer_file, peers, own_key_hash=key_hash)
+        nursery.start_soon(follow)
         _say(f"ready {port}")
         if plan:
             to = pki.CordaX500Name.parse(plan["to"])

@@ -24,7 +24,7 @@ import attrs
 import pytest
 import trio
 
-from corda_trio import pki
+from corda_trio import messaging, pki, testing
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import NOW, wait_until
 
@@ -181,16 +181,15 @@ def write_node(
 
 
 def publish(base: Path, entries: list[tuple[pki.NodeCredentials, list[int]]]) -> None:
-    data = [
-        {
-            "name": str(c.legal_name),
-            "key_hash": pki.key_hash(c.identity.cert.public_key()),
-            "addresses": [["127.0.0.1", p] for p in ports],
-        }
+    peers = [
+        messaging.Peer(
+            legal_name=c.legal_name,
+            key_hash=pki.key_hash(c.identity.cert.public_key()),
+            addresses=[("127.0.0.1", p) for p in ports],
+        )
         for c, ports in entries
     ]
-    (base / "peers.json.tmp").write_text(json.dumps(data))
-    (base / "peers.json.tmp").replace(base / "peers.json")
+    testing.write_peer_file(base / "peers.json", peers)
 
 
 async def dump(proc: Proc) -> list[list[str]]:

@@ -20,7 +20,7 @@ import attrs
 import pytest
 import trio
 
-from corda_trio import pki
+from corda_trio import messaging, pki, testing
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("FLOW_CRASH_ROUNDS", "20"))
@@ -93,13 +93,14 @@ def _write(base: Path, creds: pki.NodeCredentials, root: object, plan: dict[str,
 
 
 def _publish(base: Path, nodes: dict[str, Node]) -> None:
-    entries = [
-        {"name": name, "key_hash": n.key_hash, "host": "127.0.0.1", "port": n.port}
+    peers = [
+        messaging.Peer(
+            legal_name=pki.CordaX500Name.parse(name), key_hash=n.key_hash, addresses=[("127.0.0.1", n.port)]
+        )
         for name, n in nodes.items()
         if n.port is not None
     ]
-    (base / "peers.json.tmp").write_text(json.dumps(entries))
-    (base / "peers.json.tmp").replace(base / "peers.json")
+    testing.write_peer_file(base / "peers.json", peers)
 
 
 @pytest.mark.crash
