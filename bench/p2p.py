@@ -1,14 +1,15 @@
 """Peer-to-peer benchmark: two node processes, mutual TLS, durable queues with fsync group commit both sides.
 
     python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
-    python -m bench.p2p --via-float [...]    # direct, then through a float, side by side
+    python -m bench.p2p --via-float [--repeat N] [...]    # through a float, then directly, side by side
 
 ``--via-float`` runs the benchmark twice with the same settings: with B behind a float (a ``corda-trio float
 start`` process: A's bridge -> float -> control link -> B's ``FloatTunnel`` -> B's inbox; B has no P2P
 port), then directly. The direct run's phase 2 uses the float run's half rate (the lower one), so both
 latencies are taken at one offered load that both paths sustain. The last line then carries both
 summaries, ``throughput_ratio`` (via float / direct) and ``p99_delta_ms``, plus the float process's CPU per
-message.
+message. ``--repeat N`` runs N such rounds back to back and reports the medians of the rounds' paired ratios
+and deltas (with each round's in ``per_round``): on a shared machine one pair swings with whatever else runs.
 
 ``BENCH_P2P_TRACE=DIR`` writes ``DIR/sender.trace.json`` and ``DIR/receiver.trace.json``: every Trio task step
 that took more than 2 ms of CPU or 4 ms of wall time, and every garbage collection (generation, CPU ms), each
@@ -53,6 +54,7 @@ import functools
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -542,12 +544,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-seconds", type=float, default=5.0, help="length of phase 2 (default 5 s)")
     ap.add_argument("--records", type=Path, help="write one record per phase-2 message into this directory")
     ap.add_argument("--via-float", action="store_true", help="also run with B behind a float; compare")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="with --via-float: rounds of both paths, medians (default 1)"
+    )
     args = ap.parse_args(argv)
     if args.node is not None:
         _node_main(args.node)
         return 0
-    if args.messages < 1 or args.senders < 1 or args.size < 0 or args.half_seconds <= 0:
-        ap.error("--messages and --senders must be >= 1, --size >= 0, --half-seconds > 0")
+    if args.messages < 1 or args.senders < 1 or args.size < 0 or args.half_seconds <= 0 or args.repeat < 1:
+        ap.error("--messages, --senders and --repeat must be >= 1, --size >= 0, --half-seconds > 0")
     if args.via_float:
         return _compare_via_float(args)
     summary = run_benchmark(args)
@@ -563,25 +568,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+_PAIRED = ("throughput_ratio", "p99_delta_ms", "p50_delta_ms")
+
+
 def _compare_via_float(args: argparse.Namespace) -> int:
-    # via the float first: its half rate (the lower of the two) is then offered to both paths, so the
-    # latencies are compared at one load that each path sustains
-    via = run_benchmark(args, via_float=True)
-    direct = run_benchmark(args, half_rate=via["half_rate_msgs_per_s"])
-    result = {
+    # Each round: via the float first, whose half rate (the lower of the two) is then offered to both paths,
+    # so the latencies are compared at one load that each path sustains; then directly. With --repeat, the
+    # rounds alternate the two paths and the figures are the medians of the rounds' paired ones (on a
+    # shared machine a single pair swings with whatever else runs).
+    rounds = []
+    for _ in range(args.repeat):
+        via = run_benchmark(args, via_float=True)
+        direct = run_benchmark(args, half_rate=via["half_rate_msgs_per_s"])
+        rounds.append(
+            {
+                "throughput_ratio": round(via["msgs_per_s"] / direct["msgs_per_s"], 3),
+                "p99_delta_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
+                "p50_delta_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
+                "direct": direct,
+                "via_float": via,
+            }
+        )
+    result: dict[str, Any] = {
         "scenario": "p2p-via-float",
-        "throughput_ratio": round(via["msgs_per_s"] / direct["msgs_per_s"], 3),
-        "p99_delta_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
-        "p50_delta_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
+        **{k: round(statistics.median(r[k] for r in rounds), 3) for k in _PAIRED},
+        "rounds": len(rounds),
         "half_rate_msgs_per_s": via["half_rate_msgs_per_s"],
         "direct": direct,
         "via_float": via,
     }
+    if len(rounds) > 1:
+        result["per_round"] = [
+            {k: r[k] for k in _PAIRED}
+            | {"direct_msgs_per_s": r["direct"]["msgs_per_s"], "via_msgs_per_s": r["via_float"]["msgs_per_s"],
+               "direct_p99_ms": r["direct"]["p99_ms"], "via_p99_ms": r["via_float"]["p99_ms"]}
+            for r in rounds
+        ]  # fmt: skip
     print(
         f"direct {direct['msgs_per_s']:,.0f} msg/s, via float {via['msgs_per_s']:,.0f} msg/s "
         f"(ratio {result['throughput_ratio']}); at {via['half_rate_msgs_per_s']:,.0f} msg/s: p99 direct "
         f"{direct['p99_ms']} ms, via float {via['p99_ms']} ms (delta {result['p99_delta_ms']} ms); float CPU "
         f"{via.get('cpu_us_per_msg_float_all')} us/msg; load average {direct['loadavg_before']}"
+        + (
+            f"; medians of {len(rounds)} rounds: ratio {result['throughput_ratio']}, p99 delta "
+            f"{result['p99_delta_ms']} ms"
+            if len(rounds) > 1
+            else ""
+        )
     )
     print(json.dumps(result))
     return 0
