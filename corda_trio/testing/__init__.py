@@ -1,7 +1,7 @@
 """corda_trio.testing: public test helpers: engine pairs without I/O, an in-memory broker."""
 
 from ._broker import QueueBroker as QueueBroker
-from ._flow_process import cpu_with_helpers as cpu_with_helpers
+from ._cpu import cpu_with_helpers as cpu_with_helpers
 from ._flows import FlowNetwork as FlowNetwork
 from ._flows import FlowNode as FlowNode
 from ._flows import open_flow_network as open_flow_network

@@ -33,6 +33,7 @@ import trio
 
 from corda_trio import bridge, flows, messaging, pki, store
 
+from ._cpu import cpu_with_helpers
 from ._peer_file import follow_peer_file
 
 
@@ -43,28 +44,6 @@ def _say(line: str) -> None:
 
 def _args(template: dict[str, Any], i: int) -> dict[str, Any]:
     return {k: v.replace("{i}", str(i)) if isinstance(v, str) else v for k, v in template.items()}
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_with_helpers(pid: int) -> float:
-    """CPU seconds of process ``pid`` and its children (the store's commit helper), from /proc (Linux)."""
-    total = _cpu_seconds(pid)
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            try:
-                total += _cpu_seconds(child)
-            except OSError:
-                pass
-    return total
 
 
 async def _run_phase(manager: flows.FlowManager, plan: dict[str, Any], rate: float | None) -> list[list[int]]:
