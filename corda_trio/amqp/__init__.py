@@ -19,8 +19,9 @@ Limits a node sets (all on :class:`ConnectionConfig`, enforced per receiving lin
   Per link: ``Connection.attach(..., Role.RECEIVER, max_message_size=)`` and
   ``Connection.accept_link(..., max_message_size=)`` (:data:`FROM_CONFIG` = the config's value).
 * ``max_credit_overrun`` (default 1000): deliveries beyond granted credit that are absorbed (counted in
-  ``Connection.link(ch, h).overrun_total``); beyond it only that link is detached with
-  ``amqp:link:transfer-limit-exceeded``.
+  ``Connection.link(ch, h).overrun_total``), and ``max_credit_overrun_bytes`` (default 16 MiB): the bytes
+  they may carry (``overrun_bytes``, counted frame by frame before a payload is kept); beyond either only
+  that link is detached with ``amqp:link:transfer-limit-exceeded``.
 * ``max_frame_size`` (128 KiB, at most 16 MiB): checked on each frame header before the body is buffered.
 """
 

@@ -17,6 +17,7 @@ import attrs
 __all__ = [
     "DEFAULT_CHANNEL_MAX",
     "DEFAULT_MAX_CREDIT_OVERRUN",
+    "DEFAULT_MAX_CREDIT_OVERRUN_BYTES",
     "DEFAULT_MAX_FRAME_SIZE_BYTES",
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
     "MAX_MAX_FRAME_SIZE_BYTES",
@@ -39,6 +40,11 @@ DEFAULT_MAX_MESSAGE_SIZE_BYTES: Final = 10_485_760
 # 1000 absorbs three times the transport's default credit of 100 several times over, and still bounds the
 # memory a peer can make us hold (at most this many messages of max_message_size).
 DEFAULT_MAX_CREDIT_OVERRUN: Final = 1000
+# ... and the bytes those deliveries may carry: the count alone let a client that sent 1,500 x 200 KB beyond
+# its credit make a server buffer ~1 GB. 16 MiB is 128 frames of 128 KiB and more than one message of the
+# default max-message-size, still absorbs 1000 deliveries of up to 16 KiB, and is far below what the count
+# alone allows (1000 messages of max_message_size).
+DEFAULT_MAX_CREDIT_OVERRUN_BYTES: Final = 16 * 1024 * 1024
 # Spec 2.7.1 default channel-max (65535); we only ever begin one or a few sessions.
 DEFAULT_CHANNEL_MAX: Final = 65_535
 # Spec 2.7.2 default handle-max.
@@ -61,6 +67,11 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
 def _uint(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= UINT_MAX:
         raise ValueError(f"{attribute.name} must fit a uint (0..{UINT_MAX}), got {value}")
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value}")
 
 
 def _mechanisms(
@@ -110,6 +121,9 @@ class ConnectionConfig:
         max_credit_overrun: deliveries a sender may send beyond every credit we granted (they are accepted
             and counted in ``Link.overrun_total``; the transport then grants less). One more and only
             that link is detached with ``amqp:link:transfer-limit-exceeded``. ``0`` is the strict spec.
+        max_credit_overrun_bytes: the bytes those deliveries may carry (counted as their frames arrive, in
+            ``Link.overrun_bytes``, from the last limit we granted): a frame that would take a link past it
+            detaches that link with ``amqp:link:transfer-limit-exceeded`` before its payload is kept.
         properties: ``open.properties`` (symbol keys).
     """
 
@@ -135,6 +149,9 @@ class ConnectionConfig:
     rcv_settle_mode: int = 0  # first (spec 3.8.3)
     max_message_size: int | None = DEFAULT_MAX_MESSAGE_SIZE_BYTES
     max_credit_overrun: int = attrs.field(default=DEFAULT_MAX_CREDIT_OVERRUN, validator=_uint)
+    max_credit_overrun_bytes: int = attrs.field(
+        default=DEFAULT_MAX_CREDIT_OVERRUN_BYTES, validator=_non_negative
+    )
     properties: dict[str, object] | None = None
     # A peer asking for heartbeats more often than every 50 ms would make us spin: refuse it (spec 2.4.5
     # allows closing with resource-limit-exceeded when the requested idle-time-out cannot be supported).

@@ -11,7 +11,9 @@ A :class:`Link` is one endpoint of a link, seen from our side: ``role`` is *our*
   arrives consumes one. A delivery beyond every limit we granted is a credit overrun: some clients ignore
   credit while sending, so the engine absorbs up to ``ConnectionConfig.max_credit_overrun`` of them
   (counted in ``overrun_total``; the excess is ``received_total - max_limit``, and it returns to zero with
-  the next grant) and detaches only this link with ``transfer-limit-exceeded`` beyond that.
+  the next grant) and detaches only this link with ``transfer-limit-exceeded`` beyond that. The bytes of
+  those deliveries are bounded too (``ConnectionConfig.max_credit_overrun_bytes``): ``overrun_bytes`` counts
+  the payload of every frame of a delivery beyond the last limit, and returns to zero with the next grant.
 
 Partial (multi-frame) deliveries are collected in ``partial_chunks`` until a frame with ``more=False``. The
 size is checked as the frames arrive, never after, so a hostile sender cannot make us buffer more than
@@ -46,6 +48,7 @@ class Link:
         "max_message_size",
         "name",
         "next_tag",
+        "overrun_bytes",
         "overrun_total",
         "partial_chunks",
         "partial_format",
@@ -95,6 +98,8 @@ class Link:
         self.max_limit = 0
         # receiver: deliveries that arrived beyond every limit we granted (absorbed, see the module doc)
         self.overrun_total = 0
+        # receiver: payload bytes of the deliveries beyond the last limit we granted (0 again with a grant)
+        self.overrun_bytes = 0
         # (delivery_count, link_credit) of the last flow we sent for this link: a flow that refills the
         # session window also carries the link state of every receiving link whose credit changed since
         self.flow_sent: tuple[int, int] | None = None
@@ -146,6 +151,7 @@ class Link:
         """Receiver: set our credit to ``credit`` (the ``flow`` is sent by the engine)."""
         self.link_credit = credit
         self.max_limit = max(self.max_limit, self.received_total + credit)
+        self.overrun_bytes = 0  # every delivery received so far is within the new limit
 
     def reset_partial(self) -> None:
         """Forget the delivery being reassembled."""

@@ -10,9 +10,11 @@ begin, attach, detach, end, close). The bookkeeping lives on :class:`Session` (w
 * sending (``send_transfer``): one credit per delivery; frames are cut at the peer's max-frame-size and wait
   in the session while the peer's incoming window is closed (``_unblock`` sends them when a flow opens it);
 * receiving (``_on_transfer``): session window first (a frame beyond it is a window violation), then link
-  credit. A delivery beyond every limit we granted is absorbed up to ``max_credit_overrun``; one more detaches
-  only that link (``amqp:link:transfer-limit-exceeded``). A delivery's running size is checked against our
-  max-message-size *before* each frame's payload is kept, so nothing beyond the limit is ever buffered;
+  credit. A delivery beyond every limit we granted is absorbed up to ``max_credit_overrun`` deliveries and
+  ``max_credit_overrun_bytes`` bytes (counted frame by frame, before a frame's payload is kept); one more
+  detaches only that link (``amqp:link:transfer-limit-exceeded``). A delivery's running size is checked
+  against our max-message-size *before* each frame's payload is kept, so nothing beyond the limit is ever
+  buffered;
 * flows: every flow for a link carries handle, delivery-count and link-credit; re-opening the session window
   (half used, on the next output) restates the link state of every receiving link whose credit changed.
 """
@@ -337,6 +339,9 @@ class TransferMixin:
                     )
                     self._refill_window(session)
                     return
+                if not self._absorb_overrun(session, link, len(payload)):
+                    self._refill_window(session)
+                    return
                 link.overrun_total += 1
             link.received_total += 1
             link.link_credit = max(0, link.link_credit - 1)
@@ -398,6 +403,10 @@ class TransferMixin:
                 link.reset_partial()
             elif not self._check_size(session, link, link.partial_size + len(payload)):
                 pass  # the link is detached: nothing of this delivery stays buffered
+            elif link.received_total > link.max_limit and not self._absorb_overrun(
+                session, link, len(payload)
+            ):
+                pass  # a delivery beyond every limit we granted (no grant since): detached likewise
             else:
                 link.partial_chunks.append(payload)
                 link.partial_size += len(payload)
@@ -431,6 +440,26 @@ class TransferMixin:
             session.refill_pending = True
             self._refills.append(session)
             self._dispositions_dirty = True
+
+    def _absorb_overrun(self, session: Session, link: Link, size: int) -> bool:
+        """Count ``size`` payload bytes of a delivery beyond every limit we granted; detach if too many.
+
+        Called before the frame's payload is kept: a link whose overrun would pass
+        ``max_credit_overrun_bytes`` is detached (``transfer-limit-exceeded``) and nothing more is buffered.
+        """
+        total = link.overrun_bytes + size
+        bound = self.config.max_credit_overrun_bytes
+        if total <= bound:
+            link.overrun_bytes = total
+            return True
+        self._link_error(
+            session,
+            link,
+            Condition.TRANSFER_LIMIT_EXCEEDED,
+            f"transfer frame beyond link credit: {total} bytes of deliveries past the {link.max_limit} we "
+            f"granted on link {link.name!r} (we absorb {bound} bytes)",
+        )
+        return False
 
     def _check_size(self, session: Session, link: Link, size: int) -> bool:
         """Whether a delivery of (at least) ``size`` bytes fits our max-message-size; if not, detach.

@@ -11,7 +11,8 @@ come back). Per receiving link, ``AmqpConnection.open_receiver(..., max_message_
 ``LinkRequest.accept_receiver(..., max_message_size=)`` (default: ``ConnectionConfig.max_message_size``,
 ``None`` = no limit); a larger message detaches that link with ``amqp:link:message-size-exceeded`` and the
 receiver raises ``LinkDetachedError``. A peer overrunning its credit is absorbed up to
-``ConnectionConfig.max_credit_overrun`` (``Receiver.overrun_total`` counts it). To refuse one delivery, settle
+``ConnectionConfig.max_credit_overrun`` deliveries and ``max_credit_overrun_bytes`` bytes
+(``Receiver.overrun_total`` counts them); beyond that the link is detached. To refuse one delivery, settle
 it with ``Delivery.reject(condition, description)``; to refuse a link, ``LinkRequest.refuse(condition)``.
 Every close we decide on reaches the wire before the socket shuts: a graceful close waits for the peer's at
 most ``CLOSE_TIMEOUT_SECONDS``; when the connection's owner is cancelled, the goodbye (our close out, the

@@ -37,9 +37,10 @@ state only after a ``disposition`` settled it; if the link or the connection goe
 ``send`` raises (:class:`LinkDetachedError` / :class:`AmqpConnectionError`) and the caller sends again.
 
 Incoming deliveries go into a memory channel whose buffer equals the receiver's credit plus the engine's
-``max_credit_overrun`` (a peer that sends beyond its credit is absorbed up to that bound, beyond it the engine
-detaches the link); the credit is topped up only for deliveries the application took out, and never beyond
-what the buffer has free, so a slow consumer or an overrunning peer slows the peer instead of growing memory.
+``max_credit_overrun`` (a peer that sends beyond its credit is absorbed up to that bound and up to
+``max_credit_overrun_bytes``, beyond either the engine detaches the link); the credit is topped up only for
+deliveries the application took out, and never beyond what the buffer has free, so a slow consumer or an
+overrunning peer slows the peer instead of growing memory.
 """
 
 from __future__ import annotations

@@ -123,6 +123,62 @@ def test_overrun_beyond_the_bound_detaches_that_link_only() -> None:
     assert pair.client.opened and pair.server.opened
 
 
+def test_overrun_beyond_the_byte_bound_detaches_that_link_only() -> None:
+    server = cfg(max_credit_overrun=1000, max_credit_overrun_bytes=10_000, sasl_mechanisms=SERVER_MECHS)
+    pair, cch, sch, [(sh1, rh1), (sh2, _rh2)] = link_pair(credit=2, server_config=server, links=2)
+    events = pair.server.receive_data(transfers(sh1, 0, 30, b"x" * 1000))
+    # 2 granted + 10 x 1000 bytes absorbed; the 13th delivery would take the overrun to 11,000 bytes
+    assert [d.delivery_id for d in of(events, amqp.DeliveryReceived)] == list(range(12))
+    link = pair.server.link(sch, rh1)
+    assert link.overrun_total == 10 and link.overrun_bytes == 10_000
+    client_ev = pair.client.receive_data(pair.server.data_to_send())
+    detached = of(client_ev, amqp.LinkDetached)
+    assert len(detached) == 1 and detached[0].handle == sh1
+    assert detached[0].error.condition == C.TRANSFER_LIMIT_EXCEEDED
+    assert "11000 bytes" in detached[0].error.description
+    pair.pump()
+    pair.client.send_transfer(cch, sh2, b"still here")
+    _, server_ev = pair.pump()
+    assert [d.payload for d in of(server_ev, amqp.DeliveryReceived)] == [b"still here"]
+    assert pair.client.opened and pair.server.opened
+
+
+def test_overrun_bytes_are_counted_frame_by_frame_before_they_are_kept() -> None:
+    server = cfg(max_credit_overrun_bytes=2500, sasl_mechanisms=SERVER_MECHS)
+    pair, _cch, sch, [(sh, rh)] = link_pair(credit=1, server_config=server)
+    chunk = b"y" * 1000
+
+    def frame(delivery_id: int | None, more: bool) -> bytes:
+        tag = None if delivery_id is None else b"t%d" % delivery_id
+        transfer = amqp.Transfer(handle=sh, delivery_id=delivery_id, delivery_tag=tag, more=more)
+        return amqp.encode_frame(transfer, 0, chunk)
+
+    # delivery 0 is within the credit; delivery 1 (beyond it) arrives in frames of 1000 bytes
+    raw = frame(0, False) + frame(1, True) + frame(None, True) + frame(None, True) + frame(None, False)
+    events = pair.server.receive_data(raw)
+    assert [d.delivery_id for d in of(events, amqp.DeliveryReceived)] == [0]
+    link = pair.server.link(sch, rh)
+    assert link.partial_chunks is None  # the two frames absorbed before the third are not kept either
+    detached = of(pair.client.receive_data(pair.server.data_to_send()), amqp.LinkDetached)
+    assert len(detached) == 1 and detached[0].error.condition == C.TRANSFER_LIMIT_EXCEEDED
+    assert "3000 bytes" in detached[0].error.description
+    assert pair.server.opened
+
+
+def test_a_grant_restarts_the_overrun_byte_count() -> None:
+    server = cfg(max_credit_overrun_bytes=5000, sasl_mechanisms=SERVER_MECHS)
+    pair, _cch, sch, [(sh, rh)] = link_pair(credit=1, server_config=server)
+    link = pair.server.link(sch, rh)
+    events = pair.server.receive_data(transfers(sh, 0, 6, b"z" * 1000))  # 1 granted + 5000 bytes absorbed
+    assert len(of(events, amqp.DeliveryReceived)) == 6 and link.overrun_bytes == 5000
+    pair.server.flow(sch, rh, credit=0)  # back-pressure: nothing more, but the excess is forgiven
+    pair.server.data_to_send()
+    assert link.overrun_bytes == 0
+    events = pair.server.receive_data(transfers(sh, 6, 5, b"z" * 1000))
+    assert len(of(events, amqp.DeliveryReceived)) == 5 and link.overrun_bytes == 5000
+    assert not [p for p in performatives(pair.server.data_to_send()) if isinstance(p, amqp.Detach)]
+
+
 def test_window_refill_flows_carry_the_link_state() -> None:
     server = cfg(incoming_window=8, sasl_mechanisms=SERVER_MECHS)
     pair, cch, _sch, [(sh, rh)] = link_pair(credit=100, server_config=server)

@@ -163,12 +163,18 @@ def proton_tls_broker(
         yield Peer("proton-tls", port, _client_config(**PROTON_CONFIG), log=log)
 
 
-@pytest.fixture(scope="session")
-def rhea_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    """rhea broker (pure JavaScript AMQP 1.0)."""
+def rhea_node_path() -> str:
+    """The ``NODE_PATH`` that holds rhea (fails the test with how to install it when there is none)."""
     node_path = next((p for p in NODE_PATH_CANDIDATES if p and (Path(p) / "rhea").is_dir()), None)
     if node_path is None:
         pytest.fail("rhea is not installed: run .ci/run (npm install rhea@3.0.5) or set CORDA_TRIO_NODE_PATH")
+    return node_path
+
+
+@pytest.fixture(scope="session")
+def rhea_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
+    """rhea broker (pure JavaScript AMQP 1.0)."""
+    node_path = rhea_node_path()
     tmp = tmp_path_factory.mktemp("rhea")
     port = free_port()
     log = tmp / "rhea.log"
