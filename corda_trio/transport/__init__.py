@@ -6,8 +6,10 @@ any trio Stream. The sender/receiver API: ``Sender.send`` returns the peer's out
 ``Receiver`` is an async iterator of ``Delivery`` objects that are settled with ``accept()`` and friends.
 
 Limits: ``serve_amqp(..., max_connections=512)`` caps concurrent connections per listener (a client over the
-cap gets a closed socket; descriptor exhaustion is logged rate-limited and accepting resumes when descriptors
-come back). Per receiving link, ``AmqpConnection.open_receiver(..., max_message_size=)`` and
+cap gets a closed socket), and ``max_handshakes_per_address=16`` those of one source address still in their
+handshake (one more from that address is closed at once). Descriptor exhaustion is logged rate-limited and
+accepting resumes when descriptors come back. Per receiving link,
+``AmqpConnection.open_receiver(..., max_message_size=)`` and
 ``LinkRequest.accept_receiver(..., max_message_size=)`` (default: ``ConnectionConfig.max_message_size``,
 ``None`` = no limit); a larger message detaches that link with ``amqp:link:message-size-exceeded`` and the
 receiver raises ``LinkDetachedError``. A peer overrunning its credit is absorbed up to
@@ -43,6 +45,7 @@ from ._errors import HandshakeError as HandshakeError
 from ._errors import LinkDetachedError as LinkDetachedError
 from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERVAL_SECONDS
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
+from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES_PER_ADDRESS
 from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
 from ._serve import listener_port as listener_port
 from ._serve import serve_amqp as serve_amqp
@@ -58,6 +61,7 @@ __all__ = [
     "CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
     "REFUSE_TIMEOUT_SECONDS",
     "AmqpConnection",
     "AmqpConnectionError",

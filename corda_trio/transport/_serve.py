@@ -7,6 +7,13 @@ A connection takes a slot from ``accept`` until its handler and goodbye are done
 when all ``max_connections`` slots are taken gets a closed socket at once (its descriptor is needed only
 for that instant), so a flood of clients cannot take the descriptors the running connections need.
 
+A connection still in its handshake (TCP accepted; TLS, SASL and the AMQP ``open`` exchange not done yet)
+also counts against its source address: one address may have at most ``max_handshakes_per_address`` of
+them (:class:`_Handshakes`). Idle or half-open sockets hold a slot until the handshake timeout, so without
+this one address could take every slot; a connection beyond it is closed at once (counted, and logged at
+most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`), while other addresses still get in. A connection
+that finished its handshake no longer counts.
+
 When ``accept`` itself fails for lack of resources (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), the
 loop waits until one of our connections ends (which frees a descriptor) or a short poll interval passes,
 whichever is first, and tries again: accepting resumes as soon as descriptors come back. The failure is
@@ -34,6 +41,7 @@ from ._errors import AmqpConnectionError, HandshakeError
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
     "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
     "listener_port",
@@ -45,6 +53,10 @@ SERVER_SASL_MECHANISMS: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
 #: Concurrent connections per ``serve_amqp`` by default: far more peers than a node talks to, far fewer than
 #: the usual 1024-descriptor soft limit, so the node keeps descriptors for its stores and outbound bridges.
 DEFAULT_MAX_CONNECTIONS: Final = 512
+#: Connections one source address may have in their handshake at once by default: a peer node opens one or a
+#: few connections, so 16 leaves room for reconnects while an address that opens idle sockets by the
+#: hundred can take at most this many of the ``max_connections`` slots.
+DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: Final = 16
 #: Bound on telling an over-cap client why it is refused (the accept loop waits for it).
 REFUSE_TIMEOUT_SECONDS: Final = 0.2
 #: At most one log line per this interval about ``accept`` failing for lack of descriptors / memory.
@@ -73,6 +85,7 @@ async def serve_amqp(
     config: amqp.ConnectionConfig | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_handshakes_per_address: int | None = DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` and run ``await handler(conn)`` for each AMQP connection, until cancelled.
@@ -86,11 +99,15 @@ async def serve_amqp(
     the server keeps serving.
 
     At most ``max_connections`` connections run at once (counting handshakes); a client beyond that gets a
-    closed socket. Running out of file descriptors while accepting is logged at most once per
+    closed socket. At most ``max_handshakes_per_address`` of them may be in their handshake (TLS, SASL, AMQP
+    ``open``) from one source address; one more from that address is closed at once (``None``: no limit).
+    Running out of file descriptors while accepting is logged at most once per
     :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`, and accepting resumes as soon as descriptors are free.
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+    if max_handshakes_per_address is not None and max_handshakes_per_address < 1:
+        raise ValueError(f"max_handshakes_per_address must be at least 1, got {max_handshakes_per_address}")
     if config is None:
         # The server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
         config = amqp.ConnectionConfig(sasl_mechanisms=SERVER_SASL_MECHANISMS)
@@ -102,6 +119,7 @@ async def serve_amqp(
         peer_check=peer_check,
         config=config,
         handshake_timeout=handshake_timeout,
+        handshakes=_Handshakes(max_handshakes_per_address),
     )
     await serve_listeners(serve_one, listeners, max_connections=max_connections, task_status=task_status)
 
@@ -178,6 +196,55 @@ class _Slots:
             self.accept_failures = 0
 
 
+class _Handshakes:
+    """Connections in their handshake per source address, for one ``serve_amqp`` (see the module docstring).
+
+    ``limit`` ``None`` counts nothing. ``refused`` counts the connections closed at once since the last log
+    line.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.active: dict[str, int] = {}
+        self.refused = 0
+        self.last_refusal_log = -math.inf
+
+    def begin(self, address: str) -> bool:
+        """Count a handshake from ``address``; ``False`` (and counted as refused) when it has too many."""
+        if self.limit is None:
+            return True
+        n = self.active.get(address, 0)
+        if n >= self.limit:
+            self._note_refusal(address)
+            return False
+        self.active[address] = n + 1
+        return True
+
+    def end(self, address: str) -> None:
+        """A handshake :meth:`begin` let in is over (done, failed or given up)."""
+        if self.limit is None:
+            return
+        n = self.active[address] - 1
+        if n:
+            self.active[address] = n
+        else:
+            del self.active[address]
+
+    def _note_refusal(self, address: str) -> None:
+        self.refused += 1
+        now = trio.current_time()
+        if now - self.last_refusal_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            log.warning(
+                "%d connection(s) closed at once since the last report: their address (last %s) already had "
+                "%d connections in their handshake",
+                self.refused,
+                address,
+                self.limit,
+            )
+            self.last_refusal_log = now
+            self.refused = 0
+
+
 async def _accept_loop(
     listener: trio.SocketListener,
     serve_one: Callable[[trio.abc.Stream], Awaitable[None]],
@@ -229,7 +296,32 @@ def _listener_name(listener: trio.SocketListener) -> str:
         return "<listener>"
 
 
-async def _serve_one(
+async def _serve_one(stream: trio.abc.Stream, *, handshakes: _Handshakes, **kw: Any) -> None:
+    """Serve one accepted connection, unless its address has too many handshakes running already."""
+    address = _peer_address(stream)
+    if not handshakes.begin(address):
+        await trio.aclose_forcefully(stream)
+        return
+    done = _Once(functools.partial(handshakes.end, address))
+    try:
+        await _serve_admitted(stream, handshake_done=done, **kw)
+    finally:
+        done()
+
+
+class _Once:
+    """Call ``fn`` on the first call only (a handshake ends once, whether it was done or given up)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+
+async def _serve_admitted(
     stream: trio.abc.Stream,
     *,
     handler: Handler,
@@ -237,6 +329,7 @@ async def _serve_one(
     peer_check: PeerCheck | None,
     config: amqp.ConnectionConfig | None,
     handshake_timeout: float | None,
+    handshake_done: Callable[[], None],
 ) -> None:
     peer = _peer_name(stream)
     try:
@@ -255,12 +348,21 @@ async def _serve_one(
         async with open_amqp_over_stream(
             secured, client=False, config=config, peer_identity=identity, handshake_timeout=handshake_timeout
         ) as conn:
+            handshake_done()
             log.debug("inbound %s: %s open (peer %s)", peer, conn.id, identity)
             await handler(conn)
     except AmqpConnectionError as exc:
         log.info("inbound %s ended: %s", peer, exc)
     except Exception:  # supervision boundary: one broken handler must not stop the server
         log.exception("inbound %s: handler failed", peer)
+
+
+def _peer_address(stream: trio.abc.Stream) -> str:
+    """The source address (host only) of ``stream``: what :class:`_Handshakes` counts by."""
+    try:
+        return str(stream.socket.getpeername()[0])  # type: ignore[attr-defined]
+    except Exception:
+        return "<unknown peer>"
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:

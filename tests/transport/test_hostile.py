@@ -7,6 +7,7 @@ serves a well-behaved client afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import os
@@ -298,7 +299,8 @@ async def test_one_byte_dribble_after_open_is_closed_by_the_idle_timeout(nursery
 
 @pytest.mark.parametrize("cap", [512, 50])
 async def test_two_hundred_connections_at_once(nursery: trio.Nursery, cap: int) -> None:
-    port = await start(nursery, max_connections=cap)
+    # the slot cap alone: 200 handshakes at once from one address would pass the per-address limit (below)
+    port = await start(nursery, max_connections=cap, max_handshakes_per_address=None)
     results: list[str] = []
 
     async def one() -> None:
@@ -331,6 +333,55 @@ async def test_two_hundred_connections_at_once(nursery: trio.Nursery, cap: int) 
     await assert_still_serving(port)
 
 
+async def test_one_address_with_idle_connections_cannot_take_every_slot(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """127.0.0.2 opens as many idle sockets as there are slots; 127.0.0.1 still connects and sends."""
+    slots, per_address = 40, 8
+    port = await start(
+        nursery, max_connections=slots, max_handshakes_per_address=per_address, handshake_timeout=600
+    )
+    connect = functools.partial(trio.open_tcp_stream, "127.0.0.1", port, local_address="127.0.0.2")
+    idle = [RawPeer(await connect()) for _ in range(slots)]
+    closed: list[RawPeer] = []
+    enough = trio.Event()
+
+    async def watch(peer: RawPeer) -> None:
+        while not peer.eof:
+            await peer._read()
+        closed.append(peer)
+        if len(closed) == slots - per_address:
+            enough.set()
+
+    async with trio.open_nursery() as watchers:
+        for peer in idle:
+            watchers.start_soon(watch, peer)
+        with trio.fail_after(60):
+            await enough.wait()  # the sockets beyond the limit are closed at once, without a word
+        await assert_still_serving(port)  # another address gets a slot and exchanges a message
+        # the ones within the limit still hold their handshake (its timeout is far away)
+        assert len(closed) == slots - per_address and all(p.data == b"" for p in closed)
+        watchers.cancel_scope.cancel()
+    assert any("127.0.0.2" in r.getMessage() and "closed at once" in r.getMessage() for r in caplog.records)
+    for peer in idle:
+        await peer.aclose()
+
+
+async def test_connections_past_their_handshake_do_not_count_against_their_address(
+    nursery: trio.Nursery,
+) -> None:
+    port = await start(nursery, max_handshakes_per_address=2)
+    with trio.fail_after(60):
+        async with contextlib.AsyncExitStack() as stack:
+            conns = [
+                await stack.enter_async_context(transport.open_amqp_connection("127.0.0.1", port))
+                for _ in range(6)  # one after the other: each is open before the next one starts
+            ]
+            for i, conn in enumerate(conns):
+                sender = await conn.open_sender(f"q{i}")
+                assert await sender.send(b"\x00Sw\xa1\x02ok") == amqp.Accepted()
+
+
 # --- running out of descriptors ------------------------------------------------------------------------
 
 EMFILE_SERVER = textwrap.dedent(
@@ -347,8 +398,9 @@ EMFILE_SERVER = textwrap.dedent(
 
     async def main():
         config = amqp.ConnectionConfig(sasl=False, idle_timeout_ms=None)
-        serve = functools.partial(
-            transport.serve_amqp, handler, 0, config=config, handshake_timeout=None, max_connections=1000
+        serve = functools.partial(  # (60 connections stay in their handshake: no per-address limit here)
+            transport.serve_amqp, handler, 0, config=config, handshake_timeout=None, max_connections=1000,
+            max_handshakes_per_address=None,
         )
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(serve)
