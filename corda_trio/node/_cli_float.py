@@ -19,6 +19,7 @@ Examples::
     port = 10002
     max_message_size = 10485760    # optional (the network parameter)
     peer_link_window = 64          # optional: share of the end-to-end window one peer link reserves
+    max_handshakes_per_address = 16  # optional: peer connections one address may have in their handshake
 
     [tls.node]                     # node TLS material an activation may name ("tls_ref" = "node")
     cert_chain = "node/tls.pem"
@@ -48,7 +49,7 @@ from typing import Any
 
 import trio
 
-from corda_trio import pki
+from corda_trio import pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
@@ -205,6 +206,9 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     window = t.get("public.peer_link_window", int, fl.FloatConfig.__attrs_attrs__.peer_link_window.default)
     if window < 2:
         raise CliError(f"{path}: key 'public.peer_link_window': must be at least 2", 2)
+    handshakes = t.get("public.max_handshakes_per_address", int, transport.DEFAULT_MAX_HANDSHAKES_PER_ADDRESS)
+    if handshakes < 1:
+        raise CliError(f"{path}: key 'public.max_handshakes_per_address': must be at least 1", 2)
     config = fl.FloatConfig(
         tunnel=tunnel,
         control_host=t.get("control.host", str, "127.0.0.1"),
@@ -214,6 +218,7 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         tls=tls,
         max_message_size=max_size,
         peer_link_window=window,
+        max_handshakes_per_address=handshakes,
         latency_summary_seconds=t.get("audit.latency_summary_seconds", float, 60.0),
     )
     audit = {

@@ -47,6 +47,7 @@ from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERV
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES_PER_ADDRESS
 from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
+from ._serve import HandshakeLimit as HandshakeLimit
 from ._serve import listener_port as listener_port
 from ._serve import serve_amqp as serve_amqp
 from ._serve import serve_listeners as serve_listeners
@@ -70,6 +71,7 @@ __all__ = [
     "Delivery",
     "DeliveryUnknownError",
     "HandshakeError",
+    "HandshakeLimit",
     "LinkDetachedError",
     "LinkRequest",
     "PeerCheck",

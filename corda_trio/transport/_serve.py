@@ -9,7 +9,7 @@ for that instant), so a flood of clients cannot take the descriptors the running
 
 A connection still in its handshake (TCP accepted; TLS, SASL and the AMQP ``open`` exchange not done yet)
 also counts against its source address: one address may have at most ``max_handshakes_per_address`` of
-them (:class:`_Handshakes`). Idle or half-open sockets hold a slot until the handshake timeout, so without
+them (:class:`HandshakeLimit`). Idle or half-open sockets hold a slot until the handshake timeout, so without
 this one address could take every slot; a connection beyond it is closed at once (counted, and logged at
 most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`), while other addresses still get in. A connection
 that finished its handshake no longer counts.
@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
     "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
+    "HandshakeLimit",
     "listener_port",
     "serve_amqp",
     "serve_listeners",
@@ -106,8 +107,6 @@ async def serve_amqp(
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
-    if max_handshakes_per_address is not None and max_handshakes_per_address < 1:
-        raise ValueError(f"max_handshakes_per_address must be at least 1, got {max_handshakes_per_address}")
     if config is None:
         # The server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
         config = amqp.ConnectionConfig(sasl_mechanisms=SERVER_SASL_MECHANISMS)
@@ -119,7 +118,7 @@ async def serve_amqp(
         peer_check=peer_check,
         config=config,
         handshake_timeout=handshake_timeout,
-        handshakes=_Handshakes(max_handshakes_per_address),
+        handshakes=HandshakeLimit(max_handshakes_per_address),
     )
     await serve_listeners(serve_one, listeners, max_connections=max_connections, task_status=task_status)
 
@@ -196,18 +195,31 @@ class _Slots:
             self.accept_failures = 0
 
 
-class _Handshakes:
-    """Connections in their handshake per source address, for one ``serve_amqp`` (see the module docstring).
+class HandshakeLimit:
+    """Connections in their handshake per source address, for one server (``serve_amqp`` makes its own; the
+    float's public listener has one too): see the module docstring.
 
-    ``limit`` ``None`` counts nothing. ``refused`` counts the connections closed at once since the last log
-    line.
+    ``limit`` ``None`` counts nothing. ``refused_total`` counts every connection refused; ``refused`` those
+    since the last log line.
     """
 
     def __init__(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"max_handshakes_per_address must be at least 1, got {limit}")
         self.limit = limit
         self.active: dict[str, int] = {}
         self.refused = 0
+        self.refused_total = 0
         self.last_refusal_log = -math.inf
+
+    def admit(self, stream: trio.abc.Stream) -> Callable[[], None] | None:
+        """Count ``stream``'s handshake against its source address: the function to call once the
+        handshake is over (done, failed or given up; later calls do nothing), or ``None`` when that address
+        has too many in their handshake already (close the stream at once)."""
+        address = _peer_address(stream)
+        if not self.begin(address):
+            return None
+        return _Once(functools.partial(self.end, address))
 
     def begin(self, address: str) -> bool:
         """Count a handshake from ``address``; ``False`` (and counted as refused) when it has too many."""
@@ -232,6 +244,7 @@ class _Handshakes:
 
     def _note_refusal(self, address: str) -> None:
         self.refused += 1
+        self.refused_total += 1
         now = trio.current_time()
         if now - self.last_refusal_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
             log.warning(
@@ -296,13 +309,12 @@ def _listener_name(listener: trio.SocketListener) -> str:
         return "<listener>"
 
 
-async def _serve_one(stream: trio.abc.Stream, *, handshakes: _Handshakes, **kw: Any) -> None:
+async def _serve_one(stream: trio.abc.Stream, *, handshakes: HandshakeLimit, **kw: Any) -> None:
     """Serve one accepted connection, unless its address has too many handshakes running already."""
-    address = _peer_address(stream)
-    if not handshakes.begin(address):
+    done = handshakes.admit(stream)
+    if done is None:
         await trio.aclose_forcefully(stream)
         return
-    done = _Once(functools.partial(handshakes.end, address))
     try:
         await _serve_admitted(stream, handshake_done=done, **kw)
     finally:
@@ -358,7 +370,7 @@ async def _serve_admitted(
 
 
 def _peer_address(stream: trio.abc.Stream) -> str:
-    """The source address (host only) of ``stream``: what :class:`_Handshakes` counts by."""
+    """The source address (host only) of ``stream``: what :class:`HandshakeLimit` counts by."""
     try:
         return str(stream.socket.getpeername()[0])  # type: ignore[attr-defined]
     except Exception:

@@ -84,6 +84,8 @@ ENCRYPTED = 'key = "enc.key"\n'
         ),
         (('[audit]\npath = "audit.jsonl"', ""), "key 'audit.path': missing"),
         (("[public]", "[publik]"), "unknown section [publik]"),
+        (("[public]", "[public]\nmax_handshakes_per_address = 0"), "max_handshakes_per_address': must be at"),
+        (("[public]", '[public]\nmax_handshakes_per_address = "x"'), "'public.max_handshakes_per_address'"),
         (("[control]", "[control"), "not valid TOML"),
         (('key = "tls.key"', ENCRYPTED), "key 'tls.node.key': private key"),
         (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "wrong"'), "(wrong passphrase?)"),

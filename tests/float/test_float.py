@@ -4,6 +4,7 @@ the public side, the end-to-end window, the single control link, the audit log."
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,11 +22,14 @@ from .test_inprocess import node_tls
 
 @contextlib.asynccontextmanager
 async def running_float(
-    float_creds: fl.TunnelCredentials, bob: pki.NodeCredentials, root: Any, tmp_path: Path
+    float_creds: fl.TunnelCredentials, bob: pki.NodeCredentials, root: Any, tmp_path: Path, **config: Any
 ) -> AsyncIterator[tuple[fl.Float, int]]:
     flt = fl.Float(
         fl.FloatConfig(
-            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
+            tunnel=float_creds,
+            public_host="127.0.0.1",
+            tls={"node": node_tls(bob, root, tmp_path / "tls")},
+            **config,
         ),
         audit=fl.AuditLog(tmp_path / "audit.jsonl"),
     )
@@ -203,6 +207,47 @@ async def test_public_side_refusals_and_the_end_to_end_window(
     assert any(e["event"] == "tls" and e["outcome"] == "refused" for e in events)
     refused = [e["condition"] for e in events if e["event"] == "link-refused"]
     assert refused.count("amqp:unauthorized-access") == 3 and "amqp:resource-limit-exceeded" in refused
+
+
+async def test_one_address_with_idle_connections_cannot_take_the_public_slots(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """127.0.0.2 opens idle sockets to the public port: beyond 3 in their handshake each is closed at once
+    (audited), while a peer from 127.0.0.1 still gets in and delivers."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    limits = {"max_handshakes_per_address": 3, "max_connections": 12, "handshake_timeout_seconds": 600.0}
+    async with running_float(float_creds, bob, root, tmp_path, **limits) as (_, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                dial_idle = functools.partial(trio.open_tcp_stream, "127.0.0.1", public)
+                idle = [await dial_idle(local_address="127.0.0.2") for _ in range(10)]
+                closed = 0
+                for stream in idle[3:]:  # closed at once, without a word
+                    assert await stream.receive_some() == b""
+                    closed += 1
+                async with transport.open_amqp_connection(
+                    "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
+                    peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+                ) as conn:  # fmt: skip
+                    sender = await conn.open_sender(inbox)
+                    pending = await sender.start_send(wire(alice, 1))
+                    delivery = await inbound.receive()
+                    await delivery.accept()
+                    assert isinstance(await pending.outcome(), amqp.Accepted)
+                for stream in idle:
+                    await stream.aclose()
+    assert closed == 7
+    events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    refusals = [e for e in events if e["event"] == "connection-refused"]
+    assert len(refusals) == 7
+    assert all(e["reason"] == "max_handshakes_per_address reached" and e["peer"].startswith("127.0.0.2:")
+               for e in refusals)  # fmt: skip
 
 
 def wire(sender: pki.NodeCredentials, i: int, *, user: str | None = None) -> bytes:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -106,6 +106,13 @@ class FloatConfig:
         default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
     )
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: peer connections one source address may have in their handshake (TLS, AMQP open) at once; ``None``: no
+    #: limit. Idle sockets hold a public slot until the handshake timeout: without it, one address could
+    #: take all ``max_connections``.
+    max_handshakes_per_address: int | None = attrs.field(
+        default=transport.DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
+        validator=attrs.validators.optional(attrs.validators.ge(1)),
+    )
     latency_summary_seconds: float = LATENCY_SUMMARY_SECONDS
 
 
@@ -299,8 +306,20 @@ class Float:
     async def _serve_public(
         self, activation: _Activation, context: ssl.SSLContext, *, task_status: trio.TaskStatus[int]
     ) -> None:
+        handshakes = transport.HandshakeLimit(self.config.max_handshakes_per_address)
+
         async def serve_one(stream: trio.abc.Stream) -> None:
-            await self._peer(stream, activation, context)
+            handshake_done = handshakes.admit(stream)
+            if handshake_done is None:
+                self.audit.write(
+                    "connection-refused", peer=_peer_name(stream), reason="max_handshakes_per_address reached"
+                )
+                await trio.aclose_forcefully(stream)
+                return
+            try:
+                await self._peer(stream, activation, context, handshake_done)
+            finally:
+                handshake_done()
 
         async def refuse(stream: trio.abc.Stream) -> None:
             self.audit.write("connection-refused", peer=_peer_name(stream), reason="max_connections reached")
@@ -320,17 +339,28 @@ class Float:
                 )
                 task_status.started(port)
 
-    async def _peer(self, stream: trio.abc.Stream, activation: _Activation, context: ssl.SSLContext) -> None:
+    async def _peer(
+        self,
+        stream: trio.abc.Stream,
+        activation: _Activation,
+        context: ssl.SSLContext,
+        handshake_done: Callable[[], None],
+    ) -> None:
         peer = _peer_name(stream)
         self.audit.write("connection", peer=peer)
         try:
-            await self._serve_peer(stream, peer, activation, context)
+            await self._serve_peer(stream, peer, activation, context, handshake_done)
         except Exception:  # supervision boundary: one broken peer connection must not close the listener
             log.exception("peer %s: connection failed", peer)
             self.audit.write("close", peer=peer, condition="amqp:internal-error")
 
     async def _serve_peer(
-        self, stream: trio.abc.Stream, peer: str, activation: _Activation, context: ssl.SSLContext
+        self,
+        stream: trio.abc.Stream,
+        peer: str,
+        activation: _Activation,
+        context: ssl.SSLContext,
+        handshake_done: Callable[[], None],
     ) -> None:
         timeout = self.config.handshake_timeout_seconds
         try:
@@ -349,6 +379,7 @@ class Float:
             async with transport.open_amqp_over_stream(
                 secured, client=False, config=config, peer_identity=name, handshake_timeout=timeout
             ) as conn:
+                handshake_done()  # the AMQP open is done: this connection no longer counts as a handshake
                 async with trio.open_nursery() as nursery:
                     async for request in conn.link_requests():
                         await self._link(request, activation, user, peer, nursery)
