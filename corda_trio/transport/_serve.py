@@ -8,10 +8,12 @@ when all ``max_connections`` slots are taken gets a closed socket at once (its d
 for that instant), so a flood of clients cannot take the descriptors the running connections need.
 
 A connection still in its handshake (TCP accepted; TLS, SASL and the AMQP ``open`` exchange not done yet)
-also counts against its source address: one address may have at most ``max_handshakes_per_address`` of
-them (:class:`HandshakeLimit`). Idle or half-open sockets hold a slot until the handshake timeout, so without
-this one address could take every slot; a connection beyond it is closed at once (counted, and logged at
-most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`), while other addresses still get in. A connection
+also counts against its source address (:class:`HandshakeLimit`). Idle or half-open sockets hold a slot until
+the handshake timeout, so without a limit one address could take every slot. While fewer than half the slots
+are in their handshake, any address gets in (a burst of 200 connections from one client is served); past
+that, an address that already has ``max_handshakes_per_address`` in their handshake gets no more: its next
+one is closed at once (counted, and logged at most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`), so
+one address can hold at most half the slots plus its limit, and other addresses still get in. A connection
 that finished its handshake no longer counts.
 
 When ``accept`` itself fails for lack of resources (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), the
@@ -100,8 +102,8 @@ async def serve_amqp(
     the server keeps serving.
 
     At most ``max_connections`` connections run at once (counting handshakes); a client beyond that gets a
-    closed socket. At most ``max_handshakes_per_address`` of them may be in their handshake (TLS, SASL, AMQP
-    ``open``) from one source address; one more from that address is closed at once (``None``: no limit).
+    closed socket. Once half the slots are in their handshake (TLS, SASL, AMQP ``open``), an address with
+    ``max_handshakes_per_address`` of them gets no more: its next one is closed at once (``None``: no limit).
     Running out of file descriptors while accepting is logged at most once per
     :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`, and accepting resumes as soon as descriptors are free.
     """
@@ -118,7 +120,7 @@ async def serve_amqp(
         peer_check=peer_check,
         config=config,
         handshake_timeout=handshake_timeout,
-        handshakes=HandshakeLimit(max_handshakes_per_address),
+        handshakes=HandshakeLimit(max_handshakes_per_address, free_below=max_connections // 2),
     )
     await serve_listeners(serve_one, listeners, max_connections=max_connections, task_status=task_status)
 
@@ -199,14 +201,17 @@ class HandshakeLimit:
     """Connections in their handshake per source address, for one server (``serve_amqp`` makes its own; the
     float's public listener has one too): see the module docstring.
 
-    ``limit`` ``None`` counts nothing. ``refused_total`` counts every connection refused; ``refused`` those
-    since the last log line.
+    ``limit`` ``None`` counts nothing. The limit applies only while at least ``free_below`` handshakes (of
+    all addresses) are running: below that, nobody is short of slots. ``refused_total`` counts every
+    connection refused; ``refused`` those since the last log line.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, *, free_below: int = 0) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"max_handshakes_per_address must be at least 1, got {limit}")
         self.limit = limit
+        self.free_below = free_below
+        self.total = 0
         self.active: dict[str, int] = {}
         self.refused = 0
         self.refused_total = 0
@@ -222,20 +227,23 @@ class HandshakeLimit:
         return _Once(functools.partial(self.end, address))
 
     def begin(self, address: str) -> bool:
-        """Count a handshake from ``address``; ``False`` (and counted as refused) when it has too many."""
+        """Count a handshake from ``address``; ``False`` (and counted as refused) when it has too many while
+        slots are short."""
         if self.limit is None:
             return True
         n = self.active.get(address, 0)
-        if n >= self.limit:
+        if n >= self.limit and self.total >= self.free_below:
             self._note_refusal(address)
             return False
         self.active[address] = n + 1
+        self.total += 1
         return True
 
     def end(self, address: str) -> None:
         """A handshake :meth:`begin` let in is over (done, failed or given up)."""
         if self.limit is None:
             return
+        self.total -= 1
         n = self.active[address] - 1
         if n:
             self.active[address] = n

@@ -106,9 +106,9 @@ class FloatConfig:
         default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
     )
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
-    #: peer connections one source address may have in their handshake (TLS, AMQP open) at once; ``None``: no
-    #: limit. Idle sockets hold a public slot until the handshake timeout: without it, one address could
-    #: take all ``max_connections``.
+    #: once half of ``max_connections`` are in their handshake (TLS, AMQP open), an address with this many in
+    #: theirs gets no more (``None``: no limit). Idle sockets hold a public slot until the handshake timeout:
+    #: without it, one address could take all ``max_connections``.
     max_handshakes_per_address: int | None = attrs.field(
         default=transport.DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
         validator=attrs.validators.optional(attrs.validators.ge(1)),
@@ -306,7 +306,9 @@ class Float:
     async def _serve_public(
         self, activation: _Activation, context: ssl.SSLContext, *, task_status: trio.TaskStatus[int]
     ) -> None:
-        handshakes = transport.HandshakeLimit(self.config.max_handshakes_per_address)
+        handshakes = transport.HandshakeLimit(
+            self.config.max_handshakes_per_address, free_below=self.config.max_connections // 2
+        )
 
         async def serve_one(stream: trio.abc.Stream) -> None:
             handshake_done = handshakes.admit(stream)
