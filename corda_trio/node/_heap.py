@@ -5,7 +5,7 @@ of them that live as long as the process: modules, classes, functions, configura
 them took 20-28 ms of CPU per full collection in the P2P benchmark, a pause that every message in flight
 at that moment waits out (the benchmark's worst latencies at half load were those pauses). Once the
 process is ready, :func:`freeze_startup_heap` moves what survived start-up into the permanent generation,
-which the collector never walks again: a full collection then costs 1-2 ms. Objects made later are
+which the collector never walks again: a full collection then costs 0.5-3.5 ms. Objects made later are
 collected as before.
 """
 

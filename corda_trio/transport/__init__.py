@@ -6,9 +6,10 @@ any trio Stream. The sender/receiver API: ``Sender.send`` returns the peer's out
 ``Receiver`` is an async iterator of ``Delivery`` objects that are settled with ``accept()`` and friends.
 
 Limits: ``serve_amqp(..., max_connections=512)`` caps concurrent connections per listener (a client over the
-cap gets a closed socket), and ``max_handshakes_per_address=16`` those of one source address still in their
-handshake (one more from that address is closed at once). Descriptor exhaustion is logged rate-limited and
-accepting resumes when descriptors come back. Per receiving link,
+cap gets a closed socket), and, once half the slots are in their handshake, ``max_handshakes_per_address=16``
+those of one source address still in their handshake (one more from that address is closed at once).
+Descriptor exhaustion is logged rate-limited and accepting resumes when descriptors come back. Per receiving
+link,
 ``AmqpConnection.open_receiver(..., max_message_size=)`` and
 ``LinkRequest.accept_receiver(..., max_message_size=)`` (default: ``ConnectionConfig.max_message_size``,
 ``None`` = no limit); a larger message detaches that link with ``amqp:link:message-size-exceeded`` and the

@@ -56,9 +56,9 @@ SERVER_SASL_MECHANISMS: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
 #: Concurrent connections per ``serve_amqp`` by default: far more peers than a node talks to, far fewer than
 #: the usual 1024-descriptor soft limit, so the node keeps descriptors for its stores and outbound bridges.
 DEFAULT_MAX_CONNECTIONS: Final = 512
-#: Connections one source address may have in their handshake at once by default: a peer node opens one or a
-#: few connections, so 16 leaves room for reconnects while an address that opens idle sockets by the
-#: hundred can take at most this many of the ``max_connections`` slots.
+#: Connections one source address may have in their handshake at once by default, once half the slots are in
+#: their handshake: a peer node opens one or a few connections, so 16 leaves room for reconnects, while an
+#: address that opens idle sockets by the hundred holds at most half the slots plus this many.
 DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: Final = 16
 #: Bound on telling an over-cap client why it is refused (the accept loop waits for it).
 REFUSE_TIMEOUT_SECONDS: Final = 0.2
@@ -157,10 +157,8 @@ class _Slots:
         self.limit = limit
         self.active = 0
         self.freed = trio.Event()
-        self.refused = 0
-        self.last_refusal_log = -math.inf
-        self.accept_failures = 0
-        self.last_failure_log = -math.inf
+        self.refusals = _Throttled()
+        self.accept_failures = _Throttled()
 
     def release(self) -> None:
         self.active -= 1
@@ -168,33 +166,42 @@ class _Slots:
         self.freed = trio.Event()
 
     def note_refusal(self, where: str) -> None:
-        self.refused += 1
-        now = trio.current_time()
-        if now - self.last_refusal_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+        if (count := self.refusals.note()) is not None:
             log.warning(
                 "listener %s: %d connection(s) refused since the last report: all %d slots are taken",
                 where,
-                self.refused,
+                count,
                 self.limit,
             )
-            self.last_refusal_log = now
-            self.refused = 0
 
     def note_accept_failure(self, where: str, exc: OSError) -> None:
-        self.accept_failures += 1
-        now = trio.current_time()
-        if now - self.last_failure_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+        if (count := self.accept_failures.note()) is not None:
             log.error(
                 "listener %s: accept failed %d time(s) since the last report: %s (%s); %d connection(s) "
                 "running; retrying as soon as descriptors are free",
                 where,
-                self.accept_failures,
+                count,
                 errno.errorcode.get(exc.errno or 0, exc.errno),
                 exc.strerror,
                 self.active,
             )
-            self.last_failure_log = now
-            self.accept_failures = 0
+
+
+class _Throttled:
+    """Counts events for a log line said at most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`."""
+
+    def __init__(self) -> None:
+        self.since = 0  # events since the last line
+        self.last_line = -math.inf
+
+    def note(self) -> int | None:
+        """Count one event; the count to report (and start again from) when a line is due, else ``None``."""
+        self.since += 1
+        now = trio.current_time()
+        if now - self.last_line < ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+            return None
+        count, self.since, self.last_line = self.since, 0, now
+        return count
 
 
 class HandshakeLimit:
@@ -203,7 +210,7 @@ class HandshakeLimit:
 
     ``limit`` ``None`` counts nothing. The limit applies only while at least ``free_below`` handshakes (of
     all addresses) are running: below that, nobody is short of slots. ``refused_total`` counts every
-    connection refused; ``refused`` those since the last log line.
+    connection refused.
     """
 
     def __init__(self, limit: int | None, *, free_below: int = 0) -> None:
@@ -213,9 +220,8 @@ class HandshakeLimit:
         self.free_below = free_below
         self.total = 0
         self.active: dict[str, int] = {}
-        self.refused = 0
         self.refused_total = 0
-        self.last_refusal_log = -math.inf
+        self.refusals = _Throttled()
 
     def admit(self, stream: trio.abc.Stream) -> Callable[[], None] | None:
         """Count ``stream``'s handshake against its source address: the function to call once the
@@ -251,19 +257,15 @@ class HandshakeLimit:
             del self.active[address]
 
     def _note_refusal(self, address: str) -> None:
-        self.refused += 1
         self.refused_total += 1
-        now = trio.current_time()
-        if now - self.last_refusal_log >= ACCEPT_ERROR_LOG_INTERVAL_SECONDS:
+        if (count := self.refusals.note()) is not None:
             log.warning(
                 "%d connection(s) closed at once since the last report: their address (last %s) already had "
                 "%d connections in their handshake",
-                self.refused,
+                count,
                 address,
                 self.limit,
             )
-            self.last_refusal_log = now
-            self.refused = 0
 
 
 async def _accept_loop(
