@@ -29,19 +29,21 @@ def write_peer_file(path: Path, peers: Iterable[messaging.Peer]) -> None:
     os.replace(tmp, path)
 
 
-def read_peer_file(path: Path) -> list[messaging.Peer]:
-    """The peers in ``path`` (none while it does not exist)."""
+def _read(path: Path) -> bytes:
     try:
-        entries = json.loads(path.read_bytes())
+        return path.read_bytes()
     except FileNotFoundError:
-        return []
+        return b"[]"  # none yet
+
+
+def _parse(raw: bytes) -> list[messaging.Peer]:
     return [
         messaging.Peer(
             legal_name=pki.CordaX500Name.parse(e["name"]),
             key_hash=e["key_hash"],
             addresses=[(h, p) for h, p in e["addresses"]],
         )
-        for e in entries
+        for e in json.loads(raw)
     ]
 
 
@@ -50,12 +52,12 @@ async def follow_peer_file(
 ) -> None:
     """Keep ``directory`` equal to the peers in ``path`` other than ``own_key_hash``: added, changed and
     removed as the file changes (polled). Runs until cancelled."""
-    last: list[messaging.Peer] | None = None
+    last: bytes | None = None
     while True:
-        peers = read_peer_file(path)
-        if peers != last:
-            last = peers
-            wanted = {p.key_hash: p for p in peers if p.key_hash != own_key_hash}
+        raw = _read(path)
+        if raw != last:  # parsed only when the file changed
+            last = raw
+            wanted = {p.key_hash: p for p in _parse(raw) if p.key_hash != own_key_hash}
             for key_hash, peer in wanted.items():
                 if directory.peer(key_hash) != peer:
                     directory.put(peer)
