@@ -15,17 +15,22 @@ compaction never outlives its queue, and what it raised while the directory went
 the queue is gone.
 
 *What is rewritten.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less
-(or, on request, every sealed segment with anything to reclaim): a worker thread reads the segment, the
-event loop decides which records stay (live enqueues, and acks whose enqueue may still exist in an older
-segment), the thread writes them to ``<segment>.seg.compact`` between a copy of the header (flagged
-*compacted*: sequence numbers may now skip) and a new seal (the same next sequence number, the new record
-count), fsyncs it, renames it over the segment and fsyncs the directory. The rename is the commit point:
-before it the old file is intact (the leftover temp file is deleted at recovery); after it the new file
-holds every live record exactly once, in the same order. A segment with nothing to keep is unlinked if
-it is the queue's first: the manifest is first replaced to start at the next segment (a crash before
-the unlink leaves a file below the manifest's first, which recovery deletes). Any other segment with
-nothing to keep becomes a *stub* (header and seal only) until every older segment is gone: a missing
-segment in the middle of the chain is always an error, never a compaction.
+(or, on request, every sealed segment with anything to reclaim): a worker thread reads the segment and
+checks its records (a full 64 MiB segment costs a few hundred milliseconds of CPU: never on the event
+loop), the event loop decides which records stay (live enqueues, and acks whose enqueue may still exist in
+an older segment), the thread writes them to ``<segment>.seg.compact`` between a copy of the header
+(flagged *compacted*: sequence numbers may now skip) and a new seal (the same next sequence number, the
+new record count), fsyncs it, renames it over the segment and fsyncs the directory. The rename is the
+commit point: before it the old file is intact (the leftover temp file is deleted at recovery); after it
+the new file holds every live record exactly once, in the same order. A segment with nothing to keep is
+unlinked if it is the queue's first: the manifest is first replaced to start at the next segment (a crash
+before the unlink leaves a file below the manifest's first, which recovery deletes). A first segment none
+of whose enqueues is live is known to have nothing to keep (no older segment exists for its acks to stand
+for) and is dropped unread: the steady state of a queue that keeps up costs no reading at all. The last
+descriptor of a replaced or unlinked file is closed on a worker thread too (the kernel frees the file's
+blocks then). Any other segment with nothing to keep becomes a *stub* (header and seal only) until every
+older segment is gone: a missing segment in the middle of the chain is always an error, never a
+compaction.
 
 Messages acked while a compaction runs are simply kept (their ack records, in later segments, stay too:
 an ack is dropped only when no older segment can hold its enqueue). Readers that already hold the old
@@ -45,10 +50,16 @@ import trio
 from ._errors import StoreClosedError, StoreFailedError
 from ._record import (
     ACK_RECORD_BYTES,
+    SEAL_RECORD_BYTES,
     SEGMENT_COMPACTED,
     SEGMENT_HEADER_BYTES,
+    RecordKind,
+    ScanResult,
     Seal,
+    SegmentHeader,
     append_seal,
+    check_record,
+    decode_seal_record,
     decode_segment_header,
     encode_segment_header,
     pack_location,
@@ -200,54 +211,94 @@ class Compactor:
                     ) from exc
             return reclaimed
 
+    def _first_segment_keep(self, state: SegmentState) -> tuple[list[tuple[int, int]], list[int]] | None:
+        """The first segment's live enqueues, from the index: ``((offset, length), ids)`` in log order.
+
+        They are the first entries of the live set (ids only grow, segment after segment, and the live set
+        is in id order). ``None`` if the index disagrees (then the segment is scanned instead)."""
+        keep: list[tuple[int, int]] = []
+        ids: list[int] = []
+        if state.live_count:
+            for mid, loc in self.log.live.items():
+                if mid > state.max_id:
+                    break
+                seg, off, length, _meta, _ts = unpack_location(loc)
+                if seg != state.number:
+                    return None
+                keep.append((off, length))
+                ids.append(mid)
+        return (keep, ids) if len(ids) == state.live_count else None
+
     async def _compact_one(self, state: SegmentState) -> int:
         log = self.log
-        data = await trio.to_thread.run_sync(_read_whole, state.fd, limiter=log.io_limiter)
-        try:
-            header = decode_segment_header(data)
-        except ValueError as exc:
-            raise StoreFailedError(f"queue {log.name}: {state.path}: {exc}; compaction stopped") from None
-        result = scan_records(
-            data, SEGMENT_HEADER_BYTES, state.number, -1, header.first_seq, not header.compacted
-        )
-        if result.stop is not None or result.end != state.size or result.seal is None:
-            problem = result.stop.value if result.stop else "size mismatch" if result.seal else "no seal"
-            raise StoreFailedError(
-                f"queue {log.name}: segment {state.path} changed or is unreadable at offset {result.end} "
-                f"({problem}); compaction stopped"
-            )
-        # Which acks must stay: those whose enqueue may still be in an older segment.
-        older = [
-            (s.min_id, s.max_id) for s in log.segments.values() if s.number < state.number and s.min_id >= 0
-        ]
-        keep: list[tuple[int, int]] = []  # (offset, length) in log order
-        kept_ids: list[int] = []
         live = log.live
-        for mid, loc in zip(result.enqueue_ids, result.enqueue_locations, strict=True):
-            if mid in live:
-                _seg, off, length, _meta, _ts = unpack_location(loc)
-                keep.append((off, length))
-                kept_ids.append(mid)
-        kept_acks = 0
-        for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
-            if any(lo <= mid <= hi for lo, hi in older):
-                keep.append((off, ACK_RECORD_BYTES))
-                kept_acks += 1
-        keep.sort()
         is_first = state.number == min(log.segments)
-        if sum(length for _o, length in keep) == state.record_bytes() and (keep or not is_first):
-            state.dirty = False  # nothing to drop (every ack still needed), or a stub that must stay
-            return 0
+        index = self._first_segment_keep(state) if is_first else None
+        if index is not None:
+            # What stays is known without reading the segment: its live enqueues (no older segment exists
+            # for its acks to stand for). Only those are read back (checked) to be copied.
+            keep, kept_ids = index
+            kept_acks = 0
+            if sum(length for _o, length in keep) == state.record_bytes() and keep:
+                state.dirty = False  # nothing to drop
+                return 0
+            data, header, old_seal, copy = b"", None, None, keep
+            if keep:
+                read = await trio.to_thread.run_sync(
+                    _read_kept, state.fd, state.size, keep, kept_ids, limiter=log.io_limiter
+                )
+                if isinstance(read, str):
+                    raise StoreFailedError(
+                        f"queue {log.name}: segment {state.path} changed or is unreadable ({read}); "
+                        "compaction stopped"
+                    )
+                data, header, old_seal, copy = read
+        else:
+            data, header, result = await trio.to_thread.run_sync(
+                _read_and_scan, state.fd, state.number, limiter=log.io_limiter
+            )
+            if header is None:
+                raise StoreFailedError(f"queue {log.name}: {state.path}: {result}; compaction stopped")
+            assert isinstance(result, ScanResult)
+            if result.stop is not None or result.end != state.size or result.seal is None:
+                problem = result.stop.value if result.stop else "size mismatch" if result.seal else "no seal"
+                raise StoreFailedError(
+                    f"queue {log.name}: segment {state.path} changed or is unreadable at offset "
+                    f"{result.end} ({problem}); compaction stopped"
+                )
+            old_seal = result.seal
+            # Which acks must stay: those whose enqueue may still be in an older segment.
+            older = [
+                (s.min_id, s.max_id)
+                for s in log.segments.values()
+                if s.number < state.number and s.min_id >= 0
+            ]
+            keep, kept_ids, kept_acks = [], [], 0  # keep: (offset, length) in log order
+            for mid, loc in zip(result.enqueue_ids, result.enqueue_locations, strict=True):
+                if mid in live:
+                    _seg, off, length, _meta, _ts = unpack_location(loc)
+                    keep.append((off, length))
+                    kept_ids.append(mid)
+            for mid, off in zip(result.ack_ids, result.ack_offsets, strict=True):
+                if any(lo <= mid <= hi for lo, hi in older):
+                    keep.append((off, ACK_RECORD_BYTES))
+                    kept_acks += 1
+            keep.sort()
+            copy = keep
+            if sum(length for _o, length in keep) == state.record_bytes() and (keep or not is_first):
+                state.dirty = False  # nothing to drop (every ack still needed), or a stub that must stay
+                return 0
         self._check()
         name = os.path.basename(state.path)
         if keep or not is_first:
+            assert header is not None and old_seal is not None
             head = encode_segment_header(
                 state.number, header.base_id, header.first_seq, header.flags | SEGMENT_COMPACTED
             )
             seal = bytearray()
-            append_seal(seal, Seal(result.seal.next_seq, len(keep), result.seal.next_id))
+            append_seal(seal, Seal(old_seal.next_seq, len(keep), old_seal.next_id))
             new_fd, new_size, new_offsets = await trio.to_thread.run_sync(
-                rewrite_segment, self.generation.dir_fd, name, data, keep, head, bytes(seal),
+                rewrite_segment, self.generation.dir_fd, name, data, copy, head, bytes(seal),
                 limiter=log.io_limiter,
             )  # fmt: skip
         else:
@@ -291,8 +342,7 @@ class Compactor:
             if new.dirty and log.worth_compacting(new):
                 log.compact_wanted.set()
         state.retired = True
-        if state.readers == 0:
-            close_quietly(state.fd)
+        retired_fd = state.fd if state.readers == 0 else -1
         # Acks in later segments may have become unnecessary; a stub after a dropped first one can go.
         for later in log.segments.values():
             if later.number > state.number and (later.ack_count or new_fd < 0):
@@ -302,12 +352,61 @@ class Compactor:
         logger.debug(
             "queue %s: compacted segment %d: %d -> %d bytes", log.name, state.number, old_size, new_size
         )
+        if retired_fd >= 0:
+            # The last descriptor of a replaced or unlinked file: closing it frees the file's blocks and
+            # cached pages, which takes the kernel tens of milliseconds for a full segment.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(close_quietly, retired_fd, limiter=log.io_limiter)
         return old_size - new_size
 
 
-def _read_whole(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    return pread_exact(fd, 0, size)
+def _read_kept(
+    fd: int, size: int, keep: list[tuple[int, int]], ids: list[int]
+) -> tuple[bytes, SegmentHeader, Seal, list[tuple[int, int]]] | str:
+    """Read the header, the seal and the enqueue records ``keep`` (of messages ``ids``) of a sealed segment
+    of ``size`` bytes, each checked (blocking: on a worker thread). Returns ``(data, header, seal,
+    copy)``: ``data`` holds the header and the records, ``copy`` their places in it (for
+    :func:`rewrite_segment`); or what is wrong."""
+    out = bytearray(pread_exact(fd, 0, SEGMENT_HEADER_BYTES))
+    try:
+        header = decode_segment_header(out)
+        seal = decode_seal_record(pread_exact(fd, size - SEAL_RECORD_BYTES, SEAL_RECORD_BYTES))
+    except ValueError as exc:
+        return str(exc)
+    copy: list[tuple[int, int]] = []
+    i = 0
+    while i < len(keep):  # each run of adjacent records in one read
+        start, end, j = keep[i][0], keep[i][0], i
+        while j < len(keep) and keep[j][0] == end:
+            end += keep[j][1]
+            j += 1
+        chunk = pread_exact(fd, start, end - start)
+        for (off, length), mid in zip(keep[i:j], ids[i:j], strict=True):
+            try:
+                kind, got_id, got_length = check_record(chunk, off - start)
+            except ValueError as exc:
+                return f"offset {off}: {exc}"
+            if kind != RecordKind.ENQUEUE or got_id != mid or got_length != length:
+                return f"offset {off}: not the enqueue record of message {mid}"
+            copy.append((len(out) + off - start, length))
+        out += chunk
+        i = j
+    return bytes(out), header, seal, copy
+
+
+def _read_and_scan(fd: int, number: int) -> tuple[bytes, SegmentHeader | None, ScanResult | str]:
+    """Read segment ``number`` whole and scan its records (blocking, CPU-bound: on a worker thread).
+    Returns ``(data, header, scan)``, or ``(data, None, what is wrong with the header)``."""
+    data = pread_exact(fd, 0, os.fstat(fd).st_size)
+    try:
+        header = decode_segment_header(data)
+    except ValueError as exc:
+        return data, None, str(exc)
+    return (
+        data,
+        header,
+        scan_records(data, SEGMENT_HEADER_BYTES, number, -1, header.first_seq, not header.compacted),
+    )
 
 
 def _drop_first(dir_fd: int, name: str, following: int, last: int) -> tuple[int, int, list[int]]:

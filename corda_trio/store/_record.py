@@ -77,9 +77,11 @@ __all__ = [
     "append_enqueue",
     "append_enqueue_located",
     "append_seal",
+    "check_record",
     "classify_stop",
     "decode_enqueue_body",
     "decode_manifest",
+    "decode_seal_record",
     "decode_segment_header",
     "encode_manifest",
     "encode_segment_header",
@@ -314,6 +316,42 @@ class Seal:
 def append_seal(buf: bytearray, seal: Seal) -> None:
     """Append the 64-byte seal record ``seal`` to ``buf``."""
     _append_bodyless(buf, _SEAL, seal.next_seq, 0, _SEAL_BODY.pack(seal.next_seq, seal.records, seal.next_id))
+
+
+def check_record(data: bytes | bytearray | memoryview, pos: int) -> tuple[RecordKind, int, int]:
+    """Check the whole record at ``pos`` of ``data`` (length, length check, checksum, kind, flags), as a
+    scan would, for a reader that knows where its records are; returns ``(kind, message_id, length)``.
+
+    Raises:
+        ValueError: what is wrong with it (the caller names the place).
+    """
+    view = memoryview(data)
+    if len(view) - pos < RECORD_HEADER_BYTES:
+        raise ValueError("short record header")
+    length, crc, kind, flags, reserved, _seq, meta_len, mid, _ts, check = _RECORD_HEADER.unpack_from(
+        view, pos
+    )
+    if check != length ^ _MASK32 or length < RECORD_HEADER_BYTES or length > MAX_RECORD_BYTES:
+        raise ValueError(f"bad record header (length {length})")
+    if pos + length > len(view):
+        raise ValueError(f"a record of {length} bytes runs past the end")
+    if _crc32(view[pos + 8 : pos + length]) != crc:
+        raise ValueError("checksum mismatch")
+    if flags or reserved or kind not in (_ENQUEUE, _ACK, _SEAL) or RECORD_HEADER_BYTES + meta_len > length:
+        raise ValueError(f"bad record (kind {kind}, flags {flags}, meta length {meta_len})")
+    return RecordKind(kind), mid, length
+
+
+def decode_seal_record(record: bytes | bytearray | memoryview) -> Seal:
+    """Decode a segment's seal record (its last :data:`SEAL_RECORD_BYTES`), checked.
+
+    Raises:
+        ValueError: it is not a well-formed seal record.
+    """
+    kind, _mid, length = check_record(record, 0)
+    if kind != RecordKind.SEAL or length != SEAL_RECORD_BYTES:
+        raise ValueError(f"no seal record (a {kind.name.lower()} record of {length} bytes)")
+    return Seal(*_SEAL_BODY.unpack_from(record, RECORD_HEADER_BYTES))
 
 
 def decode_enqueue_body(record: bytes | memoryview) -> tuple[int, int, bytes, bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -361,6 +362,90 @@ async def test_many_producers_and_consumers_lose_and_duplicate_nothing(
         stats = queue.statistics()
         assert (stats.depth, stats.in_flight) == (0, 0)
         assert stats.records_per_fsync > 1  # group commit happened
+
+
+async def test_compaction_reads_no_more_than_it_keeps_and_never_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue that keeps up compacts its first segment: an acked one goes unread, one with messages still
+    live has only those read back (the index says where they are). Only a later segment, whose acks may
+    stand for older enqueues, is read and scanned whole; all reading happens on worker threads (a full
+    64 MiB segment costs hundreds of milliseconds of CPU)."""
+    from corda_trio.store import _compaction
+
+    reads: list[tuple[str, int, bool]] = []  # (how, records or segment number, on the Trio thread?)
+    trio_thread = threading.get_ident()
+    read_kept, read_and_scan = _compaction._read_kept, _compaction._read_and_scan
+
+    def spy_kept(fd: int, size: int, keep: list[tuple[int, int]], ids: list[int]) -> object:
+        reads.append(("kept", len(ids), threading.get_ident() == trio_thread))
+        return read_kept(fd, size, keep, ids)
+
+    def spy_scan(fd: int, number: int) -> object:
+        reads.append(("scan", number, threading.get_ident() == trio_thread))
+        return read_and_scan(fd, number)
+
+    monkeypatch.setattr(_compaction, "_read_kept", spy_kept)
+    monkeypatch.setattr(_compaction, "_read_and_scan", spy_scan)
+    config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.0)
+
+    async def ack(queue: store.Queue, count: int, *, skip: int = 0) -> list[int]:
+        skipped = []
+        async with queue.consumer(credit=200) as consumer:
+            for i in range(count):
+                delivery = await consumer.receive()
+                if i < skip:
+                    skipped.append(delivery.message_id)
+                else:
+                    await consumer.ack(delivery.message_id)
+        return skipped
+
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue("q")
+        ids = [await queue.enqueue(b"%03d" % i * 100) for i in range(60)]
+        await ack(queue, 60)
+        before = queue.statistics().disk_bytes
+        assert await queue.compact() > 0
+        assert reads == []  # each segment was an acked first one in turn
+        assert queue.statistics().disk_bytes < before // 4
+        ids = [await queue.enqueue(b"%03d" % i * 100) for i in range(60)]
+        await ack(queue, 30)
+        assert await queue.compact() > 0
+        # the first segment still holding live messages: those, and only those, were read back; later
+        # segments hold acks that may stand for its enqueues, so they are scanned whole
+        assert reads[0][0] == "kept" and 0 < reads[0][1] < 15, reads
+        assert {how for how, _n, _ in reads[1:]} <= {"scan"}
+        # one message of the first segment stays live, every later one is acked
+        assert await ack(queue, 30, skip=1) == [ids[30]]
+        assert await queue.compact() > 0
+        assert not any(on_loop for _how, _n, on_loop in reads)
+        assert [m.message_id async for m in queue.browse()] == [ids[30]]
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = broker.get_queue("q")
+        assert [m.payload async for m in queue.browse()] == [b"%03d" % 30 * 100]
+        assert await queue.enqueue(b"next") > ids[-1]
+
+
+async def test_compaction_refuses_a_damaged_live_record_and_leaves_the_segment_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from corda_trio.store._segment import list_segment_numbers, segment_path
+
+    config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.0)
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue("q")
+        for i in range(30):
+            await queue.enqueue(b"%03d" % i * 100)
+        async with queue.consumer(credit=10) as consumer:
+            for _ in range(3):
+                await consumer.ack((await consumer.receive()).message_id)
+        first = segment_path(str(tmp_path / "q"), list_segment_numbers(str(tmp_path / "q"))[0])
+        damaged = bytearray(await trio.Path(first).read_bytes())
+        damaged[-65] ^= 0xFF  # the last record's payload (the seal is the last 64 bytes): live, not acked
+        await trio.Path(first).write_bytes(damaged)
+        with pytest.raises(store.StoreFailedError, match=r"changed or is unreadable \(offset \d+: checksum"):
+            await queue.compact()
+        assert await trio.Path(first).read_bytes() == damaged  # not rewritten, not dropped
 
 
 async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> None:
