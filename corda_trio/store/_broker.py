@@ -40,7 +40,7 @@ import trio
 
 from ._committer import CommitHelper
 from ._compaction import Compactor, QueueGeneration
-from ._directory import KEYED_DIR, create_queue_dir, open_root, remove_queue_dir
+from ._directory import KEYED_DIR, create_queue_dir, open_root, retire_queue_dir
 from ._errors import (
     QueueExistsError,
     QueueNotFoundError,
@@ -51,7 +51,7 @@ from ._errors import (
 from ._keyed import KeyedLog
 from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
-from ._segment import fsync_dir, validate_queue_name
+from ._segment import fsync_dir, remove_tree_gently, validate_queue_name
 from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
 
 __all__ = [
@@ -928,11 +928,15 @@ class Broker:
             await log.wait_closed()
             log.release_resources()
             queue._compactor.generation.close()
-            await trio.to_thread.run_sync(
-                remove_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
+            retired = await trio.to_thread.run_sync(
+                retire_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
             )
             self.recovery_reports.pop(name, None)
-            logger.info("deleted queue %s", name)
+        # Gone for good already; its files are freed a step at a time (remove_tree_gently), outside the
+        # lock: declaring and deleting other queues need not wait for that (if this is cancelled first,
+        # the next open removes what is left).
+        await trio.to_thread.run_sync(remove_tree_gently, retired)
+        logger.info("deleted queue %s", name)
 
     async def _aclose(self) -> None:
         self._closed = True

@@ -15,22 +15,24 @@ compaction never outlives its queue, and what it raised while the directory went
 the queue is gone.
 
 *What is rewritten.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less
-(or, on request, every sealed segment with anything to reclaim): a worker thread reads the segment and
-checks its records (a full 64 MiB segment costs a few hundred milliseconds of CPU: never on the event
-loop), the event loop decides which records stay (live enqueues, and acks whose enqueue may still exist in
-an older segment), the thread writes them to ``<segment>.seg.compact`` between a copy of the header
-(flagged *compacted*: sequence numbers may now skip) and a new seal (the same next sequence number, the
-new record count), fsyncs it, renames it over the segment and fsyncs the directory. The rename is the
-commit point: before it the old file is intact (the leftover temp file is deleted at recovery); after it
-the new file holds every live record exactly once, in the same order. A segment with nothing to keep is
-unlinked if it is the queue's first: the manifest is first replaced to start at the next segment (a crash
-before the unlink leaves a file below the manifest's first, which recovery deletes). A first segment none
-of whose enqueues is live is known to have nothing to keep (no older segment exists for its acks to stand
-for) and is dropped unread: the steady state of a queue that keeps up costs no reading at all. The last
-descriptor of a replaced or unlinked file is closed on a worker thread too (the kernel frees the file's
-blocks then). Any other segment with nothing to keep becomes a *stub* (header and seal only) until every
-older segment is gone: a missing segment in the middle of the chain is always an error, never a
-compaction.
+(or, on request, every sealed segment with anything to reclaim). What stays: live enqueues, and acks whose
+enqueue may still exist in an older segment. For the queue's first segment that is known from the index
+alone (its live enqueues are the first entries of the live set; no older segment exists for its acks to
+stand for), so a worker thread reads back only those records, each checked: a queue that keeps up, whose
+first segment is acked or nearly so, reads next to nothing. Any other segment is read and scanned whole on
+a worker thread (a full 64 MiB segment costs a few hundred milliseconds of CPU: never on the event loop),
+and the event loop picks what stays from the scan. The thread then writes the kept records to
+``<segment>.seg.compact`` between a copy of the header (flagged *compacted*: sequence numbers may now
+skip) and a new seal (the same next sequence number, the new record count), fsyncs it, renames it over the
+segment and fsyncs the directory. The rename is the commit point: before it the old file is intact (the
+leftover temp file is deleted at recovery); after it the new file holds every live record exactly once, in
+the same order. A segment with nothing to keep is unlinked if it is the queue's first: the manifest is
+first replaced to start at the next segment (a crash before the unlink leaves a file below the manifest's
+first, which recovery deletes). Any other segment with nothing to keep becomes a *stub* (header and seal
+only) until every older segment is gone: a missing segment in the middle of the chain is always an error,
+never a compaction. The replaced or unlinked file is released a step at a time on a worker thread
+(:func:`._segment.release_file`: freeing a whole segment's blocks at once stalls every fsync on the file
+system for tens of milliseconds).
 
 Messages acked while a compaction runs are simply kept (their ack records, in later segments, stay too:
 an ack is dropped only when no older segment can hold its enqueue). Readers that already hold the old
@@ -67,7 +69,15 @@ from ._record import (
     unpack_location,
 )
 from ._recovery import SegmentState
-from ._segment import COMPACT_SUFFIX, SEGMENT_SUFFIX, close_quietly, pread_exact, write_all, write_manifest
+from ._segment import (
+    COMPACT_SUFFIX,
+    SEGMENT_SUFFIX,
+    close_quietly,
+    pread_exact,
+    release_file,
+    write_all,
+    write_manifest,
+)
 
 if TYPE_CHECKING:
     from ._wal import DurableLog
@@ -353,10 +363,11 @@ class Compactor:
             "queue %s: compacted segment %d: %d -> %d bytes", log.name, state.number, old_size, new_size
         )
         if retired_fd >= 0:
-            # The last descriptor of a replaced or unlinked file: closing it frees the file's blocks and
-            # cached pages, which takes the kernel tens of milliseconds for a full segment.
+            # The last descriptor of a replaced or unlinked file: it goes a step at a time (freeing a full
+            # segment at once stalls every fsync on the file system; see release_file), on a thread of
+            # its own (not one of the queue's I/O threads, which deliveries need).
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(close_quietly, retired_fd, limiter=log.io_limiter)
+                await trio.to_thread.run_sync(release_file, retired_fd)
         return old_size - new_size
 
 

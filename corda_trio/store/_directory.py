@@ -39,7 +39,7 @@ __all__ = [
     "list_root",
     "lock_directory",
     "open_root",
-    "remove_queue_dir",
+    "retire_queue_dir",
     "store_kind",
 ]
 
@@ -171,14 +171,15 @@ def create_queue_dir(root: str, path: str) -> RecoveredLog:
     return recover_queue(path, RecoveryMode.OPEN)
 
 
-def remove_queue_dir(root: str, path: str) -> None:
-    """Delete a queue's directory: renamed away first (atomic), then removed."""
+def retire_queue_dir(root: str, path: str) -> str:
+    """Take a queue's directory away (renamed, atomically and durably: the queue is gone); returns where it
+    went, for :func:`remove_tree_gently` (an interrupted removal is finished at the next open)."""
     n = 0
     while os.path.exists(target := os.path.join(root, f"{DELETED_PREFIX}{os.path.basename(path)}-{n}")):
         n += 1
     os.rename(path, target)
     fsync_dir(root)
-    shutil.rmtree(target)
+    return target
 
 
 def store_kind(directory: str) -> str | None:

@@ -151,3 +151,52 @@ def test_check_works_for_a_read_only_user() -> None:
         assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p != out_path} == before
     finally:
         shutil.rmtree(root)
+
+
+def test_files_nobody_can_reach_are_released_a_step_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Freeing a big file at once stalls every fsync on the file system while the journal commits it:
+    unreachable files are shrunk step by step, then closed; a deleted queue's tree goes the same way."""
+    from corda_trio.store import _segment
+
+    sizes: list[int] = []
+    real_ftruncate = os.ftruncate
+
+    def ftruncate(fd: int, size: int) -> None:
+        sizes.append(size)
+        real_ftruncate(fd, size)
+
+    monkeypatch.setattr(_segment, "RELEASE_PAUSE_SECONDS", 0.0)
+    monkeypatch.setattr(_segment.os, "ftruncate", ftruncate)
+    step = _segment.RELEASE_STEP_BYTES
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (3 * step + 5))
+    fd = os.open(big, os.O_RDWR)
+    os.unlink(big)
+    _segment.release_file(fd)
+    assert sizes == [2 * step + 5, step + 5, 5]
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    sizes.clear()
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.seg").write_bytes(b"y" * (step + 1))
+    (tree / "sub" / "b").write_bytes(b"z")
+    (tree / "link").symlink_to(tmp_path / "elsewhere")
+    _segment.remove_tree_gently(str(tree))
+    assert not tree.exists() and sizes == [1]
+
+
+async def test_deleting_a_big_queue_removes_its_directory(tmp_path: Path) -> None:
+    config = store.BrokerConfig(segment_bytes=1024 * 1024)
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue(QUEUE)
+        for _ in range(12):
+            await queue.enqueue_many([b"p" * 100_000] * 3)
+        assert len(list_segment_numbers(str(tmp_path / QUEUE))) > 2
+        await broker.delete_queue(QUEUE)
+        assert not await trio.Path(tmp_path / QUEUE).exists()
+        assert [p.name for p in await trio.Path(tmp_path).iterdir() if p.name.startswith(".deleted")] == []
+        again = await broker.declare_queue(QUEUE)
+        assert again.statistics().depth == 0
