@@ -14,7 +14,8 @@ and deltas (with each round's in ``per_round``): on a shared machine one pair sw
 ``BENCH_P2P_TRACE=DIR`` writes ``DIR/sender.trace.json`` and ``DIR/receiver.trace.json``: every Trio task step
 that took more than 2 ms of CPU or 4 ms of wall time, and every garbage collection (generation, CPU ms), each
 with its ``time.time_ns()``, to line up with the per-message records of ``--records`` when looking for the
-cause of a slow message (cheap enough to leave the figures representative).
+cause of a slow message (cheap enough to leave the figures representative), and for phase 2 the task steps
+per task name and the scheduler's waits for I/O: divided by the messages, how many hops a message costs.
 
 ``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile (timed by process CPU time) and writes
 ``DIR/sender.pstats`` and ``DIR/receiver.pstats`` (the figures are then not representative).
@@ -155,6 +156,8 @@ def _node_main(node_dir: Path) -> None:
                 line = await trio.to_thread.run_sync(sys.stdin.readline)  # off the hot path
                 await handled(json.loads(line)["wait_handled"])
                 cpu_phase2 = cpu_with_helpers(os.getpid())
+            if _TRACER is not None:
+                _TRACER.start_counting()
                 say({"handled_at": max(delivered.values())})
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
                 # (every message is durable in this node's inbox by now, but the handler may lag behind)
@@ -240,6 +243,8 @@ def _node_main(node_dir: Path) -> None:
             count = max(1, int(rate * plan["half_seconds"]))
             start = time.time_ns() + 50_000_000
             cpu_h0 = cpu_with_helpers(os.getpid())
+            if _TRACER is not None:
+                _TRACER.start_counting()
             async with trio.open_nursery() as load:
                 i = 0
                 while i < count:
@@ -281,20 +286,30 @@ def _node_main(node_dir: Path) -> None:
             trio.run(run)
         prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
     elif trace_dir := os.environ.get("BENCH_P2P_TRACE"):
-        tracer = _Tracer()
+        global _TRACER
+        tracer = _TRACER = _Tracer()
         try:
             trio.run(run, instruments=[tracer])
         finally:
             tracer.close()
             Path(trace_dir, f"{plan['role']}.trace.json").write_text(
-                json.dumps({"steps": tracer.steps, "gc": tracer.collections})
+                json.dumps(
+                    {
+                        "steps": tracer.steps,
+                        "gc": tracer.collections,
+                        "phase2_steps_by_task": tracer.counts,
+                        "phase2_io_waits": tracer.io_waits,
+                    }
+                )
             )
     else:
         trio.run(run)
 
 
 class _Tracer:
-    """A Trio instrument for ``BENCH_P2P_TRACE``: long task steps and garbage collections, timestamped."""
+    """A Trio instrument for ``BENCH_P2P_TRACE``: long task steps and garbage collections, timestamped;
+    from phase 2 on, the task steps per task name and the scheduler's waits for I/O (how many hops a
+    message costs)."""
 
     STEP_CPU_S = 0.002
     STEP_WALL_S = 0.004
@@ -305,12 +320,24 @@ class _Tracer:
         #: [time_ns, generation, CPU ms, objects collected]
         self.collections: list[tuple[int, int, float, int]] = []
         self._cpu = self._wall = self._gc_cpu = 0.0
+        self.counts: dict[str, int] = {}
+        self.io_waits = 0
+        self._counting = False
         gc.callbacks.append(self._on_gc)
+
+    def start_counting(self) -> None:
+        self._counting = True
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self._counting:
+            self.io_waits += 1
 
     def close(self) -> None:
         gc.callbacks.remove(self._on_gc)
 
     def before_task_step(self, task: Any) -> None:
+        if self._counting:
+            self.counts[task.name] = self.counts.get(task.name, 0) + 1
         self._cpu = time.thread_time()
         self._wall = time.perf_counter()
 
@@ -326,6 +353,9 @@ class _Tracer:
         else:
             cpu_ms = round((time.thread_time() - self._gc_cpu) * 1e3, 2)
             self.collections.append((time.time_ns(), info["generation"], cpu_ms, info["collected"]))
+
+
+_TRACER: _Tracer | None = None
 
 
 @functools.cache
