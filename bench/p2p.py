@@ -156,8 +156,8 @@ def _node_main(node_dir: Path) -> None:
                 line = await trio.to_thread.run_sync(sys.stdin.readline)  # off the hot path
                 await handled(json.loads(line)["wait_handled"])
                 cpu_phase2 = cpu_with_helpers(os.getpid())
-            if _TRACER is not None:
-                _TRACER.start_counting()
+                if _TRACER is not None:
+                    _TRACER.start_counting()
                 say({"handled_at": max(delivered.values())})
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
                 # (every message is durable in this node's inbox by now, but the handler may lag behind)
