@@ -270,7 +270,9 @@ class LocalEndpoint:
     async def _stream(self, queue: store.Queue, sender: transport.Sender) -> None:
         name = sender.address or ""
         try:
-            async with queue.consumer(credit=self.config.credit) as consumer, trio.open_nursery() as n:
+            # lazy acks, as the in-node bridge's: the peer drops what a crash makes us send again
+            consumer_cm = queue.consumer(credit=self.config.credit, lazy_acks=True)
+            async with consumer_cm as consumer, trio.open_nursery() as n:
                 n.start_soon(_raise_when_detached, sender)
                 await stream_queue(
                     consumer, sender, n, dead_letter=self.messaging.dead_letter, queue_name=name

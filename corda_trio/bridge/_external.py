@@ -177,7 +177,9 @@ class RemoteQueue:
     conn: transport.AmqpConnection
     name: str
 
-    def consumer(self, *, credit: int) -> _RemoteConsumer:
+    def consumer(self, *, credit: int, lazy_acks: bool = False) -> _RemoteConsumer:
+        # (an ack here is an ``accepted`` sent to the node, whose own consumer of the queue decides how
+        # it is written: ``lazy_acks`` is the node's business)
         return _RemoteConsumer(self.conn, self.name, credit)
 
 

@@ -85,7 +85,7 @@ class OutboundSource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def consumer(self, *, credit: int) -> AbstractAsyncContextManager[Any]: ...
+    def consumer(self, *, credit: int, lazy_acks: bool = False) -> AbstractAsyncContextManager[Any]: ...
 
 
 #: ``async dead_letter(queue name, consumer, message id, payload, condition, description)``: take a message
@@ -277,7 +277,9 @@ class Bridge:
             self._connected.set()
             self._connected = trio.Event()
             async with (
-                self.queue.consumer(credit=self.config.credit) as consumer,
+                # lazy acks: a crash may send again what the peer accepted last, which it drops as a
+                # duplicate; no group commit (and wait) per batch of acks
+                self.queue.consumer(credit=self.config.credit, lazy_acks=True) as consumer,
                 trio.open_nursery() as nursery,
             ):
                 nursery.start_soon(self._watch_connection, conn)

@@ -373,7 +373,9 @@ class MessagingService:
         # (inbox message id, dedup id to commit or None for a duplicate, receipt), in handling order
         done_send, done_receive = trio.open_memory_channel[tuple[int, str | None, bytes]](math.inf)
         async with (
-            self.inbox.consumer(credit=self.config.inbox_credit) as consumer,
+            # lazy acks: an inbox message is acked only once its dedup id is durable, so what a crash
+            # brings back is dropped as a duplicate; no group commit (and wait) per batch of acks
+            self.inbox.consumer(credit=self.config.inbox_credit, lazy_acks=True) as consumer,
             trio.open_nursery() as commits,
         ):
             commits.start_soon(self._commit_loop, consumer, done_receive)
@@ -534,19 +536,15 @@ class MessagingService:
         consumer: store.Consumer,
         done: trio.MemoryReceiveChannel[tuple[int, str | None, bytes]],
     ) -> None:
-        """Commit the handled messages' ids (whatever has accumulated, in one group commit), then hand their
-        inbox ids to the acker, which acks whatever has accumulated in one group commit too. The two stages
-        overlap: batch k is acked while batch k+1 is committed. An inbox message is acked only after its id
-        (and receipt) is durable; a duplicate needs no commit."""
-        ack_send, ack_receive = trio.open_memory_channel[list[int]](math.inf)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_ack_loop, consumer, ack_receive)
-            async for first in done:
-                batch = [first, *_drain(done)]
-                items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
-                if items:
-                    await self.deduplicator.commit_many(items)
-                ack_send.send_nowait([message_id for message_id, _, _ in batch])
+        """Commit the handled messages' ids (whatever has accumulated, in one group commit), then ack their
+        inbox messages (lazily: the acks ride with the inbox's next group commit). An inbox message is acked
+        only after its id (and receipt) is durable; a duplicate needs no commit."""
+        async for first in done:
+            batch = [first, *_drain(done)]
+            items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
+            if items:
+                await self.deduplicator.commit_many(items)
+            await consumer.ack_many([message_id for message_id, _, _ in batch])
 
 
 def _drain(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:
@@ -557,11 +555,3 @@ def _drain(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:
             out.append(channel.receive_nowait())
         except (trio.WouldBlock, trio.EndOfChannel):
             return out
-
-
-async def _ack_loop(consumer: store.Consumer, ready: trio.MemoryReceiveChannel[list[int]]) -> None:
-    async for first in ready:
-        ids = list(first)
-        for more in _drain(ready):
-            ids += more
-        await consumer.ack_many(ids)

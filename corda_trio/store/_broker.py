@@ -320,18 +320,25 @@ class Queue:
 
     # ------------------------------------------------------------------ consuming
 
-    def consumer(self, *, credit: int = 64, window: bool = True) -> Consumer:
+    def consumer(self, *, credit: int = 64, window: bool = True, lazy_acks: bool = False) -> Consumer:
         """A new consumer (use it as ``async with``; closing releases what it still holds).
 
         Args:
             credit: initial credit (deliveries it may receive before more credit is granted).
             window: give a unit of credit back on each ack / release (prefetch window). With
                 ``window=False`` only :meth:`Consumer.add_credit` grants more (AMQP link credit).
+            lazy_acks: :meth:`Consumer.ack_many` does not wait for its ack records to be written: they
+                go with the queue's next group commit that somebody waits for, or on their own within
+                ``LAZY_ACK_SECONDS`` (50 ms). Until then a crash (even ``kill -9``) brings the messages
+                back after the restart, as if they had not been acked; closing the broker writes them.
+                For consumers whose downstream drops duplicates (the bridges: the peer deduplicates;
+                the inbox: the node's deduplicator), which then save a group commit, and its wait, per
+                batch of acks.
         """
         self._check_open()
         if credit < 0:
             raise ValueError("credit must be >= 0")
-        consumer = Consumer(queue=self, credit=credit, window=window)
+        consumer = Consumer(queue=self, credit=credit, window=window, lazy_acks=lazy_acks)
         self._consumers.add(consumer)
         return consumer
 
@@ -511,6 +518,7 @@ class Consumer:
     _queue: Queue = attrs.field(alias="queue")
     _credit: int = attrs.field(alias="credit")
     _window: bool = attrs.field(alias="window")
+    _lazy_acks: bool = attrs.field(alias="lazy_acks", default=False)
     _held: dict[int, None] = attrs.field(factory=dict, init=False)
     _credit_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closed: bool = attrs.field(default=False, init=False)
@@ -637,7 +645,8 @@ class Consumer:
             self._credit_changed.set()
 
     async def ack(self, message_id: int) -> None:
-        """Remove a message this consumer holds; returns once the removal is durable.
+        """Remove a message this consumer holds; returns once the removal is durable (unless the consumer
+        was made with ``lazy_acks``).
 
         Raises:
             UnknownDeliveryError: this consumer does not hold ``message_id`` (a caller bug).
@@ -648,7 +657,8 @@ class Consumer:
 
     @trio.lowlevel.enable_ki_protection  # a Ctrl-C lands at a checkpoint, never half-way
     async def ack_many(self, message_ids: Sequence[int]) -> None:
-        """Acknowledge several held messages in one group commit."""
+        """Acknowledge several held messages in one group commit (returns once durable, unless the
+        consumer was made with ``lazy_acks``: then at once)."""
         for mid in message_ids:
             if mid not in self._held:
                 raise UnknownDeliveryError(
@@ -660,16 +670,17 @@ class Consumer:
         if queue._log is not None:
             queue._log.check_usable()  # fail before settling anything
         batch = None
+        lazy = self._lazy_acks
         for mid in message_ids:
             self._settle(mid)
             queue._forget(mid)
             queue._acked += 1
             if queue._log is not None:
-                batch = queue._log.add_ack(mid)
+                batch = queue._log.add_ack(mid, lazy=lazy)
             else:
                 _ts, headers, payload = queue._mem.pop(mid)
                 queue._mem_bytes -= len(headers) + len(payload) + 32
-        if batch is None:
+        if batch is None or lazy:
             await trio.lowlevel.checkpoint()
         else:
             await batch.wait()
@@ -746,9 +757,7 @@ class Broker:
 
     def _note_failure(self, what: str, exc: BaseException) -> None:
         if self._failure is None:
-            self._failure = (
-                exc if isinstance(exc, StoreFailedError) else StoreFailedError(f"{what}: {exc!r}")
-            )
+            self._failure = exc if isinstance(exc, StoreFailedError) else StoreFailedError(f"{what}: {exc!r}")
             self._failed.set()
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way

@@ -62,6 +62,7 @@ have become worth it (``compact_wanted``) and seals the tail on request (:meth:`
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -123,6 +124,9 @@ _NEG_INF: Final = float("-inf")
 _ABORT_SUCCEEDED: Final = trio.lowlevel.Abort.SUCCEEDED
 #: Reads of at most this many records go to one worker-thread call.
 READ_BATCH_RECORDS: Final = 256
+#: How long a lazy ack record may wait in the pending batch for a batch somebody waits on (then it is
+#: written on its own): what a crash can bring back of a consumer that acks lazily.
+LAZY_ACK_SECONDS: Final = 0.05
 
 
 @attrs.frozen(kw_only=True)
@@ -290,6 +294,12 @@ class DurableLog:
     _last_write: threading.Event | None = attrs.field(default=None, init=False)
     _jobs: int = attrs.field(default=0, init=False)
     _jobs_idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    #: the pending batch holds nothing but lazy acks (nobody waits on it: it is written with the next
+    #: batch someone waits on, or once ``_lazy_deadline`` passes)
+    _lazy_only: bool = attrs.field(default=False, init=False)
+    _lazy_deadline: float = attrs.field(default=math.inf, init=False)
+    #: the writer's wait for work, whose deadline is the lazy acks' (``None`` while it is not waiting)
+    _writer_wait: trio.CancelScope | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.tail = self.segments[max(self.segments)]
@@ -351,8 +361,8 @@ class DurableLog:
         batch = self.pending
         mid = self.next_id
         buf = batch.buf
-        if not buf:
-            self._work.set()  # the batch becomes non-empty: the writer has something to take
+        if not buf or self._lazy_only:
+            self._wake_for_waiter()  # the writer has something to take that somebody waits for
         batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload, self.next_seq))
         self.next_seq += 1
         self.next_id = mid + 1
@@ -395,8 +405,13 @@ class DurableLog:
         self.next_seq -= 1
         return True
 
-    def add_ack(self, message_id: int) -> Batch:
-        """Forget ``message_id`` (it must be live) and encode its ack record into the pending batch."""
+    def add_ack(self, message_id: int, *, lazy: bool = False) -> Batch:
+        """Forget ``message_id`` (it must be live) and encode its ack record into the pending batch.
+
+        ``lazy``: nobody will wait for the record: it rides with the next batch somebody waits for, or
+        is written once :data:`LAZY_ACK_SECONDS` have passed, whichever comes first (never on a batch
+        of its own while others come). Until it is written, a crash brings the message back.
+        """
         self.check_usable()
         loc = self.live.pop(message_id)
         seg, _off, length, _meta, _ts = unpack_location(loc)
@@ -410,14 +425,29 @@ class DurableLog:
         if cached is not None:
             self.cache_bytes -= len(cached[0]) + len(cached[1])
         batch = self.pending
-        if not batch.buf:
-            self._work.set()
+        if lazy:
+            if not batch.buf:
+                self._lazy_only = True
+                self._lazy_deadline = trio.current_time() + LAZY_ACK_SECONDS
+                if self._writer_wait is not None:
+                    self._writer_wait.deadline = self._lazy_deadline
+            append_ack(batch.buf, message_id, self.next_seq)
+            self.next_seq += 1
+            batch.acks += 1
+            return batch
+        if not batch.buf or self._lazy_only:
+            self._wake_for_waiter()
         append_ack(batch.buf, message_id, self.next_seq)
         self.next_seq += 1
         batch.acks += 1
         if len(batch.ids) + batch.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
             self._try_start()
         return batch
+
+    def _wake_for_waiter(self) -> None:
+        """The pending batch gets a record somebody waits for: the writer has work now."""
+        self._lazy_only = False
+        self._work.set()
 
     # ------------------------------------------------------------------ writer task
 
@@ -435,8 +465,14 @@ class DurableLog:
         self._token = trio.lowlevel.current_trio_token()
         try:
             while True:
-                await self._work.wait()
+                # Work, or the lazy acks' deadline (then the pending batch is taken as if woken).
+                with trio.CancelScope(deadline=self._lazy_deadline) as self._writer_wait:
+                    await self._work.wait()
+                self._writer_wait = None
                 self._work = trio.Event()
+                if self._lazy_only and trio.current_time() >= self._lazy_deadline:
+                    self._lazy_only = False  # the lazy acks' time has come: an ordinary batch now
+                    self._lazy_deadline = math.inf
                 if self._seal_requests:
                     await self._drain()
                     while self._seal_requests:
@@ -541,6 +577,8 @@ class DurableLog:
         assert batch is self.pending
         tail = self.tail
         self.pending = Batch()
+        self._lazy_only = False
+        self._lazy_deadline = math.inf
         batch.launched_at = time.monotonic()
         batch.segment = tail
         batch.base = tail.size
@@ -634,8 +672,9 @@ class DurableLog:
             self._durable_seq = batch.seq
         # The next batch first (its write and sync start while we wake this one's appenders), if it
         # holds a cohort: the appenders about to be woken then refill the pending batch while the
-        # other cohort's sync runs.
-        if pending.buf and not (pending_records >= self._start_at and self._try_start()):
+        # other cohort's sync runs. (Lazy acks alone wait for their deadline or for company.)
+        started = self._lazy_only or (pending_records >= self._start_at and self._try_start())
+        if pending.buf and not started:
             self._work.set()
         if self.closing:
             self._work.set()

@@ -448,6 +448,34 @@ async def test_compaction_refuses_a_damaged_live_record_and_leaves_the_segment_a
         assert await trio.Path(first).read_bytes() == damaged  # not rewritten, not dropped
 
 
+async def test_lazy_acks_ride_with_the_next_commit_or_go_on_their_own_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    from corda_trio.store._wal import LAZY_ACK_SECONDS
+
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        ids = await queue.enqueue_many([b"m%d" % i for i in range(6)])
+        log = queue._log
+        assert log is not None
+        async with queue.consumer(credit=10, lazy_acks=True) as consumer:
+            held = [(await consumer.receive()).message_id for _ in range(6)]
+            batches = log.batches
+            await consumer.ack_many(held[:2])  # returns at once: nothing written yet
+            assert (log.batches, queue.statistics().depth) == (batches, 4)
+            await queue.enqueue(b"next")  # somebody waits for this batch: the acks go with it
+            assert log.batches == batches + 1 and log.records_written >= 3
+            await consumer.ack_many(held[2:4])
+            with trio.fail_after(5):  # (only a hang fails this)
+                while log.batches == batches + 1:  # noqa: ASYNC110 (the writer's own deadline is tested)
+                    await trio.sleep(LAZY_ACK_SECONDS / 5)
+            assert log.batches == batches + 2  # on their own, once: not one batch per ack
+            await consumer.ack(held[4])  # lazy too; the last one stays unacked
+    async with store.open_broker(tmp_path) as broker:  # closing wrote what was pending
+        assert [m.payload async for m in broker.get_queue("q").browse()] == [b"m5", b"next"]
+    assert held == ids
+
+
 async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> None:
     config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.5)
     async with store.open_broker(tmp_path, config=config) as broker:
