@@ -30,11 +30,12 @@ on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Tw
    outbound queue is empty: each durable in B's inbox, settled ``accepted`` back to A, deduplicated and handed
    to B's handler).
 2. **Latency at half load**, open loop: messages are created at half the measured rate for ``--half-seconds``
-   on a fixed schedule (each send starts at its intended time whatever the previous ones do); the latency of
-   a message is from its intended time to the moment B's handler got it (durable at B, deduplicated). Each
-   time the generator wakes, the messages whose time has come go out in one ``send_many`` call, in a task
-   of their own, as the flow framework's outbound pump hands over what its flows sent meanwhile (a Trio
-   sleep wakes about every 0.5 ms here, so a lot holds a few messages; a late one's wait counts).
+   on a fixed schedule (their intended times do not depend on how the node keeps up); the latency of a
+   message is from its intended time to the moment B's handler got it (durable at B, deduplicated). They
+   are handed to the messaging service as the flow framework's outbound pump hands its flows' messages
+   over: one ``send_many`` at a time (one group commit), holding every message whose time has come, and
+   while it waits for durability the next ones come due and go in the next lot; a message's wait for its
+   lot counts in its latency.
 
 Every body starts with its message's dedup id (then filler): B's handler checks each body against its id and
 that no message is handed over twice, and the run ends with the sent and handled ids compared; any difference
@@ -245,20 +246,20 @@ def _node_main(node_dir: Path) -> None:
             cpu_h0 = cpu_with_helpers(os.getpid())
             if _TRACER is not None:
                 _TRACER.start_counting()
-            async with trio.open_nursery() as load:
-                i = 0
-                while i < count:
-                    # every message whose time has come (late ones too: their latency counts from their
-                    # intended time) goes out in one lot, in a task of its own
-                    now = time.time_ns()
-                    due = []
-                    while i < count and (intended := start + int(i * 1e9 / rate)) <= now:
-                        due.append((f"half-{i}", intended))
-                        i += 1
-                    if due:
-                        load.start_soon(lot, due)
-                    if i < count:
-                        await trio.sleep(max(0.0, (start + int(i * 1e9 / rate) - time.time_ns()) / 1e9))
+            i = 0
+            while i < count:
+                # every message whose time has come (late ones too: their latency counts from their
+                # intended time) goes out in one lot, the next lot once this one is durable (the flow
+                # framework's outbound pump)
+                now = time.time_ns()
+                due = []
+                while i < count and (intended := start + int(i * 1e9 / rate)) <= now:
+                    due.append((f"half-{i}", intended))
+                    i += 1
+                if due:
+                    await lot(due)
+                elif i < count:
+                    await trio.sleep(max(0.0, (start + int(i * 1e9 / rate) - time.time_ns()) / 1e9))
             await drained()
             cpu_half = cpu_with_helpers(os.getpid()) - cpu_h0
             (node_dir / "sent.json").write_text(json.dumps({"created": created, "enqueued": enqueued}))
