@@ -445,8 +445,10 @@ class DurableLog:
         return batch
 
     def _wake_for_waiter(self) -> None:
-        """The pending batch gets a record somebody waits for: the writer has work now."""
+        """The pending batch gets a record somebody waits for: the writer has work now (and the lazy acks in
+        it go with it, so their deadline is off: the writer must not wake for it again)."""
         self._lazy_only = False
+        self._lazy_deadline = math.inf
         self._work.set()
 
     # ------------------------------------------------------------------ writer task

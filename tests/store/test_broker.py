@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -463,6 +464,7 @@ async def test_lazy_acks_ride_with_the_next_commit_or_go_on_their_own_within_the
             batches = log.batches
             await consumer.ack_many(held[:2])  # returns at once: nothing written yet
             assert (log.batches, queue.statistics().depth) == (batches, 4)
+            assert log._lazy_deadline < math.inf
             await queue.enqueue(b"next")  # somebody waits for this batch: the acks go with it
             assert log.batches == batches + 1 and log.records_written >= 3
             await consumer.ack_many(held[2:4])
@@ -471,8 +473,14 @@ async def test_lazy_acks_ride_with_the_next_commit_or_go_on_their_own_within_the
                     await trio.sleep(LAZY_ACK_SECONDS / 5)
             assert log.batches == batches + 2  # on their own, once: not one batch per ack
             await consumer.ack(held[4])  # lazy too; the last one stays unacked
+            assert log._lazy_deadline < math.inf
+            # a record somebody waits for joins them: their deadline is off (a writer woken for it
+            # while every job slot is busy would spin until one frees)
+            _mid, batch = log.add_enqueue(b"direct", b"", 0, start=False)
+            assert log._lazy_deadline == math.inf
+            await batch.wait()
     async with store.open_broker(tmp_path) as broker:  # closing wrote what was pending
-        assert [m.payload async for m in broker.get_queue("q").browse()] == [b"m5", b"next"]
+        assert [m.payload async for m in broker.get_queue("q").browse()] == [b"m5", b"next", b"direct"]
     assert held == ids
 
 
