@@ -14,10 +14,11 @@ calls ``_on_durable``), so no consumer ever sees a message a crash could take ba
 deliveries the consumer holds (a prefetch window, like Artemis' consumer window); in explicit mode
 (``window=False``) only :meth:`Consumer.add_credit` grants more, which lets a bridge pass its peer's link
 credit straight through. ``ack`` removes the message (durably: it returns once the ack record is synced;
-on a consumer opened with ``lazy_acks`` at once, the record riding with the queue's next group commit, so a
-crash may bring the message back); ``release`` puts it back for redelivery with ``delivery_count + 1``; closing a consumer releases what it
-still holds. Delivery counts live in memory: after a restart every unacked message is delivered again
-with a count of 1 (the receiving side deduplicates by message id, so a redelivery is harmless).
+on a consumer opened with ``lazy_acks`` at once, the record riding with the queue's next group commit, so
+a crash may bring the message back); ``release`` puts it back for redelivery with ``delivery_count + 1``;
+closing a consumer releases what it still holds. Delivery counts live in memory: after a restart every
+unacked message is delivered again with a count of 1 (the receiving side deduplicates by message id, so a
+redelivery is harmless).
 
 Non-durable queues (bridge control) use the same structures with payloads in memory and no log.
 """
