@@ -165,6 +165,8 @@ class Batch:
     bodies: list[tuple[bytes, bytes]] = attrs.field(factory=list)
     #: number of ack records (32 bytes each; the rest of ``buf`` is enqueue records)
     acks: int = 0
+    #: how many of them are lazy (nobody waits for them: they do not count as appenders of a cohort)
+    lazy_acks: int = 0
     #: the tasks parked in :meth:`wait` (or in ``Queue.enqueue``), woken by :meth:`finish`
     waiters: list[trio.lowlevel.Task] = attrs.field(factory=list)
     #: set by :meth:`finish`: the batch is durable, or failed (then ``error`` is set)
@@ -380,7 +382,7 @@ class DurableLog:
         """Start the pending batch now if it holds a cohort and a job slot is free (else the writer
         takes it)."""
         pending = self.pending
-        if len(pending.ids) + pending.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
+        if _waited(pending) >= self._start_at and self._jobs < self.config.pipeline_depth:
             self._try_start()
 
     def retract_enqueue(self, batch: Batch, message_id: int) -> bool:
@@ -434,13 +436,14 @@ class DurableLog:
             append_ack(batch.buf, message_id, self.next_seq)
             self.next_seq += 1
             batch.acks += 1
+            batch.lazy_acks += 1
             return batch
         if not batch.buf or self._lazy_only:
             self._wake_for_waiter()
         append_ack(batch.buf, message_id, self.next_seq)
         self.next_seq += 1
         batch.acks += 1
-        if len(batch.ids) + batch.acks >= self._start_at and self._jobs < self.config.pipeline_depth:
+        if _waited(batch) >= self._start_at and self._jobs < self.config.pipeline_depth:
             self._try_start()
         return batch
 
@@ -492,7 +495,7 @@ class DurableLog:
                     continue
                 if self._jobs >= self.config.pipeline_depth:
                     continue  # every slot busy: _job_done starts the pending batch when one frees
-                if len(self.pending.ids) + self.pending.acks < self._start_at:
+                if _waited(self.pending) < self._start_at:
                     # Less than a cohort: let the tasks that run in this scheduler round add theirs
                     # first (at a cohort, add_enqueue starts the batch itself), then take what is there.
                     await trio.lowlevel.checkpoint()
@@ -588,7 +591,7 @@ class DurableLog:
         self._next_seq += 1
         tail.size += len(batch.buf)
         records = len(batch.ids) + batch.acks
-        self._inflight_records += records
+        self._inflight_records += _waited(batch)
         self.batches += 1
         self.records_written += records
         self.bytes_written += len(batch.buf)
@@ -656,10 +659,10 @@ class DurableLog:
         # Appenders waiting now: this batch's (about to be woken), those of batches in flight, and
         # those of the pending batch. Half of them is a cohort (module docstring).
         pending = self.pending
-        pending_records = len(pending.ids) + pending.acks
+        pending_records = _waited(pending)
         if self.helper is not None:  # on threads batches are taken whole (module docstring)
             self._start_at = max(1, (self._inflight_records + pending_records) // 2)
-        self._inflight_records -= len(batch.ids) + batch.acks
+        self._inflight_records -= _waited(batch)
         if self.helper is None:
             self.limiter.release_on_behalf_of(batch)
         if error is not None:
@@ -866,6 +869,11 @@ class DurableLog:
             self._work.set()
             await done.wait()
             self.check_usable()
+
+
+def _waited(batch: Batch) -> int:
+    """The records of ``batch`` somebody waits for (a cohort counts those, not lazy acks)."""
+    return len(batch.ids) + batch.acks - batch.lazy_acks
 
 
 def _read_records(requests: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes, bytes]]:

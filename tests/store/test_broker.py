@@ -484,6 +484,22 @@ async def test_lazy_acks_ride_with_the_next_commit_or_go_on_their_own_within_the
     assert held == ids
 
 
+async def test_lazy_acks_do_not_count_as_appenders_of_a_cohort(tmp_path: Path) -> None:
+    """A batch starts at once when it holds half the appenders last seen waiting (the cohort rule); lazy
+    acks wait for nobody, so they must not make a lone enqueue wait for a cohort that never comes."""
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        await queue.enqueue_many([b"m"] * 60)
+        log = queue._log
+        assert log is not None
+        async with queue.consumer(credit=100, lazy_acks=True) as consumer:
+            held = [(await consumer.receive()).message_id for _ in range(60)]
+            _mid, batch = log.add_enqueue(b"one", b"", 0)  # started at once: a job in flight
+            await consumer.ack_many(held[:50])  # 50 lazy acks in the next pending batch
+            await batch.wait()  # the job is done with them pending
+            assert log._start_at == 1
+
+
 async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> None:
     config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.5)
     async with store.open_broker(tmp_path, config=config) as broker:
