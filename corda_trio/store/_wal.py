@@ -61,6 +61,7 @@ have become worth it (``compact_wanted``) and seals the tail on request (:meth:`
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -92,6 +93,7 @@ from ._recovery import RecoveredLog, SegmentState
 from ._segment import (
     close_quietly,
     pread_exact,
+    release_file,
     rotate_segment,
     segment_path,
     sync_file,
@@ -832,7 +834,11 @@ class DurableLog:
                 for state in pinned.values():
                     state.readers -= 1
                     if state.retired and state.readers == 0:
-                        close_quietly(state.fd)
+                        # the last descriptor of a file compaction replaced: freed a step at a time, off
+                        # the event loop and without holding up this read (see release_file)
+                        trio.lowlevel.start_thread_soon(
+                            functools.partial(release_file, state.fd), _ignore, name="store-release"
+                        )
             for (i, mid, _s, _o, _l), (rid, ts, meta, payload) in zip(todo, records, strict=True):
                 if rid != mid:
                     raise StoreFailedError(f"queue {self.name}: record at the location of {mid} holds {rid}")
@@ -869,6 +875,10 @@ class DurableLog:
             self._work.set()
             await done.wait()
             self.check_usable()
+
+
+def _ignore(result: outcome.Outcome[Any]) -> None:
+    """``start_thread_soon``'s delivery for a job nobody waits on (``release_file`` never raises)."""
 
 
 def _waited(batch: Batch) -> int:

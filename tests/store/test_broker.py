@@ -500,6 +500,64 @@ async def test_lazy_acks_do_not_count_as_appenders_of_a_cohort(tmp_path: Path) -
             assert log._start_at == 1
 
 
+async def test_a_segment_compacted_under_a_reader_is_released_once_the_read_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corda_trio.store import _segment, _wal
+
+    monkeypatch.setattr(_segment, "RELEASE_PAUSE_SECONDS", 0.0)
+    config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.0, cache_bytes_per_queue=0)
+    async with store.open_broker(tmp_path, config=config) as broker:
+        queue = await broker.declare_queue("q")
+        ids = [await queue.enqueue(b"%03d" % i * 100) for i in range(30)]
+        async with queue.consumer(credit=30) as consumer:
+            held = [(await consumer.receive()).message_id for _ in ids]
+            await consumer.ack_many(held[1:])  # the first message stays, in the first segment
+            log = queue._log
+            assert log is not None
+            old_fd = log.segments[min(log.segments)].fd
+            old_inode = os.fstat(old_fd).st_ino
+            reading, go_on = threading.Event(), threading.Event()
+            real = _wal._read_records
+
+            def slow(requests: list[tuple[int, int, int]]) -> object:
+                reading.set()
+                go_on.wait(10)
+                return real(requests)
+
+            monkeypatch.setattr(_wal, "_read_records", slow)
+            trio_thread, released_on = threading.get_ident(), []
+
+            def release(fd: int) -> None:
+                released_on.append(threading.get_ident() != trio_thread)
+                _segment.release_file(fd)
+
+            monkeypatch.setattr(_wal, "release_file", release)
+            payloads: list[bytes] = []
+
+            async def browse() -> None:
+                payloads.extend([m.payload async for m in queue.browse()])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(browse)
+                await trio.to_thread.run_sync(reading.wait)  # the read holds the first segment
+                assert await queue.compact() > 0  # it is replaced meanwhile
+                assert os.fstat(old_fd).st_ino == old_inode  # still open for the reader
+                go_on.set()
+            assert payloads == [b"000" * 100]
+
+            def released() -> bool:
+                try:
+                    return os.fstat(old_fd).st_ino != old_inode  # (the number may be reused)
+                except OSError:
+                    return True
+
+            with trio.fail_after(10):  # released once the read was done
+                while not released():  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert released_on == [True]  # on a worker thread, a step at a time
+
+
 async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> None:
     config = store.BrokerConfig(segment_bytes=4096, compact_live_ratio=0.5)
     async with store.open_broker(tmp_path, config=config) as broker:
