@@ -79,6 +79,10 @@ def _node_main(node_dir: Path) -> None:
     from corda_trio import bridge, messaging, pki, store
 
     plan = json.loads((node_dir / "plan.json").read_text())
+    profile = os.environ.get("BENCH_P2P_PROFILE")
+    trace_dir = os.environ.get("BENCH_P2P_TRACE")
+    # BENCH_P2P_TRACE's instrument (the profile, if asked for too, goes first), told when phase 2 starts
+    tracer = _Tracer() if trace_dir and not profile else None
 
     def say(obj: dict[str, Any]) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
@@ -157,8 +161,8 @@ def _node_main(node_dir: Path) -> None:
                 line = await trio.to_thread.run_sync(sys.stdin.readline)  # off the hot path
                 await handled(json.loads(line)["wait_handled"])
                 cpu_phase2 = cpu_with_helpers(os.getpid())
-                if _TRACER is not None:
-                    _TRACER.start_counting()
+                if tracer is not None:
+                    tracer.start_counting()
                 say({"handled_at": max(delivered.values())})
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
                 # (every message is durable in this node's inbox by now, but the handler may lag behind)
@@ -244,8 +248,8 @@ def _node_main(node_dir: Path) -> None:
             count = max(1, int(rate * plan["half_seconds"]))
             start = time.time_ns() + 50_000_000
             cpu_h0 = cpu_with_helpers(os.getpid())
-            if _TRACER is not None:
-                _TRACER.start_counting()
+            if tracer is not None:
+                tracer.start_counting()
             i = 0
             while i < count:
                 # every message whose time has come (late ones too: their latency counts from their
@@ -277,7 +281,6 @@ def _node_main(node_dir: Path) -> None:
             )
             nursery.cancel_scope.cancel()
 
-    profile = os.environ.get("BENCH_P2P_PROFILE")
     if profile:  # cProfile of this node process (slows it down: for finding hot spots, not for figures)
         import cProfile
 
@@ -286,9 +289,8 @@ def _node_main(node_dir: Path) -> None:
         with cProfile.Profile(time.process_time) as prof:
             trio.run(run)
         prof.dump_stats(str(Path(profile) / f"{plan['role']}.pstats"))
-    elif trace_dir := os.environ.get("BENCH_P2P_TRACE"):
-        global _TRACER
-        tracer = _TRACER = _Tracer()
+    elif tracer is not None:
+        assert trace_dir is not None
         try:
             trio.run(run, instruments=[tracer])
         finally:
@@ -354,9 +356,6 @@ class _Tracer:
         else:
             cpu_ms = round((time.thread_time() - self._gc_cpu) * 1e3, 2)
             self.collections.append((time.time_ns(), info["generation"], cpu_ms, info["collected"]))
-
-
-_TRACER: _Tracer | None = None
 
 
 @functools.cache

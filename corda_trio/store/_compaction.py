@@ -249,8 +249,8 @@ class Compactor:
             # for its acks to stand for). Only those are read back (checked) to be copied.
             keep, kept_ids = index
             kept_acks = 0
-            if sum(length for _o, length in keep) == state.record_bytes() and keep:
-                state.dirty = False  # nothing to drop
+            if _nothing_to_drop(state, keep, is_first):
+                state.dirty = False
                 return 0
             data, header, old_seal, copy = b"", None, None, keep
             if keep:
@@ -295,8 +295,8 @@ class Compactor:
                     kept_acks += 1
             keep.sort()
             copy = keep
-            if sum(length for _o, length in keep) == state.record_bytes() and (keep or not is_first):
-                state.dirty = False  # nothing to drop (every ack still needed), or a stub that must stay
+            if _nothing_to_drop(state, keep, is_first):
+                state.dirty = False
                 return 0
         self._check()
         name = os.path.basename(state.path)
@@ -369,6 +369,12 @@ class Compactor:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(release_file, retired_fd)
         return old_size - new_size
+
+
+def _nothing_to_drop(state: SegmentState, keep: list[tuple[int, int]], is_first: bool) -> bool:
+    """Every record of ``state`` stays (every ack still needed), or it is a stub that must stay (not the
+    first segment): a rewrite would reclaim nothing."""
+    return sum(length for _o, length in keep) == state.record_bytes() and (bool(keep) or not is_first)
 
 
 def _read_kept(

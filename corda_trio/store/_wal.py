@@ -298,9 +298,8 @@ class DurableLog:
     _last_write: threading.Event | None = attrs.field(default=None, init=False)
     _jobs: int = attrs.field(default=0, init=False)
     _jobs_idle: trio.Event = attrs.field(factory=trio.Event, init=False)
-    #: the pending batch holds nothing but lazy acks (nobody waits on it: it is written with the next
-    #: batch someone waits on, or once ``_lazy_deadline`` passes)
-    _lazy_only: bool = attrs.field(default=False, init=False)
+    #: finite while the pending batch holds nothing but lazy acks (nobody waits on it): then it is written
+    #: with the next batch somebody waits on, or at this time (Trio's clock)
     _lazy_deadline: float = attrs.field(default=math.inf, init=False)
     #: the writer's wait for work, whose deadline is the lazy acks' (``None`` while it is not waiting)
     _writer_wait: trio.CancelScope | None = attrs.field(default=None, init=False)
@@ -365,7 +364,7 @@ class DurableLog:
         batch = self.pending
         mid = self.next_id
         buf = batch.buf
-        if not buf or self._lazy_only:
+        if not buf or self._lazy_deadline != math.inf:
             self._wake_for_waiter()  # the writer has something to take that somebody waits for
         batch.locs.append(append_enqueue_located(buf, mid, timestamp_ms, headers, payload, self.next_seq))
         self.next_seq += 1
@@ -430,29 +429,23 @@ class DurableLog:
             self.cache_bytes -= len(cached[0]) + len(cached[1])
         batch = self.pending
         if lazy:
+            batch.lazy_acks += 1
             if not batch.buf:
-                self._lazy_only = True
                 self._lazy_deadline = trio.current_time() + LAZY_ACK_SECONDS
                 if self._writer_wait is not None:
                     self._writer_wait.deadline = self._lazy_deadline
-            append_ack(batch.buf, message_id, self.next_seq)
-            self.next_seq += 1
-            batch.acks += 1
-            batch.lazy_acks += 1
-            return batch
-        if not batch.buf or self._lazy_only:
+        elif not batch.buf or self._lazy_deadline != math.inf:
             self._wake_for_waiter()
         append_ack(batch.buf, message_id, self.next_seq)
         self.next_seq += 1
         batch.acks += 1
-        if _waited(batch) >= self._start_at and self._jobs < self.config.pipeline_depth:
+        if not lazy and _waited(batch) >= self._start_at and self._jobs < self.config.pipeline_depth:
             self._try_start()
         return batch
 
     def _wake_for_waiter(self) -> None:
         """The pending batch gets a record somebody waits for: the writer has work now (and the lazy acks in
         it go with it, so their deadline is off: the writer must not wake for it again)."""
-        self._lazy_only = False
         self._lazy_deadline = math.inf
         self._work.set()
 
@@ -477,9 +470,8 @@ class DurableLog:
                     await self._work.wait()
                 self._writer_wait = None
                 self._work = trio.Event()
-                if self._lazy_only and trio.current_time() >= self._lazy_deadline:
-                    self._lazy_only = False  # the lazy acks' time has come: an ordinary batch now
-                    self._lazy_deadline = math.inf
+                if trio.current_time() >= self._lazy_deadline:
+                    self._lazy_deadline = math.inf  # the lazy acks' time has come: an ordinary batch now
                 if self._seal_requests:
                     await self._drain()
                     while self._seal_requests:
@@ -584,7 +576,6 @@ class DurableLog:
         assert batch is self.pending
         tail = self.tail
         self.pending = Batch()
-        self._lazy_only = False
         self._lazy_deadline = math.inf
         batch.launched_at = time.monotonic()
         batch.segment = tail
@@ -680,7 +671,8 @@ class DurableLog:
         # The next batch first (its write and sync start while we wake this one's appenders), if it
         # holds a cohort: the appenders about to be woken then refill the pending batch while the
         # other cohort's sync runs. (Lazy acks alone wait for their deadline or for company.)
-        started = self._lazy_only or (pending_records >= self._start_at and self._try_start())
+        lazy_only = self._lazy_deadline != math.inf
+        started = lazy_only or (pending_records >= self._start_at and self._try_start())
         if pending.buf and not started:
             self._work.set()
         if self.closing:
