@@ -127,7 +127,6 @@ def _ours(body: bytes, shape: str) -> tuple[Callable[[], bytes], Callable[[bytes
     next_ids = _ids()
     Int, Message, Header, Properties = amqp.Int, amqp.Message, amqp.Header, amqp.Properties
     Transfer, encode_frame, decode_frame = amqp.Transfer, amqp.encode_frame, amqp.decode_frame
-    decode_message = Message.decode
 
     def encode() -> bytes:
         delivery_id, message_id, seq = next_ids()
@@ -145,7 +144,7 @@ def _ours(body: bytes, shape: str) -> tuple[Callable[[], bytes], Callable[[bytes
 
     def decode(frame: bytes) -> Any:
         f = decode_frame(frame)
-        return f.channel, f.performative, decode_message(f.payload)
+        return f.channel, f.performative, f.message()
 
     return encode, decode
 

@@ -30,6 +30,7 @@ import attrs
 
 from . import _decode as D
 from ._errors import DecodeError, FramingError
+from ._messages import Message, _decode_message
 from ._performatives import PERFORMATIVES, SASL_FRAMES, Transfer
 
 __all__ = [
@@ -74,21 +75,70 @@ _ALLOWED: Final[dict[int, frozenset[type]]] = {
 }
 
 
-@attrs.frozen(slots=False)  # dict-based: the decoder fills __dict__ in one step (see _composite.py)
 class Frame:
-    """One decoded frame.
+    """One decoded frame (read-only; frames compare equal when all four attributes do).
 
     Attributes:
         type: :class:`FrameType` value (0 AMQP, 1 SASL).
         channel: the channel (session) number; 0 for SASL frames.
         performative: the decoded performative or SASL frame; ``None`` for an empty frame (heartbeat).
         payload: the bytes after the performative (the message bytes of a transfer; empty otherwise).
+
+    A frame from :func:`decode_frame` keeps the frame's bytes and the payload's offset in them, and copies
+    the payload out only when ``payload`` is first read; :meth:`message` decodes it where it lies.
     """
 
+    __match_args__ = ("type", "channel", "performative", "payload")
+    # The decoders build a frame with object.__new__ and one __dict__ (type, channel, performative, and
+    # either "payload" or the not yet copied "_buf"/"_at"); __getattr__ runs only for the latter's payload.
     type: int
     channel: int
     performative: Any
-    payload: bytes = b""
+
+    def __init__(self, type: int, channel: int, performative: Any, payload: bytes = b"") -> None:
+        _set_dict(self, "__dict__", {
+            "type": type, "channel": channel, "performative": performative, "payload": bytes(payload),
+        })  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        if name != "payload" or "_buf" not in d:
+            raise AttributeError(f"'Frame' object has no attribute {name!r}")
+        payload = d["payload"] = d.pop("_buf")[d.pop("_at") :]
+        return payload
+
+    def message(self) -> Message:
+        """The payload decoded as one whole message, as ``Message.decode(frame.payload)``.
+
+        Read straight from the frame's bytes when the payload was not copied out yet (a 64 KiB body is then
+        copied once, into the message, not twice); a :class:`DecodeError`'s offset then counts from the
+        start of the frame.
+        """
+        d = self.__dict__
+        if "_buf" in d:
+            return _decode_message(d["_buf"], d["_at"])
+        return _decode_message(d["payload"])
+
+    def _key(self) -> tuple[int, int, Any, bytes]:
+        return self.type, self.channel, self.performative, self.payload
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if type(other) is Frame else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Frame(type={self.type!r}, channel={self.channel!r}, performative={self.performative!r}, "
+            f"payload={self.payload!r})"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
+
+    def __delattr__(self, name: str) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
 
 
 def encode_frame(performative: Any, channel: int = 0, payload: bytes = b"") -> bytes:
@@ -281,9 +331,10 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
             except _FAILURES as exc:
                 raise D.as_decode_error(exc, data, pos) from None
             frame = _frame_new(Frame)
-            payload = data[end:] if end < size else b""
             _set_dict(frame, "__dict__", {
-                "type": ftype, "channel": channel, "performative": performative, "payload": payload,
+                "type": ftype, "channel": channel, "performative": performative, "_buf": data, "_at": end,
+            } if end < size else {
+                "type": ftype, "channel": channel, "performative": performative, "payload": b"",
             })  # fmt: skip
             return frame
     return _decode_body(data, size, doff, ftype, channel)

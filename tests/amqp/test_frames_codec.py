@@ -310,3 +310,37 @@ def test_large_frames_through_the_buffer_equal_a_whole_frame_decode() -> None:
                 got = buf.next_frame()
                 assert got == expected and type(got.payload) is bytes
             assert buf.buffered_bytes == 0
+
+
+def test_a_decoded_frame_reads_its_message_where_it_lies() -> None:
+    """decode_frame keeps the payload where it lies: message() decodes it there; payload is copied once."""
+    message = amqp.Message(properties=amqp.Properties(message_id="m-1"), body=bytes(range(256)) * 256)
+    transfer = amqp.Transfer(handle=0, delivery_id=7, delivery_tag=b"t")
+    raw = amqp.encode_frame(transfer, 5, message.encode())
+    frame = amqp.decode_frame(raw)
+    assert frame.message() == message  # before the payload was ever read
+    assert frame.payload == message.encode() and frame.payload is frame.payload  # copied out once, kept
+    assert frame.message() == message  # and from the copy
+    fresh = amqp.decode_frame(raw)
+    assert fresh == frame and hash(fresh) == hash(frame)  # equality reads the payload
+    assert amqp.Frame(0, 5, transfer, message.encode()) == frame
+    assert amqp.Frame(0, 5, transfer, b"other") != frame
+    assert repr(amqp.decode_frame(amqp.encode_frame(amqp.Close()))) == (
+        f"Frame(type=0, channel=0, performative={amqp.Close()!r}, payload=b'')"
+    )
+    assert amqp.decode_frame(amqp.encode_frame(amqp.Close())).message() == amqp.Message()
+    match amqp.decode_frame(raw):
+        case amqp.Frame(0, 5, amqp.Transfer(delivery_id=7), payload):
+            assert payload == message.encode()
+        case _:
+            pytest.fail("a frame's attributes match positionally")
+    with pytest.raises(AttributeError):
+        frame.payload = b""  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        fresh.unknown  # noqa: B018
+    # a damaged payload: the error's offset counts from the frame's first byte
+    head = raw[: -len(message.encode())]
+    bad = (len(head) + 4).to_bytes(4, "big") + head[4:] + b"\x00\x53\x99\x40"  # no such section
+    with pytest.raises(amqp.DecodeError) as info:
+        amqp.decode_frame(bad).message()
+    assert info.value.offset == len(head)
