@@ -14,7 +14,8 @@ acceptor keep it), one handler call at a time. For each message: claim its ``_AM
 :class:`Deduplicator` (a duplicate is acked and dropped), await its topic's handler, then, in a separate
 commit task so that the next message can be handled meanwhile, commit the id (and the handler's receipt)
 durably and only then ack the inbox message. Commits and acks are batched: whatever was handled while the
-previous group commit ran goes into the next one.
+previous group commit ran, or within :data:`COMMIT_HOLD_SECONDS` of the first message waiting, goes into the
+next one.
 
 No head-of-line blocking: a message whose topic has no handler yet, or whose handler raised, is *parked*
 (held, unacked, in memory) with the messages of its topic behind it, and the dispatcher goes on with the
@@ -81,6 +82,11 @@ HANDLER_RETRY_SECONDS: Final = 1.0
 #: Inbox messages the dispatcher takes between two checkpoints of its own, when they are at hand (handlers
 #: that wait checkpoint as they do).
 DISPATCH_BURST: Final = 64
+#: How long the commit task lets handled messages gather before it commits their ids (one group commit, one
+#: ``fdatasync``, for all of them). Handlers do not wait for it, only the inbox acks do. Without the hold, at
+#: moderate rates every handled message had a commit of its own, and the inbox's appends, which peers wait
+#: for, queued behind those syncs in the commit helper (bench/p2p at 3,500 msg/s: p99 16.6 -> 13.1 ms).
+COMMIT_HOLD_SECONDS: Final = 0.005
 
 #: ``async def handler(message) -> bytes | None``: the optional bytes are a receipt committed with the id.
 #: A handler may instead return a *deferred receipt*, ``async () -> bytes | None``: the dispatcher goes on
@@ -538,8 +544,11 @@ class MessagingService:
     ) -> None:
         """Commit the handled messages' ids (whatever has accumulated, in one group commit), then ack their
         inbox messages (lazily: the acks ride with the inbox's next group commit). An inbox message is acked
-        only after its id (and receipt) is durable; a duplicate needs no commit."""
+        only after its id (and receipt) is durable; a duplicate needs no commit. Cancelled during the hold,
+        the messages taken stay claimed and unacked (redelivered after a restart, as when cancelled during
+        the commit)."""
         async for first in done:
+            await trio.sleep(COMMIT_HOLD_SECONDS)  # let the messages handled meanwhile share the commit
             batch = [first, *_drain(done)]
             items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
             if items:

@@ -208,3 +208,43 @@ async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(tmp_path: Pat
         assert [m.data for m in moved] == [b"n%d" % i for i in range(32, 100)]  # nothing lost
         reasons = {tuple(d.headers.decode().split("\n")[:2]) async for d in dead.browse()}
         assert reasons == {(config.inbox, "amqp:not-found")}
+
+
+@pytest.mark.parametrize("hold", [0.0, 0.5])
+async def test_ids_of_messages_handled_within_the_hold_share_one_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: float
+) -> None:
+    """The commit task waits ``COMMIT_HOLD_SECONDS`` after the first handled message: what is handled
+    meanwhile shares its group commit (one sync for many ids, not one each); every id ends up committed."""
+    from corda_trio.messaging import _service
+
+    monkeypatch.setattr(_service, "COMMIT_HOLD_SECONDS", hold)
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme")
+        service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+        for i in range(20):
+            await service.send(service.create_message("t", b"%d" % i, dedup_id=f"id-{i}"), ME)
+        commits: list[int] = []
+        commit_many = messaging.Deduplicator.commit_many
+
+        async def counted(self: messaging.Deduplicator, items: list[tuple[str, bytes]]) -> None:
+            commits.append(len(items))
+            await commit_many(self, items)
+
+        monkeypatch.setattr(messaging.Deduplicator, "commit_many", counted)
+
+        async def handler(message: messaging.ReceivedMessage) -> bytes:
+            await trio.lowlevel.checkpoint()  # the commit task gets to run in between
+            return b"r" + message.data
+
+        service.add_message_handler("t", handler)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: not service.inbox.statistics().depth)
+        assert sum(commits) == 20
+        assert all(service.deduplicator.receipt(f"id-{i}") == b"r%d" % i for i in range(20))
+        if hold:
+            assert commits == [20]
+        else:
+            assert len(commits) > 1  # the control: without the hold, the first id commits on its own
+        nursery.cancel_scope.cancel()
