@@ -24,7 +24,9 @@ The same writer serves the node's local endpoint when the bridge runs in its own
 (:meth:`InboundAcceptor.pump_link` with ``user=None``): there the out-of-process acceptor has checked and
 stamped each message already, the writer checks it again (required headers, size, a validated user present)
 and stores it unchanged. ``inbox`` is anything with a ``name`` and an ``enqueue_many`` that returns once
-durable: the store's queue in the node, a link to the node's endpoint in a bridge process.
+durable: the store's queue in the node, a link to the node's endpoint in a bridge process. The float's tunnel
+stores what its float forwards with the same writer (:func:`take_arrivals`, :func:`store_checked`) and a
+check of its own.
 
 Cancellation at any checkpoint leaves unsettled deliveries unsettled: the sender sends them again.
 """
@@ -48,7 +50,15 @@ from corda_trio.messaging import (
     stamped_payload,
 )
 
-__all__ = ["AcceptorConfig", "InboundAcceptor", "Inbox"]
+__all__ = [
+    "AcceptorConfig",
+    "CheckDelivery",
+    "InboundAcceptor",
+    "Inbox",
+    "OnChecked",
+    "store_checked",
+    "take_arrivals",
+]
 
 log = logging.getLogger("corda_trio.bridge.inbound")
 
@@ -63,6 +73,72 @@ class Inbox(Protocol):
 
     async def enqueue_many(self, payloads: Sequence[bytes]) -> object:
         """Append in this order; return once durable (raise if not)."""
+
+
+#: ``check(payload) -> (sender, message as decoded, payload to store)``, or ``InvalidMessageError`` with the
+#: condition to reject the delivery with. ``sender`` is the legal name to count and hand over with the
+#: message, ``None`` when not known here (a local bridge's already stamped message).
+CheckDelivery = Callable[[bytes], tuple[str | None, amqp.Message, bytes]]
+#: Told each run of consecutive checked messages of one sender just before they are appended to the inbox
+#: (the payloads to store, the messages as decoded, the sender): ``MessagingService.remember_received``.
+OnChecked = Callable[[Sequence[bytes], Sequence[amqp.Message], str], None]
+
+
+async def take_arrivals(receiver: transport.Receiver) -> list[transport.Delivery]:
+    """The next delivery on ``receiver`` (waiting for it) and whatever else has arrived meanwhile, in order.
+
+    Raises:
+        trio.EndOfChannel: the link ended with nothing left to take.
+    """
+    batch = [await receiver.receive()]
+    while True:
+        try:
+            batch.append(receiver.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return batch
+
+
+async def store_checked(
+    receiver: transport.Receiver,
+    batch: Sequence[transport.Delivery],
+    inbox: Inbox | store.Queue,
+    check: CheckDelivery,
+    on_checked: OnChecked | None,
+    who: str,
+) -> tuple[dict[str | None, int], int]:
+    """Check each delivery of ``batch``, reject the bad ones with their condition (the link stays up), append
+    the good ones to ``inbox`` in one group commit and, only once that is durable, settle them ``accepted``.
+
+    Returns (messages stored by sender, messages rejected). ``who`` names the source in the log.
+    """
+    good: list[transport.Delivery] = []
+    payloads: list[bytes] = []
+    checked: list[tuple[str | None, amqp.Message]] = []
+    rejected = 0
+    for delivery in batch:
+        try:
+            sender, message, payload = check(delivery.payload)
+        except InvalidMessageError as exc:
+            rejected += 1
+            log.warning("%s: rejected a message: %s", who, exc.description)
+            await delivery.reject(exc.condition, exc.description)
+            continue
+        good.append(delivery)
+        payloads.append(payload)
+        checked.append((sender, message))
+    stored: dict[str | None, int] = {}
+    if good:
+        run = 0
+        for i in range(1, len(payloads) + 1):  # per run of consecutive messages of one sender
+            if i == len(payloads) or checked[i][0] != checked[run][0]:
+                sender = checked[run][0]
+                if on_checked is not None and sender is not None:
+                    on_checked(payloads[run:i], [m for _, m in checked[run:i]], sender)
+                stored[sender] = stored.get(sender, 0) + i - run
+                run = i
+        await inbox.enqueue_many(payloads)
+        await receiver.settle_many(good, amqp.Accepted())
+    return stored, rejected
 
 
 @attrs.frozen(kw_only=True)
@@ -87,7 +163,7 @@ class InboundAcceptor:
     port: int | None = None
     #: In the node: ``MessagingService.remember_received``, told each batch about to be stored (the stamped
     #: payloads, the messages as decoded and checked here, the user): the dispatcher need not decode again.
-    on_checked: Callable[[Sequence[bytes], Sequence[amqp.Message], str], None] | None = None
+    on_checked: OnChecked | None = None
     #: Counters: messages stored and accepted, messages rejected, links refused.
     accepted: int = 0
     rejected: int = 0
@@ -140,57 +216,37 @@ class InboundAcceptor:
         ``user``: the peer's TLS subject, stamped on each message; ``None`` for a trusted local bridge whose
         messages carry the stamp already (required).
         """
+        max_size = self.config.max_message_size
+
+        def check(payload: bytes) -> tuple[str | None, amqp.Message, bytes]:
+            try:
+                message = amqp.Message.decode(payload)
+            except amqp.DecodeError as exc:
+                raise InvalidMessageError("amqp:decode-error", f"malformed message: {exc}") from None
+            check_p2p_message(message, max_size=max_size, encoded_size=len(payload))
+            if user is not None:
+                return user, message, stamped_payload(payload, message, user)
+            if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
+                raise InvalidMessageError(
+                    "amqp:unauthorized-access",
+                    f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
+                )
+            return None, message, payload
+
+        who = user or "local bridge"
         try:
             while True:
                 try:
-                    batch = [await receiver.receive()]
+                    batch = await take_arrivals(receiver)
                 except trio.EndOfChannel:
                     return
-                while True:  # and whatever else has arrived meanwhile
-                    try:
-                        batch.append(receiver.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await self._store(receiver, batch, user)
+                stored, rejected = await store_checked(
+                    receiver, batch, self.inbox, check, self.on_checked, who
+                )
+                self.rejected += rejected
+                for sender, n in stored.items():
+                    self.accepted += n
+                    if sender is not None:
+                        self.accepted_by_peer[sender] = self.accepted_by_peer.get(sender, 0) + n
         except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.info("%s: link %s ended: %s", user, receiver.name, exc)
-
-    async def _store(
-        self, receiver: transport.Receiver, batch: list[transport.Delivery], user: str | None
-    ) -> None:
-        max_size = self.config.max_message_size
-        good: list[tuple[transport.Delivery, bytes]] = []
-        decoded: list[amqp.Message] = []
-        for delivery in batch:
-            try:
-                message = amqp.Message.decode(delivery.payload)
-                check_p2p_message(message, max_size=max_size, encoded_size=len(delivery.payload))
-                if user is not None:
-                    stamped = stamped_payload(delivery.payload, message, user)
-                else:
-                    stamped = delivery.payload
-                    if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
-                        raise InvalidMessageError(
-                            "amqp:unauthorized-access",
-                            f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
-                        )
-            except amqp.DecodeError as exc:
-                self.rejected += 1
-                await delivery.reject("amqp:decode-error", f"malformed message: {exc}")
-                continue
-            except InvalidMessageError as exc:
-                self.rejected += 1
-                log.warning("%s: rejected a message: %s", user, exc.description)
-                await delivery.reject(exc.condition, exc.description)
-                continue
-            good.append((delivery, stamped))
-            decoded.append(message)
-        if good:
-            payloads = [payload for _, payload in good]
-            if self.on_checked is not None and user is not None:
-                self.on_checked(payloads, decoded, user)
-            await self.inbox.enqueue_many(payloads)
-            await receiver.settle_many([delivery for delivery, _ in good], amqp.Accepted())
-            self.accepted += len(good)
-            if user is not None:
-                self.accepted_by_peer[user] = self.accepted_by_peer.get(user, 0) + len(good)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Final, final
 import attrs
 
 from corda_trio import amqp
+from corda_trio.messaging import InvalidMessageError
 
 __all__ = [
     "CONTROL_ADDRESS",
@@ -67,13 +68,10 @@ PEER_HEADER: Final = "float-peer"
 FORWARDED_SUBJECT: Final = "ForwardedDelivery"
 
 
-class ControlProtocolError(ValueError):
-    """A control message or envelope breaks the protocol; ``condition`` is the AMQP error to answer with."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
+class ControlProtocolError(InvalidMessageError):
+    """A control message or envelope breaks the protocol; ``condition`` is the AMQP error to answer with
+    (an :class:`~corda_trio.messaging.InvalidMessageError`: a forwarded delivery is refused as any bad message
+    is)."""
 
 
 def _str_list(value: Any) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ the float is *active* and forwarded deliveries are stored:
   passes the node's P2P checks, and a ``_AMQ_VALIDATED_USER`` it carries equals the claimed source; then
   it is stamped with it. Bad ones are settled ``rejected`` with the condition (the float passes that
   outcome to the peer); good ones are appended to the inbox in one group commit and settled ``accepted``
-  only when that returned, i.e. once durable.
+  only when that returned, i.e. once durable (the in-node acceptor's writer, ``_inbound.store_checked``,
+  with this check).
 
 Each message is decoded once on this side: the envelope's prefix is the same bytes for every delivery of one
 peer link, so :class:`~._control.EnvelopeReader` decodes it once per link; the stamp is added in place
@@ -39,7 +40,6 @@ from __future__ import annotations
 import logging
 import ssl
 import uuid
-from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -48,14 +48,13 @@ import trio
 from corda_trio import amqp, pki, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
-    InvalidMessageError,
     PeerResolver,
     check_p2p_message,
     stamped_payload,
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
-from .._inbound import Inbox
+from .._inbound import Inbox, OnChecked, store_checked, take_arrivals
 from .._outbound import _failure_unless_cancelled
 from ._control import (
     CONTROL_ADDRESS,
@@ -122,7 +121,7 @@ class FloatTunnel:
     #: In the node: ``MessagingService.remember_received``, told each run of checked messages from one
     #: sender just before they are stored (stamped payloads, the messages as decoded here, the sender), so
     #: that the dispatcher need not decode them again (as with the in-node acceptor).
-    on_checked: Callable[[Sequence[bytes], Sequence[amqp.Message], str], None] | None = None
+    on_checked: OnChecked | None = None
     #: The float in use (``(host, port)`` of its control port) and its public address, while active.
     active: tuple[str, int] | None = None
     public_address: tuple[str, int] | None = None
@@ -254,43 +253,14 @@ class FloatTunnel:
     async def _store(self, inbound: transport.Receiver) -> None:
         while True:
             try:
-                batch = [await inbound.receive()]
+                batch = await take_arrivals(inbound)
             except trio.EndOfChannel:
                 raise transport.AmqpConnectionError("the inbound link ended") from None
-            while True:  # and whatever else has arrived meanwhile
-                try:
-                    batch.append(inbound.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            good: list[transport.Delivery] = []
-            payloads: list[bytes] = []
-            checked: list[tuple[str, amqp.Message]] = []
-            for delivery in batch:
-                try:
-                    source, message, payload = self._check(delivery.payload)
-                except (ControlProtocolError, InvalidMessageError) as exc:
-                    self.rejected += 1
-                    log.warning("refused a forwarded delivery: %s", exc.description)
-                    await delivery.reject(exc.condition, exc.description)
-                    continue
-                good.append(delivery)
-                payloads.append(payload)
-                checked.append((source, message))
-            if good:
-                if self.on_checked is not None:
-                    self._hand_over(payloads, checked)
-                await self.inbox.enqueue_many(payloads)
-                await inbound.settle_many(good, amqp.Accepted())
-                self.stored += len(good)
-
-    def _hand_over(self, payloads: list[bytes], checked: list[tuple[str, amqp.Message]]) -> None:
-        """``on_checked`` once per run of consecutive messages from one sender."""
-        assert self.on_checked is not None
-        run = 0
-        for i in range(1, len(payloads) + 1):
-            if i == len(payloads) or checked[i][0] != checked[run][0]:
-                self.on_checked(payloads[run:i], [m for _, m in checked[run:i]], checked[run][0])
-                run = i
+            stored, rejected = await store_checked(
+                inbound, batch, self.inbox, self._check, self.on_checked, "a forwarded delivery"
+            )
+            self.rejected += rejected
+            self.stored += sum(stored.values())
 
     def validate(self, data: bytes) -> bytes:
         """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
