@@ -102,10 +102,17 @@ class Frame:
 
     def __getattr__(self, name: str) -> Any:
         d = self.__dict__
-        if name != "payload" or "_buf" not in d:
-            raise AttributeError(f"'Frame' object has no attribute {name!r}")
-        payload = d["payload"] = d.pop("_buf")[d.pop("_at") :]
-        return payload
+        if name == "payload":
+            try:
+                payload = d["payload"] = d["_buf"][d["_at"] :]
+            except KeyError:  # another thread copied it out meanwhile
+                if "payload" in d:
+                    return d["payload"]
+            else:
+                d.pop("_buf", None)  # the frame's bytes are not kept twice
+                d.pop("_at", None)
+                return payload
+        raise AttributeError(f"'Frame' object has no attribute {name!r}")
 
     def message(self) -> Message:
         """The payload decoded as one whole message, as ``Message.decode(frame.payload)``.
@@ -115,9 +122,10 @@ class Frame:
         start of the frame.
         """
         d = self.__dict__
-        if "_buf" in d:
-            return _decode_message(d["_buf"], d["_at"])
-        return _decode_message(d["payload"])
+        buf, at = d.get("_buf"), d.get("_at")
+        if buf is not None and at is not None:
+            return _decode_message(buf, at)
+        return _decode_message(self.payload)
 
     def _key(self) -> tuple[int, int, Any, bytes]:
         return self.type, self.channel, self.performative, self.payload

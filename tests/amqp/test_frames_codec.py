@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 
 from corda_trio import amqp
@@ -344,3 +347,34 @@ def test_a_decoded_frame_reads_its_message_where_it_lies() -> None:
     with pytest.raises(amqp.DecodeError) as info:
         amqp.decode_frame(bad).message()
     assert info.value.offset == len(head)
+
+
+def test_a_lazy_payload_read_from_many_threads_at_once_is_the_same_bytes() -> None:
+    """Frames are read-only values: reading a decoded frame's payload (or its message) from several threads
+    at the same moment gives every thread the same bytes, never an AttributeError or a KeyError."""
+    message = amqp.Message(body=bytes(range(256)) * 64)
+    raw = amqp.encode_frame(amqp.Transfer(handle=0, delivery_id=1, delivery_tag=b"t"), 0, message.encode())
+    failures: list[BaseException] = []
+
+    def read(frame: amqp.Frame, barrier: threading.Barrier, got: list[object]) -> None:
+        barrier.wait()
+        try:
+            got.append(frame.message() if len(got) % 2 else frame.payload)
+            got.append(frame.payload)
+        except Exception as exc:
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads switch as often as the interpreter allows: races show
+    try:
+        for _ in range(300):
+            frame, barrier, got = amqp.decode_frame(raw), threading.Barrier(4), []
+            threads = [threading.Thread(target=read, args=(frame, barrier, got)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not failures, failures[:3]
+            assert all(g == message or g == message.encode() for g in got) and len(got) == 8
+    finally:
+        sys.setswitchinterval(interval)
