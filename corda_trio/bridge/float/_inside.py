@@ -257,7 +257,7 @@ class FloatTunnel:
             except trio.EndOfChannel:
                 raise transport.AmqpConnectionError("the inbound link ended") from None
             stored, rejected = await store_checked(
-                inbound, batch, self.inbox, self._check, self.on_checked, "a forwarded delivery"
+                inbound, batch, self.inbox, self._check, self.on_checked, "float tunnel"
             )
             self.rejected += rejected
             self.stored += sum(stored.values())
