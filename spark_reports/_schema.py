@@ -73,6 +73,11 @@ class LoadedRecords:
     _spark: Any = attrs.field(alias="spark", repr=False)
     _inputs: InputSet = attrs.field(alias="inputs", repr=False)
 
+    @property
+    def has_text(self) -> bool:
+        """Some input is JSON lines (which each pass over the records parses again)."""
+        return bool(self._inputs.json_files)
+
     def locate(self) -> tuple[Any, Any | None]:
         """``(located, lines)``: ``located`` has the columns of :attr:`frame` plus ``_source`` / ``_block`` /
         ``_pos`` / ``_kind`` (where the record is; see ``_validate.py``) and ``_text_head`` / ``_text_len``

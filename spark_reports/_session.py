@@ -100,6 +100,10 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
+        # The report caches JSON input's parsed columns for its second pass (see ``_job.compute``); the
+        # in-memory cache's column encoders cost more CPU than the cache saves (10M JSON lines: 601 MB
+        # compressed, 668 MB not; the aggregate that fills it 117 s against 67 s of wall time).
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -188,6 +188,45 @@ def test_percentiles_counts_and_rates_match_exact_values(
     }
 
 
+def test_json_lines_are_parsed_once_and_the_cache_is_released(
+    spark: Any,
+    generated: tuple[Path, dict[str, list[rf.Record]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The follow-up over JSON lines reads the cache the main aggregate filled (every partition of it), and
+    the cache is gone when the job returns; Parquet input is read again instead (no cache)."""
+    from spark_reports import _job
+
+    def cached() -> list[tuple[int, int]]:
+        return [
+            (i.numCachedPartitions(), i.numPartitions())
+            for i in spark.sparkContext._jsc.sc().getRDDStorageInfo()
+        ]
+
+    seen: list[list[tuple[int, int]]] = []
+    real = _job._followup
+
+    def followup(*args: Any, **kwargs: Any) -> Any:
+        seen.append(cached())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_job, "_followup", followup)
+    out, runs = generated
+    result = compute(load_records(spark, discover_inputs([out])))
+    assert sum(g.count for g in result.groups) == sum(len(rs) for rs in runs.values())
+    assert len(seen) == 1 and len(seen[0]) == 1, seen
+    ((in_cache, partitions),) = seen[0]
+    assert in_cache == partitions > 0
+    assert cached() == []
+
+    seen.clear()
+    spark_reports.write_synthetic(spark, tmp_path / "syn", 5_000, run_id="syn-1", rate_per_second=5000.0)
+    compute(load_records(spark, discover_inputs([tmp_path / "syn"])))
+    assert seen == [[]]
+    assert cached() == []
+
+
 def test_report_html_tables_and_comparison(
     spark: Any, generated: tuple[Path, dict[str, list[rf.Record]]], tmp_path: Path
 ) -> None:
