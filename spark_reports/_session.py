@@ -6,12 +6,24 @@ openjdk-17-jre-headless). Everything the JVM must know at launch (driver memory,
 on the builder *before* the first ``getOrCreate()``; afterwards it cannot change. Logs are kept to errors by
 our own ``log4j2.properties`` plus ``setLogLevel("ERROR")``; the console progress bar is off. The same code
 runs against a cluster when ``master`` is a cluster URL.
+
+The driver JVM starts from a class-data-sharing archive (CDS, :func:`class_data_sharing`): the classes a
+report loads (Scala, Spark, Janino, ...) are mapped from one file instead of being parsed and verified again
+by every report. The first session that finds no archive has its JVM write one when it exits (we wait for
+that, then move the file into place); later sessions start from it (on the 2-core build machine: session
+start 17.7-20.4 s -> 9.2-9.7 s, the first query 9.1-10.7 s -> 3.5-4.2 s). The archive is a cache, kept
+per Java and PySpark installation under ``$XDG_CACHE_HOME/corda-trio/spark-cds`` (about 160 MB); a stale
+or damaged one is ignored by the JVM, which then loads classes the usual way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +36,7 @@ from ._errors import ReportEnvironmentError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkSettings", "find_java", "open_spark"]
+__all__ = ["ClassDataSharing", "SparkSettings", "class_data_sharing", "find_java", "open_spark"]
 
 LOG4J2_PROPERTIES: Final = Path(__file__).with_name("log4j2.properties")
 #: Default driver heap. In ``local`` mode the driver JVM also runs the executors, so this heap holds the
@@ -44,12 +56,15 @@ class SparkSettings:
         shuffle_partitions: ``spark.sql.shuffle.partitions``; a few per core is right for report-sized
             aggregates (Spark's default of 200 costs seconds of task overhead on a laptop).
         app_name: shown in the Spark UI of a cluster.
+        class_data_sharing: start the driver JVM from a class-data-sharing archive, written by the first
+            session that has none (see the module's docstring).
     """
 
     master: str = "local[*]"
     driver_memory: str = DEFAULT_DRIVER_MEMORY
     shuffle_partitions: int = 8
     app_name: str = "corda-trio-report"
+    class_data_sharing: bool = True
 
 
 def find_java() -> str:
@@ -85,15 +100,17 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     if active is not None:
         yield active
         return
-    find_java()
+    java = find_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     log_opt = f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES}"
+    cds = class_data_sharing(java) if settings.class_data_sharing and _launches_jvm() else None
+    driver_opts = f"{log_opt} {cds.java_options}" if cds else log_opt
     builder = (
         SparkSession.builder.master(settings.master)
         .appName(settings.app_name)
         .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.driver.extraJavaOptions", log_opt)
+        .config("spark.driver.extraJavaOptions", driver_opts)
         .config("spark.executor.extraJavaOptions", log_opt)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.ui.enabled", "false")
@@ -107,13 +124,100 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    completed = False
     try:
         yield spark
+        completed = True
     finally:
         spark.stop()
+        if cds is not None and cds.writes:
+            cds.finish(keep=completed)
+
+
+@attrs.frozen(kw_only=True)
+class ClassDataSharing:
+    """The driver JVM's class-data-sharing archive: read from :attr:`path`, or written to a temporary file
+    at the JVM's exit and moved to :attr:`path` (:meth:`finish`)."""
+
+    path: Path
+
+    @property
+    def writes(self) -> bool:
+        """No archive yet: this JVM writes one when it exits."""
+        return not self.path.is_file()
+
+    @property
+    def _temporary(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+
+    @property
+    def java_options(self) -> str:
+        """The driver's JVM options (CDS log lines off: the JVM prints them on stdout)."""
+        if self.writes:
+            return f"-XX:ArchiveClassesAtExit={self._temporary} -Xlog:cds*=off"
+        return f"-XX:SharedArchiveFile={self.path} -Xlog:cds*=off"
+
+    def finish(self, *, keep: bool, timeout: float = 120.0) -> None:
+        """Stop the session's JVM (its archive is written at exit) and move a complete archive into place.
+
+        ``keep=False`` (the session ended with an error or an interrupt): the JVM is killed at once and writes
+        nothing. A JVM that takes longer than ``timeout`` to exit is killed too; the next session tries again.
+        """
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+        if gateway is None or proc is None:
+            return
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        SparkContext._gateway = None  # a later session in this process launches a JVM of its own
+        SparkContext._jvm = None
+        try:
+            if not keep:
+                proc.kill()
+            elif proc.stdin is not None:
+                proc.stdin.close()  # the gateway JVM exits at the end of its stdin
+            proc.wait(timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        tmp = self._temporary
+        if keep and proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0:
+            os.replace(tmp, self.path)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def class_data_sharing(java: str) -> ClassDataSharing | None:
+    """The archive for ``java`` and the installed PySpark (``None`` when the cache directory is not writable).
+
+    The archive's name is a hash of the Java executable (resolved path, size, modification time) and of
+    PySpark's version and location, so an upgrade of either starts a new archive.
+    """
+    import pyspark
+
+    real = Path(java).resolve()
+    try:
+        st = real.stat()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        folder = Path(base) / "corda-trio" / "spark-cds"
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # no home directory, or a read-only one: start without sharing
+        return None
+    if not os.access(folder, os.W_OK):
+        return None
+    key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{pyspark.__version__}|{Path(pyspark.__file__).parent}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return ClassDataSharing(path=folder / f"spark-{pyspark.__version__}-{digest}.jsa")
+
+
+def _launches_jvm() -> bool:
+    """The next session starts a JVM (its options apply), rather than reusing this process's gateway."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None
 
 
 def _python() -> str:
-    import sys
-
     return sys.executable

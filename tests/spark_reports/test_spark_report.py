@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import random
 import re
 import subprocess
@@ -420,26 +421,41 @@ CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
 
 @pytest.mark.slow
 def test_cli_in_a_fresh_process_is_quiet(tmp_path: Path) -> None:
-    """A real `corda-trio report` process: its own Spark, errors-only logging, clear exit code."""
+    """A real `corda-trio report` process: its own Spark, errors-only logging, clear exit code. Run twice
+    with an empty cache: the first run's JVM writes the class-data-sharing archive as it exits (the process
+    waits for it, nothing is left running), the second starts from it; both are equally quiet."""
     _generate(tmp_path / "in", "proc", slowdown=1.0, seed=3, t0_ns=1_800_000_000_000_000_000)
-    proc = subprocess.run(
-        [sys.executable, "-c", CLI, "report", "--in", str(tmp_path / "in"),
-         "--out", str(tmp_path / "r.html"), "--master", "local[1]", "--driver-memory", "1g"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "r.html").exists()
-    # Only two lines are printed by the JVM itself, outside log4j's reach (see spark_reports/README.md).
-    jvm_notes = (
-        "WARNING: Using incubator modules: jdk.incubator.vector",
-        "Warning: Java versions > Java 11 can only operate in restricted mode",
-    )
-    noisy = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(jvm_notes)]
-    assert noisy == []
-    assert proc.stdout.startswith("report ") and "time: spark start" in proc.stdout
-    # the JVM's CPU time (the benchmark's steadier figure on a shared machine): it did the work, so > 0
-    cpu = re.search(r"^  cpu: Spark JVM ([0-9.]+) s$", proc.stdout, re.MULTILINE)
-    assert cpu is not None and float(cpu.group(1)) > 0, proc.stdout
+    cache = tmp_path / "cache"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    archives: list[tuple[Path, int]] = []
+    for run in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", CLI, "report", "--in", str(tmp_path / "in"),
+             "--out", str(tmp_path / f"r{run}.html"), "--master", "local[1]", "--driver-memory", "1g"],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / f"r{run}.html").exists()
+        # Only two lines are printed by the JVM itself, outside log4j's reach (see spark_reports/README.md).
+        jvm_notes = (
+            "WARNING: Using incubator modules: jdk.incubator.vector",
+            "Warning: Java versions > Java 11 can only operate in restricted mode",
+        )
+        noisy = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(jvm_notes)]
+        assert noisy == []
+        assert proc.stdout.startswith("report ") and "time: spark start" in proc.stdout
+        assert "cds" not in proc.stdout, proc.stdout
+        # the JVM's CPU time (the benchmark's steadier figure on a shared machine): it did the work, so > 0
+        cpu = re.search(r"^  cpu: Spark JVM ([0-9.]+) s$", proc.stdout, re.MULTILINE)
+        assert cpu is not None and float(cpu.group(1)) > 0, proc.stdout
+        files = sorted((cache / "corda-trio" / "spark-cds").iterdir())
+        assert len(files) == 1 and files[0].suffix == ".jsa", files  # no temporary file left
+        archives.append((files[0], files[0].stat().st_mtime_ns))
+        assert files[0].stat().st_size > 1_000_000
+        # nothing of the report's JVM outlives the report (it ran with the archive's path in its options)
+        left = subprocess.run(["pgrep", "-f", str(cache)], capture_output=True, text=True)
+        assert left.stdout.strip() == "", left.stdout
+    assert archives[0] == archives[1]  # the second run read the archive and left it as it was
 
 
 def test_size_class_expression_matches_python_at_every_power_of_two_edge(spark: Any) -> None:
