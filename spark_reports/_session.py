@@ -140,11 +140,8 @@ class ClassDataSharing:
     at the JVM's exit and moved to :attr:`path` (:meth:`finish`)."""
 
     path: Path
-
-    @property
-    def writes(self) -> bool:
-        """No archive yet: this JVM writes one when it exits."""
-        return not self.path.is_file()
+    #: No archive yet: this session's JVM writes one when it exits (decided once, before the JVM starts).
+    writes: bool
 
     @property
     def _temporary(self) -> Path:
@@ -190,7 +187,8 @@ class ClassDataSharing:
 
 
 def class_data_sharing(java: str) -> ClassDataSharing | None:
-    """The archive for ``java`` and the installed PySpark (``None`` when the cache directory is not writable).
+    """The archive for ``java`` and the installed PySpark (``None`` when the cache directory is not writable,
+    or its path holds white space).
 
     The archive's name is a hash of the Java executable (resolved path, size, modification time) and of
     PySpark's version and location, so an upgrade of either starts a new archive.
@@ -205,11 +203,12 @@ def class_data_sharing(java: str) -> ClassDataSharing | None:
         folder.mkdir(parents=True, exist_ok=True)
     except (OSError, RuntimeError):  # no home directory, or a read-only one: start without sharing
         return None
-    if not os.access(folder, os.W_OK):
-        return None
+    if not os.access(folder, os.W_OK) or any(c.isspace() for c in str(folder)):
+        return None  # Spark splits the JVM options at white space
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{pyspark.__version__}|{Path(pyspark.__file__).parent}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return ClassDataSharing(path=folder / f"spark-{pyspark.__version__}-{digest}.jsa")
+    path = folder / f"spark-{pyspark.__version__}-{digest}.jsa"
+    return ClassDataSharing(path=path, writes=not path.is_file())
 
 
 def _launches_jvm() -> bool:
