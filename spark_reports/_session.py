@@ -12,7 +12,7 @@ report loads (Scala, Spark, Janino, ...) are mapped from one file instead of bei
 by every report. The first session that finds no archive has its JVM write one when it exits (we wait for
 that, then move the file into place); later sessions start from it (on the 2-core build machine: session
 start 17.7-20.4 s -> 9.2-9.7 s, the first query 9.1-10.7 s -> 3.5-4.2 s). The archive is a cache, kept
-per Java and PySpark installation under ``$XDG_CACHE_HOME/corda-trio/spark-cds`` (about 160 MB); a stale
+per Java and PySpark installation under ``$XDG_CACHE_HOME/corda-trio/spark-cds`` (about 190 MB); a stale
 or damaged one is ignored by the JVM, which then loads classes the usual way.
 """
 
