@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +34,24 @@ def test_no_archive_where_it_cannot_be_given(tmp_path: Path, monkeypatch: pytest
     blocker.write_text("not a directory")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     assert class_data_sharing(find_java()) is None
+
+
+@pytest.mark.spark
+def test_a_failed_first_session_writes_no_archive_and_leaves_no_jvm(tmp_path: Path) -> None:
+    """The first session (it would write the archive) ends with an error: its JVM is killed, not waited for,
+    and neither an archive nor a temporary file is left (in a fresh process: no other session there)."""
+    cache = tmp_path / "cache"
+    script = (
+        "import spark_reports as r\n"
+        "with r.open_spark(r.SparkSettings(master='local[1]', driver_memory='1g')) as s:\n"
+        "    assert s.range(10).count() == 10\n"
+        "    raise SystemExit(3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert list((cache / "corda-trio" / "spark-cds").iterdir()) == []
+    left = subprocess.run(["pgrep", "-f", str(cache)], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
