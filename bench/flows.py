@@ -16,7 +16,9 @@ default), a checkpoint per transition on each side. Two phases, both in node A:
 CPU per flow on each side is the process's CPU time plus its commit helper's (from /proc) during the phase.
 With ``--records DIR`` one record per open-loop flow is written (``protocol_spec/bench-records.md``) for
 ``corda-trio report``. The last line printed is one JSON object (``flows_per_s``, ``p50_ms``, ``p99_ms``, CPU
-per flow each side, the load average before and after: the machine may be shared, which moves the figures).
+per flow each side, the load average before and after, and the mean cores of the machine that a hypervisor
+stole for other guests in each phase, ``steal_cores_closed`` / ``steal_cores_open``: the machine may be
+shared, which moves the figures).
 """
 
 from __future__ import annotations
@@ -34,14 +36,10 @@ from typing import Any
 
 from bench._harness import write_open_loop_run
 from corda_trio import messaging, pki, testing
-from corda_trio.testing import cpu_with_helpers
+from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average
 
 REPO = Path(__file__).resolve().parent.parent
 A_NAME, B_NAME = "O=FlowBenchA, L=London, C=GB", "O=FlowBenchB, L=Paris, C=FR"
-
-
-def _loadavg() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def _peer(name: str, key_hash: str, port: int) -> messaging.Peer:
@@ -94,7 +92,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     net = pki.NetworkCredentials.create(now=now)
     a = net.issue_node(pki.CordaX500Name.parse(A_NAME), now=now)
     b = net.issue_node(pki.CordaX500Name.parse(B_NAME), now=now)
-    load_before = _loadavg()
+    load_before = load_average()
     started_at = dt.datetime.now(dt.UTC)
     common = {
         "flow": "PingPong", "args": {"recipient": B_NAME, "rounds": args.rounds}, "wait_for_peers": 1,
@@ -126,6 +124,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             testing.write_peer_file(base / "peers.json", [b_peer, _peer(A_NAME, a_hash, a_port)])
             phases: dict[int, dict[str, Any]] = {}
             b_cpu: dict[int, float] = {}
+            machine: dict[int, Any] = {}  # phase -> the whole machine's CPU (a snapshot, then the means)
             while True:
                 line = _line(initiator)
                 if line == "done":
@@ -134,8 +133,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 k = int(words[1])
                 if words[2] == "start":
                     b_cpu[k] = cpu_with_helpers(responder.pid)
+                    machine[k] = MachineCpu()
                 elif words[2] == "done":
                     b_cpu[k] = cpu_with_helpers(responder.pid) - b_cpu[k]
+                    machine[k] = MachineCpu().since(machine[k])
                     phases[k] = json.loads(words[3])
             closed = phases[1]
             open_ = phases[2]
@@ -164,8 +165,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "fsync": "always (group commit, commit helper process), both nodes; checkpoints in the keyed log",
         "tls": "mutual TLS, network root",
         "loadavg_before": load_before,
-        "loadavg_after": _loadavg(),
+        "loadavg_after": load_average(),
         "cpus": os.cpu_count(),
+        # mean cores of the machine stolen by the hypervisor (for other guests) in the closed and open phases
+        "steal_cores_closed": machine[1]["steal_cores"],
+        "steal_cores_open": machine[2]["steal_cores"],
     }
     if args.records is not None:
         summary["records"] = write_open_loop_run(

@@ -45,7 +45,9 @@ Times are ``time.time_ns()`` in both processes (one machine, one clock). CPU per
 process time plus its commit helper's, read from /proc. Writes one record per message of phase 2
 (``protocol_spec/bench-records.md``) with ``--records DIR`` for ``corda-trio report``; the last line printed
 is one JSON object with ``msgs_per_s``, ``p50_ms``, ``p99_ms`` and the CPU figures. The machine may be shared:
-the JSON carries the load average before and after.
+the JSON carries the load average before and after, and the whole machine's CPU in each phase as mean cores:
+``steal_cores_phase1`` / ``steal_cores_half`` (time a hypervisor gave other guests: the nodes waited for a
+CPU then) and ``busy_cores_half``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corda_trio.testing import cpu_with_helpers
+from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average
 
 TOPIC = "bench.p2p"
 
@@ -225,6 +227,7 @@ def _node_main(node_dir: Path) -> None:
             # phase 1: closed loop, `senders` tasks back to back; done when all are durable at B (accepted)
             n, senders = plan["messages"], plan["senders"]
             cpu_a0 = cpu_with_helpers(os.getpid())
+            machine_a0 = MachineCpu()
             counter = iter(range(n))
 
             async def sender() -> None:
@@ -242,12 +245,14 @@ def _node_main(node_dir: Path) -> None:
             line = await trio.to_thread.run_sync(sys.stdin.readline)
             t1 = json.loads(line)["handled_at"]
             cpu_max = cpu_with_helpers(os.getpid()) - cpu_a0
+            machine_phase1 = MachineCpu().since(machine_a0)
             rate_max = n / ((t1 - t0) / 1e9)
             rate = plan.get("half_rate") or rate_max / 2
             # phase 2: open loop at half the measured rate
             count = max(1, int(rate * plan["half_seconds"]))
             start = time.time_ns() + 50_000_000
             cpu_h0 = cpu_with_helpers(os.getpid())
+            machine_h0 = MachineCpu()
             if tracer is not None:
                 tracer.start_counting()
             i = 0
@@ -266,6 +271,7 @@ def _node_main(node_dir: Path) -> None:
                     await trio.sleep(max(0.0, (start + int(i * 1e9 / rate) - time.time_ns()) / 1e9))
             await drained()
             cpu_half = cpu_with_helpers(os.getpid()) - cpu_h0
+            machine_half = MachineCpu().since(machine_h0)
             (node_dir / "sent.json").write_text(json.dumps({"created": created, "enqueued": enqueued}))
             say(
                 {
@@ -276,6 +282,8 @@ def _node_main(node_dir: Path) -> None:
                     "half_cpu_seconds": cpu_half,
                     "half_rate": rate,
                     "half_count": count,
+                    "machine_phase1": machine_phase1,
+                    "machine_half": machine_half,
                     "expect": 200 + n + count,
                 }
             )
@@ -371,10 +379,6 @@ def _body(dedup_id: str, size: int) -> bytes:
 # --- the orchestrator ---------------------------------------------------------------------------------------
 
 
-def _loadavg() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-
-
 def _write_node(base: Path, creds: Any, root: Any, plan: dict[str, Any]) -> Path:
     from corda_trio import pki
 
@@ -457,7 +461,7 @@ def run_benchmark(
     net = pki.NetworkCredentials.create(now=now)
     a = net.issue_node(pki.CordaX500Name.parse("O=BenchA, L=London, C=GB"), now=now)
     b = net.issue_node(pki.CordaX500Name.parse("O=BenchB, L=Paris, C=FR"), now=now)
-    load_before = _loadavg()
+    load_before = load_average()
     started_at = dt.datetime.now(dt.UTC)
     with tempfile.TemporaryDirectory(prefix="bench-p2p-") as tmp:
         base = Path(tmp)
@@ -530,8 +534,13 @@ def run_benchmark(
         "tls": "mutual TLS, network root",
         "path": "A -> float process -> tunnel (mutual TLS, tunnel PKI) -> B" if via_float else "A -> B",
         "loadavg_before": load_before,
-        "loadavg_after": _loadavg(),
+        "loadavg_after": load_average(),
         "cpus": os.cpu_count(),
+        # the whole machine during each phase (mean cores): on a virtual machine, time stolen by the
+        # hypervisor for other guests is time the nodes waited for a CPU
+        "steal_cores_phase1": a_done["machine_phase1"]["steal_cores"],
+        "steal_cores_half": a_done["machine_half"]["steal_cores"],
+        "busy_cores_half": a_done["machine_half"]["busy_cores"],
     }
     if float_cpu is not None:
         summary["cpu_us_per_msg_float_all"] = round(float_cpu / (total + 200) * 1e6, 1)
@@ -591,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         f"p99 {summary['p99_ms']} ms; CPU per message: sender {summary['cpu_us_per_msg_sender_phase1']} us "
         f"(at half load {summary['cpu_us_per_msg_sender_half']}), receiver "
         f"{summary['cpu_us_per_msg_receiver_all']} us (at half load "
-        f"{summary['cpu_us_per_msg_receiver_half']}); load average {summary['loadavg_before']}"
+        f"{summary['cpu_us_per_msg_receiver_half']}); load average {summary['loadavg_before']}; cores stolen "
+        f"by the hypervisor: {summary['steal_cores_phase1']} (phase 1), {summary['steal_cores_half']} "
+        "(half load)"
     )
     print(json.dumps(summary))
     return 0
@@ -630,7 +641,9 @@ def _compare_via_float(args: argparse.Namespace) -> int:
         result["per_round"] = [
             {k: r[k] for k in _PAIRED}
             | {"direct_msgs_per_s": r["direct"]["msgs_per_s"], "via_msgs_per_s": r["via_float"]["msgs_per_s"],
-               "direct_p99_ms": r["direct"]["p99_ms"], "via_p99_ms": r["via_float"]["p99_ms"]}
+               "direct_p99_ms": r["direct"]["p99_ms"], "via_p99_ms": r["via_float"]["p99_ms"],
+               "direct_steal_cores_half": r["direct"]["steal_cores_half"],
+               "via_steal_cores_half": r["via_float"]["steal_cores_half"]}
             for r in rounds
         ]  # fmt: skip
     print(

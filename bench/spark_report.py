@@ -12,8 +12,9 @@ Run ``python -m bench.spark_report [--records N] [--formats parquet,jsonl] [--ma
 
 The last line printed is JSON: ``records``, ``seconds`` per input format, the Spark JVM's CPU seconds per
 format (``jvm_cpu_seconds``, as the report prints them: on a shared machine a steadier measure of the work
-than the wall time, which grows with the other processes' load), and the machine's load average before and
-after (the machine is shared: say so when quoting the figures).
+than the wall time, which grows with the other processes' load), the machine's load average before and
+after, and ``steal_cores``: per format, the mean cores that a hypervisor stole for other guests while the
+report ran (the machine is shared: say so when quoting the figures).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from corda_trio.testing import MachineCpu, load_average
 
 #: The console script's entry point, run in a fresh interpreter.
 CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
@@ -76,25 +79,31 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="spark-report-bench-"))
     data = work / "records"
     try:
-        load_before = os.getloadavg()
+        load_before = load_average()
         gen_seconds = _generate(data, args.records, formats, args.master, args.driver_memory)
         seconds: dict[str, float] = {}
         cpu: dict[str, float | None] = {}
         stdout: dict[str, str] = {}
+        steal: dict[str, float] = {}  # mean cores stolen by the hypervisor while each report ran
         for fmt in formats:
             out = work / f"report-{fmt}.html"
             cmd = [sys.executable, "-c", CLI, "report", "--in", str(data / fmt), "--out", str(out),
                    "--master", args.master, "--driver-memory", args.driver_memory]  # fmt: skip
-            start = time.perf_counter()
+            start, machine = time.perf_counter(), MachineCpu()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             seconds[fmt] = round(time.perf_counter() - start, 2)
+            steal[fmt] = MachineCpu().since(machine)["steal_cores"]
             if proc.returncode != 0:
                 print(proc.stderr, file=sys.stderr)
                 return 1
             stdout[fmt] = proc.stdout.strip()
             found = re.search(r"^  cpu: Spark JVM ([0-9.]+) s$", stdout[fmt], re.MULTILINE)
             cpu[fmt] = float(found.group(1)) if found else None
-            print(f"{fmt}: {seconds[fmt]} s (target {TARGET_SECONDS[fmt]} s)\n  {stdout[fmt]}", flush=True)
+            print(
+                f"{fmt}: {seconds[fmt]} s (target {TARGET_SECONDS[fmt]} s; cores stolen by the hypervisor: "
+                f"{steal[fmt]})\n  {stdout[fmt]}",
+                flush=True,
+            )
         result = {
             "benchmark": "spark_report",
             "records": args.records,
@@ -104,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             "master": args.master,
             "driver_memory": args.driver_memory,
             "cpu_count": os.cpu_count(),
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "load_average_before": load_before,
+            "load_average_after": load_average(),
+            "steal_cores": steal,
             "generate_seconds": None if gen_seconds is None else round(gen_seconds, 1),
         }
         print(json.dumps(result))

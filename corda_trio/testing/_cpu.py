@@ -1,11 +1,12 @@
-"""CPU seconds of a process and its children, from /proc (Linux): what the benchmarks charge a node."""
+"""CPU seconds of a process and its children, from /proc (Linux): what the benchmarks charge a node; and
+how busy the whole machine was meanwhile."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["cpu_with_helpers"]
+__all__ = ["MachineCpu", "cpu_with_helpers", "load_average"]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -28,3 +29,39 @@ def cpu_with_helpers(pid: int) -> float:
             except OSError:
                 pass
     return total
+
+
+class MachineCpu:
+    """The whole machine's CPU time since boot, by state (``/proc/stat``, Linux), to tell how much of a
+    benchmark's window the machine really had: on a virtual machine the hypervisor *steals* time for other
+    guests, and a figure measured while a core's worth is stolen is not comparable with one measured on a
+    quiet host.
+
+    ``MachineCpu()`` takes a snapshot; ``later.since(earlier)`` gives the mean number of cores busy, idle
+    and stolen in between."""
+
+    __slots__ = ("busy", "idle", "steal")
+
+    def __init__(self) -> None:
+        with open("/proc/stat") as f:
+            # cpu  user nice system idle iowait irq softirq steal guest guest_nice (USER_HZ ticks)
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        user, nice, system, idle, iowait, irq, softirq, steal = ticks
+        self.busy = user + nice + system + irq + softirq
+        self.idle = idle + iowait
+        self.steal = steal
+
+    def since(self, earlier: MachineCpu) -> dict[str, float]:
+        """``busy_cores``, ``idle_cores`` and ``steal_cores``: means over the time since ``earlier``."""
+        deltas = (self.busy - earlier.busy, self.idle - earlier.idle, self.steal - earlier.steal)
+        total = sum(deltas)
+        cpus = os.cpu_count() or 1
+        if total <= 0:
+            return {"busy_cores": 0.0, "idle_cores": float(cpus), "steal_cores": 0.0}
+        busy, idle, steal = (round(d / total * cpus, 2) for d in deltas)
+        return {"busy_cores": busy, "idle_cores": idle, "steal_cores": steal}
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded to hundredths."""
+    return [round(x, 2) for x in os.getloadavg()]

@@ -29,6 +29,10 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
     assert summary["msgs_per_s"] > 0 and 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
     for key in ("cpu_us_per_msg_sender_phase1", "cpu_us_per_msg_sender_half", "cpu_us_per_msg_receiver_half"):
         assert summary[key] > 0, key
+    # how much of the machine the run had: the mean cores stolen by a hypervisor, busy at half load
+    cpus = summary["cpus"]
+    assert 0 <= summary["steal_cores_phase1"] <= cpus and 0 <= summary["steal_cores_half"] <= cpus
+    assert 0 < summary["busy_cores_half"] <= cpus
     (path,) = records.glob("*.records.jsonl")
     written = list(read_records(path))
     assert len(written) == summary["half_messages"] > 0
