@@ -228,20 +228,9 @@ async def serve_network_map(
         handler,  # type: ignore[arg-type]  # TCP listeners hand out SocketStreams
         listeners,
         max_connections=max_connections,
-        refuse=_refuse_over_capacity,
+        refuse=transport.refuse_with_http_503,
         task_status=task_status,
     )
-
-
-_OVER_CAPACITY: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"retry-after: 1\r\nconnection: close\r\ncontent-length: 39\r\n\r\n"
-    b"too many connections; try again later\r\n"
-)
-
-
-async def _refuse_over_capacity(stream: trio.abc.Stream) -> None:
-    await stream.send_all(_OVER_CAPACITY)
 
 
 async def _send(

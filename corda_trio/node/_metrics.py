@@ -233,9 +233,11 @@ class NodeCollector:
             calls.add_metric([method, outcome], n)
         conns = _gauge("rpc_connections", "Open RPC connections")
         conns.add_metric([], s.connections_open)
+        refused = _counter("rpc_connections_refused", "RPC connections answered 503: the limit was reached")
+        refused.add_metric([], s.connections_refused_total)
         logins = _counter("rpc_failed_logins", "RPC logins refused (wrong user or password)")
         logins.add_metric([], s.failed_logins_total)
-        yield from (calls, conns, logins)
+        yield from (calls, conns, refused, logins)
 
 
 async def serve_metrics(

@@ -269,6 +269,11 @@ async def connect(
                     disconnect_timeout=5,
                 )
             )
+        except trio_websocket.ConnectionRejected as exc:
+            said = (exc.body or b"").decode("utf-8", "replace").strip()[:200]
+            raise RpcConnectionError(
+                f"{url} refused the connection: HTTP {exc.status_code}" + (f" ({said})" if said else "")
+            ) from None
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, ValueError) as exc:
             raise RpcConnectionError(f"cannot connect to {url}: {exc}") from None
         async with _unwrapped():

@@ -18,6 +18,14 @@ function and sends one frame (measured in ``bench/rpc.py``).
 When a client disconnects, its connection's calls are cancelled: what a handler started elsewhere (a flow
 runs in the flow manager's nursery, not here) keeps running. :meth:`RpcServer.run` ends only by
 cancellation, which closes every connection (close code 1001, going away).
+
+Limits, so that clients cannot take the node's descriptors or memory: at most
+:attr:`RpcServer.max_connections` connections at once (counting those in their websocket handshake); one more
+is answered ``503 Service Unavailable`` and closed (counted in ``connections_refused_total``, logged at most
+once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``). The websocket handshake must be done within
+:data:`HANDSHAKE_TIMEOUT_SECONDS`, and the login within :attr:`RpcServer.login_timeout_seconds` of it, or the
+connection is closed (close code 1008, policy violation, with the reason). A logged-in client may stay idle
+as long as it likes (``flow watch`` does).
 """
 
 from __future__ import annotations
@@ -55,6 +63,14 @@ log = logging.getLogger("corda_trio.rpc.server")
 DEFAULT_MAX_CALLS_PER_CONNECTION: Final[int] = 256
 #: Failed logins after which the server closes the connection (the client may reconnect and pay again).
 MAX_FAILED_LOGINS: Final[int] = 3
+#: Connections served at once, by default (more are answered 503).
+DEFAULT_MAX_CONNECTIONS: Final[int] = 256
+#: Seconds a new connection has for its websocket handshake.
+HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Seconds a connection has, from its handshake, to log in (by default).
+DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Seconds the server waits for a client to answer its close.
+DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
 
 
 class RpcError(Exception):
@@ -95,6 +111,8 @@ ImmediateHandler = Callable[[Call], Any]
 class RpcServerStatistics:
     connections_open: int
     connections_total: int
+    #: connections answered 503 because :attr:`RpcServer.max_connections` were open
+    connections_refused_total: int
     failed_logins_total: int
     #: (method, outcome) -> count; outcome is ``ok`` or an error code. Unknown methods count as ``"?"``.
     calls_total: dict[tuple[str, str], int]
@@ -111,8 +129,11 @@ class RpcServer:
     max_calls_per_connection: int = DEFAULT_MAX_CALLS_PER_CONNECTION
     #: Handlers that answer at once (see the module docstring); a method is in ``handlers`` or here.
     immediate: Mapping[str, ImmediateHandler] = attrs.field(factory=dict)
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    login_timeout_seconds: float = DEFAULT_LOGIN_TIMEOUT_SECONDS
     _connections_open: int = 0
     _connections_total: int = 0
+    _connections_refused: int = 0
     _failed_logins: int = 0
     _calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
 
@@ -120,53 +141,88 @@ class RpcServer:
         return RpcServerStatistics(
             connections_open=self._connections_open,
             connections_total=self._connections_total,
+            connections_refused_total=self._connections_refused,
             failed_logins_total=self._failed_logins,
             calls_total=dict(self._calls),
         )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port."""
+        # (imported here: an RPC *client* needs none of the AMQP transport this pulls in)
+        from corda_trio.transport import listener_port, serve_listeners
+
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listener_port(listeners)
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(
-                functools.partial(
-                    trio_websocket.serve_websocket,
-                    self._handle,
-                    self.host,
-                    self.port,
-                    None,
-                    max_message_size=MAX_REQUEST_BYTES,
-                    receive_buffer_size=65536,
-                    message_queue_size=4,
-                    connect_timeout=10,
-                    disconnect_timeout=5,
-                )
+            serve = functools.partial(
+                serve_listeners,
+                self._serve_stream,
+                listeners,
+                max_connections=self.max_connections,
+                refuse=self._refuse,
             )
-            self.port = server.port
+            await nursery.start(serve)
             task_status.started(self.port)
 
-    async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        try:
-            ws = await request.accept()
-        except trio_websocket.ConnectionClosed:
-            return
-        self._connections_open += 1
-        self._connections_total += 1
-        try:
-            await self._serve_connection(ws)
-        except* trio_websocket.ConnectionClosed:
-            pass  # the client left while we answered
-        finally:
-            self._connections_open -= 1
+    async def _refuse(self, stream: trio.abc.Stream) -> None:
+        from corda_trio.transport import refuse_with_http_503
+
+        self._connections_refused += 1
+        await refuse_with_http_503(stream)
+
+    async def _serve_stream(self, stream: trio.abc.Stream) -> None:
+        """One connection: the websocket handshake (bounded), then :meth:`_serve_connection`."""
+        async with trio.open_nursery() as nursery:  # the connection's reader task
+            request = None
+            with trio.move_on_after(HANDSHAKE_TIMEOUT_SECONDS):
+                try:
+                    request = await trio_websocket.wrap_server_stream(
+                        nursery,
+                        stream,
+                        message_queue_size=4,
+                        max_message_size=MAX_REQUEST_BYTES,
+                        receive_buffer_size=65536,
+                    )
+                    ws = await request.accept()
+                except trio_websocket.ConnectionClosed:
+                    request = None
+            if request is None:  # no websocket came of it (timed out, garbage, gone)
+                nursery.cancel_scope.cancel()
+                return
+            self._connections_open += 1
+            self._connections_total += 1
+            try:
+                await self._serve_connection(ws)
+            except* trio_websocket.ConnectionClosed:
+                pass  # the client left while we answered
+            finally:
+                self._connections_open -= 1
+                with trio.move_on_after(DISCONNECT_TIMEOUT_SECONDS) as scope:
+                    scope.shield = True
+                    await ws.aclose()  # (ends the reader task too)
+                nursery.cancel_scope.cancel()
 
     async def _serve_connection(self, ws: trio_websocket.WebSocketConnection) -> None:
         send = _Sender(ws)
         user: RpcUser | None = None
         failed = 0
         slots = trio.Semaphore(self.max_calls_per_connection)
+        login_deadline = trio.current_time() + self.login_timeout_seconds
         async with trio.open_nursery() as calls:
             while True:
                 try:
-                    data = await ws.get_message()
+                    if user is None:
+                        with trio.move_on_at(login_deadline) as waiting:
+                            data = await ws.get_message()
+                        if waiting.cancelled_caught:
+                            reason = f"not logged in within {self.login_timeout_seconds:g} s"
+                            log.info("RPC connection closed: %s", reason)
+                            await ws.aclose(code=1008, reason=reason)
+                            break
+                    else:
+                        data = await ws.get_message()
                 except trio_websocket.ConnectionClosed:
                     break
                 try:

@@ -50,6 +50,7 @@ from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES
 from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
 from ._serve import HandshakeLimit as HandshakeLimit
 from ._serve import listener_port as listener_port
+from ._serve import refuse_with_http_503 as refuse_with_http_503
 from ._serve import serve_amqp as serve_amqp
 from ._serve import serve_listeners as serve_listeners
 from ._socks import SocksError as SocksError
@@ -86,6 +87,7 @@ __all__ = [
     "open_amqp_connection",
     "open_amqp_over_stream",
     "open_socks_stream",
+    "refuse_with_http_503",
     "secure_stream",
     "serve_amqp",
     "serve_listeners",

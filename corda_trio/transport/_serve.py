@@ -48,6 +48,7 @@ __all__ = [
     "SERVER_SASL_MECHANISMS",
     "HandshakeLimit",
     "listener_port",
+    "refuse_with_http_503",
     "serve_amqp",
     "serve_listeners",
 ]
@@ -148,6 +149,19 @@ async def serve_listeners(
         for listener in listeners:
             nursery.start_soon(_accept_loop, listener, serve_one, slots, nursery, refuse)
         task_status.started(listeners)
+
+
+_OVER_CAPACITY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: 39\r\n\r\n"
+    b"too many connections; try again later\r\n"
+)
+
+
+async def refuse_with_http_503(stream: trio.abc.Stream) -> None:
+    """``refuse`` for :func:`serve_listeners` in front of an HTTP (or websocket) server: a ``503 Service
+    Unavailable`` answer with ``retry-after: 1``, whatever the client sent."""
+    await stream.send_all(_OVER_CAPACITY)
 
 
 class _Slots:

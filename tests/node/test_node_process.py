@@ -110,6 +110,7 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
             "corda_trio_rpc_calls_total,method=ping,outcome=ok", 0
         )
         assert after["corda_trio_node_draining"] == 1
+        assert after["corda_trio_rpc_connections_refused_total"] == 0  # (the RPC connection limit's count)
 
         # Abuse over the real node's RPC port: each gets its error or its answer, the node stays up.
         async with trio_websocket.open_websocket_url(alice.rpc_url) as ws:

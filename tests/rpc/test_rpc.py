@@ -74,10 +74,11 @@ class Work:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[tuple[str, Work]]:
+async def serving(**limits: Any) -> AsyncIterator[tuple[str, Work]]:
     async with trio.open_nursery() as nursery:
         work = Work(nursery)
         server = rpc.RpcServer(
+            **limits,
             handlers={
                 "start_flow": work.start_flow,
                 "queue_statistics": work.crash,
@@ -221,6 +222,68 @@ async def test_too_many_failed_logins_close_the_connection() -> None:
             with pytest.raises(trio_websocket.ConnectionClosed) as info:
                 await ws.get_message()
             assert info.value.reason.code == 1008
+
+
+async def test_over_the_connection_limit_a_client_is_refused_with_503_until_a_slot_frees() -> None:
+    async with serving(max_connections=2) as (url, _):
+        async with rpc.connect(url, "admin", PASSWORD) as first, rpc.connect(url, "reader", PASSWORD):
+            with pytest.raises(rpc.RpcConnectionError) as info:
+                async with rpc.connect(url, "admin", PASSWORD):
+                    pass
+            assert str(info.value) == (
+                f"unavailable: {url} refused the connection: HTTP 503 (too many connections; try again later)"
+            )
+            # a raw TCP client over the limit gets the same answer, then end of file
+            port = int(url.rsplit(":", 1)[1])
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                answer = b""
+                with trio.fail_after(10):
+                    while chunk := await stream.receive_some():
+                        answer += chunk
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+            assert await first.ping() == "pong"  # the ones in are served as before
+        with trio.fail_after(10):  # both left: there is room again
+            while True:
+                try:
+                    async with rpc.connect(url, "admin", PASSWORD) as client:
+                        assert await client.ping() == "pong"
+                        break
+                except rpc.RpcConnectionError:  # (the slots are given back as the server closes them)
+                    await trio.sleep(0.05)
+
+
+async def test_a_connection_that_does_not_log_in_in_time_is_closed_with_1008() -> None:
+    async with serving(login_timeout_seconds=0.5) as (url, _):
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            async with trio_websocket.open_websocket_url(url) as ws:
+                with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as info:
+                    await ws.get_message()  # says nothing: closed at the deadline
+                assert info.value.reason.code == 1008
+                assert info.value.reason.reason == "not logged in within 0.5 s"
+            await trio.sleep(0.6)
+            assert await client.ping() == "pong"  # logged in: may stay idle past the deadline
+
+
+async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from corda_trio.rpc import _server
+
+    monkeypatch.setattr(_server, "HANDSHAKE_TIMEOUT_SECONDS", 0.3)
+    async with serving(max_connections=1) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")  # ... and never the rest
+            with trio.fail_after(10):
+                assert await stream.receive_some() == b""  # closed at the handshake deadline
+        with trio.fail_after(10):
+            while True:
+                try:
+                    async with rpc.connect(url, "admin", PASSWORD) as client:
+                        assert await client.ping() == "pong"
+                        break
+                except rpc.RpcConnectionError:
+                    await trio.sleep(0.05)
 
 
 async def test_a_client_vanishing_mid_call_leaves_the_work_running() -> None:
