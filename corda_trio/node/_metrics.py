@@ -27,6 +27,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from corda_trio import transport
+
 if TYPE_CHECKING:
     from ._node import Node
 
@@ -58,6 +60,9 @@ FLOW_DURATION_BUCKETS: Final = (
 MAX_REQUEST_BYTES: Final[int] = 16 * 1024
 #: Time a client has to send its request.
 REQUEST_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Scrapes served at once; one more is answered 503 (a scraper needs one or two: this bounds the descriptors a
+#: flood of connections can take from the node).
+MAX_CONNECTIONS: Final[int] = 32
 
 
 @attrs.define(eq=False)
@@ -247,11 +252,22 @@ async def serve_metrics(
     *,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``GET /metrics`` (``exposition()``) on ``host:port`` until cancelled; reports the bound port."""
+    """Serve ``GET /metrics`` (``exposition()``) on ``host:port`` until cancelled; reports the bound port.
+
+    At most :data:`MAX_CONNECTIONS` at once, each for at most :data:`REQUEST_TIMEOUT_SECONDS`; one more is
+    answered ``503`` (``transport.serve_listeners``: refusals and a lack of descriptors are logged at most
+    once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(functools.partial(trio.serve_listeners, _handler(exposition), listeners))
+        serve = functools.partial(
+            transport.serve_listeners,
+            _handler(exposition),
+            listeners,
+            max_connections=MAX_CONNECTIONS,
+            refuse=transport.refuse_with_http_503,
+        )
+        await nursery.start(serve)
         task_status.started(bound)
 
 

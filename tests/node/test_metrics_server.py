@@ -1,0 +1,54 @@
+"""The /metrics endpoint's own limits: connections at once (503 beyond), time to send a request."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from corda_trio.node import _metrics
+
+
+async def _get(port: int, request: bytes = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n") -> bytes:
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(request)
+        answer = b""
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some():
+                answer += chunk
+                if b"\r\n\r\n" in answer and answer.endswith(b"up 1\n"):
+                    break
+    return answer
+
+
+async def test_over_the_connection_limit_a_scrape_gets_503_and_the_next_is_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_metrics, "MAX_CONNECTIONS", 2)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+        idle = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]  # say nothing
+        await trio.sleep(0.2)  # (both accepted)
+        refused = await _get(port)
+        assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+        for stream in idle:
+            await stream.aclose()
+        with trio.fail_after(10):
+            while True:  # (until the server has seen the idle ones go)
+                answer = await _get(port)
+                if answer.startswith(b"HTTP/1.1 200"):
+                    break
+                await trio.sleep(0.05)
+        assert answer.endswith(b"up 1\n")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_sends_no_request_is_closed_at_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_metrics, "REQUEST_TIMEOUT_SECONDS", 0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            with trio.fail_after(10):
+                assert await stream.receive_some() == b""
+        nursery.cancel_scope.cancel()
