@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 import trio
 
 from corda_trio.node import _metrics
+
+
+@contextlib.asynccontextmanager
+async def serving(monkeypatch: pytest.MonkeyPatch, **limits: float) -> AsyncIterator[int]:
+    """A metrics server whose exposition is ``up 1`` with these module limits; yields its port."""
+    for name, value in limits.items():
+        monkeypatch.setattr(_metrics, name, value)
+    async with trio.open_nursery() as nursery:
+        yield await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+        nursery.cancel_scope.cancel()
 
 
 async def _get(port: int, request: bytes = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n") -> bytes:
@@ -23,9 +36,7 @@ async def _get(port: int, request: bytes = b"GET /metrics HTTP/1.1\r\nhost: x\r\
 async def test_over_the_connection_limit_a_scrape_gets_503_and_the_next_is_served(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_metrics, "MAX_CONNECTIONS", 2)
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+    async with serving(monkeypatch, MAX_CONNECTIONS=2) as port:
         idle = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]  # say nothing
         await trio.sleep(0.2)  # (both accepted)
         refused = await _get(port)
@@ -39,16 +50,12 @@ async def test_over_the_connection_limit_a_scrape_gets_503_and_the_next_is_serve
                     break
                 await trio.sleep(0.05)
         assert answer.endswith(b"up 1\n")
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_client_that_sends_no_request_is_closed_at_the_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_metrics, "REQUEST_TIMEOUT_SECONDS", 0.3)
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+    async with serving(monkeypatch, REQUEST_TIMEOUT_SECONDS=0.3) as port:
         async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
             with trio.fail_after(10):
                 assert await stream.receive_some() == b""
-        nursery.cancel_scope.cancel()
