@@ -71,6 +71,9 @@ HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
 DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
 #: Seconds the server waits for a client to answer its close.
 DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
+#: The same when the server is going down (cancelled): a client on a working network answers within a round
+#: trip; a silent one is not waited for longer (a node stopped "at once" stops at once).
+GOING_AWAY_TIMEOUT_SECONDS: Final[float] = 0.5
 
 
 class RpcError(Exception):
@@ -175,7 +178,7 @@ class RpcServer:
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         """One connection: the websocket handshake (bounded), then :meth:`_serve_connection`."""
         async with trio.open_nursery() as nursery:  # the connection's reader task
-            request = None
+            ws = None
             with trio.move_on_after(HANDSHAKE_TIMEOUT_SECONDS):
                 try:
                     request = await trio_websocket.wrap_server_stream(
@@ -187,21 +190,25 @@ class RpcServer:
                     )
                     ws = await request.accept()
                 except trio_websocket.ConnectionClosed:
-                    request = None
-            if request is None:  # no websocket came of it (timed out, garbage, gone)
+                    pass
+            if ws is None:  # no websocket came of it (timed out, garbage, gone)
                 nursery.cancel_scope.cancel()
                 return
             self._connections_open += 1
             self._connections_total += 1
+            going_away = True  # unless the connection ends by itself: the server is going down
             try:
                 await self._serve_connection(ws)
+                going_away = False
             except* trio_websocket.ConnectionClosed:
-                pass  # the client left while we answered
+                going_away = False  # the client left while we answered
             finally:
                 self._connections_open -= 1
-                with trio.move_on_after(DISCONNECT_TIMEOUT_SECONDS) as scope:
+                bound = GOING_AWAY_TIMEOUT_SECONDS if going_away else DISCONNECT_TIMEOUT_SECONDS
+                with trio.move_on_after(bound) as scope:
                     scope.shield = True
-                    await ws.aclose()  # (ends the reader task too)
+                    # (also ends the reader task)
+                    await (ws.aclose(1001, "server going away") if going_away else ws.aclose())
                 nursery.cancel_scope.cancel()
 
     async def _serve_connection(self, ws: trio_websocket.WebSocketConnection) -> None:

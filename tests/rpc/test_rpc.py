@@ -286,6 +286,27 @@ async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
                     await trio.sleep(0.05)
 
 
+async def test_the_server_going_down_closes_its_connections_with_1001() -> None:
+    server = rpc.RpcServer(handlers={}, users=rpc.UserDatabase.of(USERS))
+    scope = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await server.run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(run)
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{port}") as ws:
+            await ws.send_message(
+                msgpack.packb({"id": 1, "method": "login", "args": {"user": "admin", "password": PASSWORD}})
+            )
+            assert "ok" in _unpack(await ws.get_message())
+            scope.cancel()
+            with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as info:
+                await ws.get_message()
+            assert info.value.reason.code == 1001
+
+
 async def test_a_client_vanishing_mid_call_leaves_the_work_running() -> None:
     async with serving() as (url, work):
         async with rpc.connect(url, "admin", PASSWORD) as client:
