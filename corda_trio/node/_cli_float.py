@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ from corda_trio import pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
-from ._config import ConfigError, KeyPassphrase
+from ._config import ConfigError, KeyPassphrase, _read_toml
 from ._heap import freeze_startup_heap
 
 __all__ = ["load_float_config", "register"]
@@ -162,11 +161,9 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         CliError: (exit 2) the file is missing or not TOML, or a key is missing or wrong; one line naming it.
     """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}", 2) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"{path}: not valid TOML: {exc}", 2) from None
+        raw = _read_toml(path)
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
     t = _Toml(path, raw)
     for section in raw:
         if section not in ("control", "public", "tls", "audit"):

@@ -141,13 +141,18 @@ class KeyPassphrase:
             value = (os.environ if environ is None else environ).get(self.env, "")
             if not value:
                 raise ConfigError(f"environment variable {self.env} (the key passphrase) is not set")
-            return value.encode()
+            # (bytes that are not UTF-8 reach os.environ as surrogate escapes: the passphrase's own bytes)
+            return value.encode("utf-8", "surrogateescape")
         assert self.file is not None
         try:
             mode = self.file.stat().st_mode
             value = self.file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read passphrase file {str(self.file)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"passphrase file {str(self.file)!r} is not UTF-8 text (byte {exc.start})"
+            ) from None
         if mode & 0o077:
             raise ConfigError(f"passphrase file {str(self.file)!r} must not be readable by group or others")
         if not value:

@@ -66,6 +66,8 @@ def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCred
     for name, text, mode in [("pass", "s3cret", 0o600), ("wrong", "nope", 0o600), ("open", "s3cret", 0o644)]:
         (tmp_path / name).write_text(text + "\n")
         (tmp_path / name).chmod(mode)
+    (tmp_path / "binary").write_bytes(b"\xeb\x01\n")  # not UTF-8 text
+    (tmp_path / "binary").chmod(0o600)
     return tmp_path
 
 
@@ -94,6 +96,7 @@ ENCRYPTED = 'key = "enc.key"\n'
             "key 'tls.node.passphrase_file': passphrase file",
         ),
         (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "none"'), "cannot read passphrase file"),
+        (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "binary"'), "is not UTF-8 text (byte 0)"),
         (
             ('key = "tls.key"', ENCRYPTED + 'passphrase_env = "CORDA_TRIO_FLOAT_TEST_UNSET"'),
             "key 'tls.node.passphrase_env': environment variable CORDA_TRIO_FLOAT_TEST_UNSET",
@@ -114,6 +117,15 @@ def test_configuration_errors_are_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_configuration_that_is_not_utf8_is_one_line_and_exit_2(float_dir: Path) -> None:
+    good = CONFIG.replace("{port}", "0").encode()
+    (float_dir / "float.toml").write_bytes(good + b"# \xff\n")
+    done = cli("float", "start", "--config", str(float_dir / "float.toml"))
+    assert done.returncode == 2, done.stderr
+    expected = f"{float_dir / 'float.toml'}: not valid TOML: not UTF-8 text (byte {len(good) + 2})"
+    assert done.stderr.strip().splitlines() == [f"corda-trio: error: {expected}"], done.stderr
 
 
 @pytest.mark.parametrize("key", ["plain", "encrypted"])

@@ -218,3 +218,19 @@ def test_cli_reports_a_bad_config_in_one_line_with_exit_2(tmp_path: Path) -> Non
         missing.stderr.strip()
         == f"corda-trio: error: {tmp_path / 'nope' / 'node.toml'}: configuration file not found"
     )
+
+
+def test_a_passphrase_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "passphrase"
+    path.write_bytes(b"\xeb\x01secret\n")
+    path.chmod(0o600)
+    with pytest.raises(_config.ConfigError) as info:
+        _config.KeyPassphrase(file=path).read()
+    assert str(info.value) == f"passphrase file {str(path)!r} is not UTF-8 text (byte 0)"
+
+
+def test_a_passphrase_variable_with_bytes_that_are_not_utf8_gives_those_bytes() -> None:
+    # (os.environ holds such bytes as surrogate escapes, as Python decodes the environment)
+    environ = {"PASS": b"\xebsecret".decode("utf-8", "surrogateescape")}
+    assert _config.KeyPassphrase(env="PASS").read(environ) == b"\xebsecret"
+    assert _config.KeyPassphrase(env="PASS").read({"PASS": "s3cret"}) == b"s3cret"
