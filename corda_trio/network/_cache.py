@@ -102,19 +102,31 @@ MapEvent = NodeAdded | NodeRemoved | NodeChanged | NetworkParametersChanged
 
 
 class NodeInfoCache:
-    """SQLite cache of signed NodeInfos by legal name, plus the last accepted network parameters."""
+    """SQLite cache of signed NodeInfos by legal name, plus the last accepted network parameters.
+
+    It is a cache: everything in it comes back from the network map and the node-info directory (and is
+    verified again when loaded). A damaged file (not a database, or one that fails SQLite's quick check) is
+    therefore moved aside, as ``<name>.damaged-<UTC time>`` with its ``-wal`` / ``-shm`` files, with a
+    warning, and the cache starts empty.
+
+    Raises:
+        sqlite3.Error: the file cannot be opened for another reason (a directory, no permission, ...).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(
-            "CREATE TABLE IF NOT EXISTS node_infos (legal_name TEXT PRIMARY KEY, hash TEXT NOT NULL, "
-            "signed BLOB NOT NULL);"
-            "CREATE TABLE IF NOT EXISTS parameters (id INTEGER PRIMARY KEY CHECK (id = 1), "
-            "hash TEXT NOT NULL, signed BLOB NOT NULL);"
-        )
+        try:
+            self._db = _open_cache(path)
+        except _DamagedCacheError as exc:
+            aside = _move_aside(Path(path))
+            log.warning(
+                "network map cache %s is damaged (%s): moved aside to %s; it is rebuilt from the network map "
+                "and the node-info directory",
+                path,
+                exc,
+                aside,
+            )
+            self._db = _open_cache(path)
 
     def close(self) -> None:
         with self._lock:
@@ -150,6 +162,54 @@ class NodeInfoCache:
             self._db.execute(
                 "INSERT OR REPLACE INTO parameters (id, hash, signed) VALUES (1, ?, ?)", (hash_hex, signed)
             )
+
+
+class _DamagedCacheError(Exception):
+    """The cache's file is not a database, or a damaged one."""
+
+
+def _open_cache(path: str | Path) -> sqlite3.Connection:
+    """Open (or create) the cache database.
+
+    Raises:
+        _DamagedCacheError: the file is not a database or fails SQLite's quick check.
+        sqlite3.Error: it cannot be opened for another reason.
+    """
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(
+            "CREATE TABLE IF NOT EXISTS node_infos (legal_name TEXT PRIMARY KEY, hash TEXT NOT NULL, "
+            "signed BLOB NOT NULL);"
+            "CREATE TABLE IF NOT EXISTS parameters (id INTEGER PRIMARY KEY CHECK (id = 1), "
+            "hash TEXT NOT NULL, signed BLOB NOT NULL);"
+        )
+        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if exc.sqlite_errorcode in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            raise _DamagedCacheError(str(exc)) from None
+        raise
+    except BaseException:
+        db.close()
+        raise
+    if problems != ["ok"]:
+        db.close()
+        raise _DamagedCacheError(f"quick check: {'; '.join(problems[:3])}")
+    return db
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename the damaged database ``path`` (and its write-ahead log files); returns its new name."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            extra.rename(aside.with_name(aside.name + suffix))
+    path.rename(aside)
+    return aside
 
 
 def _utcnow() -> dt.datetime:

@@ -33,6 +33,7 @@ import json
 import logging
 import logging.handlers
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -418,7 +419,10 @@ class Node:
         except network.NetworkMapError as exc:
             raise NodeStartError(f"our own NodeInfo does not verify: {exc}") from None
         cfg.node_info_cache.parent.mkdir(parents=True, exist_ok=True)
-        cache = network.NodeInfoCache(cfg.node_info_cache)
+        try:
+            cache = network.NodeInfoCache(cfg.node_info_cache)
+        except (sqlite3.Error, OSError) as exc:
+            raise NodeStartError(f"cannot open the network map cache {cfg.node_info_cache}: {exc}") from None
         send, receive = trio.open_memory_channel[network.MapEvent](256)
         self.updater = network.NetworkMapUpdater(
             trust_root=material.trust_root,

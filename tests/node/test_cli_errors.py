@@ -54,6 +54,8 @@ CASES: list[tuple[str, str, str, int]] = [
      "is not for O=Alicia, L=London, C=GB", 1),
     ("node-foreign-root", "node start --config {d}/foreign-net/nodes/alice/node.toml",
      "do not verify", 1),
+    ("node-cache-unopenable", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
+     "the network map cache {d}/cache-dir-net/nodes/alice/network-map-cache.db: unable to open", 1),
     # bench
     ("bench-scratch-is-a-file", "bench run codec --out {d}/out --scratch {d}/afile --duration 1",
      "--scratch {d}/afile: exists and is not a directory", 2),
@@ -94,6 +96,9 @@ def _prepare(d: Path) -> None:
         ),
         encoding="utf-8",
     )
+    # A node whose network map cache is a directory.
+    shutil.copytree(d / "net", d / "cache-dir-net")
+    (d / "cache-dir-net" / "nodes" / "alice" / "network-map-cache.db").mkdir()
     # A node whose trust root is another network's.
     shutil.copytree(d / "net", d / "foreign-net")
     foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
