@@ -279,38 +279,21 @@ class NetworkMapUpdater:
             The events and the number of seconds until the next poll (the map's ``max-age``).
 
         Raises:
-            NetworkMapError: the map service failed or sent a map that does not verify (the view is then
-                left as it was).
+            NetworkMapError: the map service failed or sent a map that does not verify. The map's part of the
+                view is then left as it was (nothing is removed while the map cannot be asked), but the
+                node-info directory is still read and what it adds or changes is persisted and emitted first.
+            OSError: the same, for a failure to reach the map service.
         """
         wanted: dict[str, VerifiedNodeInfo] = {}
-        interval = self.poll_interval_seconds
         events: list[MapEvent] = []
+        interval = self.poll_interval_seconds
+        failure: NetworkMapError | OSError | None = None
         if self.client is not None:
-            response = await self.client.fetch_map()
-            network_map = verify_network_map(
-                response.signed_map, trust_root=self.trust_root, now=self.clock()
-            )
-            if response.max_age_seconds is not None:
-                interval = min(max(float(response.max_age_seconds), 1.0), MAX_POLL_SECONDS)
-            if network_map.network_parameters_hash != self._parameters_hash:
-                events.append(await self._fetch_parameters(network_map.network_parameters_hash))
-            known = {n.hash: n for n in self._nodes.values()}
-            for hash_hex in network_map.node_info_hashes:
-                node = known.get(hash_hex)
-                if node is None:
-                    try:
-                        data = await self.client.fetch_node_info(hash_hex)
-                    except NetworkMapHttpError as exc:
-                        if exc.status != 404:
-                            raise
-                        log.info("NodeInfo %s left the map while we polled; skipped", hash_hex)
-                        continue
-                    node = self._verify(data, f"NodeInfo {hash_hex}")
-                    if node is not None and node.hash != hash_hex:
-                        log.warning("map listed %s but the service returned %s; ignored", hash_hex, node.hash)
-                        node = None
-                if node is not None:
-                    self._merge(wanted, node)
+            try:
+                interval = await self._poll_map(wanted, events)
+            except (NetworkMapError, OSError) as exc:
+                failure = exc
+                wanted = dict(self._nodes)
         if self.node_infos_dir is not None:
             for name, data in await trio.to_thread.run_sync(self._scan_dir):
                 node = self._verify(data, name)
@@ -322,7 +305,39 @@ class NetworkMapUpdater:
         self._nodes = wanted
         for event in events:
             await self.events.send(event)
+        if failure is not None:
+            raise failure
         return events, interval
+
+    async def _poll_map(self, wanted: dict[str, VerifiedNodeInfo], events: list[MapEvent]) -> float:
+        """The map service's part of :meth:`poll_once`: its nodes go into ``wanted``, a parameters change
+        into ``events``; returns the seconds until the next poll."""
+        assert self.client is not None
+        interval = self.poll_interval_seconds
+        response = await self.client.fetch_map()
+        network_map = verify_network_map(response.signed_map, trust_root=self.trust_root, now=self.clock())
+        if response.max_age_seconds is not None:
+            interval = min(max(float(response.max_age_seconds), 1.0), MAX_POLL_SECONDS)
+        if network_map.network_parameters_hash != self._parameters_hash:
+            events.append(await self._fetch_parameters(network_map.network_parameters_hash))
+        known = {n.hash: n for n in self._nodes.values()}
+        for hash_hex in network_map.node_info_hashes:
+            node = known.get(hash_hex)
+            if node is None:
+                try:
+                    data = await self.client.fetch_node_info(hash_hex)
+                except NetworkMapHttpError as exc:
+                    if exc.status != 404:
+                        raise
+                    log.info("NodeInfo %s left the map while we polled; skipped", hash_hex)
+                    continue
+                node = self._verify(data, f"NodeInfo {hash_hex}")
+                if node is not None and node.hash != hash_hex:
+                    log.warning("map listed %s but the service returned %s; ignored", hash_hex, node.hash)
+                    node = None
+            if node is not None:
+                self._merge(wanted, node)
+        return interval
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load the cache, then publish and poll forever (until cancelled).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 
 from corda_trio import network, pki
@@ -155,3 +156,28 @@ async def test_run_with_cache_and_unbuffered_channel(
         (infos / "nodeInfo-bob").write_bytes(signed_node_info(bob, serial=1))
         assert _summary([await receive.receive()]) == [("NodeAdded", str(BOB))]
     assert set(network.NodeInfoCache(tmp_path / "cache.db").load()) == {str(ALICE), str(BOB)}
+
+
+async def test_the_directory_is_read_while_the_map_cannot_be_reached(
+    creds: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials, tmp_path: Path
+) -> None:
+    with trio.socket.socket() as s:  # a port where nothing listens
+        await s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    infos = tmp_path / "additional-node-infos"
+    infos.mkdir()
+    u, events = _updater(creds, tmp_path / "d.db", port=dead, directory=infos)
+    alice_info = signed_node_info(alice, 10002, serial=1)
+    (infos / "nodeInfo-alice").write_bytes(alice_info)
+    with pytest.raises((network.NetworkMapError, OSError)):
+        await u.poll_once()  # the map's failure is still reported, for the retry ...
+    assert sorted(u.nodes()) == [str(ALICE)]  # ... but the directory's node is in the view
+    assert _summary([events.receive_nowait()]) == [("NodeAdded", str(ALICE))]
+    assert list(network.NodeInfoCache(tmp_path / "d.db").load()) == [str(ALICE)]  # and persisted
+    # nothing is removed while the map cannot be asked, even when its file goes
+    (infos / "nodeInfo-alice").unlink()
+    (infos / "nodeInfo-bob").write_bytes(signed_node_info(bob, 10003, serial=1))
+    with pytest.raises((network.NetworkMapError, OSError)):
+        await u.poll_once()
+    assert sorted(u.nodes()) == sorted([str(ALICE), str(BOB)])
+    assert _summary([events.receive_nowait()]) == [("NodeAdded", str(BOB))]
