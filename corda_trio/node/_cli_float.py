@@ -81,16 +81,29 @@ def _tunnel_pki(args: argparse.Namespace) -> int:
     names = [*floats, args.bridge]
     if len(set(names)) != len(names) or any(not n or "/" in n for n in names):
         raise CliError(f"float and bridge names must be distinct file names, got {names}", 2)
-    if out.exists() and any(out.iterdir()):
-        raise CliError(f"{out} is not empty: refusing to overwrite tunnel certificates", 2)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        existed = out.exists()
+        if existed and not out.is_dir():
+            raise CliError(f"--out {out}: exists and is not a directory", 2)
+        if existed and any(out.iterdir()):
+            raise CliError(f"{out} is not empty: refusing to overwrite tunnel certificates", 2)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--out {out}: {exc.strerror}", 2) from None
     now = dt.datetime.now(dt.UTC)
     tunnel = fl.TunnelPki.create(now=now)
-    pki.write_certificates(out / "tunnel-ca.pem", [tunnel.ca.cert])
-    pki.write_private_key(out / "tunnel-ca.key", tunnel.ca.key, None)
-    for name in floats:
-        tunnel.issue("float", name, now=now).write(out, name)
-    tunnel.issue("bridge", args.bridge, now=now).write(out, args.bridge)
+    try:
+        pki.write_certificates(out / "tunnel-ca.pem", [tunnel.ca.cert])
+        pki.write_private_key(out / "tunnel-ca.key", tunnel.ca.key, None)
+        for name in floats:
+            tunnel.issue("float", name, now=now).write(out, name)
+        tunnel.issue("bridge", args.bridge, now=now).write(out, args.bridge)
+    except OSError as exc:  # (disk full, say): nothing half-written is left behind
+        for written in out.iterdir():
+            written.unlink(missing_ok=True)
+        if not existed:
+            out.rmdir()
+        raise CliError(f"cannot write the tunnel PKI into {out}: {exc.strerror or exc}", 1) from None
     print(f"tunnel PKI written to {out}: tunnel-ca.pem, {', '.join(f'{n}.pem/.key' for n in names)}")
     print("keep tunnel-ca.key off the floats; it is needed only to issue more tunnel certificates")
     return 0

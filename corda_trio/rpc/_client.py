@@ -275,7 +275,9 @@ async def connect(
                 f"{url} refused the connection: HTTP {exc.status_code}" + (f" ({said})" if said else "")
             ) from None
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, ValueError) as exc:
-            raise RpcConnectionError(f"cannot connect to {url}: {exc}") from None
+            # (trio-websocket's HandshakeError says nothing itself; what went wrong is its context)
+            why = str(exc) or str(exc.__cause__ or exc.__context__ or "") or type(exc).__name__
+            raise RpcConnectionError(f"cannot connect to {url}: {why}") from None
         async with _unwrapped():
             client = RpcClient(ws)
             answer = await client.call("login", user=user, password=password)

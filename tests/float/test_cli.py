@@ -39,6 +39,18 @@ def test_tunnel_pki_makes_the_ca_and_the_certificates(tmp_path: Path) -> None:
     assert again.returncode == 2 and "is not empty" in again.stderr and len(again.stderr.splitlines()) == 1
 
 
+def test_tunnel_pki_into_a_path_that_cannot_be_a_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    for out, message in (
+        (tmp_path / "afile", f"--out {tmp_path / 'afile'}: exists and is not a directory"),
+        (tmp_path / "afile" / "t", f"--out {tmp_path / 'afile' / 't'}: Not a directory"),
+    ):
+        done = cli("float", "tunnel-pki", "--out", str(out))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [f"corda-trio: error: {message}"], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 CONFIG = """
 [control]
 port = {port}

@@ -417,4 +417,7 @@ async def test_connecting_to_nothing_is_a_clear_error() -> None:
     with pytest.raises(rpc.RpcConnectionError) as info:
         async with rpc.connect(f"ws://127.0.0.1:{port}", "admin", PASSWORD):
             pass
-    assert "cannot connect" in str(info.value)
+    # what went wrong is said (trio-websocket's own error is empty: its cause is used)
+    url = f"ws://127.0.0.1:{port}"
+    expected = f"unavailable: cannot connect to {url}: all attempts to connect to 127.0.0.1:{port} failed"
+    assert str(info.value) == expected
