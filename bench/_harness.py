@@ -222,14 +222,19 @@ class LoadProfile:
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("open", "closed"):
             raise BenchError(f"load mode must be 'open' or 'closed', not {self.mode!r}")
-        if self.mode == "open" and (self.rate_per_second is None or not self.rate_per_second > 0):
-            raise BenchError("open-loop load needs a positive rate (operations per second)")
+        if self.mode == "open" and (self.rate_per_second is None or not 0 < self.rate_per_second < math.inf):
+            raise BenchError("open-loop load needs a positive rate (operations per second), and a finite one")
         if self.mode == "closed" and self.rate_per_second is not None:
             raise BenchError("a rate applies to open-loop load only; closed loop runs as fast as it can")
         if self.concurrency < 1 or self.max_in_flight < 1:
             raise BenchError("concurrency and max_in_flight must be at least 1")
-        if not (self.duration_seconds > 0 and self.warmup_seconds >= 0 and self.drain_seconds >= 0):
-            raise BenchError("duration must be positive; warm-up and drain must not be negative")
+        inf = math.inf
+        if not (
+            0 < self.duration_seconds < inf
+            and 0 <= self.warmup_seconds < inf
+            and 0 <= self.drain_seconds < inf
+        ):
+            raise BenchError("duration must be positive; warm-up and drain must not be negative; all finite")
         if self.max_ops is not None and self.max_ops < 1:
             raise BenchError("max_ops must be at least 1")
 

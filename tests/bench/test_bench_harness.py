@@ -409,6 +409,9 @@ def test_cli_bench_list_and_errors(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "scenario codec has no parameter(s) nodes" in capsys.readouterr().err
     assert main(["bench", "run", "codec", "--out", str(tmp_path), "--rate", "-5"]) == 2
     assert "positive rate" in capsys.readouterr().err
+    for option in ("--rate", "--duration", "--warmup"):  # infinity is no time to run for
+        assert main(["bench", "run", "codec", "--out", str(tmp_path), option, "inf"]) == 2
+        assert "finite" in capsys.readouterr().err
 
 
 def test_fast_json_lines_equal_json_dumps(tmp_path: Path) -> None:
