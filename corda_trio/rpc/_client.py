@@ -84,11 +84,15 @@ class RpcClient:
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
+        try:
+            data = pack(request_frame(request_id, method, args))
+        except (TypeError, ValueError, OverflowError) as exc:  # what msgpack cannot hold
+            raise RpcError(ErrorCode.BAD_ARGUMENTS, f"{method}: an argument cannot be sent: {exc}") from None
         pending = _Pending(self)
         self._pending[request_id] = pending
         try:
             try:
-                await self._ws.send_message(pack(request_frame(request_id, method, args)))
+                await self._ws.send_message(data)
             except trio_websocket.ConnectionClosed as exc:
                 raise _closed_error(exc) from None
             yield pending

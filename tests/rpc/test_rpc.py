@@ -211,6 +211,17 @@ async def test_a_10_mb_request_is_refused_and_the_server_keeps_serving() -> None
             assert await client.call("ping", echo=b"y" * 1000) == b"y" * 1000
 
 
+async def test_an_argument_msgpack_cannot_hold_is_a_bad_arguments_error_and_the_client_goes_on() -> None:
+    async with serving() as (url, _):
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            for value, why in ((2**70, "Integer value out of range"), (object(), "can not serialize")):
+                with pytest.raises(rpc.RpcError) as info:
+                    await client.call("ping", echo=value)
+                assert info.value.code == "bad-arguments", info.value
+                assert f"ping: an argument cannot be sent: {why}" in str(info.value)
+            assert await client.call("ping", echo=2**63) == 2**63  # (the largest that fit still go)
+
+
 async def test_too_many_failed_logins_close_the_connection() -> None:
     async with serving() as (url, _):
         async with trio_websocket.open_websocket_url(url) as ws:
