@@ -71,7 +71,8 @@ def parse_flow_args(items: list[str]) -> dict[str, Any]:
     """``["rounds=10", "recipient=O=Bob,L=Paris,C=FR"]`` -> ``{"rounds": 10, "recipient": "O=Bob,..."}``.
 
     Raises:
-        CliError: an item without ``=`` or a name given twice (exit code 2).
+        CliError: an item without ``=``, a name given twice, or a value nested too deeply to read (exit
+            code 2).
     """
     args: dict[str, Any] = {}
     for item in items:
@@ -84,6 +85,8 @@ def parse_flow_args(items: list[str]) -> dict[str, Any]:
             args[name] = json.loads(text)
         except ValueError:
             args[name] = text
+        except RecursionError:
+            raise CliError(f"flow argument {name!r}: its value is nested too deeply", 2) from None
     return args
 
 
