@@ -17,6 +17,7 @@ read, as OpenSSH does, because a key that leaked once cannot be made secret agai
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,7 +127,9 @@ def read_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
     try:
         certs = x509.load_pem_x509_certificates(data)
     except ValueError as exc:
-        raise KeyStoreError(f"{os.fspath(path)!r} does not hold PEM certificates: {exc}") from exc
+        # (cryptography's message ends with a link to its FAQ: not for an operator's one-line error)
+        reason = re.sub(r"\s*See https?://\S+ for more details\.", "", str(exc)).strip()
+        raise KeyStoreError(f"{os.fspath(path)!r} does not hold PEM certificates: {reason}") from exc
     return certs
 
 
