@@ -217,7 +217,12 @@ class Node:
         try:
             self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
             broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
-            cfg.store_directory.mkdir(parents=True, exist_ok=True)
+            try:
+                cfg.store_directory.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:
+                raise NodeStartError(
+                    f"the store directory {cfg.store_directory} exists and is not a directory"
+                ) from None
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
                 self.broker = broker
                 async with trio.open_nursery() as nursery:

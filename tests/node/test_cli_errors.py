@@ -56,6 +56,8 @@ CASES: list[tuple[str, str, str, int]] = [
      "do not verify", 1),
     ("node-cache-unopenable", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
      "the network map cache {d}/cache-dir-net/nodes/alice/network-map-cache.db: unable to open", 1),
+    ("node-store-is-a-file", "node start --config {d}/store-file-net/nodes/alice/node.toml",
+     "the store directory {d}/store-file-net/nodes/alice/store exists and is not a directory", 1),
     # bench
     ("bench-scratch-is-a-file", "bench run codec --out {d}/out --scratch {d}/afile --duration 1",
      "--scratch {d}/afile: exists and is not a directory", 2),
@@ -99,6 +101,9 @@ def _prepare(d: Path) -> None:
     # A node whose network map cache is a directory.
     shutil.copytree(d / "net", d / "cache-dir-net")
     (d / "cache-dir-net" / "nodes" / "alice" / "network-map-cache.db").mkdir()
+    # A node whose store directory is a file.
+    shutil.copytree(d / "net", d / "store-file-net")
+    (d / "store-file-net" / "nodes" / "alice" / "store").write_text("not a directory\n")
     # A node whose trust root is another network's.
     shutil.copytree(d / "net", d / "foreign-net")
     foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
