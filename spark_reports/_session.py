@@ -200,11 +200,13 @@ def class_data_sharing(java: str) -> ClassDataSharing | None:
         st = real.stat()
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         folder = Path(base) / "corda-trio" / "spark-cds"
+        if any(c.isspace() for c in str(folder)):
+            return None  # Spark splits the JVM options at white space: no folder made for nothing
         folder.mkdir(parents=True, exist_ok=True)
     except (OSError, RuntimeError):  # no home directory, or a read-only one: start without sharing
         return None
-    if not os.access(folder, os.W_OK) or any(c.isspace() for c in str(folder)):
-        return None  # Spark splits the JVM options at white space
+    if not os.access(folder, os.W_OK):
+        return None
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{pyspark.__version__}|{Path(pyspark.__file__).parent}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = folder / f"spark-{pyspark.__version__}-{digest}.jsa"

@@ -258,7 +258,6 @@ async def serve_metrics(
     answered ``503`` (``transport.serve_listeners``: refusals and a lack of descriptors are logged at most
     once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         serve = functools.partial(
             transport.serve_listeners,
@@ -268,7 +267,7 @@ async def serve_metrics(
             refuse=transport.refuse_with_http_503,
         )
         await nursery.start(serve)
-        task_status.started(bound)
+        task_status.started(transport.listener_port(listeners))
 
 
 def _handler(exposition: Callable[[], bytes]) -> Callable[[trio.SocketStream], Any]:
