@@ -18,7 +18,9 @@ With ``--records DIR`` one record per open-loop flow is written (``protocol_spec
 ``corda-trio report``. The last line printed is one JSON object (``flows_per_s``, ``p50_ms``, ``p99_ms``, CPU
 per flow each side, the load average before and after, and the mean cores of the machine that a hypervisor
 stole for other guests in each phase, ``steal_cores_closed`` / ``steal_cores_open``: the machine may be
-shared, which moves the figures).
+shared, which moves the figures; and ``reference_cpu_ms``, the CPU time of a fixed pure-Python workload before
+and after the run, ``corda_trio.testing.reference_cpu_ms``: a virtual CPU can run slower on one day than on
+another without any stolen time, and CPU per flow scales with it).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 from bench._harness import write_open_loop_run
 from corda_trio import messaging, pki, testing
-from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average
+from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average, reference_cpu_ms
 
 REPO = Path(__file__).resolve().parent.parent
 A_NAME, B_NAME = "O=FlowBenchA, L=London, C=GB", "O=FlowBenchB, L=Paris, C=FR"
@@ -92,7 +94,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     net = pki.NetworkCredentials.create(now=now)
     a = net.issue_node(pki.CordaX500Name.parse(A_NAME), now=now)
     b = net.issue_node(pki.CordaX500Name.parse(B_NAME), now=now)
-    load_before = load_average()
+    load_before, speed_before = load_average(), reference_cpu_ms()
     started_at = dt.datetime.now(dt.UTC)
     common = {
         "flow": "PingPong", "args": {"recipient": B_NAME, "rounds": args.rounds}, "wait_for_peers": 1,
@@ -170,6 +172,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         # mean cores of the machine stolen by the hypervisor (for other guests) in the closed and open phases
         "steal_cores_closed": machine[1]["steal_cores"],
         "steal_cores_open": machine[2]["steal_cores"],
+        # how fast the CPU ran Python, before and after (corda_trio.testing.reference_cpu_ms; lower is faster)
+        "reference_cpu_ms": [speed_before, reference_cpu_ms()],
     }
     if args.records is not None:
         summary["records"] = write_open_loop_run(

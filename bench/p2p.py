@@ -47,7 +47,9 @@ process time plus its commit helper's, read from /proc. Writes one record per me
 is one JSON object with ``msgs_per_s``, ``p50_ms``, ``p99_ms`` and the CPU figures. The machine may be shared:
 the JSON carries the load average before and after, and the whole machine's CPU in each phase as mean cores:
 ``steal_cores_phase1`` / ``steal_cores_half`` (time a hypervisor gave other guests: the nodes waited for a
-CPU then) and ``busy_cores_half``.
+CPU then) and ``busy_cores_half``; and ``reference_cpu_ms``, the CPU time of a fixed pure-Python workload
+before and after the run (``corda_trio.testing.reference_cpu_ms``): a virtual CPU can run slower on one day
+than on another without any stolen time, and CPU per message scales with it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average
+from corda_trio.testing import MachineCpu, cpu_with_helpers, load_average, reference_cpu_ms
 
 TOPIC = "bench.p2p"
 
@@ -461,7 +463,7 @@ def run_benchmark(
     net = pki.NetworkCredentials.create(now=now)
     a = net.issue_node(pki.CordaX500Name.parse("O=BenchA, L=London, C=GB"), now=now)
     b = net.issue_node(pki.CordaX500Name.parse("O=BenchB, L=Paris, C=FR"), now=now)
-    load_before = load_average()
+    load_before, speed_before = load_average(), reference_cpu_ms()
     started_at = dt.datetime.now(dt.UTC)
     with tempfile.TemporaryDirectory(prefix="bench-p2p-") as tmp:
         base = Path(tmp)
@@ -541,6 +543,8 @@ def run_benchmark(
         "steal_cores_phase1": a_done["machine_phase1"]["steal_cores"],
         "steal_cores_half": a_done["machine_half"]["steal_cores"],
         "busy_cores_half": a_done["machine_half"]["busy_cores"],
+        # how fast the CPU ran Python, before and after (corda_trio.testing.reference_cpu_ms; lower is faster)
+        "reference_cpu_ms": [speed_before, reference_cpu_ms()],
     }
     if float_cpu is not None:
         summary["cpu_us_per_msg_float_all"] = round(float_cpu / (total + 200) * 1e6, 1)
@@ -602,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['cpu_us_per_msg_receiver_all']} us (at half load "
         f"{summary['cpu_us_per_msg_receiver_half']}); load average {summary['loadavg_before']}; cores stolen "
         f"by the hypervisor: {summary['steal_cores_phase1']} (phase 1), {summary['steal_cores_half']} "
-        "(half load)"
+        f"(half load); reference workload {summary['reference_cpu_ms']} ms CPU (before, after)"
     )
     print(json.dumps(summary))
     return 0

@@ -14,7 +14,9 @@ The last line printed is JSON: ``records``, ``seconds`` per input format, the Sp
 format (``jvm_cpu_seconds``, as the report prints them: on a shared machine a steadier measure of the work
 than the wall time, which grows with the other processes' load), the machine's load average before and
 after, and ``steal_cores``: per format, the mean cores that a hypervisor stole for other guests while the
-report ran (the machine is shared: say so when quoting the figures).
+report ran (the machine is shared: say so when quoting the figures); and ``reference_cpu_ms``, the CPU time
+of a fixed pure-Python workload before and after (``corda_trio.testing.reference_cpu_ms``): a virtual CPU can
+run slower on one day than on another without any stolen time.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corda_trio.testing import MachineCpu, load_average
+from corda_trio.testing import MachineCpu, load_average, reference_cpu_ms
 
 #: The console script's entry point, run in a fresh interpreter.
 CLI = "import sys; from corda_trio.node._cli import main; sys.exit(main())"
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="spark-report-bench-"))
     data = work / "records"
     try:
-        load_before = load_average()
+        load_before, speed_before = load_average(), reference_cpu_ms()
         gen_seconds = _generate(data, args.records, formats, args.master, args.driver_memory)
         seconds: dict[str, float] = {}
         cpu: dict[str, float | None] = {}
@@ -116,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_before": load_before,
             "load_average_after": load_average(),
             "steal_cores": steal,
+            # how fast the CPU ran (corda_trio.testing.reference_cpu_ms, before and after; lower is faster)
+            "reference_cpu_ms": [speed_before, reference_cpu_ms()],
             "generate_seconds": None if gen_seconds is None else round(gen_seconds, 1),
         }
         print(json.dumps(result))

@@ -4,6 +4,7 @@ from ._broker import QueueBroker as QueueBroker
 from ._cpu import MachineCpu as MachineCpu
 from ._cpu import cpu_with_helpers as cpu_with_helpers
 from ._cpu import load_average as load_average
+from ._cpu import reference_cpu_ms as reference_cpu_ms
 from ._flows import FlowNetwork as FlowNetwork
 from ._flows import FlowNode as FlowNode
 from ._flows import open_flow_network as open_flow_network
@@ -21,5 +22,6 @@ __all__ = [
     "follow_peer_file",
     "load_average",
     "open_flow_network",
+    "reference_cpu_ms",
     "write_peer_file",
 ]

@@ -1,12 +1,14 @@
-"""CPU seconds of a process and its children, from /proc (Linux): what the benchmarks charge a node; and
-how busy the whole machine was meanwhile."""
+"""CPU seconds of a process and its children, from /proc (Linux): what the benchmarks charge a node; how
+busy the whole machine was meanwhile; and how fast its CPU ran Python that day."""
 
 from __future__ import annotations
 
 import os
+import struct
+import time
 from pathlib import Path
 
-__all__ = ["MachineCpu", "cpu_with_helpers", "load_average"]
+__all__ = ["MachineCpu", "cpu_with_helpers", "load_average", "reference_cpu_ms"]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -65,3 +67,40 @@ class MachineCpu:
 def load_average() -> list[float]:
     """The 1, 5 and 15 minute load averages, rounded to hundredths."""
     return [round(x, 2) for x in os.getloadavg()]
+
+
+class _Slot:
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def _reference_workload() -> int:
+    """A fixed mix of what the node's hot paths do in Python: calls, attribute and dict access, small bytes
+    joins, struct packing. The same work on every machine and every day."""
+    pack = struct.Struct(">IBBH").pack
+    table: dict[str, int] = {}
+    total = 0
+    for i in range(100_000):
+        obj = _Slot(i)
+        key = f"k{i & 1023}"
+        table[key] = table.get(key, 0) + obj.n
+        frame = b"".join((pack(i, 2, 0, i & 0xFFFF), key.encode(), b"\x00S"))
+        total += len(frame)
+    return total
+
+
+def reference_cpu_ms(repeats: int = 3) -> float:
+    """CPU milliseconds this process takes for a fixed pure-Python workload (best of ``repeats``).
+
+    A hypervisor can run a virtual CPU slower on one day than on another without reporting it as stolen
+    time (a busy sibling hyper-thread, a lower clock): the benchmarks print this figure beside theirs, so that
+    throughputs and CPU per message from different days are compared for what they are. Lower is faster.
+    """
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        start = time.process_time()
+        _reference_workload()
+        best = min(best, time.process_time() - start)
+    return round(best * 1e3, 1)

@@ -33,6 +33,8 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
     cpus = summary["cpus"]
     assert 0 <= summary["steal_cores_phase1"] <= cpus and 0 <= summary["steal_cores_half"] <= cpus
     assert 0 < summary["busy_cores_half"] <= cpus
+    # and how fast the CPU ran Python, before and after
+    assert len(summary["reference_cpu_ms"]) == 2 and all(ms > 0 for ms in summary["reference_cpu_ms"])
     (path,) = records.glob("*.records.jsonl")
     written = list(read_records(path))
     assert len(written) == summary["half_messages"] > 0
