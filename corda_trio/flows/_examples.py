@@ -34,8 +34,9 @@ class PingPong(FlowLogic[int]):
 
     recipient: str
     rounds: int = 1
-    done: int = 0
-    session: FlowSession | None = None
+    # state, not arguments (init=False: start_flow does not accept them)
+    done: int = attrs.field(default=0, init=False)
+    session: FlowSession | None = attrs.field(default=None, init=False)
 
     def call(self, ctx: Any) -> Any:
         if self.rounds < 1:
@@ -63,7 +64,7 @@ class PingPongResponder(FlowLogic[int]):
     flow_name = "corda_trio.flows.PingPongResponder"
 
     session: FlowSession
-    answered: int = 0
+    answered: int = attrs.field(default=0, init=False)
 
     def call(self, ctx: Any) -> Any:
         return ctx.receive(self.session, str, then=self.got_ping, validate=self.check_ping)
@@ -97,7 +98,7 @@ class Broadcast(FlowLogic[list[str]]):
 
     recipients: list[str] = attrs.field(converter=lambda v: v.split(";") if isinstance(v, str) else list(v))
     message: str = "hello"
-    sessions: list[FlowSession] = attrs.field(factory=list)
+    sessions: list[FlowSession] = attrs.field(factory=list, init=False)
 
     def call(self, ctx: Any) -> Any:
         self.sessions = [ctx.initiate_flow(r) for r in self.recipients]
@@ -137,7 +138,7 @@ class FailingFlow(FlowLogic[str]):
 
     recipient: str
     reason: str = "the responder refuses"
-    session: FlowSession | None = None
+    session: FlowSession | None = attrs.field(default=None, init=False)
 
     def call(self, ctx: Any) -> Any:
         self.session = ctx.initiate_flow(self.recipient)

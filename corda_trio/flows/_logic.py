@@ -32,8 +32,10 @@ context (:class:`~._statemachine.FlowContext`), which names the next step::
 
 Rules that make a checkpoint replay do the same thing: steps read the clock and other nodes only through the
 context, never do I/O, never use ``random``/``uuid4``/``time``. A flow's fields hold only payload values
-(builtins, registered payload types, :class:`FlowSession`). Version a flow (``flow_version``) when its fields
-or steps change: a checkpoint of another version is reported, not guessed at.
+(builtins, registered payload types, :class:`FlowSession`); a field that is state rather than input is
+declared ``attrs.field(default=..., init=False)``, so that starting the flow by name cannot set it. Version
+a flow (``flow_version``) when its fields or steps change: a checkpoint of another version is reported, not
+guessed at.
 """
 
 from __future__ import annotations

@@ -18,6 +18,34 @@ def test_names_and_string_arguments_are_converted() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("PingPong", {"recipient": "x", "done": 5}),
+        ("PingPong", {"recipient": "x", "session": {"id": 1}}),
+        ("Broadcast", {"recipients": "x", "sessions": []}),
+        ("FailingFlow", {"recipient": "x", "session": None}),
+    ],
+)
+def test_a_flows_state_is_not_an_argument(name: str, args: dict[str, object]) -> None:
+    """A caller cannot preset what a flow keeps as state (its sessions, its progress): those fields are
+    init=False, and the error lists only the real arguments."""
+    state = next(k for k in args if k not in ("recipient", "recipients"))
+    with pytest.raises(ValueError) as info:
+        flows.build_flow(name, args)
+    assert str(info.value).startswith(f"{name} has no argument {state!r} (arguments: ")
+    listed = str(info.value).split("(arguments: ")[1].rstrip(")").split(", ")
+    assert state not in listed and not any(a.startswith("session") or a == "done" for a in listed)
+
+
+def test_state_fields_start_at_their_defaults_and_survive_a_checkpoint() -> None:
+    flow = flows.build_flow("PingPong", {"recipient": "x", "rounds": 3})
+    assert (flow.done, flow.session) == (0, None)
+    flow.done = 2
+    restored = flows.decode_checkpoint(flows.encode_checkpoint(flows.new_initiator("f-1", flow)))
+    assert restored.stack[0].flow == flow and restored.stack[0].flow.done == 2
+
+
+@pytest.mark.parametrize(
     ("name", "args", "error", "message"),
     [
         ("Nope", {}, flows.UnknownFlowError, "no startable flow named 'Nope' (known: "),
