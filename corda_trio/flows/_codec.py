@@ -265,7 +265,8 @@ def _unpack_message(data: bytes) -> list[Any]:
     try:
         fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:
-        raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+        detail = str(exc) or "a byte that begins no msgpack value"  # (FormatError carries no text)
+        raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {detail}") from exc
     return fields  # type: ignore[no-any-return]
 
 

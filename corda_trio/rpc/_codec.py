@@ -27,4 +27,6 @@ def unpack(data: bytes | str) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise RpcProtocolError(ErrorCode.MALFORMED, f"not msgpack: {type(exc).__name__}: {exc}") from None
+        # (msgpack's FormatError, for a reserved type byte such as 0xc1, carries no text)
+        detail = str(exc) or "a byte that begins no msgpack value"
+        raise RpcProtocolError(ErrorCode.MALFORMED, f"not msgpack: {type(exc).__name__}: {detail}") from None

@@ -168,7 +168,7 @@ def _unpack(data: bytes | str) -> dict[str, Any]:
 
 
 MALFORMED = [
-    (b"\xc1", None, "not msgpack"),
+    (b"\xc1", None, "not msgpack: FormatError: a byte that begins no msgpack value"),
     (msgpack.packb([1, 2]), None, "must be a map"),
     (msgpack.packb({"id": "x", "method": "ping"}), None, "'id' must be an integer"),
     (msgpack.packb({"id": 7, "method": 5}), 7, "'method' must be a string"),
