@@ -60,8 +60,10 @@ import functools
 import logging
 import random
 import time
+import types
+import typing
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -345,7 +347,9 @@ def normalize_party(name: str) -> str:
 def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> FlowLogic[Any]:
     """An instance of ``flow`` (a startable flow's name or class) from named arguments; string values are
     converted to the field's declared type (``int``, ``float``, ``bool``, ``str``, ``list[str]`` split on
-    ``;``), so ``rounds="10"`` works from a command line.
+    ``;``), so ``rounds="10"`` works from a command line. Every value must then be of the declared type
+    (an ``int`` field takes no ``2.5``, no ``True`` and no ``[1]``): a flow never starts with an argument its
+    author did not declare, to fail or be parked at its first step.
 
     Raises:
         UnknownFlowError: no such startable flow.
@@ -361,7 +365,12 @@ def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> Flo
         field = fields.get(name)
         if field is None:
             raise ValueError(f"{cls.__name__} has no argument {name!r} (arguments: {', '.join(fields)})")
-        kwargs[name] = _convert(cls.__name__, name, field.type, value)
+        kwargs[name] = converted = _convert(cls.__name__, name, field.type, value)
+        if not _is_a(converted, field.type):
+            raise ValueError(
+                f"{cls.__name__} argument {name}: expected {_type_text(field.type)}, got "
+                f"{type(converted).__name__} {converted!r:.40}"
+            )
     try:
         return cls(**kwargs)
     except TypeError as exc:
@@ -386,6 +395,40 @@ def _convert(cls_name: str, name: str, kind: Any, value: Any) -> Any:
     except ValueError as exc:
         raise ValueError(f"{cls_name} argument {name}={value!r}: {exc}") from exc
     return value
+
+
+def _is_a(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is of the declared field type ``kind`` (builtins, ``X | None``, ``list[X]``,
+    ``dict[K, V]``, classes such as payload types; what cannot be told, such as ``Any``, passes)."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is None or kind is type(None):
+        return value is None
+    origin, params = typing.get_origin(kind), typing.get_args(kind)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_is_a(value, p) for p in params)
+    if origin in (list, tuple, set, frozenset, Sequence):
+        # (a msgpack array arrives as a list, whichever collection the field declares)
+        if not isinstance(value, (list, tuple, set, frozenset)):
+            return False
+        if origin is tuple and params and params[-1] is not Ellipsis:
+            return len(value) == len(params) and all(_is_a(v, p) for v, p in zip(value, params, strict=True))
+        return not params or all(_is_a(v, params[0]) for v in value)
+    if origin is dict or origin is Mapping:
+        return isinstance(value, dict) and (
+            not params or all(_is_a(k, params[0]) and _is_a(v, params[1]) for k, v in value.items())
+        )
+    if origin is None and isinstance(kind, type):
+        return isinstance(value, kind)
+    return True
+
+
+def _type_text(kind: Any) -> str:
+    return kind.__name__ if isinstance(kind, type) and typing.get_origin(kind) is None else str(kind)
 
 
 _IMMUTABLE: Final = (str, int, float, bool, type(None))

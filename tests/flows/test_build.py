@@ -15,6 +15,9 @@ def test_names_and_string_arguments_are_converted() -> None:
         "O=A,L=B,C=GB",
         "O=C,L=D,C=FR",
     ]
+    # values of the declared types pass as they are (what an RPC client sends)
+    assert flows.build_flow("PingPong", {"recipient": "x", "rounds": 3}).rounds == 3
+    assert flows.build_flow("Broadcast", {"recipients": ["a", "b"], "message": "m"}).recipients == ["a", "b"]
 
 
 @pytest.mark.parametrize(
@@ -58,6 +61,37 @@ def test_state_fields_start_at_their_defaults_and_survive_a_checkpoint() -> None
         ),
         ("PingPong", {"recipient": "x", "rounds": "ten"}, ValueError, "PingPong argument rounds='ten': "),
         ("PingPong", {}, ValueError, "PingPong: "),
+        # values that are not strings (RPC) must be of the declared type: the flow would fail or be parked
+        (
+            "PingPong", {"recipient": "x", "rounds": 2.5},
+            ValueError,
+            "PingPong argument rounds: expected int, got float",
+        ),
+        (
+            "PingPong", {"recipient": "x", "rounds": [1]},
+            ValueError,
+            "PingPong argument rounds: expected int, got list",
+        ),
+        (
+            "PingPong", {"recipient": "x", "rounds": True},
+            ValueError,
+            "PingPong argument rounds: expected int, got bool",
+        ),
+        (
+            "PingPong", {"recipient": None},
+            ValueError,
+            "PingPong argument recipient: expected str, got NoneType",
+        ),
+        (
+            "Broadcast", {"recipients": ["a", 1]},
+            ValueError,
+            "Broadcast argument recipients: expected list[str]",
+        ),
+        (
+            "Broadcast", {"recipients": "a", "message": b"x"},
+            ValueError,
+            "Broadcast argument message: expected str",
+        ),
     ],
 )
 def test_bad_names_and_arguments_say_what_is_wrong(
