@@ -33,12 +33,14 @@ __all__ = [
     "ERROR_CODES",
     "MAX_REQUEST_BYTES",
     "METHODS",
+    "METHOD_ARGUMENTS",
     "PERMISSION_ADMIN",
     "PERMISSION_READ",
     "ErrorCode",
     "Request",
     "RpcProtocolError",
     "allowed",
+    "check_arguments",
     "error_frame",
     "event_frame",
     "ok_frame",
@@ -91,6 +93,50 @@ METHODS: Final[Mapping[str, str | None]] = {
     "drain": PERMISSION_ADMIN,
     "undrain": PERMISSION_ADMIN,
 }
+
+
+#: method -> its arguments: name -> (required, the msgpack types it may have; ``object``: any). Any other
+#: argument, a missing required one or a value of another type is ``bad-arguments`` (a misspelt ``wait``
+#: must not be ignored). ``login`` is checked by the login itself (wrong credentials are ``unauthenticated``).
+METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]]] = {
+    "ping": {"echo": (False, (object,))},
+    "whoami": {},
+    "node_info": {},
+    "network_map": {},
+    "queue_statistics": {},
+    "registered_flows": {},
+    "list_flows": {"state": (False, (str, type(None)))},
+    "watch_flow": {"flow_id": (True, (str,))},
+    "start_flow": {"flow": (True, (str,)), "args": (False, (dict,)), "wait": (False, (bool,))},
+    "retry_flow": {"flow_id": (True, (str,))},
+    "kill_flow": {"flow_id": (True, (str,))},
+    "drain": {},
+    "undrain": {},
+}
+
+_TYPE_NAMES: Final = {str: "a string", dict: "a map", bool: "a boolean", type(None): "nil"}
+
+
+def check_arguments(method: str, args: Mapping[str, Any]) -> None:
+    """Raise :class:`RpcProtocolError` (``bad-arguments``) unless ``args`` are what ``method`` takes (see
+    :data:`METHOD_ARGUMENTS`; a method not in it is not checked here)."""
+    spec = METHOD_ARGUMENTS.get(method)
+    if spec is None:
+        return
+    for name, value in args.items():
+        if name not in spec:
+            takes = f"takes {', '.join(repr(n) for n in spec)}" if spec else "takes no arguments"
+            message = f"{method} has no argument {name!r} ({method} {takes})"
+            raise RpcProtocolError(ErrorCode.BAD_ARGUMENTS, message)
+        kinds = spec[name][1]
+        if object not in kinds and not isinstance(value, kinds):
+            want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            raise RpcProtocolError(
+                ErrorCode.BAD_ARGUMENTS, f"{method}: {name!r} must be {want}, got {type(value).__name__}"
+            )
+    for name, (required, _) in spec.items():
+        if required and name not in args:
+            raise RpcProtocolError(ErrorCode.BAD_ARGUMENTS, f"{method} needs {name!r}")
 
 
 class RpcProtocolError(Exception):

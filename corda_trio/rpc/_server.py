@@ -49,6 +49,7 @@ from ._protocol import (
     Request,
     RpcProtocolError,
     allowed,
+    check_arguments,
     error_frame,
     event_frame,
     ok_frame,
@@ -306,18 +307,21 @@ class RpcServer:
         return self._reply(req, value, None)
 
     def _check(self, req: Request, user: RpcUser) -> None:
-        """Raise the :class:`RpcError` for an unknown method or a missing permission."""
+        """Raise the :class:`RpcError` for an unknown method, a missing permission or arguments the method
+        does not take."""
         need = METHODS.get(req.method, _UNKNOWN)
-        if need is None:  # any logged-in user (ping, whoami)
-            return
         if need is _UNKNOWN:
             raise RpcError(ErrorCode.UNKNOWN_METHOD, f"unknown method {req.method!r}")
-        flow = req.args.get("flow") if req.method == "start_flow" else None
-        if req.method == "start_flow" and not isinstance(flow, str):
+        if req.method == "start_flow" and not isinstance(req.args.get("flow"), str):
             raise RpcError(ErrorCode.BAD_ARGUMENTS, "start_flow needs 'flow': the flow's name")
-        if not allowed(user.permissions, req.method, flow):
+        flow = req.args.get("flow") if req.method == "start_flow" else None
+        if need is not None and not allowed(user.permissions, req.method, flow):  # (None: ping, whoami)
             what = f"start flow {flow}" if flow else f"call {req.method}"
             raise RpcError(ErrorCode.FORBIDDEN, f"user {user.username} may not {what}")
+        try:
+            check_arguments(req.method, req.args)
+        except RpcProtocolError as exc:
+            raise RpcError(exc.code, str(exc)) from None
 
     def _reply(self, req: Request, value: Any, error: Exception | None) -> bytes:
         """The encoded final frame for ``value`` (or ``error``), counted in the statistics."""

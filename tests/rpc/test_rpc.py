@@ -52,8 +52,11 @@ class Work:
         return {"flow": flow, "result": call.args.get("args", {})}
 
     async def echo_later(self, call: rpc.Call) -> Any:
-        await trio.sleep(call.args["delay"])
-        return call.args["echo"]
+        """(As ``watch_flow``: ``flow_id`` is ``"<echo>@<delay>"``; answers ``<echo>`` after ``<delay>``
+        seconds.)"""
+        echo, _, delay = call.args["flow_id"].rpartition("@")
+        await trio.sleep(float(delay))
+        return echo
 
     # Immediate handlers (answered by the connection's reader, as the node's calls that read memory are).
     def node_info(self, call: rpc.Call) -> Any:
@@ -381,7 +384,7 @@ async def test_callers_cancelled_while_waiting_never_strand_the_others() -> None
             async def one(i: int) -> None:
                 delay, cancel_after = plan[i]
                 with trio.move_on_after(cancel_after if cancel_after is not None else math.inf):
-                    results[i] = await client.call("watch_flow", echo=i, delay=delay)
+                    results[i] = int(await client.call("watch_flow", flow_id=f"{i}@{delay}"))
 
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:
@@ -405,10 +408,10 @@ async def test_a_reader_cancelled_hands_the_reading_over() -> None:
 
                     async def reader() -> None:
                         with slow:
-                            await client.call("watch_flow", echo="never", delay=60)
+                            await client.call("watch_flow", flow_id="never@60")
 
                     async def waiter() -> None:
-                        answer.append(await client.call("watch_flow", echo="mine", delay=2))
+                        answer.append(await client.call("watch_flow", flow_id="mine@2"))
 
                     nursery.start_soon(reader)
                     while not client._reading:  # the first caller took the reading
@@ -432,3 +435,39 @@ async def test_connecting_to_nothing_is_a_clear_error() -> None:
     url = f"ws://127.0.0.1:{port}"
     expected = f"unavailable: cannot connect to {url}: all attempts to connect to 127.0.0.1:{port} failed"
     assert str(info.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "message"),
+    [
+        ("start_flow", {"flow": "Ping", "wiat": False}, "start_flow has no argument 'wiat' (start_flow take"),
+        ("start_flow", {"flow": "Ping", "wait": "no"}, "start_flow: 'wait' must be a boolean, got str"),
+        ("start_flow", {"flow": "Ping", "args": [1]}, "start_flow: 'args' must be a map, got list"),
+        ("watch_flow", {}, "watch_flow needs 'flow_id'"),
+        ("watch_flow", {"flow_id": 7}, "watch_flow: 'flow_id' must be a string, got int"),
+        ("node_info", {"verbose": True}, "node_info has no argument 'verbose' (node_info takes no argument"),
+        ("list_flows", {"state": 3}, "list_flows: 'state' must be a string or nil, got int"),
+        ("ping", {"echo": 1, "more": 2}, "ping has no argument 'more' (ping takes 'echo')"),
+    ],
+)
+async def test_arguments_a_method_does_not_take_are_refused_not_ignored(
+    method: str, args: dict[str, Any], message: str
+) -> None:
+    """A misspelt or mistyped argument (``wiat=False``, ``wait="no"``) would otherwise be ignored or read as
+    something else: the call is refused with bad-arguments and nothing runs."""
+    async with serving() as (url, work):
+        work.release.set()
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            with pytest.raises(rpc.RpcError) as info:
+                await client.call(method, **args)
+            assert info.value.code == "bad-arguments" and info.value.message.startswith(message), info.value
+            assert not work.started.is_set()
+            assert await client.ping() == "pong"
+
+
+async def test_permissions_are_checked_before_arguments() -> None:
+    async with serving() as (url, _):
+        async with rpc.connect(url, "reader", PASSWORD) as client:
+            with pytest.raises(rpc.RpcError) as info:
+                await client.call("drain", bogus=1)
+            assert info.value.code == "forbidden"
