@@ -18,7 +18,9 @@ of the load. Target: loaded start to ready within 2 s. The node's modules are co
 bytecode cache in the run's directory (an installed node has them compiled; the first empty start fills
 the cache), so compiling sources is not measured. Also reported: the CPU seconds the node process used up
 to its ready line, which a busy machine inflates much less than the wall time. The machine may be shared:
-the JSON carries the load average. The last line printed is one JSON object.
+the JSON carries the load average, and ``reference_cpu_ms``, the CPU time of a fixed pure-Python workload
+before and after (a virtual CPU can run slower on one day than on another). The last line printed is one
+JSON object.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 import trio
 
 from corda_trio import messaging, pki, rpc, store
-from corda_trio.testing import cpu_with_helpers
+from corda_trio.testing import cpu_with_helpers, reference_cpu_ms
 
 from ._nodes import NodeProcess, bootstrap
 
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flows", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    load_before = os.getloadavg()[0]
+    load_before, speed_before = os.getloadavg()[0], reference_cpu_ms()
     with tempfile.TemporaryDirectory(prefix="bench-node-start-") as tmp:
         r = trio.run(_run, Path(tmp), args)
     empty = statistics.median(w for w, _ in r["empty"])
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg()[0],
+        # how fast the CPU ran Python, before and after (corda_trio.testing.reference_cpu_ms; lower is faster)
+        "reference_cpu_ms": [speed_before, reference_cpu_ms()],
     }
     print(
         f"node start to ready: empty {empty:.2f} s, with {r['queued']:,} queued messages and "

@@ -14,7 +14,9 @@ process (no msgpack, no login, no dispatch), so the ratio is what our protocol a
 websocket library. Also reported for the node: CPU microseconds per call in the client and in the node
 process, which a busy machine inflates much less than it cuts the calls per second (a sequential call is
 a round trip between two processes: on a loaded machine each side waits for a CPU). The machine may be
-shared: the JSON carries the load average. The last line printed is one JSON object.
+shared: the JSON carries the load average, and ``reference_cpu_ms``, the CPU time of a fixed pure-Python
+workload before and after (a virtual CPU can run slower on one day than on another). The last line printed
+is one JSON object.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import trio
 import trio_websocket
 
 from corda_trio import rpc
-from corda_trio.testing import cpu_with_helpers
+from corda_trio.testing import cpu_with_helpers, reference_cpu_ms
 
 from ._nodes import NodeProcess, bootstrap
 
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--in-flight", type=int, default=32)
     args = parser.parse_args(argv)
-    load_before = os.getloadavg()[0]
+    load_before, speed_before = os.getloadavg()[0], reference_cpu_ms()
     with tempfile.TemporaryDirectory(prefix="bench-rpc-") as tmp:
         node = trio.run(_bench_node, Path(tmp), args.seconds, args.in_flight)
     echo = trio.run(_bench_echo, args.seconds, args.in_flight)
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         "target_calls_per_s": 2000,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg()[0],
+        # how fast the CPU ran Python, before and after (corda_trio.testing.reference_cpu_ms; lower is faster)
+        "reference_cpu_ms": [speed_before, reference_cpu_ms()],
     }
     print(
         f"RPC ping, one client, one websocket: {summary['rpc_calls_per_s_sequential']:,} calls/s sequential, "
