@@ -400,6 +400,8 @@ def _convert(cls_name: str, name: str, kind: Any, value: Any) -> Any:
 def _is_a(value: Any, kind: Any) -> bool:
     """Whether ``value`` is of the declared field type ``kind`` (builtins, ``X | None``, ``list[X]``,
     ``dict[K, V]``, classes such as payload types; what cannot be told, such as ``Any``, passes)."""
+    if kind is Any or kind is object:
+        return True
     if kind is bool:
         return isinstance(value, bool)
     if kind is int:

@@ -100,3 +100,17 @@ def test_bad_names_and_arguments_say_what_is_wrong(
     with pytest.raises(error) as info:
         flows.build_flow(name, args)
     assert str(info.value).startswith(message)
+
+
+def test_argument_types_are_told_apart_in_containers_and_unions() -> None:
+    from typing import Any
+
+    from corda_trio.flows._manager import _is_a
+
+    assert _is_a(1, Any) and _is_a(object(), object)
+    assert _is_a({"a": 1}, dict[str, int]) and not _is_a({"a": "x"}, dict[str, int])
+    assert _is_a(None, int | None) and _is_a(3, int | None) and not _is_a("3", int | None)
+    assert _is_a([1, 2], tuple[int, ...]) and _is_a([1, "a"], tuple[int, str])
+    assert not _is_a([1], tuple[int, str])
+    assert _is_a(2, float) and not _is_a(True, float) and not _is_a(1, bool)
+
