@@ -318,10 +318,12 @@ class _Finished:
 
 @attrs.define(eq=False)
 class FlowHandle:
-    """A started flow: its id, and :meth:`result` to wait for its outcome."""
+    """A started flow: its id, and :meth:`result` to wait for its outcome. ``started`` is false when a
+    ``client_id`` found the flow already there (this call started nothing)."""
 
     flow_id: str
     _manager: FlowManager
+    started: bool = True
 
     async def result(self) -> Any:
         """The flow's result once it completed.
@@ -594,7 +596,7 @@ class FlowManager:
             raise ValueError("a client id cannot contain a NUL character")
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
-            return FlowHandle(flow_id, self)
+            return FlowHandle(flow_id, self, started=False)
         if self._draining:
             raise FlowManagerDrainingError("the node is draining: no new flows are started")
         if self._nursery is None:

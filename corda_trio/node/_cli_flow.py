@@ -6,6 +6,7 @@ Examples::
     corda-trio flow start --node ws://127.0.0.1:40002 --user ops \
         PingPong recipient="O=Bob,L=Paris,C=FR" rounds=10
     corda-trio flow start --base-dir net/nodes/alice --user ops --no-wait Broadcast message=hello
+    corda-trio flow start --base-dir net/nodes/alice --user ops --client-id order-17 PingPong recipient=...
     corda-trio flow list  --base-dir net/nodes/alice --user ops --state parked
     corda-trio flow watch --base-dir net/nodes/alice --user ops FLOW_ID
     corda-trio flow kill  --base-dir net/nodes/alice --user ops FLOW_ID
@@ -15,7 +16,9 @@ that, anything else as a string.
 
 ``flow start`` waits for the result (stdout). While it waits, a flow in trouble is reported on stderr (its
 id, ``retrying`` or ``parked``, and why: e.g. a recipient not in the network map); after Ctrl-C the flow
-goes on on the node, and the command says which flow that is.
+goes on on the node, and the command says which flow that is. With ``--client-id ID`` the flow's id is
+``C-ID`` and the start is idempotent: run the same command again (after a lost connection, a Ctrl-C) and it
+follows that flow, running or finished, instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     start.add_argument("flow", help="flow name, e.g. PingPong")
     start.add_argument("args", nargs="*", metavar="NAME=VALUE", help="flow arguments")
     start.add_argument("--no-wait", action="store_true", help="print the flow id and return at once")
+    start.add_argument(
+        "--client-id",
+        metavar="ID",
+        help="start at most once: the flow's id is C-ID; run again, the command follows that flow",
+    )
     start.add_argument("--json", action="store_true", help="print the result as JSON")
     start.set_defaults(func=_start)
 
@@ -103,9 +111,10 @@ def _start(args: argparse.Namespace) -> int:
 
     async def main() -> Any:
         async with open_rpc_client(args) as client:
+            ids = {} if args.client_id is None else {"client_id": args.client_id}
             if args.no_wait:
-                return await client.launch_flow(args.flow, **flow_args)
-            frames = client.stream("start_flow", flow=args.flow, args=flow_args, wait=True)
+                return await client.launch_flow(args.flow, **ids, **flow_args)
+            frames = client.stream("start_flow", flow=args.flow, args=flow_args, wait=True, **ids)
             async with trio.open_nursery() as nursery, contextlib.aclosing(frames):
                 async for frame in frames:
                     if "ok" in frame:

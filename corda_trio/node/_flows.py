@@ -103,7 +103,7 @@ class FlowHost:
         if not isinstance(args, dict):
             raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, "'args' must be a map of the flow's arguments")
         try:
-            handle = await self.manager.start_flow(name, **args)
+            handle = await self.manager.start_flow(name, client_id=call.args.get("client_id"), **args)
         except flows.FlowManagerDrainingError as exc:
             raise rpc.RpcError(rpc.ErrorCode.DRAINING, str(exc)) from None
         except flows.UnknownFlowError as exc:
@@ -112,10 +112,15 @@ class FlowHost:
             raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, str(exc)) from None
         except RuntimeError as exc:  # the manager is not running (the node is stopping)
             raise rpc.RpcError(rpc.ErrorCode.UNAVAILABLE, str(exc)) from None
-        self._remember(handle.flow_id, name)
-        # The flow's outcome is observed here, in the node's nursery, whether or not the caller waits.
-        self.nursery.start_soon(self._observe, handle.flow_id, name)
-        log.info("flow %s %s started by RPC user %s", name, handle.flow_id, call.user.username)
+        if handle.started:
+            self._remember(handle.flow_id, name)
+            # The flow's outcome is observed here, in the node's nursery, whether or not the caller waits.
+            self.nursery.start_soon(self._observe, handle.flow_id, name)
+            log.info("flow %s %s started by RPC user %s", name, handle.flow_id, call.user.username)
+        else:  # its client id named a flow that exists: this call follows it, nothing new starts
+            log.info(
+                "flow %s: RPC user %s started it again by its client id", handle.flow_id, call.user.username
+            )
         if not call.args.get("wait", True):
             return handle.flow_id
         await call.send_event({"flow_id": handle.flow_id, "state": "running"})

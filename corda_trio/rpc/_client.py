@@ -159,17 +159,23 @@ class RpcClient:
     async def registered_flows(self) -> list[str]:
         return await self.call("registered_flows")
 
-    async def start_flow(self, flow: str, /, **flow_args: Any) -> Any:
+    async def start_flow(self, flow: str, /, *, client_id: str | None = None, **flow_args: Any) -> Any:
         """Start ``flow`` with ``flow_args`` and return its result once it finishes.
+
+        ``client_id`` makes the start idempotent: the flow's id is ``C-<client_id>``, and calling again with
+        it (after a lost connection, say) waits for that flow instead of starting another.
 
         Raises:
             RpcError: ``flow-failed`` (the flow's error in the message), ``forbidden``, ``draining``, ...
         """
-        return await self.call("start_flow", flow=flow, args=flow_args, wait=True)
+        ids = {} if client_id is None else {"client_id": client_id}
+        return await self.call("start_flow", flow=flow, args=flow_args, wait=True, **ids)
 
-    async def launch_flow(self, flow: str, /, **flow_args: Any) -> str:
-        """Start ``flow`` and return its id at once (see :meth:`watch_flow`)."""
-        return await self.call("start_flow", flow=flow, args=flow_args, wait=False)
+    async def launch_flow(self, flow: str, /, *, client_id: str | None = None, **flow_args: Any) -> str:
+        """Start ``flow`` and return its id at once (see :meth:`watch_flow`; ``client_id`` as for
+        :meth:`start_flow`: the id of the flow it names, started now or before)."""
+        ids = {} if client_id is None else {"client_id": client_id}
+        return await self.call("start_flow", flow=flow, args=flow_args, wait=False, **ids)
 
     async def watch_flow(self, flow_id: str) -> AsyncIterator[dict[str, Any]]:
         """Yield the flow's progress events, then its final state (``state`` and ``result`` or ``error``)."""

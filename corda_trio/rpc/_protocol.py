@@ -107,7 +107,12 @@ METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]
     "registered_flows": {},
     "list_flows": {"state": (False, (str, type(None)))},
     "watch_flow": {"flow_id": (True, (str,))},
-    "start_flow": {"flow": (True, (str,)), "args": (False, (dict,)), "wait": (False, (bool,))},
+    "start_flow": {
+        "flow": (True, (str,)),
+        "args": (False, (dict,)),
+        "wait": (False, (bool,)),
+        "client_id": (False, (str,)),
+    },
     "retry_flow": {"flow_id": (True, (str,))},
     "kill_flow": {"flow_id": (True, (str,))},
     "drain": {},

@@ -225,6 +225,25 @@ async def test_flows_resume_after_a_node_restart(net: testing.FlowNetwork) -> No
     assert answered.count(5) == len([f for f in answered if f is not None])
 
 
+async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing.FlowNetwork) -> None:
+    """Corda's client id: the same id names the same flow (running, finished, or after a restart) and a
+    second start only hands back its handle; the responder ran once."""
+    with trio.fail_after(60):
+        first = await net["Alice"].flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=2)
+        again = await net["Alice"].flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=2)
+        assert (first.flow_id, first.started, again.flow_id, again.started) == (
+            "C-order-17", True, "C-order-17", False
+        )
+        assert await again.result() == 2
+        await net.restart("Alice")
+        after = await net["Alice"].flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=2)
+        assert not after.started and await after.result() == 2
+        other = await net["Alice"].flows.start_flow("PingPong", client_id="order-18", recipient=BOB)
+        assert other.started and await other.result() == 1
+    responders = [f for f in net["Bob"].flows.flows() if f.flow_name.endswith("PingPongResponder")]
+    assert sorted(f.result for f in responders) == [1, 2]
+
+
 def expected_from_carol(sid: int) -> list[tuple[str, str]]:
     return [
         (CAROL, "field 'payload' must be bytes"),

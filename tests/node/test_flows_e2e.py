@@ -107,6 +107,16 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
             assert listed[flow_id]["flow"] == "PingPong" and listed[flow_id]["result"] == 5
             assert any(f["state"] == "failed" for f in await a.list_flows("failed"))
 
+            # A client id makes the start idempotent: the same id names the same flow, started once.
+            first = await a.launch_flow("PingPong", client_id="order-17", recipient=BOB, rounds=3)
+            assert first == "C-order-17"
+            assert await a.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=3) == 3
+            assert await a.launch_flow("PingPong", client_id="order-17", recipient=BOB, rounds=3) == first
+            assert [f["flow_id"] for f in await a.list_flows()].count(first) == 1
+            with pytest.raises(rpc.RpcError) as bad_id:
+                await a.call("start_flow", flow="PingPong", args={"recipient": BOB}, client_id=17)
+            assert bad_id.value.code == "bad-arguments"
+
             # A client that vanishes mid-call leaves its flow running.
             async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as gone:
                 with trio.move_on_after(0.05):
@@ -132,6 +142,14 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
                 capture_stdout=True, capture_stderr=True, env=env, check=False,
             )  # fmt: skip
             assert started.returncode == 0 and started.stdout.decode().strip() == "2", started.stderr
+            for _ in range(2):  # with a client id: run twice, one flow (the second run follows the first's)
+                again = await trio.run_process(
+                    [*cli, "start", "--node", alice.rpc_url, "--user", "ops", "--client-id", "cli-1",
+                     "PingPong", f"recipient={BOB}", "rounds=2"],
+                    capture_stdout=True, capture_stderr=True, env=env, check=False,
+                )  # fmt: skip
+                assert again.returncode == 0 and again.stdout.decode().strip() == "2", again.stderr
+            assert [f["flow_id"] for f in await a.list_flows()].count("C-cli-1") == 1
             listing = await trio.run_process(
                 [*cli, "list", "--node", alice.rpc_url, "--user", "ops", "--state", "failed", "--json"],
                 capture_stdout=True, capture_stderr=True, env=env, check=False,
