@@ -199,8 +199,13 @@ class FlowHost:
         info = self._find(call.args.get("flow_id"))
         try:
             await self.manager.retry(info.flow_id)
-        except flows.UnknownFlowError as exc:
-            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+        except flows.UnknownFlowError:
+            ended = self._info(self._find(info.flow_id))
+            raise rpc.RpcError(
+                rpc.ErrorCode.NOT_FOUND,
+                f"no running flow {info.flow_id}: it has ended ({ended['state']}); only a running or "
+                "parked flow can be retried",
+            ) from None
         log.info("flow %s retried by RPC user %s", info.flow_id, call.user.username)
         return self._info(self._find(info.flow_id))
 
@@ -208,8 +213,8 @@ class FlowHost:
         info = self._find(call.args.get("flow_id"))
         try:
             await self.manager.kill(info.flow_id, f"killed by RPC user {call.user.username}")
-        except flows.UnknownFlowError as exc:
-            raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, str(exc)) from None
+        except flows.UnknownFlowError:
+            return self._info(self._find(info.flow_id))  # it ended meanwhile or before: left as it is
         log.info("flow %s killed by RPC user %s", info.flow_id, call.user.username)
         with trio.move_on_after(5):
             try:

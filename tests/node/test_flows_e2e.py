@@ -105,6 +105,13 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
             assert all(e["flow_id"] == flow_id for e in events)
             listed = {f["flow_id"]: f for f in await a.list_flows("finished")}
             assert listed[flow_id]["flow"] == "PingPong" and listed[flow_id]["result"] == 5
+            # kill leaves a flow that already ended as it is and says how it ended; retry refuses, saying so
+            ended = await a.kill_flow(flow_id)
+            assert (ended["flow_id"], ended["state"], ended["result"]) == (flow_id, "finished", 5), ended
+            with pytest.raises(rpc.RpcError) as not_running:
+                await a.retry_flow(flow_id)
+            assert not_running.value.code == "not-found"
+            assert "it has ended (finished)" in str(not_running.value)
             assert any(f["state"] == "failed" for f in await a.list_flows("failed"))
 
             # A client id makes the start idempotent: the same id names the same flow, started once.

@@ -203,7 +203,10 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
         watched = await _cli(["flow", "watch", "--json", "--base-dir", base, "--user", "ops", flow_id], env)
         assert watched.returncode == 1 and json.loads(watched.stdout)["state"] == "failed", watched
         assert retried.returncode == 1 and retried.stdout == "", retried
-        assert retried.stderr.endswith(f"not-found: no running flow {flow_id}\n"), retried.stderr
+        assert retried.stderr.endswith(
+            f"not-found: no running flow {flow_id}: it has ended (failed); only a running or parked flow can "
+            "be retried\n"
+        ), retried.stderr
 
         assert await bob.stop(signal.SIGINT) == 130
         with trio.fail_after(15):
