@@ -381,6 +381,8 @@ def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> Flo
 
 def _convert(cls_name: str, name: str, kind: Any, value: Any) -> Any:
     if not isinstance(value, str):
+        if kind is int and isinstance(value, float) and value.is_integer():
+            return int(value)  # a client whose numbers are all doubles (JSON's) sends 3 as 3.0
         return value
     text = str(kind)
     try:

@@ -17,6 +17,7 @@ def test_names_and_string_arguments_are_converted() -> None:
     ]
     # values of the declared types pass as they are (what an RPC client sends)
     assert flows.build_flow("PingPong", {"recipient": "x", "rounds": 3}).rounds == 3
+    assert type(flows.build_flow("PingPong", {"recipient": "x", "rounds": 3.0}).rounds) is int  # (JSON's 3)
     assert flows.build_flow("Broadcast", {"recipients": ["a", "b"], "message": "m"}).recipients == ["a", "b"]
 
 
