@@ -255,6 +255,15 @@ async def _send(
     await stream.send_all(data)
 
 
+def _reason(exc: h11.RemoteProtocolError) -> str:
+    """h11's reason, without the Python repr it wraps the offending bytes in ("illegal request line:
+    bytearray(b'GARBAGE')" -> "illegal request line: 'GARBAGE'"), at most 200 characters."""
+    return _BYTES_REPR.sub(r"\1", str(exc))[:200]
+
+
+_BYTES_REPR: Final = re.compile(r"bytearray\(b('.*?'|\".*?\")\)")
+
+
 async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Event | type[h11.PAUSED]:
     while True:
         event = conn.next_event()
@@ -304,7 +313,8 @@ async def _serve_connection(
         except h11.RemoteProtocolError as exc:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 status = exc.error_status_hint if 400 <= exc.error_status_hint < 500 else 400
-                await _send(stream, conn, HttpResponse.text(status, f"bad request: {exc}"), head=False)
+                reply = HttpResponse.text(status, f"bad request: {_reason(exc)}")
+                await _send(stream, conn, reply, head=False)
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return

@@ -140,6 +140,7 @@ async def test_malformed_http_gets_400_and_server_survives(
     _, port = map_server
     reply = await trio.to_thread.run_sync(_raw_exchange, port, b"THIS IS NOT HTTP\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 400 ")
+    assert reply.endswith(b"\r\n\r\nbad request: illegal request line: 'THIS IS NOT HTTP'\n"), reply
     reply = await trio.to_thread.run_sync(
         _raw_exchange, port, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"
     )
