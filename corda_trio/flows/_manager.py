@@ -335,6 +335,10 @@ class FlowHandle:
         return await self._manager.wait_result(self.flow_id)
 
 
+#: Longest ``client_id`` :meth:`FlowManager.start_flow` takes (it becomes part of the flow id and its keys).
+MAX_CLIENT_ID: Final = 200
+
+
 @functools.lru_cache(maxsize=4096)
 def _party(name: str) -> pki.CordaX500Name:
     return pki.CordaX500Name.parse(name)
@@ -594,8 +598,10 @@ class FlowManager:
         await trio.lowlevel.checkpoint()
         if isinstance(flow, FlowLogic) and args:
             raise TypeError("arguments are given with a flow name or class, not with an instance")
-        if client_id is not None and "\x00" in client_id:
-            raise ValueError("a client id cannot contain a NUL character")
+        if client_id is not None and not (0 < len(client_id) <= MAX_CLIENT_ID and "\x00" not in client_id):
+            raise ValueError(
+                f"a client id is 1 to {MAX_CLIENT_ID} characters without NUL, got {len(client_id)} characters"
+            )
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
             return FlowHandle(flow_id, self, started=False)

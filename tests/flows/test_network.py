@@ -242,6 +242,9 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
         assert other.started and await other.result() == 1
     responders = [f for f in net["Bob"].flows.flows() if f.flow_name.endswith("PingPongResponder")]
     assert sorted(f.result for f in responders) == [1, 2]
+    for bad in ("", "x" * 201, "a\x00b"):
+        with pytest.raises(ValueError, match="a client id is 1 to 200 characters without NUL"):
+            await net["Alice"].flows.start_flow("PingPong", client_id=bad, recipient=BOB)
 
 
 def expected_from_carol(sid: int) -> list[tuple[str, str]]:
