@@ -604,6 +604,7 @@ class FlowManager:
             )
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
+            self._check_same_flow(flow_id, flow)
             return FlowHandle(flow_id, self, started=False)
         if self._draining:
             raise FlowManagerDrainingError("the node is draining: no new flows are started")
@@ -622,6 +623,19 @@ class FlowManager:
         self._nursery.start_soon(self._drive, runner)
         self._bump()
         return FlowHandle(flow_id, self)
+
+    def _check_same_flow(self, flow_id: str, flow: FlowLogic[Any] | str | type[FlowLogic[Any]]) -> None:
+        """A client id names an existing flow: it must be of the kind asked for (the caller's permission was
+        checked for that kind), else ``ValueError``."""
+        runner = self._runners.get(flow_id)
+        finished = self._finished.get(flow_id)
+        existing = runner.state.flow_name if runner is not None else finished.flow_name if finished else None
+        if existing is None:  # (a checkpoint that could not be loaded: its kind is unknown)
+            return
+        cls = flow if isinstance(flow, type) else type(flow) if isinstance(flow, FlowLogic) else None
+        wanted = cls.flow_name if cls is not None else registry.startable(flow).flow_name  # type: ignore[arg-type]
+        if wanted != existing:
+            raise ValueError(f"client id of flow {flow_id} names a {existing} flow, not a {wanted}")
 
     # --- receiving ----------------------------------------------------------------------------------------
 

@@ -242,6 +242,12 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
         assert other.started and await other.result() == 1
     responders = [f for f in net["Bob"].flows.flows() if f.flow_name.endswith("PingPongResponder")]
     assert sorted(f.result for f in responders) == [1, 2]
+    # the id names a flow of another kind: refused (a caller allowed to start Broadcast cannot follow it)
+    with pytest.raises(ValueError) as other_kind:
+        await net["Alice"].flows.start_flow("Broadcast", client_id="order-17", recipients=[BOB])
+    assert str(other_kind.value).endswith(
+        "names a corda_trio.flows.PingPong flow, not a corda_trio.flows.Broadcast"
+    )
     for bad in ("", "x" * 201, "a\x00b"):
         with pytest.raises(ValueError, match="a client id is 1 to 200 characters without NUL"):
             await net["Alice"].flows.start_flow("PingPong", client_id=bad, recipient=BOB)
