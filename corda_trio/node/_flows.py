@@ -98,10 +98,9 @@ class FlowHost:
     # --- RPC ---------------------------------------------------------------------------------------
 
     async def _start_flow(self, call: rpc.Call) -> Any:
+        # (the server checked the arguments' names and types against the protocol's table)
         name = call.args["flow"]
         args = call.args.get("args", {})
-        if not isinstance(args, dict):
-            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, "'args' must be a map of the flow's arguments")
         try:
             handle = await self.manager.start_flow(name, client_id=call.args.get("client_id"), **args)
         except flows.FlowManagerDrainingError as exc:
@@ -167,16 +166,14 @@ class FlowHost:
             out["started_at"] = at.isoformat(timespec="milliseconds")
         return out
 
-    def _find(self, flow_id: object) -> flows.FlowInfo:
-        if not isinstance(flow_id, str):
-            raise rpc.RpcError(rpc.ErrorCode.BAD_ARGUMENTS, "'flow_id' must be a string")
+    def _find(self, flow_id: str) -> flows.FlowInfo:
         for info in self.manager.flows():
             if info.flow_id == flow_id:
                 return info
         raise rpc.RpcError(rpc.ErrorCode.NOT_FOUND, f"no flow {flow_id} (unknown, or finished long ago)")
 
     async def _watch_flow(self, call: rpc.Call) -> Any:
-        flow_id = call.args.get("flow_id")
+        flow_id = call.args["flow_id"]
         last: tuple[str, int] | None = None
         while True:
             version = self.manager.version
@@ -196,7 +193,7 @@ class FlowHost:
         return [f for f in out if state is None or f["state"] == state]
 
     async def _retry_flow(self, call: rpc.Call) -> Any:
-        info = self._find(call.args.get("flow_id"))
+        info = self._find(call.args["flow_id"])
         try:
             await self.manager.retry(info.flow_id)
         except flows.UnknownFlowError:
@@ -210,7 +207,7 @@ class FlowHost:
         return self._info(self._find(info.flow_id))
 
     async def _kill_flow(self, call: rpc.Call) -> Any:
-        info = self._find(call.args.get("flow_id"))
+        info = self._find(call.args["flow_id"])
         try:
             await self.manager.kill(info.flow_id, f"killed by RPC user {call.user.username}")
         except flows.UnknownFlowError:

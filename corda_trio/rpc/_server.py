@@ -312,9 +312,9 @@ class RpcServer:
         need = METHODS.get(req.method, _UNKNOWN)
         if need is _UNKNOWN:
             raise RpcError(ErrorCode.UNKNOWN_METHOD, f"unknown method {req.method!r}")
-        if req.method == "start_flow" and not isinstance(req.args.get("flow"), str):
-            raise RpcError(ErrorCode.BAD_ARGUMENTS, "start_flow needs 'flow': the flow's name")
         flow = req.args.get("flow") if req.method == "start_flow" else None
+        if req.method == "start_flow" and not isinstance(flow, str):  # (its permission depends on it)
+            raise RpcError(ErrorCode.BAD_ARGUMENTS, "start_flow needs 'flow': the flow's name")
         if need is not None and not allowed(user.permissions, req.method, flow):  # (None: ping, whoami)
             what = f"start flow {flow}" if flow else f"call {req.method}"
             raise RpcError(ErrorCode.FORBIDDEN, f"user {user.username} may not {what}")
