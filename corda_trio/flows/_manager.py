@@ -632,8 +632,9 @@ class FlowManager:
         existing = runner.state.flow_name if runner is not None else finished.flow_name if finished else None
         if existing is None:  # (a checkpoint that could not be loaded: its kind is unknown)
             return
-        cls = flow if isinstance(flow, type) else type(flow) if isinstance(flow, FlowLogic) else None
-        wanted = cls.flow_name if cls is not None else registry.startable(flow).flow_name  # type: ignore[arg-type]
+        if isinstance(flow, str):
+            flow = registry.startable(flow)
+        wanted = (flow if isinstance(flow, type) else type(flow)).flow_name
         if wanted != existing:
             raise ValueError(f"client id of flow {flow_id} names a {existing} flow, not a {wanted}")
 
