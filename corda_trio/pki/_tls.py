@@ -221,14 +221,16 @@ def peer_certificate(ssl_object: PeerCertificateSource) -> x509.Certificate:
 def peer_chain(ssl_object: object) -> list[x509.Certificate]:
     """The chain OpenSSL verified for the peer: leaf first, our trust root last.
 
-    Accepts an ``ssl.SSLObject`` / ``ssl.SSLSocket`` or a ``trio.SSLStream`` (through its SSL object).
+    Accepts an ``ssl.SSLObject`` / ``ssl.SSLSocket``, or a ``trio.SSLStream`` or the transport's TLS stream
+    (through its SSL object).
     Python 3.13 has ``get_verified_chain()``; 3.11 and 3.12 have the same method on the object's private
     ``_sslobj``.  Fails closed when neither is there.
 
     Raises:
         PeerIdentityError: the chain cannot be read (no handshake yet, or an ``ssl`` without the method).
     """
-    inner = getattr(ssl_object, "_ssl_object", ssl_object)  # trio.SSLStream keeps the SSLObject here
+    # the transport's TLS stream shows its SSLObject as ssl_object; trio.SSLStream keeps it in _ssl_object
+    inner = getattr(ssl_object, "ssl_object", None) or getattr(ssl_object, "_ssl_object", ssl_object)
     getter = getattr(inner, "get_verified_chain", None) or getattr(
         getattr(inner, "_sslobj", None), "get_verified_chain", None
     )

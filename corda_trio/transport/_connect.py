@@ -15,6 +15,7 @@ from corda_trio import amqp
 from ._driver import AmqpConnection
 from ._errors import HandshakeError
 from ._socks import SocksProxy, open_socks_stream
+from ._tls import TlsStream, tls_over
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_SECONDS", "PeerCheck", "open_amqp_connection", "open_amqp_over_stream"]
 
@@ -58,7 +59,7 @@ async def secure_stream(
         if peer_check is not None:
             raise ValueError("peer_check needs TLS: pass an ssl_context")
         return stream, None
-    tls = trio.SSLStream(
+    tls = tls_over(
         stream, ssl_context, server_side=server_side, server_hostname=None if server_side else server_hostname
     )
     try:
@@ -88,18 +89,24 @@ async def secure_stream(
 ALERT_SEND_TIMEOUT_SECONDS: Final = 1.0
 
 
-async def _send_pending_alert(tls: trio.SSLStream[trio.abc.Stream], stream: trio.abc.Stream) -> None:
+async def _send_pending_alert(
+    tls: TlsStream | trio.SSLStream[trio.abc.Stream], stream: trio.abc.Stream
+) -> None:
     """Send what OpenSSL queued when the handshake failed: the alert that says why (``unknown_ca``,
     ``bad_certificate``, ``handshake_failure``, ...).
 
-    ``trio.SSLStream`` raises on a handshake error without sending the bytes OpenSSL wrote for the peer, so
-    a refused peer would only see the socket close; they sit in its outgoing memory BIO (a private
-    attribute: if a trio version renames it, nothing is sent and the peer sees the close, as before).
+    A failed handshake raises without sending the bytes OpenSSL wrote for the peer, so a refused peer would
+    only see the socket close. :class:`TlsStream` hands them over; ``trio.SSLStream`` (over other streams)
+    keeps them in its outgoing memory BIO, a private attribute: if a trio version renames it, nothing is
+    sent and the peer sees the close, as before.
     """
-    outgoing = getattr(tls, "_outgoing", None)
-    if not isinstance(outgoing, ssl.MemoryBIO):
-        return
-    alert = outgoing.read()
+    if isinstance(tls, TlsStream):
+        alert = tls.pending_output()
+    else:
+        outgoing = getattr(tls, "_outgoing", None)
+        if not isinstance(outgoing, ssl.MemoryBIO):
+            return
+        alert = outgoing.read()
     if not alert:
         return
     with trio.move_on_after(ALERT_SEND_TIMEOUT_SECONDS):

@@ -62,6 +62,7 @@ from ._errors import (
     DeliveryUnknownError,
     LinkDetachedError,
 )
+from ._tls import TlsStream
 
 __all__ = ["AmqpConnection", "Delivery", "LinkRequest", "PendingDelivery", "Receiver", "Sender"]
 
@@ -804,7 +805,12 @@ class AmqpConnection:
             await trio.lowlevel.checkpoint()
             self._tick()
             return
-        async with self._write_lock:
+        lock = self._write_lock
+        try:
+            lock.acquire_nowait()  # the usual case, without the scheduling point ``async with`` adds
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             data = self._engine.data_to_send()
             if data and not self._stream_dead and not self._writes_done:
                 try:
@@ -818,6 +824,8 @@ class AmqpConnection:
                         raise AmqpConnectionError(f"write failed: {exc!r}") from exc
                     raise
             self._tick()
+        finally:
+            lock.release()
 
     def _tick(self) -> None:
         try:
@@ -977,7 +985,7 @@ class AmqpConnection:
         """Close the stream: over TLS send close_notify first (bounded); then the connection is over."""
         stream = self._stream
         with trio.CancelScope(shield=True):
-            if isinstance(stream, trio.SSLStream) and not self._stream_dead:
+            if isinstance(stream, trio.SSLStream | TlsStream) and not self._stream_dead:
                 with trio.move_on_after(CLOSE_NOTIFY_TIMEOUT_SECONDS):
                     async with self._write_lock:
                         self._writes_done = True
