@@ -38,12 +38,17 @@ repeat, so a busy machine slows them alike):
 Two message shapes (``--shapes``): ``p2p``, the seven application properties above (Corda 4's P2P traffic),
 and ``basic``, the benchmark's earlier corpus: the same message with only the first five of them
 (``platform-topic``, ``platform-version``, ``corda-vendor``, ``release-version``, ``_AMQ_DUPL_ID``).
-Body sizes: 16 B, 1 KiB (the target case) and 64 KiB. Each figure is the best of ``repeats`` timed batches
-of about ``batch_seconds`` (best-of is the usual estimator for CPU micro-benchmarks on a shared machine);
-the median is reported too. Target: corda_trio at least 3x (encode) and 2.5x (decode) the faster of the
-other two on the 1 KiB message of both shapes (``meets_target``); the last line (JSON) carries every ratio
-(``ratios``) and, for every shape and body size, whether both ratios reach the target there
-(``meets_target_by_case``).
+Body sizes: 16 B, 1 KiB (the target case) and 64 KiB. The measurement runs in ``repeats`` rounds; a round
+times one batch of about ``batch_seconds`` of every library, first all encodes, then all decodes, in an
+order that flips from round to round, so the batches compared with each other run within a second or so.
+A library's ops/s is the best of its batches (the median is reported too). A *ratio* is taken per round,
+corda_trio's batch over the faster anchor's batch of that same round, and the reported ratio is the median
+of those per-round ratios (with their range, and the ratio of the bests for comparison): on a shared
+machine whose speed drifts within minutes, a slowdown that lasts a round slows both sides of that round's
+ratio, where it skews a ratio of two bests taken at different times. Target: corda_trio at least 3x
+(encode) and 2.5x (decode) the faster of the other two on the 1 KiB message of both shapes
+(``meets_target``); the last line (JSON) carries every ratio (``ratios``, ``ratio_ranges``) and, for every
+shape and body size, whether both ratios reach the target there (``meets_target_by_case``).
 
 Record schema (one dict per shape x library x operation x body size, then one ``"summary"`` record per
 shape and body size)::
@@ -52,9 +57,11 @@ shape and body size)::
      "operation": "encode" | "decode", "body_bytes": 1024, "frame_bytes": 1186, "ops_per_second": 123456.0,
      "median_ops_per_second": ..., "us_per_op": 8.1, "repeats": 7, "machine": "...", "python": "3.11.7"}
     {"benchmark": "codec", "shape": "p2p", "library": "summary", "body_bytes": 1024, "encode_ratio": 2.3,
-     "decode_ratio": 2.1, "target": "...", "meets_target": true, ...}
+     "encode_ratio_range": [2.1, 2.5], "encode_ratio_of_bests": 2.3, "encode_anchor": "proton",
+     "decode_ratio": 2.1, ..., "target": "...", "meets_target": true, ...}
 
-``encode_ratio`` / ``decode_ratio`` = corda_trio's ops/s over the faster of ``pyamqp`` and ``proton``.
+``encode_ratio`` / ``decode_ratio`` = the median over the rounds of corda_trio's ops/s over the faster of
+``pyamqp`` and ``proton`` in that round; ``*_anchor`` the library that was the faster one in most rounds.
 """
 
 from __future__ import annotations
@@ -280,8 +287,8 @@ def run_codec_benchmark(
     body_sizes: tuple[int, ...] = BODY_SIZES,
     libraries: tuple[str, ...] = LIBRARIES,
     shapes: tuple[str, ...] = tuple(SHAPES),
-    repeats: int = 7,
-    batch_seconds: float = 0.2,
+    repeats: int = 9,
+    batch_seconds: float = 0.15,
     pool_frames: int = POOL_FRAMES,
 ) -> list[dict[str, Any]]:
     """Run the benchmark; return one record per shape x library x operation x body size, then summaries.
@@ -290,7 +297,7 @@ def run_codec_benchmark(
         body_sizes: Data body sizes in bytes.
         libraries: which of :data:`LIBRARIES` to measure (the summary needs ``corda_trio`` and another).
         shapes: which of :data:`SHAPES` to measure.
-        repeats: timed batches per measurement (best and median are reported).
+        repeats: rounds, each one timed batch of every library and operation (see the module docstring).
         batch_seconds: approximate length of one batch.
         pool_frames: how many distinct frames each decoder cycles through (capped at ~32 MiB).
     """
@@ -320,9 +327,14 @@ def _measure(
         jobs[(lib, "decode")] = lambda dec=dec, frames=itertools.cycle(pool): dec(next(frames))
     numbers = {key: _calibrate(fn, batch_seconds) for key, fn in jobs.items()}
     rates: dict[tuple[str, str], list[float]] = {key: [] for key in jobs}
-    for _ in range(repeats):  # alternate the libraries inside every repeat
-        for key, fn in jobs.items():
-            rates[key].append(numbers[key] / _time(fn, numbers[key]))
+    for round_ in range(repeats):
+        # One round times one batch of every library, operation by operation, so the batches compared with
+        # each other run seconds apart at most; the order flips every round (no library always goes first).
+        order = libraries if round_ % 2 == 0 else libraries[::-1]
+        for op in ("encode", "decode"):
+            for lib in order:
+                key = (lib, op)
+                rates[key].append(numbers[key] / _time(jobs[key], numbers[key]))
     common = {"benchmark": "codec", "shape": shape, "body_bytes": size, "machine": machine,
               "python": platform.python_version()}  # fmt: skip
     for (lib, op), values in rates.items():
@@ -336,10 +348,16 @@ def _measure(
     if "corda_trio" in libraries and others:
         summary: dict[str, Any] = {**common, "library": "summary"}
         for op in ("encode", "decode"):
-            ours = max(rates[("corda_trio", op)])
-            best_other = max(others, key=lambda lib, op=op: max(rates[(lib, op)]))
-            summary[f"{op}_ratio"] = round(ours / max(rates[(best_other, op)]), 3)
-            summary[f"{op}_anchor"] = best_other
+            ours = rates[("corda_trio", op)]
+            # per round: ours over the faster anchor *in that round*; the ratio is their median
+            anchors = [max(rates[(lib, op)][i] for lib in others) for i in range(repeats)]
+            per_round = sorted(o / a for o, a in zip(ours, anchors, strict=True))
+            fastest = [max(others, key=lambda lib, i=i, op=op: rates[(lib, op)][i]) for i in range(repeats)]
+            summary[f"{op}_ratio"] = round(statistics.median(per_round), 3)
+            summary[f"{op}_ratio_range"] = [round(per_round[0], 3), round(per_round[-1], 3)]
+            best_anchor = max(max(rates[(lib, op)]) for lib in others)
+            summary[f"{op}_ratio_of_bests"] = round(max(ours) / best_anchor, 3)
+            summary[f"{op}_anchor"] = max(others, key=fastest.count)
         summary["target"] = (
             f"corda_trio >= {TARGET_ENCODE_RATIO}x (encode) and >= {TARGET_DECODE_RATIO}x (decode) "
             "the faster anchor (1 KiB)"
@@ -358,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, BODY_SIZES)), help="body sizes, comma-separated")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"message shapes ({', '.join(SHAPES)})")
     args = parser.parse_args(argv)
-    repeats = args.repeats or (3 if args.quick else 7)
+    repeats = args.repeats or (3 if args.quick else 9)
     shapes = tuple(args.shapes.split(","))
     unknown = set(shapes) - set(SHAPES)
     if unknown:
@@ -367,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         body_sizes=tuple(int(s) for s in args.sizes.split(",")),
         shapes=shapes,
         repeats=repeats,
-        batch_seconds=0.05 if args.quick else 0.2,
+        batch_seconds=0.05 if args.quick else 0.15,
     )
     if args.json:
         for r in records:
@@ -376,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'shape':<6} {'body':>7} {'operation':<9} "
         + "".join(f"{lib:>14}" for lib in LIBRARIES)
-        + "   ratio (ours / best anchor)"
+        + "   ratio (ours / faster anchor: median of rounds [range])"
     )
     by_key = {
         (r["shape"], r["body_bytes"], r["operation"], r["library"]): r
@@ -391,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
             if s:
                 ratios = {"encode": s["encode_ratio"], "decode": s["decode_ratio"]}
                 final["ratios"][f"{shape}_{size}"] = ratios
+                final.setdefault("ratio_ranges", {})[f"{shape}_{size}"] = {
+                    op: s[f"{op}_ratio_range"] for op in ("encode", "decode")
+                }
                 final.setdefault("meets_target_by_case", {})[f"{shape}_{size}"] = s["meets_target"]
             for op in ("encode", "decode"):
                 cells = []
@@ -399,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
                     cells.append(f"{r['ops_per_second']:>14,.0f}" if r else f"{'-':>14}")
                     if r:
                         final["results"].setdefault(lib, {})[f"{op}_{shape}_{size}"] = r["ops_per_second"]
-                ratio = f"   {s[f'{op}_ratio']:.2f}x vs {s[f'{op}_anchor']}" if s else ""
+                ratio = ""
+                if s:
+                    low, high = s[f"{op}_ratio_range"]
+                    ratio = f"   {s[f'{op}_ratio']:.2f}x vs {s[f'{op}_anchor']} [{low:.2f}-{high:.2f}]"
                 print(f"{shape:<6} {size:>7} {op:<9} " + "".join(cells) + ratio)
     targets = [summaries[(shape, 1024)] for shape in shapes if (shape, 1024) in summaries]
     if targets:

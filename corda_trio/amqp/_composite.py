@@ -255,7 +255,7 @@ def _inline(kind: str, i: int) -> str:
 def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int], tuple[Any, int]]:
     ns: dict[str, Any] = {
         "new": object.__new__,
-        "set_dict": object.__setattr__,
+        "set_dict": D.dict_setter(cls),
         "C": cls,
         "U32x2": struct.Struct(">II").unpack_from,
         "U32": struct.Struct(">I").unpack_from,
@@ -369,7 +369,7 @@ def _make_decoder(cls: type, specs: list[tuple[Any, ...]]) -> Callable[[Any, int
         "    if pos != end:",
         f"        raise DecodeError('{cls.__name__} fields do not match the list size', pos)",
         "    o = new(C)",
-        "    set_dict(o, '__dict__', d)",
+        "    set_dict(o, d)",
         "    return o, pos",
     ]
     exec("\n".join(lines), ns)  # the source is built above from the class's own field table

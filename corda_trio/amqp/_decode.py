@@ -75,6 +75,20 @@ _bytes_new: Final = bytes.__new__
 _obj_new: Final = object.__new__
 
 
+def dict_setter(cls: type) -> Callable[[Any, dict[str, Any]], None]:
+    """``setter(obj, d)`` makes ``d`` the ``__dict__`` of ``obj``, a ``cls`` made by ``object.__new__``.
+
+    The decoders fill an instance in one step this way. It is the ``__set__`` of the ``__dict__`` descriptor
+    of ``cls``, which ``object.__setattr__(instance, "__dict__", d)`` would look up on every call (and it
+    bypasses a ``__setattr__`` that refuses changes, as that does).
+    """
+    for klass in cls.__mro__:
+        descriptor = vars(klass).get("__dict__")
+        if descriptor is not None:
+            return descriptor.__set__  # type: ignore[no-any-return]
+    raise TypeError(f"{cls.__name__} instances have no __dict__")
+
+
 def truncated(pos: int) -> DecodeError:
     return DecodeError("truncated: the value runs past the end of the buffer", pos)
 
@@ -534,13 +548,12 @@ def map_by_shape(buf: bytes, pos: int, end: int, count: int) -> dict[Any, Any] |
     bytes, the unchanged ones equal to what those same bytes decoded to before. The caller checks
     ``end <= len(buf)``.
     """
-    shape = _SHAPE
-    run = shape[1]
-    if count != shape[0] or not buf.startswith(run, pos):
+    shape_count, run, keys, steps = _SHAPE
+    if count != shape_count or not buf.startswith(run, pos):
         return None
-    out: dict[Any, Any] = shape[2].copy()  # every key in order; each changing value is overwritten below
+    out: dict[Any, Any] = keys.copy()  # every key in order; each changing value is overwritten below
     pos += len(run)
-    for key, run in shape[3]:
+    for key, run in steps:
         if pos >= end:
             return None
         c = buf[pos]
@@ -560,7 +573,7 @@ def map_by_shape(buf: bytes, pos: int, end: int, count: int) -> dict[Any, Any] |
             if width is None or pos + 1 + (width if width >= 0 else 1 + buf[pos + 1]) > end:
                 return None
             out[key], pos = TYPED[c](buf, pos + 1)
-        if not buf.startswith(run, pos):
+        if run and not buf.startswith(run, pos):  # (the last changing entry may end the map)
             return None
         pos += len(run)
     if pos != end:

@@ -195,6 +195,7 @@ _LARGE_FRAME_BYTES: Final = 16384
 _HEAD_BYTES: Final = 1024
 _frame_new: Final = object.__new__
 _set_dict: Final = object.__setattr__
+_set_frame_dict: Final = D.dict_setter(Frame)
 _DESCRIBED: Final = D.TYPED[0x00]
 _BY_CODE: Final = D.COMPOSITES_BY_CODE
 _AMQP_DECODERS: Final = {int(c.DESCRIPTOR_CODE): c._decode for c in PERFORMATIVES}  # type: ignore[attr-defined]
@@ -207,6 +208,7 @@ _TRANSFER: Final = D.DECODER_MEMO.transfer
 _decode_transfer: Final = Transfer._decode  # type: ignore[attr-defined]
 _U32: Final = struct.Struct(">I").unpack_from
 _transfer_new: Final = object.__new__
+_set_transfer_dict: Final = D.dict_setter(Transfer)
 
 
 def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
@@ -217,9 +219,8 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
     decodes only the delivery-id (uint) and delivery-tag (vbin8) from their own bytes; any other transfer
     goes through the full decoder, which judges it.
     """
-    memo = _TRANSFER
-    head = memo[0]
-    end = pos + memo[1]
+    head, size, constant, tail = _TRANSFER
+    end = pos + size
     if end <= len(data) and data.startswith(head, pos):
         q = pos + len(head)
         c = data[q]
@@ -237,13 +238,12 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
         # every read stays inside this transfer's list (``end``): a shorter transfer goes to the full decoder
         if delivery_id >= 0 and q + 1 < end and data[q] == 0xA0:
             tag_end = q + 2 + data[q + 1]
-            tail = memo[3]
-            if tag_end + len(tail) == end and data.startswith(tail, tag_end):
-                fields = memo[2].copy()
+            if tag_end + len(tail) == end and (not tail or data.startswith(tail, tag_end)):
+                fields = constant.copy()
                 fields["delivery_id"] = delivery_id
                 fields["delivery_tag"] = data[q + 2 : tag_end]
                 transfer = _transfer_new(Transfer)
-                _set_dict(transfer, "__dict__", fields)
+                _set_transfer_dict(transfer, fields)
                 return transfer, end
     transfer, end = _decode_transfer(data, pos)
     fields = transfer.__dict__
@@ -260,7 +260,7 @@ def _transfer(data: bytes, pos: int) -> tuple[Any, int]:
             constant = dict(fields)
             del constant["delivery_id"]
             constant.pop("delivery_tag", None)
-            memo[:] = [data[pos:head_end], end - pos, constant, data[tag_end:end]]
+            _TRANSFER[:] = [data[pos:head_end], end - pos, constant, data[tag_end:end]]
     return transfer, end
 
 
@@ -272,17 +272,13 @@ def _decode_body(data: bytes, size: int, doff: int, ftype: int, channel: int) ->
     pos = doff * 4
     frame = _frame_new(Frame)
     if pos == size:
-        _set_dict(
-            frame, "__dict__", {"type": ftype, "channel": channel, "performative": None, "payload": b""}
-        )
+        _set_frame_dict(frame, {"type": ftype, "channel": channel, "performative": None, "payload": b""})
         return frame
     performative, end = _performative(data, pos, ftype)
     payload = data[end:] if end < size else b""
-    _set_dict(
-        frame,
-        "__dict__",
-        {"type": ftype, "channel": channel, "performative": performative, "payload": payload},
-    )
+    _set_frame_dict(frame, {
+        "type": ftype, "channel": channel, "performative": performative, "payload": payload,
+    })  # fmt: skip
     return frame
 
 
@@ -339,7 +335,7 @@ def decode_frame(data: bytes | bytearray | memoryview, max_frame_size: int = DEF
             except _FAILURES as exc:
                 raise D.as_decode_error(exc, data, pos) from None
             frame = _frame_new(Frame)
-            _set_dict(frame, "__dict__", {
+            _set_frame_dict(frame, {
                 "type": ftype, "channel": channel, "performative": performative, "_buf": data, "_at": end,
             } if end < size else {
                 "type": ftype, "channel": channel, "performative": performative, "payload": b"",
@@ -430,7 +426,7 @@ class FrameBuffer:
             if performative is None:
                 return _decode_body(data, size, doff, ftype, channel)
             frame = _frame_new(Frame)
-            _set_dict(frame, "__dict__", {
+            _set_frame_dict(frame, {
                 "type": ftype, "channel": channel, "performative": performative, "payload": payload,
             })  # fmt: skip
             return frame

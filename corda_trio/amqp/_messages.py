@@ -341,7 +341,7 @@ def _body(body: Any) -> list[bytes]:
 # --- decoding ------------------------------------------------------------------------------------------
 
 _obj_new: Final = object.__new__
-_set_dict: Final = object.__setattr__
+_set_properties_dict: Final = D.dict_setter(Properties)
 _MAP_TABLE: Final = D.FIELD_TABLES["map"]
 _BIN_TABLE: Final = D.FIELD_TABLES["binary"]
 _LIST_TABLE: Final = D.FIELD_TABLES["list"]
@@ -423,29 +423,29 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
         bodies: list[Any] | None = None
         last = 0
         shaped = False
-        layout = _LAYOUT
-        if buf.startswith(layout[0], pos):
+        prefix, id_size, layout_header, layout_fields, tail, map_size, map_count = _LAYOUT
+        if buf.startswith(prefix, pos):
             # The layout of the last such message (DecoderMemo.message): the same header, properties other
             # than the message id, and application-properties keys; decode the id, the map by its shape,
             # and a final data section here; anything else goes on in the loop below.
-            q = pos + len(layout[0])
-            mid_end = q + layout[1]
-            if buf.startswith(layout[4], mid_end):
-                mpos = mid_end + len(layout[4])
-                mend = mpos + layout[5]
+            q = pos + len(prefix)
+            mid_end = q + id_size
+            if buf.startswith(tail, mid_end):
+                mpos = mid_end + len(tail)
+                mend = mpos + map_size
                 if mend <= end:
-                    ap = _by_shape(buf, mpos, mend, layout[6])
+                    ap = _by_shape(buf, mpos, mend, map_count)
                     if ap is not None:
                         try:
                             message_id = buf[q:mid_end].decode()
                         except UnicodeDecodeError:
                             ap = None  # judged (and reported precisely) by the loop
                     if ap is not None:
-                        fields = layout[3].copy()  # message_id included: overwritten, never added
+                        fields = layout_fields.copy()  # message_id included: overwritten, never added
                         fields["message_id"] = message_id
                         props = _obj_new(Properties)
-                        _set_dict(props, "__dict__", fields)
-                        header = layout[2]
+                        _set_properties_dict(props, fields)
+                        header = layout_header
                         pos = mend
                         last = 0x74
                         if buf.startswith(_DATA32, pos):
@@ -513,7 +513,7 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
                         fields = tail[1].copy()
                         fields["message_id"] = buf[pos + 5 : mid_end].decode()
                         props = _obj_new(Properties)
-                        _set_dict(props, "__dict__", fields)
+                        _set_properties_dict(props, fields)
                         pos = pend
                         continue
                     props, pos = _decode_properties(buf, vpos)
@@ -575,7 +575,7 @@ def _decode_message(buf: bytes | bytearray | memoryview, offset: int = 0) -> Mes
         if shaped and props is not None and da is None and ma is None:
             _learn_layout(buf, offset, header, props)
         m = _obj_new(Message)
-        _set_dict(m, "__dict__", {
+        _set_message_dict(m, {
             "header": header, "delivery_annotations": da, "message_annotations": ma, "properties": props,
             "application_properties": ap, "body": body, "footer": footer,
         })  # fmt: skip
@@ -645,3 +645,6 @@ class Message:
     #: ``Message.decode(buf, offset=0) -> Message``: decode the sections in ``buf[offset:]``; raises
     #: :class:`DecodeError` when they are not a valid message (a staticmethod: one call, no wrapper).
     decode = staticmethod(_decode_message)
+
+
+_set_message_dict: Final = D.dict_setter(Message)
