@@ -62,9 +62,11 @@ async def pair(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ours.do_handshake)  # type: ignore[attr-defined]
         nursery.start_soon(theirs.do_handshake)  # type: ignore[attr-defined]
-    yield ours, theirs
-    await trio.aclose_forcefully(ours)
-    await trio.aclose_forcefully(theirs)
+    try:
+        yield ours, theirs
+    finally:
+        await trio.aclose_forcefully(ours)
+        await trio.aclose_forcefully(theirs)
 
 
 async def _receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
