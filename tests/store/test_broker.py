@@ -405,10 +405,10 @@ async def test_compaction_reads_no_more_than_it_keeps_and_never_on_the_event_loo
         queue = await broker.declare_queue("q")
         ids = [await queue.enqueue(b"%03d" % i * 100) for i in range(60)]
         await ack(queue, 60)
-        before = queue.statistics().disk_bytes
         assert await queue.compact() > 0
         assert reads == []  # each segment was an acked first one in turn
-        assert queue.statistics().disk_bytes < before // 4
+        # (the background compactor may have taken some segments already: measure against what was written)
+        assert queue.statistics().disk_bytes < 60 * 300 // 4
         ids = [await queue.enqueue(b"%03d" % i * 100) for i in range(60)]
         await ack(queue, 30)
         assert await queue.compact() > 0
