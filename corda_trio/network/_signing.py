@@ -65,7 +65,7 @@ def _verify(public_key: object, signature: bytes, data: bytes) -> bool:
 
 def _load_path(ders: Sequence[bytes], what: str) -> list[x509.Certificate]:
     try:
-        return [x509.load_der_x509_certificate(d) for d in ders]
+        return [pki.load_der_certificate(d) for d in ders]
     except (ValueError, x509.InvalidVersion) as exc:
         raise MalformedPayloadError(f"{what}: certificate is not valid DER: {exc}") from None
 

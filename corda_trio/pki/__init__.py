@@ -12,6 +12,8 @@ from ._certs import create_certificate as create_certificate
 from ._certs import create_root_certificate as create_root_certificate
 from ._certs import generate_ec_key as generate_ec_key
 from ._certs import generate_ed25519_key as generate_ed25519_key
+from ._certs import load_der_certificate as load_der_certificate
+from ._certs import load_pem_certificates as load_pem_certificates
 from ._certs import validate_cert_path as validate_cert_path
 from ._errors import CertificateValidationError as CertificateValidationError
 from ._errors import InvalidNameError as InvalidNameError
@@ -69,6 +71,8 @@ __all__ = [
     "generate_ed25519_key",
     "get_cert_role",
     "key_hash",
+    "load_der_certificate",
+    "load_pem_certificates",
     "peer_certificate",
     "peer_chain",
     "read_certificate",

@@ -30,13 +30,15 @@ responses.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from typing import Final
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from ._errors import CertificateValidationError
@@ -52,6 +54,8 @@ __all__ = [
     "create_root_certificate",
     "generate_ec_key",
     "generate_ed25519_key",
+    "load_der_certificate",
+    "load_pem_certificates",
     "validate_cert_path",
 ]
 
@@ -63,6 +67,38 @@ PublicKey = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
 DEFAULT_VALIDITY: Final[dt.timedelta] = dt.timedelta(days=3650)
 #: Certificates start this much before "now" so a peer whose clock is a little behind accepts them.
 BACKDATE: Final[dt.timedelta] = dt.timedelta(hours=1)
+
+
+_T = TypeVar("_T")
+
+
+def load_der_certificate(der: bytes) -> x509.Certificate:
+    """Parse one DER certificate, strictly: what ``cryptography`` only warns about when it parses a
+    certificate (a serial number that is zero or negative, which RFC 5280 forbids) is an error here.
+
+    Raises:
+        ValueError: not a certificate, or one that breaks such a rule (the message says which).
+    """
+    return _strictly(x509.load_der_x509_certificate, der)
+
+
+def load_pem_certificates(data: bytes) -> list[x509.Certificate]:
+    """Parse every PEM certificate in ``data``, as strictly as :func:`load_der_certificate`.
+
+    Raises:
+        ValueError: no certificate, a malformed one, or one that breaks such a rule.
+    """
+    return _strictly(x509.load_pem_x509_certificates, data)
+
+
+def _strictly(load: Callable[[bytes], _T], data: bytes) -> _T:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CryptographyDeprecationWarning)
+        try:
+            return load(data)
+        except CryptographyDeprecationWarning as exc:
+            # (cryptography's text goes on about its future releases: keep what is wrong)
+            raise ValueError(str(exc).split(". ")[0].strip()) from None
 
 
 def generate_ec_key() -> ec.EllipticCurvePrivateKey:

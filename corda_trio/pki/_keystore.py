@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from ._certs import CaKey
+from ._certs import CaKey, load_pem_certificates
 from ._errors import KeyStoreError
 
 __all__ = [
@@ -125,7 +125,7 @@ def read_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
     except OSError as exc:
         raise KeyStoreError(f"cannot read certificates {os.fspath(path)!r}: {exc.strerror}") from exc
     try:
-        certs = x509.load_pem_x509_certificates(data)
+        certs = load_pem_certificates(data)
     except ValueError as exc:
         # (cryptography's message ends with a link to its FAQ: not for an operator's one-line error)
         reason = re.sub(r"\s*See https?://\S+ for more details\.", "", str(exc)).strip()

@@ -39,7 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from ._certs import check_chain_roles
+from ._certs import check_chain_roles, load_der_certificate, load_pem_certificates
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
 from ._names import CordaX500Name
 from ._roles import CertRole, get_cert_role
@@ -136,7 +136,7 @@ def _root_pem(trust_root: PathLike | x509.Certificate) -> str:
         return trust_root.public_bytes(serialization.Encoding.PEM).decode("ascii")
     try:
         data = Path(trust_root).read_bytes()
-        x509.load_pem_x509_certificate(data)  # a clear error now rather than an opaque ssl one later
+        load_pem_certificates(data)  # a clear error now rather than an opaque ssl one later
     except OSError as exc:
         raise KeyStoreError(f"cannot read trust root {os.fspath(trust_root)!r}: {exc.strerror}") from exc
     except ValueError as exc:
@@ -213,7 +213,7 @@ def peer_certificate(ssl_object: PeerCertificateSource) -> x509.Certificate:
     if not isinstance(der, bytes):
         raise PeerIdentityError("getpeercert(binary_form=True) did not return DER bytes")
     try:
-        return x509.load_der_x509_certificate(der)
+        return load_der_certificate(der)
     except ValueError as exc:
         raise PeerIdentityError(f"the TLS peer's certificate cannot be parsed: {exc}") from exc
 
@@ -238,9 +238,7 @@ def peer_chain(ssl_object: object) -> list[x509.Certificate]:
         raise PeerIdentityError("cannot read the TLS peer's verified certificate chain")
     try:
         raw = getter() or []
-        return [
-            x509.load_der_x509_certificate(c if isinstance(c, bytes) else c.public_bytes(_DER)) for c in raw
-        ]
+        return [load_der_certificate(c if isinstance(c, bytes) else c.public_bytes(_DER)) for c in raw]
     except (ValueError, ssl.SSLError) as exc:
         raise PeerIdentityError(f"cannot read the TLS peer's verified certificate chain: {exc}") from exc
 

@@ -178,3 +178,23 @@ def test_mutated_node_info_never_verifies_as_something_else(data: st.DataObject)
     mutated = good[:index] + bytes([value]) + good[index + 1 :]
     with pytest.raises((network.MalformedPayloadError, network.PayloadRejectedError)):
         network.verify_node_info(mutated, trust_root=GOOD_ROOT, now=NOW)
+
+
+def test_a_certificate_with_a_negative_serial_is_malformed_without_a_warning() -> None:
+    """A certificate path holding a certificate whose serial number is negative (RFC 5280 forbids it;
+    ``cryptography`` only warns) is malformed input: refused with the reason, no warning printed."""
+    import warnings
+
+    from cryptography.hazmat.primitives import serialization
+
+    alice = _NET.issue_node(ALICE, now=NOW)
+    good = signed_node_info(alice)
+    network.verify_node_info(good, trust_root=GOOD_ROOT, now=NOW)
+    node_ca = alice.node_ca.cert.public_bytes(serialization.Encoding.DER)
+    assert good.count(node_ca) == 1
+    at = node_ca.index(b"\xa0\x03\x02\x01\x02\x02") + 7  # v3, then the serial's first content byte
+    bad_ca = node_ca[:at] + bytes([node_ca[at] | 0x80]) + node_ca[at + 1 :]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(network.MalformedPayloadError, match="serial number which wasn't positive"):
+            network.verify_node_info(good.replace(node_ca, bad_ca), trust_root=GOOD_ROOT, now=NOW)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from corda_trio import pki
 from corda_trio.pki import CertRole
@@ -295,3 +298,35 @@ def test_confidential_identity_chain(network: pki.NetworkCredentials, alice: pki
         issuer_cert=alice.node_ca.cert, issuer_key=alice.node_ca.key, now=NOW,
     )  # fmt: skip
     assert _reason([wrong, alice.node_ca.cert, network.doorman.cert], network.root.cert) == "wrong-role"
+
+
+def _with_negative_serial(cert: x509.Certificate) -> bytes:
+    """``cert``'s DER with the top bit of its serial number set: a negative serial, which RFC 5280 forbids
+    and ``cryptography`` only warns about."""
+    der = bytearray(cert.public_bytes(serialization.Encoding.DER))
+    at = der.index(b"\xa0\x03\x02\x01\x02\x02") + 6  # [0] version v3, then the serial's INTEGER: length
+    der[at + 1] |= 0x80
+    return bytes(der)
+
+
+def test_a_certificate_with_a_negative_serial_is_refused_not_warned_about(
+    tmp_path: Path, alice: pki.NodeCredentials
+) -> None:
+    import warnings
+
+    bad = _with_negative_serial(alice.tls.cert)
+    pem = tmp_path / "tls.pem"
+    body = base64.encodebytes(bad).decode("ascii").replace("\n", "")
+    lines = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
+    pem.write_text(f"-----BEGIN CERTIFICATE-----\n{lines}\n-----END CERTIFICATE-----\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^Parsed a serial number which wasn't positive"):
+            pki.load_der_certificate(bad)
+        with pytest.raises(pki.KeyStoreError, match=r"tls\.pem.* serial number which wasn't positive"):
+            pki.read_certificate(pem)
+        good = alice.tls.cert.public_bytes(serialization.Encoding.DER)
+        assert pki.load_der_certificate(good) == alice.tls.cert
+        assert pki.load_pem_certificates(alice.tls.cert.public_bytes(serialization.Encoding.PEM)) == [
+            alice.tls.cert
+        ]
