@@ -578,13 +578,16 @@ class FlowManager:
     async def start_flow(
         self,
         flow: FlowLogic[Any] | str | type[FlowLogic[Any]],
+        flow_args: Mapping[str, Any] | None = None,
         /,
         *,
         client_id: str | None = None,
         **args: Any,
     ) -> FlowHandle:
         """Start a flow: an instance, or a startable flow's name or class with named arguments (see
-        :func:`build_flow`). Returns once the flow is running (it is durable after its first transition).
+        :func:`build_flow`), given as keywords or as one mapping ``flow_args`` (for an argument named like a
+        keyword of this method, ``client_id`` say), not both. Returns once the flow is running (it is durable
+        after its first transition).
 
         ``client_id`` makes the start idempotent (Corda's client id): the flow id is ``C-<client_id>``, and if
         that flow exists (running or finished and still remembered) its handle is returned and nothing starts.
@@ -596,6 +599,10 @@ class FlowManager:
             UnknownFlowError / ValueError: see :func:`build_flow`.
         """
         await trio.lowlevel.checkpoint()
+        if flow_args is not None:
+            if args:
+                raise TypeError("give the flow's arguments as keywords or as one mapping, not both")
+            args = dict(flow_args)
         if isinstance(flow, FlowLogic) and args:
             raise TypeError("arguments are given with a flow name or class, not with an instance")
         if client_id is not None and not (0 < len(client_id) <= MAX_CLIENT_ID and "\x00" not in client_id):

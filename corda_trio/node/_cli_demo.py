@@ -337,7 +337,7 @@ async def _one_flow(
     async with limit:
         created = clock.now_ns()
         try:
-            result = await client.start_flow(flow, **args)
+            result = await client.start_flow(flow, args)
         except rpc.RpcError as exc:
             error = str(exc)
     runs.append(

@@ -102,7 +102,7 @@ class FlowHost:
         name = call.args["flow"]
         args = call.args.get("args", {})
         try:
-            handle = await self.manager.start_flow(name, client_id=call.args.get("client_id"), **args)
+            handle = await self.manager.start_flow(name, args, client_id=call.args.get("client_id"))
         except flows.FlowManagerDrainingError as exc:
             raise rpc.RpcError(rpc.ErrorCode.DRAINING, str(exc)) from None
         except flows.UnknownFlowError as exc:

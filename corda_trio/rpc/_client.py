@@ -159,23 +159,54 @@ class RpcClient:
     async def registered_flows(self) -> list[str]:
         return await self.call("registered_flows")
 
-    async def start_flow(self, flow: str, /, *, client_id: str | None = None, **flow_args: Any) -> Any:
-        """Start ``flow`` with ``flow_args`` and return its result once it finishes.
+    async def start_flow(
+        self,
+        flow: str,
+        args: Mapping[str, Any] | None = None,
+        /,
+        *,
+        client_id: str | None = None,
+        **flow_args: Any,
+    ) -> Any:
+        """Start ``flow`` and return its result once it finishes.
 
-        ``client_id`` makes the start idempotent: the flow's id is ``C-<client_id>``, and calling again with
-        it (after a lost connection, say) waits for that flow instead of starting another.
+        The flow's arguments are keywords, or one mapping ``args`` (for an argument that shares a name with
+        a keyword of this method, ``client_id`` say), not both. ``client_id`` makes the start idempotent: the
+        flow's id is ``C-<client_id>``, and calling again with it (after a lost connection, say) waits for
+        that flow instead of starting another.
 
         Raises:
+            TypeError: both ``args`` and keyword arguments given.
             RpcError: ``flow-failed`` (the flow's error in the message), ``forbidden``, ``draining``, ...
         """
-        ids = {} if client_id is None else {"client_id": client_id}
-        return await self.call("start_flow", flow=flow, args=flow_args, wait=True, **ids)
+        return await self._start_flow(flow, args, flow_args, client_id, wait=True)
 
-    async def launch_flow(self, flow: str, /, *, client_id: str | None = None, **flow_args: Any) -> str:
-        """Start ``flow`` and return its id at once (see :meth:`watch_flow`; ``client_id`` as for
-        :meth:`start_flow`: the id of the flow it names, started now or before)."""
+    async def launch_flow(
+        self,
+        flow: str,
+        args: Mapping[str, Any] | None = None,
+        /,
+        *,
+        client_id: str | None = None,
+        **flow_args: Any,
+    ) -> str:
+        """Start ``flow`` and return its id at once (see :meth:`watch_flow`; the arguments and ``client_id``
+        as for :meth:`start_flow`: the id of the flow it names, started now or before)."""
+        return await self._start_flow(flow, args, flow_args, client_id, wait=False)
+
+    async def _start_flow(
+        self,
+        flow: str,
+        args: Mapping[str, Any] | None,
+        flow_args: dict[str, Any],
+        client_id: str | None,
+        *,
+        wait: bool,
+    ) -> Any:
+        if args is not None and flow_args:
+            raise TypeError("give the flow's arguments as keywords or as one mapping, not both")
         ids = {} if client_id is None else {"client_id": client_id}
-        return await self.call("start_flow", flow=flow, args=flow_args, wait=False, **ids)
+        return await self.call("start_flow", flow=flow, args=dict(args or flow_args), wait=wait, **ids)
 
     async def watch_flow(self, flow_id: str) -> AsyncIterator[dict[str, Any]]:
         """Yield the flow's progress events, then its final state (``state`` and ``result`` or ``error``)."""

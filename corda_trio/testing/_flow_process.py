@@ -52,7 +52,7 @@ async def _run_phase(manager: flows.FlowManager, plan: dict[str, Any], rate: flo
 
     async def one(i: int, intended: int) -> None:
         started = time.time_ns()
-        handle = await manager.start_flow(plan["flow"], client_id=f"{prefix}{i}", **_args(plan["args"], i))
+        handle = await manager.start_flow(plan["flow"], _args(plan["args"], i), client_id=f"{prefix}{i}")
         try:
             await handle.result()
         except flows.FlowException:

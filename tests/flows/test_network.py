@@ -240,8 +240,14 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
         assert not after.started and await after.result() == 2
         other = await net["Alice"].flows.start_flow("PingPong", client_id="order-18", recipient=BOB)
         assert other.started and await other.result() == 1
+        # the arguments as one mapping (a flow may have an argument named client_id), or as keywords
+        args = {"recipient": BOB, "rounds": 3}
+        mapped = await net["Alice"].flows.start_flow("PingPong", args, client_id="m")
+        assert mapped.flow_id == "C-m" and await mapped.result() == 3
+        with pytest.raises(TypeError, match="as keywords or as one mapping, not both"):
+            await net["Alice"].flows.start_flow("PingPong", {"recipient": BOB}, rounds=2)
     responders = [f for f in net["Bob"].flows.flows() if f.flow_name.endswith("PingPongResponder")]
-    assert sorted(f.result for f in responders) == [1, 2]
+    assert sorted(f.result for f in responders) == [1, 2, 3]
     # the id names a flow of another kind: refused (a caller allowed to start Broadcast cannot follow it)
     with pytest.raises(ValueError) as other_kind:
         await net["Alice"].flows.start_flow("Broadcast", client_id="order-17", recipients=[BOB])
