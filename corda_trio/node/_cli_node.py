@@ -175,7 +175,11 @@ def add_rpc_options(parser: argparse.ArgumentParser) -> None:
     """``--node URL | --config F | --base-dir D``, ``--user``, ``--password-env``."""
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--node", metavar="URL", help="the node's RPC address, e.g. ws://127.0.0.1:40002")
-    where.add_argument("--config", type=Path, help="node.toml of the node (its rpc.address)")
+    where.add_argument(
+        "--config",
+        type=Path,
+        help="node.toml (the running node's node.json in its base directory, else rpc.address)",
+    )
     where.add_argument(
         "--base-dir", type=Path, help="node directory (node.toml, or the running node's node.json)"
     )
@@ -192,12 +196,26 @@ def _rpc_url(args: argparse.Namespace) -> str:
     if args.node is not None:
         url = str(args.node)
         return url if "://" in url else f"ws://{url}"
-    if args.base_dir is not None:
-        runtime = args.base_dir / "node.json"
-        with contextlib.suppress(OSError, ValueError, KeyError):
+    # The running node's node.json names its RPC address (also a port it chose itself): read straight from
+    # the base directory, without loading (and importing what checks) the whole configuration.
+    base_dir = args.base_dir if args.base_dir is not None else _declared_base_dir(args.config)
+    if base_dir is not None:
+        runtime = base_dir / "node.json"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             return str(json.loads(runtime.read_text())["rpc"])
     config = _load_config(args)
     return f"ws://{config.rpc_address}"
+
+
+def _declared_base_dir(config: Path) -> Path | None:
+    """The ``base_directory`` that ``config`` declares, if it can be read (else the full load says why)."""
+    import tomllib
+
+    try:
+        base = tomllib.loads(config.read_text()).get("base_directory", ".")
+    except (OSError, ValueError):
+        return None
+    return config.parent / base if isinstance(base, str) and base else None
 
 
 def _password(args: argparse.Namespace) -> str:

@@ -234,3 +234,21 @@ def test_a_passphrase_variable_with_bytes_that_are_not_utf8_gives_those_bytes() 
     environ = {"PASS": b"\xebsecret".decode("utf-8", "surrogateescape")}
     assert _config.KeyPassphrase(env="PASS").read(environ) == b"\xebsecret"
     assert _config.KeyPassphrase(env="PASS").read({"PASS": "s3cret"}) == b"s3cret"
+
+
+def test_rpc_commands_find_the_running_node_through_its_base_directory(tmp_path: Path) -> None:
+    """``--config``: the running node's ``node.json`` in the base directory the file declares gives the RPC
+    address (the port it really listens on), without loading the whole configuration; no ``node.json``
+    (the node is not running): the configured address."""
+    import argparse
+
+    from corda_trio.node import _cli_node
+
+    path = _write(tmp_path, 'base_directory = "base"\n' + GOOD)
+    (tmp_path / "base").mkdir()
+    args = argparse.Namespace(node=None, base_dir=None, config=path)
+    assert _cli_node._rpc_url(args) == "ws://127.0.0.1:40002"
+    (tmp_path / "base" / "node.json").write_text('{"rpc": "ws://127.0.0.1:40777"}')
+    assert _cli_node._rpc_url(args) == "ws://127.0.0.1:40777"
+    (tmp_path / "base" / "node.json").write_text("{half a file")  # being written: the configuration
+    assert _cli_node._rpc_url(args) == "ws://127.0.0.1:40002"
