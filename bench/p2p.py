@@ -2,6 +2,7 @@
 
     python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
     python -m bench.p2p --via-float [--repeat N] [...]    # through a float, then directly, side by side
+    python -m bench.p2p --rate 500 [...]                  # phase 2 at a given offered load
 
 ``--via-float`` runs the benchmark twice with the same settings: with B behind a float (a ``corda-trio float
 start`` process: A's bridge -> float -> control link -> B's ``FloatTunnel`` -> B's inbox; B has no P2P
@@ -35,7 +36,21 @@ on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Tw
    are handed to the messaging service as the flow framework's outbound pump hands its flows' messages
    over: one ``send_many`` at a time (one group commit), holding every message whose time has come, and
    while it waits for durability the next ones come due and go in the next lot; a message's wait for its
-   lot counts in its latency.
+   lot counts in its latency. ``--rate R`` offers ``R`` msg/s instead (with ``--via-float``: to both paths).
+
+*CPU per message at low rates.* On the two-core virtual machine these figures come from, a node's CPU per
+message grows as the offered rate falls (one run: ~2,100 us per message and node at 200 msg/s, ~600-870 us
+at 1,000 msg/s, ~240-300 us at half the maximum, ~120-250 us at the maximum), while the Python work per
+message stays about the same. A message at a low rate goes through its steps alone, and every step that
+wakes an idle process or an idle event loop (the bridge's send, the peer's disposition, each group commit's
+round trip to the commit helper, the hold before the dedup commit) costs that virtual CPU a hundred
+microseconds or more: measured outside the project, a process that sleeps 2 ms and wakes pays ~40 us of CPU
+for it, and a one-byte pipe round trip between two processes ~190 us of CPU in all after an idle gap against
+~13 us back to back. py-spy at 200 msg/s shows ``epoll`` waits and the system calls that wake another
+process (``sendmsg`` to the commit helper, the TLS socket's ``send``) at the top. Committing inline instead
+of through the helper did not change the figure (tried, not kept). So a latency measured at half load on
+such a machine is taken with both nodes close to saturation (``busy_cores_half``), and batches, not
+per-message work, set CPU per message there.
 
 Every body starts with its message's dedup id (then filler): B's handler checks each body against its id and
 that no message is handed over twice, and the run ends with the sent and handled ids compared; any difference
@@ -585,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     ap.add_argument("--half-seconds", type=float, default=5.0, help="length of phase 2 (default 5 s)")
     ap.add_argument("--records", type=Path, help="write one record per phase-2 message into this directory")
+    ap.add_argument(
+        "--rate", type=float, help="phase 2 at this offered rate (msg/s) instead of half the measured maximum"
+    )
     ap.add_argument("--via-float", action="store_true", help="also run with B behind a float; compare")
     ap.add_argument(
         "--repeat", type=int, default=1, help="with --via-float: rounds of both paths, medians (default 1)"
@@ -595,9 +613,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.messages < 1 or args.senders < 1 or args.size < 0 or args.half_seconds <= 0 or args.repeat < 1:
         ap.error("--messages, --senders and --repeat must be >= 1, --size >= 0, --half-seconds > 0")
+    if args.rate is not None and not (0 < args.rate < math.inf):
+        ap.error(f"--rate must be a positive number of messages per second, got {args.rate}")
     if args.via_float:
         return _compare_via_float(args)
-    summary = run_benchmark(args)
+    summary = run_benchmark(args, half_rate=args.rate)
     print(
         f"max sustained {summary['msgs_per_s']:,.0f} msg/s durable at the peer; at half load "
         f"({summary['half_rate_msgs_per_s']:,.0f} msg/s, open loop): p50 {summary['p50_ms']} ms, "
@@ -622,7 +642,7 @@ def _compare_via_float(args: argparse.Namespace) -> int:
     # shared machine a single pair swings with whatever else runs).
     rounds = []
     for _ in range(args.repeat):
-        via = run_benchmark(args, via_float=True)
+        via = run_benchmark(args, via_float=True, half_rate=args.rate)
         direct = run_benchmark(args, half_rate=via["half_rate_msgs_per_s"])
         rounds.append(
             {

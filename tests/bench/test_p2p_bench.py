@@ -8,14 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from corda_trio.records import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rate", [None, 300.0], ids=["half-of-max", "fixed-rate"])
+def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path, rate: float | None) -> None:
     records = tmp_path / "records"
     small = ["--messages", "600", "--senders", "8", "--half-seconds", "0.5", "--records", str(records)]
+    if rate is not None:  # phase 2 at a given offered load
+        small += ["--rate", str(rate)]
     out = subprocess.run(
         [sys.executable, "-m", "bench.p2p", *small],
         cwd=ROOT,
@@ -26,6 +31,8 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["scenario"] == "p2p" and summary["messages"] == 600
+    if rate is not None:
+        assert summary["half_rate_msgs_per_s"] == rate and summary["half_messages"] == 150
     assert summary["msgs_per_s"] > 0 and 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
     for key in ("cpu_us_per_msg_sender_phase1", "cpu_us_per_msg_sender_half", "cpu_us_per_msg_receiver_half"):
         assert summary[key] > 0, key
@@ -39,3 +46,20 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path) -> None:
     written = list(read_records(path))
     assert len(written) == summary["half_messages"] > 0
     assert all(r.outcome == "ok" and r.created_ns <= r.enqueued_ns <= r.delivered_ns for r in written)
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "inf", "nan"])
+def test_a_rate_that_is_not_a_positive_number_is_refused_in_one_line(rate: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.p2p", "--rate", rate],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .endswith(f"--rate must be a positive number of messages per second, got {float(rate)}")
+    )
