@@ -4,6 +4,7 @@ records that ``corda-trio report`` reads."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,25 @@ def test_a_rate_that_is_not_a_positive_number_is_refused_in_one_line(rate: str) 
         .splitlines()[-1]
         .endswith(f"--rate must be a positive number of messages per second, got {float(rate)}")
     )
+
+
+def test_p2p_bench_via_float_compares_both_paths_at_one_offered_load() -> None:
+    """``--via-float``: B behind a real ``corda-trio float start`` process, then directly, twice; the last
+    line carries the paired figures (medians of the rounds), both summaries, the float's CPU per message and
+    each round's pair. Both paths' phase 2 ran at one offered load; every message was checked end to end."""
+    small = ["--messages", "400", "--senders", "8", "--half-seconds", "0.4", "--via-float", "--repeat", "2"]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.p2p", *small], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "p2p-via-float" and result["rounds"] == 2 and len(result["per_round"]) == 2
+    via, direct = result["via_float"], result["direct"]
+    assert via["scenario"] == "p2p-via-float" and "float" in via["path"] and direct["path"] == "A -> B"
+    assert via["half_rate_msgs_per_s"] == direct["half_rate_msgs_per_s"] == result["half_rate_msgs_per_s"]
+    assert via["half_messages"] == direct["half_messages"] > 0
+    assert via["cpu_us_per_msg_float_all"] > 0
+    for key in ("throughput_ratio", "p99_delta_ms", "p50_delta_ms"):
+        median = statistics.median(r[key] for r in result["per_round"])
+        assert abs(result[key] - median) < 0.002, (key, result[key], result["per_round"])
+    assert result["throughput_ratio"] > 0
