@@ -16,7 +16,8 @@ and deltas (with each round's in ``per_round``): on a shared machine one pair sw
 that took more than 2 ms of CPU or 4 ms of wall time, and every garbage collection (generation, CPU ms), each
 with its ``time.time_ns()``, to line up with the per-message records of ``--records`` when looking for the
 cause of a slow message (cheap enough to leave the figures representative), and for phase 2 the task steps
-per task name and the scheduler's waits for I/O: divided by the messages, how many hops a message costs.
+per task name and the scheduler's polls for I/O (``phase2_io_waits``) and of those the ones that may sleep,
+with nothing runnable (``phase2_io_sleeps``): divided by the messages, how many hops a message costs.
 
 ``BENCH_P2P_PROFILE=DIR`` runs both node processes under cProfile (timed by process CPU time) and writes
 ``DIR/sender.pstats`` and ``DIR/receiver.pstats`` (the figures are then not representative).
@@ -327,6 +328,7 @@ def _node_main(node_dir: Path) -> None:
                         "gc": tracer.collections,
                         "phase2_steps_by_task": tracer.counts,
                         "phase2_io_waits": tracer.io_waits,
+                        "phase2_io_sleeps": tracer.io_sleeps,
                     }
                 )
             )
@@ -350,6 +352,7 @@ class _Tracer:
         self._cpu = self._wall = self._gc_cpu = 0.0
         self.counts: dict[str, int] = {}
         self.io_waits = 0
+        self.io_sleeps = 0
         self._counting = False
         gc.callbacks.append(self._on_gc)
 
@@ -359,6 +362,8 @@ class _Tracer:
     def before_io_wait(self, timeout: float) -> None:
         if self._counting:
             self.io_waits += 1
+            if timeout > 0:
+                self.io_sleeps += 1
 
     def close(self) -> None:
         gc.callbacks.remove(self._on_gc)

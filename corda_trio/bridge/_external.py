@@ -151,8 +151,14 @@ class _RemoteConsumer:
         return _RemoteDelivery(delivery.delivery_id, delivery.payload)
 
     async def ack_many(self, message_ids: Sequence[int]) -> None:
-        for message_id in message_ids:
-            await self._held.pop(message_id).accept()
+        self.ack_many_nowait(message_ids)
+        await trio.lowlevel.checkpoint()
+
+    def ack_many_nowait(self, message_ids: Sequence[int]) -> None:
+        """Settle the node's deliveries ``accepted`` (the node acks them in its queue); the dispositions leave
+        with the connection's next write."""
+        assert self._receiver is not None
+        self._receiver.settle_many_nowait([self._held.pop(m) for m in message_ids], amqp.Accepted())
 
     async def reject(self, message_id: int, condition: str, description: str) -> None:
         """Pass a peer's rejection on to the node (which moves the message to its dead-letter queue)."""

@@ -78,6 +78,10 @@ class OutboundConsumer(Protocol):
 
     async def ack_many(self, message_ids: Sequence[int]) -> None: ...
 
+    def ack_many_nowait(self, message_ids: Sequence[int]) -> object:
+        """``ack_many`` without a checkpoint, for a caller that has just passed one (the acks are not
+        awaited: a lazy consumer's)."""
+
 
 class OutboundSource(Protocol):
     """An outbound queue ``internal.peers.<key-hash>`` as a bridge sees it (``store.Queue`` or remote)."""
@@ -433,6 +437,8 @@ async def _settle_in_order(
             await dead_letter(queue_name, consumer, message_id, payload, condition, description)
             sent.popleft()
         if ids:
-            await consumer.ack_many(ids)
+            # lazy acks (the consumer is made so), just after the wait for the outcome: no checkpoint of
+            # their own (one task step less per batch, at light load per message)
+            consumer.ack_many_nowait(ids)
             if acked is not None:
                 acked(len(ids))

@@ -54,7 +54,7 @@ from ._keyed import KeyedLog
 from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
 from ._segment import fsync_dir, remove_tree_gently, validate_queue_name
-from ._wal import READ_BATCH_RECORDS, DurableLog, LogConfig, StoredMessage, now_ms
+from ._wal import READ_BATCH_RECORDS, Batch, DurableLog, LogConfig, StoredMessage, now_ms
 
 __all__ = [
     "Broker",
@@ -661,6 +661,18 @@ class Consumer:
     async def ack_many(self, message_ids: Sequence[int]) -> None:
         """Acknowledge several held messages in one group commit (returns once durable, unless the
         consumer was made with ``lazy_acks``: then at once)."""
+        batch = self.ack_many_nowait(message_ids)
+        if batch is None or self._lazy_acks:
+            await trio.lowlevel.checkpoint()
+        else:
+            await batch.wait()
+
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
+    def ack_many_nowait(self, message_ids: Sequence[int]) -> Batch | None:
+        """:meth:`ack_many` without waiting and without a checkpoint: the acks are durable with the queue's
+        next group commit (what ``lazy_acks`` means; a message acked but not yet durable comes back after
+        a crash). For a caller that has just passed a checkpoint. Returns the commit batch that makes them
+        durable (``await batch.wait()``), or ``None`` for an in-memory queue."""
         for mid in message_ids:
             if mid not in self._held:
                 raise UnknownDeliveryError(
@@ -682,10 +694,7 @@ class Consumer:
             else:
                 _ts, headers, payload = queue._mem.pop(mid)
                 queue._mem_bytes -= len(headers) + len(payload) + 32
-        if batch is None or lazy:
-            await trio.lowlevel.checkpoint()
-        else:
-            await batch.wait()
+        return batch
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     def release(self, message_id: int) -> None:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, Literal
 
 import trio
@@ -415,6 +415,12 @@ class Receiver:
     async def settle_many(self, deliveries: list[Delivery], state: Any) -> None:
         """Settle several deliveries of this link with ``state`` at once (one flush, one checkpoint);
         pre-settled or already settled ones are skipped."""
+        self.settle_many_nowait(deliveries, state)
+        await trio.lowlevel.checkpoint()
+
+    def settle_many_nowait(self, deliveries: list[Delivery], state: Any) -> None:
+        """:meth:`settle_many` without its checkpoint, for a caller that has just passed one (the
+        dispositions leave with the writer task's next write)."""
         conn = self._conn
         conn._raise_if_broken()
         if self._error is not None:
@@ -425,7 +431,6 @@ class Receiver:
                 delivery.settled = True
                 settle(self.channel, delivery.delivery_id, state)
         conn._request_flush()
-        await trio.lowlevel.checkpoint()
 
     async def _settle(self, delivery_id: int, state: Any) -> None:
         self._settle_nowait(delivery_id, state)
@@ -569,6 +574,10 @@ class AmqpConnection:
         label: str | None = None,
     ) -> None:
         self._stream = stream
+        #: ``TlsStream.send_all_nowait`` (the writer task's send without a second scheduling point), if any
+        self._send_nowait: Callable[[bytes], bool] | None = (
+            stream.send_all_nowait if isinstance(stream, TlsStream) else None
+        )
         self._engine = engine
         self.peer_identity = peer_identity
         self.id = label or f"amqp-{next(_ids)}"
@@ -799,10 +808,13 @@ class AmqpConnection:
     def _request_flush(self) -> None:
         self._flush_wanted.set()
 
-    async def _flush(self) -> None:
-        """Write everything the engine queued (in order, under the write lock)."""
+    async def _flush(self, *, just_yielded: bool = False) -> None:
+        """Write everything the engine queued (in order, under the write lock). ``just_yielded``: the caller
+        (the writer task) has just passed a scheduling point, so when the bytes go out at once (or there are
+        none) this adds none."""
         if not self._engine.wants_write:
-            await trio.lowlevel.checkpoint()
+            if not just_yielded:
+                await trio.lowlevel.checkpoint()
             self._tick()
             return
         lock = self._write_lock
@@ -814,7 +826,15 @@ class AmqpConnection:
             data = self._engine.data_to_send()
             if data and not self._stream_dead and not self._writes_done:
                 try:
-                    await self._stream.send_all(data)
+                    send_nowait = self._send_nowait if just_yielded else None
+                    if send_nowait is None:
+                        await self._stream.send_all(data)
+                    else:
+                        try:
+                            if not send_nowait(data):
+                                await self._stream.send_all(b"")  # the rest of what it took
+                        except trio.WouldBlock:  # nothing taken
+                            await self._stream.send_all(data)
                 except BaseException as exc:
                     # Part of a frame may be on the wire: the connection cannot continue (STYLE.md habit 11).
                     self._set_broken(AmqpConnectionError(f"write failed or was interrupted: {exc!r}"))
@@ -849,7 +869,7 @@ class AmqpConnection:
                 # a sender filling its window): one send_all then carries all of them.
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 self._flush_wanted = trio.Event()
-                await self._flush()
+                await self._flush(just_yielded=True)
                 if self._engine.closed:
                     await self._goodbye()
                     return

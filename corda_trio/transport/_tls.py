@@ -23,6 +23,9 @@ same); a send cancelled half-way leaves the stream broken (part of a record may 
 :meth:`aclose` sends ``close_notify`` (best effort) and closes the socket. Bytes the TLS library produces
 while reading (post-handshake messages) are sent in order with everything else: one task at a time pushes
 the outgoing buffer, and a sender whose bytes another task is pushing waits until they are out.
+:meth:`send_all_nowait` is ``send_all`` without its scheduling point, for a caller that has just passed one
+(the driver's writer task yields once before it gathers a batch of frames, so a second yield in the send
+was one more task step per write, which at light load is per message).
 
 :func:`tls_over` picks it for a ``trio.SocketStream`` and falls back to ``trio.SSLStream`` for any other
 stream (memory streams in tests).
@@ -221,6 +224,42 @@ class TlsStream(trio.abc.Stream):
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._sending = False
+
+    def send_all_nowait(self, data: bytes | bytearray | memoryview) -> bool:
+        """Send ``data`` without a scheduling point, for a caller that has just passed one (the AMQP driver's
+        writer task). ``True``: every byte is on the socket. ``False``: ``data`` is taken, but the socket
+        would not take all of it now (or another task's push is under way, which sends it after its own):
+        ``await send_all(b"")`` finishes the send.
+
+        Raises:
+            trio.WouldBlock: the handshake is not done (nothing was taken: ``send_all(data)`` does it).
+            trio.BusyResourceError, trio.ClosedResourceError, trio.BrokenResourceError: as :meth:`send_all`.
+        """
+        if self._sending:
+            raise trio.BusyResourceError("another task is sending on this TLS stream")
+        self._check_usable()
+        if not self._handshook:
+            raise trio.WouldBlock
+        if data:
+            try:
+                self.ssl_object.write(data)
+            except ssl.SSLError as exc:
+                raise self._break(exc) from exc
+        if self._pushing:
+            return False
+        outgoing = self._outgoing
+        while outgoing.pending:
+            chunk = outgoing.read()
+            try:
+                sent = os.write(self._fd, chunk)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise self._break(exc) from exc
+            if sent < len(chunk):
+                outgoing.write(chunk[sent:])  # the buffer was emptied: the rest stays first in line
+                return False
+        return True
 
     async def wait_send_all_might_not_block(self) -> None:
         if self._sending:

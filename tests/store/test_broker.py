@@ -484,6 +484,33 @@ async def test_lazy_acks_ride_with_the_next_commit_or_go_on_their_own_within_the
     assert held == ids
 
 
+async def test_ack_many_nowait_acks_without_a_checkpoint_and_is_durable_with_the_next_commit(
+    tmp_path: Path,
+) -> None:
+    """``ack_many_nowait``: the held messages are acked at once (no checkpoint, no write of their own),
+    their records ride with the next group commit, and what it refuses it refuses before acking any."""
+    async with store.open_broker(tmp_path) as broker:
+        queue = await broker.declare_queue("q")
+        await queue.enqueue_many([b"m%d" % i for i in range(4)])
+        log = queue._log
+        assert log is not None
+        async with queue.consumer(credit=10, lazy_acks=True) as consumer:
+            held = [(await consumer.receive()).message_id for _ in range(4)]
+            batches = log.batches
+            with trio.testing.assert_no_checkpoints():
+                batch = consumer.ack_many_nowait(held[:3])
+            assert batch is not None
+            assert (log.batches, queue.statistics().depth) == (batches, 1)
+            with pytest.raises(store.UnknownDeliveryError):
+                consumer.ack_many_nowait([held[3], held[0]])  # held[0] is acked already
+            assert queue.statistics().depth == 1  # held[3] is still held, not acked
+            await queue.enqueue(b"next")  # the acks go with this commit
+            assert log.batches == batches + 1
+            await batch.wait()
+    async with store.open_broker(tmp_path) as broker:
+        assert [m.payload async for m in broker.get_queue("q").browse()] == [b"m3", b"next"]
+
+
 async def test_lazy_acks_do_not_count_as_appenders_of_a_cohort(tmp_path: Path) -> None:
     """A batch starts at once when it holds half the appenders last seen waiting (the cohort rule); lazy
     acks wait for nobody, so they must not make a lone enqueue wait for a cohort that never comes."""

@@ -254,3 +254,66 @@ async def test_handshake_failure_leaves_the_alert_to_send(
     assert client_error
     cause = client_error[0].__cause__
     assert isinstance(cause, ssl.SSLError) and "ALERT" in str(cause).upper(), cause
+
+
+@pytest.mark.parametrize("ours_is_client", [True, False])
+async def test_send_all_nowait_sends_at_once_or_leaves_the_rest_to_send_all(
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext], ours_is_client: bool
+) -> None:
+    """``send_all_nowait`` puts a piece on the socket without a scheduling point; once the peer stops
+    reading it answers ``False`` with the piece taken, and ``send_all(b"")`` finishes it: the peer gets every
+    byte once, in order, mixed with ordinary sends."""
+    pieces = [os.urandom((i * 4099) % 50_000 + 1) for i in range(120)]
+    blob = b"".join(pieces)
+    async with pair(contexts, ours_is_client) as (ours, theirs):
+        assert isinstance(ours, TlsStream)
+        with trio.testing.assert_no_checkpoints():
+            assert ours.send_all_nowait(b"hello")  # an empty socket buffer takes it at once
+        assert await _receive_exactly(theirs, 5) == b"hello"
+        results: list[bool] = []
+
+        async def send() -> None:
+            for i, piece in enumerate(pieces):
+                if i % 3 == 2:
+                    await ours.send_all(piece)
+                    continue
+                with trio.testing.assert_no_checkpoints():
+                    done = ours.send_all_nowait(piece)
+                results.append(done)
+                if not done:
+                    await ours.send_all(b"")
+                await trio.lowlevel.checkpoint()
+
+        got: list[bytes] = []
+
+        async def receive_late() -> None:
+            await trio.sleep(0.3)  # the socket buffers fill up meanwhile
+            got.append(await _receive_exactly(theirs, len(blob)))
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send)
+                nursery.start_soon(receive_late)
+    assert hashlib.sha256(got[0]).hexdigest() == hashlib.sha256(blob).hexdigest()
+    assert True in results and False in results  # both ways were taken
+
+
+async def test_send_all_nowait_refusals(contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """Before the handshake it takes nothing (``WouldBlock``: ``send_all`` does the handshake); on a
+    closed stream it raises like ``send_all``."""
+    client_ctx = contexts[0]
+    a, b = socket.socketpair()
+    try:
+        tcp = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        fresh = TlsStream(tcp, client_ctx)
+        with pytest.raises(trio.WouldBlock):
+            fresh.send_all_nowait(b"too early")
+        assert not fresh.pending_output()
+    finally:
+        a.close()
+        b.close()
+    async with pair(contexts, True) as (ours, _theirs):
+        assert isinstance(ours, TlsStream)
+        await ours.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            ours.send_all_nowait(b"after close")

@@ -379,3 +379,28 @@ async def test_receiver_refill_policy(nursery: trio.Nursery, refill: transport.R
     else:
         assert [n for n, _ in refills[:3]] == [5, 10, 15]
         assert all(5 <= credit <= 10 for _, credit in refills)
+
+
+async def test_settle_many_nowait_settles_without_a_checkpoint(nursery: trio.Nursery) -> None:
+    """A receiver settles with ``settle_many_nowait`` (no checkpoint): the disposition leaves with the
+    connection's next write (the test broker sends its next message only once the previous one is
+    settled ``accepted``, so each arrival proves the previous settlement reached it)."""
+    broker = QueueBroker(allow=lambda a: a == "q")
+    port = await start_broker(nursery, broker)
+    with trio.fail_after(20):
+        async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+            sender = await conn.open_sender("q")
+            for i in range(6):
+                assert await sender.send(amqp.Message(body=bytes([i]))) == amqp.Accepted()
+            receiver = await conn.open_receiver("q", credit=10)
+            for i in range(6):
+                d = await receiver.receive()
+                assert d.message.body == bytes([i])
+                with trio.testing.assert_no_checkpoints():
+                    receiver.settle_many_nowait([d], amqp.Accepted())
+                    receiver.settle_many_nowait([d], amqp.Accepted())  # settled already: skipped
+                assert d.settled
+            with trio.move_on_after(0.3):
+                extra = await receiver.receive()
+                pytest.fail(f"a settled message came again: {extra.message.body!r}")
+    assert not broker.queues["q"]
