@@ -10,7 +10,9 @@
 """
 
 from ._dedupe import DEFAULT_RETAIN as DEFAULT_RETAIN
+from ._dedupe import GENERATION_PREFIX as GENERATION_PREFIX
 from ._dedupe import Deduplicator as Deduplicator
+from ._dedupe import MalformedDedupRecordError as MalformedDedupRecordError
 from ._model import HEADER_DEDUP_ID as HEADER_DEDUP_ID
 from ._model import HEADER_MESSAGE_TYPE as HEADER_MESSAGE_TYPE
 from ._model import HEADER_PLATFORM_VERSION as HEADER_PLATFORM_VERSION
@@ -51,6 +53,7 @@ __all__ = [
     "DEAD_LETTER_QUEUE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_RETAIN",
+    "GENERATION_PREFIX",
     "HEADER_DEDUP_ID",
     "HEADER_MESSAGE_TYPE",
     "HEADER_PLATFORM_VERSION",
@@ -68,6 +71,7 @@ __all__ = [
     "Handler",
     "HandlerRegistration",
     "InvalidMessageError",
+    "MalformedDedupRecordError",
     "MessageTooLargeError",
     "MessagingConfig",
     "MessagingService",

