@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The rules are symmetric (STYLE.md habit 4): a table does not know which side is local. Each input is "we sent
+The rules are symmetric: a table does not know which side is local. Each input is "we sent
 X" or "we received X"; :meth:`StateMachine.process` looks the pair ``(state, input)`` up and either moves to
 the next state or raises :class:`LocalProtocolError`. The engine calls ``process`` *before* it queues a frame
 (so a bad local call raises and nothing is sent) and *after* it decoded a frame from the peer (where the error

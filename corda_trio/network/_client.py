@@ -2,7 +2,7 @@
 
 One request per connection (``Connection: close``): nodes talk to the map every ``max-age`` seconds, so
 keeping connections alive would buy nothing and cost reconnection logic.  Every call is bounded by
-``REQUEST_TIMEOUT_SECONDS`` (a high-level helper, so it applies a safe default; STYLE.md §3.8) and raises
+``REQUEST_TIMEOUT_SECONDS`` (a high-level helper, so it applies a safe default) and raises
 :class:`NetworkMapHttpError` for a connection failure (``status`` 0) or a non-2xx answer, with the server's
 one-line reason.
 """

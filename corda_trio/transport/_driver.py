@@ -836,7 +836,7 @@ class AmqpConnection:
                         except trio.WouldBlock:  # nothing taken
                             await self._stream.send_all(data)
                 except BaseException as exc:
-                    # Part of a frame may be on the wire: the connection cannot continue (STYLE.md habit 11).
+                    # Part of a frame may be on the wire: the connection cannot continue.
                     self._set_broken(AmqpConnectionError(f"write failed or was interrupted: {exc!r}"))
                     with trio.CancelScope(shield=True):
                         await self._drop_stream()

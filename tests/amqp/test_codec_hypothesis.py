@@ -1,6 +1,6 @@
 """Property tests of the codec: round trips per type, canonical re-encoding, composites, messages, frames.
 
-Properties (STYLE.md §4): ``decode(encode(x)) == x`` with the same Python types; ``encode(decode(b)) == b``
+Properties: ``decode(encode(x)) == x`` with the same Python types; ``encode(decode(b)) == b``
 for our (canonical) encodings; a frame stream split at random points decodes to the same frames.
 """
 
