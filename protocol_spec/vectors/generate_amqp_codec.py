@@ -4,10 +4,10 @@
     .venv/bin/python protocol_spec/vectors/generate_amqp_codec.py [CAPTURES_DIR]
 
 Sources: hand-checked spec encodings (listed below), and the bytes real peers sent (Qpid Proton-C 0.40,
-RabbitMQ 3.10 and rhea 3.0.5 captures in ../shared/peers/captures). Every capture-derived message is
+RabbitMQ 3.10 and rhea 3.0.5 captures, kept in ``captures/`` beside this file). Every capture-derived message is
 decoded by Proton too, and the generator stops if Proton and corda_trio disagree, so the expected values are
-checked against an independent implementation. The captures' bytes are copied into the JSON, so the tests
-never need the captures themselves.
+checked against an independent implementation. The captures' bytes are copied into the JSON; a test checks
+that every frame the peers sent in the probes is among the vectors and decodes to the captured performative.
 
 Values are written as Python expressions over the names exported by ``corda_trio.amqp`` (plus ``UUID``):
 ``repr()`` of the decoded value, which the tests ``eval`` in that namespace only.
@@ -376,7 +376,7 @@ def capture_frames(captures: Path) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    captures = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parents[2] / "shared" / "peers" / "captures"
+    captures = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "captures"
     vectors: dict[str, Any] = {
         "about": "Golden vectors for protocol_spec/amqp-codec.md. Values are Python expressions over the names of "
         "corda_trio.amqp (plus UUID). canonical=true: encoding the value gives exactly hex; false: decode only. "
