@@ -40,17 +40,19 @@ on 127.0.0.1 with certificates from a throwaway network (``corda_trio.pki``). Tw
    lot counts in its latency. ``--rate R`` offers ``R`` msg/s instead (with ``--via-float``: to both paths).
 
 *CPU per message at low rates.* On the two-core virtual machine these figures come from, a node's CPU per
-message grows as the offered rate falls (one run: ~2,100 us per message and node at 200 msg/s, ~600-870 us
-at 1,000 msg/s, ~240-300 us at half the maximum, ~120-250 us at the maximum), while the Python work per
-message stays about the same. A message at a low rate goes through its steps alone, and every step that
-wakes an idle process or an idle event loop (the bridge's send, the peer's disposition, each group commit's
-round trip to the commit helper, the hold before the dedup commit) costs that virtual CPU a hundred
-microseconds or more: measured outside the project, a process that sleeps 2 ms and wakes pays ~40 us of CPU
-for it, and a one-byte pipe round trip between two processes ~190 us of CPU in all after an idle gap against
-~13 us back to back. py-spy at 200 msg/s shows ``epoll`` waits and the system calls that wake another
-process (``sendmsg`` to the commit helper, the TLS socket's ``send``) at the top. Committing inline instead
-of through the helper did not change the figure (tried, not kept). So a latency measured at half load on
-such a machine is taken with both nodes close to saturation (``busy_cores_half``), and batches, not
+message grows as the offered rate falls (one run: ~2,100 us per message and node at 200 msg/s, ~600-870 us at
+1,000 msg/s, ~240-300 us at half the maximum, ~120-250 us at the maximum), while the Python work per message
+stays about the same. A message at a low rate goes through its steps alone, and every step that wakes an idle
+process or an idle event loop (the bridge's send, the peer's disposition, each group commit's round trip to
+the commit helper, the hold before the dedup commit) costs that virtual CPU a hundred microseconds or more:
+measured outside the project, a process that sleeps 2 ms and wakes pays ~40 us of CPU for it, and a one-byte
+pipe round trip between two processes ~190 us of CPU in all after an idle gap against ~13 us back to back; and
+what a wake costs grows with the memory touched after it (a loop touching one byte in each of 256 pages: 34 us
+back to back, 210 us after a 2 ms sleep), so fewer task steps or Python calls per message barely change a lone
+message's CPU, fewer sleeps would. py-spy at 200 msg/s shows ``epoll`` waits and the system calls that wake
+another process (``sendmsg`` to the commit helper, the TLS socket's ``send``) at the top. Committing inline
+instead of through the helper did not change the figure (tried, not kept). So a latency measured at half load
+on such a machine is taken with both nodes close to saturation (``busy_cores_half``), and batches, not
 per-message work, set CPU per message there.
 
 Every body starts with its message's dedup id (then filler): B's handler checks each body against its id and
