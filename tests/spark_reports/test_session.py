@@ -55,3 +55,38 @@ def test_a_failed_first_session_writes_no_archive_and_leaves_no_jvm(tmp_path: Pa
     assert list((cache / "corda-trio" / "spark-cds").iterdir()) == []
     left = subprocess.run(["pgrep", "-f", str(cache)], capture_output=True, text=True)
     assert left.stdout.strip() == "", left.stdout
+
+
+@pytest.mark.spark
+def test_the_driver_jvm_gets_its_options_and_stop_leaves_no_accumulator_server(tmp_path: Path) -> None:
+    """The collector and JIT settings reach the driver JVM; on leaving the session the JVM is stopped and
+    PySpark's accumulator server is shut down (by a thread of its own, which the session does not wait for),
+    so nothing keeps serving (in a fresh process: a session of its own)."""
+    script = (
+        "import threading, spark_reports as r\n"
+        "from spark_reports._session import DRIVER_JVM_OPTIONS\n"
+        "with r.open_spark(r.SparkSettings(master='local[1]', driver_memory='1g')) as s:\n"
+        "    beans = s._jvm.java.lang.management.ManagementFactory\n"
+        "    args = list(beans.getRuntimeMXBean().getInputArguments())\n"
+        "    missing = [o for o in DRIVER_JVM_OPTIONS if o not in args]\n"
+        "    assert not missing, (missing, args)\n"
+        "    gcs = [b.getName() for b in beans.getGarbageCollectorMXBeans()]\n"
+        "    assert set(gcs) == {'PS Scavenge', 'PS MarkSweep'}, gcs\n"
+        "    context = s.sparkContext\n"
+        "    server = context._accumulatorServer\n"
+        "    assert server is not None\n"
+        "assert context._jsc is None and getattr(context, '_accumulatorServer', None) is None\n"
+        "stopper = [t for t in threading.enumerate() if t.name == 'spark-accumulator-stop']\n"
+        "for t in stopper:\n"
+        "    assert t.daemon\n"
+        "    t.join(10)\n"
+        "    assert not t.is_alive()\n"
+        "assert server.server_shutdown and server.socket.fileno() == -1\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "ok"
