@@ -47,10 +47,7 @@ def test_a_failed_first_session_writes_no_archive_and_leaves_no_jvm(tmp_path: Pa
         "    assert s.range(10).count() == 10\n"
         "    raise SystemExit(3)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
-    )  # fmt: skip
+    proc = _in_a_fresh_process(script, cache)
     assert proc.returncode == 3, proc.stderr
     assert list((cache / "corda-trio" / "spark-cds").iterdir()) == []
     left = subprocess.run(["pgrep", "-f", str(cache)], capture_output=True, text=True)
@@ -84,9 +81,14 @@ def test_the_driver_jvm_gets_its_options_and_stop_leaves_no_accumulator_server(t
         "assert server.server_shutdown and server.socket.fileno() == -1\n"
         "print('ok')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
-    )  # fmt: skip
+    proc = _in_a_fresh_process(script, tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "ok"
+
+
+def _in_a_fresh_process(script: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """Runs ``script`` in a new interpreter whose cache directory (the CDS archive's) is ``cache``."""
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )  # fmt: skip
