@@ -159,7 +159,7 @@ def build_report(
         tables = build_tables(job, comparison_table(rows) if rows is not None else None)
         phases.update(job.timings)
         mark = time.perf_counter()
-        files = write_tables(session, tables, tables_dir)
+        files = write_tables(tables, tables_dir)
         phases["tables"] = time.perf_counter() - mark
         elapsed = time.perf_counter() - started
         context = ReportContext(
