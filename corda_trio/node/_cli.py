@@ -178,10 +178,24 @@ def _live_children() -> list[int]:
 
 
 def _is_interrupt(exc: BaseException) -> bool:
-    """A KeyboardInterrupt, or a group whose leaves include one (the rest are the cancelled tasks' errors)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+    """A KeyboardInterrupt, a group whose leaves include one (the rest are the cancelled tasks' errors), or
+    an error raised while one unwound (its context): code that a Ctrl-C cut short may fail on its way out,
+    and that failure is the interrupt's, not the user's problem. py4j does so: interrupted in a call into
+    the Spark JVM, it tries to cancel the call and raises ``Py4JError`` if the connection is gone by then.
+    """
+    todo = [exc]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo += current.exceptions
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return False
 
 
 _E = TypeVar("_E", bound=BaseException)
@@ -228,6 +242,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     try:
         return int(func(args) or 0)
     except CliError as exc:
+        if _is_interrupt(exc):  # a failure the interrupt caused (a cut connection, say): unwind as one
+            raise
         print(f"corda-trio: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BaseExceptionGroup as group:  # a CliError raised inside a Trio nursery arrives grouped

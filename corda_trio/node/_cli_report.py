@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._cli import CliError
+from ._cli import CliError, _is_interrupt
 
 __all__ = ["register"]
 
@@ -94,7 +94,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 @contextlib.contextmanager
 def _py4j_logs_held_back() -> Iterator[None]:
     """Hold back what py4j logs (on its loggers and, through ``logging.exception``, the root) while the
@@ -113,8 +112,8 @@ def _py4j_logs_held_back() -> Iterator[None]:
     interrupted = False
     try:
         yield
-    except KeyboardInterrupt:
-        interrupted = True
+    except BaseException as exc:
+        interrupted = _is_interrupt(exc)
         raise
     finally:
         for logger in loggers:
