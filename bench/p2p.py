@@ -3,6 +3,7 @@
     python -m bench.p2p [--messages 20000] [--senders 128] [--size 1024] [--half-seconds 5] [--records DIR]
     python -m bench.p2p --via-float [--repeat N] [...]    # through a float, then directly, side by side
     python -m bench.p2p --rate 500 [...]                  # phase 2 at a given offered load
+    python -m bench.p2p --repeat 5 [...]                  # five whole runs, medians of their figures
 
 ``--via-float`` runs the benchmark twice with the same settings: with B behind a float (a ``corda-trio float
 start`` process: A's bridge -> float -> control link -> B's ``FloatTunnel`` -> B's inbox; B has no P2P
@@ -11,6 +12,11 @@ latencies are taken at one offered load that both paths sustain. The last line t
 summaries, ``throughput_ratio`` (via float / direct) and ``p99_delta_ms``, plus the float process's CPU per
 message. ``--repeat N`` runs N such rounds back to back and reports the medians of the rounds' paired ratios
 and deltas (with each round's in ``per_round``): on a shared machine one pair swings with whatever else runs.
+
+``--repeat N`` without ``--via-float`` runs the whole benchmark N times (each round measures its own maximum
+and offers half of it) and reports the medians of the rounds' figures, with each round's in ``per_round``:
+on this kind of machine one round's p99 moves by a few milliseconds from run to run, a median of five does
+much less.
 
 ``BENCH_P2P_TRACE=DIR`` writes ``DIR/sender.trace.json`` and ``DIR/receiver.trace.json``: every Trio task step
 that took more than 2 ms of CPU or 4 ms of wall time, and every garbage collection (generation, CPU ms), each
@@ -612,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--via-float", action="store_true", help="also run with B behind a float; compare")
     ap.add_argument(
-        "--repeat", type=int, default=1, help="with --via-float: rounds of both paths, medians (default 1)"
+        "--repeat", type=int, default=1, help="rounds (with --via-float: of both paths); medians (default 1)"
     )
     args = ap.parse_args(argv)
     if args.node is not None:
@@ -624,9 +630,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rate must be a positive number of messages per second, got {args.rate}")
     if args.via_float:
         return _compare_via_float(args)
-    summary = run_benchmark(args, half_rate=args.rate)
+    summary = _direct_rounds(args)
+    rounds = summary.get("rounds", 1)
     print(
-        f"max sustained {summary['msgs_per_s']:,.0f} msg/s durable at the peer; at half load "
+        (f"medians of {rounds} rounds: " if rounds > 1 else "")
+        + f"max sustained {summary['msgs_per_s']:,.0f} msg/s durable at the peer; at half load "
         f"({summary['half_rate_msgs_per_s']:,.0f} msg/s, open loop): p50 {summary['p50_ms']} ms, "
         f"p99 {summary['p99_ms']} ms; CPU per message: sender {summary['cpu_us_per_msg_sender_phase1']} us "
         f"(at half load {summary['cpu_us_per_msg_sender_half']}), receiver "
@@ -640,6 +648,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _PAIRED = ("throughput_ratio", "p99_delta_ms", "p50_delta_ms")
+#: The figures of one direct round that ``--repeat`` reports as medians (and per round).
+_ROUND_FIGURES = (
+    "msgs_per_s", "half_rate_msgs_per_s", "p50_ms", "p99_ms", "max_ms", "cpu_us_per_msg_sender_phase1",
+    "cpu_us_per_msg_sender_half", "cpu_us_per_msg_receiver_half", "cpu_us_per_msg_receiver_all",
+    "steal_cores_phase1", "steal_cores_half", "busy_cores_half",
+)  # fmt: skip
+
+
+def _direct_rounds(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.repeat`` whole runs A -> B; one run's summary as it is, else the medians of the rounds'
+    figures, each round's in ``per_round`` (and its records, with ``--records``, as a run of its own)."""
+    rounds = [run_benchmark(args, half_rate=args.rate) for _ in range(args.repeat)]
+    if len(rounds) == 1:
+        return rounds[0]
+    summary = dict(rounds[-1])
+    for key in _ROUND_FIGURES:
+        summary[key] = round(statistics.median(r[key] for r in rounds), 3)
+    summary["half_messages"] = sum(r["half_messages"] for r in rounds)
+    summary["loadavg_before"] = rounds[0]["loadavg_before"]
+    summary["reference_cpu_ms"] = [rounds[0]["reference_cpu_ms"][0], rounds[-1]["reference_cpu_ms"][-1]]
+    if "records" in summary:
+        summary["records"] = [r["records"] for r in rounds]
+    summary["rounds"] = len(rounds)
+    summary["per_round"] = [{key: r[key] for key in _ROUND_FIGURES} for r in rounds]
+    return summary
 
 
 def _compare_via_float(args: argparse.Namespace) -> int:

@@ -49,6 +49,30 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path, rate: flo
     assert all(r.outcome == "ok" and r.created_ns <= r.enqueued_ns <= r.delivered_ns for r in written)
 
 
+def test_p2p_bench_repeat_reports_the_medians_of_whole_rounds(tmp_path: Path) -> None:
+    """``--repeat 3``: three whole runs; the figures are the medians of the rounds', each round's are listed,
+    and each round's records are a run of their own."""
+    records = tmp_path / "records"
+    small = ["--messages", "300", "--senders", "8", "--half-seconds", "0.4", "--repeat", "3"]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.p2p", *small, "--records", str(records)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-2].startswith("medians of 3 rounds: ")
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["rounds"] == 3 and len(summary["per_round"]) == 3
+    for key in ("msgs_per_s", "half_rate_msgs_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg_sender_half"):
+        assert summary[key] == pytest.approx(statistics.median(r[key] for r in summary["per_round"])), key
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in summary["per_round"])
+    paths = [Path(p) for p in summary["records"]]
+    assert sorted(paths) == sorted(records.glob("*.records.jsonl")) and len(set(paths)) == 3
+    assert sum(len(list(read_records(p))) for p in paths) == summary["half_messages"] > 0
+
+
 @pytest.mark.parametrize("rate", ["0", "-5", "inf", "nan"])
 def test_a_rate_that_is_not_a_positive_number_is_refused_in_one_line(rate: str) -> None:
     out = subprocess.run(
