@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,23 +122,34 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     log_opt = f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES}"
     cds = class_data_sharing(java) if settings.class_data_sharing and _launches_jvm() else None
     driver_opts = " ".join([log_opt, *DRIVER_JVM_OPTIONS, *([cds.java_options] if cds else [])])
-    builder = (
-        SparkSession.builder.master(settings.master)
-        .appName(settings.app_name)
-        .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.driver.extraJavaOptions", driver_opts)
-        .config("spark.executor.extraJavaOptions", log_opt)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "true")
+    options = {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.driver.memory": settings.driver_memory,
+        "spark.driver.extraJavaOptions": driver_opts,
+        "spark.executor.extraJavaOptions": log_opt,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
         # The report caches JSON input's parsed columns for its second pass (see ``_job.compute``); the
         # in-memory cache's column encoders cost more CPU than the cache saves (10M JSON lines: 601 MB
         # compressed, 668 MB not; the aggregate that fills it 117 s against 67 s of wall time).
-        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-    )
-    spark = builder.getOrCreate()
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    }
+    launched = _launches_jvm() and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if launched:
+        _launch_gateway(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        if launched:
+            _end_jvm(kill=True)
+        raise
     spark.sparkContext.setLogLevel("ERROR")
     completed = False
     try:
@@ -147,6 +159,8 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         _stop(spark)
         if cds is not None and cds.writes:
             cds.finish(keep=completed)
+        elif launched:
+            _end_jvm(kill=False)  # it cleans up after itself (temporary directories) as it exits
 
 
 @attrs.frozen(kw_only=True)
@@ -175,30 +189,41 @@ class ClassDataSharing:
         ``keep=False`` (the session ended with an error or an interrupt): the JVM is killed at once and writes
         nothing. A JVM that takes longer than ``timeout`` to exit is killed too; the next session tries again.
         """
-        from pyspark import SparkContext
-
-        gateway = SparkContext._gateway
-        proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
-        if gateway is None or proc is None:
+        status = _end_jvm(kill=not keep, timeout=timeout)
+        if status is None:
             return
-        with contextlib.suppress(Exception):
-            gateway.shutdown()
-        SparkContext._gateway = None  # a later session in this process launches a JVM of its own
-        SparkContext._jvm = None
-        try:
-            if not keep:
-                proc.kill()
-            elif proc.stdin is not None:
-                proc.stdin.close()  # the gateway JVM exits at the end of its stdin
-            proc.wait(timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
         tmp = self._temporary
-        if keep and proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0:
+        if keep and status == 0 and tmp.is_file() and tmp.stat().st_size > 0:
             os.replace(tmp, self.path)
         else:
             tmp.unlink(missing_ok=True)
+
+
+def _end_jvm(*, kill: bool, timeout: float = 120.0) -> int | None:
+    """End the JVM this process launched and wait for it: at the end of its stdin it exits as usual (its
+    shutdown hooks remove Spark's temporary directories), or at once with ``kill``; one that takes longer
+    than ``timeout`` is killed. Returns its exit status (``None``: no JVM of ours). The command then leaves
+    no JVM running behind it."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    if gateway is None or proc is None:
+        return None
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    SparkContext._gateway = None  # a later session in this process launches a JVM of its own
+    SparkContext._jvm = None
+    try:
+        if kill:
+            proc.kill()
+        elif proc.stdin is not None:
+            proc.stdin.close()  # the gateway JVM exits at the end of its stdin
+        proc.wait(timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    return proc.returncode
 
 
 def class_data_sharing(java: str) -> ClassDataSharing | None:
@@ -251,6 +276,113 @@ def _stop(spark: SparkSession) -> None:
     finally:
         if server is not None:
             threading.Thread(target=server.shutdown, name="spark-accumulator-stop", daemon=True).start()
+
+
+#: Lines the JVM prints on every start that say nothing to an operator: the launcher's note on the incubator
+#: module Spark adds (``--add-modules=jdk.incubator.vector``) and DataSketches' note that it runs without
+#: off-heap memory on Java > 11 (the report uses none). Dropped from the JVM's stderr; everything else passes.
+JVM_NOISE: Final = (
+    b"WARNING: Using incubator modules: jdk.incubator.vector",
+    b"Warning: Java versions > Java 11 can only operate in restricted mode where no off-heap operations "
+    b"are allowed!",
+)
+
+
+def _launch_gateway(options: dict[str, str]) -> None:
+    """Start the driver JVM as PySpark would, but with its output through :class:`_JvmStderr`: a JVM that
+    exits before it is up (a master URL Spark does not know, a heap it cannot reserve) is one
+    :class:`ReportEnvironmentError` naming its reason, not its stack trace and PySpark's.
+
+    Raises:
+        ReportEnvironmentError: the JVM exited during its start.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    read_end, write_end = os.pipe()
+    stderr = _JvmStderr(read_end)
+    try:
+        # (stdout too: HotSpot prints why it could not start there, and the JVM has nothing else to say on
+        # the command's stdout)
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": write_end, "stderr": write_end})
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        raise ReportEnvironmentError(
+            f"Spark's JVM did not start: {stderr.failure()} (master {options['spark.master']}, "
+            f"driver memory {options['spark.driver.memory']})"
+        ) from None
+    finally:
+        os.close(write_end)  # the JVM has its own copy: the reader sees end of file when the JVM exits
+    stderr.release()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+class _JvmStderr:
+    """The driver JVM's stderr, read by a thread from before the JVM starts (so that it never blocks on a
+    full pipe): held while the JVM starts, then copied to ours as it comes, without :data:`JVM_NOISE`."""
+
+    def __init__(self, fd: int) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._held: list[bytes] | None = []
+        self._ended = threading.Event()
+        threading.Thread(target=self._copy, args=(fd,), name="spark-jvm-stderr", daemon=True).start()
+
+    def _copy(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as lines:
+            for line in lines:
+                if line.rstrip(b"\r\n") in JVM_NOISE:
+                    continue
+                with self._lock:
+                    if self._held is not None:
+                        if len(self._held) < 1000:
+                            self._held.append(line)
+                        continue
+                with contextlib.suppress(OSError):
+                    os.write(2, line)
+        self._ended.set()
+
+    def release(self) -> None:
+        """The JVM is up: what it said so far goes out, and from now on each line as it comes."""
+        with self._lock:
+            held, self._held = self._held or [], None
+        with contextlib.suppress(OSError):
+            os.write(2, b"".join(held))
+
+    def failure(self, timeout: float = 10.0) -> str:
+        """The JVM exited during its start: the line of what it said that tells why."""
+        self._ended.wait(timeout)
+        with self._lock:
+            held = list(self._held or [])
+        return jvm_failure_reason([line.decode(errors="replace") for line in held])
+
+
+#: What a JVM that fails to start prints around its reason (skipped when looking for the reason).
+_JVM_BOILERPLATE: Final = frozenset(
+    {
+        "Error occurred during initialization of VM",
+        "Error: Could not create the Java Virtual Machine.",
+        "Error: A fatal exception has occurred. Program will exit.",
+    }
+)
+_UNCAUGHT: Final = re.compile(r'Exception in thread "[^"]*" [\w.$]+: (.+)')
+
+
+def jvm_failure_reason(lines: list[str]) -> str:
+    """The reason a JVM gave for ending during its start: the first line that is not boilerplate nor a stack
+    frame, without the ``Exception in thread "main" some.Exception:`` before an uncaught exception's
+    message."""
+    for raw in lines:
+        line = raw.strip()
+        if not line or line in _JVM_BOILERPLATE or line.startswith(("at ", "... ", "Caused by:")):
+            continue
+        uncaught = _UNCAUGHT.fullmatch(line)
+        return uncaught.group(1) if uncaught else line
+    return "it printed no reason"
 
 
 def _launches_jvm() -> bool:

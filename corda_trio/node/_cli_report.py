@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,9 @@ def _run(args: argparse.Namespace) -> int:
         sketch = spark_reports.Sketch.parse(args.sketch)
     except ValueError as exc:
         raise CliError(str(exc), 2) from exc
+    if not re.fullmatch(r"[1-9][0-9]*[kKmMgGtT]?", args.driver_memory):
+        problem = f"--driver-memory must be a JVM heap size such as 512m or 4g, not {args.driver_memory!r}"
+        raise CliError(problem, 2)
     settings = spark_reports.SparkSettings(master=args.master, driver_memory=args.driver_memory)
     try:
         with _py4j_logs_held_back():
