@@ -280,7 +280,7 @@ def _stop(spark: SparkSession) -> None:
 
 #: Lines the JVM prints on every start that say nothing to an operator: the launcher's note on the incubator
 #: module Spark adds (``--add-modules=jdk.incubator.vector``) and DataSketches' note that it runs without
-#: off-heap memory on Java > 11 (the report uses none). Dropped from the JVM's stderr; everything else passes.
+#: off-heap memory on Java > 11 (the report uses none). Dropped from the JVM's output; everything else passes.
 JVM_NOISE: Final = (
     b"WARNING: Using incubator modules: jdk.incubator.vector",
     b"Warning: Java versions > Java 11 can only operate in restricted mode where no off-heap operations "
@@ -321,8 +321,9 @@ def _launch_gateway(options: dict[str, str]) -> None:
 
 
 class _JvmStderr:
-    """The driver JVM's stderr, read by a thread from before the JVM starts (so that it never blocks on a
-    full pipe): held while the JVM starts, then copied to ours as it comes, without :data:`JVM_NOISE`."""
+    """The driver JVM's output (stdout and stderr, one pipe), read by a thread from before the JVM starts (so
+    that it never blocks on a full pipe): held while the JVM starts, then copied to our stderr as it comes,
+    without :data:`JVM_NOISE`."""
 
     def __init__(self, fd: int) -> None:
         import threading
