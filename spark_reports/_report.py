@@ -118,7 +118,7 @@ def build_report(
     Raises:
         BadRecordsError: records that break the schema (``FILE:LINE: problem`` for the first few).
         ReportInputError: missing, empty or malformed input; unknown run in ``compare``.
-        ReportEnvironmentError: Spark cannot start (no Java).
+        ReportEnvironmentError: Spark cannot start (no Java, or its JVM ended during its start).
     """
     started = time.perf_counter()
     settings = settings or SparkSettings()

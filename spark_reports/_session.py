@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -265,8 +266,6 @@ def _stop(spark: SparkSession) -> None:
     first, as ``stop`` does; the server is then shut down by a daemon thread that a process at its end need
     not wait for.
     """
-    import threading
-
     context = spark.sparkContext
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:
@@ -289,7 +288,7 @@ JVM_NOISE: Final = (
 
 
 def _launch_gateway(options: dict[str, str]) -> None:
-    """Start the driver JVM as PySpark would, but with its output through :class:`_JvmStderr`: a JVM that
+    """Start the driver JVM as PySpark would, but with its output through :class:`_JvmOutput`: a JVM that
     exits before it is up (a master URL Spark does not know, a heap it cannot reserve) is one
     :class:`ReportEnvironmentError` naming its reason, not its stack trace and PySpark's.
 
@@ -302,7 +301,7 @@ def _launch_gateway(options: dict[str, str]) -> None:
 
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
     read_end, write_end = os.pipe()
-    stderr = _JvmStderr(read_end)
+    output = _JvmOutput(read_end)
     try:
         # (stdout too: HotSpot prints why it could not start there, and the JVM has nothing else to say on
         # the command's stdout)
@@ -311,27 +310,25 @@ def _launch_gateway(options: dict[str, str]) -> None:
         if exc.getCondition() != "JAVA_GATEWAY_EXITED":
             raise
         raise ReportEnvironmentError(
-            f"Spark's JVM did not start: {stderr.failure()} (master {options['spark.master']}, "
+            f"Spark's JVM did not start: {output.failure()} (master {options['spark.master']}, "
             f"driver memory {options['spark.driver.memory']})"
         ) from None
     finally:
         os.close(write_end)  # the JVM has its own copy: the reader sees end of file when the JVM exits
-    stderr.release()
+    output.release()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
-class _JvmStderr:
+class _JvmOutput:
     """The driver JVM's output (stdout and stderr, one pipe), read by a thread from before the JVM starts (so
     that it never blocks on a full pipe): held while the JVM starts, then copied to our stderr as it comes,
     without :data:`JVM_NOISE`."""
 
     def __init__(self, fd: int) -> None:
-        import threading
-
         self._lock = threading.Lock()
         self._held: list[bytes] | None = []
         self._ended = threading.Event()
-        threading.Thread(target=self._copy, args=(fd,), name="spark-jvm-stderr", daemon=True).start()
+        threading.Thread(target=self._copy, args=(fd,), name="spark-jvm-output", daemon=True).start()
 
     def _copy(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as lines:

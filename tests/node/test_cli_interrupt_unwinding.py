@@ -79,7 +79,7 @@ def test_an_error_without_an_interrupt_behind_it_is_not_one(
         cli.main([])
 
 
-def test_a_command_error_is_still_one_line() -> None:
+def test_an_error_without_an_interrupt_in_its_chain_is_not_one() -> None:
     error = cli.CliError("no such file: x.toml", 2)
     assert not cli._is_interrupt(error)
     looped = Py4JError("a")
