@@ -9,6 +9,7 @@ Fields that are present but null where the format requires a value are counted d
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from corda_trio import records
+from corda_trio.files import read_small_file
 
 from ._errors import ReportInputError
 
@@ -143,10 +145,13 @@ MAX_META_BYTES: Final = 1 << 20
 
 def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        if path.stat().st_size > MAX_META_BYTES:
-            raise ReportInputError(f"meta file {path} is larger than {MAX_META_BYTES:,} bytes")
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        # (bounded by reading, not by its size: /dev/zero or a pipe under this name has size 0)
+        meta = json.loads(read_small_file(path, MAX_META_BYTES).decode("utf-8"))
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise ReportInputError(f"meta file {path} is larger than {MAX_META_BYTES:,} bytes") from None
+        raise ReportInputError(f"meta file {path} cannot be read: {exc.strerror}") from exc
+    except ValueError as exc:
         raise ReportInputError(f"meta file {path} is not valid JSON: {exc}") from exc
     problem = records.meta_problem(meta)
     if problem is not None:

@@ -19,6 +19,7 @@ from ._cache import NodeInfoCache as NodeInfoCache
 from ._cache import NodeRemoved as NodeRemoved
 from ._client import MapResponse as MapResponse
 from ._client import NetworkMapClient as NetworkMapClient
+from ._codec import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
 from ._errors import MalformedPayloadError as MalformedPayloadError
 from ._errors import NetworkMapError as NetworkMapError
 from ._errors import NetworkMapHttpError as NetworkMapHttpError
@@ -50,6 +51,7 @@ from ._store import NetworkMapStoreError as NetworkMapStoreError
 __all__ = [
     "DEFAULT_MAX_MAP_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
+    "MAX_PAYLOAD_BYTES",
     "MESSAGE_SIZE_RANGE_BYTES",
     "PLATFORM_VERSION",
     "BootstrapError",

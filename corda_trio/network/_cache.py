@@ -32,7 +32,10 @@ import attrs
 import trio
 from cryptography import x509
 
+from corda_trio.files import read_small_file
+
 from ._client import NetworkMapClient
+from ._codec import MAX_PAYLOAD_BYTES
 from ._errors import MalformedPayloadError, NetworkMapError, NetworkMapHttpError, PayloadRejectedError
 from ._model import NetworkParameters
 from ._signing import VerifiedNodeInfo, verify_network_map, verify_network_parameters, verify_node_info
@@ -412,9 +415,9 @@ class NetworkMapUpdater:
         for path in sorted(self.node_infos_dir.iterdir()):
             if path.name.startswith(NODE_INFO_FILE_PREFIX) and path.is_file():
                 try:
-                    found.append((str(path), path.read_bytes()))
+                    found.append((str(path), read_small_file(path, MAX_PAYLOAD_BYTES)))
                 except OSError as exc:
-                    log.warning("cannot read %s: %s", path, exc)
+                    log.warning("cannot read %s: %s", path, exc.strerror)
         return found
 
     def _diff(self, wanted: Mapping[str, VerifiedNodeInfo]) -> list[MapEvent]:

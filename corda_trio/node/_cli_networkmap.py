@@ -19,6 +19,7 @@ from pathlib import Path
 import trio
 
 from corda_trio import network, pki
+from corda_trio.files import read_small_file
 
 from ._cli import CliError, run_trio
 from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
@@ -70,7 +71,7 @@ def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
         root = pki.read_certificate(cfg.trust_root)
         map_chain = pki.read_certificates(cfg.map_cert_chain)
         map_key = pki.read_private_key(cfg.map_key, passphrase)
-        params_bytes = cfg.network_parameters.read_bytes()
+        params_bytes = read_small_file(cfg.network_parameters, network.MAX_PAYLOAD_BYTES)
     except (ConfigError, pki.KeyStoreError) as exc:
         raise CliError(str(exc), 2) from None
     except OSError as exc:

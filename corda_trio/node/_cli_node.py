@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from corda_trio import rpc
+from corda_trio.files import read_small_file
 
 from ._cli import CliError, run_trio
 from ._heap import freeze_startup_heap
@@ -202,7 +203,7 @@ def _rpc_url(args: argparse.Namespace) -> str:
     if base_dir is not None:
         runtime = base_dir / "node.json"
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            return str(json.loads(runtime.read_text())["rpc"])
+            return str(json.loads(read_small_file(runtime))["rpc"])
     config = _load_config(args)
     return f"ws://{config.rpc_address}"
 
@@ -212,7 +213,7 @@ def _declared_base_dir(config: Path) -> Path | None:
     import tomllib
 
     try:
-        base = tomllib.loads(config.read_text()).get("base_directory", ".")
+        base = tomllib.loads(read_small_file(config).decode()).get("base_directory", ".")
     except (OSError, ValueError):
         return None
     return config.parent / base if isinstance(base, str) and base else None

@@ -93,6 +93,7 @@ from typing import Any, Final, TypeVar, final
 import attrs
 
 from corda_trio import network, pki, rpc, store, transport
+from corda_trio.files import read_small_file
 
 __all__ = [
     "BridgeMode",
@@ -146,7 +147,7 @@ class KeyPassphrase:
         assert self.file is not None
         try:
             mode = self.file.stat().st_mode
-            value = self.file.read_text(encoding="utf-8").strip()
+            value = read_small_file(self.file).decode("utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read passphrase file {str(self.file)!r}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
@@ -330,15 +331,14 @@ def _join(base: Path, relative: str) -> Path:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(read_small_file(path).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:  # tomllib decodes the bytes itself: not a TOMLDecodeError
+    except UnicodeDecodeError as exc:  # (decoded here, before tomllib: not a TOMLDecodeError)
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
 
 

@@ -46,6 +46,7 @@ from cryptography.hazmat.primitives import serialization
 
 from corda_trio import __version__, bridge, messaging, network, pki, rpc, store, transport
 from corda_trio.bridge import float as float_
+from corda_trio.files import read_small_file
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
 from ._metrics import NodeMetrics, serve_metrics
@@ -149,7 +150,7 @@ def _load_material(config: NodeConfig) -> _Material:
             f"the identity certificate {config.identity_cert_chain} is not for {config.legal_name}"
         )
     try:
-        raw = config.network_parameters.read_bytes()
+        raw = read_small_file(config.network_parameters, network.MAX_PAYLOAD_BYTES)
     except OSError as exc:
         raise NodeStartError(
             f"cannot read network parameters {config.network_parameters}: {exc.strerror}"

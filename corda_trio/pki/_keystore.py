@@ -27,6 +27,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from corda_trio.files import read_small_file
+
 from ._certs import CaKey, load_pem_certificates
 from ._errors import KeyStoreError
 
@@ -87,7 +89,7 @@ def read_private_key(path: str | os.PathLike[str], passphrase: bytes | None) -> 
     path = Path(path)
     try:
         st = path.stat()
-        data = path.read_bytes()
+        data = read_small_file(path)
     except OSError as exc:
         raise KeyStoreError(f"cannot read private key {str(path)!r}: {exc.strerror}") from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -121,7 +123,7 @@ def read_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
         KeyStoreError: missing file, or no / malformed certificates.
     """
     try:
-        data = Path(path).read_bytes()
+        data = read_small_file(path)
     except OSError as exc:
         raise KeyStoreError(f"cannot read certificates {os.fspath(path)!r}: {exc.strerror}") from exc
     try:

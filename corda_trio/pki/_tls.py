@@ -32,12 +32,13 @@ import os
 import ssl
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final, Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from corda_trio.files import read_small_file
 
 from ._certs import check_chain_roles, load_der_certificate, load_pem_certificates
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
@@ -135,7 +136,7 @@ def _root_pem(trust_root: PathLike | x509.Certificate) -> str:
     if isinstance(trust_root, x509.Certificate):
         return trust_root.public_bytes(serialization.Encoding.PEM).decode("ascii")
     try:
-        data = Path(trust_root).read_bytes()
+        data = read_small_file(trust_root)
         load_pem_certificates(data)  # a clear error now rather than an opaque ssl one later
     except OSError as exc:
         raise KeyStoreError(f"cannot read trust root {os.fspath(trust_root)!r}: {exc.strerror}") from exc

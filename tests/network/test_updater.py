@@ -107,7 +107,11 @@ async def test_run_publishes_and_polls(
 
 
 async def test_bad_entries_are_ignored_and_directory_mode(
-    creds: pki.NetworkCredentials, alice: pki.NodeCredentials, bob: pki.NodeCredentials, tmp_path: Path
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     infos = tmp_path / "additional-node-infos"
     infos.mkdir()
@@ -117,8 +121,12 @@ async def test_bad_entries_are_ignored_and_directory_mode(
     mallory = pki.NetworkCredentials.create(now=NOW).issue_node(BOB, now=NOW)
     (infos / "nodeInfo-mallory").write_bytes(signed_node_info(mallory))
     (infos / "README").write_text("not a node info")
+    with open(infos / "nodeInfo-huge", "wb") as f:  # sparse: larger than any payload, read no further
+        f.truncate(network.MAX_PAYLOAD_BYTES + 1)
     u, _ = _updater(creds, tmp_path / "c.db", directory=infos)
     assert _summary((await u.poll_once())[0]) == [("NodeAdded", str(ALICE))]
+    assert any("nodeInfo-huge" in r.getMessage() and "larger than 64 MiB" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
     # A newer serial in another file wins; the old file can stay.
     (infos / "nodeInfo-alice-2").write_bytes(signed_node_info(alice, 10009, serial=2))
     (changed,), _ = await u.poll_once()

@@ -58,6 +58,23 @@ CASES: list[tuple[str, str, str, int]] = [
      "the network map cache {d}/cache-dir-net/nodes/alice/network-map-cache.db: unable to open", 1),
     ("node-store-is-a-file", "node start --config {d}/store-file-net/nodes/alice/node.toml",
      "the store directory {d}/store-file-net/nodes/alice/store exists and is not a directory", 1),
+    # a file that is endless (or huge) where a small one belongs: refused after its first MiB, never read
+    # until the machine runs out of memory (a node's certificates: in the ``zero-net`` copy below)
+    ("node-config-endless", "node start --config /dev/zero", "/dev/zero: cannot read: larger than 1 MiB", 2),
+    ("bridge-config-endless", "bridge start --config /dev/zero",
+     "/dev/zero: cannot read: larger than 1 MiB", 2),
+    ("float-config-endless", "float start --config /dev/zero", "/dev/zero: cannot read: larger than 1 MiB", 2),
+    ("networkmap-config-endless", "networkmap serve --config /dev/zero",
+     "/dev/zero: cannot read: larger than 1 MiB", 2),
+    ("node-trust-root-endless", "node start --config {d}/zero-net/nodes/alice/node.toml",
+     "cannot read certificates '{d}/zero-net/nodes/alice/certificates/network-root.cert.pem': larger than 1 MiB",
+     1),
+    ("node-passphrase-endless", "node start --config {d}/zero-pass-net/nodes/alice/node.toml",
+     "cannot read passphrase file '{d}/zero-pass-net/nodes/alice/certificates/passphrase': larger than 1 MiB",
+     1),
+    ("node-parameters-endless", "node start --config {d}/zero-params-net/nodes/alice/node.toml",
+     "cannot read network parameters {d}/zero-params-net/nodes/alice/network-parameters: larger than 64 MiB",
+     1),
     # bench
     ("bench-scratch-is-a-file", "bench run codec --out {d}/out --scratch {d}/afile --duration 1",
      "--scratch {d}/afile: exists and is not a directory", 2),
@@ -104,6 +121,15 @@ def _prepare(d: Path) -> None:
     # A node whose store directory is a file.
     shutil.copytree(d / "net", d / "store-file-net")
     (d / "store-file-net" / "nodes" / "alice" / "store").write_text("not a directory\n")
+    # A node whose trust root, passphrase file or network parameters are /dev/zero.
+    for copy, file in (
+        ("zero-net", "certificates/network-root.cert.pem"),
+        ("zero-pass-net", "certificates/passphrase"),
+        ("zero-params-net", "network-parameters"),
+    ):
+        shutil.copytree(d / "net", d / copy)
+        (d / copy / "nodes" / "alice" / file).unlink()
+        (d / copy / "nodes" / "alice" / file).symlink_to("/dev/zero")
     # A node whose trust root is another network's.
     shutil.copytree(d / "net", d / "foreign-net")
     foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"

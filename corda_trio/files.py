@@ -1,0 +1,43 @@
+"""Reading the small files an operator points corda-trio at, with a size limit.
+
+Configuration files, keys, certificates, passphrase files, network parameters and node-info files are read
+whole. A path that names something endless or huge instead (``/dev/zero``, ``/dev/urandom``, a multi-GiB
+log given by mistake) must not make the process read until the machine runs out of memory: every such read
+goes through :func:`read_small_file`, which reads at most one byte more than its limit and then refuses the
+file with an ``OSError`` (``EFBIG``) whose text says so. Callers already turn an ``OSError`` into their own
+one-line error (``cannot read private key 'x': larger than 1 MiB``), so the refusal reaches the operator
+the same way as a missing file does.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Final
+
+__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file"]
+
+#: The limit for configuration files, keys, certificates and passphrase files: real ones are a few KiB.
+MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
+
+
+def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, which may hold at most ``limit`` of them.
+
+    Raises:
+        OSError: the file cannot be opened or read, or it holds more than ``limit`` bytes (``errno.EFBIG``,
+            ``strerror`` ``"larger than <limit>"``; nothing beyond ``limit + 1`` bytes is read).
+    """
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
+    return data
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a message: ``1 MiB``, ``64 KiB``, or the plain count."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
