@@ -130,6 +130,9 @@ _MASK32: Final = 0xFFFFFFFF
 MANIFEST_MAGIC: Final = b"CTWALMAN"
 _MANIFEST: Final = struct.Struct("<8sIIQQII")
 MANIFEST_BYTES: Final = _MANIFEST.size  # 40
+#: A manifest is read up to this many bytes (plus one, to tell that there is more): whatever holds more is
+#: not one, and is not read further (a manifest name pointing at /dev/zero must not fill the memory).
+MANIFEST_READ_LIMIT: Final = 4096
 
 
 class RecordKind(enum.IntEnum):
@@ -219,6 +222,8 @@ def decode_manifest(data: bytes) -> tuple[int, int]:
     Raises:
         ValueError: not a valid manifest (the message says why).
     """
+    if len(data) > MANIFEST_READ_LIMIT:
+        raise ValueError(f"manifest is larger than {MANIFEST_READ_LIMIT} bytes, expected {MANIFEST_BYTES}")
     if len(data) != MANIFEST_BYTES:
         raise ValueError(f"manifest is {len(data)} bytes, expected {MANIFEST_BYTES}")
     magic, version, _r, first, last, _r2, crc = _MANIFEST.unpack(data)

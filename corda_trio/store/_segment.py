@@ -24,7 +24,7 @@ import time
 from typing import Final
 
 from ._errors import CorruptSegmentError, InvalidQueueNameError
-from ._record import SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
+from ._record import MANIFEST_READ_LIMIT, SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
 
 __all__ = [
     "COMPACT_SUFFIX",
@@ -279,7 +279,7 @@ def is_header_only(size: int) -> bool:
 
 
 def read_manifest(queue_dir: str) -> bytes | None:
-    """The bytes of the queue's manifest, or ``None`` if it has none.
+    """The bytes of the queue's manifest (at most ``MANIFEST_READ_LIMIT + 1``), or ``None`` if it has none.
 
     Raises:
         CorruptSegmentError: the manifest's name is taken by something that is not a file (a directory):
@@ -287,8 +287,8 @@ def read_manifest(queue_dir: str) -> bytes | None:
     """
     path = os.path.join(queue_dir, MANIFEST_NAME)
     try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read()
+        with open(path, "rb") as f:
+            return f.read(MANIFEST_READ_LIMIT + 1)
     except FileNotFoundError:
         return None
     except IsADirectoryError:

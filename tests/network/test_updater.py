@@ -3,6 +3,7 @@ cache, and directory mode."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def _updater(
         own_node_info=own,
     )
     return updater, receive
+
+
+def _touch(path: Path) -> Path:
+    path.touch()
+    return path
 
 
 def _summary(events: list[network.MapEvent]) -> list[tuple[str, str]]:
@@ -121,8 +127,8 @@ async def test_bad_entries_are_ignored_and_directory_mode(
     mallory = pki.NetworkCredentials.create(now=NOW).issue_node(BOB, now=NOW)
     (infos / "nodeInfo-mallory").write_bytes(signed_node_info(mallory))
     (infos / "README").write_text("not a node info")
-    with open(infos / "nodeInfo-huge", "wb") as f:  # sparse: larger than any payload, read no further
-        f.truncate(network.MAX_PAYLOAD_BYTES + 1)
+    # sparse: larger than any payload, read no further
+    os.truncate(_touch(infos / "nodeInfo-huge"), network.MAX_PAYLOAD_BYTES + 1)
     u, _ = _updater(creds, tmp_path / "c.db", directory=infos)
     assert _summary((await u.poll_once())[0]) == [("NodeAdded", str(ALICE))]
     assert any("nodeInfo-huge" in r.getMessage() and "larger than 64 MiB" in r.getMessage()

@@ -155,3 +155,26 @@ async def test_a_directory_in_place_of_the_manifest_is_one_line_never_a_tracebac
         async with store.open_broker(tmp_path):
             pass
     assert manifest.is_dir()  # nothing destroyed
+
+
+async def test_an_endless_file_in_place_of_the_manifest_is_refused_then_repaired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest name pointing at /dev/zero: `store check` read it to the end (the OOM killer took the
+    process at 24 GiB). Now its first 4 KiB tell that it is not a manifest, and a repair rebuilds it with
+    every message kept."""
+    await _fill(tmp_path)
+    manifest = tmp_path / QUEUE / "manifest"
+    manifest.unlink()
+    manifest.symlink_to("/dev/zero")
+    assert await trio.to_thread.run_sync(main, ["store", "check", str(tmp_path)]) == 1
+    text = capsys.readouterr().out
+    assert f"{manifest} at offset 0: manifest: manifest is larger than 4096 bytes, expected 40" in text, text
+    with pytest.raises(store.CorruptSegmentError, match="manifest is larger than 4096 bytes"):
+        async with store.open_broker(tmp_path):
+            pass
+    assert await trio.to_thread.run_sync(main, ["store", "check", "--repair", str(tmp_path)]) == 0
+    assert "REPAIRED" in capsys.readouterr().out
+    assert main(["store", "list", str(tmp_path), "--json"]) == 0
+    rows = {row["queue"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows[QUEUE]["messages"] == 8  # all of them
