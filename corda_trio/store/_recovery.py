@@ -32,6 +32,7 @@ rules and then migrated by the same rebuild; ``check`` leaves it as it is.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import shutil
 import struct
@@ -228,8 +229,20 @@ _V1_HEADER: Final = struct.Struct("<IIBBHQQI")
 
 
 def _read_file(path: str) -> bytes:
+    """The whole segment (recovery scans it in memory).
+
+    Raises:
+        OSError: it cannot be read; ``ENOMEM`` when it is larger than this process can hold (a segment
+            extended by gigabytes, say): one line for the operator, never a ``MemoryError`` traceback.
+    """
     with open(path, "rb", buffering=0) as f:
-        return f.read()
+        try:
+            return f.read()
+        except MemoryError:
+            size = os.fstat(f.fileno()).st_size
+            raise OSError(
+                errno.ENOMEM, f"{size:,} bytes, more than this process can hold in memory to scan", path
+            ) from None
 
 
 def _find_records_after(data: bytes, start: int, version: int = 2) -> LostRecords:

@@ -178,3 +178,31 @@ async def test_an_endless_file_in_place_of_the_manifest_is_refused_then_repaired
     assert main(["store", "list", str(tmp_path), "--json"]) == 0
     rows = {row["queue"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows[QUEUE]["messages"] == 8  # all of them
+
+
+def _overcommit_always() -> bool:
+    try:
+        return Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_overcommit_always(), reason="unconditional overcommit: the read would be attempted")
+async def test_a_segment_too_large_to_scan_in_memory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A segment extended (sparse) to a terabyte: recovery reads a segment whole, and `store check` / `list`
+    / `compact` died with a MemoryError traceback. Now: one line naming the file and its size."""
+    await _fill(tmp_path)
+    (segment,) = sorted((tmp_path / QUEUE).glob("*.seg"))
+    os.truncate(segment, 1 << 40)
+    for command, code in ((["check"], 1), (["check", "--repair"], 1), (["compact"], 1), (["list"], 1)):
+        assert await trio.to_thread.run_sync(main, ["store", *command, str(tmp_path)]) == code
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+        assert f"{segment}: 1,099,511,627,776 bytes, more than this process can hold in memory" in text, text
+        assert "Traceback" not in text and "MemoryError" not in text
+    with pytest.raises(OSError, match="more than this process can hold in memory to scan"):
+        async with store.open_broker(tmp_path):
+            pass
+    assert segment.stat().st_size == 1 << 40  # nothing cut, nothing moved
