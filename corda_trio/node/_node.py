@@ -622,6 +622,35 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """The node's log file. A record that cannot be written to it (the disk is full, its device is gone) is
+    dropped, and the operator is told so once, in one line on stderr, and once more when it is written
+    again, instead of ``logging``'s traceback for every record. The node goes on either way."""
+
+    _failing = False
+    _written = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._written = True
+        super().emit(record)  # a failure calls handleError, which clears _written
+        if self._written and self._failing:
+            self._failing = False
+            sys.stderr.write(f"corda-trio node: the log file {self.baseFilename} is written again\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)  # a record that cannot be formatted: a bug, with its traceback
+            return
+        self._written = False
+        if not self._failing:
+            self._failing = True
+            sys.stderr.write(
+                f"corda-trio node: warning: cannot write the log file {self.baseFilename}: "
+                f"{exc.strerror or exc}; log records are dropped until it can be written again\n"
+            )
+
+
 def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNING) -> Path:
     """Log to ``config.log_path`` (rotated at 64 MiB, 5 kept) in the configured format; warnings to stderr.
 
@@ -629,7 +658,7 @@ def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNIN
     """
     path = config.log_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=64 * 1024 * 1024, backupCount=5)
+    handler = _LogFile(path, maxBytes=64 * 1024 * 1024, backupCount=5)
     if config.log_format is LogFormat.JSON:
         handler.setFormatter(_JsonFormatter())
     else:

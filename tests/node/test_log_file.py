@@ -1,0 +1,74 @@
+"""The node's log file when it cannot be written: one line on stderr, not a traceback per record."""
+
+from __future__ import annotations
+
+import errno
+import io
+import logging
+from pathlib import Path
+
+import pytest
+
+from corda_trio.node import _node
+
+
+class _FullDisk(io.StringIO):
+    """A stream whose writes fail as on a full disk, until ``full`` is cleared."""
+
+    full = True
+
+    def write(self, text: str) -> int:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(text)
+
+
+def _records(logger: logging.Logger, n: int) -> None:
+    for i in range(n):
+        logger.info("record %d", i)
+
+
+def test_a_log_file_that_cannot_be_written_is_one_line_then_one_when_it_can(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handler = _node._LogFile(tmp_path / "node.log", maxBytes=1 << 20, backupCount=1)
+    logger = logging.getLogger("test.log_file")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        handler.stream.close()
+        full = _FullDisk()
+        handler.stream = full  # type: ignore[assignment]
+        _records(logger, 50)
+        err = capsys.readouterr().err
+        assert err == (
+            f"corda-trio node: warning: cannot write the log file {tmp_path / 'node.log'}: No space left on "
+            "device; log records are dropped until it can be written again\n"
+        )
+        full.full = False
+        _records(logger, 3)
+        again = f"corda-trio node: the log file {tmp_path / 'node.log'} is written again\n"
+        assert capsys.readouterr().err == again
+        assert full.getvalue().count("record") == 3
+        full.full = True
+        _records(logger, 5)
+        assert capsys.readouterr().err.count("cannot write the log file") == 1  # told again, once
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def test_a_record_that_cannot_be_formatted_still_reports_its_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    handler = _node._LogFile(tmp_path / "node.log", maxBytes=1 << 20, backupCount=1)
+    logger = logging.getLogger("test.log_file.bug")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        logger.warning("%d", "not a number")  # logging's own report of a broken call, as before
+        assert "--- Logging error ---" in capsys.readouterr().err
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
