@@ -274,8 +274,11 @@ def _start(args: argparse.Namespace) -> int:
     )
     try:
         run_trio(_run, config, audit)
-    except (OSError, BaseExceptionGroup) as exc:  # the control port cannot be bound
-        error = grouped_error(exc, OSError)
+    except (fl.AuditLogError, OSError, BaseExceptionGroup) as exc:
+        audit_error = grouped_error(exc, fl.AuditLogError)
+        if audit_error is not None:  # the float does not run without its audit log
+            raise CliError(f"{audit_error}; the float stopped") from None
+        error = grouped_error(exc, OSError)  # the control port cannot be bound
         if error is None:
             raise
         where = f"{config.control_host}:{config.control_port}"

@@ -167,6 +167,19 @@ def test_start_writes_only_the_audit_log_and_exits_0_on_sigterm(float_dir: Path,
     assert {p for p in float_dir.rglob("*")} - before == {float_dir / "audit.jsonl"}
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_an_audit_log_that_cannot_be_written_stops_the_float_in_one_line(float_dir: Path) -> None:
+    """The float does not run without its audit trail: a disk that is full (``/dev/full``) stops it with one
+    line, exit 1 (it printed a 'cannot listen' line, then a traceback from closing the file)."""
+    config = CONFIG.replace("{port}", "0").replace('path = "audit.jsonl"', 'path = "/dev/full"')
+    (float_dir / "float.toml").write_text(config)
+    done = cli("float", "start", "--config", str(float_dir / "float.toml"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "corda-trio: error: cannot write the audit log /dev/full: No space left on device; the float stopped"
+    ], done.stderr
+
+
 BRIDGE_TOML = """
 [node]
 endpoint = "127.0.0.1:5"

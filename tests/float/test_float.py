@@ -287,3 +287,51 @@ def test_audit_log_rotates_by_size_and_summarises_latency(tmp_path: Path) -> Non
     peers = [int(e["peer"].split(".")[3].split(":")[0]) for e in lines if e["event"] == "connection"]
     assert peers == list(range(30 - len(peers), 30))  # the newest kept, in order; older rotated away
     assert summary.drain() == {}
+
+
+class _FullFile:
+    """Stands in for the audit file on a full disk: every flush fails, and so does close."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+    def close(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_an_audit_line_that_cannot_be_written_fails_the_log_once(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    failures: list[fl.AuditLogError] = []
+    audit = fl.AuditLog(path, on_failure=failures.append)
+    audit.write("connection", peer="a")
+    audit._file.close()  # type: ignore[union-attr]
+    audit._file = _FullFile()  # type: ignore[assignment]
+    audit.write("connection", peer="b")
+    audit.write("connection", peer="c")  # dropped: the log failed already
+    assert [str(f) for f in failures] == [f"cannot write the audit log {path}: No space left on device"]
+    assert audit.failure is failures[0]
+    audit.close()  # nothing left to close, nothing raised
+    # Without on_failure, the write raises it.
+    bare = fl.AuditLog(tmp_path / "other.jsonl")
+    bare._file.close()  # type: ignore[union-attr]
+    bare._file = _FullFile()  # type: ignore[assignment]
+    with pytest.raises(fl.AuditLogError, match="No space left on device"):
+        bare.write("connection", peer="d")
+
+
+async def test_the_float_stops_when_its_audit_log_fails(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(BaseExceptionGroup) as info, trio.fail_after(10):
+        async with running_float(float_creds, bob, network.root.cert, tmp_path) as (flt, _port):
+            flt.audit._file.close()  # type: ignore[union-attr]
+            flt.audit._file = _FullFile()  # type: ignore[assignment]
+            flt.audit.write("connection", peer="x")
+            await trio.sleep_forever()  # the float's nursery ends with the error
+    assert info.group_contains(fl.AuditLogError, depth=None)

@@ -13,6 +13,7 @@
 from ._audit import DEFAULT_AUDIT_BACKUPS as DEFAULT_AUDIT_BACKUPS
 from ._audit import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_AUDIT_MAX_BYTES
 from ._audit import AuditLog as AuditLog
+from ._audit import AuditLogError as AuditLogError
 from ._audit import LatencySummary as LatencySummary
 from ._control import CONTROL_ADDRESS as CONTROL_ADDRESS
 from ._control import EVENTS_ADDRESS as EVENTS_ADDRESS
@@ -54,6 +55,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "ActivateFloat",
     "AuditLog",
+    "AuditLogError",
     "ControlMessage",
     "ControlProtocolError",
     "DeactivateFloat",

@@ -8,6 +8,11 @@ attached or refused, close with its condition, control link up/down, activation)
 flushed one at a time, so a crash loses at most the line being written; a line is a few hundred bytes, so
 writing it on the event loop costs less than handing it to a thread.
 
+A line that cannot be written (the disk is full, the file's device is gone) makes the log *failed*: the
+float does not run without its audit trail. :attr:`AuditLog.failure` then holds an :class:`AuditLogError`
+naming the file and the reason, ``on_failure`` is called once with it (the float stops on it: see
+``Float.run``; without ``on_failure`` the write raises it), and later lines are dropped.
+
 Rotation: before a line would take the file past ``max_bytes``, ``audit.jsonl`` becomes ``audit.jsonl.1``
 (``.1`` becomes ``.2`` and so on, the oldest beyond ``backups`` is deleted) and a new file is started.
 
@@ -27,7 +32,7 @@ from typing import IO, Any, Final
 
 import attrs
 
-__all__ = ["DEFAULT_AUDIT_BACKUPS", "DEFAULT_AUDIT_MAX_BYTES", "AuditLog", "LatencySummary"]
+__all__ = ["DEFAULT_AUDIT_BACKUPS", "DEFAULT_AUDIT_MAX_BYTES", "AuditLog", "AuditLogError", "LatencySummary"]
 
 #: 10 MiB per file and 5 old files: a week of a busy float's connection events fits.
 DEFAULT_AUDIT_MAX_BYTES: Final = 10 * 1024 * 1024
@@ -36,6 +41,10 @@ DEFAULT_AUDIT_BACKUPS: Final = 5
 
 def _utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditLogError(Exception):
+    """The audit log cannot be written (the message names the file and why)."""
 
 
 @attrs.define(eq=False)
@@ -48,6 +57,11 @@ class AuditLog:
     #: Also called with every line written (the CLI prints the important ones).
     echo: Callable[[dict[str, Any]], None] | None = None
     clock: Callable[[], str] = _utc_now
+    #: Called once, with the error, when a line cannot be written (it may be called from any thread that
+    #: wrote the line); without it, that write raises the error.
+    on_failure: Callable[[AuditLogError], None] | None = None
+    #: Set once a line could not be written; from then on lines are dropped.
+    failure: AuditLogError | None = None
     _file: IO[bytes] | None = None
     _size: int = 0
 
@@ -84,13 +98,22 @@ class AuditLog:
         record = {"ts": self.clock(), "event": event, **fields}
         if self.echo is not None:
             self.echo(record)
-        if self._file is None:
+        if self._file is None or self.failure is not None:
             return
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
-        if self._size and self._size + len(line) > self.max_bytes:
-            self._rotate()
-        self._file.write(line)
-        self._file.flush()
+        try:
+            if self._size and self._size + len(line) > self.max_bytes:
+                self._rotate()
+            assert self._file is not None
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            self.failure = AuditLogError(f"cannot write the audit log {self.path}: {exc.strerror or exc}")
+            self.close()
+            if self.on_failure is None:
+                raise self.failure from None
+            self.on_failure(self.failure)
+            return
         self._size += len(line)
 
     def write_latency(self, summary: LatencySummary) -> None:
@@ -99,9 +122,13 @@ class AuditLog:
             self.write("latency", legal_name=peer, **figures)
 
     def close(self) -> None:
+        """Close the file (what it could not flush is lost: the failure was reported already)."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError:
+                pass
 
 
 @attrs.define(eq=False)

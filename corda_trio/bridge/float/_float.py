@@ -147,9 +147,19 @@ class Float:
         return effect
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the control port until cancelled."""
+        """Serve the control port until cancelled.
+
+        Raises:
+            AuditLogError: a line of the audit log could not be written: the float stops (everything it
+                serves ends; nothing is held here, so peers send again to whoever serves them next).
+        """
         c = self.config
+        audit_failed = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+        # (the outbound guard may write from a worker thread: the event is set on the Trio thread)
+        self.audit.on_failure = lambda _error: token.run_sync_soon(audit_failed.set)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._stop_on_audit_failure, audit_failed)
             listeners = await nursery.start(
                 lambda task_status: transport.serve_amqp(
                     self._control,
@@ -166,6 +176,11 @@ class Float:
             self.audit.write("control-listening", host=c.control_host, port=self.control_port)
             nursery.start_soon(self._summaries)
             task_status.started(self.control_port)
+
+    async def _stop_on_audit_failure(self, failed: trio.Event) -> None:
+        await failed.wait()
+        assert self.audit.failure is not None
+        raise self.audit.failure
 
     async def _summaries(self) -> None:
         while True:
