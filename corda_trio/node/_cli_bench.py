@@ -129,6 +129,8 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: PATH", not "[Errno 28] ..."
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     return " ".join(str(exc).split()) or type(exc).__name__
 
 

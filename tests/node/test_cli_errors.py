@@ -204,3 +204,13 @@ def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> No
     assert db.read_bytes() == before
     with pytest.raises(sqlite3.DatabaseError):
         sqlite3.connect(db).execute("SELECT 1 FROM sqlite_master").fetchall()
+
+
+def test_a_benchmark_stopped_by_the_machine_says_why_without_an_errno() -> None:
+    """`bench run --out` on a full disk said 'scenario wal failed: [Errno 28] No space left on device'."""
+    from corda_trio.node._cli_bench import _one_line
+
+    assert _one_line(OSError(28, "No space left on device")) == "No space left on device"
+    assert _one_line(OSError(2, "No such file or directory", "/x/y")) == "No such file or directory: /x/y"
+    assert _one_line(ValueError("two\n  lines")) == "two lines"
+    assert _one_line(RuntimeError()) == "RuntimeError"
