@@ -285,7 +285,14 @@ def _handler(exposition: Callable[[], bytes]) -> Callable[[trio.SocketStream], A
 async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes]) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     while True:
-        event = conn.next_event()
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:  # not HTTP, or a request line / headers over the limit
+            status = exc.error_status_hint
+            reason = "request headers too large" if status == 431 else "not an HTTP request"
+            await _answer(stream, conn, status, f"{reason}; see /metrics\n".encode(), b"text/plain", True)
+            await _drain(stream)
+            return
         if event is h11.NEED_DATA:
             data = await stream.receive_some(4096)
             conn.receive_data(data)
@@ -300,13 +307,30 @@ async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes])
         status, body, ctype = 404, b"see /metrics\n", b"text/plain"
     else:
         status, body, ctype = 200, exposition(), CONTENT_TYPE_LATEST.encode()
+    await _answer(stream, conn, status, body, ctype, event.method != b"HEAD")
+
+
+async def _drain(stream: trio.SocketStream) -> None:
+    """After answering a request that was not read to its end: say end of file, then read and drop what the
+    client still sends (at most 1 MiB, for at most a second), so that closing does not reset the connection
+    before the client has read the answer."""
+    with trio.move_on_after(1.0):
+        await stream.send_eof()
+        left = 1 << 20
+        while left > 0 and (chunk := await stream.receive_some(65536)):
+            left -= len(chunk)
+
+
+async def _answer(
+    stream: trio.SocketStream, conn: h11.Connection, status: int, body: bytes, ctype: bytes, with_body: bool
+) -> None:
     headers = [
         (b"content-type", ctype),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
     ]
     out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
-    if event.method != b"HEAD":
+    if with_body:
         out += conn.send(h11.Data(data=body)) or b""
     out += conn.send(h11.EndOfMessage()) or b""
     await stream.send_all(out)

@@ -59,3 +59,35 @@ async def test_a_client_that_sends_no_request_is_closed_at_the_timeout(
         async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
             with trio.fail_after(10):
                 assert await stream.receive_some() == b""
+
+
+async def _answer(port: int, request: bytes) -> bytes:
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(request)
+        answer = b""
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some():
+                answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "body"),
+    [
+        (b"GARBAGE\r\n\r\n", b"400", b"not an HTTP request; see /metrics\n"),
+        (b"GET /metrics HTTP/1.1\r\nhost: x\r\nx: " + b"a" * 100_000 + b"\r\n\r\n", b"431",
+         b"request headers too large; see /metrics\n"),
+        (b"GET /metrics?" + b"q" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", b"431",
+         b"request headers too large; see /metrics\n"),
+    ],
+    ids=["not-http", "huge-header", "huge-target"],
+)
+async def test_a_malformed_request_gets_its_status_not_a_dropped_connection(
+    monkeypatch: pytest.MonkeyPatch, request_bytes: bytes, status: bytes, body: bytes
+) -> None:
+    """It was closed without a word (a scraper then reports a connection reset, not what was wrong)."""
+    async with serving(monkeypatch) as port:
+        answer = await _answer(port, request_bytes)
+        assert answer.startswith(b"HTTP/1.1 " + status + b" "), answer[:100]
+        assert answer.endswith(b"\r\n\r\n" + body)
+        assert (await _get(port)).endswith(b"up 1\n")  # and the next scrape is served
