@@ -182,6 +182,9 @@ def create_network(
         if final.exists():
             final.rmdir()  # the empty directory we were given
         os.rename(work, final)
+    except OSError as exc:  # the disk, not the request: full, read-only, gone
+        shutil.rmtree(work, ignore_errors=True)
+        raise CliError(f"cannot write the network into {parent}: {exc.strerror or exc}", 1) from None
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

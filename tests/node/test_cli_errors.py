@@ -214,3 +214,28 @@ def test_a_benchmark_stopped_by_the_machine_says_why_without_an_errno() -> None:
     assert _one_line(OSError(2, "No such file or directory", "/x/y")) == "No such file or directory: /x/y"
     assert _one_line(ValueError("two\n  lines")) == "two lines"
     assert _one_line(RuntimeError()) == "RuntimeError"
+
+
+def test_a_bootstrap_on_a_full_disk_is_one_line_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk filling up half-way (as on a 64 KiB tmpfs) gave a traceback from the key store's write."""
+    from corda_trio import pki
+    from corda_trio.node._cli import main
+
+    written = 0
+    real = pki.write_certificates
+
+    def fill_up(path: object, certs: object) -> None:
+        nonlocal written
+        written += 1
+        if written > 3:
+            raise OSError(28, "No space left on device")
+        real(path, certs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pki, "write_certificates", fill_up)
+    code = main(["network", "bootstrap", "--dir", str(tmp_path / "net"), "--node", ALICE, "--node", BOB])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err == f"corda-trio: error: cannot write the network into {tmp_path}: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
