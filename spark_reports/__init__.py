@@ -11,6 +11,7 @@ from ._errors import BadRecordsError as BadRecordsError
 from ._errors import ReportEnvironmentError as ReportEnvironmentError
 from ._errors import ReportError as ReportError
 from ._errors import ReportInputError as ReportInputError
+from ._errors import ReportOutputError as ReportOutputError
 from ._job import CDF_GRID as CDF_GRID
 from ._job import PERCENTILE_ACCURACY as PERCENTILE_ACCURACY
 from ._job import PERCENTILES as PERCENTILES
@@ -40,6 +41,7 @@ __all__ = [
     "ReportEnvironmentError",
     "ReportError",
     "ReportInputError",
+    "ReportOutputError",
     "ReportResult",
     "SeriesPoint",
     "Sketch",

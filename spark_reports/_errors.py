@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["BadRecordsError", "ReportEnvironmentError", "ReportError", "ReportInputError"]
+__all__ = [
+    "BadRecordsError",
+    "ReportEnvironmentError",
+    "ReportError",
+    "ReportInputError",
+    "ReportOutputError",
+]
 
 from typing import TYPE_CHECKING
 
@@ -20,6 +26,10 @@ class ReportInputError(ReportError):
 
 class ReportEnvironmentError(ReportError):
     """Spark cannot run here (no Java, bad master URL, not enough memory)."""
+
+
+class ReportOutputError(ReportError):
+    """The report or its tables cannot be written (the disk is full or read-only): the message says where."""
 
 
 class BadRecordsError(ReportInputError):

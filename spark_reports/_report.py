@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._compare import NEED_TWO, compare_runs, comparison_table, resolve_runs
-from ._errors import ReportInputError
+from ._errors import ReportInputError, ReportOutputError
 from ._html import ReportContext, render_html
 from ._job import JobResult, Sketch, compute
 from ._schema import discover_inputs, load_records
@@ -128,7 +128,13 @@ def build_report(
         raise ReportInputError(NEED_TWO)
     if out_html.suffix.lower() not in (".html", ".htm"):
         raise ReportInputError(f"--out {out_html}: the report is an HTML file; name it *.html")
-    out_html.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out_html.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (out_html.parent, *out_html.parent.parents) if p.is_file()), None)
+        if blocker is not None:
+            raise ReportInputError(f"--out {out_html}: {blocker} is a file") from None
+        raise ReportInputError(f"--out {out_html}: cannot create {out_html.parent}: {exc.strerror}") from None
     tables_dir = tables_dir_for(out_html)
 
     phases: dict[str, float] = {}
@@ -159,7 +165,13 @@ def build_report(
         tables = build_tables(job, comparison_table(rows) if rows is not None else None)
         phases.update(job.timings)
         mark = time.perf_counter()
-        files = write_tables(tables, tables_dir)
+        try:
+            files = write_tables(tables, tables_dir)
+        except OSError as exc:
+            raise ReportOutputError(
+                f"cannot write the report's tables into {tables_dir}: {exc.strerror or exc} (they may be "
+                "incomplete; the report was not written)"
+            ) from None
         phases["tables"] = time.perf_counter() - mark
         elapsed = time.perf_counter() - started
         context = ReportContext(
@@ -178,8 +190,12 @@ def build_report(
         comparison = (rows, compared) if rows is not None and compared else None
         html = render_html(job, inputs.metas, context, comparison)
         tmp = out_html.with_name(out_html.name + ".part")
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, out_html)
+        try:
+            tmp.write_text(html, encoding="utf-8")
+            os.replace(tmp, out_html)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ReportOutputError(f"cannot write the report {out_html}: {exc.strerror or exc}") from None
         return ReportResult(
             html_path=out_html,
             tables_dir=tables_dir,

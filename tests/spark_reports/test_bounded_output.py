@@ -179,3 +179,48 @@ def test_the_driver_holds_a_bounded_number_of_groups_runs_and_error_texts(spark:
     assert html.count("<svg") <= 3 * MAX_RUNS_SHOWN + 1
     assert "more run(s) are in the tables" in html
     assert len(html) < 2_000_000
+
+
+def test_a_disk_that_fills_up_is_one_error_naming_what_was_not_written(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under --out gave a traceback from the tables' CSV writer (exit 1, a partial r_tables)."""
+    import spark_reports._report as report_module
+
+    d = tmp_path / "in"
+    _write(d, "r", [], n=50)
+    out = tmp_path / "out" / "r.html"
+
+    def full(*_args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report_module, "write_tables", full)
+    with pytest.raises(spark_reports.ReportOutputError) as info:
+        spark_reports.build_report([d], out, spark=spark)
+    assert str(info.value) == (
+        f"cannot write the report's tables into {tmp_path / 'out' / 'r_tables'}: No space left on device "
+        "(they may be incomplete; the report was not written)"
+    )
+    assert not out.exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "write_text", lambda *_a, **_k: full())
+    with pytest.raises(spark_reports.ReportOutputError, match=r"cannot write the report .*r.html: No space"):
+        spark_reports.build_report([d], out, spark=spark)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r_tables"]  # no r.html, no r.html.part
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("afile/r.html", "--out {d}/afile/r.html: {d}/afile is a file"),
+        ("afile/deeper/r.html", "--out {d}/afile/deeper/r.html: {d}/afile is a file"),
+    ],
+)
+def test_an_out_path_under_a_file_is_an_input_error(tmp_path: Path, out: str, message: str) -> None:
+    """It was a FileExistsError / NotADirectoryError traceback from creating the report's directory."""
+    d = tmp_path / "in"
+    _write(d, "r", [], n=5)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(spark_reports.ReportInputError) as info:
+        spark_reports.build_report([d], tmp_path / out)  # (refused before Spark starts)
+    assert str(info.value) == message.format(d=tmp_path)
