@@ -215,6 +215,15 @@ def run_trio(async_fn: Callable[..., Awaitable[_R]], *args: Any) -> _R:
     return trio.run(async_fn, *args, restrict_keyboard_interrupt_to_checkpoints=True)
 
 
+def error_text(exc: BaseException) -> str:
+    """``exc`` as one line for an operator: an ``OSError`` as the system says it and the file it concerns
+    (``No space left on device: /x/y``, not ``[Errno 28] No space left on device: '/x/y'``); anything else
+    as its message with white space folded (its class name if it has none)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def grouped_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> _E | None:
     """The first ``kind`` error in ``exc`` (itself, or a leaf of a group as Trio nurseries nest them), or
     None when there is none or when an interrupt is among the leaves (that one must unwind as it is)."""

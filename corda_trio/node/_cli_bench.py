@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-from ._cli import CliError, run_trio
+from ._cli import CliError, error_text, run_trio
 
 __all__ = ["BENCH_ENTRY_POINT_GROUP", "EXAMPLES", "register"]
 
@@ -128,12 +128,6 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: PATH", not "[Errno 28] ..."
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 #: Most nodes one benchmark run may start on this machine.
 MAX_NODES: Final = 64
 
@@ -206,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     except bench.BenchError as exc:
         raise CliError(str(exc), 1) from exc
     except OSError as exc:  # the machine, not the benchmark: ports, descriptors, disk
-        raise CliError(f"scenario {args.scenario} failed: {_one_line(exc)}", 1) from None
+        raise CliError(f"scenario {args.scenario} failed: {error_text(exc)}", 1) from None
     except BaseExceptionGroup as group:
         failed = group.subgroup(OSError)
         if failed is None or failed.split(OSError)[1] is not None:
@@ -214,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
         leaf: BaseException = failed
         while isinstance(leaf, BaseExceptionGroup):
             leaf = leaf.exceptions[0]
-        raise CliError(f"scenario {args.scenario} failed: {_one_line(leaf)}", 1) from None
+        raise CliError(f"scenario {args.scenario} failed: {error_text(leaf)}", 1) from None
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

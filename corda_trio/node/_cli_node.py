@@ -29,7 +29,7 @@ import trio
 from corda_trio import rpc
 from corda_trio.files import read_small_file
 
-from ._cli import CliError, run_trio
+from ._cli import CliError, error_text, run_trio
 from ._heap import freeze_startup_heap
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def _start_error(exc: BaseException, config: NodeConfig) -> BaseException:
             1,
         )
     if isinstance(exc, OSError):
-        return CliError(f"{config.legal_name}: {exc}", 1)
+        return CliError(f"{config.legal_name}: {error_text(exc)}", 1)
     return exc
 
 

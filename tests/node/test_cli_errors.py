@@ -208,12 +208,12 @@ def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> No
 
 def test_a_benchmark_stopped_by_the_machine_says_why_without_an_errno() -> None:
     """`bench run --out` on a full disk said 'scenario wal failed: [Errno 28] No space left on device'."""
-    from corda_trio.node._cli_bench import _one_line
+    from corda_trio.node._cli import error_text
 
-    assert _one_line(OSError(28, "No space left on device")) == "No space left on device"
-    assert _one_line(OSError(2, "No such file or directory", "/x/y")) == "No such file or directory: /x/y"
-    assert _one_line(ValueError("two\n  lines")) == "two lines"
-    assert _one_line(RuntimeError()) == "RuntimeError"
+    assert error_text(OSError(28, "No space left on device")) == "No space left on device"
+    assert error_text(OSError(2, "No such file or directory", "/x/y")) == "No such file or directory: /x/y"
+    assert error_text(ValueError("two\n  lines")) == "two lines"
+    assert error_text(RuntimeError()) == "RuntimeError"
 
 
 def test_a_bootstrap_on_a_full_disk_is_one_line_and_leaves_nothing(
