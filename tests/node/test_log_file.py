@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,21 @@ class _FullDisk(io.StringIO):
         return super().write(text)
 
 
+@contextlib.contextmanager
+def _logging_to(path: Path, name: str) -> Iterator[tuple[logging.Logger, logging.Handler]]:
+    """A logger of its own that writes only to the node's log file handler at ``path``."""
+    handler = _node._LogFile(path, maxBytes=1 << 20, backupCount=1)
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield logger, handler
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
 def _records(logger: logging.Logger, n: int) -> None:
     for i in range(n):
         logger.info("record %d", i)
@@ -31,15 +48,10 @@ def _records(logger: logging.Logger, n: int) -> None:
 def test_a_log_file_that_cannot_be_written_is_one_line_then_one_when_it_can(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handler = _node._LogFile(tmp_path / "node.log", maxBytes=1 << 20, backupCount=1)
-    logger = logging.getLogger("test.log_file")
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        handler.stream.close()
+    with _logging_to(tmp_path / "node.log", "test.log_file") as (logger, handler):
+        handler.stream.close()  # type: ignore[attr-defined]
         full = _FullDisk()
-        handler.stream = full  # type: ignore[assignment]
+        handler.stream = full  # type: ignore[attr-defined]
         _records(logger, 50)
         err = capsys.readouterr().err
         assert err == (
@@ -54,21 +66,11 @@ def test_a_log_file_that_cannot_be_written_is_one_line_then_one_when_it_can(
         full.full = True
         _records(logger, 5)
         assert capsys.readouterr().err.count("cannot write the log file") == 1  # told again, once
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
 
 
 def test_a_record_that_cannot_be_formatted_still_reports_its_bug(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    handler = _node._LogFile(tmp_path / "node.log", maxBytes=1 << 20, backupCount=1)
-    logger = logging.getLogger("test.log_file.bug")
-    logger.propagate = False
-    logger.addHandler(handler)
-    try:
+    with _logging_to(tmp_path / "node.log", "test.log_file.bug") as (logger, _handler):
         logger.warning("%d", "not a number")  # logging's own report of a broken call, as before
         assert "--- Logging error ---" in capsys.readouterr().err
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
