@@ -97,7 +97,8 @@ class RecordWriter:
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RecordError(f"cannot create output directory {self.out_dir}: {exc}") from exc
+            why = "it is a file" if self.out_dir.is_file() else (exc.strerror or str(exc))
+            raise RecordError(f"cannot create output directory {self.out_dir}: {why}") from exc
         self.records_path = self.out_dir / f"run-{run_id}.records.jsonl"
         self.meta_path = self.out_dir / f"run-{run_id}.meta.json"
         if self.records_path.exists() or self.meta_path.exists():

@@ -77,6 +77,13 @@ CASES: list[tuple[str, str, str, int]] = [
     ("node-parameters-endless", "node start --config {d}/zero-params-net/nodes/alice/node.toml",
      "cannot read network parameters {d}/zero-params-net/nodes/alice/network-parameters: larger than 64 MiB",
      1),
+    # demo: refused before anything starts
+    ("demo-rounds-huge", "demo --dir {d}/demo1 --rounds 99999999999999999999 --no-progress",
+     "--rounds 99999999999999999999: must be in 1..10,000", 2),
+    ("demo-flows-zero", "demo --dir {d}/demo1 --flows 0 --no-progress",
+     "--flows 0: must be in 1..100,000", 2),
+    ("demo-records-is-a-file", "demo --dir {d}/demo1 --records {d}/afile --no-progress",
+     "--records {d}/afile: exists and is not a directory", 2),
     # bench
     ("bench-scratch-is-a-file", "bench run codec --out {d}/out --scratch {d}/afile --duration 1",
      "--scratch {d}/afile: exists and is not a directory", 2),

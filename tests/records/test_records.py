@@ -114,3 +114,14 @@ def test_every_written_record_is_valid_and_reads_back(
     assert list(data) == list(records.RECORD_FIELDS)
     assert records.record_problem(data, all_present=True) is None
     assert records.Record.from_mapping(data) == rec
+
+
+def test_an_output_directory_that_is_a_file_is_named_so(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(records.RecordError) as info:
+        records.RecordWriter(tmp_path / "afile", "run-a")
+    assert str(info.value) == f"cannot create output directory {tmp_path / 'afile'}: it is a file"
+    with pytest.raises(records.RecordError) as info:
+        records.RecordWriter(tmp_path / "afile" / "deeper", "run-a")
+    deeper = tmp_path / "afile" / "deeper"
+    assert str(info.value) == f"cannot create output directory {deeper}: Not a directory"
