@@ -67,10 +67,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir", type=Path, default=Path("devnet"), help="network directory (default ./devnet)"
     )
-    parser.add_argument("--flows", type=int, default=60, help="PingPong flows per node (default 60)")
-    parser.add_argument("--rounds", type=int, default=3, help="round trips per PingPong flow (default 3)")
     parser.add_argument(
-        "--concurrency", type=int, default=8, help="flows each node runs at once (default 8)"
+        "--flows", type=int, default=60, help="PingPong flows per node (default 60, at most 100,000)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="round trips per PingPong flow (default 3, at most 10,000)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="flows each node runs at once (default 8, at most 1,000)"
     )
     parser.add_argument("--records", type=Path, help="also write benchmark records into this directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
