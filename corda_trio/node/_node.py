@@ -282,16 +282,16 @@ class Node:
         )
         try:
             rpc_port = await nursery.start(self._run_rpc)
-        except OSError as exc:
-            raise NodeStartError(f"cannot listen for RPC on {cfg.rpc_address}: {exc.strerror}") from None
+        except (OSError, ExceptionGroup) as exc:
+            raise _listen_error(exc, f"cannot listen for RPC on {cfg.rpc_address}") from None
         metrics_at = None
         self.metrics = NodeMetrics.create(self)
         if cfg.metrics_address is not None:
             host, port = cfg.metrics_address
             try:
                 metrics_port = await nursery.start(serve_metrics, self.metrics.exposition, host, port)
-            except OSError as exc:
-                raise NodeStartError(f"cannot listen for /metrics on {host}:{port}: {exc.strerror}") from None
+            except (OSError, ExceptionGroup) as exc:
+                raise _listen_error(exc, f"cannot listen for /metrics on {host}:{port}") from None
             metrics_at = f"http://{_host_port(host, metrics_port)}/metrics"
         return NodeAddresses(
             legal_name=str(cfg.legal_name),
@@ -371,8 +371,8 @@ class Node:
         self.acceptor = acceptor
         try:
             await nursery.start(acceptor.run)
-        except OSError as exc:
-            raise NodeStartError(f"cannot listen for peers on {cfg.p2p_listen}: {exc.strerror}") from None
+        except (OSError, ExceptionGroup) as exc:
+            raise _listen_error(exc, f"cannot listen for peers on {cfg.p2p_listen}") from None
 
     async def _start_endpoint(
         self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
@@ -398,8 +398,8 @@ class Node:
         )
         try:
             bound = await nursery.start(endpoint.run)
-        except OSError as exc:
-            raise NodeStartError(f"cannot listen for the bridge on {host}:{port}: {exc.strerror}") from None
+        except (OSError, ExceptionGroup) as exc:
+            raise _listen_error(exc, f"cannot listen for the bridge on {host}:{port}") from None
         return _host_port(host, bound)
 
     async def _run_rpc(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -620,6 +620,18 @@ class _JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+def _listen_error(exc: BaseException, what: str) -> BaseException:
+    """``what: <the system's reason>`` as a :class:`NodeStartError` when ``exc`` is, or holds only, the
+    ``OSError`` of a listener that could not be opened (the listener tasks raise it inside their own
+    nursery, so it may come wrapped in exception groups); anything else is returned as it is."""
+    leaf = exc
+    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
+    if isinstance(leaf, OSError):
+        return NodeStartError(f"{what}: {leaf.strerror or leaf}")
+    return exc
 
 
 class _LogFile(logging.handlers.RotatingFileHandler):

@@ -246,3 +246,34 @@ def test_a_bootstrap_on_a_full_disk_is_one_line_and_leaves_nothing(
     err = capsys.readouterr().err
     assert err == f"corda-trio: error: cannot write the network into {tmp_path}: No space left on device\n"
     assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+@pytest.mark.parametrize("section", ["p2p", "rpc", "metrics"])
+def test_a_port_already_taken_is_named_with_its_role(playground: Path, tmp_path: Path, section: str) -> None:
+    """The p2p listener's error came out of its nursery wrapped in an exception group, which the node's
+    `except OSError` missed: the line said only 'Address already in use', not which address."""
+    import re
+    import socket
+
+    shutil.copytree(playground / "net", tmp_path / "net")
+    toml = tmp_path / "net" / "nodes" / "alice" / "node.toml"
+    text = toml.read_text(encoding="utf-8")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # the section's address line (the first 'address = ...' after its header) now names the taken port
+        text = re.sub(rf"(\[{section}\]\naddress = )\"[^\"]*\"", rf'\g<1>"127.0.0.1:{port}"', text)
+        toml.write_text(text, encoding="utf-8")
+        done = run_cli("node", "start", "--config", str(toml), timeout=60)
+    role = {"p2p": "peers", "rpc": "RPC", "metrics": "/metrics"}[section]
+    assert done.returncode == 1, done.stderr
+    *before, last = done.stderr.strip().splitlines()
+    assert last == (
+        f"corda-trio: error: O=Alice, L=London, C=GB: cannot listen for {role} on 127.0.0.1:{port}: "
+        "Address already in use"
+    ), done.stderr
+    # (no map runs here: the node may have said so before it stopped)
+    warning = "corda-trio node: WARNING corda_trio.network.cache:"
+    assert all(line.startswith(warning) for line in before), before
+    assert "Traceback" not in done.stderr
