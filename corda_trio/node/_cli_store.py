@@ -12,8 +12,11 @@
   deduplicate).
 * ``store compact DIR`` rewrites segments that hold acked messages.
 
-``DIR`` is a broker directory (holding one directory per queue) or a single queue directory. The node
-must not be running: the commands take the broker's lock and refuse to run while it is held.
+``DIR`` is a broker directory (holding one directory per queue) or a single queue directory. The keyed logs
+of a broker directory (``keyed/<name>/``: the flow checkpoints) are laid out like queues and are listed,
+checked and repaired with them, named ``keyed/<name>`` (``--queue keyed/flows.checkpoints``); a repair
+that drops a damaged record loses the checkpoints it held, and says so. The node must not be running: the
+commands take the broker's lock and refuse to run while it is held.
 """
 
 from __future__ import annotations
@@ -71,11 +74,21 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
             raise CliError(f"{directory} is the directory of queue {name!r}, not of {only!r}", 2)
         return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
     queues = [(name, os.path.join(directory, name)) for name in store.list_root(directory)[0]]
+    # the keyed logs (flow checkpoints) are laid out like queues, under keyed/: checked the same way
+    queues += [
+        (f"{store.KEYED_DIR}/{name}", os.path.join(directory, store.KEYED_DIR, name))
+        for name in store.list_keyed(directory)
+    ]
     if only is not None:
         queues = [(name, full) for name, full in queues if name == only]
     if only is not None and not queues:
         raise CliError(f"{directory}: no queue named {only!r}", 1)
     return directory, queues
+
+
+def _unit(name: str) -> str:
+    """What a log holds: a queue messages, a keyed log the records that hold its latest entries."""
+    return "live records" if name.startswith(f"{store.KEYED_DIR}/") else "messages"
 
 
 def _not_a_directory(path: str) -> str:
@@ -172,7 +185,7 @@ def _check(args: argparse.Namespace) -> int:
             if args.json:
                 continue
             status = "REPAIRED" if report.repairs else "OK"
-            print(f"{status:<8} {name}: {report.live_messages} messages, {report.segments} segments")
+            print(f"{status:<8} {name}: {report.live_messages} {_unit(name)}, {report.segments} segments")
             if report.found_format == 1:
                 verb = "migrated to" if args.repair else "is migrated to"
                 print(f"{'':9}written in store format version 1: {verb} version 2 when it is opened")
@@ -268,8 +281,8 @@ def _list(args: argparse.Namespace) -> int:
             print(f"{row['queue']}: {row['error']}")
             continue
         print(
-            f"{row['queue']}: {row['messages']} messages, {row['bytes']} bytes in {row['segments']} segments "
-            f"({row['disk_bytes']} on disk), oldest {row['oldest'] or '-'}"
+            f"{row['queue']}: {row['messages']} {_unit(row['queue'])}, {row['bytes']} bytes in "
+            f"{row['segments']} segments ({row['disk_bytes']} on disk), oldest {row['oldest'] or '-'}"
         )
     return 1 if any("error" in r for r in rows) else 0
 

@@ -30,6 +30,7 @@ from ._broker import QueueStatistics as QueueStatistics
 from ._broker import open_broker as open_broker
 from ._directory import KEYED_DIR as KEYED_DIR
 from ._directory import LOCK_FILE as LOCK_FILE
+from ._directory import list_keyed as list_keyed
 from ._directory import list_root as list_root
 from ._directory import lock_directory as lock_directory
 from ._directory import store_kind as store_kind
@@ -83,6 +84,7 @@ __all__ = [
     "TornTail",
     "UnknownDeliveryError",
     "append_enqueue",
+    "list_keyed",
     "list_root",
     "lock_directory",
     "open_broker",

@@ -36,6 +36,7 @@ __all__ = [
     "RootListing",
     "create_queue_dir",
     "is_queue_dir",
+    "list_keyed",
     "list_root",
     "lock_directory",
     "open_root",
@@ -134,6 +135,14 @@ def list_root(directory: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         else:
             strays.append(entry)
     return tuple(queues), tuple(strays)
+
+
+def list_keyed(directory: str) -> tuple[str, ...]:
+    """The keyed logs of a broker directory (``keyed/<name>/``, each laid out like a queue), sorted."""
+    keyed = os.path.join(directory, KEYED_DIR)
+    if os.path.islink(keyed) or not os.path.isdir(keyed):
+        return ()
+    return tuple(name for name in sorted(os.listdir(keyed)) if is_queue_dir(os.path.join(keyed, name)))
 
 
 def is_queue_dir(path: str) -> bool:

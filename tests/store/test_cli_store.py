@@ -206,3 +206,34 @@ async def test_a_segment_too_large_to_scan_in_memory_is_one_line(
         async with store.open_broker(tmp_path):
             pass
     assert segment.stat().st_size == 1 << 40  # nothing cut, nothing moved
+
+
+async def test_a_corrupt_keyed_log_is_found_and_repaired_like_a_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flow checkpoints (a keyed log under keyed/) were not looked at: `store check` said OK for a
+    store whose node then refused to start on a corrupt checkpoint record, pointing at `store check`."""
+    await _fill(tmp_path)
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("flows.checkpoints")
+        for i in range(6):
+            await log.put(b"flow-%d" % i, b"state-%d" % i)
+    kdir = tmp_path / store.KEYED_DIR / "flows.checkpoints"
+    (segment,) = sorted(kdir.glob("*.seg"))
+    data = bytearray(segment.read_bytes())
+    data[-5] ^= 0xFF  # inside the last record: its checksum no longer matches
+    segment.write_bytes(bytes(data))
+    assert await trio.to_thread.run_sync(main, ["store", "check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"CORRUPT  keyed/flows.checkpoints: {segment} at offset" in out, out
+    assert f"OK       {QUEUE}: 8 messages" in out  # the queues are checked as before
+    assert main(["store", "list", str(tmp_path)]) == 1
+    assert "keyed/flows.checkpoints: corrupt segment" in capsys.readouterr().out
+    args = ["store", "check", "--repair", "--queue", "keyed/flows.checkpoints", str(tmp_path)]
+    assert await trio.to_thread.run_sync(main, args) == 0
+    out = capsys.readouterr().out
+    assert "REPAIRED keyed/flows.checkpoints: 5 live records" in out, out
+    assert "the damaged record's header claims message id 5 (LOST if it was one)" in out  # the last put
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("flows.checkpoints")
+        assert sorted(log.items()) == [(b"flow-%d" % i, b"state-%d" % i) for i in range(5)]
