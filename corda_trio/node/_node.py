@@ -196,6 +196,9 @@ class Node:
     _started: float = attrs.field(factory=time.monotonic)
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _rpc_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    #: the network map updater's: cancelled when the node starts to stop (a map that cannot be reached
+    #: is no news while the node drains; the peers it knows stay known)
+    _map_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _flow_host: Any = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -440,7 +443,12 @@ class Node:
             poll_interval_seconds=DIRECTORY_POLL_SECONDS,
         )
         nursery.start_soon(self._follow_map, receive, cache)
-        await nursery.start(self.updater.run)
+        await nursery.start(self._run_updater)
+
+    async def _run_updater(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        assert self.updater is not None
+        with self._map_scope:
+            await self.updater.run(task_status=task_status)
 
     async def _follow_map(
         self, events: trio.MemoryReceiveChannel[network.MapEvent], cache: network.NodeInfoCache
@@ -485,6 +493,7 @@ class Node:
         log.info("stopping: draining (up to %.0f s for running flows)", timeout)
         self.draining = True
         self._rpc_scope.cancel()
+        self._map_scope.cancel()
         with trio.move_on_after(timeout) as scope:
             if self._flow_host is not None:
                 await self._flow_host.drain()
