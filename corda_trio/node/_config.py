@@ -618,11 +618,10 @@ def _rpc_users(r: _Reader, users: object) -> tuple[rpc.RpcUser, ...]:
         if name in found:
             raise r.fail(f"{where}.username", f"user {name!r} is defined twice")
         password_hash = r.string(entry, "password_hash", f"{where}.password_hash")
-        if not password_hash.startswith("$argon2"):
-            raise r.fail(
-                f"{where}.password_hash",
-                "must be an argon2 hash (`corda-trio node hash-password` makes one); never a plain password",
-            )
+        try:
+            rpc.check_password_hash(password_hash)
+        except ValueError as exc:
+            raise r.fail(f"{where}.password_hash", str(exc)) from None
         perms = entry.get("permissions")
         if not isinstance(perms, list) or not perms:
             raise r.fail(f"{where}.permissions", "must be a non-empty array of permission strings")

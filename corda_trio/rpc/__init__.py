@@ -8,8 +8,11 @@
 The wire protocol is described in ``protocol_spec/rpc.md``.
 """
 
+from ._auth import MAX_HASH_MEMORY_KIB as MAX_HASH_MEMORY_KIB
+from ._auth import MAX_HASH_WORK as MAX_HASH_WORK
 from ._auth import RpcUser as RpcUser
 from ._auth import UserDatabase as UserDatabase
+from ._auth import check_password_hash as check_password_hash
 from ._auth import hash_password as hash_password
 from ._client import RpcClient as RpcClient
 from ._client import RpcConnectionError as RpcConnectionError
@@ -29,6 +32,8 @@ from ._server import RpcServer as RpcServer
 from ._server import RpcServerStatistics as RpcServerStatistics
 
 __all__ = [
+    "MAX_HASH_MEMORY_KIB",
+    "MAX_HASH_WORK",
     "MAX_REQUEST_BYTES",
     "METHODS",
     "PERMISSION_ADMIN",
@@ -45,6 +50,7 @@ __all__ = [
     "RpcUser",
     "UserDatabase",
     "allowed",
+    "check_password_hash",
     "connect",
     "hash_password",
     "parse_permission",

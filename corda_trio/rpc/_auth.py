@@ -19,12 +19,51 @@ import argon2
 import attrs
 import trio
 
-__all__ = ["RpcUser", "UserDatabase", "hash_password"]
+__all__ = [
+    "MAX_HASH_MEMORY_KIB",
+    "MAX_HASH_WORK",
+    "RpcUser",
+    "UserDatabase",
+    "check_password_hash",
+    "hash_password",
+]
 
 #: Password checks running at once (each holds 64 MiB for ~0.3 s with argon2-cffi's default profile).
 VERIFY_THREADS: Final[int] = 2
 
 _HASHER: Final = argon2.PasswordHasher()  # RFC 9106 "low memory" profile: argon2id, t=3, m=64 MiB, p=4
+
+
+#: A configured hash may ask at most this much memory per check (KiB: 256 MiB, four times the default) ...
+MAX_HASH_MEMORY_KIB: Final[int] = 256 * 1024
+#: ... and at most this much work, memory times passes (KiB: four times the default's 64 MiB x 3). Every
+#: login attempt for the user pays it, whoever makes it, so a hash beyond these would let anyone who can
+#: reach the RPC port tie up the checks (and gigabytes) with wrong passwords.
+MAX_HASH_WORK: Final[int] = 4 * 65536 * 3
+
+
+def check_password_hash(password_hash: str) -> None:
+    """Refuse a ``password_hash`` that is not an argon2 hash or that costs too much to check.
+
+    Raises:
+        ValueError: why (for the configuration's error line).
+    """
+    if not password_hash.startswith("$argon2"):
+        raise ValueError(
+            "must be an argon2 hash (`corda-trio node hash-password` makes one); never a plain password"
+        )
+    try:
+        params = argon2.extract_parameters(password_hash)
+    except argon2.exceptions.InvalidHashError:
+        raise ValueError(
+            "is not a valid argon2 hash (`corda-trio node hash-password` makes one)"
+        ) from None
+    if params.memory_cost > MAX_HASH_MEMORY_KIB or params.memory_cost * params.time_cost > MAX_HASH_WORK:
+        raise ValueError(
+            f"asks m={params.memory_cost} KiB and t={params.time_cost} passes per check: at most "
+            f"m={MAX_HASH_MEMORY_KIB} and m*t={MAX_HASH_WORK} (every login attempt pays it; "
+            "`corda-trio node hash-password` makes m=65536, t=3)"
+        )
 
 
 def hash_password(password: str) -> str:

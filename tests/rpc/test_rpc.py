@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -475,3 +476,26 @@ async def test_permissions_are_checked_before_arguments() -> None:
             with pytest.raises(rpc.RpcError) as info:
                 await client.call("drain", bogus=1)
             assert info.value.code == "forbidden"
+
+
+@pytest.mark.parametrize(
+    ("password_hash", "message"),
+    [
+        ("plain-password", "must be an argon2 hash"),
+        ("$argon2id$garbage", "is not a valid argon2 hash"),
+        # 4 GiB and 1000 passes: every login attempt for the user (anybody's, with any password) made the
+        # node allocate 4 GiB and work for minutes
+        ("$argon2id$v=19$m=4194304,t=1000,p=1$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA",
+         "asks m=4194304 KiB and t=1000 passes per check: at most m=262144 and m*t=786432"),
+        ("$argon2id$v=19$m=65536,t=13,p=4$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA", "t=13 passes"),
+    ],
+)
+def test_a_password_hash_that_costs_too_much_to_check_is_refused(password_hash: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rpc.check_password_hash(password_hash)
+
+
+def test_the_hashes_hash_password_makes_and_the_limits_pass() -> None:
+    rpc.check_password_hash(rpc.hash_password("s3cret"))
+    at_the_bound = "$argon2id$v=19$m=262144,t=3,p=4$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA"
+    rpc.check_password_hash(at_the_bound)
