@@ -394,6 +394,8 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
         if mode is not RecoveryMode.REPAIR:
             raise
     repairs, torn = _salvage_and_rebuild(queue_dir, removed)
+    # (what was in the way of the rebuild, a manifest name that was no file of ours, say, is replaced now)
+    strays = tuple(stray_entries(queue_dir))
     recovered = _recover_v2(queue_dir, RecoveryMode.OPEN, removed, strays, started)
     recovered.report = attrs.evolve(
         recovered.report, repairs=tuple(repairs), torn_tail=torn or recovered.report.torn_tail

@@ -174,7 +174,10 @@ async def test_an_endless_file_in_place_of_the_manifest_is_refused_then_repaired
         async with store.open_broker(tmp_path):
             pass
     assert await trio.to_thread.run_sync(main, ["store", "check", "--repair", str(tmp_path)]) == 0
-    assert "REPAIRED" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "REPAIRED" in out
+    assert "left alone" not in out  # (the symlink was replaced by the rebuilt manifest: not left alone)
+    assert manifest.is_file() and not manifest.is_symlink()
     assert main(["store", "list", str(tmp_path), "--json"]) == 0
     rows = {row["queue"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows[QUEUE]["messages"] == 8  # all of them
