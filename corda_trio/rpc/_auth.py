@@ -1,7 +1,9 @@
 """RPC users: argon2 password hashes and their verification.
 
 Verifying an argon2id hash costs about a third of a second of CPU and 64 MiB on purpose, so it runs on a
-worker thread (at most :data:`VERIFY_THREADS` at once) and never on the event loop. A successful check is
+worker thread (at most :data:`VERIFY_THREADS` at once) and never on the event loop. A login that is cancelled
+(the client went away, the node stops) does not wait for its check: the thread is left to finish on its own
+and keeps its place among the :data:`VERIFY_THREADS` until it does. A successful check is
 remembered for the life of the process as an HMAC of the password under a random per-process key, so a
 client that reconnects often does not pay the full cost each time; failed checks are never remembered, so
 guessing a password always pays it.
@@ -109,7 +111,9 @@ class UserDatabase:
             return None
         user = self.users.get(username)
         if user is None:
-            await trio.to_thread.run_sync(_verify, _DUMMY_HASH, password, limiter=self._limiter)
+            await trio.to_thread.run_sync(
+                _verify, _DUMMY_HASH, password, limiter=self._limiter, abandon_on_cancel=True
+            )
             return None
         mac = self._mac(user, password)
         while (running := self._checking.get((username, mac))) is not None:
@@ -120,7 +124,9 @@ class UserDatabase:
             return user
         done = self._checking[username, mac] = trio.Event()
         try:
-            ok = await trio.to_thread.run_sync(_verify, user.password_hash, password, limiter=self._limiter)
+            ok = await trio.to_thread.run_sync(
+                _verify, user.password_hash, password, limiter=self._limiter, abandon_on_cancel=True
+            )
             if ok:
                 self._verified[username] = mac
         finally:

@@ -499,3 +499,31 @@ def test_the_hashes_hash_password_makes_and_the_limits_pass() -> None:
     rpc.check_password_hash(rpc.hash_password("s3cret"))
     at_the_bound = "$argon2id$v=19$m=262144,t=3,p=4$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA"
     rpc.check_password_hash(at_the_bound)
+
+
+@pytest.mark.parametrize("username", ["ops", "nobody"])
+async def test_a_cancelled_login_does_not_wait_for_its_password_check(
+    monkeypatch: pytest.MonkeyPatch, username: str
+) -> None:
+    """A stopping node waited for every password check in progress (a worker thread); one with a costly
+    hash kept a node that had been told to stop running for half an hour."""
+    import threading
+
+    from corda_trio.rpc import _auth
+
+    release = threading.Event()
+
+    def slow_verify(password_hash: str, password: str) -> bool:
+        release.wait(30)
+        return False
+
+    monkeypatch.setattr(_auth, "_verify", slow_verify)
+    db = rpc.UserDatabase.of([rpc.RpcUser(username="ops", password_hash="h", permissions=frozenset())])
+    try:
+        with trio.fail_after(5):  # (the check itself would take 30 s)
+            with trio.move_on_after(0.2) as scope:
+                await db.authenticate(username, "wrong")
+        assert scope.cancelled_caught
+        assert not db._checking  # nothing left behind for a later login with the same password to wait on
+    finally:
+        release.set()
