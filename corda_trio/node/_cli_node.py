@@ -108,10 +108,11 @@ def _start(args: argparse.Namespace) -> int:
     try:
         signum = run_trio(_serve, node, str(log_path))
     except BaseExceptionGroup as group:
-        # A failed store fails several tasks at once (each write it refuses): report the store.
-        failed_store, _ = group.split(store.StoreError)
-        leaf: BaseException = failed_store or group
-        while isinstance(leaf, BaseExceptionGroup) and (failed_store or len(leaf.exceptions) == 1):
+        # A failed store fails several tasks at once (each write it refuses): report the store. A start that
+        # failed may take another task's error with it as the rest is cancelled: report why it failed.
+        reason = group.split(store.StoreError)[0] or group.split(NodeStartError)[0]
+        leaf: BaseException = reason or group
+        while isinstance(leaf, BaseExceptionGroup) and (reason or len(leaf.exceptions) == 1):
             leaf = leaf.exceptions[0]
         raise _start_error(leaf, config) from None
     except (NodeStartError, store.StoreError, OSError) as exc:

@@ -442,45 +442,48 @@ class Node:
             own_node_info=own_info,
             poll_interval_seconds=DIRECTORY_POLL_SECONDS,
         )
-        nursery.start_soon(self._follow_map, receive, cache)
-        await nursery.start(self._run_updater)
+        nursery.start_soon(self._follow_map, receive)
+        await nursery.start(self._run_updater, cache)
 
-    async def _run_updater(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        assert self.updater is not None
-        with self._map_scope:
-            await self.updater.run(task_status=task_status)
-
-    async def _follow_map(
-        self, events: trio.MemoryReceiveChannel[network.MapEvent], cache: network.NodeInfoCache
+    async def _run_updater(
+        self, cache: network.NodeInfoCache, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        assert self._material is not None
-        own = self._material.key_hash
+        """The updater, which alone writes the cache: the cache is closed once it has stopped (the updater's
+        last write may still run on a worker thread when its nursery is cancelled: the node failing to
+        start, or stopping)."""
+        assert self.updater is not None
         try:
-            async for event in events:
-                if isinstance(event, network.NodeAdded | network.NodeChanged):
-                    info = event.node if isinstance(event, network.NodeAdded) else event.new
-                    if info.identity_key_hash == own:
-                        continue
-                    self.peers.put(
-                        messaging.Peer(
-                            legal_name=info.legal_name,
-                            key_hash=info.identity_key_hash,
-                            addresses=[(a.host, a.port) for a in info.node_info.addresses],
-                        )
-                    )
-                    log.info("network map: %s at %s", info.legal_name, info.node_info.addresses)
-                elif isinstance(event, network.NodeRemoved):
-                    self.peers.remove(event.node.identity_key_hash)
-                    log.info("network map: %s left", event.node.legal_name)
-                elif isinstance(event, network.NetworkParametersChanged):
-                    if event.new_hash != self._material.parameters_hash:
-                        log.warning(
-                            "the network map advertises network parameters %s; this node runs with %s "
-                            "(restart the node with the new parameters file to adopt them)",
-                            event.new_hash, self._material.parameters_hash,
-                        )  # fmt: skip
+            with self._map_scope:
+                await self.updater.run(task_status=task_status)
         finally:
             cache.close()
+
+    async def _follow_map(self, events: trio.MemoryReceiveChannel[network.MapEvent]) -> None:
+        assert self._material is not None
+        own = self._material.key_hash
+        async for event in events:
+            if isinstance(event, network.NodeAdded | network.NodeChanged):
+                info = event.node if isinstance(event, network.NodeAdded) else event.new
+                if info.identity_key_hash == own:
+                    continue
+                self.peers.put(
+                    messaging.Peer(
+                        legal_name=info.legal_name,
+                        key_hash=info.identity_key_hash,
+                        addresses=[(a.host, a.port) for a in info.node_info.addresses],
+                    )
+                )
+                log.info("network map: %s at %s", info.legal_name, info.node_info.addresses)
+            elif isinstance(event, network.NodeRemoved):
+                self.peers.remove(event.node.identity_key_hash)
+                log.info("network map: %s left", event.node.legal_name)
+            elif isinstance(event, network.NetworkParametersChanged):
+                if event.new_hash != self._material.parameters_hash:
+                    log.warning(
+                        "the network map advertises network parameters %s; this node runs with %s "
+                        "(restart the node with the new parameters file to adopt them)",
+                        event.new_hash, self._material.parameters_hash,
+                    )  # fmt: skip
 
     async def _start_flows(self, nursery: trio.Nursery, service: messaging.MessagingService) -> None:
         """Start the flow manager (resuming checkpoints) if the flow framework is available."""
