@@ -192,6 +192,19 @@ def publish(base: Path, entries: list[tuple[pki.NodeCredentials, list[int]]]) ->
     testing.write_peer_file(base / "peers.json", peers)
 
 
+async def publish_sender_first(
+    base: Path,
+    sender: tuple[pki.NodeCredentials, list[int]],
+    everyone: list[tuple[pki.NodeCredentials, list[int]]],
+) -> None:
+    """The receiver must know the sender before the sender can reach it (its node refuses a sender it does
+    not know yet, and the sender dead-letters what is refused): the sender alone first, time for the receiver
+    to read it (the file is polled every 50 ms; a busy machine may take longer), then everyone."""
+    publish(base, [sender])
+    await trio.sleep(1.0)
+    publish(base, everyone)
+
+
 async def dump(proc: Proc) -> list[list[str]]:
     result = await trio.run_process([*proc.argv[:-1], "dump"], capture_stdout=True, env=ENV)
     return json.loads(result.stdout)  # type: ignore[no-any-return]
@@ -243,7 +256,9 @@ async def test_10k_messages_through_a_float_exactly_once_and_the_float_dials_not
             assert listening(flt.public_port)
             await a.start(nursery)
             alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
-            publish(tmp_path, [(alice, [alice_port]), (bob, [flt.public_port])])
+            await publish_sender_first(
+                tmp_path, (alice, [alice_port]), [(alice, [alice_port]), (bob, [flt.public_port])]
+            )
             nursery.start_soon(watch_float_sockets, flt, seen)
             assert b.process is not None
             bob_sockets = tcp_sockets(b.process.pid)
@@ -296,7 +311,11 @@ async def test_failover_to_the_standby_float_and_restart_of_the_inside(
             assert not listening(fb.public_port)  # the standby keeps its public port closed
             await a.start(nursery)
             alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
-            publish(tmp_path, [(alice, [alice_port]), (bob, [fa.public_port, fb.public_port])])
+            await publish_sender_first(
+                tmp_path,
+                (alice, [alice_port]),
+                [(alice, [alice_port]), (bob, [fa.public_port, fb.public_port])],
+            )
 
             with trio.fail_after(120):
                 await wait_until(lambda: last_sent(a) >= n // 3)
@@ -358,7 +377,11 @@ async def test_repeated_kill_9_of_the_active_float(
             await b.wait_line(lambda x: x.startswith("active "))
             await a.start(nursery)
             alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
-            publish(tmp_path, [(alice, [alice_port]), (bob, [f.public_port for f in floats])])
+            await publish_sender_first(
+                tmp_path,
+                (alice, [alice_port]),
+                [(alice, [alice_port]), (bob, [f.public_port for f in floats])],
+            )
             active = 0
             for r in range(rounds):
                 with trio.fail_after(120):
