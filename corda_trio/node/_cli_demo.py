@@ -62,20 +62,23 @@ DISCOVERY_TIMEOUT_SECONDS: Final[float] = 30.0
 FLOWS_TIMEOUT_SECONDS: Final[float] = 120.0
 
 
+#: The demo's bounds: beyond them it would not end in a sitting (``corda-trio bench run flows`` is the load
+#: test); --rounds 10**20 was taken and every flow then failed on an argument msgpack cannot carry.
+DEMO_LIMITS: Final = {"flows": 100_000, "rounds": 10_000, "concurrency": 1_000}
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     """``corda-trio demo [--dir D] [--flows N] [--rounds R] [--records DIR]``."""
     parser.add_argument(
         "--dir", type=Path, default=Path("devnet"), help="network directory (default ./devnet)"
     )
-    parser.add_argument(
-        "--flows", type=int, default=60, help="PingPong flows per node (default 60, at most 100,000)"
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="round trips per PingPong flow (default 3, at most 10,000)"
-    )
-    parser.add_argument(
-        "--concurrency", type=int, default=8, help="flows each node runs at once (default 8, at most 1,000)"
-    )
+    for name, default, what in (
+        ("flows", 60, "PingPong flows per node"),
+        ("rounds", 3, "round trips per PingPong flow"),
+        ("concurrency", 8, "flows each node runs at once"),
+    ):
+        limit = f"default {default}, at most {DEMO_LIMITS[name]:,}"
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} ({limit})")
     parser.add_argument("--records", type=Path, help="also write benchmark records into this directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=_main)
@@ -106,11 +109,6 @@ class DemoResult:
     finished_at: dt.datetime
     #: node -> metric name -> value (from each node's /metrics after the flows)
     counters: dict[str, dict[str, float]]
-
-
-#: The demo's bounds: beyond them it would not end in a sitting (``corda-trio bench run flows`` is the load
-#: test); --rounds 10**20 was taken and every flow then failed on an argument msgpack cannot carry.
-DEMO_LIMITS: Final = {"flows": 100_000, "rounds": 10_000, "concurrency": 1_000}
 
 
 def _main(args: argparse.Namespace) -> int:
