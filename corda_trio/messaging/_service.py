@@ -6,7 +6,12 @@ Sending. :meth:`MessagingService.send` turns an :class:`OutgoingMessage` into it
 checks its size against the network's ``max_message_size`` and appends it durably to the outbound queue of the
 recipient, ``internal.peers.<key-hash>``, declaring that queue on first use (the bridge manager is told, see
 :meth:`MessagingService.wait_outbound_changed`, and starts a bridge for it). ``send`` returns once the message
-is on disk; from then on the bridge owns it. A message to this node itself goes straight into its own inbox.
+is on disk; from then on the bridge owns it. The outbound queues deliver early
+(``store.Broker.declare_queue``): their bridge may send a message while its group commit is still being
+synced, which takes that sync off the path of every message. So a crash of the machine may lose a message
+that its peer already has, and whose ``send`` did not return; a sender that sends it again with the same
+dedup id (the flow framework does) has the copy dropped by the peer. A message to this node itself goes
+straight into its own inbox.
 
 Receiving. :meth:`MessagingService.run` consumes the inbox ``p2p.inbound.<own key-hash>`` with one dispatcher
 task, so handlers see messages in inbox order per topic (which is send order per sender: bridges and the
@@ -184,7 +189,9 @@ class MessagingService:
         dedup = await Deduplicator.open(broker, retain=config.dedup_retain)
         service = cls(broker=broker, config=config, resolver=resolver, deduplicator=dedup, inbox=inbox)
         for name in broker.list_queues(outbound_queue("")):
-            service._outbound[name] = broker.get_queue(name)
+            service._outbound[name] = await broker.declare_queue(
+                name, fsync=config.fsync, early_delivery=True
+            )
         return service
 
     # --- sending ---------------------------------------------------------------------------------------
@@ -277,7 +284,7 @@ class MessagingService:
         name = outbound_queue(key_hash)
         queue = self._outbound.get(name)
         if queue is None:
-            queue = await self.broker.declare_queue(name, fsync=self.config.fsync)
+            queue = await self.broker.declare_queue(name, fsync=self.config.fsync, early_delivery=True)
             if name not in self._outbound:
                 self._outbound[name] = queue
                 self._outbound_version += 1

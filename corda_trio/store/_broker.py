@@ -7,7 +7,9 @@ delivered, in id order), ``redeliver`` (a heap of released ids) and ``in_flight`
 released id is smaller than every id still in ``ready`` (it was delivered, so it was taken from the
 front), so "heap first, then deque" hands out the smallest available id: delivery is FIFO per queue,
 redeliveries included. A message becomes *ready* only once its enqueue record is durable (the writer
-calls ``_on_durable``), so no consumer ever sees a message a crash could take back.
+calls ``_on_ready``), so no consumer ever sees a message a crash could take back; except on a queue
+declared with ``early_delivery``, where it is ready once its group commit's write has started (see
+:mod:`._wal`: for consumers that forward to a receiver which drops duplicates).
 
 :class:`Consumer` credit follows AMQP link credit: each delivery consumes one unit. In *window* mode
 (default) a unit comes back when the delivery is acked or released, so ``credit`` bounds the unsettled
@@ -300,7 +302,7 @@ class Queue:
                 self._mem_bytes += len(headers) + len(payload) + 32
                 ids.append(mid)
             self._enqueued += len(ids)
-            self._on_durable(ids)
+            self._on_ready(ids)
             return ids
         ts = now_ms()
         ids = []
@@ -316,7 +318,7 @@ class Queue:
             await batch.wait()
         return ids
 
-    def _on_durable(self, ids: list[int]) -> None:
+    def _on_ready(self, ids: list[int]) -> None:
         self._ready.extend(ids)
         self._lot.unpark(count=len(ids))
 
@@ -773,7 +775,12 @@ class Broker:
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def declare_queue(
-        self, name: str, *, durable: bool = True, fsync: FsyncPolicy | str | None = None
+        self,
+        name: str,
+        *,
+        durable: bool = True,
+        fsync: FsyncPolicy | str | None = None,
+        early_delivery: bool | None = None,
     ) -> Queue:
         """Return queue ``name``, creating it if needed (idempotent).
 
@@ -783,6 +790,12 @@ class Broker:
                 lives in memory only.
             fsync: :class:`FsyncPolicy` for a durable queue (default ``always``). Passing it for an
                 existing queue changes the policy from now on.
+            early_delivery: a durable queue hands each message to its consumers as soon as the write of
+                its group commit has started, while the sync runs, instead of once it is durable (default
+                off; ``enqueue`` still returns once durable). A crash of the machine may then take back a
+                message that a consumer already had: only for consumers that forward to a receiver which
+                drops duplicates (the node's outbound queues). Passing it for an existing queue changes it
+                from now on; a non-durable queue ignores it (its messages are ready at once anyway).
 
         Raises:
             InvalidQueueNameError: bad name.
@@ -800,6 +813,8 @@ class Broker:
                     raise QueueExistsError(f"queue {name} already exists as a {kind} queue")
                 if policy is not None and durable:
                     self._set_fsync(queue, policy)
+                if early_delivery is not None and queue._log is not None:
+                    queue._log.early_delivery = early_delivery
                 await trio.lowlevel.checkpoint()
                 return queue
             if not durable:
@@ -812,6 +827,8 @@ class Broker:
                 create_queue_dir, self.directory, path, limiter=self._limiter
             )
             queue = self._start_durable(name, recovered, policy or FsyncPolicy.ALWAYS)
+            if queue._log is not None and early_delivery:
+                queue._log.early_delivery = True
             logger.info("created durable queue %s", name)
             return queue
 
@@ -825,7 +842,7 @@ class Broker:
         queue._log.config = attrs.evolve(queue._log.config, sync=policy is FsyncPolicy.ALWAYS)
 
     def _start_log(
-        self, name: str, path: str, recovered: RecoveredLog, on_durable: Callable[[list[int]], None]
+        self, name: str, path: str, recovered: RecoveredLog, on_ready: Callable[[list[int]], None]
     ) -> tuple[DurableLog, Compactor]:
         """Build a durable log (a queue's or a keyed log's) and start its writer and compactor."""
         log = DurableLog.from_recovered(
@@ -841,7 +858,7 @@ class Broker:
             ),
             limiter=self._limiter,
             io_limiter=self._io_limiter,
-            on_durable=on_durable,
+            on_ready=on_ready,
             helper=self._helper,
             on_failure=functools.partial(self._note_failure, f"queue {name}: write-ahead log write failed"),
         )
@@ -853,7 +870,7 @@ class Broker:
     def _start_durable(self, name: str, recovered: RecoveredLog, policy: FsyncPolicy) -> Queue:
         queue = Queue(name=name, durable=True, fsync=FsyncPolicy.ALWAYS, log=None)
         path = os.path.join(self.directory, name)
-        log, compactor = self._start_log(name, path, recovered, queue._on_durable)
+        log, compactor = self._start_log(name, path, recovered, queue._on_ready)
         queue._log = log
         queue._compactor = compactor
         queue._ready.extend(log.live)

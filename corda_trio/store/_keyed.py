@@ -24,9 +24,9 @@ Acked records are then reclaimed by the ordinary segment compaction. Recovery re
 records (reading their payloads once, at open) and acks whatever turns out to be unneeded.
 
 *Durability.* ``put``/``delete``/``write`` return once their record is durable; the entries they change
-are applied when it is (in id order, from the log's ``on_durable`` callback), so ``get`` and ``items``
-only ever show durable state. A cancelled call may or may not have been stored (as with
-``Queue.enqueue``); if it was, it is applied like any other.
+are applied when it is (in id order, from the log's ``on_ready`` callback; a keyed log never delivers
+early), so ``get`` and ``items`` only ever show durable state. A cancelled call may or may not have been
+stored (as with ``Queue.enqueue``); if it was, it is applied like any other.
 """
 
 from __future__ import annotations

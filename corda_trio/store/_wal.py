@@ -38,10 +38,23 @@ batch costs the event loop one ``sendmsg`` to the helper and one reply read by i
 threads, one ``start_thread_soon`` and one ``run_sync_soon``). ``bench/wal.py`` reports the event loop's
 CPU per record.
 
+*Early delivery.* A queue declared with ``early_delivery`` (the node's outbound queues, whose consumer is a
+bridge to a peer that drops duplicates by their dedup id) hands each batch's messages to its consumers when
+the batch's write is started (``_launch``), not once it is durable: the bridge sends them while the sync
+runs instead of after it. Appenders still return only once their batch is durable, and an ack is always a
+later record than the enqueue it acks, in the same segment (rotation waits until every written batch is
+durable), so no ack can be durable without its message. What a crash may do: a message reaches its consumer
+(and the peer) although its ``enqueue`` never returned, because the machine or the disk failed before the
+sync (a killed node process loses nothing it handed to the commit helper: the helper writes what it
+received before it exits); a sender that then sends it again with its dedup id, as the flow framework
+does, has it dropped by the receiver. Order is kept: a batch is delivered early only while no batch that
+was not is still waiting for its sync, and only while the payload cache has room (the consumer must read
+the payloads from memory: the helper may not have written them yet); otherwise it waits for its sync.
+
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
-durable, unacked message; insertion order is id order. Payloads are read lazily with ``pread`` when a
-message is delivered, except for recently enqueued ones kept in a bounded cache, so a queue of a million
-messages costs about a hundred bytes each in memory, not its payloads.
+durable (or delivered early), unacked message; insertion order is id order. Payloads are read lazily
+with ``pread`` when a message is delivered, except for recently enqueued ones kept in a bounded cache, so
+a queue of a million messages costs about a hundred bytes each in memory, not its payloads.
 
 *Sequence.* Every record gets the queue's next sequence number as it is encoded (``next_seq``; a
 retracted enqueue gives its number back, like its id), so the records on disk are numbered without gaps
@@ -180,6 +193,8 @@ class Batch:
     segment: SegmentState | None = None
     base: int = 0
     seq: int = -1
+    #: its records were indexed and handed to ``on_ready`` when it was written (early delivery)
+    indexed: bool = False
 
     async def wait(self) -> None:
         """Wait until this batch is durable.
@@ -235,8 +250,8 @@ class DurableLog:
     All methods run on the Trio thread; blocking work goes to worker threads: appends, fsyncs and segment
     creation through ``limiter`` (the broker's commit limiter), payload reads and compaction through
     ``io_limiter``, so that a long compaction never holds up a group commit.
-    ``on_durable`` is called (synchronously, by the writer task) with the ids of each batch once it is
-    durable, in id order.
+    ``on_ready`` is called (synchronously) with the ids of each batch once its messages may be consumed, in
+    id order: once the batch is durable or, with ``early_delivery``, once it is written.
     """
 
     name: str
@@ -244,7 +259,7 @@ class DurableLog:
     config: LogConfig
     limiter: trio.CapacityLimiter
     io_limiter: trio.CapacityLimiter
-    on_durable: Callable[[list[int]], None]
+    on_ready: Callable[[list[int]], None]
     segments: dict[int, SegmentState]
     live: dict[int, int]
     next_id: int
@@ -254,6 +269,9 @@ class DurableLog:
     helper: CommitHelper | None = None
     #: called once, with the error, when the log fails for good (a write or fsync failed)
     on_failure: Callable[[BaseException], None] | None = None
+    #: hand each batch's messages to ``on_ready`` when its write starts, not once it is durable (module
+    #: docstring); appenders still wait for durability
+    early_delivery: bool = False
     #: held while the manifest is replaced (rotation adds a segment, compaction removes the first)
     manifest_lock: trio.Lock = attrs.field(factory=trio.Lock)
     tail: SegmentState = attrs.field(init=False)
@@ -303,6 +321,9 @@ class DurableLog:
     _lazy_deadline: float = attrs.field(default=math.inf, init=False)
     #: the writer's wait for work, whose deadline is the lazy acks' (``None`` while it is not waiting)
     _writer_wait: trio.CancelScope | None = attrs.field(default=None, init=False)
+    #: batches with enqueue records that were written without early delivery and are not yet durable:
+    #: while there are any, later batches wait for durability too (order of delivery)
+    _late_batches: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.tail = self.segments[max(self.segments)]
@@ -320,7 +341,7 @@ class DurableLog:
         config: LogConfig,
         limiter: trio.CapacityLimiter,
         io_limiter: trio.CapacityLimiter,
-        on_durable: Callable[[list[int]], None],
+        on_ready: Callable[[list[int]], None],
         helper: CommitHelper | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> DurableLog:
@@ -331,7 +352,7 @@ class DurableLog:
             config=config,
             limiter=limiter,
             io_limiter=io_limiter,
-            on_durable=on_durable,
+            on_ready=on_ready,
             segments={s.number: s for s in recovered.segments},
             live=recovered.live,
             next_id=recovered.next_id,
@@ -589,6 +610,14 @@ class DurableLog:
         self.records_written += records
         self.bytes_written += len(batch.buf)
         self._written.append(batch)
+        if batch.ids:
+            if self.early_delivery and not self._late_batches and self.cache_bytes < self.config.cache_bytes:
+                # Early delivery (module docstring): consumable now, read from the cache until acked.
+                self._index(batch)
+                batch.indexed = True
+                self.on_ready(batch.ids)
+            else:
+                self._late_batches += 1
         helper = self.helper
         if helper is None:
             self._start_job(batch, tail.fd)
@@ -690,7 +719,20 @@ class DurableLog:
             await self._drained.wait()
 
     def _publish(self, batch: Batch) -> None:
-        """A batch is durable: index its records, wake its appenders, hand its ids to the queue."""
+        """A batch is durable: index its records (unless that was done when it was written), wake its
+        appenders, hand its ids to the queue."""
+        if batch.indexed:
+            batch.finish()
+            return
+        self._index(batch)
+        batch.finish()
+        if batch.ids:
+            self._late_batches -= 1
+            self.on_ready(batch.ids)
+
+    def _index(self, batch: Batch) -> None:
+        """Add the records of ``batch`` (written, at ``batch.base`` of ``batch.segment``) to the index, the
+        segment's counts and, while it has room, the payload cache."""
         tail = batch.segment
         assert tail is not None
         base = batch.base
@@ -711,9 +753,6 @@ class DurableLog:
             if tail.min_id < 0:
                 tail.min_id = ids[0]
             tail.max_id = ids[-1]
-        batch.finish()
-        if ids:
-            self.on_durable(ids)
 
     async def _rotate(self, first_id: int) -> None:
         """Seal the tail and start the next segment (every written batch is durable); ``first_id`` is
@@ -760,6 +799,7 @@ class DurableLog:
             failed.error = self.failure
             failed.finish()
         self._written.clear()
+        self._late_batches = 0
         self._drained.set()
         for waiter in self._seal_requests:
             waiter.set()

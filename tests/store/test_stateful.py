@@ -110,15 +110,16 @@ class QueueModel(RuleBasedStateMachine):
         self.last_id = -1
         self.consumers: list[store.Consumer] = []
 
-    @initialize()
-    def open(self) -> None:
+    @initialize(early=st.booleans())
+    def open(self, early: bool) -> None:
+        self.early = early  # early delivery (the outbound queues' mode): the same model must hold
         self._open()
 
     def _open(self) -> None:
         async def go() -> None:
             await self.host.start()
             assert self.host.broker is not None
-            self.queue = await self.host.broker.declare_queue(QUEUE)
+            self.queue = await self.host.broker.declare_queue(QUEUE, early_delivery=self.early)
             self.consumers = [self.queue.consumer(credit=1000) for _ in range(2)]
 
         self.loop.run(go)
