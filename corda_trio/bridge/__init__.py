@@ -60,6 +60,7 @@ from ._external import RemoteQueue as RemoteQueue
 from ._inbound import AcceptorConfig as AcceptorConfig
 from ._inbound import InboundAcceptor as InboundAcceptor
 from ._inbound import Inbox as Inbox
+from ._inbound import RetryLaterError as RetryLaterError
 from ._manager import BridgeManager as BridgeManager
 from ._manager import OutboundQueues as OutboundQueues
 from ._outbound import Bridge as Bridge
@@ -108,6 +109,7 @@ __all__ = [
     "QueueSnapshot",
     "RemoteInbox",
     "RemoteQueue",
+    "RetryLaterError",
     "UnknownControlMessage",
     "decode_control",
     "diff_entries",

@@ -56,6 +56,7 @@ __all__ = [
     "InboundAcceptor",
     "Inbox",
     "OnChecked",
+    "RetryLaterError",
     "store_checked",
     "take_arrivals",
 ]
@@ -84,6 +85,12 @@ CheckDelivery = Callable[[bytes], tuple[str | None, amqp.Message, bytes]]
 OnChecked = Callable[[Sequence[bytes], Sequence[amqp.Message], str], None]
 
 
+class RetryLaterError(Exception):
+    """Raised by a :data:`CheckDelivery`: the delivery cannot be taken now but may be later (its claimed
+    sender is not in this node's network map yet). It is settled ``released``, not ``rejected``: the sender
+    keeps the message and sends it again."""
+
+
 async def take_arrivals(receiver: transport.Receiver) -> list[transport.Delivery]:
     """The next delivery on ``receiver`` (waiting for it) and whatever else has arrived meanwhile, in order.
 
@@ -105,16 +112,18 @@ async def store_checked(
     check: CheckDelivery,
     on_checked: OnChecked | None,
     who: str,
-) -> tuple[dict[str | None, int], int]:
-    """Check each delivery of ``batch``, reject the bad ones with their condition (the link stays up), append
-    the good ones to ``inbox`` in one group commit and, only once that is durable, settle them ``accepted``.
+) -> tuple[dict[str | None, int], int, int]:
+    """Check each delivery of ``batch``, reject the bad ones with their condition (the link stays up), release
+    those the check says may be taken later (:class:`RetryLaterError`), append the good ones to ``inbox`` in
+    one group commit and, only once that is durable, settle them ``accepted``.
 
-    Returns (messages stored by sender, messages rejected). ``who`` names the source in the log.
+    Returns (messages stored by sender, messages rejected, messages released). ``who`` names the source in
+    the log.
     """
     good: list[transport.Delivery] = []
     payloads: list[bytes] = []
     checked: list[tuple[str | None, amqp.Message]] = []
-    rejected = 0
+    rejected = released = 0
     for delivery in batch:
         try:
             sender, message, payload = check(delivery.payload)
@@ -122,6 +131,10 @@ async def store_checked(
             rejected += 1
             log.warning("%s: rejected a message: %s", who, exc.description)
             await delivery.reject(exc.condition, exc.description)
+            continue
+        except RetryLaterError:
+            released += 1  # (the check says why, as often as it sees fit)
+            await delivery.release()
             continue
         good.append(delivery)
         payloads.append(payload)
@@ -140,7 +153,7 @@ async def store_checked(
         # no checkpoint of its own: the caller's next wait for deliveries is one (one task step less per
         # batch, which at light load is per message)
         receiver.settle_many_nowait(good, amqp.Accepted())
-    return stored, rejected
+    return stored, rejected, released
 
 
 @attrs.frozen(kw_only=True)
@@ -242,7 +255,7 @@ class InboundAcceptor:
                     batch = await take_arrivals(receiver)
                 except trio.EndOfChannel:
                     return
-                stored, rejected = await store_checked(
+                stored, rejected, _released = await store_checked(  # (this check never releases)
                     receiver, batch, self.inbox, check, self.on_checked, who
                 )
                 self.rejected += rejected

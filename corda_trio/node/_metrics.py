@@ -206,7 +206,18 @@ class NodeCollector:
                 received.add_metric(["unknown"], acceptor.accepted - sum(by_peer.values()))
             rejected.add_metric([], acceptor.rejected)
             refused.add_metric([], acceptor.refused_links)
-        yield from (received, rejected, refused)
+        tunnel = node.float_tunnel
+        released = _counter(
+            "p2p_messages_released",
+            "Messages from peers released, not stored: the sender is not in our network map yet (it sends "
+            "them again; behind floats only)",
+        )
+        if tunnel is not None:  # behind floats: what the active float forwarded (instead of the acceptor)
+            for peer, n in sorted(tunnel.stored_by_peer.items()):
+                received.add_metric([peer], n)
+            rejected.add_metric([], tunnel.rejected)
+            released.add_metric([], tunnel.released)
+        yield from (received, rejected, refused, released)
         service = node.service
         if service is not None:
             dedup = _gauge("p2p_dedup_ids", "Message ids the deduplicator remembers")

@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from corda_trio import messaging, pki, store
+from corda_trio import bridge, messaging, pki, store
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import running_node, wait_until
 
@@ -145,4 +145,57 @@ async def test_every_failover_is_seen_by_counting_activations(
                 assert b.tunnel.last_error is not None and "ExceptionGroup" not in b.tunnel.last_error
                 assert await b.tunnel.wait_activation(count) == (2, ("127.0.0.1", floats[1].public_port))
                 assert await b.tunnel.wait_activation() == (2, ("127.0.0.1", floats[1].public_port))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sender_the_receiver_does_not_know_yet_is_released_then_delivered_in_order(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """Alice has just joined: she knows Bob (behind a float), Bob's copy of the map does not know her yet.
+    Her messages are released, not rejected: none goes to her dead letters, and once Bob's map has her,
+    every one is delivered exactly once, in order."""
+    n = 200
+    root = network.root.cert
+    flt = fl.Float(
+        fl.FloatConfig(
+            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
+        ),
+        audit=fl.AuditLog(tmp_path / "audit.jsonl"),
+    )
+    alice_map, bob_map = messaging.PeerDirectory(), messaging.PeerDirectory()
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.2)
+    async with trio.open_nursery() as nursery:
+        control_port = await nursery.start(flt.run)
+        async with (
+            running_node(alice, root, tmp_path / "a", peers=alice_map, bridge_config=fast) as a,
+            receiver_behind_float(
+                bob, tmp_path / "b", [("127.0.0.1", control_port)], bridge_creds, bob_map
+            ) as b,
+        ):
+            with trio.fail_after(30):
+                host, port = await b.tunnel.wait_active()
+            bob_hash = pki.key_hash(bob.identity.cert.public_key())
+            bob_peer = messaging.Peer(legal_name=bob.legal_name, key_hash=bob_hash, addresses=[(host, port)])
+            alice_map.put(bob_peer)
+            with trio.fail_after(60):
+                for i in range(0, n, 20):
+                    await a.service.send_many(
+                        [a.service.create_message(TOPIC, b"%d" % j) for j in range(i, i + 20)], bob.legal_name
+                    )
+                # several sessions' worth of releases (each one ends Alice's session: she retries)
+                await wait_until(lambda: b.tunnel.released >= 3 * 20)
+            assert b.got == [] and b.tunnel.stored == 0 and b.tunnel.rejected == 0
+            assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
+            bob_map.put(a.as_peer())  # Bob's map catches up
+            with trio.fail_after(60):
+                await wait_until(lambda: len(b.got) >= n)
+                await wait_until(lambda: not a.broker.statistics("internal.peers.")[0].depth)
+            await trio.sleep(0.2)  # (anything more would be a duplicate)
+            assert b.got == [(str(alice.legal_name), b"%d" % i) for i in range(n)]
+            assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
         nursery.cancel_scope.cancel()

@@ -22,6 +22,7 @@ from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
 from .netutil import PASSWORD, make_network
+from .test_flows_e2e import scrape
 
 pytestmark = pytest.mark.slow
 
@@ -167,6 +168,10 @@ async def test_a_node_behind_a_float_receives_flows_and_listens_for_no_peer(tmp_
                     result = await a.start_flow("PingPong", recipient=BOB, rounds=3)
             assert result == 3, result
             assert listening_ports(bob.process.pid) == own
+            # Bob's /metrics counts what came in through the float (the tunnel, not an acceptor)
+            metrics = await scrape(bob)
+            assert metrics["corda_trio_p2p_messages_received_total{peer=O=Alice, L=London, C=GB}"] >= 1
+            assert metrics["corda_trio_p2p_messages_released_total{}"] == 0
     finally:
         await stop(flt)
         await stop(socks)

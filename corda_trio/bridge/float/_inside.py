@@ -19,6 +19,15 @@ the float is *active* and forwarded deliveries are stored:
   only when that returned, i.e. once durable (the in-node acceptor's writer, ``_inbound.store_checked``,
   with this check).
 
+A claimed source that is a legal name but not (yet) in the network map is not rejected: a node that has
+just joined the network knows this node before this node's copy of the map knows it, and a rejection would
+send its messages to its dead letters for good. Its deliveries are settled ``released`` instead (the
+sender keeps them and sends them again: a bridge ends its session and retries after its backoff), with a
+warning at most once a minute per sender. So that none overtakes another, once a delivery of a peer link
+(claimed source and peer address) was released, every later delivery of that link is released too, even
+when the map has learnt the sender meanwhile; a bridge retries on a new connection, which is a new link.
+This is reset at each activation (a new float forwards new links).
+
 Each message is decoded once on this side: the envelope's prefix is the same bytes for every delivery of one
 peer link, so :class:`~._control.EnvelopeReader` decodes it once per link; the stamp is added in place
 (``messaging.stamped_payload``); and ``on_checked`` (in the node ``MessagingService.remember_received``)
@@ -38,6 +47,7 @@ Cancellation at any checkpoint acks nothing that is not durable.
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import uuid
 from typing import Any, Final
@@ -54,7 +64,7 @@ from corda_trio.messaging import (
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
-from .._inbound import Inbox, OnChecked, store_checked, take_arrivals
+from .._inbound import Inbox, OnChecked, RetryLaterError, store_checked, take_arrivals
 from .._outbound import _failure_unless_cancelled
 from ._control import (
     CONTROL_ADDRESS,
@@ -80,6 +90,10 @@ log = logging.getLogger("corda_trio.bridge.float")
 DEFAULT_TUNNEL_CREDIT: Final = 1024
 #: Room for the envelope's own sections around a message of ``max_message_size``.
 ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
+#: At most this many released peer links (and warned-about senders) are remembered (module docstring).
+_MAX_HELD_LINKS: Final = 4096
+#: An unknown sender is warned about at most this often.
+_WARN_UNKNOWN_SECONDS: Final = 60.0
 
 
 class FloatActivationError(Exception):
@@ -127,15 +141,23 @@ class FloatTunnel:
     public_address: tuple[str, int] | None = None
     #: The public address the latest activation reported (kept after that activation ended).
     latest_public_address: tuple[str, int] | None = None
-    #: Counters: activations, failovers (a float's control link ended), messages stored, rejected.
+    #: Counters: activations, failovers (a float's control link ended), messages stored, rejected, released
+    #: (their sender is not in the network map yet: module docstring).
     activations: int = 0
     failovers: int = 0
     stored: int = 0
     rejected: int = 0
+    released: int = 0
+    #: Messages stored, by the sender the float authenticated (and this side checked).
+    stored_by_peer: dict[str, int] = attrs.field(factory=dict)
     last_error: str | None = None
     _changed: trio.Event = attrs.field(factory=trio.Event)
     #: Senders already checked, with the network map version they were checked against.
     _sources: dict[str, int] = attrs.field(factory=dict)
+    #: Peer links (claimed source, peer address) whose deliveries are released (module docstring), oldest
+    #: first; and when each unknown sender was last warned about (Trio's clock).
+    _held_links: dict[tuple[str, str], None] = attrs.field(factory=dict)
+    _warned: dict[str, float] = attrs.field(factory=dict)
     _envelopes: EnvelopeReader = attrs.field(factory=EnvelopeReader)
 
     def _notify(self) -> None:
@@ -225,6 +247,7 @@ class FloatTunnel:
             self.active = address
             self.public_address = self.latest_public_address = (report.public_host, report.public_port)
             self.activations += 1
+            self._held_links.clear()  # links of an earlier activation cannot forward anything any more
             log.info("float %s:%d active, public port %d", *address, report.public_port)
             self._notify()
             async with trio.open_nursery() as nursery:
@@ -256,17 +279,22 @@ class FloatTunnel:
                 batch = await take_arrivals(inbound)
             except trio.EndOfChannel:
                 raise transport.AmqpConnectionError("the inbound link ended") from None
-            stored, rejected = await store_checked(
+            stored, rejected, released = await store_checked(
                 inbound, batch, self.inbox, self._check, self.on_checked, "float tunnel"
             )
             self.rejected += rejected
-            self.stored += sum(stored.values())
+            self.released += released
+            for sender, n in stored.items():
+                self.stored += n
+                if sender is not None:
+                    self.stored_by_peer[sender] = self.stored_by_peer.get(sender, 0) + n
 
     def validate(self, data: bytes) -> bytes:
         """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
 
         Raises:
             ControlProtocolError / InvalidMessageError: with the condition to reject it with.
+            RetryLaterError: its sender is not in the network map (yet): release it.
         """
         return self._check(data)[2]
 
@@ -278,7 +306,16 @@ class FloatTunnel:
                 "amqp:unauthorized-access",
                 f"forwarded to {envelope.target!r}: only this node's inbox {self.inbox.name} is reachable",
             )
-        self._check_source(envelope.source)
+        link = (envelope.source, envelope.peer)
+        if link in self._held_links:
+            raise RetryLaterError(f"an earlier delivery of {envelope.source} on this link was released")
+        try:
+            self._check_source(envelope.source)
+        except RetryLaterError:
+            if len(self._held_links) >= _MAX_HELD_LINKS:
+                del self._held_links[next(iter(self._held_links))]
+            self._held_links[link] = None
+            raise
         try:
             message = amqp.Message.decode(envelope.payload)
         except amqp.DecodeError as exc:
@@ -298,9 +335,16 @@ class FloatTunnel:
                 "amqp:unauthorized-access", f"the claimed sender {source!r} is not a legal name: {exc}"
             ) from exc
         if self.resolver is not None and self.resolver.peer_named(name) is None:
-            raise ControlProtocolError(
-                "amqp:unauthorized-access", f"the claimed sender {source!r} is not in the network map"
-            )
+            now = trio.current_time()
+            if now >= self._warned.get(source, -math.inf) + _WARN_UNKNOWN_SECONDS:
+                if len(self._warned) >= _MAX_HELD_LINKS:
+                    self._warned.clear()
+                self._warned[source] = now
+                log.warning(
+                    "float tunnel: %s is not in the network map (yet): its messages are released, its "
+                    "bridge sends them again", source,
+                )  # fmt: skip
+            raise RetryLaterError(f"the claimed sender {source!r} is not in the network map")
         if len(self._sources) > 4096:  # bound the cache of recently seen senders
             self._sources.clear()
         self._sources[source] = self.resolver.version if self.resolver is not None else 0
