@@ -44,12 +44,12 @@ the batch's write is started (``_launch``), not once it is durable: the bridge s
 runs instead of after it. Appenders still return only once their batch is durable, and an ack is always a
 later record than the enqueue it acks, in the same segment (rotation waits until every written batch is
 durable), so no ack can be durable without its message. What a crash may do: a message reaches its consumer
-(and the peer) although its ``enqueue`` never returned, because the machine or the disk failed before the
-sync (a killed node process loses nothing it handed to the commit helper: the helper writes what it
-received before it exits); a sender that then sends it again with its dedup id, as the flow framework
-does, has it dropped by the receiver. Order is kept: a batch is delivered early only while no batch that
-was not is still waiting for its sync, and only while the payload cache has room (the consumer must read
-the payloads from memory: the helper may not have written them yet); otherwise it waits for its sync.
+(and the peer) although its ``enqueue`` never returned and the crash (of the process before the batch
+reached the commit helper, of the machine or the disk before the sync) lost it; a sender that then sends
+it again with its dedup id, as the flow framework does, has it dropped by the receiver. Order is kept: a
+batch is delivered early only while no batch that was not is still waiting for its sync, and only while
+the payload cache has room (the consumer must read the payloads from memory: the helper may not have
+written them yet); otherwise it waits for its sync.
 
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
 durable (or delivered early), unacked message; insertion order is id order. Payloads are read lazily
@@ -610,7 +610,19 @@ class DurableLog:
         self.records_written += records
         self.bytes_written += len(batch.buf)
         self._written.append(batch)
-        if batch.ids:
+        helper = self.helper
+        if helper is None:
+            self._start_job(batch, tail.fd)
+        else:
+            if tail is not self._helper_segment:
+                if self._helper_handle >= 0:
+                    helper.close(self._helper_handle)
+                self._helper_handle = helper.open(tail.path)
+                self._helper_segment = tail
+            self._jobs += 1
+            helper.submit(self._helper_handle, batch.buf, sync=self.config.sync,
+                          done=lambda error: self._job_done(batch, error))  # fmt: skip
+        if batch.ids:  # (the job's completion comes later, on the Trio thread: never before this)
             if self.early_delivery and not self._late_batches and self.cache_bytes < self.config.cache_bytes:
                 # Early delivery (module docstring): consumable now, read from the cache until acked.
                 self._index(batch)
@@ -618,18 +630,6 @@ class DurableLog:
                 self.on_ready(batch.ids)
             else:
                 self._late_batches += 1
-        helper = self.helper
-        if helper is None:
-            self._start_job(batch, tail.fd)
-            return
-        if tail is not self._helper_segment:
-            if self._helper_handle >= 0:
-                helper.close(self._helper_handle)
-            self._helper_handle = helper.open(tail.path)
-            self._helper_segment = tail
-        self._jobs += 1
-        helper.submit(self._helper_handle, batch.buf, sync=self.config.sync,
-                      done=lambda error: self._job_done(batch, error))  # fmt: skip
 
     def _start_job(self, batch: Batch, fd: int) -> None:
         """Write and sync ``batch`` on a worker thread, after the previous job's write returned.
