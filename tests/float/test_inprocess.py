@@ -26,6 +26,18 @@ def node_tls(creds: pki.NodeCredentials, root: object, directory: Path) -> fl.No
     )
 
 
+def float_for(
+    node: pki.NodeCredentials, root: object, float_creds: fl.TunnelCredentials, directory: Path
+) -> fl.Float:
+    """A float for ``node`` on 127.0.0.1, its audit log in ``directory``."""
+    return fl.Float(
+        fl.FloatConfig(
+            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(node, root, directory / "tls")}
+        ),
+        audit=fl.AuditLog(directory / "audit.jsonl"),
+    )
+
+
 @attrs.define(eq=False)
 class Receiver:
     service: messaging.MessagingService
@@ -76,13 +88,7 @@ async def test_messages_reach_a_receiver_behind_a_float_exactly_once(
 ) -> None:
     n = 300
     root = network.root.cert
-    audit = fl.AuditLog(tmp_path / "audit.jsonl")
-    flt = fl.Float(
-        fl.FloatConfig(
-            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
-        ),
-        audit=audit,
-    )
+    flt = float_for(bob, root, float_creds, tmp_path)
     peers = messaging.PeerDirectory()
     async with trio.open_nursery() as nursery:
         control_port = await nursery.start(flt.run)
@@ -161,12 +167,7 @@ async def test_a_sender_the_receiver_does_not_know_yet_is_released_then_delivere
     every one is delivered exactly once, in order."""
     n = 200
     root = network.root.cert
-    flt = fl.Float(
-        fl.FloatConfig(
-            tunnel=float_creds, public_host="127.0.0.1", tls={"node": node_tls(bob, root, tmp_path / "tls")}
-        ),
-        audit=fl.AuditLog(tmp_path / "audit.jsonl"),
-    )
+    flt = float_for(bob, root, float_creds, tmp_path)
     alice_map, bob_map = messaging.PeerDirectory(), messaging.PeerDirectory()
     fast = bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.2)
     async with trio.open_nursery() as nursery:
