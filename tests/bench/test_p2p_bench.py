@@ -46,7 +46,8 @@ def test_p2p_bench_runs_small_and_prints_one_json_line(tmp_path: Path, rate: flo
     (path,) = records.glob("*.records.jsonl")
     written = list(read_records(path))
     assert len(written) == summary["half_messages"] > 0
-    assert all(r.outcome == "ok" and r.created_ns <= r.enqueued_ns <= r.delivered_ns for r in written)
+    # (B may have a message before A's send_many returned: the outbound queue delivers early)
+    assert all(r.outcome == "ok" and r.created_ns <= min(r.enqueued_ns, r.delivered_ns) for r in written)
 
 
 def test_p2p_bench_repeat_reports_the_medians_of_whole_rounds(tmp_path: Path) -> None:
