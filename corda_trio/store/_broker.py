@@ -792,10 +792,12 @@ class Broker:
                 existing queue changes the policy from now on.
             early_delivery: a durable queue hands each message to its consumers as soon as the write of
                 its group commit has started, while the sync runs, instead of once it is durable (default
-                off; ``enqueue`` still returns once durable). A crash of the machine may then take back a
-                message that a consumer already had: only for consumers that forward to a receiver which
-                drops duplicates (the node's outbound queues). Passing it for an existing queue changes it
-                from now on; a non-durable queue ignores it (its messages are ready at once anyway).
+                off; ``enqueue`` still returns once durable). A crash before the sync may then take back a
+                message that a consumer already had, and its id may then be given to another message after
+                the restart: only for consumers that forward the payload to a receiver which drops
+                duplicates by an id of its own (the node's outbound queues: the dedup id). Passing it for an
+                existing queue changes it from now on; a non-durable queue ignores it (its messages are
+                ready at once anyway).
 
         Raises:
             InvalidQueueNameError: bad name.

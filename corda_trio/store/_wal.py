@@ -45,8 +45,10 @@ runs instead of after it. Appenders still return only once their batch is durabl
 later record than the enqueue it acks, in the same segment (rotation waits until every written batch is
 durable), so no ack can be durable without its message. What a crash may do: a message reaches its consumer
 (and the peer) although its ``enqueue`` never returned and the crash (of the process before the batch
-reached the commit helper, of the machine or the disk before the sync) lost it; a sender that then sends
-it again with its dedup id, as the flow framework does, has it dropped by the receiver. Order is kept: a
+reached the commit helper, of the machine or the disk before the sync) lost it, and after the restart its
+id may be given to another message (recovery cannot see the ids of a batch that never reached the disk);
+a sender that then sends it again with its dedup id, as the flow framework does, has it dropped by the
+receiver, which knows messages by that id, never by the store's. Order is kept: a
 batch is delivered early only while no batch that was not is still waiting for its sync, and only while
 the payload cache has room (the consumer must read the payloads from memory: the helper may not have
 written them yet); otherwise it waits for its sync.
