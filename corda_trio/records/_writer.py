@@ -143,21 +143,34 @@ class RecordWriter:
         self._file.write("".join(map(json_line, batch)))
 
     def finish(self, meta: Mapping[str, Any]) -> None:
-        """Flush, fsync, write ``run-<id>.meta.json`` and publish the records file."""
-        self._write(self._pending)
-        self._pending = []
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        """Flush, fsync, write ``run-<id>.meta.json`` and publish the records file.
+
+        Raises:
+            OSError: writing failed (a full disk): nothing of the run is left behind, no ``.part`` either.
+        """
         tmp = self.meta_path.with_name(self.meta_path.name + ".part")
-        tmp.write_text(json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-        os.replace(self._part_path, self.records_path)
+        try:
+            self._write(self._pending)
+            self._pending = []
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            meta_text = json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n"
+            tmp.write_text(meta_text, encoding="utf-8")
+            os.replace(self._part_path, self.records_path)
+        except BaseException:
+            self.abort()
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, self.meta_path)
 
     def abort(self) -> None:
         """Discard the run: close and delete the partial records file."""
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass  # (a full disk: what it could not flush is discarded with the file)
         self._part_path.unlink(missing_ok=True)
 
 

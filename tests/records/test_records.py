@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,25 @@ def test_writer_round_trip_and_bad_line_named(tmp_path: Path) -> None:
     bad.write_text(json.dumps(_data()) + "\n" + json.dumps(_data(seq=-3)) + "\n")
     with pytest.raises(records.RecordError, match=r"bad.jsonl:2: field seq must be >= 0, not -3"):
         list(records.read_records(bad))
+
+
+def test_a_run_the_disk_cannot_take_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills up as the run is published (the sync fails): the error comes out, and neither the
+    records nor a ``.part`` file stays in the output directory (a reader would skip it, but it takes space
+    and looks like a run)."""
+    writer = records.RecordWriter(tmp_path, "run-a")
+    for i in range(10):
+        writer.add_sync(records.Record(**_data(seq=i, run_id="run-a")))
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        writer.finish({"run_id": "run-a", "schema_version": records.SCHEMA_VERSION})
+    assert list(tmp_path.iterdir()) == []
 
 
 _text = st.text(min_size=1, max_size=20)
