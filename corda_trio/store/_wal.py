@@ -48,10 +48,10 @@ durable), so no ack can be durable without its message. What a crash may do: a m
 reached the commit helper, of the machine or the disk before the sync) lost it, and after the restart its
 id may be given to another message (recovery cannot see the ids of a batch that never reached the disk);
 a sender that then sends it again with its dedup id, as the flow framework does, has it dropped by the
-receiver, which knows messages by that id, never by the store's. Order is kept: a
-batch is delivered early only while no batch that was not is still waiting for its sync, and only while
-the payload cache has room (the consumer must read the payloads from memory: the helper may not have
-written them yet); otherwise it waits for its sync.
+receiver, which knows messages by that id, never by the store's. Order is kept: a batch is delivered early
+only while no batch that was not is still waiting for its sync, and only while the payload cache has room
+(the consumer must read the payloads from memory: the helper may not have written them yet); otherwise it
+waits for its sync.
 
 *Index.* ``live`` maps message id to a packed location (segment, offset, lengths, timestamp) for every
 durable (or delivered early), unacked message; insertion order is id order. Payloads are read lazily
