@@ -239,6 +239,15 @@ def grouped_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> 
     return leaf  # type: ignore[return-value]
 
 
+def shown(text: str) -> str:
+    """``text`` with the bytes of a file name that is not UTF-8 (Python carries them as lone surrogates)
+    shown as ``\\xNN``, the way ``ls -b`` shows them, instead of ``\\udcNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name made
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
@@ -253,13 +262,13 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except CliError as exc:
         if _is_interrupt(exc):  # a failure the interrupt caused (a cut connection, say): unwind as one
             raise
-        print(f"corda-trio: error: {exc}", file=sys.stderr)
+        print(f"corda-trio: error: {shown(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except BaseExceptionGroup as group:  # a CliError raised inside a Trio nursery arrives grouped
         leaf = grouped_error(group, CliError)
         if leaf is None:
             raise
-        print(f"corda-trio: error: {leaf}", file=sys.stderr)
+        print(f"corda-trio: error: {shown(str(leaf))}", file=sys.stderr)
         return leaf.exit_code
     except BrokenPipeError:  # `corda-trio ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -6,6 +6,7 @@ The commands run as real processes against a prepared directory (``{d}`` in a co
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sqlite3
@@ -16,6 +17,7 @@ import pytest
 import trio
 
 from corda_trio import store
+from corda_trio.node._cli import shown
 from tests.node.cli_helpers import CLI, run_cli, wait_for
 
 ALICE = "O=Alice,L=London,C=GB"
@@ -277,3 +279,20 @@ def test_a_port_already_taken_is_named_with_its_role(playground: Path, tmp_path:
     warning = "corda-trio node: WARNING corda_trio.network.cache:"
     assert all(line.startswith(warning) for line in before), before
     assert "Traceback" not in done.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_as_its_bytes(tmp_path: Path) -> None:
+    """A path with a byte that is not UTF-8 (0xff) appears as ``\\xff`` in the error line, as ``ls -b``
+    shows it, not as the ``\\udcff`` Python carries it as internally."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/st\xff"))
+    odd.mkdir()
+    for args in (["store", "check", str(odd)], ["node", "start", "--config", str(odd / "node.toml")]):
+        out = subprocess.run([*CLI, *args], capture_output=True, timeout=120)
+        line = out.stderr.decode("utf-8")  # (what a terminal shows: valid UTF-8)
+        assert out.returncode != 0 and line.count("\n") == 1, line
+        assert "st\\xff" in line and "udc" not in line, line
+
+
+def test_shown_survives_a_lone_surrogate_that_no_file_name_made() -> None:
+    assert shown("a\udcffb") == "a\\xffb"
+    assert shown("x\ud800y") == "x\\ud800y"
