@@ -22,6 +22,7 @@ import trio
 from corda_trio import store
 
 from .crash_child import CHURN, PRODUCERS, QUEUE, churn_payload, payload_for
+from .ledger import whole_lines
 
 ROUNDS = int(os.environ.get("CORDA_TRIO_CRASH_ROUNDS", "50"))
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -111,7 +112,7 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
         await trio.to_thread.run_sync(_run_child, directory, round_no, log, rng)
         last_seq: dict[int, int] = {}
         acking: int | None = None  # the ack the consumer was making when killed (its result unknown)
-        for line in log.read_bytes().decode().splitlines():
+        for line in whole_lines(log):
             parts = line.split()
             if parts[0] not in "EDA":
                 continue  # the churn queue's lines: checked by _check_churn
@@ -128,7 +129,7 @@ async def test_kill_9_at_random_moments_loses_nothing_acknowledged(tmp_path: Pat
                 total_acked += 1
                 acking = None
         recovered, churn = await _recovered(directory)
-        lines = [line.split() for line in log.read_bytes().decode().splitlines()]
+        lines = [line.split() for line in whole_lines(log)]
         _check_churn(round_no, lines, churn, deleted_generations)
         churn_rounds += churn is not None
         for mid in acked:

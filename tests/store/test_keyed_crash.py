@@ -20,6 +20,7 @@ import trio
 from corda_trio import store
 
 from .keyed_crash_child import KEYS, LOG, WRITERS, key, state_after
+from .ledger import whole_lines
 
 ROUNDS = int(os.environ.get("CORDA_TRIO_KEYED_CRASH_ROUNDS", "30"))
 CHILD = Path(__file__).with_name("keyed_crash_child.py")
@@ -64,7 +65,7 @@ async def test_kill_9_keyed_log_keeps_every_acknowledged_write_whole(tmp_path: P
         await trio.to_thread.run_sync(_run_child, directory, round_no, log, rng)
         last_done: dict[int, int] = {}
         started: dict[int, int] = {}
-        for line in log.read_bytes().decode().splitlines():
+        for line in whole_lines(log):
             parts = line.split()
             if parts[0] == "W":
                 last_done[int(parts[1])] = int(parts[2])
