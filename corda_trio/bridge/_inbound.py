@@ -59,6 +59,7 @@ __all__ = [
     "RetryLaterError",
     "store_checked",
     "take_arrivals",
+    "tally",
 ]
 
 log = logging.getLogger("corda_trio.bridge.inbound")
@@ -154,6 +155,14 @@ async def store_checked(
         # batch, which at light load is per message)
         receiver.settle_many_nowait(good, amqp.Accepted())
     return stored, rejected, released
+
+
+def tally(stored: dict[str | None, int], by_peer: dict[str, int]) -> int:
+    """Add what :func:`store_checked` stored to the counts ``by_peer`` (known senders); returns the total."""
+    for sender, n in stored.items():
+        if sender is not None:
+            by_peer[sender] = by_peer.get(sender, 0) + n
+    return sum(stored.values())
 
 
 @attrs.frozen(kw_only=True)
@@ -259,9 +268,6 @@ class InboundAcceptor:
                     receiver, batch, self.inbox, check, self.on_checked, who
                 )
                 self.rejected += rejected
-                for sender, n in stored.items():
-                    self.accepted += n
-                    if sender is not None:
-                        self.accepted_by_peer[sender] = self.accepted_by_peer.get(sender, 0) + n
+                self.accepted += tally(stored, self.accepted_by_peer)
         except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.info("%s: link %s ended: %s", user, receiver.name, exc)

@@ -64,7 +64,7 @@ from corda_trio.messaging import (
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
-from .._inbound import Inbox, OnChecked, RetryLaterError, store_checked, take_arrivals
+from .._inbound import Inbox, OnChecked, RetryLaterError, store_checked, take_arrivals, tally
 from .._outbound import _failure_unless_cancelled
 from ._control import (
     CONTROL_ADDRESS,
@@ -90,8 +90,9 @@ log = logging.getLogger("corda_trio.bridge.float")
 DEFAULT_TUNNEL_CREDIT: Final = 1024
 #: Room for the envelope's own sections around a message of ``max_message_size``.
 ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
-#: At most this many released peer links (and warned-about senders) are remembered (module docstring).
-_MAX_HELD_LINKS: Final = 4096
+#: At most this many checked senders, released peer links (module docstring) and warned-about senders are
+#: remembered.
+_REMEMBERED: Final = 4096
 #: An unknown sender is warned about at most this often.
 _WARN_UNKNOWN_SECONDS: Final = 60.0
 
@@ -284,10 +285,7 @@ class FloatTunnel:
             )
             self.rejected += rejected
             self.released += released
-            for sender, n in stored.items():
-                self.stored += n
-                if sender is not None:
-                    self.stored_by_peer[sender] = self.stored_by_peer.get(sender, 0) + n
+            self.stored += tally(stored, self.stored_by_peer)
 
     def validate(self, data: bytes) -> bytes:
         """Check one forwarded delivery again; returns the message to store in the inbox (stamped).
@@ -307,12 +305,12 @@ class FloatTunnel:
                 f"forwarded to {envelope.target!r}: only this node's inbox {self.inbox.name} is reachable",
             )
         link = (envelope.source, envelope.peer)
-        if link in self._held_links:
+        if self._held_links and link in self._held_links:
             raise RetryLaterError(f"an earlier delivery of {envelope.source} on this link was released")
         try:
             self._check_source(envelope.source)
         except RetryLaterError:
-            if len(self._held_links) >= _MAX_HELD_LINKS:
+            if len(self._held_links) >= _REMEMBERED:
                 del self._held_links[next(iter(self._held_links))]
             self._held_links[link] = None
             raise
@@ -337,7 +335,7 @@ class FloatTunnel:
         if self.resolver is not None and self.resolver.peer_named(name) is None:
             now = trio.current_time()
             if now >= self._warned.get(source, -math.inf) + _WARN_UNKNOWN_SECONDS:
-                if len(self._warned) >= _MAX_HELD_LINKS:
+                if len(self._warned) >= _REMEMBERED:
                     self._warned.clear()
                 self._warned[source] = now
                 log.warning(
@@ -345,6 +343,6 @@ class FloatTunnel:
                     "bridge sends them again", source,
                 )  # fmt: skip
             raise RetryLaterError(f"the claimed sender {source!r} is not in the network map")
-        if len(self._sources) > 4096:  # bound the cache of recently seen senders
+        if len(self._sources) > _REMEMBERED:  # bound the cache of recently seen senders
             self._sources.clear()
         self._sources[source] = self.resolver.version if self.resolver is not None else 0
