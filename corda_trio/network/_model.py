@@ -107,7 +107,7 @@ def _valid_port(instance: object, attribute: attrs.Attribute[int], value: int) -
 def _valid_host(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_HOST_LENGTH:
         raise ValueError(f"host must be 1..{MAX_HOST_LENGTH} characters, got {value!r}")
-    if any(c.isspace() or c in "/?#@" for c in value):
+    if any(c.isspace() or not c.isprintable() or c in "/?#@" for c in value):  # (NUL, other controls)
         raise ValueError(f"host {value!r} contains characters not allowed in a host name or address")
 
 

@@ -154,6 +154,10 @@ class KeyPassphrase:
             raise ConfigError(
                 f"passphrase file {str(self.file)!r} is not UTF-8 text (byte {exc.start})"
             ) from None
+        except ValueError:  # a NUL in the path (open() and stat() raise ValueError, not OSError)
+            raise ConfigError(
+                f"passphrase file {str(self.file)!r}: a path cannot hold a NUL character"
+            ) from None
         if mode & 0o077:
             raise ConfigError(f"passphrase file {str(self.file)!r} must not be readable by group or others")
         if not value:
@@ -300,6 +304,8 @@ class _Reader:
             raise self.fail(where, "is required")
         if not isinstance(value, str) or not value:
             raise self.fail(where, f"must be a non-empty string, got {value!r}")
+        if "\x00" in value:  # no path, name or address holds one (open() would raise ValueError)
+            raise self.fail(where, f"must not contain a NUL character, got {value!r}")
         return value
 
     def address(
@@ -370,8 +376,8 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     except pki.InvalidNameError as exc:
         raise r.fail("legal_name", str(exc)) from None
     base_text = r.data.pop("base_directory", ".")
-    if not isinstance(base_text, str) or not base_text:
-        raise r.fail("base_directory", "must be a non-empty path")
+    if not isinstance(base_text, str) or not base_text or "\x00" in base_text:
+        raise r.fail("base_directory", f"must be a non-empty path without NUL characters, got {base_text!r}")
     base = (path.parent / base_text).resolve()
     p2p = r.section("p2p", {"address", "listen"})
     rpc = r.section("rpc", {"address", "users"})
@@ -397,7 +403,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     p2p_address = r.address(p2p, "address", "p2p.address")
     map_url = net.get("map_url")
     if map_url is not None:
-        if not isinstance(map_url, str) or not map_url.startswith("http://"):
+        if not isinstance(map_url, str) or not map_url.startswith("http://") or "\x00" in map_url:
             raise r.fail("network.map_url", f"must be an http:// URL, got {map_url!r}")
         try:
             network.NetworkMapClient(map_url)

@@ -155,7 +155,9 @@ def test_host_and_port_parsing() -> None:
     assert str(network.NetworkHostAndPort.parse("127.0.0.1:10002")) == "127.0.0.1:10002"
     assert network.NetworkHostAndPort.parse("[::1]:5").host == "::1"
     assert str(network.NetworkHostAndPort.parse("[::1]:5")) == "[::1]:5"
-    for bad in ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5"):
+    # (a NUL or another control character in the host: getaddrinfo stops at the NUL, so a node bound to
+    # '127.0.0.1\x00' and advertised that address)
+    for bad in ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5", "127.0.0.1\x00:5", "h\x01:5", "h\x7f:5"):
         with pytest.raises(ValueError):
             network.NetworkHostAndPort.parse(bad)
 

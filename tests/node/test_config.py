@@ -148,6 +148,12 @@ BAD = [
     (_replace("timeout_seconds = 2.5", "timeout_seconds = -1"), "shutdown.timeout_seconds: must be a number"),
     (_replace('passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"', ""), "keys: exactly one of"),
     (GOOD + '\n[network]\nmap_url = "https://x"\n', "network.map_url: must be an http:// URL"),
+    # a NUL in a path made open() / stat() raise ValueError: a traceback instead of one line
+    (_replace('file = "var/log/alice.log"', 'file = "log\\u0000"'), "logging.file: must not contain a NUL"),
+    (GOOD + '\n[network]\ntrust_root = "r\\u0000.pem"\n', "network.trust_root: must not contain a NUL"),
+    ('base_directory = ".\\u0000"\n' + GOOD, "base_directory: must be a non-empty path without NUL"),
+    (GOOD + '\n[network]\nmap_url = "http://h\\u0000:1"\n', "network.map_url: must be an http:// URL"),
+    (_replace('address = "127.0.0.1:40001"', 'address = "127.0.0.1\\u0000:40001"'), "p2p.address: must not"),
     ("legal_name = \n", "not valid TOML"),
     (_replace('mode = "in-process"', 'mode = "external"'), 'bridge: mode = "external" needs password_env'),
     (
@@ -227,6 +233,13 @@ def test_a_passphrase_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) ->
     with pytest.raises(_config.ConfigError) as info:
         _config.KeyPassphrase(file=path).read()
     assert str(info.value) == f"passphrase file {str(path)!r} is not UTF-8 text (byte 0)"
+
+
+def test_a_passphrase_file_whose_path_holds_a_nul_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "pass\x00phrase"
+    with pytest.raises(_config.ConfigError) as info:
+        _config.KeyPassphrase(file=path).read()
+    assert str(info.value) == f"passphrase file {str(path)!r}: a path cannot hold a NUL character"
 
 
 def test_a_passphrase_variable_with_bytes_that_are_not_utf8_gives_those_bytes() -> None:
