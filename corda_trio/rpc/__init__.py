@@ -9,6 +9,7 @@ The wire protocol is described in ``protocol_spec/rpc.md``.
 """
 
 from ._auth import MAX_HASH_MEMORY_KIB as MAX_HASH_MEMORY_KIB
+from ._auth import MAX_HASH_PARALLELISM as MAX_HASH_PARALLELISM
 from ._auth import MAX_HASH_WORK as MAX_HASH_WORK
 from ._auth import RpcUser as RpcUser
 from ._auth import UserDatabase as UserDatabase
@@ -33,6 +34,7 @@ from ._server import RpcServerStatistics as RpcServerStatistics
 
 __all__ = [
     "MAX_HASH_MEMORY_KIB",
+    "MAX_HASH_PARALLELISM",
     "MAX_HASH_WORK",
     "MAX_REQUEST_BYTES",
     "METHODS",

@@ -488,6 +488,9 @@ async def test_permissions_are_checked_before_arguments() -> None:
         ("$argon2id$v=19$m=4194304,t=1000,p=1$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA",
          "asks m=4194304 KiB and t=1000 passes per check: at most m=262144 and m*t=786432"),
         ("$argon2id$v=19$m=65536,t=13,p=4$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA", "t=13 passes"),
+        # within the memory and work bounds, but 8192 lanes: a thread each per slice, 3.7 s a check
+        ("$argon2id$v=19$m=65536,t=3,p=8192$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA",
+         "asks p=8192 lanes (one thread each) per check: at most p=64"),
     ],
 )
 def test_a_password_hash_that_costs_too_much_to_check_is_refused(password_hash: str, message: str) -> None:
@@ -499,6 +502,7 @@ def test_the_hashes_hash_password_makes_and_the_limits_pass() -> None:
     rpc.check_password_hash(rpc.hash_password("s3cret"))
     at_the_bound = "$argon2id$v=19$m=262144,t=3,p=4$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA"
     rpc.check_password_hash(at_the_bound)
+    rpc.check_password_hash("$argon2id$v=19$m=65536,t=3,p=64$YWJjZGVmZ2g$YWJjZGVmZ2hpamtsbW5vcA")
 
 
 @pytest.mark.parametrize("username", ["ops", "nobody"])
