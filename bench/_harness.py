@@ -191,7 +191,15 @@ def _parse_size(text: str) -> int:
         raise BenchError(f"bad size {text!r}: expected an integer with optional k/m suffix") from None
     if value < 0:
         raise BenchError(f"bad size {text!r}: negative")
+    if value > MAX_SIZE_BYTES:  # (a scenario holds a payload of the largest size; 10^14 was a MemoryError)
+        raise BenchError(f"bad size {value}: at most {MAX_SIZE_BYTES} (64m)")
     return value
+
+
+#: Largest message size a run may ask for (bytes).
+MAX_SIZE_BYTES: Final = 64 * 1024 * 1024
+#: Most closed-loop workers a run may start.
+MAX_CONCURRENCY: Final = 10_000
 
 
 @attrs.frozen(kw_only=True)
@@ -222,12 +230,18 @@ class LoadProfile:
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("open", "closed"):
             raise BenchError(f"load mode must be 'open' or 'closed', not {self.mode!r}")
-        if self.mode == "open" and (self.rate_per_second is None or not 0 < self.rate_per_second < math.inf):
+        if self.mode == "open" and (
+            self.rate_per_second is None
+            or not 0 < self.rate_per_second < math.inf
+            or math.isinf(1e9 / self.rate_per_second)  # (1e-300: the schedule's 0 * inf interval was NaN)
+        ):
             raise BenchError("open-loop load needs a positive rate (operations per second), and a finite one")
         if self.mode == "closed" and self.rate_per_second is not None:
             raise BenchError("a rate applies to open-loop load only; closed loop runs as fast as it can")
         if self.concurrency < 1 or self.max_in_flight < 1:
             raise BenchError("concurrency and max_in_flight must be at least 1")
+        if self.concurrency > MAX_CONCURRENCY:  # (one task each, all at once: 10^8 ran out of memory)
+            raise BenchError(f"concurrency must be at most {MAX_CONCURRENCY:,}, got {self.concurrency:,}")
         inf = math.inf
         if not (
             0 < self.duration_seconds < inf

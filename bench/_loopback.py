@@ -126,8 +126,10 @@ class LoopbackScenario:
             try:
                 yield session
             finally:
-                nursery.cancel_scope.cancel()
+                # Close first, cancel last: an await after the cancel raised Cancelled in place of the
+                # error the run ended with, the nursery swallowed it, and the run "finished" unmeasured.
                 for link in links.values():
                     link.send.close()
                     if link.stream is not None:
                         await trio.aclose_forcefully(link.stream)
+                nursery.cancel_scope.cancel()

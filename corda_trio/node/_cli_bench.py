@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
+from corda_trio import store
+
 from ._cli import CliError, error_text, run_trio
 
 __all__ = ["BENCH_ENTRY_POINT_GROUP", "EXAMPLES", "register"]
@@ -199,11 +201,11 @@ def _run(args: argparse.Namespace) -> int:
             )
     except bench.BenchError as exc:
         raise CliError(str(exc), 1) from exc
-    except OSError as exc:  # the machine, not the benchmark: ports, descriptors, disk
+    except _MACHINE_ERRORS as exc:  # the machine, not the benchmark: ports, descriptors, disk
         raise CliError(f"scenario {args.scenario} failed: {error_text(exc)}", 1) from None
     except BaseExceptionGroup as group:
-        failed = group.subgroup(OSError)
-        if failed is None or failed.split(OSError)[1] is not None:
+        failed = group.subgroup(_MACHINE_ERRORS)
+        if failed is None or failed.split(_MACHINE_ERRORS)[1] is not None:
             raise
         leaf: BaseException = failed
         while isinstance(leaf, BaseExceptionGroup):
@@ -214,6 +216,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(summary.format())
     return 0
+
+
+#: Failures of the machine, not of the benchmark: an OSError (ports, descriptors, disk), or a store the
+#: scenario opened that failed on one (a full --scratch disk stops the wal scenario's queue with
+#: StoreFailedError, from a consumer's task: it was a traceback) or is locked by another run.
+_MACHINE_ERRORS: Final = (OSError, store.StoreError)
 
 
 def _run_with_progress(scenario: Any, config: Any, args: argparse.Namespace) -> Any:

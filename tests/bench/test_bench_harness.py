@@ -125,7 +125,14 @@ def test_size_distribution_forms() -> None:
     assert bench.SizeDistribution.parse(uniform.describe()) == uniform
 
 
-@pytest.mark.parametrize("text", ["", "abc", "10:0", "10:-1", "uniform:5", "uniform:9-3", "-5", "1:x"])
+@pytest.mark.parametrize(
+    "text",
+    # (a run holds a payload of its largest size: 99999999999999 was a MemoryError traceback)
+    [
+        *("", "abc", "10:0", "10:-1", "uniform:5", "uniform:9-3", "-5", "1:x"),
+        *("99999999999999", "65m", "uniform:0-65m"),
+    ],
+)
 def test_size_distribution_rejects(text: str) -> None:
     with pytest.raises(bench.BenchError):
         bench.SizeDistribution.parse(text)
@@ -139,6 +146,8 @@ def test_size_distribution_rejects(text: str) -> None:
         {"mode": "closed", "rate_per_second": 10},
         {"mode": "sideways"},
         {"concurrency": 0},
+        {"concurrency": 10**8},  # one task each, at once: the process ran out of memory
+        {"mode": "open", "rate_per_second": 1e-300},  # 1e9 / rate is inf: the schedule's first slot was NaN
         {"duration_seconds": 0},
         {"max_ops": 0},
     ],
@@ -291,6 +300,44 @@ async def test_setup_failure_leaves_no_partial_run(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------- real scenario
+
+
+async def test_loopback_scenario_passes_on_the_error_its_run_ended_with(tmp_path: Path) -> None:
+    """Its clean-up awaited after cancelling its own nursery: the Cancelled took the place of the run's
+    error, the nursery swallowed it, and ``run_benchmark`` failed with UnboundLocalError (a full disk)."""
+    config = bench.RunConfig(scenario="loopback")
+    ctx = bench.ScenarioContext(config=config, scratch_dir=tmp_path, clock=bench.Clock())
+    with pytest.raises(BaseExceptionGroup) as info:  # (from inside the scenario's nursery)
+        async with bench.load_scenario("loopback").open(ctx):
+            raise OSError(28, "No space left on device")
+    assert info.value.subgroup(OSError) is not None
+
+
+def test_cli_bench_a_store_failure_of_the_scenario_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wal scenario on a full --scratch disk: its queue stops with StoreFailedError, raised in a consumer
+    task of the scenario's nursery (it was a traceback)."""
+    from corda_trio import store
+    from corda_trio.node._cli import main
+
+    class FullDisk:
+        name = "wal"
+        description = "its queue fails"
+        parameters: dict[str, str] = {}
+
+        @asynccontextmanager
+        async def open(self, ctx: bench.ScenarioContext) -> AsyncIterator[Any]:
+            async with trio.open_nursery():
+                raise store.StoreFailedError("write-ahead log write failed: No space left on device")
+            yield  # pragma: no cover
+
+    monkeypatch.setattr(bench, "load_scenario", lambda name: FullDisk())
+    assert main(["bench", "run", "wal", "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "corda-trio: error: scenario wal failed: write-ahead log write failed: No space left on device"
+    ]
 
 
 async def test_loopback_scenario_real_sockets(tmp_path: Path) -> None:
