@@ -307,6 +307,8 @@ def _compact(args: argparse.Namespace) -> int:
             raise CliError(f"{exc}: stop the node first", 1) from None
         except store.CorruptSegmentError as exc:
             raise CliError(f"{exc}; run 'corda-trio store check --repair' first", 1) from None
+        except store.StoreFailedError as exc:  # (a write failed: a directory where a new segment goes, say)
+            raise CliError(f"cannot compact: {exc}", 1) from None
         except OSError as exc:
             raise CliError(f"cannot compact: {exc.filename or args.directory}: {exc.strerror}", 1) from None
         return 0

@@ -157,6 +157,24 @@ async def test_a_directory_in_place_of_the_manifest_is_one_line_never_a_tracebac
     assert manifest.is_dir()  # nothing destroyed
 
 
+async def test_compact_that_cannot_write_its_new_segment_is_one_line_and_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory named like the queue's next segment (`store check` leaves it alone, as not the store's):
+    compaction's new segment cannot be created, the queue stops, and `store compact` printed the
+    StoreFailedError's traceback."""
+    await _fill(tmp_path)
+    qdir = str(tmp_path / QUEUE)
+    os.mkdir(segment_path(qdir, list_segment_numbers(qdir)[-1] + 1))
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), "--queue", QUEUE]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"corda-trio: error: cannot compact: queue {QUEUE} failed earlier")
+    assert "Traceback" not in err
+    assert main(["store", "list", str(tmp_path), "--json", "--prefix", QUEUE]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["messages"] == 8
+
+
 async def test_an_endless_file_in_place_of_the_manifest_is_refused_then_repaired(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
