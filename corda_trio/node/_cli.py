@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -248,7 +249,46 @@ def shown(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class _CommandLog(logging.Handler):
+    """Stands in for :data:`logging.lastResort` (the handler of last resort, used only while nothing has
+    configured logging, which is the case for every command but the long-running ones): a warning from the
+    library is one line, ``corda-trio: warning: ...``; an error is held back, because a command that fails
+    says why in its own one line (the store logs that a queue stopped, then the command's error names the
+    cause again), and shown only if the command succeeds after all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.held: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.held.append(record)
+        else:
+            self.show(record)
+
+    def show(self, record: logging.LogRecord) -> None:
+        level = "warning" if record.levelno < logging.ERROR else "error"
+        try:
+            message = " ".join(record.getMessage().split())
+        except Exception:  # a bad format string in a log call must not end the command
+            message = str(record.msg)
+        print(f"corda-trio: {level}: {shown(message)}", file=sys.stderr)
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
+    log = _CommandLog()
+    last_resort, logging.lastResort = logging.lastResort, log
+    try:
+        code = _run_command(argv)
+    finally:
+        logging.lastResort = last_resort
+    if code == 0:
+        for record in log.held:
+            log.show(record)
+    return code
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     parser = _build_parser(chosen if chosen in COMMAND_GROUPS else None)

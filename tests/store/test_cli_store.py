@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,9 +167,16 @@ async def test_compact_that_cannot_write_its_new_segment_is_one_line_and_loses_n
     await _fill(tmp_path)
     qdir = str(tmp_path / QUEUE)
     os.mkdir(segment_path(qdir, list_segment_numbers(qdir)[-1] + 1))
+    # as its own process (where nothing configured logging, unlike under pytest): exactly one line, the
+    # store's log line that the queue stopped is not printed as well
+    command = [sys.executable, "-m", "corda_trio", "store", "compact", str(tmp_path), "--queue", QUEUE]
+    done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 1
+    (line,) = done.stderr.decode().splitlines()
+    assert line.startswith("corda-trio: error: cannot compact: ") and "File exists" in line
     assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), "--queue", QUEUE]) == 1
     err = capsys.readouterr().err
-    assert err.splitlines()[-1].startswith(f"corda-trio: error: cannot compact: queue {QUEUE} failed earlier")
+    assert err.splitlines()[-1].startswith("corda-trio: error: cannot compact: ") and "File exists" in err
     assert "Traceback" not in err
     assert main(["store", "list", str(tmp_path), "--json", "--prefix", QUEUE]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -258,3 +266,16 @@ async def test_a_corrupt_keyed_log_is_found_and_repaired_like_a_queue(
     async with store.open_broker(tmp_path) as broker:
         log = await broker.open_keyed_log("flows.checkpoints")
         assert sorted(log.items()) == [(b"flow-%d" % i, b"state-%d" % i) for i in range(5)]
+
+
+async def test_a_warning_of_the_store_is_one_line_of_the_command(tmp_path: Path) -> None:
+    """The store warns about a directory entry it did not write; a command run as its own process shows
+    that as one ``corda-trio: warning:`` line (the file name as ``ls -b`` shows it) and succeeds."""
+    await _fill(tmp_path)
+    os.mkdir(os.fsencode(tmp_path) + b"/stray\xff")
+    command = [sys.executable, "-m", "corda_trio", "store", "compact", str(tmp_path), "--queue", QUEUE]
+    done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().splitlines() == [
+        f"corda-trio: warning: broker directory {tmp_path}: ignoring stray\\xff (not written by the store)"
+    ]
