@@ -241,7 +241,7 @@ class RpcServer:
                     continue
                 if user is None:
                     user = await self._login(req, send)
-                    if user is None:
+                    if user is None and req.method == "login":  # (a call before the login is no attempt)
                         failed += 1
                         self._failed_logins += 1
                         if failed >= MAX_FAILED_LOGINS:

@@ -243,6 +243,25 @@ async def test_too_many_failed_logins_close_the_connection() -> None:
             assert info.value.reason.code == 1008
 
 
+async def test_calls_before_the_login_are_not_failed_logins() -> None:
+    """Only ``login`` requests count towards the three failed logins (and the failed-login metric): a client
+    that calls ``ping`` first and mistypes its password twice still logs in."""
+    async with serving() as (url, _):
+        async with trio_websocket.open_websocket_url(url) as ws:
+            frames = [
+                {"id": 0, "method": "ping"},
+                {"id": 1, "method": "whoami"},
+                {"id": 2, "method": "login", "args": {"user": "admin", "password": "no"}},
+                {"id": 3, "method": "login", "args": {"user": "admin", "password": "no"}},
+            ]
+            for frame in frames:
+                await ws.send_message(msgpack.packb(frame))
+                assert _unpack(await ws.get_message())["error"]["code"] == "unauthenticated"
+            login = {"id": 4, "method": "login", "args": {"user": "admin", "password": PASSWORD}}
+            await ws.send_message(msgpack.packb(login))
+            assert _unpack(await ws.get_message())["ok"]["user"] == "admin"
+
+
 async def test_over_the_connection_limit_a_client_is_refused_with_503_until_a_slot_frees() -> None:
     async with serving(max_connections=2) as (url, _):
         async with rpc.connect(url, "admin", PASSWORD) as first, rpc.connect(url, "reader", PASSWORD):
