@@ -64,10 +64,16 @@ class TransferMixin:
     def flow(
         self, channel: int, handle: int, *, credit: int, drain: bool = False, echo: bool = False
     ) -> None:
-        """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``."""
+        """Receiver link: set our credit to ``credit`` (absolute) and send a ``flow``.
+
+        Nothing is sent once our ``detach`` is out (the application's, or the engine's for an overrun or an
+        oversize message, which the application learns of only later): no frame may name the handle then.
+        """
         session, link = self._session_link(channel, handle, sending=False)  # senders get credit
         if not 0 <= credit <= UINT_MAX:
             raise LocalProtocolError(f"credit must fit a uint, got {credit}")
+        if link.machine.state is LinkState.DETACH_SENT:
+            return
         link.grant(credit)
         link.drain = drain
         self._send_flow(session, link, echo=echo)

@@ -123,6 +123,18 @@ def test_overrun_beyond_the_bound_detaches_that_link_only() -> None:
     assert pair.client.opened and pair.server.opened
 
 
+def test_no_flow_goes_out_for_a_link_the_engine_detached() -> None:
+    """A grant the application makes after the engine detached the link for an overrun (it takes the
+    deliveries still buffered and tops the credit up) sends nothing: a ``flow`` naming a handle after its
+    ``detach`` is one the peer no longer knows (seen from a float, whose links absorb no overrun)."""
+    server = cfg(max_credit_overrun=0, sasl_mechanisms=SERVER_MECHS)
+    pair, _cch, sch, [(sh, rh)] = link_pair(credit=2, server_config=server)
+    pair.server.receive_data(transfers(sh, 0, 3))
+    assert [type(p) for p in performatives(pair.server.data_to_send())] == [amqp.Detach]
+    pair.server.flow(sch, rh, credit=2)  # the application took the two buffered deliveries
+    assert not [p for p in performatives(pair.server.data_to_send()) if isinstance(p, amqp.Flow)]
+
+
 def test_overrun_beyond_the_byte_bound_detaches_that_link_only() -> None:
     server = cfg(max_credit_overrun=1000, max_credit_overrun_bytes=10_000, sasl_mechanisms=SERVER_MECHS)
     pair, cch, sch, [(sh1, rh1), (sh2, _rh2)] = link_pair(credit=2, server_config=server, links=2)
