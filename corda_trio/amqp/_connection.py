@@ -57,7 +57,14 @@ from ._events import (
     SessionBegun,
     SessionEnded,
 )
-from ._frames import AMQP_HEADER, SASL_HEADER, FrameBuffer, encode_empty_frame, encode_frame
+from ._frames import (
+    AMQP_HEADER,
+    SASL_HEADER,
+    FrameBuffer,
+    encode_empty_frame,
+    encode_frame,
+    encode_frame_within,
+)
 from ._link import SERIAL_MOD, Link
 from ._sasl_engine import SaslClient, SaslResult, SaslServer
 from ._session import Session
@@ -332,7 +339,7 @@ class Connection(TransferMixin, SettlementMixin):
         self._ensure_open_sent()
         self._machine.process(_CI.SEND_CLOSE)
         self.close_error = error
-        self._out.append(encode_frame(P.Close(error=error)))
+        self._out.append(encode_frame_within(P.Close(error=error), 0, self.remote_max_frame_size))
         if self._machine.state is _CS.END:
             self._phase = _Phase.CLOSED
 
@@ -357,7 +364,7 @@ class Connection(TransferMixin, SettlementMixin):
         session = self.session(channel)
         self._flush_dispositions()
         session.machine.process(SessionInput.SEND_END)
-        self._out.append(encode_frame(P.End(error=error), channel))
+        self._out.append(encode_frame_within(P.End(error=error), channel, self.remote_max_frame_size))
         if session.state is SessionState.UNMAPPED:
             self._drop_session(session, error=error, by_peer=True)
 
@@ -468,7 +475,11 @@ class Connection(TransferMixin, SettlementMixin):
         link.machine.process(LinkInput.SEND_DETACH)
         link.detach_error = error
         self._out.append(
-            encode_frame(P.Detach(handle=link.handle, closed=closed, error=error), session.channel)
+            encode_frame_within(
+                P.Detach(handle=link.handle, closed=closed, error=error),
+                session.channel,
+                self.remote_max_frame_size,
+            )
         )
         if link.state is LinkState.DETACHED:
             self._drop_link(session, link, error=error, closed=closed, by_peer=True)
@@ -567,7 +578,7 @@ class Connection(TransferMixin, SettlementMixin):
             self._ensure_open_sent()
             if self._machine.can(_CI.SEND_CLOSE_ERROR):
                 self._machine.process(_CI.SEND_CLOSE_ERROR)
-                self._out.append(encode_frame(P.Close(error=error)))
+                self._out.append(encode_frame_within(P.Close(error=error), 0, self.remote_max_frame_size))
             else:
                 self._phase = _Phase.CLOSED
         else:

@@ -31,7 +31,7 @@ import attrs
 from . import _decode as D
 from ._errors import DecodeError, FramingError
 from ._messages import Message, _decode_message
-from ._performatives import PERFORMATIVES, SASL_FRAMES, Transfer
+from ._performatives import PERFORMATIVES, SASL_FRAMES, Disposition, Transfer
 
 __all__ = [
     "AMQP_HEADER",
@@ -166,6 +166,32 @@ def encode_frame(performative: Any, channel: int = 0, payload: bytes = b"") -> b
         raise TypeError(f"not a performative or SASL frame: {type(performative).__name__}")
     body = performative._encode()
     return _HEADER.pack(8 + len(body) + len(payload), 2, ftype, channel) + body + payload
+
+
+def encode_frame_within(performative: Any, channel: int, max_frame_size: int) -> bytes:
+    """:func:`encode_frame` for a ``close``, ``end``, ``detach`` or ``disposition`` whose error description
+    would take the frame past the peer's ``max_frame_size``: the description is cut (ending in ``...``) so
+    that it fits. Descriptions quote what a peer sent (an address, a claimed user), and a frame above the
+    peer's limit is a framing error there, which ends the whole connection instead of one delivery or link.
+    A frame that does not fit even without its description is returned as it is.
+    """
+    frame = encode_frame(performative, channel)
+    excess = len(frame) - max_frame_size
+    if excess <= 0:
+        return frame
+    holder = performative.state if isinstance(performative, Disposition) else performative
+    error = getattr(holder, "error", None)
+    description = getattr(error, "description", None)
+    if not description:
+        return frame
+    raw = description.encode()
+    if excess + 3 > len(raw):
+        return frame
+    cut = raw[: len(raw) - excess - 3].decode(errors="ignore") + "..."
+    holder = attrs.evolve(holder, error=attrs.evolve(error, description=cut))
+    if isinstance(performative, Disposition):
+        return encode_frame(attrs.evolve(performative, state=holder), channel)
+    return encode_frame(holder, channel)
 
 
 def encode_empty_frame(channel: int = 0) -> bytes:

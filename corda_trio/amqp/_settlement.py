@@ -23,7 +23,7 @@ from ._events import (
     DeliveryStateChanged,
     Event,
 )
-from ._frames import encode_frame
+from ._frames import encode_frame, encode_frame_within
 from ._session import Session
 from ._state import SessionState
 
@@ -42,6 +42,7 @@ class SettlementMixin:
     _sessions: dict[int, Session]
     _dispositions_dirty: bool
     _refills: list[Session]
+    remote_max_frame_size: int
 
     def settle(self, channel: int, delivery_id: int, state: Any = _ACCEPTED, *, settled: bool = True) -> None:
         """Queue a ``disposition`` for a delivery we received (coalesced into ranges on output).
@@ -107,16 +108,15 @@ class SettlementMixin:
                 first = last = did
             out.append(self._encode_disposition(channel, role, first, last, settled, state))
 
-    @staticmethod
     def _encode_disposition(
-        channel: int, role: bool, first: int, last: int, settled: bool, state: Any
+        self, channel: int, role: bool, first: int, last: int, settled: bool, state: Any
     ) -> bytes:
-        return encode_frame(
-            P.Disposition(
-                role=role, first=first, last=last if last != first else None, settled=settled, state=state
-            ),
-            channel,
+        disposition = P.Disposition(
+            role=role, first=first, last=last if last != first else None, settled=settled, state=state
         )
+        if isinstance(state, P.Rejected):  # (its description may quote the peer: it must fit its frames)
+            return encode_frame_within(disposition, channel, self.remote_max_frame_size)
+        return encode_frame(disposition, channel)
 
     def _on_disposition(self, channel: int, frame: P.Disposition, payload: bytes) -> None:
         session = self._remote_session(channel, "disposition")

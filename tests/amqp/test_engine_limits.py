@@ -60,13 +60,18 @@ def performatives(raw: bytes) -> list[object]:
 
 
 def link_pair(
-    credit: int, server_config: amqp.ConnectionConfig | None = None, *, links: int = 1
+    credit: int,
+    server_config: amqp.ConnectionConfig | None = None,
+    *,
+    links: int = 1,
+    client_max_frame_size: int | None = None,
 ) -> tuple[ConnectionPair, int, int, list[tuple[int, int]]]:
     """An open pair with ``links`` client->server links, each granted ``credit``.
 
     Returns (pair, client channel, server channel, [(sender handle, receiver handle), ...]).
     """
-    pair = ConnectionPair(server_config=server_config)
+    client = None if client_max_frame_size is None else cfg(max_frame_size=client_max_frame_size)
+    pair = ConnectionPair(client_config=client, server_config=server_config)
     pair.open()
     cch, sch = pair.begin("client")
     handles = [
@@ -374,6 +379,35 @@ def test_per_link_max_message_size_is_advertised_in_attach() -> None:
 
 def test_default_max_message_size_is_corda_s_ten_mib() -> None:
     assert amqp.ConnectionConfig().max_message_size == 10 * 1024 * 1024
+
+
+def test_error_frames_fit_the_peer_s_max_frame_size() -> None:
+    """A rejection, detach, end or close whose description is longer than the peer's max-frame-size allows
+    (it quotes what the peer sent: a claimed ``_AMQ_VALIDATED_USER`` of 40 KB) has its description cut so the
+    frame fits; Proton with its 32 KiB frames otherwise fails the whole connection with a framing error."""
+    pair, _cch, sch, [(sh, rh)] = link_pair(
+        credit=10, links=1, server_config=cfg(sasl_mechanisms=SERVER_MECHS), client_max_frame_size=512
+    )
+    pair.server.receive_data(transfers(sh, 0, 2))
+    pair.server.data_to_send()
+    long = "\u00e9" * 20_000  # (two bytes each in UTF-8)
+    rejected = amqp.Rejected(error=amqp.ErrorCondition(condition=C.INVALID_FIELD, description=long))
+    pair.server.settle(sch, 0, rejected)
+    pair.server.settle(sch, 1, amqp.Accepted())
+    pair.server.detach(sch, rh, error=amqp.ErrorCondition(condition=C.NOT_ALLOWED, description=long))
+    pair.server.end_session(sch, error=amqp.ErrorCondition(condition=C.NOT_ALLOWED, description=long))
+    pair.server.close(amqp.ErrorCondition(condition=C.NOT_ALLOWED, description=long))
+    raw = split_headers(pair.server.data_to_send())
+    sizes = []
+    pos = 0
+    while pos < len(raw):
+        sizes.append(int.from_bytes(raw[pos : pos + 4], "big"))
+        pos += sizes[-1]
+    assert len(sizes) == 5 and max(sizes) <= 512, sizes
+    out = performatives(raw)
+    assert out[0].state.error.condition == C.INVALID_FIELD and out[1].state == amqp.Accepted()
+    for description in (out[0].state.error.description, out[2].error.description, out[4].error.description):
+        assert description.startswith("\u00e9" * 100) and description.endswith("...")
 
 
 def test_max_frame_size_is_bounded() -> None:
