@@ -67,7 +67,9 @@ Theory of operation
     # address (what peers dial; it is advertised in the NodeInfo) and p2p.listen is not allowed.
 
     [logging]
-    format = "text"                      # "text" | "json" (one JSON object per line)
+    format = "text"                      # "text" (one line per record: control characters in messages,
+                                         # such as a newline in a client id, escaped as \\x0a) | "json"
+                                         # (one JSON object per line)
     level = "info"                       # "debug" | "info" | "warning" | "error"
     file = "logs/node.log"
 

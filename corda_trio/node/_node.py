@@ -646,6 +646,24 @@ def _listen_error(exc: BaseException, what: str) -> BaseException:
     return exc
 
 
+#: Control characters (C0 but tab, DEL, C1, and the Unicode line and paragraph separators) as escapes.
+_CONTROL_ESCAPES: Final = {
+    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    for c in (*range(0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+}
+
+
+class _TextFormatter(logging.Formatter):
+    """``time level logger: message``, one line per record: control characters in the message are escaped
+    (``\\x0a``), so that text a peer or an RPC client chose (a client id, an address, a legal name) can
+    neither start a forged log line nor send a terminal escape. A traceback, the node's own text, follows
+    on its lines as usual."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = record.message.translate(_CONTROL_ESCAPES)
+        return super().formatMessage(record)
+
+
 class _LogFile(logging.handlers.RotatingFileHandler):
     """The node's log file. A record that cannot be written to it (the disk is full, its device is gone) is
     dropped, and the operator is told so once, in one line on stderr, and once more when it is written
@@ -686,7 +704,7 @@ def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNIN
     if config.log_format is LogFormat.JSON:
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers.clear()
     root.setLevel(getattr(logging, config.log_level.upper()))
@@ -694,6 +712,6 @@ def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNIN
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(console_level)
     console.addFilter(lambda record: not getattr(record, FILE_ONLY, False))
-    console.setFormatter(logging.Formatter("corda-trio node: %(levelname)s %(name)s: %(message)s"))
+    console.setFormatter(_TextFormatter("corda-trio node: %(levelname)s %(name)s: %(message)s"))
     root.addHandler(console)
     return path

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import io
 import logging
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,39 @@ def test_a_record_that_cannot_be_formatted_still_reports_its_bug(
     with _logging_to(tmp_path / "node.log", "test.log_file.bug") as (logger, _handler):
         logger.warning("%d", "not a number")  # logging's own report of a broken call, as before
         assert "--- Logging error ---" in capsys.readouterr().err
+
+
+def test_text_log_lines_cannot_be_forged_by_what_a_client_chose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A client id, address or legal name logged by the node may hold a newline (or a terminal escape): in
+    the text format it is escaped, so every record stays one line of the file and of stderr; a traceback
+    (the node's own text) keeps its lines."""
+    config = types.SimpleNamespace(  # what configure_logging reads of a NodeConfig
+        log_path=tmp_path / "logs" / "node.log", log_level="info", log_format=_node.LogFormat.TEXT
+    )
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        path = _node.configure_logging(config)  # type: ignore[arg-type]
+        forged = "order-1\n2026-01-01 00:00:00,000 INFO corda_trio.rpc: admin logged in\x1b[2J\u2028"
+        logging.getLogger("corda_trio.test").warning("flow started for client id %s", forged)
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("corda_trio.test").exception("failed\r\n")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:], root.level = saved
+    lines = path.read_text().splitlines()
+    assert lines[0].endswith(
+        "WARNING corda_trio.test: flow started for client id order-1\\x0a2026-01-01 00:00:00,000 INFO "
+        "corda_trio.rpc: admin logged in\\x1b[2J\\u2028"
+    )
+    assert lines[1].endswith("ERROR corda_trio.test: failed\\x0d\\x0a")
+    assert lines[2] == "Traceback (most recent call last):" and lines[-1] == "ValueError: boom"
+    (err,) = capsys.readouterr().err.splitlines()[:1]
+    assert err.startswith("corda-trio node: WARNING corda_trio.test: flow started") and "\\x0a2026" in err
