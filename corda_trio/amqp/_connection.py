@@ -442,15 +442,24 @@ class Connection(TransferMixin, SettlementMixin):
         target: Any = None,
         properties: dict[Symbol, Any] | None = None,
         max_message_size: int | None = FROM_CONFIG,
+        rcv_settle_mode: int | None = None,
     ) -> None:
         """Answer a :class:`LinkAttachRequested` with our ``attach`` (source/target default to the peer's).
 
         ``max_message_size``: for a link on which we receive, the largest delivery we take (bytes, ``None``
         = no limit; default: the config's); advertised in our attach and enforced as frames arrive.
+        ``rcv_settle_mode``: for a link on which we receive, the policy we state and keep (spec 2.7.3: the
+        receiver's attach says how it settles; the sender only proposes): ``0`` (first) if we settle as we
+        report an outcome, ``1`` (second) if we report with ``settle(..., settled=False)`` and settle once
+        the sender has; default: the peer's proposal.
         """
         session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
         if link.role and max_message_size is not FROM_CONFIG:
             link.max_message_size = _check_max_message_size(max_message_size)
+        if link.role and rcv_settle_mode is not None:
+            if rcv_settle_mode not in (0, 1):
+                raise LocalProtocolError(f"rcv_settle_mode must be 0 or 1, got {rcv_settle_mode}")
+            link.rcv_settle_mode = rcv_settle_mode
         remote = link.remote_attach
         link.source = _source(source) if source is not None else remote.source
         link.target = _target(target) if target is not None else remote.target

@@ -504,7 +504,11 @@ class LinkRequest:
         conn._links[(self.channel, self.handle)] = receiver
         for event in early:  # transfers the peer pipelined behind its attach
             receiver._on_delivery(event)
-        conn._engine.accept_link(self.channel, self.handle, max_message_size=max_message_size)
+        # Our attach says receiver-settle-mode first, whatever the peer proposed: every outcome here settles
+        # the delivery as it reports it (a sender that wanted second learns it and may detach).
+        conn._engine.accept_link(
+            self.channel, self.handle, max_message_size=max_message_size, rcv_settle_mode=0
+        )
         conn._engine.flow(self.channel, self.handle, credit=credit)
         await conn._flush()
         return receiver

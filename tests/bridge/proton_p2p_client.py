@@ -1,11 +1,12 @@
 """Apache Qpid Proton as a Corda peer: mutual TLS with a node's certificate, sends P2P-shaped messages.
 
-    python proton_p2p_client.py --port P --address A --count N --tls DIR
+    python proton_p2p_client.py --port P --address A --count N --tls DIR [--rcv-settle-mode second]
 
 DIR holds ``client.pem`` (the TLS chain), ``client.key`` and ``ca.pem`` (the network root). Each message
 carries Corda's P2P application properties (``platform-topic``, ``platform-version`` int,
 ``_AMQ_DUPL_ID``...) and one Data body ``b"proton-<i>"``. Prints one JSON line with the counts of
-accepted / rejected / released sends, the first rejection's condition, or the link / transport error.
+accepted / rejected / released sends, the first rejection's condition, or the link / transport error, and
+the receiver-settle-mode the peer's attach stated (``--rcv-settle-mode second`` proposes second).
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ import argparse
 import json
 import os
 
-from proton import Message, SSLDomain, int32
+from proton import Link, Message, SSLDomain, int32
 from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
+
+
+class ProposeReceiverSettleMode(LinkOption):
+    def __init__(self, mode: int) -> None:
+        self.mode = mode
+
+    def apply(self, link: Link) -> None:
+        link.rcv_settle_mode = self.mode
 
 
 class Client(MessagingHandler):
@@ -26,6 +35,7 @@ class Client(MessagingHandler):
         self.sent = self.accepted = self.rejected = self.released = 0
         self.error: str | None = None
         self.rejection: str | None = None
+        self.remote_rcv_settle_mode: str | None = None
 
     def on_start(self, event):
         a = self.args
@@ -34,7 +44,12 @@ class Client(MessagingHandler):
         domain.set_trusted_ca_db(os.path.join(a.tls, "ca.pem"))
         domain.set_peer_authentication(SSLDomain.VERIFY_PEER)  # Corda checks names after the handshake
         conn = event.container.connect(f"amqps://127.0.0.1:{a.port}", reconnect=False, ssl_domain=domain)
-        event.container.create_sender(conn, a.address)
+        mode = Link.RCV_SECOND if a.rcv_settle_mode == "second" else Link.RCV_FIRST
+        event.container.create_sender(conn, a.address, options=ProposeReceiverSettleMode(mode))
+
+    def on_link_opened(self, event):
+        second = event.link.remote_rcv_settle_mode == Link.RCV_SECOND
+        self.remote_rcv_settle_mode = "second" if second else "first"
 
     def on_sendable(self, event):
         while event.sender.credit and self.sent < self.args.count:
@@ -91,6 +106,7 @@ def main() -> None:
     ap.add_argument("--address", required=True)
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--tls", required=True)
+    ap.add_argument("--rcv-settle-mode", choices=["first", "second"], default="first")
     args = ap.parse_args()
     client = Client(args)
     Container(client).run()
@@ -103,6 +119,7 @@ def main() -> None:
                 "released": client.released,
                 "rejection": client.rejection,
                 "error": client.error,
+                "remote_rcv_settle_mode": client.remote_rcv_settle_mode,
             }
         ),
         flush=True,

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.interop]
 PROTON_CLIENT = Path(__file__).with_name("proton_p2p_client.py")
 
 
-async def _proton(port: int, address: str, count: int, tls: Path) -> dict[str, object]:
+async def _proton(port: int, address: str, count: int, tls: Path, *more: str) -> dict[str, object]:
     result = await trio.run_process(
         [
             sys.executable,
@@ -32,6 +32,7 @@ async def _proton(port: int, address: str, count: int, tls: Path) -> dict[str, o
             str(count),
             "--tls",
             str(tls),
+            *more,
         ],
         capture_stdout=True,
         capture_stderr=True,
@@ -56,10 +57,17 @@ async def test_proton_delivers_into_our_inbox_and_is_refused_elsewhere(
             out = await _proton(b.port, inbox.name, 300, tls)
             assert out == {**out, "sent": 300, "accepted": 300, "rejected": 0, "released": 0, "error": None}
             refused = await _proton(b.port, "internal.peers.DLsomeone", 1, tls)
+            # a sender that proposes receiver-settle-mode second learns that the inbox settles first (it
+            # settles each delivery as it reports the outcome): our attach said so, not an echo
+            second = await _proton(b.port, inbox.name, 20, tls, "--rcv-settle-mode", "second")
+        assert out["remote_rcv_settle_mode"] == "first"
+        assert second == {**second, "accepted": 20, "error": None, "remote_rcv_settle_mode": "first"}
         assert refused["accepted"] == 0
         assert "amqp:unauthorized-access" in str(refused["error"]) and inbox.name in str(refused["error"])
         stored = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in inbox.browse()]
-        assert [m.data for m in stored] == [b"proton-%d" % i for i in range(300)]
+        assert [m.data for m in stored] == [b"proton-%d" % i for i in range(300)] + [
+            b"proton-%d" % i for i in range(20)
+        ]
         assert {m.validated_user for m in stored} == {str(alice.legal_name)}
 
 
