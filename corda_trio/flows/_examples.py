@@ -72,7 +72,8 @@ class PingPongResponder(FlowLogic[int]):
     def check_ping(self, ping: str) -> None:
         head, _, rest = ping.partition(" ")
         i, _, n = rest.partition("/")
-        if head != "ping" or not (i.isdigit() and n.isdigit()) or int(i) != self.answered:
+        numbers = f"{i}{n}".isascii() and i.isdigit() and n.isdigit()  # (isdigit takes '²'; int() not)
+        if head != "ping" or not numbers or int(i) != self.answered:
             raise FlowException(f"expected 'ping {self.answered}/<rounds>', got {ping!r:.40}")
 
     def got_ping(self, ctx: Any, ping: str) -> Any:

@@ -133,7 +133,7 @@ class NetworkHostAndPort:
             host = host[1:-1]
         elif ":" in host:
             raise ValueError(f"IPv6 address in {text!r} must be in brackets: [addr]:port")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):  # (isdigit alone takes '²' and full-width digits)
             raise ValueError(f"port in {text!r} is not a number")
         return cls(host=host, port=int(port))
 

@@ -603,7 +603,7 @@ def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, def
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise r.fail(where, f"expected HOST:PORT with a port in 0..65535, got {text!r}")
     return host, int(port)
 

@@ -115,3 +115,13 @@ def test_argument_types_are_told_apart_in_containers_and_unions() -> None:
     assert not _is_a([1], tuple[int, str])
     assert _is_a(2, float) and not _is_a(True, float) and not _is_a(1, bool)
 
+
+
+def test_the_ping_pong_responder_refuses_a_ping_it_cannot_read() -> None:
+    """What a peer sends is checked by the responder's ``validate`` (a FlowException: the sender is told); a
+    count in digits other than ASCII ones was taken by ``isdigit`` and then failed ``int()`` as a bug."""
+    responder = flows.PingPongResponder(session=None)  # type: ignore[arg-type]
+    responder.check_ping("ping 0/3")
+    for bad in ("ping \u00b2/3", "ping 0/\uff13", "pong 0/3", "ping 1/3", "ping x/y"):
+        with pytest.raises(flows.FlowException):
+            responder.check_ping(bad)

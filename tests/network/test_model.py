@@ -157,7 +157,9 @@ def test_host_and_port_parsing() -> None:
     assert str(network.NetworkHostAndPort.parse("[::1]:5")) == "[::1]:5"
     # (a NUL or another control character in the host: getaddrinfo stops at the NUL, so a node bound to
     # '127.0.0.1\x00' and advertised that address)
-    for bad in ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5", "127.0.0.1\x00:5", "h\x01:5", "h\x7f:5"):
+    # (and digits other than ASCII ones: int() reads full-width and Arabic-Indic digits as numbers)
+    bad_ones = ("nope", ":1", "h:x", "h:0", "h:70000", "::1:5", "127.0.0.1\x00:5", "h\x01:5", "h\x7f:5")
+    for bad in (*bad_ones, "h:\uff11\uff12\uff13", "h:\u0663", "h:\u00b2"):
         with pytest.raises(ValueError):
             network.NetworkHostAndPort.parse(bad)
 

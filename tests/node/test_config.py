@@ -186,6 +186,7 @@ BAD = [
     (GOOD + FLOAT.replace('tunnel_ca = "ca.pem"\n', ""), "float.tunnel_ca: is required"),
     (GOOD + FLOAT + "port = 1\n", "float.port: unknown setting"),
     (_replace("[p2p]", '[p2p]\nlisten = "0.0.0.0:1"') + FLOAT, "p2p.listen: not used behind a float"),
+    (_replace("[p2p]", '[p2p]\nlisten = "0.0.0.0:\uff11"'), "p2p.listen: port in"),  # full-width 1
     (
         _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"') + FLOAT,
         'float: needs bridge.mode = "in-process"',
