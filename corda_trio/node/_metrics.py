@@ -56,7 +56,7 @@ FLOW_DURATION_BUCKETS: Final = (
     60,
     300,
 )
-#: A scrape request larger than this is refused (it is a GET with a few headers).
+#: A scrape request head larger than this is answered 431, however it arrives (a GET with a few headers).
 MAX_REQUEST_BYTES: Final[int] = 16 * 1024
 #: Time a client has to send its request.
 REQUEST_TIMEOUT_SECONDS: Final[float] = 10.0
@@ -295,21 +295,17 @@ def _handler(exposition: Callable[[], bytes]) -> Callable[[trio.SocketStream], A
 
 async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes]) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
-    while True:
-        try:
-            event = conn.next_event()
-        except h11.RemoteProtocolError as exc:  # not HTTP, or a request line / headers over the limit
-            status = exc.error_status_hint
-            reason = "request headers too large" if status == 431 else "not an HTTP request"
-            await _answer(stream, conn, status, f"{reason}; see /metrics\n".encode(), b"text/plain", True)
-            await _drain(stream)
-            return
-        if event is h11.NEED_DATA:
-            data = await stream.receive_some(4096)
-            conn.receive_data(data)
-            continue
-        if isinstance(event, h11.Request):
-            break
+    try:
+        event = await transport.receive_http_event(
+            stream, conn, max_head_bytes=MAX_REQUEST_BYTES, receive_bytes=4096
+        )
+    except h11.RemoteProtocolError as exc:  # not HTTP, or a request line / headers over the limit
+        status = exc.error_status_hint
+        reason = "request headers too large" if status == 431 else "not an HTTP request"
+        await _answer(stream, conn, status, f"{reason}; see /metrics\n".encode(), b"text/plain", True)
+        await transport.drain_before_close(stream)
+        return
+    if not isinstance(event, h11.Request):
         return  # ConnectionClosed or anything unexpected
     path = event.target.split(b"?", 1)[0]
     if event.method not in (b"GET", b"HEAD"):
@@ -319,17 +315,6 @@ async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes])
     else:
         status, body, ctype = 200, exposition(), CONTENT_TYPE_LATEST.encode()
     await _answer(stream, conn, status, body, ctype, event.method != b"HEAD")
-
-
-async def _drain(stream: trio.SocketStream) -> None:
-    """After answering a request that was not read to its end: say end of file, then read and drop what the
-    client still sends (at most 1 MiB, for at most a second), so that closing does not reset the connection
-    before the client has read the answer."""
-    with trio.move_on_after(1.0):
-        await stream.send_eof()
-        left = 1 << 20
-        while left > 0 and (chunk := await stream.receive_some(65536)):
-            left -= len(chunk)
 
 
 async def _answer(

@@ -21,6 +21,10 @@ Every close we decide on reaches the wire before the socket shuts: a graceful cl
 most ``CLOSE_TIMEOUT_SECONDS``; when the connection's owner is cancelled, the goodbye (our close out, the
 peer's read back) takes at most ``CANCELLED_CLOSE_TIMEOUT_SECONDS``; over TLS a ``close_notify`` follows
 (``CLOSE_NOTIFY_TIMEOUT_SECONDS``).
+
+For the HTTP servers (network map, ``/metrics``): ``receive_http_event`` reads h11 events with the request
+head bounded however it arrives (431 beyond); ``drain_before_close`` lets a refused client read its answer
+before the socket closes.
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
@@ -44,6 +48,8 @@ from ._errors import AuthenticationError as AuthenticationError
 from ._errors import DeliveryUnknownError as DeliveryUnknownError
 from ._errors import HandshakeError as HandshakeError
 from ._errors import LinkDetachedError as LinkDetachedError
+from ._http import drain_before_close as drain_before_close
+from ._http import receive_http_event as receive_http_event
 from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERVAL_SECONDS
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES_PER_ADDRESS
@@ -83,10 +89,12 @@ __all__ = [
     "Sender",
     "SocksError",
     "SocksProxy",
+    "drain_before_close",
     "listener_port",
     "open_amqp_connection",
     "open_amqp_over_stream",
     "open_socks_stream",
+    "receive_http_event",
     "refuse_with_http_503",
     "secure_stream",
     "serve_amqp",

@@ -60,6 +60,12 @@ async def test_a_client_that_sends_no_request_is_closed_at_the_timeout(
                 assert await stream.receive_some() == b""
 
 
+def _head(size: int) -> bytes:
+    """A ``GET /metrics`` head of exactly ``size`` bytes, request line to blank line."""
+    start = b"GET /metrics HTTP/1.1\r\nhost: x\r\nx: "
+    return start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+
+
 @pytest.mark.parametrize(
     ("request_bytes", "status", "body"),
     [
@@ -68,8 +74,9 @@ async def test_a_client_that_sends_no_request_is_closed_at_the_timeout(
          b"request headers too large; see /metrics\n"),
         (b"GET /metrics?" + b"q" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", b"431",
          b"request headers too large; see /metrics\n"),
+        (_head(16 * 1024 + 1), b"431", b"request headers too large; see /metrics\n"),
     ],
-    ids=["not-http", "huge-header", "huge-target"],
+    ids=["not-http", "huge-header", "huge-target", "limit+1"],
 )
 async def test_a_malformed_request_gets_its_status_not_a_dropped_connection(
     monkeypatch: pytest.MonkeyPatch, request_bytes: bytes, status: bytes, body: bytes
@@ -80,3 +87,10 @@ async def test_a_malformed_request_gets_its_status_not_a_dropped_connection(
         assert answer.startswith(b"HTTP/1.1 " + status + b" "), answer[:100]
         assert answer.endswith(b"\r\n\r\n" + body)
         assert (await _get(port)).endswith(b"up 1\n")  # and the next scrape is served
+
+
+async def test_a_head_of_exactly_16_kib_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is on the head, however it arrives: one of 16 KiB + 1 in one write is 431 (above), one of
+    16 KiB is served."""
+    async with serving(monkeypatch) as port:
+        assert (await _get(port, _head(16 * 1024))).endswith(b"up 1\n")
