@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-One task per TCP connection drives an ``h11.Connection``: read a request (head, then a body of at most
-``MAX_BODY_BYTES``), answer it, and start the next cycle while the client keeps the connection alive.  Each
-request is handled by :meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature
-checks) run in a worker thread behind a one-thread ``CapacityLimiter``, so requests are serialised
-and the Trio loop never blocks.  Anything wrong with a request becomes a 4xx with a one-line text reason; a
-protocol error from h11 gets a 400 when a response can still be sent, then the connection is closed.  No
-request can stop the server: exceptions other than ``Cancelled`` inside a connection are logged and end that
-connection only.
+One task per TCP connection drives an ``h11.Connection`` through ``transport.receive_http_event``: read a
+request (a head of at most ``MAX_HEAD_BYTES``, however it arrives; then a body of at most ``MAX_BODY_BYTES``),
+answer it, and start the next cycle while the client keeps the connection alive.  Each request is handled by
+:meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature checks) run in a worker
+thread behind a one-thread ``CapacityLimiter``, so requests are serialised and the Trio loop never blocks.
+Anything wrong with a request becomes a 4xx with a one-line text reason; a protocol error gets a 400 (431 for
+a head over the limit) when a response can still be sent, then the connection is closed once the client has
+read it (``transport.drain_before_close``).  No request can stop the server: exceptions other than
+``Cancelled`` inside a connection are logged and end that connection only.
 
 The map itself is not cached: every ``GET /network-map`` reads the current hashes from the store and signs
 them, so that an operator's change to the store (``corda-trio networkmap remove``) is served at once.  The
@@ -44,7 +45,8 @@ log = logging.getLogger("corda_trio.network.server")
 
 #: Largest request body (a signed NodeInfo is a few KiB).
 MAX_BODY_BYTES: Final[int] = 256 * 1024
-#: Largest request head (h11 default is 16 KiB too).
+#: Largest request head, request line to blank line (h11's default bound on incomplete heads is 16 KiB too);
+#: a larger one is answered 431.
 MAX_HEAD_BYTES: Final[int] = 16 * 1024
 #: A connection that sends nothing for this long is closed.
 IDLE_TIMEOUT_SECONDS: Final[float] = 30.0
@@ -265,12 +267,7 @@ _BYTES_REPR: Final = re.compile(r"bytearray\(b('.*?'|\".*?\")\)")
 
 
 async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Event | type[h11.PAUSED]:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        data = await stream.receive_some(65536)
-        conn.receive_data(data)
+    return await transport.receive_http_event(stream, conn, max_head_bytes=MAX_HEAD_BYTES)
 
 
 async def _serve_connection(
@@ -313,8 +310,9 @@ async def _serve_connection(
         except h11.RemoteProtocolError as exc:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 status = exc.error_status_hint if 400 <= exc.error_status_hint < 500 else 400
-                reply = HttpResponse.text(status, f"bad request: {_reason(exc)}")
-                await _send(stream, conn, reply, head=False)
+                reason = _reason(exc) if status == 431 else f"bad request: {_reason(exc)}"
+                await _send(stream, conn, HttpResponse.text(status, reason), head=False)
+                await transport.drain_before_close(stream)
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
