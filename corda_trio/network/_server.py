@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 One task per TCP connection drives an ``h11.Connection`` through ``transport.receive_http_event``: read a
-request (a head of at most ``MAX_HEAD_BYTES``, however it arrives; then a body of at most ``MAX_BODY_BYTES``),
-answer it, and start the next cycle while the client keeps the connection alive.  Each request is handled by
-:meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature checks) run in a worker
-thread behind a one-thread ``CapacityLimiter``, so requests are serialised and the Trio loop never blocks.
+request (a head of at most ``MAX_HEAD_BYTES``, however it arrives; then a body of at most ``MAX_BODY_BYTES``,
+after ``100 Continue`` if the client waits for it: a body refused on its ``Content-Length`` is answered 413
+without), answer it, and start the next cycle while the client keeps the connection alive.  Each request is
+handled by :meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature checks) run in a
+worker thread behind a one-thread ``CapacityLimiter``, so requests are serialised and the Trio loop never
+blocks.
 Anything wrong with a request becomes a 4xx with a one-line text reason; a protocol error gets a 400 (431 for
 a head over the limit) when a response can still be sent, then the connection is closed once the client has
 read it (``transport.drain_before_close``).  No request can stop the server: exceptions other than

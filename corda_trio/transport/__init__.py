@@ -23,8 +23,8 @@ peer's read back) takes at most ``CANCELLED_CLOSE_TIMEOUT_SECONDS``; over TLS a 
 (``CLOSE_NOTIFY_TIMEOUT_SECONDS``).
 
 For the HTTP servers (network map, ``/metrics``): ``receive_http_event`` reads h11 events with the request
-head bounded however it arrives (431 beyond); ``drain_before_close`` lets a refused client read its answer
-before the socket closes.
+head bounded however it arrives (431 beyond) and ``100 Continue`` sent before a body is read;
+``drain_before_close`` lets a refused client read its answer before the socket closes.
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS

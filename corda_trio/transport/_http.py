@@ -11,6 +11,11 @@ returns the ``Request``, the bytes h11 consumed for it (its receive buffer befor
 plus what was read since, minus what is left). Over ``max_head_bytes`` either way is the error h11 raises for
 an incomplete head, ``RemoteProtocolError`` with status hint 431, so a server has one path for both, however
 the head was split into writes.
+
+A client that sends ``Expect: 100-continue`` holds its body back until it sees ``100 Continue`` or a final
+response (RFC 9110 §10.1.1). Reading from the stream while h11 says the client waits for ``100 Continue``
+means the server has decided to take the body, so :func:`receive_http_event` sends ``100 Continue`` right
+before that read; a server that refuses the body answers without reading it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = ["DRAIN_LIMIT_BYTES", "DRAIN_TIMEOUT_SECONDS", "drain_before_close", "
 DRAIN_LIMIT_BYTES: Final[int] = 1 << 20
 #: ... and for how long.
 DRAIN_TIMEOUT_SECONDS: Final[float] = 1.0
+_CONTINUE: Final = h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
 
 
 async def receive_http_event(
@@ -65,6 +71,8 @@ async def receive_http_event(
             return event
         if head_pending and buffered > max_head_bytes:
             raise _head_too_large(max_head_bytes)
+        if conn.client_is_waiting_for_100_continue:
+            await stream.send_all(conn.send(_CONTINUE))
         data = await stream.receive_some(receive_bytes)
         buffered += len(data)
         conn.receive_data(data)

@@ -1,5 +1,5 @@
 """The map service's HTTP details over real loopback sockets: the 16 KiB limit on a request head, however the
-head arrives."""
+head arrives, and ``Expect: 100-continue``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import time
 import pytest
 import trio
 
-from corda_trio import network
+from corda_trio import network, pki
 
+from .conftest import signed_node_info
 from .test_server import http_call
 
 LIMIT = 16 * 1024
@@ -100,3 +101,63 @@ async def test_a_head_of_exactly_16_kib_is_served_and_the_connection_kept(
                 length = int(reply.split(b"content-length: ")[1].split(b"\r\n")[0])
                 while len(reply) < reply.index(b"\r\n\r\n") + 4 + length:
                     reply += await stream.receive_some()
+
+
+async def _receive_head(stream: trio.SocketStream, buffer: bytearray) -> bytes:
+    """The next response head from ``stream`` (``buffer`` keeps what follows it)."""
+    while (end := buffer.find(b"\r\n\r\n")) < 0:
+        chunk = await stream.receive_some()
+        assert chunk, f"closed after {bytes(buffer)!r}"
+        buffer += chunk
+    head = bytes(buffer[: end + 4])
+    del buffer[: end + 4]
+    return head
+
+
+async def _receive_body(stream: trio.SocketStream, buffer: bytearray, head: bytes) -> bytes:
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(buffer) < length:
+        buffer += await stream.receive_some()
+    body = bytes(buffer[:length])
+    del buffer[:length]
+    return body
+
+
+async def test_expect_100_continue_gets_100_before_the_body(
+    map_server: tuple[network.NetworkMapService, int], alice: pki.NodeCredentials
+) -> None:
+    """The client waited for a 100 that never came, and sent its body only at its own timeout."""
+    _, port = map_server
+    info = signed_node_info(alice)
+    head = (
+        b"POST /network-map/publish HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\n"
+        b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n" % len(info)
+    )
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        buffer = bytearray()
+        for expected in (b"added ", b"unchanged "):  # twice on one connection
+            await stream.send_all(head)
+            with trio.fail_after(5):
+                interim = await _receive_head(stream, buffer)
+            assert interim.startswith(b"HTTP/1.1 100 "), interim
+            await stream.send_all(info)
+            with trio.fail_after(10):
+                final = await _receive_head(stream, buffer)
+                assert final.startswith(b"HTTP/1.1 200 "), final
+                assert (await _receive_body(stream, buffer, final)).startswith(expected)
+
+
+async def test_expect_100_continue_with_a_body_too_large_gets_413_without_100(
+    map_server: tuple[network.NetworkMapService, int],
+) -> None:
+    _, port = map_server
+    head = (
+        b"POST /network-map/publish HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n"
+        b"content-length: %d\r\n\r\n" % (300 * 1024)
+    )
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(head)
+        buffer = bytearray()
+        with trio.fail_after(5):
+            final = await _receive_head(stream, buffer)
+        assert final.startswith(b"HTTP/1.1 413 "), final
