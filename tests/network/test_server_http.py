@@ -161,3 +161,23 @@ async def test_expect_100_continue_with_a_body_too_large_gets_413_without_100(
         with trio.fail_after(5):
             final = await _receive_head(stream, buffer)
         assert final.startswith(b"HTTP/1.1 413 "), final
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_too_large_sent_at_once_still_reads_its_413(
+    map_server: tuple[network.NetworkMapService, int], announced: bool
+) -> None:
+    """A client that sends a too-large body without waiting (no Expect) reads the 413: the server lets it
+    read the answer before closing, instead of closing with its body unread (a reset that could destroy
+    the answer before the client read it)."""
+    _, port = map_server
+    body = b"x" * (1024 * 1024)
+    if announced:
+        request = b"POST /network-map/publish HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
+        writes = [request + body[:65536], *_trickle(body[65536:], 65536)]
+    else:
+        head = b"POST /network-map/publish HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        chunks = [b"%x\r\n%s\r\n" % (len(part), part) for part in _trickle(body, 65536)]
+        writes = [head, *chunks, b"0\r\n\r\n"]
+    answer = await trio.to_thread.run_sync(_exchange, port, writes)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
