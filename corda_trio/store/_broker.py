@@ -907,6 +907,7 @@ class Broker:
             recovered = await trio.to_thread.run_sync(
                 _open_keyed_dir, self.directory, path, limiter=self._limiter
             )
+            _log_recovery(f"keyed log {name}", recovered.report)
             keyed = KeyedLog(name=name)
             started = self._start_log(f"keyed:{name}", path, recovered, keyed._on_durable)
             keyed._log, keyed._compactor = started
@@ -1028,17 +1029,7 @@ async def open_broker(
             path = os.path.join(root, name)
             recovered = await trio.to_thread.run_sync(recover_queue, path, RecoveryMode.OPEN, limiter=limiter)
             recovered_logs.append((name, recovered))
-            report = recovered.report
-            if report.torn_tail is not None:
-                t = report.torn_tail
-                logger.warning(
-                    "queue %s: torn tail in %s at offset %d: dropped %d bytes (%s)",
-                    name, t.path, t.offset, t.dropped_bytes, t.reason,
-                )  # fmt: skip
-            logger.info(
-                "recovered queue %s: %d messages in %d segments (%.3f s)",
-                name, report.live_messages, report.segments, report.duration_seconds,
-            )  # fmt: skip
+            _log_recovery(f"queue {name}", recovered.report)
         if config.commit_process:
             # It inherits the lock: nobody else opens the directory while it may still write.
             helper = await CommitHelper.start(inherit=(lock_fd,))
@@ -1084,6 +1075,21 @@ async def open_broker(
             with trio.CancelScope(shield=True):
                 await helper.kill()  # a no-op once it has exited
         os.close(lock_fd)
+
+
+def _log_recovery(what: str, report: RecoveryReport) -> None:
+    """Log what recovery of a queue or keyed log found: a torn tail it cut (a warning: records were
+    dropped), then how much it recovered."""
+    if report.torn_tail is not None:
+        t = report.torn_tail
+        logger.warning(
+            "%s: torn tail in %s at offset %d: dropped %d bytes (%s)",
+            what, t.path, t.offset, t.dropped_bytes, t.reason,
+        )  # fmt: skip
+    logger.info(
+        "recovered %s: %d messages in %d segments (%.3f s)",
+        what, report.live_messages, report.segments, report.duration_seconds,
+    )  # fmt: skip
 
 
 def _open_keyed_dir(root: str, path: str) -> RecoveredLog:

@@ -208,3 +208,28 @@ async def test_multi_key_records_are_acked_and_compacted_away_once_every_key_in_
         # nothing but the needed records is left in the files (acked ones were compacted away)
         assert on_disk.report.enqueue_records == len(on_disk.live) == len(unacked)
         assert sorted(on_disk.live) == unacked
+
+
+async def test_a_torn_tail_cut_from_a_keyed_log_is_reported_like_a_queues(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records cut from a keyed log (the flows' checkpoints) are dropped: recovery must say so, with the
+    file, the offset and how much, as it does for a queue (it used to say nothing at all)."""
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("checkpoints")
+        for i in range(3):
+            await log.put(b"k%d" % i, b"v" * 100)
+    (segment,) = (tmp_path / "keyed" / "checkpoints").glob("*.seg")
+    size = segment.stat().st_size
+    with segment.open("r+b") as f:
+        f.truncate(size - 50)  # inside the last record: the shape an interrupted append leaves
+    with caplog.at_level("INFO", logger="corda_trio.store"):
+        async with store.open_broker(tmp_path) as broker:
+            log = await broker.open_keyed_log("checkpoints")
+            assert sorted(k for k, _ in log.items()) == [b"k0", b"k1"]
+    torn = [r for r in caplog.records if "torn tail" in r.getMessage()]
+    assert len(torn) == 1 and torn[0].levelname == "WARNING", caplog.text
+    message = torn[0].getMessage()
+    assert message.startswith(f"keyed log checkpoints: torn tail in {segment} at offset ")
+    assert "dropped " in message
+    assert "recovered keyed log checkpoints: 2 messages in " in caplog.text
