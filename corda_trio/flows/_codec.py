@@ -464,8 +464,8 @@ def decode_checkpoint(data: bytes) -> FlowState:
                 buffered=[(k, v) for k, v in buffered], peer_ended=peer_ended,
                 peer_error=None if peer_error is None else (peer_error[0], peer_error[1]), closed=closed,
             )  # fmt: skip
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"malformed flow checkpoint: {exc}") from exc
+    except (TypeError, ValueError, LookupError) as exc:  # (an error pair that is a map or a short string)
+        raise PayloadError(f"malformed flow checkpoint: {type(exc).__name__}: {exc}") from exc
     return state
 
 

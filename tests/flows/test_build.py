@@ -116,7 +116,6 @@ def test_argument_types_are_told_apart_in_containers_and_unions() -> None:
     assert _is_a(2, float) and not _is_a(True, float) and not _is_a(1, bool)
 
 
-
 def test_the_ping_pong_responder_refuses_a_ping_it_cannot_read() -> None:
     """What a peer sends is checked by the responder's ``validate`` (a FlowException: the sender is told); a
     count in digits other than ASCII ones was taken by ``isdigit`` and then failed ``int()`` as a bug."""
@@ -125,3 +124,33 @@ def test_the_ping_pong_responder_refuses_a_ping_it_cannot_read() -> None:
     for bad in ("ping \u00b2/3", "ping 0/\uff13", "pong 0/3", "ping 1/3", "ping x/y"):
         with pytest.raises(flows.FlowException):
             responder.check_ping(bad)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (9, "x"),  # the flow's error: a string, not an [error, message] pair
+        (9, {}),
+        ("peer_error", {}),  # a session's peer error
+        ("peer_error", "y"),
+        ("wait", []),  # a frame's wait
+    ],
+)
+def test_a_malformed_checkpoint_is_a_payload_error_whatever_field_is_wrong(
+    where: object, value: object
+) -> None:
+    """FlowManager.open lists a checkpoint it cannot decode and goes on (PayloadError); a KeyError or an
+    IndexError from a malformed field escaped instead and stopped the node with a traceback."""
+    from corda_trio.flows import _codec
+
+    state = flows.new_initiator("f-1", flows.build_flow("PingPong", {"recipient": "O=Bob,L=Paris,C=FR"}))
+    fields = _codec._unpack(flows.encode_checkpoint(state), True)
+    if where == "peer_error":
+        fields[6] = [[0, "O=Bob, L=Paris, C=FR", 1, True, 2, 3, "f", 1, "a", None, False, 0, 0, 0, [], False,
+                      value, False]]  # fmt: skip
+    elif where == "wait":
+        fields[5][0][2] = value
+    else:
+        fields[where] = value
+    with pytest.raises(flows.PayloadError, match="malformed flow checkpoint"):
+        flows.decode_checkpoint(_codec._pack(fields, True))
