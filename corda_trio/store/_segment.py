@@ -209,6 +209,11 @@ def create_segment(queue_dir: str, number: int, base_id: int, first_seq: int = 0
     try:
         write_all(fd, encode_segment_header(number, base_id, first_seq, flags), sync=True)
         fsync_dir(queue_dir)
+    except OSError as exc:
+        os.close(fd)
+        if exc.filename is None:  # a write or sync on the descriptor: say which file (a full disk, say)
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
     except BaseException:
         os.close(fd)
         raise

@@ -254,3 +254,23 @@ async def test_a_job_after_a_failed_write_writes_nothing(
         assert len(gated.writes) == 1  # the second job saw the failure and wrote nothing
     async with store.open_broker(tmp_path) as broker:
         assert [m async for m in broker.get_queue("q").browse()] == []
+
+
+async def test_a_segment_that_cannot_be_created_for_a_full_disk_is_named_in_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node restarted on a full disk (recovery starts a new segment after a torn tail) stopped with
+    'No space left on device' and no file: the error of the header's write or sync names the segment."""
+    from corda_trio.node._cli import error_text
+    from corda_trio.store import _segment
+
+    def full(fd: int, data: object, sync: bool) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_segment, "write_all", full)
+    with pytest.raises(OSError) as info:
+        async with store.open_broker(tmp_path, config=THREADS) as broker:
+            await broker.declare_queue("q")
+    segment = tmp_path / "q" / "00000000000000000001.seg"
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(segment)
+    assert error_text(info.value) == f"No space left on device: {segment}"
