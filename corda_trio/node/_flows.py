@@ -198,6 +198,7 @@ class FlowHost:
             await self.manager.retry(info.flow_id)
         except flows.UnknownFlowError:
             ended = self._info(self._find(info.flow_id))
+            self._refuse_unresumable(ended, "retried")
             raise rpc.RpcError(
                 rpc.ErrorCode.NOT_FOUND,
                 f"no running flow {info.flow_id}: it has ended ({ended['state']}); only a running or "
@@ -211,7 +212,9 @@ class FlowHost:
         try:
             await self.manager.kill(info.flow_id, f"killed by RPC user {call.user.username}")
         except flows.UnknownFlowError:
-            return self._info(self._find(info.flow_id))  # it ended meanwhile or before: left as it is
+            ended = self._info(self._find(info.flow_id))
+            self._refuse_unresumable(ended, "killed")
+            return ended  # it ended meanwhile or before: left as it is
         log.info("flow %s killed by RPC user %s", info.flow_id, call.user.username)
         with trio.move_on_after(5):
             try:
@@ -219,6 +222,16 @@ class FlowHost:
             except (flows.FlowException, flows.UnknownFlowError):
                 pass
         return self._info(self._find(info.flow_id))
+
+    def _refuse_unresumable(self, summary: dict[str, Any], what: str) -> None:
+        """A flow the manager neither runs nor finished is one whose checkpoint it could not decode at start
+        (listed as parked with the reason): say so, instead of answering as if it had ended."""
+        if summary["status"] not in _ENDED:
+            raise rpc.RpcError(
+                rpc.ErrorCode.NOT_FOUND,
+                f"flow {summary['flow_id']} cannot be {what}: its checkpoint could not be loaded at start "
+                f"({summary['error']}); it is kept as it is",
+            )
 
     def _registered_flows(self, call: rpc.Call) -> Any:
         return self.registered()

@@ -313,3 +313,33 @@ async def test_second_ctrl_c_stops_at_once_and_the_flows_survive(tmp_path: Path)
         again.process.send_signal(signal.SIGINT)  # the flows still wait for Bob: stop at once
         await trio.sleep(0.5)
         await again.stop(signal.SIGINT)
+
+
+async def test_a_flow_whose_checkpoint_cannot_be_loaded_is_neither_killed_nor_retried_in_silence(
+    tmp_path: Path,
+) -> None:
+    """Such a flow is listed as parked with the reason. kill_flow answered its unchanged parked summary as if
+    it had ended (the CLI exited 0, nothing was killed); retry_flow said it had 'ended (parked)' and that
+    a parked flow can be retried. Both now say what the flow is, and it stays listed, untouched."""
+    from corda_trio import flows, store
+
+    (path, cfg), _ = make_network(tmp_path / "net", [ALICE, BOB])
+    async with store.open_broker(cfg.store_directory) as broker:
+        checkpoints = await broker.open_keyed_log(flows.CHECKPOINT_LOG)
+        await checkpoints.put(b"F-unreadable", b"not a checkpoint")
+    node = await start_node_process(path, cfg)
+    try:
+        async with rpc.connect(node.rpc_url, "ops", PASSWORD) as a:
+            (parked,) = await a.list_flows("parked")
+            assert parked["flow_id"] == "F-unreadable" and "malformed msgpack" in parked["error"]
+            for call, what in ((a.kill_flow, "killed"), (a.retry_flow, "retried")):
+                with pytest.raises(rpc.RpcError) as info:
+                    await call("F-unreadable")
+                assert info.value.code == "not-found"
+                assert info.value.message.startswith(
+                    f"flow F-unreadable cannot be {what}: its checkpoint could not be loaded at start ("
+                ), info.value.message
+            assert await a.list_flows("parked") == [parked]
+            assert await a.list_flows("failed") == []
+    finally:
+        await node.stop()
