@@ -500,11 +500,17 @@ class FlowManager:
         manager = cls(service, checkpoints, config or FlowManagerConfig(), env)
         outboxes: dict[str, list[tuple[int, bytes, bytes]]] = {}
         for key, data in checkpoints.items():
-            parsed = split_outbox_key(key)
+            try:
+                parsed = split_outbox_key(key)
+                flow_id = key.decode()
+            except ValueError as exc:  # (not UTF-8, or not a transition number: no key the manager writes)
+                shown = key.decode(errors="backslashreplace")
+                manager._unresumable[shown] = f"unreadable checkpoint key {key!r}: {exc}"
+                log.error("checkpoint record %r left alone: its key is unreadable: %s", key, exc)
+                continue
             if parsed is not None:
                 outboxes.setdefault(parsed[0], []).append((parsed[1], key, data))
                 continue
-            flow_id = key.decode()
             try:
                 state = decode_checkpoint(data)
             except PayloadError as exc:

@@ -497,3 +497,25 @@ async def test_a_message_above_max_message_size_parks_its_flow_before_the_checkp
         await alice.kill(handle.flow_id)
         with pytest.raises(flows.FlowException, match="killed by an operator"):
             await handle.result()
+
+
+async def test_checkpoint_records_with_unreadable_keys_are_listed_and_the_node_starts(
+    net: testing.FlowNetwork,
+) -> None:
+    """A checkpoint key that is not UTF-8, or an outbox key whose transition number is not a number, raised
+    out of FlowManager.open (a traceback at node start); like an undecodable checkpoint, such a record is
+    listed as parked with the reason and kept, and the other flows run."""
+    await net.stop("Alice")
+    async with store.open_broker(net["Alice"].directory / "store") as broker:
+        log = await broker.open_keyed_log(flows.CHECKPOINT_LOG)
+        await log.write([(b"\xff\xfe", b"x"), (b"flow\x00nine", b"y")], [])
+    await net.start("Alice")
+    alice = net["Alice"].flows
+    parked = {i.flow_id: i.error for i in alice.flows() if i.status == "parked"}
+    assert set(parked) == {"\\xff\\xfe", "flow\x00nine"}
+    assert "unreadable checkpoint key" in parked["\\xff\\xfe"] and "utf-8" in parked["\\xff\\xfe"]
+    with trio.fail_after(30):
+        handle = await alice.start_flow("PingPong", recipient=BOB, rounds=2)
+        assert await handle.result() == 2
+    await net.restart("Alice")  # kept as they were
+    assert {i.flow_id for i in net["Alice"].flows.flows() if i.status == "parked"} == set(parked)
