@@ -334,6 +334,10 @@ class FlowHandle:
         """
         return await self._manager.wait_result(self.flow_id)
 
+    async def durable(self) -> None:
+        """Wait until a crash can no longer lose the start: see :meth:`FlowManager.wait_durable`."""
+        await self._manager.wait_durable(self.flow_id)
+
 
 #: Longest ``client_id`` :meth:`FlowManager.start_flow` takes (it becomes part of the flow id and its keys).
 MAX_CLIENT_ID: Final = 200
@@ -592,8 +596,9 @@ class FlowManager:
     ) -> FlowHandle:
         """Start a flow: an instance, or a startable flow's name or class with named arguments (see
         :func:`build_flow`), given as keywords or as one mapping ``flow_args`` (for an argument named like a
-        keyword of this method, ``client_id`` say), not both. Returns once the flow is running (it is durable
-        after its first transition).
+        keyword of this method, ``client_id`` say), not both. Returns once the flow is running; it is durable
+        after its first transition (:meth:`FlowHandle.durable` waits for that: a crash before it loses the
+        start).
 
         ``client_id`` makes the start idempotent (Corda's client id): the flow id is ``C-<client_id>``, and if
         that flow exists (running or finished and still remembered) its handle is returned and nothing starts.
@@ -1172,6 +1177,17 @@ class FlowManager:
         network map, say: nothing they can finish soon) and sleeping ones do not count; they resume from
         their checkpoints."""
         while any(_shown_status(r)[0] == "running" for r in self._runners.values()):
+            await self.wait_changed(self._version)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_durable(self, flow_id: str) -> None:
+        """Wait until the flow's first checkpoint is durable (from then on a crash resumes it), or until it
+        has left the running state without one (finished, or parked by the hospital with its first step:
+        either way it is listed as such). Returns at once for a flow that is not running."""
+        while True:
+            runner = self._runners.get(flow_id)
+            if runner is None or runner.persisted or runner.status != "running":
+                break
             await self.wait_changed(self._version)
         await trio.lowlevel.checkpoint()
 

@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -39,6 +39,10 @@ from ._cli_node import _run, add_rpc_options, open_rpc_client
 __all__ = ["parse_flow_args", "register"]
 
 
+#: ``flow start --no-wait``: the node answers with the id once the start is durable.
+NO_WAIT_HELP: Final = "print the flow id and return once the start is durable (it survives a crash then)"
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     """Add ``flow start``, ``list``, ``watch``, ``retry`` and ``kill``."""
     sub = parser.add_subparsers(dest="flow_command", metavar="SUBCOMMAND", required=True)
@@ -46,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_rpc_options(start)
     start.add_argument("flow", help="flow name, e.g. PingPong")
     start.add_argument("args", nargs="*", metavar="NAME=VALUE", help="flow arguments")
-    start.add_argument("--no-wait", action="store_true", help="print the flow id and return at once")
+    start.add_argument("--no-wait", action="store_true", help=NO_WAIT_HELP)
     start.add_argument(
         "--client-id",
         metavar="ID",

@@ -120,6 +120,9 @@ class FlowHost:
             log.info(
                 "flow %s: RPC user %s started it again by its client id", handle.flow_id, call.user.username
             )
+        # The id goes out only once the start is durable: a client that has it can count on the flow
+        # (a crash before then would have lost the start: the client's answer is then the broken call).
+        await handle.durable()
         if not call.args.get("wait", True):
             return handle.flow_id
         await call.send_event({"flow_id": handle.flow_id, "state": "running"})
