@@ -117,7 +117,11 @@ class _RemoteConsumer:
     _held: dict[int, transport.Delivery] = attrs.field(factory=dict)
 
     async def __aenter__(self) -> _RemoteConsumer:
-        self._receiver = await self.conn.open_receiver(self.name, credit=self.credit)
+        # No max-message-size on this local link: the node bounded its queue's messages already, and the
+        # limit that counts is the peer's, on the P2P link (a message it refuses is rejected back here and
+        # dead-lettered by the node). The transport's default (10 MiB) made the node dead-letter anything
+        # larger that a network with a higher maxMessageSize lets peers take.
+        self._receiver = await self.conn.open_receiver(self.name, credit=self.credit, max_message_size=None)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -239,3 +239,33 @@ async def test_external_bridge_reconnects_and_queries_again_after_the_endpoint_r
             assert ext.acceptor is not None and ext.acceptor.port == p2p_port
         assert got == {str(alice.legal_name): [b"before", b"while away"]}
         nursery.cancel_scope.cancel()
+
+
+async def test_external_bridge_carries_a_message_above_10_mib_when_the_network_allows_it(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """The network's maxMessageSize is 12 MiB: an 11 MiB message goes through an external bridge as it does
+    through the in-node one. The bridge's receiver on the node's endpoint used to advertise the transport's
+    default 10 MiB, so the node dead-lettered the message as too large for the peer (which would take it)."""
+    limit = 12 * 1024 * 1024
+    peers = messaging.PeerDirectory()
+    root = network.root.cert
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, external=True, max_message_size=limit) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers, max_message_size=limit) as b,
+    ):
+        peers.put(a.as_peer())
+        peers.put(b.as_peer())
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (2, done))
+        big = bytes(11 * 1024 * 1024)
+        messages = [a.service.create_message(TOPIC, x) for x in (big, b"after")]
+        await a.service.send_many(messages, bob.legal_name)
+        with trio.fail_after(30):
+            await done.wait()
+        assert got == {str(alice.legal_name): [big, b"after"]}
+        assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
