@@ -317,6 +317,8 @@ class Receiver:
         self._taken = 0
         self._attached = trio.Event()
         self._error: BaseException | None = None
+        #: The link is gone (a clean detach by the peer leaves ``_error`` None): grant no more credit.
+        self._gone = False
         self.remote_attach: Any = None
 
     def _on_delivery(self, event: amqp.DeliveryReceived) -> None:
@@ -350,6 +352,7 @@ class Receiver:
     def _on_detached(self, error: BaseException | None) -> None:
         if self._error is None:
             self._error = error
+        self._gone = True
         self._send_channel.close()
         self._attached.set()
 
@@ -391,7 +394,9 @@ class Receiver:
 
     def _replenish(self) -> None:
         conn = self._conn
-        if self._error is not None or conn._broken is not None:
+        if self._gone or conn._broken is not None:
+            # (a peer that detached the link cleanly: the deliveries still buffered are taken, but no frame
+            # may name the handle any more; granting credit raised LocalProtocolError to the application)
             return
         buffered = self._receive_channel.statistics().current_buffer_used
         self._taken = 0
