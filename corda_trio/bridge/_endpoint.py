@@ -106,6 +106,8 @@ def wanted_bridges(messaging: MessagingService, resolver: PeerResolver) -> dict[
 class _Notify:
     send: trio.MemorySendChannel[bytes]
     sender: transport.Sender
+    #: Cancelled when the link falls :data:`NOTIFY_BACKLOG` behind: its task detaches it at once.
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
 
 
 @attrs.define(eq=False)
@@ -179,6 +181,9 @@ class LocalEndpoint:
         except trio.WouldBlock:
             log.warning("notify link %s is %d messages behind: closing it", link.sender.name, NOTIFY_BACKLOG)
             link.send.close()
+            # detach it now: draining the backlog first would keep it (and its payloads) for as long as the
+            # client grants no credit, and hand a slow bridge stale messages before it could query again
+            link.scope.cancel()
         except trio.ClosedResourceError:
             pass
 
@@ -234,8 +239,9 @@ class LocalEndpoint:
                     elif not request.peer_is_sender and address == NOTIFY_ADDRESS:
                         sender = await request.accept_sender()
                         send, receive = trio.open_memory_channel[bytes](NOTIFY_BACKLOG)
-                        self._notify[conn].append(_Notify(send, sender))
-                        nursery.start_soon(self._notify_link, sender, receive)
+                        link = _Notify(send, sender)
+                        self._notify[conn].append(link)
+                        nursery.start_soon(self._notify_link, link, receive)
                     elif not request.peer_is_sender and address.startswith(OUTBOUND_PREFIX):
                         await self._consume(request, address, nursery)
                     else:
@@ -296,11 +302,13 @@ class LocalEndpoint:
         except transport.AmqpTransportError as exc:
             log.info("control link ended: %s", exc)
 
-    async def _notify_link(self, sender: transport.Sender, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _notify_link(self, link: _Notify, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        sender = link.sender
         try:
             async with receive:
-                async for payload in receive:
-                    await sender.start_send(payload, settled=True)
+                with link.scope:
+                    async for payload in receive:
+                        await sender.start_send(payload, settled=True)
         except transport.AmqpTransportError as exc:
             log.info("notify link ended: %s", exc)
         finally:

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from corda_trio import amqp, bridge, messaging, pki, store, transport
+from corda_trio.bridge._endpoint import NOTIFY_BACKLOG
 from tests.p2p_harness import contexts, running_node, wait_until
 
 from .test_p2p import TOPIC, collect
@@ -269,3 +270,28 @@ async def test_external_bridge_carries_a_message_above_10_mib_when_the_network_a
             await done.wait()
         assert got == {str(alice.legal_name): [big, b"after"]}
         assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
+
+
+async def test_a_notify_link_that_falls_too_far_behind_is_detached_at_once(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """A client whose notify link grants no more credit while NOTIFY_BACKLOG + 10 queries are answered: the
+    endpoint detaches that link (protocol_spec/bridge-control.md) instead of keeping the backlog while the
+    client stalls and then handing it over stale (the link used to end only once all of it was sent). The
+    client then takes what it had buffered and its iteration ends: taking a buffered delivery of a link the
+    peer had detached cleanly used to grant credit on the gone handle (LocalProtocolError)."""
+    async with running_node(alice, network.root.cert, tmp_path / "a", external=True) as a:
+        assert a.endpoint is not None and a.endpoint.port is not None
+        good = amqp.ConnectionConfig(sasl_username="bridge", sasl_password="secret")
+        async with transport.open_amqp_connection("127.0.0.1", a.endpoint.port, config=good) as conn:
+            notify = await conn.open_receiver(bridge.NOTIFY_ADDRESS, credit=1, refill="empty")
+            control = await conn.open_sender(bridge.CONTROL_ADDRESS)
+            query = bridge.encode_control(bridge.QueueQuery(query_id="q", bridge_id="stalled"))
+            for _ in range(NOTIFY_BACKLOG + 10):
+                await control.start_send(query, settled=True)
+            await wait_until(lambda: a.endpoint is not None and a.endpoint.queries > NOTIFY_BACKLOG + 10)
+            received = 0
+            with trio.fail_after(10):
+                async for _ in notify:  # ends when the endpoint detaches the link
+                    received += 1
+            assert received <= 2
