@@ -197,9 +197,17 @@ def register(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_start)
 
 
-def _build(cfg: BridgeProcessConfig) -> bridge.ExternalBridge:
+def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.ExternalBridge:
+    key = "node.password_env" if cfg.password.env is not None else "node.password_file"
+    key = f"{Path(path).absolute()}: {key}" if path is not None else key
     try:
         password = cfg.password.read().decode()
+    except ConfigError as exc:  # (KeyPassphrase words its errors for a key passphrase)
+        text = str(exc).replace(" (the key passphrase)", "").replace("passphrase", "password")
+        raise CliError(f"{key}: {text}", 2) from None
+    except UnicodeDecodeError as exc:  # an environment variable's bytes are not checked when read
+        raise CliError(f"{key}: the bridge password is not UTF-8 text (byte {exc.start})", 2) from None
+    try:
         passphrase = cfg.key_passphrase.read() if cfg.key_passphrase is not None else None
         tls = {"cert_chain": cfg.tls_cert_chain, "key": cfg.tls_key, "trust_root": cfg.trust_root}
         client = pki.client_ssl_context(**tls, passphrase=passphrase)  # type: ignore[arg-type]
@@ -258,7 +266,7 @@ def _start(args: argparse.Namespace) -> int:
         cfg = load_bridge_config(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
-    ext = _build(cfg)
+    ext = _build(cfg, args.config)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:

@@ -214,3 +214,28 @@ def test_a_config_file_that_is_not_utf8_is_one_line(
     assert main([*command, "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"corda-trio: error: {path}: not valid TOML: not UTF-8 text (byte 0)", err
+
+
+@pytest.mark.parametrize(
+    ("env", "text"),
+    [({}, "environment variable CT_BRIDGE_PW is not set"), ({"CT_BRIDGE_PW": "\udcff"}, "not UTF-8 text")],
+)
+def test_an_unreadable_bridge_password_is_one_line_naming_file_and_key(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    text: str,
+) -> None:
+    """An unset password variable, or one whose bytes are not UTF-8 (a traceback before), is one line naming
+    the file and node.password_env, and says password, not key passphrase."""
+    monkeypatch.delenv("CT_BRIDGE_PW", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = write(
+        tmp_path, GOOD.format(port=5).replace('password_file = "pw"', 'password_env = "CT_BRIDGE_PW"')
+    )
+    assert main(["bridge", "start", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"corda-trio: error: {path}: node.password_env: "), err
+    assert text in err and "passphrase" not in err and "\n" not in err
