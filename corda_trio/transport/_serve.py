@@ -389,8 +389,24 @@ async def _serve_admitted(
             await handler(conn)
     except AmqpConnectionError as exc:
         log.info("inbound %s ended: %s", peer, exc)
-    except Exception:  # supervision boundary: one broken handler must not stop the server
-        log.exception("inbound %s: handler failed", peer)
+    except Exception as exc:  # supervision boundary: one broken handler must not stop the server
+        ended = _connection_ended(exc)
+        if ended is not None:  # the peer went away under the handler's tasks: not a failure of ours
+            log.info("inbound %s ended: %s", peer, ended)
+        else:
+            log.exception("inbound %s: handler failed", peer)
+
+
+def _connection_ended(exc: Exception) -> AmqpConnectionError | None:
+    """The connection error ``exc`` holds when it is a group (a handler's nursery groups what its tasks
+    raised) of nothing but connection errors; else ``None``."""
+    if not isinstance(exc, ExceptionGroup) or exc.split(AmqpConnectionError)[1] is not None:
+        return None
+    leaf: BaseException = exc
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    assert isinstance(leaf, AmqpConnectionError)
+    return leaf
 
 
 def _peer_address(stream: trio.abc.Stream) -> str:

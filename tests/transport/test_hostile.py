@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import logging
 import os
 import subprocess
 import sys
@@ -614,3 +615,38 @@ async def test_per_link_max_message_size(nursery: trio.Nursery) -> None:
     await peer.send(CLOSE)
     assert the_close(await peer.read_to_eof()).error is None
     await peer.aclose()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+async def test_a_connection_lost_under_a_handler_s_tasks_is_no_handler_failure(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture, grouped: bool
+) -> None:
+    """A peer that goes away while the handler answers its attach: the handler's nursery raises the
+    connection error in a group; the server logs the connection as ended (info), not a 'handler failed'
+    traceback as for a bug. A bug in a handler still gets its traceback."""
+    done = trio.Event()
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        try:
+            if grouped:
+                async with trio.open_nursery() as tasks:
+                    tasks.start_soon(trio.sleep_forever)
+                    raise transport.AmqpConnectionError("the peer went away during the attach")
+            raise RuntimeError("a bug in the handler")
+        finally:
+            done.set()
+
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, handler, 0, config=BARE))
+    with caplog.at_level(logging.INFO, logger="corda_trio.transport"):
+        with contextlib.suppress(transport.AmqpConnectionError):  # (the server closes it when done)
+            async with transport.open_amqp_connection("127.0.0.1", transport.listener_port(listeners)):
+                await done.wait()
+        with trio.fail_after(10):  # the server logs once its side of the connection is closed
+            while not any(r.getMessage().startswith("inbound ") for r in caplog.records):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+    failed = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    if grouped:
+        assert not failed
+        assert any("ended: the peer went away during the attach" in r.getMessage() for r in caplog.records)
+    else:
+        assert len(failed) == 1 and failed[0].exc_info is not None
