@@ -267,6 +267,8 @@ def bin_width_seconds(span_ns: int) -> int:
 
 #: Slack after twice the run's p99 completion time before a completion counts as an outlier.
 WINDOW_MARGIN_NS: Final = 10_000_000_000
+#: The largest timestamp a record can hold (a Spark ``long``): a window never ends later.
+_MAX_NS: Final = 2**63 - 1
 
 
 @attrs.frozen(kw_only=True)
@@ -598,7 +600,9 @@ def _series_and_errors(
     windows: dict[str, RunWindow] = {}
     for r, start in run_start.items():
         p99 = max(g.done_p99_ns for g in groups if g.run_id == r)
-        end = start + 2 * max(0, p99 - start) + WINDOW_MARGIN_NS
+        # (at most the largest long: the window is a literal of Spark's follow-up, and timestamps near it
+        # would otherwise take it past 64 bits)
+        end = min(_MAX_NS, start + 2 * max(0, p99 - start) + WINDOW_MARGIN_NS)
         last = min(end, max(g.last_done_ns for g in groups if g.run_id == r))
         windows[r] = RunWindow(start_ns=start, end_ns=end, width_seconds=bin_width_seconds(last - start))
 

@@ -175,3 +175,20 @@ def test_gk_sketch_stays_within_its_stated_bound(spark: Any, values: list[int], 
         assert lo <= hi, "the estimate is one of the values"
         distance = 0 if lo <= exact <= hi else min(abs(lo - exact), abs(hi - exact))
         assert distance <= sketch.max_rank_distance(n), (p, est, n, distance)
+
+
+def test_timestamps_near_the_largest_long_are_reported_not_a_py4j_error(spark: Any, tmp_path: Path) -> None:
+    # a run's window (twice its p99 completion time + 10 s) went past 64 bits: Spark's lit() failed
+    d = tmp_path / "huge"
+    d.mkdir()
+    top = 2**63 - 1
+    lines = [_line(1), _line(2, intended_ns=0, created_ns=None, delivered_ns=top)]
+    lines.append(_line(3, intended_ns=top, created_ns=None, delivered_ns=None))
+    (d / "run-1.records.jsonl").write_text("\n".join(lines) + "\n")
+    result = compute(load_records(spark, discover_inputs([d])))
+    (group,) = result.groups
+    assert (group.count, group.ok, group.first_intended_ns, group.last_done_ns) == (3, 3, 0, top)
+    end = group.stage("end")
+    assert end is not None and end.max_ns == top
+    assert result.windows["run-1"].end_ns == top and result.windows["run-1"].outliers == 0
+    assert sum(p.ok for p in result.series) == 3
