@@ -109,7 +109,10 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
         for entry in sorted(d.iterdir()):
             name = entry.name
             if name.endswith((".jsonl", ".parquet")):
-                real = entry.resolve()
+                try:
+                    real = entry.resolve()
+                except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+                    raise ReportInputError(f"{entry} cannot be resolved: {exc}") from None
                 if real in seen:
                     raise ReportInputError(
                         f"{entry}: the same records are given twice (also as {seen[real]}); counts would "
@@ -153,6 +156,8 @@ def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
         raise ReportInputError(f"meta file {path} cannot be read: {exc.strerror}") from exc
     except ValueError as exc:
         raise ReportInputError(f"meta file {path} is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise ReportInputError(f"meta file {path} is nested too deeply to read") from None
     problem = records.meta_problem(meta)
     if problem is not None:
         raise ReportInputError(f"{path}: {problem}")

@@ -181,3 +181,15 @@ def test_input_splits_are_one_per_core(tmp_path: Path) -> None:
     assert input_bytes(inputs) == 1000 + 3 * 500 + 4 * OPEN_COST_BYTES
     assert split_bytes(6 << 30, 2) == 3 << 30 and split_bytes(3 << 30, 0) == 3 << 30
     assert split_bytes(1000, 2) == MIN_SPLIT_BYTES and split_bytes(1 << 40, 100) == MAX_SPLIT_BYTES
+
+
+def test_a_symlink_loop_or_a_deeply_nested_meta_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "run-x.records.jsonl").write_text("{}\n")
+    (tmp_path / "loop.jsonl").symlink_to("loop.jsonl")
+    with pytest.raises(spark_reports.ReportInputError, match=r"loop.jsonl cannot be resolved"):
+        discover_inputs([tmp_path])
+    (tmp_path / "loop.jsonl").unlink()
+    deep = '{"run_id": "x", "n": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "run-x.meta.json").write_text(deep)
+    with pytest.raises(spark_reports.ReportInputError, match=r"run-x.meta.json is nested too deeply"):
+        discover_inputs([tmp_path])
