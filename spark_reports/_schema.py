@@ -283,12 +283,14 @@ def _positioned(spark: SparkSession, inputs: InputSet) -> tuple[DataFrame, DataF
             F.col("_r").isNull().alias("_unparsed"),
             "_source", "_block", "_pos", "value",
         )  # fmt: skip
+        # bytes that are not UTF-8 fail Spark's JSON reader (a bad record), while from_json reads them as
+        # replacement characters: named here, or the record would be counted as bad but never listed
+        checked = reason_column(parsed=F.when(~F.col("_unparsed"), F.lit(1)), corrupt=F.col("_corrupt"))
+        utf8 = F.when(~F.is_valid_utf8("value"), F.lit("the line is not valid UTF-8"))
         frames.append(
             flat.select(
                 *names, records.VERSION_FIELD,
-                reason_column(parsed=F.when(~F.col("_unparsed"), F.lit(1)), corrupt=F.col("_corrupt")).alias(
-                    "_reason"
-                ),
+                utf8.otherwise(checked).alias("_reason"),
                 "_source", "_block", "_pos", F.lit("line").alias("_kind"),
                 F.left(F.col("value"), F.lit(MAX_LINE_CHARS)).alias("_text_head"),
                 F.length("value").cast("long").alias("_text_len"),

@@ -161,6 +161,8 @@ def _explain(reason: str, head: str | None, length: int) -> str:
         data = json.loads(head)
     except ValueError as exc:
         return f"not valid JSON: {exc}"
+    except RecursionError:  # valid JSON nested deeper than Python's (and the JSON reader's) limit
+        return f"{reason} (nested too deeply)"
     return records.record_problem(data) or reason
 
 

@@ -192,3 +192,20 @@ def test_timestamps_near_the_largest_long_are_reported_not_a_py4j_error(spark: A
     assert end is not None and end.max_ns == top
     assert result.windows["run-1"].end_ns == top and result.windows["run-1"].outliers == 0
     assert sum(p.ok for p in result.series) == 3
+
+
+def test_lines_that_are_not_utf8_or_nested_too_deeply_are_listed_by_line(spark: Any, tmp_path: Path) -> None:
+    # not UTF-8: counted as bad by Spark's JSON reader but read by from_json, so it was never listed
+    # ("the first 0 are listed"); nested deeper than json.loads can go: a RecursionError traceback
+    d = tmp_path / "odd"
+    d.mkdir()
+    deep = _line(3)[:-1] + ', "extra": ' + "[" * 1500 + "]" * 1500 + "}"
+    text = "\n".join([_line(1), _line(2, link="l~"), deep, _line(4)]) + "\n"
+    (d / "run-1.records.jsonl").write_bytes(text.encode().replace(b"~", b"\xff"))
+    with pytest.raises(spark_reports.BadRecordsError) as info:
+        compute(load_records(spark, discover_inputs([d])))
+    assert info.value.total == 2
+    assert info.value.lines == [
+        f"{d / 'run-1.records.jsonl'}:2: the line is not valid UTF-8",
+        f"{d / 'run-1.records.jsonl'}:3: not valid JSON, or a field has the wrong type (nested too deeply)",
+    ]
