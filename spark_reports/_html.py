@@ -121,6 +121,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0)
     return "".join(out)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a meta file's section of the wrong type)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult) -> str:
     groups = [g for g in result.groups if g.run_id == run_id]
     count = sum(g.count for g in groups)
@@ -136,9 +141,10 @@ def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult)
             '<p class="banner"><b>Synthetic data</b>: these records were generated, not measured. '
             f"{escape(_cut(str(meta.get('description', ''))))}</p>"
         )
-    env = (meta or {}).get("environment", {})
+    # (a meta file is only checked for its run id and version: a section of another type is "not recorded")
+    env = _mapping((meta or {}).get("environment"))
     config = (meta or {}).get("config", {})
-    load = config.get("load", {}) if isinstance(config, dict) else {}
+    load = _mapping(config.get("load")) if isinstance(config, dict) else {}
     kv = [
         ("scenario", ", ".join(scenarios)),
         ("what it measures", (meta or {}).get("description", "not recorded")),
@@ -152,8 +158,10 @@ def _run_section(run_id: str, meta: Mapping[str, Any] | None, result: JobResult)
         ("git commit", env.get("git_commit") or "not recorded"),
     ]
     if load:
+        rate = load.get("rate_per_second")
         if load.get("mode") == "open":
-            mode = f"open loop, {load.get('rate_per_second'):,} ops/s on a fixed schedule"
+            shown = f"{rate:,}" if isinstance(rate, int | float) and not isinstance(rate, bool) else rate
+            mode = f"open loop, {shown} ops/s on a fixed schedule"
         else:
             mode = f"closed loop, {load.get('concurrency')} concurrent"
         kv.append(

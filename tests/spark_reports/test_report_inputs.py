@@ -193,3 +193,23 @@ def test_a_symlink_loop_or_a_deeply_nested_meta_file_is_named(tmp_path: Path) ->
     (tmp_path / "run-x.meta.json").write_text(deep)
     with pytest.raises(spark_reports.ReportInputError, match=r"run-x.meta.json is nested too deeply"):
         discover_inputs([tmp_path])
+
+
+@pytest.mark.parametrize(
+    ("meta", "shown"),
+    [
+        ({"environment": 5, "config": [1], "started_at": 123}, "? CPUs"),
+        ({"config": {"load": 5}}, "? CPUs"),
+        ({"config": {"load": {"mode": "open", "rate_per_second": None}}}, "open loop, None ops/s"),
+        ({"config": {"load": {"mode": "open", "rate_per_second": "fast"}}}, "open loop, fast ops/s"),
+        ({"config": {"load": {"mode": "open", "rate_per_second": 2000.0}}}, "open loop, 2,000.0 ops/s"),
+    ],
+)
+def test_a_meta_file_with_sections_of_the_wrong_type_is_shown_not_a_traceback(
+    meta: dict[str, object], shown: str
+) -> None:
+    from spark_reports._html import _run_section
+    from spark_reports._job import JobResult, Sketch
+
+    result = JobResult(groups=(), series=(), errors=(), run_start_ns={}, sketch=Sketch())
+    assert shown in _run_section("x", {"run_id": "x", **meta}, result)
