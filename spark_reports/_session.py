@@ -140,17 +140,24 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     launched = _launches_jvm() and "PYSPARK_GATEWAY_PORT" not in os.environ
-    if launched:
-        _launch_gateway(options)
+    output = _launch_gateway(options) if launched else None
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
+    except Exception as exc:  # the JVM is up but Spark is not (local[0], an unreachable cluster master)
+        reason = _start_failure(exc, output)
+        if launched:
+            _end_jvm(kill=True)
+        where = f"master {settings.master}, driver memory {settings.driver_memory}"
+        raise ReportEnvironmentError(f"Spark did not start: {reason} ({where})") from None
     except BaseException:
         if launched:
             _end_jvm(kill=True)
         raise
+    if output is not None:
+        output.release()
     spark.sparkContext.setLogLevel("ERROR")
     completed = False
     try:
@@ -287,10 +294,27 @@ JVM_NOISE: Final = (
 )
 
 
-def _launch_gateway(options: dict[str, str]) -> None:
+def _start_failure(exc: Exception, output: _JvmOutput | None) -> str:
+    """Why the session did not start, in one line: the last error Spark logged with a reason (held back with
+    the rest of the JVM's output while the session starts), else the Java exception's message."""
+    said = output.held() if output is not None else []
+    for line in reversed(said):
+        _, found, reason = line.partition(" Reason: ")
+        if found and reason.strip():
+            return reason.strip()
+    java = getattr(exc, "java_exception", None)
+    with contextlib.suppress(Exception):  # (the gateway may be gone already)
+        message = str(java.getMessage()) if java is not None else str(exc)
+        if message.strip():
+            return message.strip().splitlines()[0]
+    return jvm_failure_reason(said) if said else type(exc).__name__
+
+
+def _launch_gateway(options: dict[str, str]) -> _JvmOutput:
     """Start the driver JVM as PySpark would, but with its output through :class:`_JvmOutput`: a JVM that
     exits before it is up (a master URL Spark does not know, a heap it cannot reserve) is one
-    :class:`ReportEnvironmentError` naming its reason, not its stack trace and PySpark's.
+    :class:`ReportEnvironmentError` naming its reason, not its stack trace and PySpark's. Returns its output,
+    still held back: the caller releases it once the session is up (or names why it did not start).
 
     Raises:
         ReportEnvironmentError: the JVM exited during its start.
@@ -315,8 +339,8 @@ def _launch_gateway(options: dict[str, str]) -> None:
         ) from None
     finally:
         os.close(write_end)  # the JVM has its own copy: the reader sees end of file when the JVM exits
-    output.release()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+    return output
 
 
 class _JvmOutput:
@@ -350,6 +374,11 @@ class _JvmOutput:
             held, self._held = self._held or [], None
         with contextlib.suppress(OSError):
             os.write(2, b"".join(held))
+
+    def held(self) -> list[str]:
+        """What the JVM said while its output is held back."""
+        with self._lock:
+            return [line.decode(errors="replace") for line in self._held or []]
 
     def failure(self, timeout: float = 10.0) -> str:
         """The JVM exited during its start: the line of what it said that tells why."""
