@@ -302,6 +302,51 @@ async def test_a_connection_that_does_not_log_in_in_time_is_closed_with_1008() -
             assert await client.ping() == "pong"  # logged in: may stay idle past the deadline
 
 
+@pytest.mark.parametrize("closed_by", ["the login deadline", "three failed logins"])
+async def test_a_ping_that_crosses_the_servers_close_does_not_stop_the_server(closed_by: str) -> None:
+    """RFC 6455 lets a client's ping cross the server's close frame; trio-websocket answers it with a pong
+    that wsproto refuses once our close is sent (``LocalProtocolError`` in the connection's reader task,
+    python-trio/trio-websocket#184). That ended the whole server (and the node): it must end that
+    connection only."""
+    async with serving(login_timeout_seconds=0.5 if closed_by == "the login deadline" else 30) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            key = b"dGhlIHNhbXBsZSBub25jZQ=="
+            await stream.send_all(
+                b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+
+            def masked(opcode: int, payload: bytes) -> bytes:  # (a zero mask: the payload as it is)
+                assert len(payload) < 126
+                return bytes([0x80 | opcode, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
+
+            received = b""
+            with trio.fail_after(20):
+                while b"\r\n\r\n" not in received:  # (a client waits for the 101 before it sends)
+                    received += await stream.receive_some()
+                received = received.split(b"\r\n\r\n", 1)[1]
+                if closed_by == "three failed logins":
+                    for i in range(3):
+                        login = {"id": i, "method": "login", "args": {"user": "admin", "password": "no"}}
+                        await stream.send_all(masked(0x2, msgpack.packb(login)))
+                while True:  # the server's frames (unmasked, short), up to its close
+                    while len(received) < 2 or len(received) < 2 + (received[1] & 0x7F):
+                        received += await stream.receive_some()
+                    opcode, size = received[0] & 0x0F, received[1] & 0x7F
+                    if opcode == 0x8:
+                        assert received[2:4] == (1008).to_bytes(2, "big")
+                        break
+                    received = received[2 + size :]
+                await stream.send_all(masked(0x9, b"are you there?"))  # a ping sent before we saw it
+                with contextlib.suppress(trio.BrokenResourceError):
+                    while await stream.receive_some():
+                        pass
+        with trio.fail_after(20):
+            async with rpc.connect(url, "admin", PASSWORD) as client:
+                assert await client.ping() == "pong"
+
+
 async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
