@@ -237,7 +237,7 @@ class RpcServer:
                         if waiting.cancelled_caught:
                             reason = f"not logged in within {self.login_timeout_seconds:g} s"
                             log.info("RPC connection closed: %s", reason)
-                            await ws.aclose(code=1008, reason=reason)
+                            await _close(ws, 1008, reason)
                             break
                     else:
                         data = await ws.get_message()
@@ -255,7 +255,7 @@ class RpcServer:
                         failed += 1
                         self._failed_logins += 1
                         if failed >= MAX_FAILED_LOGINS:
-                            await ws.aclose(code=1008, reason="too many failed logins")
+                            await _close(ws, 1008, "too many failed logins")
                             break
                     continue
                 if req.method not in self.handlers:
@@ -355,6 +355,13 @@ class RpcServer:
 
 
 _UNKNOWN: Final = object()
+
+
+async def _close(ws: trio_websocket.WebSocketConnection, code: int, reason: str) -> None:
+    """Close with ``code``: a client that does not answer the close within :data:`DISCONNECT_TIMEOUT_SECONDS`
+    is dropped (``aclose`` alone waits for its answer for ever, keeping the connection and its slot)."""
+    with trio.move_on_after(DISCONNECT_TIMEOUT_SECONDS):
+        await ws.aclose(code=code, reason=reason)  # (cancelled, it closes the stream)
 
 
 async def _no_events(value: Any) -> None:

@@ -347,6 +347,36 @@ async def test_a_ping_that_crosses_the_servers_close_does_not_stop_the_server(cl
                 assert await client.ping() == "pong"
 
 
+async def test_a_client_that_ignores_the_servers_close_gives_its_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The login deadline closes the connection (1008); a client that never answers that close must not keep
+    the connection, and its slot, for ever: the server drops it after ``DISCONNECT_TIMEOUT_SECONDS``."""
+    from corda_trio.rpc import _server
+
+    monkeypatch.setattr(_server, "DISCONNECT_TIMEOUT_SECONDS", 0.3)
+    async with serving(max_connections=1, login_timeout_seconds=0.3) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            await stream.send_all(
+                b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            received = b""
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some():  # the 101, the close (1008), then the end
+                    received += chunk
+            assert b"\x88" in received.split(b"\r\n\r\n", 1)[1]
+        with trio.fail_after(10):
+            while True:
+                try:
+                    async with rpc.connect(url, "admin", PASSWORD) as client:
+                        assert await client.ping() == "pong"
+                        break
+                except rpc.RpcConnectionError:  # (the slot is given back as the server lets go of it)
+                    await trio.sleep(0.05)
+
+
 async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
