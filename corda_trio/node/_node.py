@@ -608,7 +608,7 @@ class Node:
         log.info("undrained (asked by RPC user %s)", call.user.username)
         if self._flow_host is not None:
             self._flow_host.set_draining(False)
-        return {"draining": False}
+        return {"draining": False, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
 
 
 def _host_port(host: str, port: int) -> str:

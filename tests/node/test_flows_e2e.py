@@ -164,11 +164,13 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
             assert long_id in {f["flow_id"] for f in json.loads(listing.stdout)}, listing.stderr
 
             # Drain: no new flows; undrain: flows again.
-            await a.drain()
+            drained = await a.drain()
+            assert drained["draining"] is True and isinstance(drained["running_flows"], int), drained
             with pytest.raises(rpc.RpcError) as draining:
                 await a.start_flow("PingPong", recipient=BOB)
             assert draining.value.code == "draining"
-            await a.undrain()
+            undrained = await a.undrain()  # the spec: both answer {draining, running_flows}
+            assert undrained["draining"] is False and isinstance(undrained["running_flows"], int), undrained
             assert await a.start_flow("PingPong", recipient=BOB) == 1
 
             after = {n: await scrape(p) for n, p in (("a", alice), ("b", bob))}
