@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, final
 
@@ -73,6 +74,9 @@ HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
 DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
 #: Seconds the server waits for a client to answer its close.
 DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
+#: Each failed login is logged at info; a warning (on the operator's console) sums them up at most this often,
+#: so that anyone who can reach the port cannot flood the console with wrong passwords.
+FAILED_LOGIN_WARNING_SECONDS: Final[float] = 60.0
 #: The same when the server is going down (cancelled): a client on a working network answers within a round
 #: trip; a silent one is not waited for longer (a node stopped "at once" stops at once).
 GOING_AWAY_TIMEOUT_SECONDS: Final[float] = 0.5
@@ -140,6 +144,9 @@ class RpcServer:
     _connections_total: int = 0
     _connections_refused: int = 0
     _failed_logins: int = 0
+    #: failed logins not yet in a warning, and when the last warning was (Trio's clock)
+    _failed_unreported: int = 0
+    _failed_warned_at: float = -math.inf
     _calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
 
     def statistics(self) -> RpcServerStatistics:
@@ -176,6 +183,18 @@ class RpcServer:
 
         self._connections_refused += 1
         await refuse_with_http_503(stream)
+
+    def _note_failed_login(self, user: Any) -> None:
+        log.info("RPC login failed for user %r", user)
+        self._failed_unreported += 1
+        now = trio.current_time()
+        if now - self._failed_warned_at >= FAILED_LOGIN_WARNING_SECONDS:
+            log.warning(
+                "%d failed RPC login(s) since the last report (the latest for user %r); each is in the log",
+                self._failed_unreported, user,
+            )  # fmt: skip
+            self._failed_unreported = 0
+            self._failed_warned_at = now
 
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         """One connection: the websocket handshake (bounded), then :meth:`_serve_connection`."""
@@ -274,7 +293,7 @@ class RpcServer:
         user = await self.users.authenticate(req.args.get("user"), req.args.get("password"))
         if user is None:
             self._calls["login", ErrorCode.UNAUTHENTICATED.value] += 1
-            log.warning("RPC login failed for user %r", req.args.get("user"))
+            self._note_failed_login(req.args.get("user"))
             await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "wrong user name or password"))
             return None
         self._calls["login", "ok"] += 1

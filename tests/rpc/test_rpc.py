@@ -7,6 +7,7 @@ under test is the server: each bad request gets its error reply and the server k
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
 import re
@@ -260,6 +261,26 @@ async def test_calls_before_the_login_are_not_failed_logins() -> None:
             login = {"id": 4, "method": "login", "args": {"user": "admin", "password": PASSWORD}}
             await ws.send_message(msgpack.packb(login))
             assert _unpack(await ws.get_message())["ok"]["user"] == "admin"
+
+
+async def test_failed_logins_are_logged_each_and_warned_about_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Anyone who can reach the port can send wrong passwords: each failed login is in the log (info), but
+    the operator's console (warnings) gets one line summing them up at most once a minute, not one each."""
+    with caplog.at_level(logging.INFO, logger="corda_trio.rpc"):
+        async with serving() as (url, _):
+            for _ in range(4):  # 12 failed logins, three per connection
+                async with trio_websocket.open_websocket_url(url) as ws:
+                    for i in range(3):
+                        login = {"id": i, "method": "login", "args": {"user": "admin", "password": "no"}}
+                        await ws.send_message(msgpack.packb(login))
+                        assert _unpack(await ws.get_message())["error"]["code"] == "unauthenticated"
+    failed = [r for r in caplog.records if "login" in r.getMessage() and "failed" in r.getMessage()]
+    assert [r.levelno for r in failed].count(logging.INFO) == 12
+    warnings = [r for r in failed if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert warnings[0].getMessage().startswith("1 failed RPC login(s) since the last report")
 
 
 async def test_over_the_connection_limit_a_client_is_refused_with_503_until_a_slot_frees() -> None:
