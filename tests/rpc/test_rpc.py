@@ -102,6 +102,19 @@ async def serving(**limits: Any) -> AsyncIterator[tuple[str, Work]]:
         nursery.cancel_scope.cancel()
 
 
+async def _served_again(url: str) -> None:
+    """Wait (at most 10 s) until a new client logs in and is answered: a slot was given back (the server gives
+    it back as it lets go of the connection that held it)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                async with rpc.connect(url, "admin", PASSWORD) as client:
+                    assert await client.ping() == "pong"
+                    return
+            except rpc.RpcConnectionError:
+                await trio.sleep(0.05)
+
+
 async def test_login_call_and_progress_events() -> None:
     async with serving() as (url, work):
         async with rpc.connect(url, "admin", PASSWORD) as client:
@@ -301,14 +314,7 @@ async def test_over_the_connection_limit_a_client_is_refused_with_503_until_a_sl
                         answer += chunk
             assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
             assert await first.ping() == "pong"  # the ones in are served as before
-        with trio.fail_after(10):  # both left: there is room again
-            while True:
-                try:
-                    async with rpc.connect(url, "admin", PASSWORD) as client:
-                        assert await client.ping() == "pong"
-                        break
-                except rpc.RpcConnectionError:  # (the slots are given back as the server closes them)
-                    await trio.sleep(0.05)
+        await _served_again(url)  # both left: there is room again
 
 
 async def test_a_connection_that_does_not_log_in_in_time_is_closed_with_1008() -> None:
@@ -388,14 +394,7 @@ async def test_a_client_that_ignores_the_servers_close_gives_its_slot_back(
                 while chunk := await stream.receive_some():  # the 101, the close (1008), then the end
                     received += chunk
             assert b"\x88" in received.split(b"\r\n\r\n", 1)[1]
-        with trio.fail_after(10):
-            while True:
-                try:
-                    async with rpc.connect(url, "admin", PASSWORD) as client:
-                        assert await client.ping() == "pong"
-                        break
-                except rpc.RpcConnectionError:  # (the slot is given back as the server lets go of it)
-                    await trio.sleep(0.05)
+        await _served_again(url)
 
 
 async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
@@ -410,14 +409,7 @@ async def test_a_client_that_never_finishes_the_handshake_gives_its_slot_back(
             await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")  # ... and never the rest
             with trio.fail_after(10):
                 assert await stream.receive_some() == b""  # closed at the handshake deadline
-        with trio.fail_after(10):
-            while True:
-                try:
-                    async with rpc.connect(url, "admin", PASSWORD) as client:
-                        assert await client.ping() == "pong"
-                        break
-                except rpc.RpcConnectionError:
-                    await trio.sleep(0.05)
+        await _served_again(url)
 
 
 async def test_the_server_going_down_closes_its_connections_with_1001() -> None:
