@@ -42,7 +42,8 @@ Theory of operation
     # passphrase_file = "certificates/passphrase"
 
     [store]
-    directory = "store"
+    directory = "store"                  # recorded in <base>/store.json at the first start: a store missing
+                                         # later, or another directory here, stops the start (one line)
     fsync = "always"                     # "always" | "none" (none: benchmarks only, loses data on crash)
     commit_process = true                # group commits in a helper process (false: worker threads)
 

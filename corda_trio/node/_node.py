@@ -66,6 +66,11 @@ log = logging.getLogger("corda_trio.node")
 LOCK_FILE_NAME: Final[str] = "node.lock"
 #: Written once the node is ready: its addresses as JSON (for tools and tests); removed on a clean stop.
 RUNTIME_FILE_NAME: Final[str] = "node.json"
+#: Written when the node first opens its store: the store's path, as JSON. From then on a store that is
+#: missing (or empty), or a ``[store] directory`` that names another place, stops the node at start with one
+#: line, instead of a start with an empty store that silently leaves the flows, messages and dedup ids
+#: of the old one behind. Deleting the file is how an operator says a new, empty store is meant.
+STORE_RECORD_NAME: Final[str] = "store.json"
 #: Poll interval in directory mode (no map service) and the upper bound of a map's max-age we honour.
 DIRECTORY_POLL_SECONDS: Final[float] = 2.0
 
@@ -221,6 +226,7 @@ class Node:
         try:
             self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
             broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
+            recorded = _check_store_record(cfg)
             try:
                 cfg.store_directory.mkdir(parents=True, exist_ok=True)
             except FileExistsError:
@@ -229,6 +235,8 @@ class Node:
                 ) from None
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
                 self.broker = broker
+                if not recorded:
+                    _write_store_record(cfg)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_store, broker)
                     addresses = await self._start(nursery, broker, material)
@@ -609,6 +617,55 @@ class Node:
         if self._flow_host is not None:
             self._flow_host.set_draining(False)
         return {"draining": False, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
+
+
+def _check_store_record(config: NodeConfig) -> bool:
+    """Whether the base directory records the store (:data:`STORE_RECORD_NAME`); raises
+    :class:`NodeStartError` when it records another place, or this one while it is missing or empty."""
+    record = config.base_directory / STORE_RECORD_NAME
+    try:
+        text = read_small_file(record, 64 * 1024).decode()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise NodeStartError(f"{record}: cannot be read: {exc}") from None
+    try:
+        recorded = Path(json.loads(text)["store_directory"])
+    except (ValueError, KeyError, TypeError):
+        raise NodeStartError(
+            f"{record} is not the store record the node writes: delete it to start with the store at "
+            f"{config.store_directory}"
+        ) from None
+    store_dir = config.store_directory.resolve()
+    if recorded != store_dir:
+        raise NodeStartError(
+            f"[store] directory is {store_dir}, but this node has run with the store at {recorded} "
+            f"({record}): point [store] directory back at it, or delete {record.name} to start with "
+            f"{store_dir}"
+        )
+    try:
+        empty = not store_dir.is_dir() or not any(store_dir.iterdir())
+    except OSError as exc:
+        raise NodeStartError(f"the store directory {store_dir}: {exc.strerror or exc}") from None
+    if empty:
+        raise NodeStartError(
+            f"the store {store_dir} is missing or empty, but this node has run with it ({record}): restore "
+            f"it, or delete {record.name} to start this node with a new, empty store (flows, messages and "
+            "deduplication ids of the old one are then gone)"
+        )
+    return True
+
+
+def _write_store_record(config: NodeConfig) -> None:
+    """Record the store the node opened (written whole or not at all)."""
+    record = config.base_directory / STORE_RECORD_NAME
+    partial = record.with_name(record.name + ".part")
+    data = json.dumps({"store_directory": str(config.store_directory.resolve())}) + "\n"
+    with open(partial, "w", encoding="utf-8") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, record)
 
 
 def _host_port(host: str, port: int) -> str:

@@ -240,3 +240,42 @@ async def test_a_corrupt_store_stops_the_node_with_a_clear_error(tmp_path: Path)
     assert "corrupt segment" in stderr and "Traceback" not in stderr
     assert b"node ready" not in done.stdout
     assert segment.read_bytes() == bytes(data)  # nothing was "repaired" behind the operator's back
+
+
+async def test_a_missing_store_or_another_store_directory_stops_the_start(tmp_path: Path) -> None:
+    """The first start records the store's path in store.json. A later start whose store is gone (moved
+    away, a wrong restore), or whose [store] directory names another place, is refused in one line instead
+    of running empty; put back, it starts; store.json deleted, it starts with a new store on purpose."""
+    (path, cfg), _ = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"])
+    command = [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(path)]
+
+    async def start_and_stop() -> None:
+        async with open_node_processes([(path, cfg)]):
+            pass
+
+    async def refused() -> str:
+        done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
+        assert done.returncode == 1 and b"node ready" not in done.stdout
+        (line,) = done.stderr.decode().splitlines()
+        return line
+
+    await start_and_stop()
+    record = cfg.base_directory / "store.json"
+    assert json.loads(record.read_text()) == {"store_directory": str(cfg.store_directory.resolve())}
+    kept = cfg.store_directory.with_name("store-kept")
+    cfg.store_directory.rename(kept)
+    line = await refused()
+    assert line.startswith("corda-trio: error: O=Alice, L=London, C=GB: the store ")
+    assert "is missing or empty, but this node has run with it" in line
+    assert not cfg.store_directory.exists() or not any(cfg.store_directory.iterdir())  # nothing was created
+    text = path.read_text()
+    path.write_text(text.replace('directory = "store"', 'directory = "store-kept"'))
+    line = await refused()
+    assert f"[store] directory is {kept.resolve()}, but this node has run with the store at" in line
+    path.write_text(text)
+    kept.rename(cfg.store_directory)
+    await start_and_stop()  # its own store again
+    cfg.store_directory.rename(kept)
+    record.unlink()  # the operator means a new store
+    await start_and_stop()
+    assert any(cfg.store_directory.iterdir()) and record.exists()
