@@ -66,7 +66,8 @@ log = logging.getLogger("corda_trio.node")
 LOCK_FILE_NAME: Final[str] = "node.lock"
 #: Written once the node is ready: its addresses as JSON (for tools and tests); removed on a clean stop.
 RUNTIME_FILE_NAME: Final[str] = "node.json"
-#: Written when the node first opens its store: the store's path, as JSON. From then on a store that is
+#: Written when the node first opens its store: the store's path (relative to the base directory when inside
+#: it: a node directory moved or copied whole keeps it true), as JSON. From then on a store that is
 #: missing (or empty), or a ``[store] directory`` that names another place, stops the node at start with one
 #: line, instead of a start with an empty store that silently leaves the flows, messages and dedup ids
 #: of the old one behind. Deleting the file is how an operator says a new, empty store is meant.
@@ -630,16 +631,19 @@ def _check_store_record(config: NodeConfig) -> bool:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise NodeStartError(f"{record}: cannot be read: {exc}") from None
     try:
-        recorded = Path(json.loads(text)["store_directory"])
+        recorded = json.loads(text)["store_directory"]
+        if not isinstance(recorded, str):
+            raise TypeError(recorded)
     except (ValueError, KeyError, TypeError):
         raise NodeStartError(
             f"{record} is not the store record the node writes: delete it to start with the store at "
             f"{config.store_directory}"
         ) from None
     store_dir = config.store_directory.resolve()
-    if recorded != store_dir:
+    if recorded != _store_record_path(config):
+        was = (config.base_directory.resolve() / recorded).resolve()
         raise NodeStartError(
-            f"[store] directory is {store_dir}, but this node has run with the store at {recorded} "
+            f"[store] directory is {store_dir}, but this node has run with the store at {was} "
             f"({record}): point [store] directory back at it, or delete {record.name} to start with "
             f"{store_dir}"
         )
@@ -656,11 +660,18 @@ def _check_store_record(config: NodeConfig) -> bool:
     return True
 
 
+def _store_record_path(config: NodeConfig) -> str:
+    """How the record names the store: relative to the base directory when inside it (so a node directory
+    moved or copied whole keeps its record true), else absolute."""
+    base, store_dir = config.base_directory.resolve(), config.store_directory.resolve()
+    return str(store_dir.relative_to(base)) if store_dir.is_relative_to(base) else str(store_dir)
+
+
 def _write_store_record(config: NodeConfig) -> None:
     """Record the store the node opened (written whole or not at all)."""
     record = config.base_directory / STORE_RECORD_NAME
     partial = record.with_name(record.name + ".part")
-    data = json.dumps({"store_directory": str(config.store_directory.resolve())}) + "\n"
+    data = json.dumps({"store_directory": _store_record_path(config)}) + "\n"
     with open(partial, "w", encoding="utf-8") as f:
         f.write(data)
         f.flush()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import rpc, store
+from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
 from .netutil import PASSWORD, make_network
@@ -261,7 +263,7 @@ async def test_a_missing_store_or_another_store_directory_stops_the_start(tmp_pa
 
     await start_and_stop()
     record = cfg.base_directory / "store.json"
-    assert json.loads(record.read_text()) == {"store_directory": str(cfg.store_directory.resolve())}
+    assert json.loads(record.read_text()) == {"store_directory": "store"}  # (relative: see below)
     kept = cfg.store_directory.with_name("store-kept")
     cfg.store_directory.rename(kept)
     line = await refused()
@@ -279,3 +281,10 @@ async def test_a_missing_store_or_another_store_directory_stops_the_start(tmp_pa
     record.unlink()  # the operator means a new store
     await start_and_stop()
     assert any(cfg.store_directory.iterdir()) and record.exists()
+    # a node directory copied (or moved) whole starts with its store: the record names it relative to it
+    copy = tmp_path / "elsewhere" / "alice"
+    shutil.copytree(cfg.base_directory, copy)
+    moved = _config.load_node_config(copy / "node.toml")
+    assert moved.store_directory.resolve() != cfg.store_directory.resolve()
+    async with open_node_processes([(copy / "node.toml", moved)]):
+        pass
