@@ -1,4 +1,4 @@
-"""Reading the small files an operator points corda-trio at, with a size limit.
+"""Reading the small files an operator points corda-trio at, with a size limit; writing small files whole.
 
 Configuration files, keys, certificates, passphrase files, network parameters and node-info files are read
 whole. A path that names something endless or huge instead (``/dev/zero``, ``/dev/urandom``, a multi-GiB
@@ -7,15 +7,20 @@ goes through :func:`read_small_file`, which reads at most one byte more than its
 file with an ``OSError`` (``EFBIG``) whose text says so. Callers already turn an ``OSError`` into their own
 one-line error (``cannot read private key 'x': larger than 1 MiB``), so the refusal reaches the operator
 the same way as a missing file does.
+
+:func:`write_file_atomically` writes a small file (a key, a certificate, a record of the node's) so that a
+crash leaves either the old file or the new one, never a part: a temporary file in the same directory,
+``fsync``, ``rename``, then ``fsync`` of the directory.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 from typing import Final
 
-__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file"]
+__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file", "write_file_atomically"]
 
 #: The limit for configuration files, keys, certificates and passphrase files: real ones are a few KiB.
 MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
@@ -33,6 +38,28 @@ def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
     return data
+
+
+def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data`` (file mode ``mode``): a crash leaves the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have removed bits we wanted, never added any we did not
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _size(n: int) -> str:

@@ -46,7 +46,7 @@ from cryptography.hazmat.primitives import serialization
 
 from corda_trio import __version__, bridge, messaging, network, pki, rpc, store, transport
 from corda_trio.bridge import float as float_
-from corda_trio.files import read_small_file
+from corda_trio.files import read_small_file, write_file_atomically
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
 from ._metrics import NodeMetrics, serve_metrics
@@ -669,14 +669,8 @@ def _store_record_path(config: NodeConfig) -> str:
 
 def _write_store_record(config: NodeConfig) -> None:
     """Record the store the node opened (written whole or not at all)."""
-    record = config.base_directory / STORE_RECORD_NAME
-    partial = record.with_name(record.name + ".part")
     data = json.dumps({"store_directory": _store_record_path(config)}) + "\n"
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, record)
+    write_file_atomically(config.base_directory / STORE_RECORD_NAME, data.encode(), 0o644)
 
 
 def _host_port(host: str, port: int) -> str:

@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from corda_trio.files import read_small_file
+from corda_trio.files import read_small_file, write_file_atomically
 
 from ._certs import CaKey, load_pem_certificates
 from ._errors import KeyStoreError
@@ -47,27 +47,6 @@ PRIVATE_FILE_MODE: Final[int] = 0o600
 PUBLIC_FILE_MODE: Final[int] = 0o644
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # the umask may have removed bits we wanted, never added any we did not
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def write_private_key(path: str | os.PathLike[str], key: CaKey, passphrase: bytes | None) -> None:
     """Write ``key`` as PKCS#8 PEM, encrypted with ``passphrase`` (``None``: unencrypted), mode 0600."""
     if passphrase is not None and not passphrase:
@@ -76,7 +55,7 @@ def write_private_key(path: str | os.PathLike[str], key: CaKey, passphrase: byte
         serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
     )
     data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
-    _atomic_write(Path(path), data, PRIVATE_FILE_MODE)
+    write_file_atomically(path, data, PRIVATE_FILE_MODE)
 
 
 def read_private_key(path: str | os.PathLike[str], passphrase: bytes | None) -> CaKey:
@@ -113,7 +92,7 @@ def read_private_key(path: str | os.PathLike[str], passphrase: bytes | None) -> 
 def write_certificates(path: str | os.PathLike[str], certs: Sequence[x509.Certificate]) -> None:
     """Write one or more certificates (leaf first) as concatenated PEM, mode 0644."""
     data = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
-    _atomic_write(Path(path), data, PUBLIC_FILE_MODE)
+    write_file_atomically(path, data, PUBLIC_FILE_MODE)
 
 
 def read_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
