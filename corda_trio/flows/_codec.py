@@ -5,8 +5,13 @@ string keys) and instances of classes registered with :func:`payload_type`; anyt
 :class:`PayloadError` naming what was wrong. Flows and :class:`FlowSession` appear only in checkpoints.
 
 Extension types (msgpack ``ext``): ``1`` a registered payload: ``[name, version, {field: value}]``;
-``2`` a FlowSession ``[index, counterparty]`` and ``3`` a flow ``[flow name, version, {field: value}]``
-(both checkpoint only). The session message layout is in ``protocol_spec/flow-sessions.md``.
+``2`` a FlowSession ``[index, counterparty]``, ``3`` a flow ``[flow name, version, {field: value}]`` and
+``4`` a received payload that could not be read, not consumed yet (its reason, UTF-8) (2 to 4: checkpoints
+only). The session message layout is in ``protocol_spec/flow-sessions.md``.
+
+Nesting is bounded (``MAX_PAYLOAD_EXT_DEPTH``, ``MAX_CHECKPOINT_EXT_DEPTH``, ``MAX_PAYLOAD_NESTING``): each
+ext level is a nested msgpack call on the C stack, and whatever a peer's payload holds must fit into a
+checkpoint again.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = [
 EXT_PAYLOAD: Final = 1
 EXT_SESSION: Final = 2
 EXT_FLOW: Final = 3
+EXT_BAD_PAYLOAD: Final = 4
 #: The first element of every session message.
 SESSION_FORMAT: Final = 1
 CHECKPOINT_FORMAT: Final = 1
@@ -69,18 +75,52 @@ def _fields(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
 
 
-def _default(internal: bool) -> Any:
+#: Registered payloads (``ext 1``) a peer's payload may nest inside one another. Each level is a nested
+#: msgpack call, whose frame on the C stack is about 40 KiB: about 200 levels (a 2 KB message) overflowed the
+#: 8 MiB stack and killed the node with SIGSEGV before there was a limit.
+MAX_PAYLOAD_EXT_DEPTH: Final = 32
+#: The same for a checkpoint, which holds flows (``ext 3``) around payloads.
+MAX_CHECKPOINT_EXT_DEPTH: Final = 64
+#: Arrays and maps a peer's payload may nest within one ext level. msgpack reads 1024 and writes 1024, but a
+#: checkpoint holds a received payload a few levels down: a deeper one could be read and never checkpointed.
+MAX_PAYLOAD_NESTING: Final = 256
+
+
+def _ext_limit(internal: bool) -> int:
+    return MAX_CHECKPOINT_EXT_DEPTH if internal else MAX_PAYLOAD_EXT_DEPTH
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and maps more than ``limit`` deep (ext values count as leaves: their
+    contents were checked by their own call)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = v if type(v) is list else v.values() if type(v) is dict else ()
+        stack.extend((x, depth + 1) for x in items if type(x) is list or type(x) is dict)
+    return False
+
+
+def _default(internal: bool, depth: int) -> Any:
+    """The packer's ``default`` at ext level ``depth`` (what it packs inside an ext is at ``depth + 1``)."""
+
     def default(obj: Any) -> Any:
         if isinstance(obj, tuple):
             return list(obj)
         cls = type(obj)
         entry = payloads.name_of(cls)
         if entry is not None:
-            return msgpack.ExtType(EXT_PAYLOAD, _pack([entry[0], entry[1], _fields(obj)], internal))
+            inner = [entry[0], entry[1], _fields(obj)]
+            return msgpack.ExtType(EXT_PAYLOAD, _pack(inner, internal, depth + 1))
         if internal and cls is FlowSession:
-            return msgpack.ExtType(EXT_SESSION, _pack([obj.index, obj.counterparty], True))
+            return msgpack.ExtType(EXT_SESSION, _pack([obj.index, obj.counterparty], True, depth + 1))
         if internal and isinstance(obj, FlowLogic):
-            return msgpack.ExtType(EXT_FLOW, _pack([cls.flow_name, cls.flow_version, _fields(obj)], True))
+            inner = [cls.flow_name, cls.flow_version, _fields(obj)]
+            return msgpack.ExtType(EXT_FLOW, _pack(inner, True, depth + 1))
+        if internal and cls is BadPayload:  # received, not consumed yet: its step fails with the reason
+            return msgpack.ExtType(EXT_BAD_PAYLOAD, obj.reason.encode())
         raise PayloadError(
             f"a {cls.__module__}.{cls.__qualname__} cannot be sent or checkpointed: "
             "register it with @payload_type"
@@ -89,20 +129,21 @@ def _default(internal: bool) -> Any:
     return default
 
 
-_DEFAULTS: Final = {False: _default(False), True: _default(True)}
-#: Idle packers, reused: building one (its buffer) cost more than packing a checkpoint. A packer is not
-#: re-entrant and ``default`` packs nested values (ext types), so each call takes its own from the pool.
-#: msgpack empties a packer's buffer after each ``pack``, also when it raises.
+#: Idle packers per (internal, ext level), reused: building one (its buffer) cost more than packing a
+#: checkpoint. A packer is not re-entrant and ``default`` packs nested values (ext types), so each call takes
+#: its own from the pool. msgpack empties a packer's buffer after each ``pack``, also when it raises.
 #: (``None``: session messages, no ``default``.)
-_PACKERS: Final[dict[bool | None, list[msgpack.Packer]]] = {False: [], True: [], None: []}
+_PACKERS: Final[dict[tuple[bool, int] | None, list[msgpack.Packer]]] = {None: []}
 
 
-def _pack(value: Any, internal: bool) -> bytes:
-    pool = _PACKERS[internal]
+def _pack(value: Any, internal: bool, depth: int = 0) -> bytes:
+    if depth > _ext_limit(internal):
+        raise PayloadError(f"registered payload types nested more than {_ext_limit(internal)} deep")
+    pool = _PACKERS.setdefault((internal, depth), [])
     packer = (
         pool.pop()
         if pool
-        else msgpack.Packer(default=_DEFAULTS[internal], use_bin_type=True, strict_types=True)
+        else msgpack.Packer(default=_default(internal, depth), use_bin_type=True, strict_types=True)
     )
     try:
         return packer.pack(value)
@@ -127,10 +168,12 @@ def _build(cls: type, fields: Any, what: str) -> Any:
     return obj
 
 
-def _ext_hook(internal: bool) -> Any:
+def _ext_hook(internal: bool, depth: int) -> Any:
+    """The unpacker's ``ext_hook`` at ext level ``depth`` (the ext's contents are at ``depth + 1``)."""
+
     def hook(code: int, data: bytes) -> Any:
         if code == EXT_PAYLOAD:
-            name, version, fields = _unpack_list(data, internal, 3, "payload type")
+            name, version, fields = _unpack_list(data, internal, depth + 1, 3, "payload type")
             if not isinstance(name, str) or not isinstance(version, int):
                 raise PayloadError("payload type: name and version must be a string and an integer")
             cls = payloads.lookup(name, version)
@@ -139,10 +182,10 @@ def _ext_hook(internal: bool) -> Any:
             except (TypeError, ValueError) as exc:
                 raise PayloadError(f"payload type {name!r}: {exc}") from exc
         if internal and code == EXT_SESSION:
-            index, counterparty = _unpack_list(data, True, 2, "session")
+            index, counterparty = _unpack_list(data, True, depth + 1, 2, "session")
             return FlowSession(index, counterparty)
         if internal and code == EXT_FLOW:
-            name, version, fields = _unpack_list(data, True, 3, "flow")
+            name, version, fields = _unpack_list(data, True, depth + 1, 3, "flow")
             cls = registry.by_name.get(name)
             if cls is None:
                 raise PayloadError(f"checkpoint names flow class {name!r}, which is not registered")
@@ -151,25 +194,41 @@ def _ext_hook(internal: bool) -> Any:
                     f"checkpoint of {name!r} version {version}, this code has version {cls.flow_version}"
                 )  # type: ignore[attr-defined]
             return _build(cls, fields, name)
+        if internal and code == EXT_BAD_PAYLOAD:
+            return BadPayload(reason=data.decode(errors="replace"))
         raise PayloadError(f"unknown msgpack extension type {code}")
 
     return hook
 
 
-_HOOKS: Final = {False: _ext_hook(False), True: _ext_hook(True)}
+_HOOKS: Final = {
+    internal: [_ext_hook(internal, depth) for depth in range(_ext_limit(internal) + 1)]
+    for internal in (False, True)
+}
 
 
-def _unpack(data: bytes, internal: bool) -> Any:
+def _unpack(data: bytes, internal: bool, depth: int = 0) -> Any:
+    """``data`` decoded at ext level ``depth``: a peer's (not ``internal``) nests at most
+    ``MAX_PAYLOAD_EXT_DEPTH`` ext levels and ``MAX_PAYLOAD_NESTING`` arrays and maps in each; a checkpoint
+    ``MAX_CHECKPOINT_EXT_DEPTH`` ext levels (msgpack's own bound on arrays)."""
+    if depth > _ext_limit(internal):
+        raise PayloadError(f"registered payload types nested more than {_ext_limit(internal)} deep")
     try:
-        return msgpack.unpackb(data, ext_hook=_HOOKS[internal], raw=False, strict_map_key=True)
+        value = msgpack.unpackb(data, ext_hook=_HOOKS[internal][depth], raw=False, strict_map_key=True)
     except PayloadError:
         raise
+    except msgpack.StackError:
+        raise PayloadError("malformed msgpack: arrays and maps nested too deeply") from None
     except Exception as exc:  # msgpack raises several types for malformed input
         raise PayloadError(f"malformed msgpack: {type(exc).__name__}: {exc}") from exc
+    # (nesting N takes at least N bytes: shorter data need not be looked at)
+    if not internal and len(data) > MAX_PAYLOAD_NESTING and _deeper_than(value, MAX_PAYLOAD_NESTING):
+        raise PayloadError(f"arrays and maps nested more than {MAX_PAYLOAD_NESTING} deep")
+    return value
 
 
-def _unpack_list(data: bytes, internal: bool, n: int, what: str) -> list[Any]:
-    value = _unpack(data, internal)
+def _unpack_list(data: bytes, internal: bool, depth: int, n: int, what: str) -> list[Any]:
+    value = _unpack(data, internal, depth)
     if not isinstance(value, list) or len(value) != n:
         raise PayloadError(f"{what}: expected a list of {n}")
     return value
@@ -264,6 +323,8 @@ def encode_session_bundle(parts: list[bytes]) -> bytes:
 def _unpack_message(data: bytes) -> list[Any]:
     try:
         fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except msgpack.StackError:
+        raise SessionProtocolError("not msgpack: arrays and maps nested too deeply") from None
     except Exception as exc:
         detail = str(exc) or "a byte that begins no msgpack value"  # (FormatError carries no text)
         raise SessionProtocolError(f"not msgpack: {type(exc).__name__}: {detail}") from exc

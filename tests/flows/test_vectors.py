@@ -4,15 +4,22 @@ reasons."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corda_trio import flows
+from corda_trio.flows import _codec
 from corda_trio.flows._messages import BadPayload
+from corda_trio.flows._statemachine import new_responder
 from tests.flows.test_statemachine import Quote
 
 VECTORS = json.loads(
@@ -133,3 +140,90 @@ def test_a_single_message_decodes_as_a_list_of_one() -> None:
     assert flows.decode_session_messages(data) == [(_message("end", case["fields"]), data)]
     with pytest.raises(ValueError, match="at least two"):
         flows.encode_session_bundle([data])
+
+
+@flows.payload_type(name="tests.Box", version=1)
+@attrs.frozen
+class Box:
+    inner: Any
+
+
+def _boxes(depth: int) -> Any:
+    value: Any = None
+    for _ in range(depth):
+        value = Box(inner=value)
+    return value
+
+
+def _nested_lists(depth: int) -> Any:
+    value: Any = None
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_registered_payloads_nest_up_to_the_limit_and_no_further() -> None:
+    limit = _codec.MAX_PAYLOAD_EXT_DEPTH
+    assert flows.decode_payload(flows.encode_payload(_boxes(limit))) == _boxes(limit)
+    with pytest.raises(flows.PayloadError, match=f"nested more than {limit} deep"):
+        flows.encode_payload(_boxes(limit + 1))
+    # the same depth built by hand (as a peer would) is refused when read
+    data = msgpack.packb(None)
+    for _ in range(limit + 1):
+        data = msgpack.packb(
+            msgpack.ExtType(1, msgpack.packb(["tests.Box", 1, {"inner": msgpack.ExtType(1, data)}]))
+        )
+    with pytest.raises(flows.PayloadError, match=f"nested more than {limit} deep"):
+        flows.decode_payload(data)
+
+
+def test_a_payload_nesting_hundreds_of_ext_levels_is_a_bad_payload_not_a_crash(tmp_path: Path) -> None:
+    """A 2 KB data message whose payload nests 200 ext levels (the type need not exist: the contents are read
+    before the name) overflowed the C stack (SIGSEGV: the node died, and again at each restart while the
+    message waited in its inbox). In a child process, so that a crash fails this test only."""
+    script = tmp_path / "deep.py"
+    script.write_text(
+        "import msgpack\n"
+        "from corda_trio import flows\n"
+        "inner = msgpack.packb(None)\n"
+        "for _ in range(200):\n"
+        "    inner = msgpack.packb(msgpack.ExtType(1, msgpack.packb(['x', 1, msgpack.ExtType(1, inner)])))\n"
+        "message = flows.decode_session_message(msgpack.packb([1, 2, 77, 0, inner]))\n"
+        "print(message.payload.payload.reason)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert (
+        done.stdout.strip()
+        == f"registered payload types nested more than {_codec.MAX_PAYLOAD_EXT_DEPTH} deep"
+    )
+
+
+def test_what_a_peer_may_send_can_be_checkpointed_and_deeper_arrays_are_a_bad_payload() -> None:
+    """msgpack reads arrays nested 1024 deep but a checkpoint holds a received payload a few levels down,
+    where the packer refuses them: the responder was parked (holding the init in the inbox) instead of
+    failing. A bad payload not consumed yet could not be checkpointed either."""
+    limit = _codec.MAX_PAYLOAD_NESTING
+    for depth, readable in ((limit, True), (limit + 1, False), (1024, False)):
+        wire = msgpack.packb(
+            [1, 0, 5, 6, "corda_trio.flows.PingPong", 1, "", msgpack.packb(_nested_lists(depth))]
+        )
+        init = flows.decode_session_message(wire)
+        assert isinstance(init, flows.InitialSessionMessage)
+        if readable:
+            assert init.first_payload == _nested_lists(depth)
+        else:
+            assert init.first_payload == BadPayload(reason=f"arrays and maps nested more than {limit} deep")
+        state = new_responder("O=Mallory, L=Rome, C=IT", init, flows.PingPongResponder)
+        again = flows.decode_checkpoint(flows.encode_checkpoint(state))
+        assert again.sessions[0].received == [init.first_payload]
+
+
+def test_outer_nesting_past_msgpack_s_bound_is_refused_with_that_reason() -> None:
+    with pytest.raises(flows.SessionProtocolError) as info:
+        flows.decode_session_message(b"\x91" * 5000 + b"\xc0")
+    assert str(info.value) == "not msgpack: arrays and maps nested too deeply"

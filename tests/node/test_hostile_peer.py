@@ -1,0 +1,105 @@
+"""A legitimate but hostile network member (Mallory) against real node processes: it dials a victim's P2P
+port with its own TLS identity (so every transport and legal-name check passes), attaches to the victim's
+inbox and sends hand-made session messages with valid P2P headers, while the victims run flows."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import trio
+
+from corda_trio import amqp, flows, messaging, pki, rpc, transport
+from corda_trio.node import _config
+from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
+
+from .netutil import PASSWORD, make_network
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB, MALLORY = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR", "O=Mallory,L=Rome,C=IT"
+PING_PONG = "corda_trio.flows.PingPong"
+
+
+def session_message(body: bytes, dedup_id: str, *, init: bool = False) -> amqp.Message:
+    """A P2P message as a node's bridge sends it (every header the victim requires)."""
+    headers = {messaging.HEADER_MESSAGE_TYPE: "session_init"} if init else {}
+    out = messaging.OutgoingMessage(topic=flows.SESSION_TOPIC, data=body, dedup_id=dedup_id, headers=headers)
+    return messaging.to_amqp(out, platform_version=1, release_version="0.1.0", sender_uuid="m", send_seq_no=0)
+
+
+async def send_as(config: _config.NodeConfig, victim: NodeProcess, messages: list[amqp.Message]) -> list[Any]:
+    """Dial ``victim``'s P2P port as the node of ``config``, send ``messages`` to its inbox; the outcomes."""
+    tls = pki.client_ssl_context(
+        cert_chain=pki.read_certificates(config.tls_cert_chain),
+        key=pki.read_private_key(config.tls_key, config.key_passphrase.read()),
+        trust_root=pki.read_certificate(config.trust_root),
+    )
+    host, port = victim.addresses["p2p"].rsplit(":", 1)
+    async with transport.open_amqp_connection(host, int(port), ssl_context=tls) as conn:
+        sender = await conn.open_sender(messaging.inbox_address(victim.addresses["key_hash"]))
+        return [await sender.send(m) for m in messages]
+
+
+def nested_ext(levels: int) -> bytes:
+    """A payload of ``levels`` registered-payload levels, each inside the previous one's fields."""
+    inner = msgpack.packb(None)
+    for _ in range(levels):
+        inner = msgpack.packb(msgpack.ExtType(1, msgpack.packb(["x", 1, msgpack.ExtType(1, inner)])))
+    return inner
+
+
+def init(session_id: int, payload: bytes) -> bytes:
+    return msgpack.packb([1, 0, session_id, 1, PING_PONG, 1, "", payload])
+
+
+async def ping_pong(client: rpc.RpcClient, rounds: int = 3) -> None:
+    with trio.fail_after(60):
+        assert await client.start_flow("PingPong", recipient=BOB, rounds=rounds) == rounds
+
+
+async def test_deeply_nested_payloads_neither_crash_the_victim_nor_its_restart(tmp_path: Path) -> None:
+    """A 2 KB payload nesting 100 ext levels killed the victim with SIGSEGV, and again at every restart (the
+    message waited in its inbox); arrays nested 1024 deep were read but could not be checkpointed. Now each
+    is a bad payload (the responder fails with the reason) or a refusal, and the victim serves on."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    (alice_path, alice_cfg), (bob_path, bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    deep_lists: Any = None
+    for _ in range(1024):
+        deep_lists = [deep_lists]
+    async with open_node_processes([(alice_path, alice_cfg), (bob_path, bob_cfg)]) as (alice, bob):
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await ping_pong(a)
+            outcomes = await send_as(mallory_cfg, bob, [
+                session_message(msgpack.packb([1, 2, 77, 0, nested_ext(100)]), "m-1"),
+                session_message(init(1001, nested_ext(100)), "m-2", init=True),
+                session_message(init(1002, msgpack.packb(deep_lists)), "m-3", init=True),
+                session_message(b"\x91" * 5000 + b"\xc0", "m-4"),
+            ])  # fmt: skip
+            assert outcomes == [amqp.Accepted()] * 4
+            await ping_pong(a)
+            assert bob.process.returncode is None
+            async with rpc.connect(bob.rpc_url, "ops", PASSWORD) as b:
+                with trio.fail_after(30):
+                    while len(failed := await b.list_flows("failed")) < 2:  # noqa: ASYNC110 (another process)
+                        await trio.sleep(0.1)
+            errors = sorted(f["error"] for f in failed)
+            assert errors == [
+                f"{MALLORY.replace(',', ', ')} sent a payload that cannot be read: arrays and maps nested "
+                "more than 256 deep",
+                f"{MALLORY.replace(',', ', ')} sent a payload that cannot be read: registered payload types "
+                "nested more than 32 deep",
+            ], failed
+            log = bob_cfg.log_path.read_text()
+            assert "refused: unknown session 77" in log
+            assert "refused: not msgpack: arrays and maps nested too deeply" in log
+            # kill -9 and start again: nothing of Mallory's is left to replay, the flows go on
+            assert await bob.stop(signal.SIGKILL) == -signal.SIGKILL
+            bob = await start_node_process(bob_path, bob_cfg)
+            try:
+                await ping_pong(a)
+            finally:
+                await bob.stop()
