@@ -15,12 +15,12 @@ straight into its own inbox.
 
 Receiving. :meth:`MessagingService.run` consumes the inbox ``p2p.inbound.<own key-hash>`` with one dispatcher
 task, so handlers see messages in inbox order per topic (which is send order per sender: bridges and the
-acceptor keep it), one handler call at a time. For each message: claim its ``_AMQ_DUPL_ID`` with the
-:class:`Deduplicator` (a duplicate is acked and dropped), await its topic's handler, then, in a separate
-commit task so that the next message can be handled meanwhile, commit the id (and the handler's receipt)
-durably and only then ack the inbox message. Commits and acks are batched: whatever was handled while the
-previous group commit ran, or within :data:`COMMIT_HOLD_SECONDS` of the first message waiting, goes into the
-next one.
+acceptor keep it), one handler call at a time. For each message: claim its ``_AMQ_DUPL_ID``, scoped by its
+sender (:meth:`MessagingService.dedup_key`), with the :class:`Deduplicator` (a duplicate is acked and
+dropped), await its topic's handler, then, in a separate commit task so that the next message can be handled
+meanwhile, commit the id (and the handler's receipt) durably and only then ack the inbox message. Commits
+and acks are batched: whatever was handled while the previous group commit ran, or within
+:data:`COMMIT_HOLD_SECONDS` of the first message waiting, goes into the next one.
 
 No head-of-line blocking: a message whose topic has no handler yet, or whose handler raised, is *parked*
 (held, unacked, in memory) with the messages of its topic behind it, and the dispatcher goes on with the
@@ -178,6 +178,10 @@ class MessagingService:
     #: stored inbox payload -> (message as the acceptor decoded it, validated user), see remember_received
     _decoded: collections.OrderedDict[bytes, tuple[amqp.Message, str]] = attrs.field(
         factory=collections.OrderedDict
+    )
+    #: this node's legal name as ``_AMQ_VALIDATED_USER`` carries it (see :meth:`dedup_key`)
+    _own_name: str = attrs.field(
+        init=False, default=attrs.Factory(lambda self: str(self.config.legal_name), takes_self=True)
     )
 
     @classmethod
@@ -441,8 +445,12 @@ class MessagingService:
             await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
                                              delivery.payload, "amqp:not-found", description)  # fmt: skip
             return
-        if not self.deduplicator.begin(message.dedup_id):
-            log.debug("duplicate %s dropped", message.dedup_id)
+        key = self.dedup_key(message)
+        # (an id remembered bare from another node was stored before ids were scoped by sender)
+        if (key is not message.dedup_id and message.dedup_id in self.deduplicator) or (
+            not self.deduplicator.begin(key)
+        ):
+            log.debug("duplicate %s from %s dropped", message.dedup_id, message.validated_user)
             done.send_nowait((delivery.message_id, None, b""))
             return
         topic = message.topic
@@ -453,6 +461,19 @@ class MessagingService:
         if not await self._dispatch(consumer, delivery.message_id, message, done, commits):
             retry = _Parked(delivery.message_id, message, trio.current_time() + HANDLER_RETRY_SECONDS)
             self._park(topic, retry)
+
+    def dedup_key(self, message: ReceivedMessage) -> str:
+        """The id the :class:`Deduplicator` keeps for ``message``: another node's ``_AMQ_DUPL_ID`` scoped by
+        that sender (``<validated user> NUL <id>``), this node's own messages' bare.
+
+        Ids are a sender's business: the flow framework derives them from flow ids, which a client id makes
+        predictable. Unscoped, any member of the network could send one first and have the real message
+        dropped as its duplicate (a flow between two other nodes then waited for ever).
+        """
+        user = message.validated_user
+        if user is None or user == self._own_name:
+            return message.dedup_id
+        return f"{user}\x00{message.dedup_id}"
 
     def _waiting_for_handlers(self) -> int:
         """Messages parked because their topic has no handler (not those whose handler failed)."""
@@ -487,10 +508,11 @@ class MessagingService:
             return False
         finally:
             lock.release()
+        key = self.dedup_key(message)
         if callable(receipt):  # a deferred receipt: awaited aside, the next message goes on
-            commits.start_soon(self._await_deferred, consumer, message_id, message.dedup_id, receipt, done)
+            commits.start_soon(self._await_deferred, consumer, message_id, key, receipt, done)
         else:
-            done.send_nowait((message_id, message.dedup_id, receipt or b""))
+            done.send_nowait((message_id, key, receipt or b""))
         return True
 
     async def _run_parked(

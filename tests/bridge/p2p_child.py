@@ -126,7 +126,9 @@ async def run(node_dir: Path, external: bool = False) -> None:
 async def dump(node_dir: Path) -> None:
     async with store.open_broker(node_dir / "store") as broker:
         dedup = await messaging.Deduplicator.open(broker)
-        print(json.dumps([[i, r.decode("latin-1")] for i, r in dedup.receipts()]))  # any bytes
+        print(
+            json.dumps([[i.rpartition("\x00")[2], r.decode("latin-1")] for i, r in dedup.receipts()])
+        )  # any bytes
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ async def run(node_dir: Path) -> None:
 async def dump(node_dir: Path) -> None:
     async with store.open_broker(node_dir / "store") as broker:
         dedup = await messaging.Deduplicator.open(broker)
-        print(json.dumps([[i, r.decode()] for i, r in dedup.receipts()]))
+        print(json.dumps([[i.rpartition("\x00")[2], r.decode()] for i, r in dedup.receipts()]))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import trio
 from corda_trio import flows, messaging, store, testing
 from corda_trio.flows._codec import encode_outbox_record
 from corda_trio.flows._manager import outbox_key
+from corda_trio.flows._messages import derive_id
 from corda_trio.flows._statemachine import Outgoing
 from tests.flows.hasty import Hasty, HastyResponder, ended_text
 
@@ -232,7 +233,10 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
         first = await net["Alice"].flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=2)
         again = await net["Alice"].flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=2)
         assert (first.flow_id, first.started, again.flow_id, again.started) == (
-            "C-order-17", True, "C-order-17", False
+            "C-order-17",
+            True,
+            "C-order-17",
+            False,
         )
         assert await again.result() == 2
         await net.restart("Alice")
@@ -325,6 +329,28 @@ async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.Flo
             await waiting.result()
         handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
         assert await handle.result() == 2
+
+
+async def test_a_member_cannot_use_up_the_dedup_ids_of_a_flow_between_two_others(
+    net: testing.FlowNetwork,
+) -> None:
+    """A client id makes a flow's dedup ids predictable (they derive from the flow id). Carol sends Bob
+    messages under the ids Alice's flow will use; Bob dropped Alice's real init as their duplicate and the
+    flow waited for ever. Ids are scoped by their sender: Carol's count only against Carol's."""
+    alice, bob, carol = net["Alice"], net["Bob"], net["Carol"]
+    flow_id = "C-order-17"
+    sid, entropy = derive_id(flow_id, "session", 0), derive_id(flow_id, "entropy", 0)
+    service = carol.messaging
+    assert service is not None
+    with trio.fail_after(30):
+        for n in range(1, 8):  # the transitions of PingPong rounds=3 (one message to Bob each)
+            dedup_id = flows.normal_dedup_id(f"R-{sid}-{entropy}", n, 0)
+            body = msgpack.packb([1, 2, 900 + n, 0, msgpack.packb("squat")])
+            await service.send(service.create_message(flows.SESSION_TOPIC, body, dedup_id=dedup_id), bob.name)
+        await _wait_refused(bob.flows, [(CAROL, f"unknown session {900 + n}") for n in range(1, 8)])
+        handle = await alice.flows.start_flow("PingPong", client_id="order-17", recipient=BOB, rounds=3)
+        assert handle.flow_id == flow_id
+        assert await handle.result() == 3
 
 
 async def test_a_flow_ending_before_the_confirm_ends_its_responder_across_restarts(

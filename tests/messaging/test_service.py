@@ -248,3 +248,44 @@ async def test_ids_of_messages_handled_within_the_hold_share_one_commit(
         else:
             assert len(commits) > 1  # the control: without the hold, the first id commits on its own
         nursery.cancel_scope.cancel()
+
+
+async def test_dedup_ids_are_scoped_by_their_sender_and_bare_ids_stored_before_still_count(
+    tmp_path: Path,
+) -> None:
+    """Two peers may use the same id (one cannot use up the other's); a copy from the same peer is dropped;
+    an id stored bare (before ids were scoped) still drops its copy."""
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme")
+        service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+        assert service.deduplicator.begin("old")
+        await service.deduplicator.commit("old")
+
+        def stored(user: str, dedup_id: str, data: bytes) -> bytes:
+            out = service.create_message("t", data, dedup_id=dedup_id)
+            wire = messaging.to_amqp(
+                out, platform_version=1, release_version="0", sender_uuid="u", send_seq_no=0
+            )
+            return messaging.stamp_validated_user(wire, user).encode()
+
+        bob, carol = "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
+        await service.inbox.enqueue_many(
+            [
+                stored(carol, "order-17", b"carol's"),
+                stored(bob, "order-17", b"bob's"),
+                stored(bob, "order-17", b"bob's copy"),
+                stored(bob, "old", b"from before"),
+            ]
+        )
+        seen: list[bytes] = []
+
+        async def handler(message: messaging.ReceivedMessage) -> None:
+            seen.append(message.data)
+
+        service.add_message_handler("t", handler)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: not (service.inbox.statistics().depth))
+        assert seen == [b"carol's", b"bob's"]
+        assert f"{bob}\x00order-17" in service.deduplicator
+        nursery.cancel_scope.cancel()
