@@ -42,6 +42,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
+import attrs
+
 from . import _performatives as P
 from ._config import MIN_MAX_FRAME_SIZE_BYTES, UINT_MAX, ConnectionConfig
 from ._engine_errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
@@ -92,6 +94,7 @@ _OPEN_SENT_STATES: Final = frozenset({_CS.OPEN_PIPE, _CS.OPEN_SENT, _CS.OPENED})
 _TERMINAL_STATES: Final = frozenset({_CS.END, _CS.DISCARDING})
 #: Default of the per-link ``max_message_size`` arguments: take ``ConnectionConfig.max_message_size``.
 FROM_CONFIG: Final[Any] = object()
+MAX_ULONG: Final = 2**64 - 1
 
 
 class _Phase(enum.Enum):
@@ -398,7 +401,8 @@ class Connection(TransferMixin, SettlementMixin):
 
         Raises:
             LocalProtocolError: the session cannot attach (not begun, handle-max used up), a link with this
-                name and role exists, or ``max_message_size`` was given for a sending link.
+                name and role exists, ``max_message_size`` was given for a sending link, or the attach would
+                be larger than the peer's max-frame-size (``amqp:frame-size-too-small``; nothing is sent).
         """
         self._check_can_send()
         session = self.session(channel)
@@ -428,9 +432,9 @@ class Connection(TransferMixin, SettlementMixin):
                 if max_message_size is FROM_CONFIG
                 else _check_max_message_size(max_message_size)
             )
+        self._send_attach(session, link, properties)  # (raises before the link is registered)
         session.links[handle] = link
         session.links_by_name[(name, role)] = link
-        self._send_attach(session, link, properties)
         return handle
 
     def accept_link(
@@ -452,6 +456,14 @@ class Connection(TransferMixin, SettlementMixin):
         receiver's attach says how it settles; the sender only proposes): ``0`` (first) if we settle as we
         report an outcome, ``1`` (second) if we report with ``settle(..., settled=False)`` and settle once
         the sender has; default: the peer's proposal.
+
+        The engine hands the application only attaches whose default answer (the peer's source and target
+        echoed) fits the peer's max-frame-size; other ones it refuses itself (see ``_on_attach``).
+
+        Raises:
+            LocalProtocolError: ``amqp:frame-size-too-small``: the ``source`` / ``target`` / ``properties``
+                given make our attach larger than the peer's max-frame-size; nothing is sent and the link
+                still waits for an answer (refuse it).
         """
         session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
         if link.role and max_message_size is not FROM_CONFIG:
@@ -466,12 +478,18 @@ class Connection(TransferMixin, SettlementMixin):
         self._send_attach(session, link, properties)
 
     def refuse_link(self, channel: int, handle: int, error: P.ErrorCondition) -> None:
-        """Refuse a peer's attach: answer with a null terminus, then detach with ``error`` (spec 2.6.3)."""
+        """Refuse a peer's attach: answer with a null terminus, then detach with ``error`` (spec 2.6.3).
+
+        The other terminus echoes the peer's, unless that would take our attach past the peer's
+        max-frame-size: then both are null (a refusal needs no echo).
+        """
         session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
         if link.is_sender:  # the peer wants to receive from a source we refuse
             link.source, link.target = None, link.remote_attach.target
         else:
             link.source, link.target = link.remote_attach.source, None
+        if len(self._attach_frame(session, link, None)) > self.remote_max_frame_size:
+            link.source = link.target = None
         self._send_attach(session, link, None)
         self.detach(channel, handle, error=error, closed=True)
 
@@ -553,25 +571,47 @@ class Connection(TransferMixin, SettlementMixin):
             )
         )
 
-    def _send_attach(self, session: Session, link: Link, properties: dict[Symbol, Any] | None) -> None:
-        link.machine.process(LinkInput.SEND_ATTACH)
-        self._out.append(
-            encode_frame(
-                P.Attach(
-                    name=link.name,
-                    handle=link.handle,
-                    role=link.role,
-                    snd_settle_mode=link.snd_settle_mode,
-                    rcv_settle_mode=link.rcv_settle_mode,
-                    source=link.source,
-                    target=link.target,
-                    initial_delivery_count=None if link.role else link.delivery_count,
-                    max_message_size=link.max_message_size if link.role else None,
-                    properties=properties,
-                ),
-                session.channel,
-            )
+    def _attach_frame(
+        self, session: Session, link: Link, properties: dict[Symbol, Any] | None, *, widest: bool = False
+    ) -> bytes:
+        """Our ``attach`` for ``link``, encoded. ``widest``: with the widest values an answer may still be
+        given (a max-message-size as a full ulong, an explicit rcv-settle-mode): what the engine checks
+        against the peer's max-frame-size before handing a peer's attach to the application."""
+        attach = P.Attach(
+            name=link.name,
+            handle=link.handle,
+            role=link.role,
+            snd_settle_mode=link.snd_settle_mode,
+            rcv_settle_mode=link.rcv_settle_mode,
+            source=link.source,
+            target=link.target,
+            initial_delivery_count=None if link.role else link.delivery_count,
+            max_message_size=link.max_message_size if link.role else None,
+            properties=properties,
         )
+        if widest:
+            attach = attrs.evolve(
+                attach, rcv_settle_mode=1, max_message_size=MAX_ULONG if link.role else None
+            )
+        return encode_frame(attach, session.channel)
+
+    def _send_attach(self, session: Session, link: Link, properties: dict[Symbol, Any] | None) -> None:
+        """Queue our ``attach``; it must fit the peer's max-frame-size (checked before any state changes).
+
+        Raises:
+            LocalProtocolError: ``amqp:frame-size-too-small``: the attach is larger than the peer takes
+                (a frame above its max-frame-size would be a framing error there, ending the connection).
+        """
+        frame = self._attach_frame(session, link, properties)
+        limit = self.remote_max_frame_size
+        if len(frame) > limit:
+            raise LocalProtocolError(
+                f"the attach of link {_short(link.name)} would be {len(frame)} bytes, above the peer's "
+                f"max-frame-size {limit}",
+                condition=Condition.FRAME_SIZE_TOO_SMALL,
+            )
+        link.machine.process(LinkInput.SEND_ATTACH)
+        self._out.append(frame)
 
     # ------------------------------------------------------------------------------------------------
     # internals: failure
@@ -924,6 +964,23 @@ class Connection(TransferMixin, SettlementMixin):
         session.links[link.handle] = link
         session.links_by_name[(frame.name, our_role)] = link
         self._bind_remote(session, link, frame)
+        size = len(self._attach_frame(session, link, None, widest=True))
+        if size > self.remote_max_frame_size:
+            # The answer echoes the peer's source and target, which may be as large as *our* max-frame-size
+            # allows; sent above the peer's own it would be a framing error there and end the connection.
+            # Refused here with a short reason, before the application sees it. (A name too long for even
+            # the bare refusal leaves no answer within the peer's limit: then the connection closes with
+            # amqp:frame-size-too-small, raised by _send_attach.)
+            self.refuse_link(
+                session.channel,
+                link.handle,
+                _error(
+                    Condition.FRAME_SIZE_TOO_SMALL,
+                    f"the answer to this attach, echoing its source and target, would be {size} bytes; "
+                    f"your max-frame-size is {self.remote_max_frame_size}",
+                ),
+            )
+            return
         self._events.append(LinkAttachRequested(channel=session.channel, handle=link.handle, attach=frame))
 
     @staticmethod
@@ -978,8 +1035,13 @@ class Connection(TransferMixin, SettlementMixin):
         )
 
 
+def _short(name: str) -> str:
+    """A link name for a description: quoted, at most 40 characters of it (a peer's name may be huge)."""
+    return repr(name) if len(name) <= 40 else repr(name[:40]) + f"... ({len(name)} characters)"
+
+
 def _check_max_message_size(value: int | None) -> int | None:
-    if value is not None and not 0 < value <= 2**64 - 1:
+    if value is not None and not 0 < value <= MAX_ULONG:
         raise LocalProtocolError(f"max_message_size must be a positive ulong or None, got {value!r}")
     return value
 

@@ -97,6 +97,9 @@ class SessionEnded(Event):
 class LinkAttachRequested(Event):
     """The peer attached a link we did not ask for: answer with ``accept_link`` or ``refuse_link``.
 
+    Not raised for an attach whose answer (its source and target echoed) would not fit the peer's
+    max-frame-size: the engine refuses that one itself (``amqp:frame-size-too-small``).
+
     Attributes:
         handle: the local handle reserved for the link.
         attach: the peer's ``attach`` (``attach.role`` is the peer's role: ``True`` = the peer receives).
@@ -166,6 +169,8 @@ class DeliveryReceived(Event):
         delivery_id: the session's delivery id, used to settle it (``Connection.settle``).
         payload: the bare message bytes (encoded sections).
         settled: the sender pre-settled it: do not settle it again.
+        message_format: the first transfer's message-format (spec 2.7.5; 0 = the standard AMQP message,
+            also when omitted). The engine takes any format; the application decides which it accepts.
     """
 
     channel: int

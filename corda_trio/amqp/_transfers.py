@@ -14,7 +14,9 @@ begin, attach, detach, end, close). The bookkeeping lives on :class:`Session` (w
   ``max_credit_overrun_bytes`` bytes (counted frame by frame, before a frame's payload is kept); one more
   detaches only that link (``amqp:link:transfer-limit-exceeded``). A delivery's running size is checked
   against our max-message-size *before* each frame's payload is kept, so nothing beyond the limit is ever
-  buffered;
+  buffered. A delivery's message-format is its first transfer's (omitted: 0); a continuation transfer that
+  states another one detaches the link (``amqp:invalid-field``, spec 2.7.5). Which formats an application
+  takes is its own decision (``DeliveryReceived.message_format``);
 * flows: every flow for a link carries handle, delivery-count and link-credit; re-opening the session window
   (half used, on the next output) restates the link state of every receiving link whose credit changed.
 """
@@ -407,6 +409,17 @@ class TransferMixin:
                     )
                 )
                 link.reset_partial()
+            elif frame.message_format is not None and frame.message_format != link.partial_format:
+                # Spec 2.7.5: a continuation may omit message-format, but one that differs from the first
+                # transfer's is an error. The delivery cannot be trusted to be in either format: the link
+                # goes (as Qpid Broker-J does), with nothing of the delivery kept.
+                self._link_error(
+                    session,
+                    link,
+                    Condition.INVALID_FIELD,
+                    f"a continuation transfer of delivery {link.partial_id} says message-format "
+                    f"{frame.message_format}; its first transfer said {link.partial_format}",
+                )
             elif not self._check_size(session, link, link.partial_size + len(payload)):
                 pass  # the link is detached: nothing of this delivery stays buffered
             elif link.received_total > link.max_limit and not self._absorb_overrun(

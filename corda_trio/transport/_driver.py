@@ -706,11 +706,13 @@ class AmqpConnection:
 
         Raises:
             LinkDetachedError: the peer refused the link (e.g. ``amqp:unauthorized-access``).
+            AmqpTransportError: the attach cannot be sent (``amqp:frame-size-too-small``: larger than the
+                peer's max-frame-size, e.g. a very long address).
         """
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-sender-{next(self._link_names)}"
-        handle = self._engine.attach(
+        handle = self._attach(
             channel, amqp.Role.SENDER, name=name, target=address, snd_settle_mode=settle_mode
         )
         sender = Sender(self, channel, handle, address, name)
@@ -744,11 +746,14 @@ class AmqpConnection:
                 transfer is ever in flight when a ``flow`` arrives: for peers that miscount credit granted
                 while transfers are in flight (RabbitMQ 3.x's AMQP 1.0 plugin, rabbitmq-server#2597),
                 which a spec-conforming receiver would otherwise have to close for credit overrun.
+
+        Raises:
+            LinkDetachedError / AmqpTransportError: as :meth:`open_sender`.
         """
         self._raise_if_broken()
         channel = await self._require_session()
         name = name or f"{self._engine.config.container_id}-receiver-{next(self._link_names)}"
-        handle = self._engine.attach(
+        handle = self._attach(
             channel, amqp.Role.RECEIVER, name=name, source=address, max_message_size=max_message_size
         )
         receiver = Receiver(self, channel, handle, address, name, credit, refill)
@@ -767,6 +772,13 @@ class AmqpConnection:
         return self._requests_receive
 
     # --- internals -----------------------------------------------------------------------------------
+
+    def _attach(self, channel: int, role: bool, **kw: Any) -> int:
+        """``engine.attach``; an attach the engine will not send is an :class:`AmqpTransportError`."""
+        try:
+            return self._engine.attach(channel, role, **kw)
+        except amqp.LocalProtocolError as exc:
+            raise AmqpTransportError(exc.description, condition=str(exc.condition)) from exc
 
     async def _require_session(self) -> int:
         """Our session's channel; begins a new session if the peer ended the last one."""

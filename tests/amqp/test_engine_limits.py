@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from corda_trio import amqp
 from corda_trio.testing import ConnectionPair
@@ -434,3 +436,134 @@ def test_performatives_stay_strict() -> None:
     buf.feed(bad)
     with pytest.raises(amqp.DecodeError):
         buf.next_frame()
+
+
+# --- message-format (spec 2.7.5) -----------------------------------------------------------------------
+
+
+def frame_sizes(raw: bytes) -> list[int]:
+    """The SIZE of every frame in ``raw`` (protocol headers skipped)."""
+    raw = split_headers(raw)
+    sizes, pos = [], 0
+    while pos < len(raw):
+        sizes.append(int.from_bytes(raw[pos : pos + 4], "big"))
+        pos += sizes[-1]
+    return sizes
+
+
+@given(
+    first=st.sampled_from([0, 1, 0x80013700]),
+    continuations=st.lists(st.one_of(st.none(), st.sampled_from([0, 1, 0x80013700])), min_size=1, max_size=4),
+)
+def test_a_delivery_s_message_format_is_its_first_transfer_s_and_may_not_change(
+    first: int, continuations: list[int | None]
+) -> None:
+    """Continuation transfers may omit message-format or repeat it; one that states another format
+    detaches the link with ``amqp:invalid-field`` and nothing of the delivery is kept or reported (the
+    engine used to take the first format and ignore the rest). Another link carries on."""
+    pair, cch, sch, [(sh1, rh1), (sh2, _rh2)] = link_pair(credit=10, links=2)
+    frames = [amqp.Transfer(handle=sh1, delivery_id=0, delivery_tag=b"t", message_format=first, more=True)]
+    for i, fmt in enumerate(continuations):
+        frames.append(amqp.Transfer(handle=sh1, message_format=fmt, more=i < len(continuations) - 1))
+    events: list[amqp.Event] = []
+    for k, transfer in enumerate(frames):
+        events += pair.server.receive_data(amqp.encode_frame(transfer, 0, b"%d" % k))
+    changed = any(fmt is not None and fmt != first for fmt in continuations)
+    if changed:
+        assert not of(events, amqp.DeliveryReceived)
+        assert pair.server.link(sch, rh1).partial_chunks is None
+        detached = of(pair.client.receive_data(pair.server.data_to_send()), amqp.LinkDetached)
+        assert [d.handle for d in detached] == [sh1]
+        assert detached[0].error.condition == C.INVALID_FIELD
+        assert "message-format" in detached[0].error.description
+    else:
+        [delivery] = of(events, amqp.DeliveryReceived)
+        assert delivery.message_format == first
+        assert delivery.payload == b"".join(b"%d" % k for k in range(len(frames)))
+    pair.pump()
+    pair.client.send_transfer(cch, sh2, b"fine", message_format=first)
+    _, server_ev = pair.pump()
+    assert [(d.payload, d.message_format) for d in of(server_ev, amqp.DeliveryReceived)] == [(b"fine", first)]
+
+
+# --- our attach fits the peer's max-frame-size ---------------------------------------------------------
+
+
+def small_frame_peer() -> tuple[ConnectionPair, int, int]:
+    """An open pair whose client advertises max-frame-size 512; returns (pair, client ch, server ch)."""
+    pair = ConnectionPair(client_config=cfg(max_frame_size=512))
+    pair.open()
+    cch, sch = pair.begin("client")
+    return pair, cch, sch
+
+
+@settings(max_examples=60)
+@given(
+    address_len=st.integers(0, 2000),
+    name_len=st.integers(1, 700),
+    peer_sends=st.booleans(),
+    both_termini=st.booleans(),
+)
+@example(address_len=10, name_len=5, peer_sends=True, both_termini=False)  # answered by the application
+@example(address_len=2000, name_len=5, peer_sends=True, both_termini=False)  # refused by the engine
+@example(address_len=2000, name_len=5, peer_sends=False, both_termini=True)
+@example(address_len=0, name_len=600, peer_sends=False, both_termini=False)  # the connection closes
+def test_the_answer_to_a_peer_s_attach_never_exceeds_its_max_frame_size(
+    address_len: int, name_len: int, peer_sends: bool, both_termini: bool
+) -> None:
+    """A peer with max-frame-size 512 attaches with addresses (and names) as large as *our* frame size
+    allows. Our answer echoes its source and target; the engine used to send it whatever its size, a framing
+    error at the peer that ended the connection. Now every frame we send fits 512: an attach whose echo fits
+    goes to the application (and accept_link's answer fits); one whose echo does not is refused by the
+    engine with amqp:frame-size-too-small (null termini, a short detach) and never reaches the application;
+    a name too long for even the bare refusal closes the connection with that condition."""
+    pair, cch, sch = small_frame_peer()
+    address = "a" * address_len
+    termini = {"target": address} if peer_sends else {"source": address}
+    if both_termini:
+        termini = {"target": address, "source": address}
+    role = amqp.Role.SENDER if peer_sends else amqp.Role.RECEIVER
+    pair.client.attach(cch, role, name="n" * name_len, **termini)  # (checked against our 128 KiB frames)
+    try:
+        events = pair.server.receive_data(pair.client.data_to_send())
+    except amqp.RemoteProtocolError as exc:
+        assert exc.condition == C.FRAME_SIZE_TOO_SMALL
+        out = pair.server.data_to_send()
+        assert max(frame_sizes(out)) <= 512
+        assert close_of(out).error.condition == C.FRAME_SIZE_TOO_SMALL
+        assert name_len > 300  # only a name this long leaves no answer at all
+        closed = of(pair.client.receive_data(out), amqp.ConnectionClosed)
+        assert closed[0].error.condition == C.FRAME_SIZE_TOO_SMALL
+        return
+    requested = of(events, amqp.LinkAttachRequested)
+    if requested:
+        pair.server.accept_link(sch, requested[0].handle)
+        out = pair.server.data_to_send()
+        [answer] = performatives(out)
+        assert answer.source == requested[0].attach.source and answer.target == requested[0].attach.target
+    else:
+        out = pair.server.data_to_send()
+        answer, detach = performatives(out)
+        assert (answer.target if peer_sends else answer.source) is None  # a refusal (spec 2.6.3)
+        assert detach.error.condition == C.FRAME_SIZE_TOO_SMALL and "512" in detach.error.description
+    assert max(frame_sizes(out)) <= 512
+    client_events = pair.client.receive_data(out)  # the peer takes it: no framing error
+    assert not of(client_events, amqp.ConnectionClosed)
+    if not requested:
+        [detached] = of(client_events, amqp.LinkDetached)
+        assert detached.error.condition == C.FRAME_SIZE_TOO_SMALL
+
+
+def test_an_attach_larger_than_the_peer_s_max_frame_size_is_not_sent() -> None:
+    """The other direction: our own attach to a peer with max-frame-size 512 raises frame-size-too-small
+    instead of going out oversize; nothing is sent and the link name stays free."""
+    pair = ConnectionPair(server_config=cfg(max_frame_size=512, sasl_mechanisms=SERVER_MECHS))
+    pair.open()
+    cch, _sch = pair.begin("client")
+    with pytest.raises(amqp.LocalProtocolError) as info:
+        pair.client.attach(cch, amqp.Role.SENDER, name="s", target="t" * 600)
+    assert info.value.condition == C.FRAME_SIZE_TOO_SMALL and "512" in info.value.description
+    assert pair.client.data_to_send() == b""
+    handle = pair.client.attach(cch, amqp.Role.SENDER, name="s", target="short")
+    _, server_events = pair.pump()
+    assert [e.handle for e in of(server_events, amqp.LinkAttachRequested)] == [handle]

@@ -99,3 +99,33 @@ async def test_proton_client_over_mutual_tls(nursery: trio.Nursery, tls_pems: tu
         out = await run_proton_client(port, "--address", "tls-q", "--count", "200", "--tls", str(d))
     assert out["accepted"] == 200 and out["received"] == 200 and out["mismatches"] == 0
     assert peers and ("DNS", "interop-client.example") in peers[0]["subjectAltName"]
+
+
+@pytest.mark.parametrize("address_length", [100, 2000])
+async def test_proton_with_512_byte_frames_gets_attach_answers_that_fit(
+    nursery: trio.Nursery, address_length: int
+) -> None:
+    """Proton advertises max-frame-size 512 and attaches a sender to a 2,000-character address (its frame
+    only has to fit *our* 128 KiB). Our answer used to echo the address: a 2 KB frame that Proton rejects
+    as a framing error, closing the whole connection. The engine now refuses that link with
+    amqp:frame-size-too-small; Proton's other link on the connection delivers. A 100-character address fits
+    and is echoed as before."""
+    broker = QueueBroker()
+    config = amqp.ConnectionConfig(sasl_mechanisms=("PLAIN", "ANONYMOUS"))
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, broker.handle, 0, config=config))
+    port = transport.listener_port(listeners)
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(PEERS / "proton_attach_client.py"), "--port", str(port),
+             "--max-frame-size", "512", "--address-length", str(address_length)],
+            capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+    lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+    assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+    out = json.loads(lines[-1])
+    assert out["error"] is None and out["short"] == "accepted", out
+    if address_length > 400:
+        assert out["long_condition"] == "amqp:frame-size-too-small" and out["long_remote_target"] is None
+        assert "512" in out["long_description"]
+    else:
+        assert out["long_condition"] is None and out["long_remote_target"] == "x" * address_length

@@ -650,3 +650,48 @@ async def test_a_connection_lost_under_a_handler_s_tasks_is_no_handler_failure(
         assert any("ended: the peer went away during the attach" in r.getMessage() for r in caplog.records)
     else:
         assert len(failed) == 1 and failed[0].exc_info is not None
+
+
+async def test_an_attach_the_answer_to_which_would_not_fit_the_peer_s_frames_is_refused(
+    nursery: trio.Nursery,
+) -> None:
+    """A raw peer advertises max-frame-size 512, then attaches a sender with a 3,000-byte target and a
+    receiver with a 3,000-byte source (each within our 128 KiB frames). Every frame the server sends fits
+    512 (the echoing attach used to be 3 KB, a framing error at the peer ending the connection): both links
+    are refused with amqp:frame-size-too-small, and a link with a short address is then served on the same
+    connection. A link name too long for any answer closes the connection with that condition, in a frame
+    that fits too."""
+    broker = QueueBroker()
+    port = await start(nursery, broker)
+    peer = await RawPeer.connect(port)
+    small = amqp.encode_frame(amqp.Open(container_id="small", max_frame_size=512))
+    long = "x" * 3000
+    attaches = [
+        amqp.Attach(name="s", handle=0, role=amqp.Role.SENDER, target=amqp.Target(address=long),
+                    initial_delivery_count=0),
+        amqp.Attach(name="r", handle=1, role=amqp.Role.RECEIVER, source=amqp.Source(address=long)),
+    ]  # fmt: skip
+    await peer.send(amqp.AMQP_HEADER + small + BEGIN + b"".join(amqp.encode_frame(a) for a in attaches))
+    frames = await peer.read_until(amqp.Detach, 2)
+    detaches = [p for p in frames if isinstance(p, amqp.Detach)]
+    assert [d.handle for d in detaches] == [0, 1]
+    assert all(d.error.condition == C.FRAME_SIZE_TOO_SMALL for d in detaches)
+    answers = [p for p in frames if isinstance(p, amqp.Attach)]
+    assert [(a.source, a.target) for a in answers] == [(None, None), (None, None)]
+    await peer.send(b"".join(amqp.encode_frame(amqp.Detach(handle=h, closed=True)) for h in (0, 1)))
+    fine = amqp.Attach(name="fine", handle=2, role=amqp.Role.SENDER, target=amqp.Target(address="q"),
+                       initial_delivery_count=0)  # fmt: skip
+    await peer.send(amqp.encode_frame(fine))
+    frames = await peer.read_until(amqp.Flow)
+    assert [a.target.address for a in frames if isinstance(a, amqp.Attach) and a.target] == ["q"]
+    huge_name = amqp.Attach(name="n" * 1000, handle=3, role=amqp.Role.SENDER, initial_delivery_count=0)
+    await peer.send(amqp.encode_frame(huge_name))
+    assert the_close(await peer.read_to_eof()).error.condition == C.FRAME_SIZE_TOO_SMALL
+    await peer.aclose()
+    raw = bytes(peer.data)
+    pos, sizes = 8, []  # (after the AMQP header)
+    while pos < len(raw):
+        sizes.append(int.from_bytes(raw[pos : pos + 4], "big"))
+        pos += sizes[-1]
+    assert max(sizes) <= 512, sizes
+    await assert_still_serving(port)
