@@ -9,7 +9,7 @@ inbox gets a receiving link with ``credit``; anything else is refused with ``amq
 description naming the one allowed address.
 
 Per accepted link one task takes whatever has arrived on the link (in order), validates each message
-(decodable, required headers, size at most ``max_message_size``,
+(transfer message-format 0, decodable, required headers, size at most ``max_message_size``,
 ``_AMQ_VALIDATED_USER`` absent or equal to the TLS subject), rejects the bad ones with their condition (the
 link stays up), stamps ``_AMQ_VALIDATED_USER`` on the good ones and appends them to the inbox in one group
 commit; only when that returns, i.e. the batch is durable, are they settled ``accepted``. In the node,
@@ -46,6 +46,7 @@ from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_VALIDATED_USER,
     InvalidMessageError,
+    check_message_format,
     check_p2p_message,
     stamped_payload,
 )
@@ -114,9 +115,10 @@ async def store_checked(
     on_checked: OnChecked | None,
     who: str,
 ) -> tuple[dict[str | None, int], int, int]:
-    """Check each delivery of ``batch``, reject the bad ones with their condition (the link stays up), release
-    those the check says may be taken later (:class:`RetryLaterError`), append the good ones to ``inbox`` in
-    one group commit and, only once that is durable, settle them ``accepted``.
+    """Check each delivery of ``batch`` (its transfer's message-format must be 0, the standard AMQP message:
+    ``messaging.check_message_format``; then ``check``), reject the bad ones with their condition (the link
+    stays up), release those the check says may be taken later (:class:`RetryLaterError`), append the good
+    ones to ``inbox`` in one group commit and, only once that is durable, settle them ``accepted``.
 
     Returns (messages stored by sender, messages rejected, messages released). ``who`` names the source in
     the log.
@@ -127,6 +129,7 @@ async def store_checked(
     rejected = released = 0
     for delivery in batch:
         try:
+            check_message_format(delivery.message_format)
             sender, message, payload = check(delivery.payload)
         except InvalidMessageError as exc:
             rejected += 1

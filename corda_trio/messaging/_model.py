@@ -43,6 +43,7 @@ __all__ = [
     "InvalidMessageError",
     "OutgoingMessage",
     "ReceivedMessage",
+    "check_message_format",
     "check_p2p_message",
     "from_amqp",
     "inbox_address",
@@ -189,6 +190,22 @@ def to_amqp(
         application_properties=props,
         body=message.data,
     )
+
+
+def check_message_format(message_format: int) -> None:
+    """A delivery's transfer message-format (spec 2.7.5) must be 0, the standard AMQP message: raises
+    :class:`InvalidMessageError` with ``amqp:not-implemented`` for any other.
+
+    Another format (the upper three bytes a vendor's id, the low byte its version) says the payload is
+    *not* standard sections; reading it as an ``amqp.Message`` would be guessing, and a P2P message is
+    never one. ``not-implemented`` (the receiver does not implement what the sender used) rather than
+    ``decode-error`` or ``invalid-field``: the payload may be well formed in its own format.
+    """
+    if message_format != 0:
+        raise InvalidMessageError(
+            "amqp:not-implemented",
+            f"message-format {message_format:#x} is not taken here: only 0, the standard AMQP message",
+        )
 
 
 def check_p2p_message(message: amqp.Message, *, max_size: int, encoded_size: int) -> None:

@@ -153,8 +153,10 @@ class Sender:
             return 0
         return self._conn._engine.credit(self.channel, self.handle)
 
-    async def send(self, message: amqp.Message | bytes, *, settled: bool = False) -> Any:
-        """Send one message and wait for its outcome.
+    async def send(
+        self, message: amqp.Message | bytes, *, settled: bool = False, message_format: int = 0
+    ) -> Any:
+        """Send one message and wait for its outcome (``message_format``: see :meth:`send_nowait`).
 
         Returns:
             The peer's terminal delivery state (``amqp.Accepted()`` on success), or ``None`` for a
@@ -164,27 +166,30 @@ class Sender:
             LinkDetachedError / AmqpConnectionError: the link or connection ended before the outcome arrived:
                 the message must be considered *not* delivered.
         """
-        pending = await self.start_send(message, settled=settled)
+        pending = await self.start_send(message, settled=settled, message_format=message_format)
         if pending is None:
             return None
         return await pending.outcome()
 
     async def start_send(
-        self, message: amqp.Message | bytes, *, settled: bool = False
+        self, message: amqp.Message | bytes, *, settled: bool = False, message_format: int = 0
     ) -> PendingDelivery | None:
         """Wait for credit, then queue the message (see :meth:`send_nowait`); always a checkpoint."""
         await trio.lowlevel.checkpoint()
         while True:
             try:
-                return self.send_nowait(message, settled=settled)
+                return self.send_nowait(message, settled=settled, message_format=message_format)
             except trio.WouldBlock:
                 await self._credit_lot.park()
 
-    def send_nowait(self, message: amqp.Message | bytes, *, settled: bool = False) -> PendingDelivery | None:
+    def send_nowait(
+        self, message: amqp.Message | bytes, *, settled: bool = False, message_format: int = 0
+    ) -> PendingDelivery | None:
         """Queue the message now; returns a handle to await its outcome (``None`` when pre-settled).
 
         The frames go out with the next flush, which the connection's writer task does as soon as the caller
-        blocks, so a burst of ``send_nowait`` calls leaves in one write.
+        blocks, so a burst of ``send_nowait`` calls leaves in one write. ``message_format``: the transfer's
+        message-format (spec 2.7.5); 0, the default, is the standard AMQP message.
 
         Raises:
             trio.WouldBlock: no credit right now.
@@ -198,7 +203,9 @@ class Sender:
             raise trio.WouldBlock
         payload = message.encode() if isinstance(message, amqp.Message) else bytes(message)
         try:
-            delivery_id = engine.send_transfer(self.channel, self.handle, payload, settled=settled)
+            delivery_id = engine.send_transfer(
+                self.channel, self.handle, payload, settled=settled, message_format=message_format
+            )
         except amqp.LocalProtocolError as exc:
             raise AmqpTransportError(exc.description, condition=str(exc.condition)) from exc
         pending = None
@@ -243,12 +250,15 @@ class Sender:
 class Delivery:
     """A message received on a :class:`Receiver`; settle it with :meth:`accept` (or reject/release/modify)."""
 
-    __slots__ = ("_receiver", "delivery_id", "delivery_tag", "payload", "settled")
+    __slots__ = ("_receiver", "delivery_id", "delivery_tag", "message_format", "payload", "settled")
 
     def __init__(self, receiver: Receiver, event: amqp.DeliveryReceived) -> None:
         self._receiver = receiver
         self.delivery_id = event.delivery_id
         self.delivery_tag = event.delivery_tag
+        #: The transfer's message-format (spec 2.7.5): 0 is the standard AMQP message (``amqp.Message``),
+        #: anything else a format the payload must not be read as unless the application knows it.
+        self.message_format = event.message_format
         self.payload = event.payload
         self.settled = event.settled
 

@@ -4,6 +4,7 @@ bridge delivers into RabbitMQ standing in for a peer's inbox, with Corda's heade
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import trio
 
 from corda_trio import amqp, bridge, messaging, pki, store, transport
-from tests.interop.conftest import Peer
+from tests.interop.conftest import Peer, rhea_node_path
 from tests.p2p_harness import running_node, wait_until
 
 pytestmark = [pytest.mark.interop]
@@ -118,3 +119,33 @@ async def test_our_bridge_delivers_into_rabbitmq_with_corda_headers(rabbitmq: Pe
     assert [m.data for m in got] == [b"r%d" % i for i in range(n)]
     assert [m.dedup_id for m in got] == [f"R-{i}" for i in range(n)]
     assert {(m.topic, m.platform_version, m.sender_uuid) for m in got} == {("test.p2p", 1, "s")}
+
+
+RHEA_CLIENT = Path(__file__).with_name("rhea_p2p_client.js")
+
+
+async def test_rhea_s_delivery_in_another_message_format_is_rejected_and_not_stored(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """rhea (a real peer over mutual TLS) sends three well-formed P2P messages with transfer message-formats
+    0, 0x80013700 (a vendor's format) and 0. The acceptor used to store all three as standard messages; the
+    one in the other format is rejected with amqp:not-implemented and never stored, the others are."""
+    tls = tmp_path / "rhea-tls"
+    tls.mkdir()
+    pki.write_certificates(tls / "client.pem", alice.tls_chain)
+    pki.write_private_key(tls / "client.key", alice.tls.key, None)
+    pki.write_certificates(tls / "ca.pem", [network.root.cert])
+    env = {**os.environ, "NODE_PATH": rhea_node_path()}
+    async with running_node(bob, network.root.cert, tmp_path / "b", run_service=False) as b:
+        inbox = b.service.inbox
+        with trio.fail_after(60):
+            result = await trio.run_process(
+                ["node", str(RHEA_CLIENT), str(b.port), inbox.name, str(tls), "0", str(0x80013700), "0"],
+                capture_stdout=True, capture_stderr=True, env=env, check=False,
+            )  # fmt: skip
+        lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+        assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+        out = json.loads(lines[-1])
+        assert out == {"outcomes": ["accepted", "amqp:not-implemented", "accepted"], "error": None}
+        stored = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in inbox.browse()]
+        assert [m.data for m in stored] == [b"rhea-0", b"rhea-2"]

@@ -140,7 +140,17 @@ async def test_endpoint_authenticates_and_limits_addresses(
                 outcome = await sender.send(message)
                 assert isinstance(outcome, amqp.Rejected)
                 assert outcome.error is not None and outcome.error.condition == "amqp:unauthorized-access"
+                # stamped as a bridge must, but in another message-format (AMQP 1.0 section 2.7.5): the
+                # endpoint stored it as a standard message; it is rejected with not-implemented
+                props = dict(message.application_properties or {})
+                props[messaging.HEADER_VALIDATED_USER] = "O=Bob, L=New York, C=US"
+                stamped = attrs.evolve(message, application_properties=props)
+                outcome = await sender.send(stamped, message_format=0x100)
+                assert isinstance(outcome, amqp.Rejected)
+                assert outcome.error is not None and outcome.error.condition == "amqp:not-implemented"
                 assert a.service.inbox.statistics().depth == 0
+                assert isinstance(await sender.send(stamped), amqp.Accepted)  # (format 0: taken)
+                assert a.service.inbox.statistics().depth == 1
 
 
 @pytest.mark.parametrize("external", [False, True], ids=["in-node", "external"])

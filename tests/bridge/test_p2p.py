@@ -336,3 +336,25 @@ async def test_a_listener_with_another_root_is_parked(
             a.service.outbound_queues()[messaging.outbound_queue(m.as_peer().key_hash)].statistics().depth
             == 1
         )
+
+
+async def test_the_acceptor_rejects_a_delivery_in_another_message_format(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """A peer sends a well-formed P2P message with transfer message-format 0x80013700 (a vendor's format,
+    AMQP 1.0 section 2.7.5): the acceptor used to store it as a standard message. It is rejected with
+    amqp:not-implemented, nothing is stored, and the link stays up for format 0."""
+    root = network.root.cert
+    async with running_node(bob, root, tmp_path / "b", run_service=False) as b:
+        _, client = contexts(alice, root)
+        async with transport.open_amqp_connection("127.0.0.1", b.port, ssl_context=client) as conn:
+            sender = await conn.open_sender(b.service.inbox.name)
+            for fmt in (0x80013700, 1):
+                outcome = await sender.send(wire(alice, fmt), message_format=fmt)
+                assert isinstance(outcome, amqp.Rejected)
+                assert outcome.error is not None and outcome.error.condition == "amqp:not-implemented"
+                assert hex(fmt) in str(outcome.error.description)
+            assert b.service.inbox.statistics().depth == 0
+            assert isinstance(await sender.send(wire(alice, 7)), amqp.Accepted)
+        assert b.service.inbox.statistics().depth == 1
+        assert b.acceptor.rejected == 2

@@ -61,7 +61,10 @@ async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
         ("garbage inner", env(a, inbox, b"\x00\x53"), "amqp:decode-error"),
         ("garbage envelope", b"\x00\x53\x75", "amqp:decode-error"),
         ("a command as envelope", fl.encode_control(fl.DeactivateFloat(reason="x")).encode(), INVALID),
+        # a well-formed envelope, forwarded in another message-format than the standard one (0)
+        ("another message-format", env(a, inbox, p2p(alice, 10)), "amqp:not-implemented"),
     ]
+    formats = {"another message-format": 0x80013700}
     legit = env(a, inbox, p2p(None, 0))  # the inside stamps the sender the float authenticated
     outcomes: dict[str, Any] = {}
     done = trio.Event()
@@ -85,7 +88,7 @@ async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
         await links[fl.EVENTS_ADDRESS].send(fl.encode_control(report))
         forward = links[fl.INBOUND_ADDRESS]
         for name, data, _ in forged:
-            outcomes[name] = await forward.send(data)
+            outcomes[name] = await forward.send(data, message_format=formats.get(name, 0))
         outcomes["legit"] = await forward.send(legit)
         done.set()
         await trio.sleep_forever()

@@ -199,6 +199,15 @@ async def test_public_side_refusals_and_the_end_to_end_window(
                     second = await pending[1].outcome()
                     assert isinstance(second, amqp.Rejected) and second.error.description == "inside says no"
                     assert second.error.condition == "amqp:unauthorized-access"
+                    # a delivery in another message-format (AMQP 1.0 section 2.7.5) is refused at the edge
+                    # (it used to be forwarded as if standard): never forwarded, and the next one is
+                    odd = await first.send(wire(alice, 3), message_format=0x80013700)
+                    assert isinstance(odd, amqp.Rejected) and odd.error.condition == "amqp:not-implemented"
+                    after = await first.start_send(wire(alice, 4))
+                    forwarded = await inbound.receive()
+                    assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, 4)
+                    await forwarded.accept()
+                    assert isinstance(await after.outcome(), amqp.Accepted)
                 # another network's node is refused at TLS
                 with pytest.raises((transport.HandshakeError, transport.AmqpTransportError, OSError)):
                     async with dial(foreign, trust=root) as conn:
@@ -207,6 +216,9 @@ async def test_public_side_refusals_and_the_end_to_end_window(
     assert any(e["event"] == "tls" and e["outcome"] == "refused" for e in events)
     refused = [e["condition"] for e in events if e["event"] == "link-refused"]
     assert refused.count("amqp:unauthorized-access") == 3 and "amqp:resource-limit-exceeded" in refused
+    [odd] = [e for e in events if e["event"] == "delivery-refused"]
+    assert odd["condition"] == "amqp:not-implemented" and odd["message_format"] == 0x80013700
+    assert odd["legal_name"] == str(alice.legal_name)
 
 
 async def test_one_address_with_idle_connections_cannot_take_the_public_slots(

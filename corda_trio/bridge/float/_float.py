@@ -15,7 +15,9 @@ The public listener runs inside the control connection's nursery: when the contr
 Peers connect to the public port as to a node: TLS with a client certificate anchored in the network root,
 ``pki.check_peer_is_network_node``; the legal name becomes the sender. Only senders to the activated inboxes
 are accepted (anything else: ``amqp:unauthorized-access``), and no message larger than ``max_message_size``
-(the link's limit). Each delivery is wrapped, unparsed, in a :class:`~._control.ForwardedDelivery` that adds
+(the link's limit). A delivery whose transfer message-format is not 0 (the standard AMQP message) is rejected
+at once with ``amqp:not-implemented`` (in its turn: the peer's order of outcomes holds) and never forwarded.
+Each other delivery is wrapped, unparsed, in a :class:`~._control.ForwardedDelivery` that adds
 the peer's validated legal name (``float-source``) and sent over the control connection's inbound link; the
 inside decodes and checks it, stamps ``_AMQ_VALIDATED_USER`` and stores it. The inside's outcome
 (``accepted`` only once the message is durable in the inbox, or ``rejected`` with its condition) settles
@@ -43,7 +45,7 @@ import attrs
 import trio
 
 from corda_trio import amqp, pki, transport
-from corda_trio.messaging import DEFAULT_MAX_MESSAGE_SIZE
+from corda_trio.messaging import DEFAULT_MAX_MESSAGE_SIZE, InvalidMessageError, check_message_format
 
 from ._audit import AuditLog, LatencySummary
 from ._control import (
@@ -448,6 +450,7 @@ class Float:
     ) -> None:
         credit = reserve // 2
         slots = trio.Semaphore(credit)  # taken from the link, not yet settled
+        # (delivery, its pending forward, or the outcome it was refused with here, time taken from the link)
         send, receive = trio.open_memory_channel[tuple[transport.Delivery, Any, float]](credit)
         try:
             async with trio.open_nursery() as nursery:
@@ -472,12 +475,35 @@ class Float:
                                 break
                         started = trio.current_time()
                         for delivery in batch:  # forwarded without a checkpoint while the inside has credit
+                            refused = self._refusal(delivery, user, peer)
+                            if refused is not None:  # settled in its turn, never forwarded
+                                send.send_nowait((delivery, refused, started))
+                                continue
                             pending = await self._forward(delivery, activation, prefix)
                             send.send_nowait((delivery, pending, started))  # room: one slot per item
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
             log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
         finally:
             activation.window_left += reserve
+
+    def _refusal(self, delivery: transport.Delivery, user: str, peer: str) -> amqp.Rejected | None:
+        """The outcome a delivery gets at the edge without being forwarded, or ``None`` to forward it.
+
+        Only the float sees the peer's transfer: one whose message-format is not 0 (the standard AMQP
+        message) is rejected here with ``amqp:not-implemented``. The envelope does not carry the format: the
+        inside checks its own link's transfers the same way and the payload as a standard message, and a
+        compromised float could state any format it liked (``protocol_spec/float-control.md``).
+        """
+        try:
+            check_message_format(delivery.message_format)
+        except InvalidMessageError as exc:
+            self.audit.write(
+                "delivery-refused", peer=peer, legal_name=user, condition=exc.condition,
+                message_format=delivery.message_format,
+            )  # fmt: skip
+            error = amqp.ErrorCondition(condition=amqp.Symbol(exc.condition), description=exc.description)
+            return amqp.Rejected(error=error)
+        return None
 
     async def _forward(
         self, delivery: transport.Delivery, activation: _Activation, prefix: bytes
@@ -512,7 +538,9 @@ class Float:
                     break
             for delivery, pending, started in batch:
                 # the control link ending raises here: the peer's delivery stays unsettled (sent again)
-                if pending.settled and pending.state is not None:
+                if not isinstance(pending, transport.PendingDelivery):
+                    outcome = pending  # refused at the edge (_refusal)
+                elif pending.settled and pending.state is not None:
                     outcome = pending.state  # already in: settle without yielding, with the rest of the run
                 else:  # waiting lets the dispositions settled so far leave
                     outcome = await pending.outcome()
