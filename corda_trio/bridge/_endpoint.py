@@ -10,9 +10,11 @@ credentials are the configured ones (compared in constant time). Per connection,
   that queue: messages go out unsettled as the link has credit, each is acked in the queue only when the
   client settles it ``accepted``; anything else (another outcome, the link or connection ending, the client
   detaching) ends the link's consumer, which puts every unacked message back in order. One consumer per queue
-  (a second is refused with ``amqp:resource-locked``), so the per-sender order holds;
+  (a second is refused with ``amqp:resource-locked``), so the per-sender order holds. A link whose
+  max-message-size is below the network's ``max_message_size`` is refused with ``amqp:precondition-failed``:
+  a message above it would be dead-lettered for good by the client's setting, not a peer's refusal;
 * a sender to the node's inbox goes through :meth:`InboundAcceptor.pump_link` in trusted mode (checked
-  again, stored, settled ``accepted`` once durable);
+  again, message-format 0 included, stored, settled ``accepted`` once durable);
 * a sender to :data:`CONTROL_ADDRESS` carries ``QueueQuery`` messages, answered with a correlated
   ``QueueSnapshot`` on the notify links of the same connection;
 * a receiver from :data:`NOTIFY_ADDRESS` gets the snapshots and, whenever the wanted bridges change (a
@@ -264,6 +266,17 @@ class LocalEndpoint:
             return
         if name in self._consuming:
             await request.refuse("amqp:resource-locked", f"{name} already has a consumer")
+            return
+        limit = request.attach.max_message_size
+        if limit and limit < self.config.max_message_size:
+            # A message above the link's limit would not be sent, and stream_queue dead-letters it for good
+            # as a refusal: a local client's setting must not decide that (the network's limit bounds what
+            # the node's queues hold; whether a peer takes a message is the peer's link's decision).
+            await request.refuse(
+                "amqp:precondition-failed",
+                f"a consumer of {name} must take messages up to the network's max_message_size of "
+                f"{self.config.max_message_size} bytes; this link's max-message-size is {limit}",
+            )
             return
         self._consuming.add(name)
         try:

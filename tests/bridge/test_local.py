@@ -305,3 +305,39 @@ async def test_a_notify_link_that_falls_too_far_behind_is_detached_at_once(
                 async for _ in notify:  # ends when the endpoint detaches the link
                     received += 1
             assert received <= 2
+
+
+async def test_a_consumer_link_below_the_network_s_max_message_size_is_refused(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """A logged-in local client attaches a receiver from an outbound queue advertising a max-message-size
+    below the network's: the endpoint used to accept it, could not send the 5,000-byte message over it and
+    dead-lettered it for good, by the client's choice. The link is refused with amqp:precondition-failed
+    naming both limits; the message stays queued and reaches a link without that limit."""
+    peers = messaging.PeerDirectory()
+    # Bob's address has no listener: the node's own external bridge never consumes his queue
+    key_hash = pki.key_hash(bob.identity.cert.public_key())
+    peers.put(messaging.Peer(legal_name=bob.legal_name, key_hash=key_hash, addresses=[("127.0.0.1", 1)]))
+    root = network.root.cert
+    async with running_node(
+        alice, root, tmp_path / "a", peers=peers, external=True, max_message_size=20_000
+    ) as a:
+        assert a.endpoint is not None and a.endpoint.port is not None
+        await a.service.send(a.service.create_message(TOPIC, bytes(5000)), bob.legal_name)
+        (queue,) = a.service.outbound_queues().values()
+        good = amqp.ConnectionConfig(sasl_username="bridge", sasl_password="secret")
+        with trio.fail_after(30):
+            async with transport.open_amqp_connection("127.0.0.1", a.endpoint.port, config=good) as conn:
+                with pytest.raises(transport.LinkDetachedError) as info:
+                    receiver = await conn.open_receiver(queue.name, max_message_size=1000)
+                    await receiver.receive()
+                assert info.value.condition == "amqp:precondition-failed"
+                assert "20000" in str(info.value) and "1000" in str(info.value)
+                assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
+                receiver = await conn.open_receiver(queue.name, max_message_size=20_000)  # served
+                delivery = await receiver.receive()
+                assert messaging.from_amqp(delivery.message).data == bytes(5000)
+                await delivery.release()  # (back in the queue)
+                await receiver.aclose()
+                await wait_until(lambda: queue.statistics().depth == 1)
+        assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
