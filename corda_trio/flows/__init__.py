@@ -21,6 +21,7 @@ from ._codec import encode_payload as encode_payload
 from ._codec import encode_session_bundle as encode_session_bundle
 from ._codec import encode_session_message as encode_session_message
 from ._errors import COUNTER_FLOW_ERRORED as COUNTER_FLOW_ERRORED
+from ._errors import ClientIdTakenError as ClientIdTakenError
 from ._errors import FlowError as FlowError
 from ._errors import FlowException as FlowException
 from ._errors import FlowKilledError as FlowKilledError
@@ -78,6 +79,7 @@ __all__ = [
     "SESSION_TOPIC",
     "Broadcast",
     "BroadcastResponder",
+    "ClientIdTakenError",
     "ConfirmPayload",
     "DataPayload",
     "EndPayload",

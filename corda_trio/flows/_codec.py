@@ -465,7 +465,10 @@ def encode_outbox(state: FlowState) -> None:
 
 
 def encode_checkpoint(state: FlowState) -> bytes:
-    """The checkpoint of ``state`` (its outbox is encoded in place first).
+    """The checkpoint of ``state`` (its outbox is encoded in place first): a msgpack list of format,
+    flow id, status, suspends, next session, stack, sessions, outbox, result, error, flow class and, for a
+    flow with a recorded starter only, that starter (a flow without one encodes as before starters were
+    recorded).
 
     Raises:
         PayloadError: a flow field, a buffered payload or the result cannot be encoded.
@@ -480,15 +483,15 @@ def encode_checkpoint(state: FlowState) -> bytes:
         ]
         for s in state.sessions.values()
     ]  # fmt: skip
-    return _pack(
-        [
-            CHECKPOINT_FORMAT, state.flow_id, state.status, state.suspends, state.next_session,
-            [[f.flow, f.step, _wait_out(f.wait)] for f in state.stack], sessions,
-            [[o.counterparty, o.dedup_id, o.wire, o.initial] for o in state.outbox],
-            state.result, None if state.error is None else list(state.error), state.flow_class,
-        ],
-        True,
-    )  # fmt: skip
+    fields = [
+        CHECKPOINT_FORMAT, state.flow_id, state.status, state.suspends, state.next_session,
+        [[f.flow, f.step, _wait_out(f.wait)] for f in state.stack], sessions,
+        [[o.counterparty, o.dedup_id, o.wire, o.initial] for o in state.outbox],
+        state.result, None if state.error is None else list(state.error), state.flow_class,
+    ]  # fmt: skip
+    if state.started_by is not None:  # (a 12th element: a flow without a starter keeps the 11 of before)
+        fields.append(state.started_by)
+    return _pack(fields, True)
 
 
 def decode_checkpoint(data: bytes) -> FlowState:
@@ -498,9 +501,13 @@ def decode_checkpoint(data: bytes) -> FlowState:
         PayloadError: not a checkpoint of this format, or it names an unknown flow class / version / type.
     """
     value = _unpack(data, True)
-    if not isinstance(value, list) or len(value) != 11 or value[0] != CHECKPOINT_FORMAT:
+    if not isinstance(value, list) or len(value) not in (11, 12) or value[0] != CHECKPOINT_FORMAT:
         raise PayloadError("not a flow checkpoint of format 1")
-    _, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error, flow_class = value
+    (_, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error,
+     flow_class) = value[:11]  # fmt: skip
+    started_by = value[11] if len(value) == 12 else None
+    if not (started_by is None or isinstance(started_by, str)):
+        raise PayloadError(f"malformed flow checkpoint: its starter is a {type(started_by).__name__}")
     try:
         state = FlowState(
             flow_id=flow_id,
@@ -512,6 +519,7 @@ def decode_checkpoint(data: bytes) -> FlowState:
             result=result,
             error=None if error is None else (error[0], error[1]),
             flow_class=flow_class,
+            started_by=started_by,
         )
         for s in sessions:
             (index, counterparty, our_id, initiating, entropy, seed, flow_name, flow_version, app_name,
@@ -528,6 +536,19 @@ def decode_checkpoint(data: bytes) -> FlowState:
     except (TypeError, ValueError, LookupError) as exc:  # (an error pair that is a map or a short string)
         raise PayloadError(f"malformed flow checkpoint: {type(exc).__name__}: {exc}") from exc
     return state
+
+
+def checkpoint_started_by(data: bytes) -> str | None:
+    """The starter recorded in a checkpoint, read without decoding its flow or payloads (for a checkpoint
+    :func:`decode_checkpoint` refuses: a flow class or version this code lacks); ``None`` when it records
+    none or cannot be read."""
+    try:
+        value = msgpack.unpackb(data, ext_hook=lambda _code, _data: None, raw=False, strict_map_key=False)
+    except Exception:  # (msgpack raises several types for malformed input)
+        return None
+    if isinstance(value, list) and len(value) == 12 and value[0] == CHECKPOINT_FORMAT:
+        return value[11] if isinstance(value[11], str) else None
+    return None
 
 
 def outgoing_wire(o: Outgoing) -> bytes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "COUNTER_FLOW_ERRORED",
+    "ClientIdTakenError",
     "FlowError",
     "FlowException",
     "FlowKilledError",
@@ -56,6 +57,10 @@ class UnknownFlowError(FlowError, LookupError):
 
 class FlowManagerDrainingError(FlowError):
     """The flow manager is draining: it finishes running flows and refuses new ones."""
+
+
+class ClientIdTakenError(FlowError):
+    """A client id names a flow that someone else started: a client id belongs to the flow's starter."""
 
 
 class PayloadError(FlowError, ValueError):

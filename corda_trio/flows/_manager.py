@@ -72,6 +72,7 @@ import trio
 from corda_trio import messaging, pki, store
 
 from ._codec import (
+    checkpoint_started_by,
     decode_checkpoint,
     decode_outbox_record,
     decode_session_message,
@@ -83,6 +84,7 @@ from ._codec import (
     outgoing_wire,
 )
 from ._errors import (
+    ClientIdTakenError,
     FlowException,
     FlowManagerDrainingError,
     PayloadError,
@@ -179,6 +181,8 @@ class FlowInfo:
     suspends: int = 0
     #: the initiating party, for a responder
     initiator: str | None = None
+    #: who started it (``start_flow``'s ``started_by``: over RPC, the RPC user's name)
+    started_by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -314,6 +318,7 @@ class _Finished:
     error: tuple[str | None, str] | None
     suspends: int
     initiator: str | None
+    started_by: str | None
 
 
 @attrs.define(eq=False)
@@ -454,8 +459,10 @@ def _new_responder(sender: str, data: bytes, responder: type[FlowLogic[Any]], fl
     return new_responder(sender, init, responder, flow_id=flow_id)
 
 
-def _new_initiator(flow_id: str, flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> FlowState:
-    return new_initiator(flow_id, build_flow(flow, args))
+def _new_initiator(
+    flow_id: str, flow: str | type[FlowLogic[Any]], args: Mapping[str, Any], started_by: str | None
+) -> FlowState:
+    return new_initiator(flow_id, build_flow(flow, args), started_by=started_by)
 
 
 @attrs.define(eq=False)
@@ -472,7 +479,8 @@ class FlowManager:
     _sessions: dict[int, _Runner] = attrs.field(factory=dict)
     _finished: dict[str, _Finished] = attrs.field(factory=dict)
     _finished_order: collections.deque[str] = attrs.field(factory=collections.deque)
-    _unresumable: dict[str, str] = attrs.field(factory=dict)
+    #: flows whose checkpoint could not be decoded at start: flow id -> (error, starter if readable)
+    _unresumable: dict[str, tuple[str, str | None]] = attrs.field(factory=dict)
     _nursery: trio.Nursery | None = None
     _draining: bool = False
     _undrained: trio.Event = attrs.field(factory=trio.Event)
@@ -509,7 +517,7 @@ class FlowManager:
                 flow_id = key.decode()
             except ValueError as exc:  # (not UTF-8, or not a transition number: no key the manager writes)
                 shown = key.decode(errors="backslashreplace")
-                manager._unresumable[shown] = f"unreadable checkpoint key {key!r}: {exc}"
+                manager._unresumable[shown] = (f"unreadable checkpoint key {key!r}: {exc}", None)
                 log.error("checkpoint record %r left alone: its key is unreadable: %s", key, exc)
                 continue
             if parsed is not None:
@@ -518,7 +526,7 @@ class FlowManager:
             try:
                 state = decode_checkpoint(data)
             except PayloadError as exc:
-                manager._unresumable[flow_id] = str(exc)
+                manager._unresumable[flow_id] = (str(exc), checkpoint_started_by(data))
                 log.error("flow %s cannot be resumed: %s", flow_id, exc)
                 continue
             # (a checkpoint written before outboxes had records of their own holds its outbox)
@@ -592,6 +600,7 @@ class FlowManager:
         /,
         *,
         client_id: str | None = None,
+        started_by: str | None = None,
         **args: Any,
     ) -> FlowHandle:
         """Start a flow: an instance, or a startable flow's name or class with named arguments (see
@@ -600,13 +609,19 @@ class FlowManager:
         after its first transition (:meth:`FlowHandle.durable` waits for that: a crash before it loses the
         start).
 
-        ``client_id`` makes the start idempotent (Corda's client id): the flow id is ``C-<client_id>``, and if
-        that flow exists (running or finished and still remembered) its handle is returned and nothing starts.
-        After a crash, starting again with the same client id either finds the flow or starts it afresh (a
-        start that never reached its first checkpoint left nothing behind, not even a message).
+        ``started_by`` names who starts it (the node's RPC passes the RPC user's name); it is kept in the
+        flow's checkpoints. ``client_id`` makes the start idempotent (Corda's client id): the flow id is
+        ``C-<client_id>``, and if that flow exists (running, parked, or finished and still remembered) and
+        was started by the same ``started_by``, its handle is returned and nothing starts. A client id
+        belongs to the flow's starter: the same client id with another ``started_by`` (or a flow whose
+        checkpoint records no starter, written before starters were recorded, with any ``started_by`` but
+        ``None``) raises :class:`ClientIdTakenError`. After a crash, starting again with the same client id
+        either finds the flow or starts it afresh (a start that never reached its first checkpoint left
+        nothing behind, not even a message).
 
         Raises:
             FlowManagerDrainingError: the manager is draining.
+            ClientIdTakenError: the client id names a flow someone else started.
             UnknownFlowError / ValueError: see :func:`build_flow`.
         """
         await trio.lowlevel.checkpoint()
@@ -622,7 +637,7 @@ class FlowManager:
             )
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
-            self._check_same_flow(flow_id, flow)
+            self._check_same_flow(flow_id, flow, started_by)
             return FlowHandle(flow_id, self, started=False)
         if self._draining:
             raise FlowManagerDrainingError("the node is draining: no new flows are started")
@@ -630,10 +645,10 @@ class FlowManager:
             raise RuntimeError("the flow manager is not running")
         if isinstance(flow, FlowLogic) or not all(isinstance(v, _IMMUTABLE) for v in args.values()):
             instance = flow if isinstance(flow, FlowLogic) else build_flow(flow, args)
-            state = new_initiator(flow_id, instance)
+            state = new_initiator(flow_id, instance, started_by=started_by)
             runner = _Runner(flow_id, state, encode_checkpoint(state))
         else:  # the initial state can be built again, should the first transition go to the hospital
-            initial = functools.partial(_new_initiator, flow_id, flow, args)
+            initial = functools.partial(_new_initiator, flow_id, flow, args, started_by)
             runner = _Runner(flow_id, initial(), None, initial=initial)
         runner.post(Start(now=time.time()))
         self._runners[flow_id] = runner
@@ -642,13 +657,27 @@ class FlowManager:
         self._bump()
         return FlowHandle(flow_id, self)
 
-    def _check_same_flow(self, flow_id: str, flow: FlowLogic[Any] | str | type[FlowLogic[Any]]) -> None:
-        """A client id names an existing flow: it must be of the kind asked for (the caller's permission was
-        checked for that kind), else ``ValueError``."""
+    def _check_same_flow(
+        self, flow_id: str, flow: FlowLogic[Any] | str | type[FlowLogic[Any]], started_by: str | None
+    ) -> None:
+        """A client id names an existing flow: ``started_by`` must have started it (else
+        ``ClientIdTakenError``, which says nothing about that flow), and it must be of the kind asked for (the
+        caller's permission was checked for that kind), else ``ValueError``."""
         runner = self._runners.get(flow_id)
         finished = self._finished.get(flow_id)
-        existing = runner.state.flow_name if runner is not None else finished.flow_name if finished else None
-        if existing is None:  # (a checkpoint that could not be loaded: its kind is unknown)
+        if runner is not None:
+            existing, owner = runner.state.flow_name, runner.state.started_by
+        elif finished is not None:
+            existing, owner = finished.flow_name, finished.started_by
+        else:  # (a checkpoint that could not be loaded: its kind is unknown, its starter read if it can be)
+            existing, owner = None, self._unresumable[flow_id][1]
+        if owner != started_by:
+            raise ClientIdTakenError(
+                f"client id {flow_id[2:]!r} is taken: it names a flow that "
+                + ("was started before starters were recorded" if owner is None else "another user started")
+                + "; choose another client id"
+            )
+        if existing is None:
             return
         if isinstance(flow, str):
             flow = registry.startable(flow)
@@ -1062,7 +1091,7 @@ class FlowManager:
     def _add_finished(self, state: FlowState, initiator: str | None) -> None:
         self._finished[state.flow_id] = _Finished(
             flow_id=state.flow_id, flow_name=state.flow_name, status=state.status, result=state.result,
-            error=state.error, suspends=state.suspends, initiator=initiator,
+            error=state.error, suspends=state.suspends, initiator=initiator, started_by=state.started_by,
         )  # fmt: skip
         self._finished_order.append(state.flow_id)
         waiter = self._finished_waiters.pop(state.flow_id, None)
@@ -1103,10 +1132,13 @@ class FlowManager:
                     error=error,
                     suspends=runner.state.suspends,
                     initiator=runner.initiator,
+                    started_by=runner.state.started_by,
                 )
             )
-        for flow_id, error in self._unresumable.items():
-            out.append(FlowInfo(flow_id=flow_id, flow_name="?", status="parked", error=error))
+        for flow_id, (error, started_by) in self._unresumable.items():
+            out.append(
+                FlowInfo(flow_id=flow_id, flow_name="?", status="parked", error=error, started_by=started_by)
+            )
         for flow_id in self._finished_order:
             f = self._finished.get(flow_id)
             if f is not None:
@@ -1119,6 +1151,7 @@ class FlowManager:
                         error=None if f.error is None else f.error[1],
                         suspends=f.suspends,
                         initiator=f.initiator,
+                        started_by=f.started_by,
                     )
                 )
         return out

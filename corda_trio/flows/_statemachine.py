@@ -194,6 +194,9 @@ class FlowState:
     error: tuple[str | None, str] | None = None
     #: the top-level flow's name (kept after it finished)
     flow_class: str = ""
+    #: who started it (the RPC user's name; ``None``: code in the node, a responder, or a checkpoint written
+    #: before starters were recorded): a client id belongs to the flow's starter
+    started_by: str | None = None
 
     @property
     def flow_name(self) -> str:
@@ -478,11 +481,13 @@ class FlowContext:
 # ----------------------------------------------------------------------------------------------- machine
 
 
-def new_initiator(flow_id: str, flow: FlowLogic[Any]) -> FlowState:
-    """The state of a flow started locally (run it with a :class:`Start` event)."""
+def new_initiator(flow_id: str, flow: FlowLogic[Any], *, started_by: str | None = None) -> FlowState:
+    """The state of a flow started locally (run it with a :class:`Start` event), by ``started_by``."""
     if not isinstance(flow, FlowLogic) or not attrs.has(type(flow)):
         raise TypeError(f"a flow must be an attrs FlowLogic, got {flow!r}")
-    return FlowState(flow_id=flow_id, stack=[Frame(flow=flow)], flow_class=flow.flow_name)
+    return FlowState(
+        flow_id=flow_id, stack=[Frame(flow=flow)], flow_class=flow.flow_name, started_by=started_by
+    )
 
 
 def responder_flow_id(sender: str, initiator_session_id: int, entropy: int) -> str:

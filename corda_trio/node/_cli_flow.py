@@ -18,7 +18,8 @@ that, anything else as a string.
 id, ``retrying`` or ``parked``, and why: e.g. a recipient not in the network map); after Ctrl-C the flow
 goes on on the node, and the command says which flow that is. With ``--client-id ID`` the flow's id is
 ``C-ID`` and the start is idempotent: run the same command again (after a lost connection, a Ctrl-C) and it
-follows that flow, running or finished, instead of starting a second one.
+follows that flow, running or finished, instead of starting a second one. A client id belongs to the RPC user
+who first used it: another user's start with it is refused (``forbidden``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     start.add_argument(
         "--client-id",
         metavar="ID",
-        help="start at most once: the flow's id is C-ID; run again, the command follows that flow",
+        help="start at most once: the flow's id is C-ID; run again (as the same RPC user), the command "
+        "follows that flow",
     )
     start.add_argument("--json", action="store_true", help="print the result as JSON")
     start.set_defaults(func=_start)

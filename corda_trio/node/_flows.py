@@ -102,7 +102,12 @@ class FlowHost:
         name = call.args["flow"]
         args = call.args.get("args", {})
         try:
-            handle = await self.manager.start_flow(name, args, client_id=call.args.get("client_id"))
+            handle = await self.manager.start_flow(
+                name, args, client_id=call.args.get("client_id"), started_by=call.user.username
+            )
+        except flows.ClientIdTakenError as exc:  # (neither its id nor anything of it goes to this caller)
+            log.info("RPC user %s refused a client id: %s", call.user.username, exc)
+            raise rpc.RpcError(rpc.ErrorCode.FORBIDDEN, str(exc)) from None
         except flows.FlowManagerDrainingError as exc:
             raise rpc.RpcError(rpc.ErrorCode.DRAINING, str(exc)) from None
         except flows.UnknownFlowError as exc:
@@ -163,6 +168,7 @@ class FlowHost:
             "error": info.error,
             "suspends": info.suspends,
             "initiator": info.initiator,
+            "started_by": info.started_by,
         }
         if started is not None:
             at = dt.datetime.fromtimestamp(started[1], dt.UTC)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from corda_trio import flows
+from corda_trio.flows._codec import checkpoint_started_by
 
 
 def test_names_and_string_arguments_are_converted() -> None:
@@ -47,6 +49,27 @@ def test_state_fields_start_at_their_defaults_and_survive_a_checkpoint() -> None
     flow.done = 2
     restored = flows.decode_checkpoint(flows.encode_checkpoint(flows.new_initiator("f-1", flow)))
     assert restored.stack[0].flow == flow and restored.stack[0].flow.done == 2
+
+
+def test_a_checkpoint_keeps_its_starter_and_one_without_encodes_as_before() -> None:
+    """The starter (who owns a client id) is the checkpoint's 12th element; a flow without one encodes as
+    the 11 elements checkpoints had before (those still decode, with no starter). The starter of a checkpoint
+    that cannot be decoded (its flow class is unknown here) is still read."""
+    flow = flows.PingPong(recipient="O=Bob,L=Paris,C=FR")
+    plain = flows.encode_checkpoint(flows.new_initiator("f-1", flow))
+    owned = flows.encode_checkpoint(flows.new_initiator("f-1", flow, started_by="app1"))
+    assert len(msgpack.unpackb(plain, ext_hook=lambda c, d: None)) == 11
+    assert msgpack.unpackb(owned, ext_hook=lambda c, d: None)[11] == "app1"
+    assert flows.decode_checkpoint(plain).started_by is None
+    assert flows.decode_checkpoint(owned).started_by == "app1"
+    assert flows.encode_checkpoint(flows.decode_checkpoint(owned)) == owned
+    unknown = owned.replace(b"corda_trio.flows.PingPong", b"corda_trio.flows.PingPonX")
+    with pytest.raises(flows.PayloadError, match="not registered"):
+        flows.decode_checkpoint(unknown)
+    assert (checkpoint_started_by(unknown), checkpoint_started_by(plain)) == ("app1", None)
+    assert checkpoint_started_by(b"\xc1 not msgpack") is None
+    with pytest.raises(flows.PayloadError, match="its starter is a int"):
+        flows.decode_checkpoint(owned[:-5] + msgpack.packb(7))
 
 
 @pytest.mark.parametrize(

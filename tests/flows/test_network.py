@@ -263,6 +263,51 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
             await net["Alice"].flows.start_flow("PingPong", client_id=bad, recipient=BOB)
 
 
+async def test_a_client_id_belongs_to_the_flows_starter_also_across_a_restart(
+    net: testing.FlowNetwork,
+) -> None:
+    """A client id is its starter's: another starter reusing it learns nothing of that flow (not its id, kind
+    or result), before it finished, after, and after a restart (the starter is in the checkpoint); the starter
+    follows it as before. A flow whose checkpoint records no starter (written before starters were recorded,
+    or started by code in the node) is followed only by a start without a starter."""
+    alice = net["Alice"].flows
+    with trio.fail_after(60):
+        mine = await alice.start_flow(
+            "PingPong", client_id="order-1", started_by="app1", recipient=BOB, rounds=2
+        )
+
+        async def taken(flow: str, started_by: str | None, **args: Any) -> str:
+            with pytest.raises(flows.ClientIdTakenError) as info:
+                await alice.start_flow(flow, client_id="order-1", started_by=started_by, **args)
+            assert "C-order-1" not in str(info.value) and "PingPong" not in str(info.value)
+            return str(info.value)
+
+        assert await taken("PingPong", "app2", recipient=BOB, rounds=2) == (
+            "client id 'order-1' is taken: it names a flow that another user started; choose another "
+            "client id"
+        )
+        await taken("Broadcast", "app2", recipients=[BOB])  # (its kind is not told either)
+        assert await mine.result() == 2
+        await taken("PingPong", "app2", recipient=BOB)
+        await taken("PingPong", None, recipient=BOB)
+        await net.restart("Alice")
+        alice = net["Alice"].flows
+        await taken("PingPong", "app2", recipient=BOB)
+        again = await alice.start_flow("PingPong", client_id="order-1", started_by="app1", recipient=BOB)
+        assert not again.started and await again.result() == 2
+        listed = {f.flow_id: f for f in alice.flows()}
+        assert listed["C-order-1"].started_by == "app1"
+
+        legacy = await alice.start_flow("PingPong", client_id="old", recipient=BOB)
+        assert await legacy.result() == 1
+        await net.restart("Alice")
+        alice = net["Alice"].flows
+        with pytest.raises(flows.ClientIdTakenError, match="was started before starters were recorded"):
+            await alice.start_flow("PingPong", client_id="old", started_by="app1", recipient=BOB)
+        same = await alice.start_flow("PingPong", client_id="old", recipient=BOB)
+        assert not same.started and await same.result() == 1
+
+
 def expected_from_carol(sid: int) -> list[tuple[str, str]]:
     return [
         (CAROL, "field 'payload' must be bytes"),
