@@ -31,6 +31,9 @@ from ._errors import RetryableFlowError as RetryableFlowError
 from ._errors import SessionProtocolError as SessionProtocolError
 from ._errors import UnexpectedFlowEndError as UnexpectedFlowEndError
 from ._errors import UnknownFlowError as UnknownFlowError
+from ._examples import MAX_BROADCAST_RECIPIENTS as MAX_BROADCAST_RECIPIENTS
+from ._examples import MAX_EXAMPLE_TEXT_CHARS as MAX_EXAMPLE_TEXT_CHARS
+from ._examples import MAX_PING_PONG_ROUNDS as MAX_PING_PONG_ROUNDS
 from ._examples import Broadcast as Broadcast
 from ._examples import BroadcastResponder as BroadcastResponder
 from ._examples import FailingFlow as FailingFlow
@@ -76,6 +79,9 @@ from ._statemachine import transition as transition
 __all__ = [
     "CHECKPOINT_LOG",
     "COUNTER_FLOW_ERRORED",
+    "MAX_BROADCAST_RECIPIENTS",
+    "MAX_EXAMPLE_TEXT_CHARS",
+    "MAX_PING_PONG_ROUNDS",
     "SESSION_TOPIC",
     "Broadcast",
     "BroadcastResponder",

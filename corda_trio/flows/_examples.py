@@ -1,12 +1,15 @@
 """Example flows shipped with the node: ``PingPong``, ``Broadcast`` and ``FailingFlow``.
 
 Start them by name with string arguments (``flow start PingPong recipient="O=Bob,L=Paris,C=FR" rounds=10``):
-:func:`~._manager.build_flow` converts each argument to the field's declared type.
+:func:`~._manager.build_flow` converts each argument to the field's declared type. Every argument is bounded
+(``MAX_*`` below), so that no start can make a flow that runs for ever or carries megabytes to every
+counterparty: a value out of bounds is refused when the flow is built (``ValueError`` naming the argument and
+the limit; over RPC ``bad-arguments``), before anything runs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -15,6 +18,9 @@ from ._logic import FlowLogic, initiated_by, initiating_flow
 from ._requests import FlowSession
 
 __all__ = [
+    "MAX_BROADCAST_RECIPIENTS",
+    "MAX_EXAMPLE_TEXT_CHARS",
+    "MAX_PING_PONG_ROUNDS",
     "Broadcast",
     "BroadcastResponder",
     "FailingFlow",
@@ -23,24 +29,55 @@ __all__ = [
     "PingPongResponder",
 ]
 
+#: Most round trips of one PingPong (each is a round trip between two nodes: this bounds how long one runs).
+MAX_PING_PONG_ROUNDS: Final = 10_000
+#: Most recipients of one Broadcast (a session each, all opened by its first step).
+MAX_BROADCAST_RECIPIENTS: Final = 100
+#: Longest Broadcast ``message`` and FailingFlow ``reason``, in characters: the text goes to every
+#: counterparty and stays in checkpoints and in the records of finished flows.
+MAX_EXAMPLE_TEXT_CHARS: Final = 10_000
+
+
+def _in_range(low: int, high: int) -> Any:
+    """An attrs validator: an integer argument from ``low`` to ``high``."""
+
+    def check(flow: Any, attribute: Any, value: int) -> None:
+        if not low <= value <= high:
+            raise ValueError(
+                f"{type(flow).__name__} argument {attribute.name} must be {low} to {high}, got {value!r:.40}"
+            )
+
+    return check
+
+
+def _at_most(limit: int, unit: str) -> Any:
+    """An attrs validator: a string or list argument of at most ``limit`` characters or items."""
+
+    def check(flow: Any, attribute: Any, value: Any) -> None:
+        if len(value) > limit:
+            raise ValueError(
+                f"{type(flow).__name__} argument {attribute.name} must be at most {limit} {unit}, got "
+                f"{len(value)}"
+            )
+
+    return check
+
 
 @initiating_flow
 @attrs.define
 class PingPong(FlowLogic[int]):
-    """``rounds`` round trips with ``recipient``: sends ``ping i/rounds``, expects ``pong i``; returns
-    ``rounds``."""
+    """``rounds`` round trips (1 to :data:`MAX_PING_PONG_ROUNDS`) with ``recipient``: sends ``ping
+    i/rounds``, expects ``pong i``; returns ``rounds``."""
 
     flow_name = "corda_trio.flows.PingPong"
 
     recipient: str
-    rounds: int = 1
+    rounds: int = attrs.field(default=1, validator=_in_range(1, MAX_PING_PONG_ROUNDS))
     # state, not arguments (init=False: start_flow does not accept them)
     done: int = attrs.field(default=0, init=False)
     session: FlowSession | None = attrs.field(default=None, init=False)
 
     def call(self, ctx: Any) -> Any:
-        if self.rounds < 1:
-            raise FlowException(f"rounds must be at least 1, got {self.rounds}")
         self.session = ctx.initiate_flow(self.recipient)
         return self._ping(ctx)
 
@@ -59,7 +96,8 @@ class PingPong(FlowLogic[int]):
 @initiated_by(PingPong)
 @attrs.define
 class PingPongResponder(FlowLogic[int]):
-    """Answers ``ping i/n`` with ``pong i``; ends after the n-th."""
+    """Answers ``ping i/n`` with ``pong i``; ends after the n-th. A ping that does not read so (``n`` above
+    :data:`MAX_PING_PONG_ROUNDS` included) fails it with a :class:`FlowException`."""
 
     flow_name = "corda_trio.flows.PingPongResponder"
 
@@ -72,9 +110,14 @@ class PingPongResponder(FlowLogic[int]):
     def check_ping(self, ping: str) -> None:
         head, _, rest = ping.partition(" ")
         i, _, n = rest.partition("/")
-        numbers = f"{i}{n}".isascii() and i.isdigit() and n.isdigit()  # (isdigit takes '²'; int() not)
-        if head != "ping" or not numbers or int(i) != self.answered:
-            raise FlowException(f"expected 'ping {self.answered}/<rounds>', got {ping!r:.40}")
+        # (isdigit takes '²', int() not; the length first: int() refuses thousands of digits with ValueError,
+        # a bug that would park this flow rather than refuse the peer's ping)
+        digits = len(str(MAX_PING_PONG_ROUNDS))
+        numbers = all(x.isascii() and x.isdigit() and len(x) <= digits for x in (i, n))
+        if head != "ping" or not numbers or int(i) != self.answered or not 0 < int(n) <= MAX_PING_PONG_ROUNDS:
+            raise FlowException(
+                f"expected 'ping {self.answered}/<rounds, at most {MAX_PING_PONG_ROUNDS}>', got {ping!r:.40}"
+            )
 
     def got_ping(self, ctx: Any, ping: str) -> Any:
         i, _, n = ping[5:].partition("/")
@@ -92,13 +135,17 @@ class PingPongResponder(FlowLogic[int]):
 @initiating_flow
 @attrs.define
 class Broadcast(FlowLogic[list[str]]):
-    """Sends ``message`` to each of ``recipients`` (a list, or one string with ``;`` between the names) and
-    returns their answers in that order."""
+    """Sends ``message`` (at most :data:`MAX_EXAMPLE_TEXT_CHARS` characters) to each of ``recipients`` (a
+    list, or one string with ``;`` between the names; at most :data:`MAX_BROADCAST_RECIPIENTS`) and returns
+    their answers in that order."""
 
     flow_name = "corda_trio.flows.Broadcast"
 
-    recipients: list[str] = attrs.field(converter=lambda v: v.split(";") if isinstance(v, str) else list(v))
-    message: str = "hello"
+    recipients: list[str] = attrs.field(
+        converter=lambda v: v.split(";") if isinstance(v, str) else list(v),
+        validator=_at_most(MAX_BROADCAST_RECIPIENTS, "names"),
+    )
+    message: str = attrs.field(default="hello", validator=_at_most(MAX_EXAMPLE_TEXT_CHARS, "characters"))
     sessions: list[FlowSession] = attrs.field(factory=list, init=False)
 
     def call(self, ctx: Any) -> Any:
@@ -132,13 +179,15 @@ class BroadcastResponder(FlowLogic[None]):
 @initiating_flow
 @attrs.define
 class FailingFlow(FlowLogic[str]):
-    """Asks ``recipient`` for an answer; its responder raises ``FlowException(reason)``, which this flow then
-    fails with."""
+    """Asks ``recipient`` for an answer; its responder raises ``FlowException(reason)`` (``reason``: at most
+    :data:`MAX_EXAMPLE_TEXT_CHARS` characters), which this flow then fails with."""
 
     flow_name = "corda_trio.flows.FailingFlow"
 
     recipient: str
-    reason: str = "the responder refuses"
+    reason: str = attrs.field(
+        default="the responder refuses", validator=_at_most(MAX_EXAMPLE_TEXT_CHARS, "characters")
+    )
     session: FlowSession | None = attrs.field(default=None, init=False)
 
     def call(self, ctx: Any) -> Any:

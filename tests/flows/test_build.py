@@ -51,6 +51,84 @@ def test_state_fields_start_at_their_defaults_and_survive_a_checkpoint() -> None
     assert restored.stack[0].flow == flow and restored.stack[0].flow.done == 2
 
 
+ROUNDS = "PingPong argument rounds must be 1 to 10000"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("PingPong", {"rounds": 2**63}, f"{ROUNDS}, got 9223372036854775808"),
+        ("PingPong", {"rounds": "99999999999999999999"}, f"{ROUNDS}, got 9999"),
+        ("PingPong", {"rounds": 10_001}, "PingPong argument rounds must be 1 to 10000, got 10001"),
+        ("PingPong", {"rounds": 0}, "PingPong argument rounds must be 1 to 10000, got 0"),
+        ("PingPong", {"rounds": -1}, "PingPong argument rounds must be 1 to 10000, got -1"),
+        (
+            "Broadcast",
+            {"recipients": ["O=A,L=B,C=GB"] * 101},
+            "Broadcast argument recipients must be at most 100 names, got 101",
+        ),
+        (
+            "Broadcast",
+            {"recipients": ";".join(["O=A,L=B,C=GB"] * 101)},
+            "Broadcast argument recipients must be at most 100 names, got 101",
+        ),
+        (
+            "Broadcast",
+            {"recipients": ["O=A,L=B,C=GB"], "message": "x" * 10_001},
+            "Broadcast argument message must be at most 10000 characters, got 10001",
+        ),
+        (
+            "FailingFlow",
+            {"reason": "x" * 10_001},
+            "FailingFlow argument reason must be at most 10000 characters, got 10001",
+        ),
+    ],
+    ids=(
+        "rounds-2**63 rounds-20-digits rounds-10001 rounds-0 rounds--1 recipients-101 "
+        "recipients-101-in-a-string message-10001 reason-10001"
+    ).split(),
+)
+def test_example_flow_arguments_are_bounded(name: str, args: dict[str, object], message: str) -> None:
+    """``PingPong rounds=2**63`` ran for ever (a round trip each); a megabyte ``reason`` went to the peer and
+    back and stayed in the records of finished flows: each argument of the shipped flows has a limit, and a
+    value beyond it is refused when the flow is built (over RPC ``bad-arguments``), naming both."""
+    if name != "Broadcast":
+        args = {"recipient": "O=Bob,L=Paris,C=FR", **args}
+    with pytest.raises(ValueError) as info:
+        flows.build_flow(name, args)
+    assert str(info.value).startswith(message), info.value
+
+
+def test_an_example_flow_built_in_code_is_bounded_too() -> None:
+    with pytest.raises(ValueError, match="PingPong argument rounds must be 1 to 10000"):
+        flows.PingPong(recipient="x", rounds=2**63)
+    flow = flows.PingPong(recipient="x")
+    with pytest.raises(ValueError, match="PingPong argument rounds must be 1 to 10000"):
+        flow.rounds = 10_001
+
+
+def test_example_flow_arguments_at_their_limits_are_taken() -> None:
+    top = flows.build_flow("PingPong", {"recipient": "x", "rounds": "10000"})
+    assert top.rounds == flows.MAX_PING_PONG_ROUNDS
+    many = ["O=A,L=B,C=GB"] * flows.MAX_BROADCAST_RECIPIENTS
+    assert len(flows.build_flow("Broadcast", {"recipients": many, "message": "x" * 10_000}).recipients) == 100
+    assert flows.build_flow("FailingFlow", {"recipient": "x", "reason": "x" * 10_000}).reason == "x" * 10_000
+
+
+@pytest.mark.parametrize(
+    "ping",
+    ["ping 0/" + "9" * 5000, "ping " + "0" * 5000 + "/1", "ping 0/10001", "ping 0/0", "ping 0/²"],
+    ids=["rounds-5000-digits", "index-5000-digits", "rounds-10001", "rounds-0", "not-ascii"],
+)
+def test_the_ping_pong_responder_refuses_a_ping_out_of_bounds(ping: str) -> None:
+    """A peer's ``ping 0/<5000 digits>`` made ``int()`` raise ValueError in the responder's validation: a bug
+    to the hospital, which parked the responder until an operator killed it. It is refused (FlowException,
+    the counterparty told), as is a ping naming more rounds than an initiator may ask for."""
+    responder = flows.PingPongResponder(session=flows.FlowSession(0, "O=Bob,L=Paris,C=FR"))
+    with pytest.raises(flows.FlowException, match=r"expected 'ping 0/<rounds, at most 10000>', got "):
+        responder.check_ping(ping)
+    responder.check_ping("ping 0/10000")
+
 def test_a_checkpoint_keeps_its_starter_and_one_without_encodes_as_before() -> None:
     """The starter (who owns a client id) is the checkpoint's 12th element; a flow without one encodes as
     the 11 elements checkpoints had before (those still decode, with no starter). The starter of a checkpoint

@@ -97,6 +97,13 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
                 with pytest.raises(rpc.RpcError) as info:
                     await bad
                 assert info.value.code == code, info.value
+            # Arguments of the shipped flows are bounded: PingPong rounds=2**63 ran for ever.
+            with pytest.raises(rpc.RpcError) as unbounded:
+                await a.launch_flow("PingPong", recipient=BOB, rounds=2**63)
+            assert (unbounded.value.code, unbounded.value.message) == (
+                "bad-arguments",
+                "PingPong argument rounds must be 1 to 10000, got 9223372036854775808",
+            )
 
             # Launch, then follow: progress events, then the final state.
             flow_id = await a.launch_flow("PingPong", recipient=CAROL, rounds=5)
@@ -133,7 +140,7 @@ async def test_three_nodes_run_flows_over_rpc_and_metrics_move(tmp_path: Path) -
                     await trio.sleep(0.2)
 
             # Kill a running flow (it waits for a peer that will not answer in time: many rounds).
-            long_id = await a.launch_flow("PingPong", recipient=CAROL, rounds=100_000)
+            long_id = await a.launch_flow("PingPong", recipient=CAROL, rounds=10_000)
             killed = await a.kill_flow(long_id)
             assert killed["flow_id"] == long_id and killed["state"] == "failed", killed
             with pytest.raises(rpc.RpcError) as gone_flow:
