@@ -100,11 +100,15 @@ def _start(args: argparse.Namespace) -> int:
     from ._node import Node, NodeStartError, configure_logging
 
     config = _load_config(args)
+    node = Node(config)
+    try:  # (first: a start refused for a key, a certificate or the store record creates nothing on disk)
+        node.check_start()
+    except NodeStartError as exc:
+        raise _start_error(exc, config) from None
     try:
         log_path = configure_logging(config)
     except OSError as exc:
         raise CliError(f"cannot open the log file {config.log_path}: {exc.strerror}", 2) from None
-    node = Node(config)
     try:
         signum = run_trio(_serve, node, str(log_path))
     except BaseExceptionGroup as group:

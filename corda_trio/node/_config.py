@@ -28,8 +28,8 @@ Theory of operation
     map_url = "http://127.0.0.1:40000"   # omit for a network without a map service (directory mode)
     trust_root = "certificates/network-root.cert.pem"
     network_parameters = "network-parameters"
-    additional_node_infos = "additional-node-infos"
-    node_info_cache = "network-map-cache.db"
+    additional_node_infos = "additional-node-infos"  # a directory (it need not exist; a file is refused)
+    node_info_cache = "network-map-cache.db"         # a file (a directory there is refused)
 
     [keys]
     node_ca_cert_chain = "certificates/node-ca.chain.pem"
@@ -472,10 +472,18 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         network_map_url=map_url,
         trust_root=p(net, "trust_root", "network.trust_root", "certificates/network-root.cert.pem"),
         network_parameters=p(net, "network_parameters", "network.network_parameters", "network-parameters"),
-        additional_node_infos=p(
-            net, "additional_node_infos", "network.additional_node_infos", "additional-node-infos"
+        additional_node_infos=_kind_checked(
+            r,
+            p(net, "additional_node_infos", "network.additional_node_infos", "additional-node-infos"),
+            "network.additional_node_infos",
+            directory=True,
         ),
-        node_info_cache=p(net, "node_info_cache", "network.node_info_cache", "network-map-cache.db"),
+        node_info_cache=_kind_checked(
+            r,
+            p(net, "node_info_cache", "network.node_info_cache", "network-map-cache.db"),
+            "network.node_info_cache",
+            directory=False,
+        ),
         node_ca_cert_chain=p(
             keys, "node_ca_cert_chain", "keys.node_ca_cert_chain", "certificates/node-ca.chain.pem"
         ),
@@ -491,6 +499,18 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         store_fsync=fsync,
         store_commit_process=commit_process,
     )
+
+
+def _kind_checked(r: _Reader, path: Path, where: str, *, directory: bool) -> Path:
+    """``path``, which names a directory (or a file) the node uses and may not exist yet: one that exists as
+    something else is refused here, in one line naming the file and key, before the node creates anything
+    (a file named as the node-info directory was read as an empty directory; a directory named as the map
+    cache failed the start only after the store and the log were created)."""
+    if directory and path.exists() and not path.is_dir():
+        raise r.fail(where, f"{path} is not a directory")
+    if not directory and path.is_dir():
+        raise r.fail(where, f"{path} is a directory, not a file")
+    return path
 
 
 def _is_loopback(host: str) -> bool:

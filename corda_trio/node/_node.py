@@ -33,6 +33,7 @@ import json
 import logging
 import logging.handlers
 import os
+import socket
 import sqlite3
 import sys
 import time
@@ -105,8 +106,26 @@ class NodeAddresses:
 
 def _lock_base_directory(base: Path) -> int:
     base.mkdir(parents=True, exist_ok=True)
-    path = base / LOCK_FILE_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(base / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    _flock(fd, base)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _check_base_directory_free(base: Path) -> None:
+    """Raise :class:`NodeAlreadyRunningError` if a node holds the base directory's lock (creating nothing:
+    without a lock file, no node runs there)."""
+    try:
+        fd = os.open(base / LOCK_FILE_NAME, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:  # (none there; one that cannot be opened is reported by the lock itself)
+        return
+    _flock(fd, base)  # (closes it when refused)
+    os.close(fd)  # (lets go of the lock)
+
+
+def _flock(fd: int, base: Path) -> None:
+    """Lock the base directory's lock file ``fd``, or close it and raise :class:`NodeAlreadyRunningError`."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -117,9 +136,6 @@ def _lock_base_directory(base: Path) -> int:
         raise NodeAlreadyRunningError(
             f"another node (pid {holder}) is running in base directory {base}; stop it first"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
 
 
 @attrs.define(eq=False)
@@ -213,6 +229,27 @@ class Node:
         """Ask :meth:`run` to stop gracefully (idempotent; safe from any task)."""
         self._stop.set()
 
+    def check_start(self) -> None:
+        """Read what a start needs before it writes anything (the passphrase, keys, certificates, network
+        parameters, the store record) and whether its listening ports are free, so that a start refused for
+        one of them creates nothing on disk: no base directory, lock file, log or store (a port taken between
+        this check and the start is still refused, after them). Call it before :func:`configure_logging`
+        (which creates the log file); :meth:`run` then uses what it read (without it, :meth:`run` reads
+        them itself).
+
+        Raises:
+            NodeStartError: one of them is missing or unusable (the message names it).
+        """
+        _check_base_directory_free(self.config.base_directory)
+        self._material = _load_material(self.config)
+        _check_store_record(self.config)
+        for what, host, port in _listeners(self.config):
+            if port != 0:  # (a port of its own choosing cannot be taken)
+                try:
+                    _probe_listen(host, port)
+                except OSError as exc:
+                    raise NodeStartError(f"{_listen_text(what, host, port)}: {exc.strerror or exc}") from None
+
     async def run(self, *, task_status: trio.TaskStatus[NodeAddresses] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until :meth:`request_stop` (then drain and return) or cancellation (stop at once).
 
@@ -225,7 +262,9 @@ class Node:
         lock_fd = _lock_base_directory(cfg.base_directory)
         runtime_file = cfg.base_directory / RUNTIME_FILE_NAME
         try:
-            self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
+            material = self._material
+            if material is None:  # (check_start was not called: read it now)
+                self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
             broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
             recorded = _check_store_record(cfg)
             try:
@@ -295,7 +334,8 @@ class Node:
         try:
             rpc_port = await nursery.start(self._run_rpc)
         except (OSError, ExceptionGroup) as exc:
-            raise _listen_error(exc, f"cannot listen for RPC on {cfg.rpc_address}") from None
+            rpc_at = cfg.rpc_address
+            raise _listen_error(exc, _listen_text("rpc", rpc_at.host, rpc_at.port)) from None
         metrics_at = None
         self.metrics = NodeMetrics.create(self)
         if cfg.metrics_address is not None:
@@ -303,7 +343,7 @@ class Node:
             try:
                 metrics_port = await nursery.start(serve_metrics, self.metrics.exposition, host, port)
             except (OSError, ExceptionGroup) as exc:
-                raise _listen_error(exc, f"cannot listen for /metrics on {host}:{port}") from None
+                raise _listen_error(exc, _listen_text("metrics", host, port)) from None
             metrics_at = f"http://{_host_port(host, metrics_port)}/metrics"
         return NodeAddresses(
             legal_name=str(cfg.legal_name),
@@ -384,7 +424,7 @@ class Node:
         try:
             await nursery.start(acceptor.run)
         except (OSError, ExceptionGroup) as exc:
-            raise _listen_error(exc, f"cannot listen for peers on {cfg.p2p_listen}") from None
+            raise _listen_error(exc, _listen_text("p2p", cfg.p2p_listen.host, cfg.p2p_listen.port)) from None
 
     async def _start_endpoint(
         self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
@@ -411,7 +451,7 @@ class Node:
         try:
             bound = await nursery.start(endpoint.run)
         except (OSError, ExceptionGroup) as exc:
-            raise _listen_error(exc, f"cannot listen for the bridge on {host}:{port}") from None
+            raise _listen_error(exc, _listen_text("bridge", host, port)) from None
         return _host_port(host, bound)
 
     async def _run_rpc(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -694,6 +734,40 @@ class _JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+#: What each listener of the node serves, as its errors say it.
+_LISTENER_NAMES: Final = {"p2p": "peers", "rpc": "RPC", "metrics": "/metrics", "bridge": "the bridge"}
+
+
+def _listen_text(what: str, host: str, port: int) -> str:
+    return f"cannot listen for {_LISTENER_NAMES[what]} on {_host_port(host, port)}"
+
+
+def _listeners(config: NodeConfig) -> list[tuple[str, str, int]]:
+    """``(what, host, port)`` of each socket the node listens on (see :meth:`Node._start`)."""
+    out = []
+    if config.bridge_mode is BridgeMode.EXTERNAL:
+        out.append(("bridge", *config.bridge_endpoint))
+    elif config.floats is None:  # (behind floats, peers reach the node through the float's tunnel)
+        out.append(("p2p", config.p2p_listen.host, config.p2p_listen.port))
+    out.append(("rpc", config.rpc_address.host, config.rpc_address.port))
+    if config.metrics_address is not None:
+        out.append(("metrics", *config.metrics_address))
+    return out
+
+
+def _probe_listen(host: str, port: int) -> None:
+    """Bind (and let go) what ``trio.open_tcp_listeners(port, host=host)`` would bind: raises the
+    ``OSError`` it would raise for a port another process listens on (``Address already in use``)."""
+    for family, kind, proto, _name, address in socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
 
 
 def _listen_error(exc: BaseException, what: str) -> BaseException:

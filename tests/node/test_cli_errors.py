@@ -56,8 +56,9 @@ CASES: list[tuple[str, str, str, int]] = [
      "is not for O=Alicia, L=London, C=GB", 1),
     ("node-foreign-root", "node start --config {d}/foreign-net/nodes/alice/node.toml",
      "do not verify", 1),
-    ("node-cache-unopenable", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
-     "the network map cache {d}/cache-dir-net/nodes/alice/network-map-cache.db: unable to open", 1),
+    ("node-cache-is-a-directory", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
+     "node.toml: network.node_info_cache: {d}/cache-dir-net/nodes/alice/network-map-cache.db is a directory, "
+     "not a file", 2),
     ("node-store-is-a-file", "node start --config {d}/store-file-net/nodes/alice/node.toml",
      "the store directory {d}/store-file-net/nodes/alice/store exists and is not a directory", 1),
     # a file that is endless (or huge) where a small one belongs: refused after its first MiB, never read
@@ -279,6 +280,81 @@ def test_a_port_already_taken_is_named_with_its_role(playground: Path, tmp_path:
     warning = "corda-trio node: WARNING corda_trio.network.cache:"
     assert all(line.startswith(warning) for line in before), before
     assert "Traceback" not in done.stderr
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _set(toml: Path, key: str, value: str) -> None:
+    """Set ``key = value`` (the first line that sets ``key``) in ``toml``."""
+    lines = toml.read_text(encoding="utf-8").splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(f"{key} = "))
+    lines[i] = f"{key} = {value}"
+    toml.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+IN_USE = "Address already in use"
+# (id, how to break a node that never ran (its directory and node.toml), expected text of the one line, code)
+REFUSED_STARTS: list[tuple[str, object, str, int]] = [
+    ("node-infos-is-a-file", lambda n, t: _set(t, "additional_node_infos", '"node.toml"'),
+     "node.toml: network.additional_node_infos: {n}/node.toml is not a directory", 2),
+    ("no-base-directory-no-passphrase",
+     lambda n, t: (_set(t, "base_directory", f'"{n}/gone"'), _set(t, "passphrase_file", '"nowhere"')),
+     "cannot read passphrase file '{n}/gone/nowhere': No such file or directory", 1),
+    ("passphrase-env-unset",
+     lambda n, t: (t.write_text(t.read_text().replace('passphrase_file = "certificates/passphrase"',
+                                                      'passphrase_env = "H4_NO_SUCH_VARIABLE"')),),
+     "environment variable H4_NO_SUCH_VARIABLE (the key passphrase) is not set", 1),
+    ("wrong-passphrase", lambda n, t: (n / "certificates" / "passphrase").write_text("wrong\n"),
+     "cannot be decrypted or parsed (wrong passphrase?)", 1),
+    ("passphrase-readable-by-others", lambda n, t: (n / "certificates" / "passphrase").chmod(0o644),
+     "must not be readable by group or others", 1),
+    ("no-network-parameters", lambda n, t: (n / "network-parameters").unlink(),
+     "cannot read network parameters {n}/network-parameters: No such file or directory", 1),
+    ("store-recorded-but-missing",
+     lambda n, t: (n / "store.json").write_text('{"store_directory": "store"}\n'),
+     "the store {n}/store is missing or empty, but this node has run with it", 1),
+    ("p2p-port-taken", "p2p", "cannot listen for peers on 127.0.0.1:{port}: " + IN_USE, 1),
+    ("rpc-port-taken", "rpc", "cannot listen for RPC on 127.0.0.1:{port}: " + IN_USE, 1),
+    ("metrics-port-taken", "metrics", "cannot listen for /metrics on 127.0.0.1:{port}: " + IN_USE, 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message", "code"), [c[1:] for c in REFUSED_STARTS], ids=[c[0] for c in REFUSED_STARTS]
+)
+def test_a_refused_node_start_creates_nothing(
+    playground: Path, tmp_path: Path, breaks: object, message: str, code: int
+) -> None:
+    """A start refused for its configuration, keys, parameters, store record or a taken port is one line and
+    leaves the node's directory as it was: before, the log directory and file were created first (also for a
+    base directory that did not exist), then the base directory and its lock file, and a taken port was
+    found only after the store and its record were created too."""
+    import re
+    import socket
+
+    shutil.copytree(playground / "net", tmp_path / "net")
+    node = tmp_path / "net" / "nodes" / "alice"
+    toml = node / "node.toml"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        if isinstance(breaks, str):  # a section whose address now names the taken port
+            text = toml.read_text(encoding="utf-8")
+            text = re.sub(rf"(\[{breaks}\]\naddress = )\"[^\"]*\"", rf'\g<1>"127.0.0.1:{port}"', text)
+            toml.write_text(text, encoding="utf-8")
+        else:
+            breaks(node, toml)  # type: ignore[operator]
+        before = _tree(tmp_path)
+        done = run_cli("node", "start", "--config", str(toml), timeout=60)
+    assert done.stderr.splitlines() == [
+        done.stderr.strip()
+    ] and done.stderr.startswith("corda-trio: error: "), done.stderr
+    assert message.format(n=node, port=port) in done.stderr, done.stderr
+    assert done.returncode == code
+    assert _tree(tmp_path) == before
 
 
 def test_a_file_name_that_is_not_utf8_is_shown_as_its_bytes(tmp_path: Path) -> None:
