@@ -23,6 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final, TypeVar
 
+from corda_trio.__main__ import INTERRUPTED_EXIT as INTERRUPTED_EXIT
+from corda_trio.__main__ import say_interrupted, signals_deferred
+
 __all__ = ["CliError", "main"]
 
 
@@ -72,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C anywhere (also inside a Trio run, where it may arrive wrapped in an exception group together
     with the errors of the tasks it cancelled) prints one line, ``interrupted``, and returns 130. SIGTERM is
     turned into the same unwinding, so ``finally`` blocks and ``async with`` exits run exactly as for
-    Ctrl-C (records measured so far are flushed, child processes are stopped), and then returns 0.
+    Ctrl-C (records measured so far are flushed, child processes are stopped), and then returns 0. (Before
+    this module is loaded, :mod:`corda_trio.__main__`, the process's entry point, does the same.)
     """
     terminated = False
 
@@ -104,20 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _is_interrupt(exc):
             raise
         _stop_children()
-        if terminated:
-            print("terminated", file=sys.stderr)
-            return 0
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT
+        return say_interrupted(terminated)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if ignored_sigint:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
-INTERRUPTED_EXIT: Final = 130
 
 
 def _install_sigterm(handler: Callable[[int, FrameType | None], None]) -> Any:
@@ -291,7 +287,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
 def _run_command(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
-    parser = _build_parser(chosen if chosen in COMMAND_GROUPS else None)
+    with signals_deferred():  # (the command's modules load: a signal is raised once they have)
+        parser = _build_parser(chosen if chosen in COMMAND_GROUPS else None)
     args = parser.parse_args(args_list)
     func: Callable[[argparse.Namespace], int | None] | None = getattr(args, "func", None)
     if func is None:

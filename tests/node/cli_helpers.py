@@ -8,8 +8,8 @@ import sys
 import time
 from collections.abc import Callable
 
-# The console script's entry point (``python -m corda_trio.node._cli`` would load _cli twice).
-CLI = [sys.executable, "-c", "import sys; from corda_trio.node._cli import main; sys.exit(main())"]
+# The console script's entry point (pyproject.toml): its early SIGTERM handler, then the command line.
+CLI = [sys.executable, "-c", "import sys; from corda_trio.__main__ import main; sys.exit(main())"]
 
 
 def run_cli(*args: str, timeout: float = 120, cwd: str | None = None) -> subprocess.CompletedProcess[str]:

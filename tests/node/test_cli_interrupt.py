@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +41,11 @@ def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return proc
 
 
-def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def _popen(*args: str, cwd: Path, python: bool = False) -> subprocess.Popen[str]:
+    """``corda-trio ARGS`` (``python ARGS`` with ``python``) in a session of its own."""
     return subprocess.Popen(
-        [*CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        [sys.executable, *args] if python else [*CLI, *args], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
 
 
@@ -159,3 +161,88 @@ def _comm(pid: int) -> str:
     except OSError:
         return ""
 
+
+
+# --- a signal while the process starts --------------------------------------------------------------------
+
+
+def test_the_sigterm_handler_is_in_place_before_the_command_line_is_imported() -> None:
+    """The entry point (``python -m corda_trio``, the console script) takes SIGTERM over before it imports
+    the command line: it was installed only once argparse, logging and ``corda_trio.node`` had loaded, and a
+    SIGTERM before that ended the process with no line and status 143."""
+    probe = (
+        "import signal, sys, runpy\n"
+        "install = signal.signal\n"
+        "def traced(signum, handler):\n"
+        "    if signum == signal.SIGTERM and not hasattr(traced, 'seen'):\n"
+        "        heavy = ('argparse', 'logging', 'corda_trio.node')\n"
+        "        traced.seen = sorted(m for m in heavy if m in sys.modules)\n"
+        "        print('loaded at SIGTERM handler:', traced.seen, flush=True)\n"
+        "    return install(signum, handler)\n"
+        "signal.signal = traced\n"
+        "sys.argv = ['corda-trio', '--version']\n"
+        "runpy.run_module('corda_trio', run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "loaded at SIGTERM handler: []", done.stdout
+
+
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    net = tmp_path_factory.mktemp("early") / "net"
+    boot = subprocess.run(
+        [*CLI, "network", "bootstrap", "--dir", str(net), "--node", "O=Alice,L=London,C=GB"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert boot.returncode == 0, boot.stderr
+    return net
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1, 2, 5, 10, 20])
+def test_sigterm_as_soon_as_the_process_takes_it_is_one_line_and_exit_0(
+    bootstrapped: Path, tmp_path: Path, delay_ms: int
+) -> None:
+    """SIGTERM the moment the entry point's handler is in place (seen in /proc), and a few ms later, while
+    the command's modules load: one line, ``terminated``, exit 0, every time (a signal raised in the middle
+    of an import could be swallowed by the import lock's callback: "Exception ignored", and the command then
+    ran on, a node started and served as if no SIGTERM had come)."""
+    for _ in range(3):
+        proc = _popen(
+            "-m", "corda_trio", "networkmap", "serve", "--dir", str(bootstrapped), cwd=tmp_path, python=True
+        )
+        _STARTED.append(proc)
+        deadline = time.monotonic() + 10
+        while not _catches_sigterm(proc.pid):
+            assert time.monotonic() < deadline and proc.poll() is None, "SIGTERM is never caught"
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert (proc.returncode, stderr) == (0, "terminated\n")
+
+
+@pytest.mark.parametrize("delay_ms", [0, 10, 20, 30, 40, 50, 60, 80])
+def test_sigterm_early_in_a_process_is_one_line_or_the_interpreters_default(
+    bootstrapped: Path, tmp_path: Path, delay_ms: int
+) -> None:
+    """SIGTERM at fixed delays after the start: before any code of ours runs (the interpreter's own start,
+    ~15 to 30 ms here) the default action ends the process (status -15, no output); from then on it is one
+    line and exit 0, never a traceback, never a process that goes on."""
+    for _ in range(3):
+        proc = _popen(
+            "-m", "corda_trio", "networkmap", "serve", "--dir", str(bootstrapped), cwd=tmp_path, python=True
+        )
+        _STARTED.append(proc)
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert (proc.returncode, stderr) in ((-signal.SIGTERM, ""), (0, "terminated\n")), stderr
