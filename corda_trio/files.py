@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file", "write_file_atomically"]
+__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file", "temporary_prefix", "write_file_atomically"]
 
 #: The limit for configuration files, keys, certificates and passphrase files: real ones are a few KiB.
 MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
@@ -43,7 +43,7 @@ def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE
 def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
     """Replace ``path`` with ``data`` (file mode ``mode``): a crash leaves the old file or the new one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f"{temporary_prefix(path.name)}{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)  # the umask may have removed bits we wanted, never added any we did not
@@ -60,6 +60,12 @@ def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) 
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def temporary_prefix(name: str) -> str:
+    """How the temporary files of :func:`write_file_atomically` for a file named ``name`` begin (the pid
+    follows): a crash between their creation and the rename leaves one behind, for its owner to remove."""
+    return f".{name}.tmp-"
 
 
 def _size(n: int) -> str:

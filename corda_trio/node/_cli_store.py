@@ -12,6 +12,12 @@
   deduplicate).
 * ``store compact DIR`` rewrites segments that hold acked messages.
 
+A broker directory's part list (``parts.json``: the queues and keyed logs the store created) is checked too:
+a part it names that is gone, or whose directory was emptied, is ``MISSING`` (exit code 1; the node refuses to
+start). ``--repair`` takes such parts off the list, reporting everything they held as lost, and writes the
+list anew from the parts that are there when it is damaged or missing. That is also how an operator resets a
+part on purpose: stop the node, delete the part's directory, ``store check DIR --repair``.
+
 ``DIR`` is a broker directory (holding one directory per queue) or a single queue directory. The keyed logs
 of a broker directory (``keyed/<name>/``: the flow checkpoints) are laid out like queues and are listed,
 checked and repaired with them, named ``keyed/<name>`` (``--queue keyed/flows.checkpoints``); a repair
@@ -40,10 +46,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     """Add the ``store`` sub-commands."""
     sub = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
 
-    check = sub.add_parser("check", help="verify every segment; --repair quarantines corrupt ones")
+    check = sub.add_parser(
+        "check", help="verify the part list and every segment; --repair salvages damaged queues"
+    )
     check.add_argument("directory", metavar="DIR", help="broker directory or one queue's directory")
     check.add_argument(
-        "--repair", action="store_true", help="truncate torn tails, salvage damaged queues"
+        "--repair",
+        action="store_true",
+        help="truncate torn tails, salvage damaged queues, take missing parts off the part list (what they "
+        "held is lost), write a damaged or absent part list anew",
     )
     check.add_argument("--queue", help="only this queue (when DIR is a broker directory)")
     check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -81,9 +92,72 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
     ]
     if only is not None:
         queues = [(name, full) for name, full in queues if name == only]
-    if only is not None and not queues:
+    if only is not None and not queues and not _recorded(directory, only):
         raise CliError(f"{directory}: no queue named {only!r}", 1)
     return directory, queues
+
+
+def _recorded(root: str, name: str) -> bool:
+    """Whether the part list of broker directory ``root`` names ``name`` (a readable list, that is)."""
+    try:
+        parts = store.read_part_list(root)
+    except store.PartListError:
+        return False
+    return parts is not None and name in parts.names()
+
+
+def _check_parts(root: str, only: str | None, *, repair: bool) -> tuple[dict[str, Any], list[str]]:
+    """Check (and with ``repair`` mend) the part list of broker directory ``root``: (its JSON report, the
+    names of the missing parts, which the queue checks skip)."""
+    path = os.path.join(root, store.PARTS_FILE)
+    report: dict[str, Any] = {"file": path, "status": "ok", "missing": []}
+    try:
+        parts = store.read_part_list(root)
+    except store.PartListError as exc:
+        report.update(status="corrupt", reason=exc.reason)
+        parts = None
+    else:
+        report["status"] = "ok" if parts is not None else "absent"
+    missing = [] if parts is None else store.find_missing_parts(root, parts)
+    missing = [m for m in missing if only is None or m.name == only]
+    report["missing"] = [
+        {"part": m.name, "path": m.path, "reason": m.reason, "dropped": repair} for m in missing
+    ]
+    if repair and missing:
+        assert parts is not None
+        store.write_part_list(root, parts.without(m.name for m in missing))
+    if repair and report["status"] != "ok":
+        queues, _strays = store.list_root(root)
+        store.write_part_list(
+            root, store.PartList(queues=frozenset(queues), keyed=frozenset(store.list_keyed(root)))
+        )
+        report["status"] = "rebuilt"
+    return report, [m.name for m in missing]
+
+
+def _print_parts(report: dict[str, Any], root: str) -> None:
+    for m in report["missing"]:
+        if m["dropped"]:
+            print(f"DROPPED  {m['part']}: {m['path']}: {m['reason']}")
+            print(f"{'':9}LOST: everything it held; taken off the part list (the node starts without it)")
+        else:
+            print(
+                f"MISSING  {m['part']}: {m['path']}: {m['reason']} (the store created it: {report['file']})"
+            )
+            print(
+                f"{'':9}restore it, or run again with --repair to take it off the part list (what it held "
+                "is lost)"
+            )
+    if report["status"] == "corrupt":
+        print(f"CORRUPT  {store.PARTS_FILE}: {report['file']}: {report['reason']}")
+        print(f"{'':9}run again with --repair to write it anew from the parts that are there")
+    elif report["status"] == "absent":
+        print(f"{'':9}no part list ({report['file']}): the store is given one when it is next opened")
+    elif report["status"] == "rebuilt":
+        print(
+            f"REBUILT  {store.PARTS_FILE}: {report['file']} now lists the parts in {root} (a part deleted "
+            "before cannot be told any more)"
+        )
 
 
 def _unit(name: str) -> str:
@@ -130,7 +204,18 @@ def _check(args: argparse.Namespace) -> int:
     mode = store.RecoveryMode.REPAIR if args.repair else store.RecoveryMode.CHECK
     failures = 0
     results: list[dict[str, Any]] = []
+    parts: dict[str, Any] | None = None
     with _offline(root, write=args.repair):
+        if store.store_kind(root) == "broker" and os.path.abspath(root) == os.path.abspath(args.directory):
+            try:
+                parts, missing = _check_parts(root, args.queue, repair=args.repair)
+            except OSError as exc:
+                raise CliError(f"cannot check {exc.filename or root}: {exc.strerror}", 1) from None
+            if not args.repair:
+                failures += len(missing) + (parts["status"] == "corrupt")
+            queues = [(name, qdir) for name, qdir in queues if name not in missing]
+            if not args.json:
+                _print_parts(parts, root)
         for name, qdir in queues:
             entry: dict[str, Any] = {"queue": name, "directory": qdir}
             try:
@@ -141,9 +226,7 @@ def _check(args: argparse.Namespace) -> int:
                 results.append(entry)
                 if not args.json:
                     print(f"CORRUPT  {name}: {exc.path} at offset {exc.offset}: {exc.reason}")
-                    print(
-                        f"{'':9}run again with --repair to salvage the queue (it reports what is lost)"
-                    )
+                    print(f"{'':9}run again with --repair to salvage the queue (it reports what is lost)")
                 continue
             except OSError as exc:
                 raise CliError(f"cannot check {exc.filename or qdir}: {exc.strerror}", 1) from None
@@ -226,11 +309,12 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"{'':9}not written by the store, left alone: {os.path.join(qdir, stray)}")
     strays = _strays(args.directory) if args.queue is None else []
     if args.json:
-        print(json.dumps({"queues": results, "corrupt": failures, "not_queues": strays}, indent=2))
+        doc = {"queues": results, "corrupt": failures, "not_queues": strays, "parts": parts}
+        print(json.dumps(doc, indent=2))
         return 1 if failures else 0
     for stray in strays:
         print(f"{'':9}not a queue, left alone: {stray}")
-    if not queues:
+    if not queues and not (parts and parts["missing"]):
         print(f"no queues in {args.directory}")
     return 1 if failures else 0
 
@@ -246,6 +330,16 @@ def _list(args: argparse.Namespace) -> int:
     root, queues = _queue_dirs(args.directory, None)
     rows = []
     with _offline(root, write=False):
+        if store.store_kind(root) == "broker" and os.path.abspath(root) == os.path.abspath(args.directory):
+            parts, missing = _check_parts(root, None, repair=False)
+            queues = [(name, qdir) for name, qdir in queues if name not in missing]
+            if parts["status"] == "corrupt":
+                rows.append({"queue": store.PARTS_FILE, "error": f"{parts['file']}: {parts['reason']}"})
+            rows += [
+                {"queue": m["part"], "error": f"MISSING: {m['path']}: {m['reason']}"}
+                for m in parts["missing"]
+                if m["part"].startswith(args.prefix)
+            ]
         for name, qdir in queues:
             if not name.startswith(args.prefix):
                 continue
@@ -305,7 +399,7 @@ def _compact(args: argparse.Namespace) -> int:
                     )
         except store.BrokerLockedError as exc:
             raise CliError(f"{exc}: stop the node first", 1) from None
-        except store.CorruptSegmentError as exc:
+        except (store.CorruptSegmentError, store.MissingPartError, store.PartListError) as exc:
             raise CliError(f"{exc}; run 'corda-trio store check --repair' first", 1) from None
         except store.StoreFailedError as exc:  # (a write failed: a directory where a new segment goes, say)
             raise CliError(f"cannot compact: {exc}", 1) from None

@@ -1,6 +1,6 @@
 """Durable queues: a write-ahead log per queue with group commit, recovery and compaction, and the
 local broker on top. Payloads are opaque bytes; this package imports nothing else from
-``corda_trio``.
+``corda_trio`` but the small-file helpers of ``corda_trio.files``.
 
 Typical use::
 
@@ -37,6 +37,8 @@ from ._directory import store_kind as store_kind
 from ._errors import BrokerLockedError as BrokerLockedError
 from ._errors import CorruptSegmentError as CorruptSegmentError
 from ._errors import InvalidQueueNameError as InvalidQueueNameError
+from ._errors import MissingPartError as MissingPartError
+from ._errors import PartListError as PartListError
 from ._errors import QueueExistsError as QueueExistsError
 from ._errors import QueueNotFoundError as QueueNotFoundError
 from ._errors import StoreClosedError as StoreClosedError
@@ -45,6 +47,11 @@ from ._errors import StoreFailedError as StoreFailedError
 from ._errors import UnknownDeliveryError as UnknownDeliveryError
 from ._keyed import KeyedLog as KeyedLog
 from ._keyed import KeyedLogStatistics as KeyedLogStatistics
+from ._parts import MissingPart as MissingPart
+from ._parts import PartList as PartList
+from ._parts import find_missing_parts as find_missing_parts
+from ._parts import read_part_list as read_part_list
+from ._parts import write_part_list as write_part_list
 from ._record import append_enqueue as append_enqueue
 from ._record import unpack_location as unpack_location
 from ._recovery import LostRecords as LostRecords
@@ -53,12 +60,14 @@ from ._recovery import RecoveryReport as RecoveryReport
 from ._recovery import RepairAction as RepairAction
 from ._recovery import TornTail as TornTail
 from ._recovery import recover_queue as recover_queue
+from ._segment import PARTS_FILE as PARTS_FILE
 from ._segment import QUARANTINE_DIR as QUARANTINE_DIR
 from ._segment import validate_queue_name as validate_queue_name
 
 __all__ = [
     "KEYED_DIR",
     "LOCK_FILE",
+    "PARTS_FILE",
     "QUARANTINE_DIR",
     "Broker",
     "BrokerConfig",
@@ -71,6 +80,10 @@ __all__ = [
     "KeyedLog",
     "KeyedLogStatistics",
     "LostRecords",
+    "MissingPart",
+    "MissingPartError",
+    "PartList",
+    "PartListError",
     "Queue",
     "QueueExistsError",
     "QueueNotFoundError",
@@ -84,12 +97,15 @@ __all__ = [
     "TornTail",
     "UnknownDeliveryError",
     "append_enqueue",
+    "find_missing_parts",
     "list_keyed",
     "list_root",
     "lock_directory",
     "open_broker",
+    "read_part_list",
     "recover_queue",
     "store_kind",
     "unpack_location",
     "validate_queue_name",
+    "write_part_list",
 ]

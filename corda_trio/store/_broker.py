@@ -53,6 +53,7 @@ from ._errors import (
     UnknownDeliveryError,
 )
 from ._keyed import KeyedLog
+from ._parts import PartList, write_part_list
 from ._record import unpack_location
 from ._recovery import RecoveredLog, RecoveryMode, RecoveryReport, recover_queue
 from ._segment import fsync_dir, remove_tree_gently, validate_queue_name
@@ -127,6 +128,10 @@ class BrokerConfig:
     #: How long opening waits for the directory lock (a commit helper of a process that just died keeps
     #: it until it has seen its parent go, normally within milliseconds).
     lock_wait_seconds: float = attrs.field(default=2.0, validator=attrs.validators.ge(0.0))
+    #: Refuse to open a directory without a part list (``parts.json``) instead of giving it one that lists
+    #: what is there: for an owner that knows the store had one (the node, from its ``store.json``), so that
+    #: the list deleted together with parts of the store does not hide them.
+    require_part_list: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -748,6 +753,8 @@ class Broker:
     _helper: CommitHelper | None = None
     _queues: dict[str, Queue] = attrs.field(factory=dict)
     _keyed: dict[str, KeyedLog] = attrs.field(factory=dict)
+    #: the durable queues and keyed logs the store created, as its part list (``parts.json``) says
+    _parts: PartList = attrs.field(factory=PartList)
     _registry_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _closed: bool = False
     _failure: StoreFailedError | None = None
@@ -825,14 +832,38 @@ class Broker:
                 self._queues[name] = queue
                 return queue
             path = os.path.join(self.directory, name)
+            parts = attrs.evolve(self._parts, queues=self._parts.queues | {name})
             recovered = await trio.to_thread.run_sync(
-                create_queue_dir, self.directory, path, limiter=self._limiter
+                self._create_part,
+                create_queue_dir,
+                self.directory,
+                path,
+                _changed(parts, self._parts),
+                limiter=self._limiter,
             )
+            self._parts = parts
             queue = self._start_durable(name, recovered, policy or FsyncPolicy.ALWAYS)
             if queue._log is not None and early_delivery:
                 queue._log.early_delivery = True
             logger.info("created durable queue %s", name)
             return queue
+
+    @staticmethod
+    def _create_part(
+        create: Callable[[str, str], RecoveredLog], root: str, path: str, record: PartList | None
+    ) -> RecoveredLog:
+        """Run ``create(root, path)`` (a new part's directory, made durable, or an existing one recovered),
+        then write the part list ``record`` of ``root`` unless it is ``None`` (a worker thread's job)."""
+        recovered = create(root, path)
+        if record is not None:
+            try:
+                write_part_list(root, record)
+            except BaseException:
+                for state in recovered.segments:  # (the part stays on disk, unrecorded: the next open
+                    if state.fd >= 0:  # records it)
+                        os.close(state.fd)
+                raise
+        return recovered
 
     def _set_fsync(self, queue: Queue, policy: FsyncPolicy) -> None:
         assert queue._log is not None
@@ -904,9 +935,16 @@ class Broker:
                 await trio.lowlevel.checkpoint()
                 return keyed
             path = os.path.join(self.directory, KEYED_DIR, name)
+            parts = attrs.evolve(self._parts, keyed=self._parts.keyed | {name})
             recovered = await trio.to_thread.run_sync(
-                _open_keyed_dir, self.directory, path, limiter=self._limiter
+                self._create_part,
+                _open_keyed_dir,
+                self.directory,
+                path,
+                _changed(parts, self._parts),
+                limiter=self._limiter,
             )
+            self._parts = parts
             _log_recovery(f"keyed log {name}", recovered.report)
             keyed = KeyedLog(name=name)
             started = self._start_log(f"keyed:{name}", path, recovered, keyed._on_durable)
@@ -972,6 +1010,12 @@ class Broker:
                 retire_queue_dir, self.directory, os.path.join(self.directory, name), limiter=self._limiter
             )
             self.recovery_reports.pop(name, None)
+            # Off the part list only now: a crash before this leaves it listed with its retired directory
+            # there, which the next open takes for the interrupted delete it is. (Should this write fail,
+            # the retired directory stays for that open to see, and the error is raised.)
+            parts = attrs.evolve(self._parts, queues=self._parts.queues - {name})
+            await trio.to_thread.run_sync(write_part_list, self.directory, parts, limiter=self._limiter)
+            self._parts = parts
         # Gone for good already; its files are freed a step at a time (remove_tree_gently), outside the
         # lock: declaring and deleting other queues need not wait for that (if this is cancelled first,
         # the next open removes what is left).
@@ -1004,8 +1048,13 @@ async def open_broker(
     Only one process may open a directory at a time (an ``flock`` on the directory itself, held by the
     broker and its commit helper for their lifetime).
 
+    The directory's part list (``parts.json``) names every durable queue and keyed log the store created; it
+    is checked first, and a part it names that is gone stops the open before anything is changed.
+
     Raises:
         BrokerLockedError: another process has the directory open.
+        MissingPartError: a queue or keyed log the store created is gone or emptied.
+        PartListError: the part list is damaged (or missing, with ``config.require_part_list``).
         CorruptSegmentError: a queue holds a corrupt record (run ``corda-trio store check --repair``).
         OSError: the directory cannot be created or read.
     """
@@ -1015,7 +1064,11 @@ async def open_broker(
     limiter = trio.CapacityLimiter(config.io_threads)
     io_limiter = trio.CapacityLimiter(config.io_threads)
     listing = await trio.to_thread.run_sync(
-        open_root, root, config.lock_wait_seconds, limiter=limiter, abandon_on_cancel=True
+        functools.partial(
+            open_root, root, config.lock_wait_seconds, require_part_list=config.require_part_list
+        ),
+        limiter=limiter,
+        abandon_on_cancel=True,
     )
     lock_fd, names = listing.lock_fd, listing.queues
     for entry in listing.strays:
@@ -1039,7 +1092,7 @@ async def open_broker(
                     await nursery.start(helper.run)
                 broker = Broker(
                     directory=root, config=config, nursery=nursery, limiter=limiter, io_limiter=io_limiter,
-                    helper=helper,
+                    helper=helper, parts=listing.parts,
                 )  # fmt: skip
                 if helper is not None:
                     helper.on_failure = functools.partial(broker._note_failure, "commit helper")
@@ -1090,6 +1143,10 @@ def _log_recovery(what: str, report: RecoveryReport) -> None:
         "recovered %s: %d messages in %d segments (%.3f s)",
         what, report.live_messages, report.segments, report.duration_seconds,
     )  # fmt: skip
+
+
+def _changed(parts: PartList, was: PartList) -> PartList | None:
+    return None if parts == was else parts
 
 
 def _open_keyed_dir(root: str, path: str) -> RecoveredLog:

@@ -13,7 +13,9 @@ node runs. ``broker.lock`` is kept as an empty marker file that says "this direc
 *Layout.* The root holds ``broker.lock``, one directory per queue (named exactly like the queue, see
 :func:`~._segment.validate_queue_name`), and transiently ``.deleted-<name>-<n>`` while a queue is being
 deleted (a rename first, so that the delete is atomic; leftovers of an interrupted delete are removed at
-the next open). Anything else was not written by the store: it is left alone and reported.
+the next open). It also holds ``parts.json``, the list of the queues and keyed logs the store created, which
+the open checks before it changes anything (:mod:`._parts`). Anything else was not written by the store: it
+is left alone and reported.
 """
 
 from __future__ import annotations
@@ -26,9 +28,31 @@ from typing import Final
 
 import attrs
 
-from ._errors import BrokerLockedError, InvalidQueueNameError, QueueExistsError
+from ._errors import (
+    BrokerLockedError,
+    InvalidQueueNameError,
+    MissingPartError,
+    PartListError,
+    QueueExistsError,
+)
+from ._parts import (
+    PARTS_FILE,
+    PartList,
+    find_missing_parts,
+    is_part_list_leftover,
+    read_part_list,
+    write_part_list,
+)
 from ._recovery import RecoveredLog, RecoveryMode, recover_queue
-from ._segment import QUARANTINE_DIR, fsync_dir, list_segment_numbers, stray_entries, validate_queue_name
+from ._segment import (
+    DELETED_PREFIX,
+    KEYED_DIR,
+    QUARANTINE_DIR,
+    fsync_dir,
+    list_segment_numbers,
+    stray_entries,
+    validate_queue_name,
+)
 
 __all__ = [
     "KEYED_DIR",
@@ -45,9 +69,6 @@ __all__ = [
 ]
 
 LOCK_FILE: Final = "broker.lock"
-#: the directory that holds the keyed logs (one directory each, like queues)
-KEYED_DIR: Final = "keyed"
-DELETED_PREFIX: Final = ".deleted-"
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
@@ -62,6 +83,8 @@ class RootListing:
     queues: tuple[str, ...]
     #: entries the store did not write (left alone), sorted
     strays: tuple[str, ...]
+    #: the durable queues and keyed logs there (the part list now says the same)
+    parts: PartList
 
 
 def lock_directory(directory: str, *, exclusive: bool, wait_seconds: float = 0.0) -> int:
@@ -95,11 +118,31 @@ def lock_directory(directory: str, *, exclusive: bool, wait_seconds: float = 0.0
         raise
 
 
-def open_root(directory: str, wait_seconds: float = 0.0) -> RootListing:
-    """Create (if needed) and lock the broker directory, finish interrupted deletes, list its queues."""
+def open_root(directory: str, wait_seconds: float = 0.0, *, require_part_list: bool = False) -> RootListing:
+    """Create (if needed) and lock the broker directory, check that every part it created is there, finish
+    interrupted deletes, list its queues, and bring the part list up to date (it gets one if it had none).
+
+    Args:
+        require_part_list: refuse a directory without a part list (its owner knows it had one) instead of
+            giving it one that lists what is there.
+
+    Raises:
+        MissingPartError: a recorded part is missing (nothing in the directory was changed).
+        PartListError: the part list is damaged, or missing although required (nothing was changed).
+        BrokerLockedError: another process holds the lock.
+    """
     os.makedirs(directory, exist_ok=True)
     fd = lock_directory(directory, exclusive=True, wait_seconds=wait_seconds)
     try:
+        recorded = read_part_list(directory)
+        if recorded is None and require_part_list:
+            raise PartListError(
+                os.path.join(directory, PARTS_FILE),
+                "missing: the list of the queues and keyed logs the store created is gone, so what else is "
+                "gone cannot be told",
+            )
+        if recorded is not None and (missing := find_missing_parts(directory, recorded)):
+            raise MissingPartError(directory, missing)
         marker = os.path.join(directory, LOCK_FILE)
         if not os.path.exists(marker):
             os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o644))
@@ -108,8 +151,16 @@ def open_root(directory: str, wait_seconds: float = 0.0) -> RootListing:
             full = os.path.join(directory, entry)
             if entry.startswith(DELETED_PREFIX) and os.path.isdir(full) and not os.path.islink(full):
                 shutil.rmtree(full, ignore_errors=True)  # an interrupted delete_queue
+            elif is_part_list_leftover(entry) and os.path.isfile(full) and not os.path.islink(full):
+                os.unlink(full)  # an interrupted replacement of the part list
         queues, strays = list_root(directory)
-        return RootListing(lock_fd=fd, queues=queues, strays=strays)
+        # What is there now is what the list must say: every recorded part is (checked above) but those
+        # whose delete was interrupted; a part that is there unrecorded was created, and the crash came
+        # before it was recorded (or the list is new).
+        parts = PartList(queues=frozenset(queues), keyed=frozenset(list_keyed(directory)))
+        if parts != recorded:
+            write_part_list(directory, parts)
+        return RootListing(lock_fd=fd, queues=queues, strays=strays, parts=parts)
     except BaseException:
         os.close(fd)
         raise
@@ -127,6 +178,8 @@ def list_root(directory: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for entry in sorted(os.listdir(directory)):
         full = os.path.join(directory, entry)
         if entry == LOCK_FILE or (entry in (QUARANTINE_DIR, KEYED_DIR) and os.path.isdir(full)):
+            continue
+        if (entry == PARTS_FILE or is_part_list_leftover(entry)) and os.path.isfile(full):
             continue
         if entry.startswith(DELETED_PREFIX) and os.path.isdir(full):
             continue  # an interrupted delete_queue, finished by the next open
@@ -194,7 +247,9 @@ def retire_queue_dir(root: str, path: str) -> str:
 def store_kind(directory: str) -> str | None:
     """``"broker"`` if ``directory`` is a broker directory, ``"queue"`` if it is one queue's directory,
     ``None`` if it is neither (nothing the store wrote is in it). Never writes anything."""
-    if os.path.isfile(os.path.join(directory, LOCK_FILE)):
+    if os.path.isfile(os.path.join(directory, LOCK_FILE)) or os.path.isfile(
+        os.path.join(directory, PARTS_FILE)
+    ):
         return "broker"
     if list_segment_numbers(directory):
         return "queue"

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._parts import MissingPart
+
 __all__ = [
     "BrokerLockedError",
     "CorruptSegmentError",
     "InvalidQueueNameError",
+    "MissingPartError",
+    "PartListError",
     "QueueExistsError",
     "QueueNotFoundError",
     "StoreClosedError",
@@ -73,4 +81,39 @@ class CorruptSegmentError(StoreError):
         super().__init__(f"corrupt segment {path} at offset {offset}: {reason}")
         self.path = path
         self.offset = offset
+        self.reason = reason
+
+
+class MissingPartError(StoreError):
+    """Queues or keyed logs that the store created (its part list, ``parts.json``) are gone from the broker
+    directory, or emptied: what they held would be silently lost, so the broker does not open.
+
+    Restore them, or (to give up what they held) run ``corda-trio store check --repair``, which takes them
+    off the list.
+
+    Attributes:
+        directory: the broker directory.
+        parts: the missing parts (name, directory, what is wrong).
+    """
+
+    def __init__(self, directory: str, parts: Sequence[MissingPart]) -> None:
+        listed = "; ".join(str(p) for p in parts)
+        what = "a part it created is" if len(parts) == 1 else f"{len(parts)} parts it created are"
+        super().__init__(f"store {directory}: {what} missing: {listed}")
+        self.directory = directory
+        self.parts = tuple(parts)
+
+
+class PartListError(StoreError):
+    """The store's part list (``parts.json``) cannot be read or is damaged, or is missing where the
+    store's owner knows there is one; ``corda-trio store check --repair`` rebuilds it from the parts there.
+
+    Attributes:
+        path: the part list's file.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
         self.reason = reason

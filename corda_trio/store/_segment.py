@@ -28,9 +28,12 @@ from ._record import MANIFEST_READ_LIMIT, SEGMENT_HEADER_BYTES, encode_manifest,
 
 __all__ = [
     "COMPACT_SUFFIX",
+    "DELETED_PREFIX",
+    "KEYED_DIR",
     "MANIFEST_NAME",
     "MANIFEST_TMP",
     "MAX_QUEUE_NAME_LENGTH",
+    "PARTS_FILE",
     "QUARANTINE_DIR",
     "SEGMENT_SUFFIX",
     "create_segment",
@@ -65,8 +68,14 @@ _COMPACT_RE: Final = re.compile(r"[0-9]{20}\.seg\.compact\Z", re.ASCII)
 #: Suffixes of the files the store writes: a queue name must not end like them, so that a queue's
 #: directory can never be taken for one of the store's own files (or the other way round).
 _RESERVED_SUFFIXES: Final = (SEGMENT_SUFFIX, COMPACT_SUFFIX, ".lock")
+#: The broker directory's list of the queues and keyed logs the store created (see ``_parts.py``).
+PARTS_FILE: Final = "parts.json"
+#: The directory of the broker directory that holds the keyed logs (one directory each, like queues).
+KEYED_DIR: Final = "keyed"
+#: A queue's directory is renamed ``<this><name>-<n>`` when it is deleted, then removed.
+DELETED_PREFIX: Final = ".deleted-"
 #: Directory entries of a broker directory that are not queues.
-RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR, "keyed"})
+RESERVED_NAMES: Final = frozenset({"broker.lock", QUARANTINE_DIR, KEYED_DIR, PARTS_FILE})
 
 
 def validate_queue_name(name: str) -> str:

@@ -226,7 +226,7 @@ async def test_invalid_queue_names(tmp_path: Path, name: str, match: str) -> Non
     async with store.open_broker(tmp_path) as broker:
         with pytest.raises(store.InvalidQueueNameError, match=match):
             await broker.declare_queue(name)
-    assert sorted(os.listdir(tmp_path)) == ["broker.lock"]
+    assert sorted(os.listdir(tmp_path)) == ["broker.lock", store.PARTS_FILE]  # no queue directory
 
 
 async def test_registry_prefix_listing_durability_and_restart(tmp_path: Path) -> None:
