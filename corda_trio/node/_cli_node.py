@@ -133,6 +133,19 @@ def _start_error(exc: BaseException, config: NodeConfig) -> BaseException:
         return CliError(f"{config.legal_name}: {exc}", 1)
     if isinstance(exc, store.BrokerLockedError):
         return CliError(f"{config.legal_name}: the store is in use by another process: {exc}", 1)
+    if isinstance(exc, store.MissingPartError):
+        return CliError(
+            f"{config.legal_name}: cannot start, {exc}. Restore what is missing (from a backup), or run "
+            f"`corda-trio store check {exc.directory} --repair` to take it off the store's part list and "
+            "start without it (what it held is then lost: unsent messages, flow checkpoints, dedup ids)",
+            1,
+        )
+    if isinstance(exc, store.PartListError):
+        return CliError(
+            f"{config.legal_name}: cannot start, {exc}. `corda-trio store check "
+            f"{os.path.dirname(exc.path)} --repair` writes it anew, listing the parts that are there",
+            1,
+        )
     if isinstance(exc, store.StoreError):
         return CliError(
             f"{config.legal_name}: fatal store error, the node stopped (what was durable is kept; "

@@ -28,6 +28,7 @@ and closes the files. A fatal store error (a failed write or fsync) ends :meth:`
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import fcntl
 import json
 import logging
@@ -71,7 +72,9 @@ RUNTIME_FILE_NAME: Final[str] = "node.json"
 #: it: a node directory moved or copied whole keeps it true), as JSON. From then on a store that is
 #: missing (or empty), or a ``[store] directory`` that names another place, stops the node at start with one
 #: line, instead of a start with an empty store that silently leaves the flows, messages and dedup ids
-#: of the old one behind. Deleting the file is how an operator says a new, empty store is meant.
+#: of the old one behind. Deleting the file is how an operator says a new, empty store is meant. It also says
+#: (``"part_list": true``) that the store keeps its list of parts (``parts.json``, see ``corda_trio.store``):
+#: from then on the store may not open without it, so that deleting it with some of the parts hides nothing.
 STORE_RECORD_NAME: Final[str] = "store.json"
 #: Poll interval in directory mode (no map service) and the upper bound of a map's max-age we honour.
 DIRECTORY_POLL_SECONDS: Final[float] = 2.0
@@ -265,8 +268,11 @@ class Node:
             material = self._material
             if material is None:  # (check_start was not called: read it now)
                 self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
-            broker_config = store.BrokerConfig(commit_process=cfg.store_commit_process)
             recorded = _check_store_record(cfg)
+            broker_config = store.BrokerConfig(
+                commit_process=cfg.store_commit_process,
+                require_part_list=recorded is _Recorded.STORE_WITH_PARTS,
+            )
             try:
                 cfg.store_directory.mkdir(parents=True, exist_ok=True)
             except FileExistsError:
@@ -275,7 +281,7 @@ class Node:
                 ) from None
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
                 self.broker = broker
-                if not recorded:
+                if recorded is not _Recorded.STORE_WITH_PARTS:  # (the store has its part list now)
                     _write_store_record(cfg)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_store, broker)
@@ -660,21 +666,30 @@ class Node:
         return {"draining": False, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
 
 
-def _check_store_record(config: NodeConfig) -> bool:
-    """Whether the base directory records the store (:data:`STORE_RECORD_NAME`); raises
+class _Recorded(enum.Enum):
+    """What :func:`_check_store_record` found."""
+
+    NOTHING = "no store.json"
+    STORE = "store.json names this store (written before stores kept a part list)"
+    STORE_WITH_PARTS = "store.json names this store, which keeps its part list"
+
+
+def _check_store_record(config: NodeConfig) -> _Recorded:
+    """What the base directory records of the store (:data:`STORE_RECORD_NAME`); raises
     :class:`NodeStartError` when it records another place, or this one while it is missing or empty."""
     record = config.base_directory / STORE_RECORD_NAME
     try:
         text = read_small_file(record, 64 * 1024).decode()
     except FileNotFoundError:
-        return False
+        return _Recorded.NOTHING
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise NodeStartError(f"{record}: cannot be read: {exc}") from None
     try:
-        recorded = json.loads(text)["store_directory"]
-        if not isinstance(recorded, str):
+        doc = json.loads(text)
+        recorded, part_list = doc["store_directory"], doc.get("part_list", False)
+        if not isinstance(recorded, str) or not isinstance(part_list, bool):
             raise TypeError(recorded)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise NodeStartError(
             f"{record} is not the store record the node writes: delete it to start with the store at "
             f"{config.store_directory}"
@@ -697,7 +712,7 @@ def _check_store_record(config: NodeConfig) -> bool:
             f"it, or delete {record.name} to start this node with a new, empty store (flows, messages and "
             "deduplication ids of the old one are then gone)"
         )
-    return True
+    return _Recorded.STORE_WITH_PARTS if part_list else _Recorded.STORE
 
 
 def _store_record_path(config: NodeConfig) -> str:
@@ -708,8 +723,8 @@ def _store_record_path(config: NodeConfig) -> str:
 
 
 def _write_store_record(config: NodeConfig) -> None:
-    """Record the store the node opened (written whole or not at all)."""
-    data = json.dumps({"store_directory": _store_record_path(config)}) + "\n"
+    """Record the store the node opened, which now has its part list (written whole or not at all)."""
+    data = json.dumps({"store_directory": _store_record_path(config), "part_list": True}) + "\n"
     write_file_atomically(config.base_directory / STORE_RECORD_NAME, data.encode(), 0o644)
 
 

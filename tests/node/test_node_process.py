@@ -263,7 +263,7 @@ async def test_a_missing_store_or_another_store_directory_stops_the_start(tmp_pa
 
     await start_and_stop()
     record = cfg.base_directory / "store.json"
-    assert json.loads(record.read_text()) == {"store_directory": "store"}  # (relative: see below)
+    assert json.loads(record.read_text()) == {"store_directory": "store", "part_list": True}  # (relative)
     kept = cfg.store_directory.with_name("store-kept")
     cfg.store_directory.rename(kept)
     line = await refused()
