@@ -37,7 +37,8 @@ def say_interrupted(terminated: bool) -> int:
 class signals_deferred:
     """``with signals_deferred(): import ...``: SIGTERM and SIGINT that arrive inside the block are noted,
     not handled; leaving it restores their handlers and raises each noted signal again, so that its handler
-    runs in ordinary code. A SIGINT that is ignored (a background job) stays ignored."""
+    runs in ordinary code. A SIGINT that is ignored (a background job) stays ignored. Outside the main thread
+    (where no signal handler runs) it does nothing."""
 
     def __enter__(self) -> None:
         self._pending: list[int] = []
@@ -45,7 +46,10 @@ class signals_deferred:
         for signum in (signal.SIGTERM, signal.SIGINT):
             current = signal.getsignal(signum)
             if current is not None and current is not signal.SIG_IGN:
-                self._saved[signum] = signal.signal(signum, self._note)
+                try:
+                    self._saved[signum] = signal.signal(signum, self._note)
+                except ValueError:  # not the main thread (the command line run by a worker): no signals
+                    return
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(signum)
