@@ -103,7 +103,7 @@ def _start(args: argparse.Namespace) -> int:
     node = Node(config)
     try:  # (first: a start refused for a key, a certificate or the store record creates nothing on disk)
         node.check_start()
-    except NodeStartError as exc:
+    except (NodeStartError, store.MissingPartError, store.PartListError) as exc:
         raise _start_error(exc, config) from None
     try:
         log_path = configure_logging(config)

@@ -234,18 +234,23 @@ class Node:
 
     def check_start(self) -> None:
         """Read what a start needs before it writes anything (the passphrase, keys, certificates, network
-        parameters, the store record) and whether its listening ports are free, so that a start refused for
-        one of them creates nothing on disk: no base directory, lock file, log or store (a port taken between
-        this check and the start is still refused, after them). Call it before :func:`configure_logging`
-        (which creates the log file); :meth:`run` then uses what it read (without it, :meth:`run` reads
-        them itself).
+        parameters, the store record and the store's parts) and whether its listening ports are free, so
+        that a start refused for one of them creates nothing on disk: no base directory, lock file, log or
+        store (a port taken between this check and the start is still refused, after them). Call it before
+        :func:`configure_logging` (which creates the log file); :meth:`run` then uses what it read (without
+        it, :meth:`run` reads them itself).
 
         Raises:
             NodeStartError: one of them is missing or unusable (the message names it).
+            store.MissingPartError / store.PartListError: the store lost a part it had created, or its list.
         """
         _check_base_directory_free(self.config.base_directory)
         self._material = _load_material(self.config)
-        _check_store_record(self.config)
+        recorded = _check_store_record(self.config)
+        if recorded is not _Recorded.NOTHING:  # (the store is there: its parts must be too)
+            store.check_parts(
+                str(self.config.store_directory), require_part_list=recorded is _Recorded.STORE_WITH_PARTS
+            )
         for what, host, port in _listeners(self.config):
             if port != 0:  # (a port of its own choosing cannot be taken)
                 try:

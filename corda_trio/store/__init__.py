@@ -49,6 +49,7 @@ from ._keyed import KeyedLog as KeyedLog
 from ._keyed import KeyedLogStatistics as KeyedLogStatistics
 from ._parts import MissingPart as MissingPart
 from ._parts import PartList as PartList
+from ._parts import check_parts as check_parts
 from ._parts import find_missing_parts as find_missing_parts
 from ._parts import read_part_list as read_part_list
 from ._parts import write_part_list as write_part_list
@@ -97,6 +98,7 @@ __all__ = [
     "TornTail",
     "UnknownDeliveryError",
     "append_enqueue",
+    "check_parts",
     "find_missing_parts",
     "list_keyed",
     "list_root",

@@ -28,21 +28,8 @@ from typing import Final
 
 import attrs
 
-from ._errors import (
-    BrokerLockedError,
-    InvalidQueueNameError,
-    MissingPartError,
-    PartListError,
-    QueueExistsError,
-)
-from ._parts import (
-    PARTS_FILE,
-    PartList,
-    find_missing_parts,
-    is_part_list_leftover,
-    read_part_list,
-    write_part_list,
-)
+from ._errors import BrokerLockedError, InvalidQueueNameError, QueueExistsError
+from ._parts import PARTS_FILE, PartList, check_parts, is_part_list_leftover, write_part_list
 from ._recovery import RecoveredLog, RecoveryMode, recover_queue
 from ._segment import (
     DELETED_PREFIX,
@@ -134,15 +121,7 @@ def open_root(directory: str, wait_seconds: float = 0.0, *, require_part_list: b
     os.makedirs(directory, exist_ok=True)
     fd = lock_directory(directory, exclusive=True, wait_seconds=wait_seconds)
     try:
-        recorded = read_part_list(directory)
-        if recorded is None and require_part_list:
-            raise PartListError(
-                os.path.join(directory, PARTS_FILE),
-                "missing: the list of the queues and keyed logs the store created is gone, so what else is "
-                "gone cannot be told",
-            )
-        if recorded is not None and (missing := find_missing_parts(directory, recorded)):
-            raise MissingPartError(directory, missing)
+        recorded = check_parts(directory, require_part_list=require_part_list)
         marker = os.path.join(directory, LOCK_FILE)
         if not os.path.exists(marker):
             os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o644))

@@ -39,7 +39,7 @@ import attrs
 
 from corda_trio import files
 
-from ._errors import PartListError
+from ._errors import MissingPartError, PartListError
 from ._record import SEGMENT_HEADER_BYTES, peek_format_version
 from ._segment import (
     DELETED_PREFIX,
@@ -145,6 +145,27 @@ def is_part_list_leftover(entry: str) -> bool:
     """Whether ``entry`` of a broker directory is the temporary file of a replacement of the part list that
     a crash interrupted (removed at the next open)."""
     return entry.startswith(files.temporary_prefix(PARTS_FILE))
+
+
+def check_parts(root: str, *, require_part_list: bool = False) -> PartList | None:
+    """Check that broker directory ``root`` still has every part its part list names (reads only); returns
+    the list (``None``: there is none, and none is required). The open does it under the directory's lock
+    before it changes anything; a node's start does it first of all, before it writes anything anywhere.
+
+    Raises:
+        MissingPartError: a recorded part is gone or emptied.
+        PartListError: the part list is damaged, or missing although ``require_part_list``.
+    """
+    recorded = read_part_list(root)
+    if recorded is None and require_part_list:
+        raise PartListError(
+            os.path.join(root, PARTS_FILE),
+            "missing: the list of the queues and keyed logs the store created is gone, so what else is gone "
+            "cannot be told",
+        )
+    if recorded is not None and (missing := find_missing_parts(root, recorded)):
+        raise MissingPartError(root, missing)
+    return recorded
 
 
 def find_missing_parts(root: str, parts: PartList) -> list[MissingPart]:
