@@ -44,6 +44,7 @@ from ._logic import FlowLogic as FlowLogic
 from ._logic import initiated_by as initiated_by
 from ._logic import initiating_flow as initiating_flow
 from ._manager import CHECKPOINT_LOG as CHECKPOINT_LOG
+from ._manager import DEFAULT_MAX_RESPONDERS_PER_PEER as DEFAULT_MAX_RESPONDERS_PER_PEER
 from ._manager import FlowHandle as FlowHandle
 from ._manager import FlowInfo as FlowInfo
 from ._manager import FlowManager as FlowManager
@@ -79,6 +80,7 @@ from ._statemachine import transition as transition
 __all__ = [
     "CHECKPOINT_LOG",
     "COUNTER_FLOW_ERRORED",
+    "DEFAULT_MAX_RESPONDERS_PER_PEER",
     "MAX_BROADCAST_RECIPIENTS",
     "MAX_EXAMPLE_TEXT_CHARS",
     "MAX_PING_PONG_ROUNDS",

@@ -39,6 +39,16 @@ message for an unknown session is acked and dropped (logged). A session init sta
 with ``@initiated_by`` (flow id derived from the init, so a copy of an init maps to the same flow and is
 dropped); an init for an unknown flow is answered with a reject carrying the reason.
 
+*Responders per peer.* Every init a peer sends starts a responder, which lives until its flow ends: a
+member of the network could send thousands of inits and never go on (each responder waits for ever for its
+next message, about 8 KB of memory and a checkpoint). So the live (not finished; parked ones count)
+responders each peer initiated are counted (again at start, from the checkpoints), and an init beyond
+``max_responders_per_peer`` is refused like one for an unknown flow: a reject naming the limit goes back, so
+the initiating flow fails at once with that reason. Each refusal is counted (``statistics().refused_inits``)
+and logged at debug; a warning per peer sums them up at most every ``REFUSED_INIT_WARNING_SECONDS``. There is
+no idle timeout for a responder waiting for a message (Corda has none either): an initiator may sleep for
+days between two sends, and the limit already bounds what a peer can hold.
+
 *Hospital.* A step raising :class:`RetryableFlowError` is retried from the last checkpoint with jittered
 exponential backoff. Any other failure parks the flow
 (status ``parked`` with its error; its messages stay unacknowledged in the inbox): :meth:`FlowManager.retry`
@@ -58,6 +68,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import math
 import random
 import time
 import types
@@ -127,6 +138,7 @@ from ._statemachine import (
 
 __all__ = [
     "CHECKPOINT_LOG",
+    "DEFAULT_MAX_RESPONDERS_PER_PEER",
     "FlowHandle",
     "FlowInfo",
     "FlowManager",
@@ -145,6 +157,14 @@ SESSION_INIT_TYPE: Final = "session_init"
 #: a P2P message's headers and framing around its session bytes stay well below this many bytes: session
 #: bytes closer than this to ``max_message_size`` get their exact encoded size checked before the checkpoint
 ENVELOPE_ROOM: Final = 64 * 1024
+#: Default of ``FlowManagerConfig.max_responders_per_peer`` (and the node's ``[flows]
+#: max_responders_per_peer``): the largest number of flows the benchmark harness runs at once
+#: (``bench._harness.MAX_CONCURRENCY``, its ``max_in_flight``), far above what the demo (8 per node) and the
+#: flow benchmark (256) keep running per peer. At about 8 KB of memory and 1.4 KB of checkpoint each, one
+#: peer can hold at most about 80 MB and 14 MB of them.
+DEFAULT_MAX_RESPONDERS_PER_PEER: Final = 10_000
+#: A peer whose inits are refused (too many live responders) gets one warning at most this often.
+REFUSED_INIT_WARNING_SECONDS: Final = 60.0
 
 
 @attrs.frozen(kw_only=True)
@@ -162,6 +182,11 @@ class FlowManagerConfig:
     #: send the messages one transition has for one node as one P2P message (a bundle: one inbox record, one
     #: dedup record, one acknowledgement at the receiver instead of one each)
     bundle: bool = True
+    #: live (not finished) responders one peer may have started here; its inits beyond are rejected (see the
+    #: module docstring)
+    max_responders_per_peer: int = attrs.field(
+        default=DEFAULT_MAX_RESPONDERS_PER_PEER, validator=attrs.validators.ge(1)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -205,6 +230,11 @@ class FlowManagerStatistics:
     resent: int = 0
     #: outbox records in the checkpoint log (their messages are not known to be in the outbound queues)
     outbox_records: int = 0
+    #: session inits rejected because their sender had ``max_responders_per_peer`` live responders here
+    #: (also counted in ``refused``)
+    refused_inits: int = 0
+    #: live (not finished) responders, all peers together
+    responders: int = 0
 
 
 @attrs.define(eq=False)
@@ -253,6 +283,8 @@ class _Runner:
     pending_out: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
     #: why the outbound pump cannot send this flow's messages yet (unknown peer), shown as ``retrying``
     send_error: str | None = None
+    #: a responder counted among its initiator's live responders (until it finishes)
+    counted: bool = False
 
     def post(self, event: Any) -> None:
         self.events.append(event)
@@ -302,6 +334,13 @@ def split_outbox_key(key: bytes) -> tuple[str, int] | None:
     if not sep:
         return None
     return flow_id.decode(), int(number)
+
+
+def _responder_of(state: FlowState) -> str | None:
+    """The peer whose init started the flow of ``state`` if it is a responder (its first session is the one
+    the init opened), else ``None``."""
+    first = state.sessions.get(0)
+    return first.counterparty if first is not None and not first.initiating else None
 
 
 def checkpoint_records(log: store.KeyedLog) -> list[tuple[str, bytes]]:
@@ -497,6 +536,11 @@ class FlowManager:
     _outbox_records: int = 0
     #: outboxes of finished (or unreadable) flows found at start: (record key, messages)
     _pending_resend: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
+    #: live responders per initiating peer (see the module docstring)
+    _responders: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: per peer: inits refused (too many live responders) since its last warning, and when that was (Trio's
+    #: clock)
+    _refused_inits: dict[str, tuple[int, float]] = attrs.field(factory=dict)
 
     @classmethod
     async def open(
@@ -534,16 +578,20 @@ class FlowManager:
                 [(None, state.outbox)] if state.outbox else []
             )
             state.outbox = []
+            initiator = _responder_of(state)
             if state.finished and not state.unflushed:
-                manager._add_finished(state, None)
+                manager._add_finished(state, initiator)
                 manager._pending_resend += pending
                 continue
-            runner = _Runner(flow_id, state, data, persisted=True, resumed=True, pending_out=pending)
+            runner = _Runner(
+                flow_id, state, data, persisted=True, resumed=True, pending_out=pending, initiator=initiator
+            )
             if state.finished:
-                manager._add_finished(state, None)
+                manager._add_finished(state, initiator)
                 manager._lingering[flow_id] = runner
             else:
                 manager._runners[flow_id] = runner
+                manager._count_responder(runner)
             manager._register_sessions(runner)
         for flow_id, records in outboxes.items():
             found = []
@@ -757,20 +805,20 @@ class FlowManager:
         if responder is None:
             reason = f"no responder is registered for flow {init.initiator_flow_class_name!r}"
             self._refuse(sender, reason)
-            error_id = derive_id("reject", dedup_id)
-            reject = ExistingSessionMessage(
-                recipient_session_id=init.initiator_session_id, seq=0,
-                payload=RejectPayload(error_id=error_id, message=reason),
-            )  # fmt: skip
-            out = self.messaging.create_message(
-                SESSION_TOPIC, encode_session_message(reject),
-                dedup_id=error_dedup_id(error_id, init.initiator_session_id),
-            )  # fmt: skip
-            await self.messaging.send(out, pki.CordaX500Name.parse(sender))
+            await self._reject(sender, init, dedup_id, reason)
             return None
         flow_id = responder_flow_id(sender, init.initiator_session_id, init.initiation_entropy)
         if flow_id in self._runners or flow_id in self._finished:
             log.debug("copy of the init of %s dropped", flow_id)
+            return None
+        live, limit = self._responders[sender], self.config.max_responders_per_peer
+        if live >= limit:
+            reason = (
+                f"too many flows from one peer: {live} started by {sender} are running here "
+                f"(max_responders_per_peer = {limit}); try again when some have finished"
+            )
+            self._refuse_init(sender, reason)
+            await self._reject(sender, init, dedup_id, reason)
             return None
         state = new_responder(sender, init, responder, flow_id=flow_id)
         receipt = _Receipt()
@@ -780,12 +828,54 @@ class FlowManager:
         runner = _Runner(flow_id, state, None, initial=initial, held=[receipt], initiator=sender)
         runner.post(Start(now=time.time()))
         self._runners[flow_id] = runner
+        self._count_responder(runner)
         self._register_sessions(runner)
         self._stats["started"] += 1
         assert self._nursery is not None
         self._nursery.start_soon(self._drive, runner)
         self._bump()
         return receipt.wait
+
+    async def _reject(self, sender: str, init: InitialSessionMessage, dedup_id: str, reason: str) -> None:
+        """Answer a refused init with a reject carrying ``reason`` (its initiating flow fails with it)."""
+        error_id = derive_id("reject", dedup_id)
+        reject = ExistingSessionMessage(
+            recipient_session_id=init.initiator_session_id, seq=0,
+            payload=RejectPayload(error_id=error_id, message=reason),
+        )  # fmt: skip
+        out = self.messaging.create_message(
+            SESSION_TOPIC, encode_session_message(reject),
+            dedup_id=error_dedup_id(error_id, init.initiator_session_id),
+        )  # fmt: skip
+        await self.messaging.send(out, pki.CordaX500Name.parse(sender))
+
+    def _refuse_init(self, sender: str, reason: str) -> None:
+        """Count an init refused for its sender's live responders; warn about the sender at most once per
+        ``REFUSED_INIT_WARNING_SECONDS`` (a flood would otherwise be a flood of warnings too)."""
+        self._stats["refused_inits"] += 1
+        self._refuse(sender, reason, quiet=True)
+        unreported, warned_at = self._refused_inits.get(sender, (0, -math.inf))
+        unreported += 1
+        now = trio.current_time()
+        if now - warned_at >= REFUSED_INIT_WARNING_SECONDS:
+            log.warning(
+                "%d session init(s) from %s refused since the last report: %s", unreported, sender, reason
+            )
+            unreported, warned_at = 0, now
+        self._refused_inits[sender] = (unreported, warned_at)
+
+    def _count_responder(self, runner: _Runner) -> None:
+        if runner.initiator is not None and not runner.counted:
+            runner.counted = True
+            self._responders[runner.initiator] += 1
+
+    def _uncount_responder(self, runner: _Runner) -> None:
+        if runner.counted:
+            assert runner.initiator is not None
+            runner.counted = False
+            self._responders[runner.initiator] -= 1
+            if not self._responders[runner.initiator]:
+                del self._responders[runner.initiator]
 
     def _register_sessions(self, runner: _Runner) -> None:
         for s in runner.state.sessions.values():
@@ -1067,6 +1157,7 @@ class FlowManager:
         if runner.timer is not None:
             runner.timer.cancel()
         self._runners.pop(runner.flow_id, None)
+        self._uncount_responder(runner)
         self._add_finished(state, runner.initiator)
         if state.unflushed:  # a session's confirm is still owed: keep taking its messages
             runner.status = "running"
@@ -1244,4 +1335,5 @@ class FlowManager:
             transitions=s["transitions"], checkpoint_writes=s["checkpoint_writes"], refused=s["refused"],
             draining=self._draining, unconfirmed=len(self._lingering),
             outbound_waiting=self._outbound_waiting, resent=s["resent"], outbox_records=self._outbox_records,
+            refused_inits=s["refused_inits"], responders=sum(self._responders.values()),
         )  # fmt: skip

@@ -590,3 +590,45 @@ async def test_checkpoint_records_with_unreadable_keys_are_listed_and_the_node_s
         assert await handle.result() == 2
     await net.restart("Alice")  # kept as they were
     assert {i.flow_id for i in net["Alice"].flows.flows() if i.status == "parked"} == set(parked)
+
+
+async def test_live_responders_per_peer_are_bounded_also_after_a_restart(tmp_path: Path) -> None:
+    """A member's inits each started a responder that waited for ever, without any bound (5,000 took a node
+    from 60 to 102 MB). Beyond ``max_responders_per_peer`` live ones an init is rejected: the initiating flow
+    fails with the reason at once; other peers are not affected; the count survives a restart and goes down
+    as responders end."""
+    config = flows.FlowManagerConfig(retry_initial_seconds=0.05, max_responders_per_peer=3)
+    limit_text = (
+        r"rejected the session: too many flows from one peer: 3 started by O=Alice, L=London, C=GB are "
+        r"running here \(max_responders_per_peer = 3\)"
+    )
+    async with testing.open_flow_network(tmp_path, [ALICE, BOB, CAROL], flow_config=config) as net:
+        alice = net["Alice"].flows
+        with trio.fail_after(60):
+            for _ in range(3):
+                await alice.start_flow(Waiter(peer=BOB))
+            bob = net["Bob"].flows
+            while bob.statistics().responders < 3:
+                await bob.wait_changed(bob.version)
+            with pytest.raises(flows.FlowException, match=limit_text):
+                await (await alice.start_flow(Waiter(peer=BOB))).result()
+            stats = bob.statistics()
+            assert (stats.responders, stats.refused_inits, stats.refused) == (3, 1, 1)
+            assert bob.refusals()[-1][0] == ALICE
+            # another peer is not affected
+            assert await (await net["Carol"].flows.start_flow("PingPong", recipient=BOB)).result() == 1
+            # after a restart the three still count (from their checkpoints)
+            bob = (await net.restart("Bob")).flows
+            assert bob.statistics().responders == 3
+            with pytest.raises(flows.FlowException, match=limit_text):
+                await (await alice.start_flow(Waiter(peer=BOB))).result()
+            assert bob.statistics().refused_inits == 1
+            # a responder that ends makes room
+            silent = next(f.flow_id for f in bob.flows() if f.flow_name == Silent.flow_name)
+            assert next(f.initiator for f in bob.flows() if f.flow_id == silent) == ALICE
+            await bob.kill(silent)
+            with pytest.raises(flows.FlowException):
+                await bob.wait_result(silent)
+            assert bob.statistics().responders == 2
+            assert await (await alice.start_flow("PingPong", recipient=BOB, rounds=2)).result() == 2
+            assert bob.statistics().responders == 2
