@@ -77,6 +77,11 @@ Theory of operation
     [shutdown]
     timeout_seconds = 10                 # how long SIGTERM / Ctrl-C waits for running flows to finish
 
+    [flows]
+    max_responders_per_peer = 10000      # flows one peer may have started here and not finished; its
+                                         # session inits beyond are rejected with the reason (its flow
+                                         # fails at once), counted in /metrics, warned about once a minute
+
 Only ``legal_name``, ``p2p.address``, ``rpc.address`` and ``keys.passphrase_*`` are required; the rest
 default to the values shown.  Unknown sections or keys are errors (a typo must not silently fall back to a
 default), and every error names the file, the key and what is wrong.  Paths in the loaded object are
@@ -95,7 +100,7 @@ from typing import Any, Final, TypeVar, final
 
 import attrs
 
-from corda_trio import network, pki, rpc, store, transport
+from corda_trio import flows, network, pki, rpc, store, transport
 from corda_trio.files import read_small_file
 
 __all__ = [
@@ -196,6 +201,8 @@ LOG_LEVELS: Final[tuple[str, ...]] = ("debug", "info", "warning", "error")
 #: Default of ``[shutdown] timeout_seconds``: long enough for short flows to finish, short enough that an
 #: operator's SIGTERM is not ignored (a service manager usually escalates to SIGKILL after 30 to 90 s).
 DEFAULT_SHUTDOWN_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Allowed ``[flows] max_responders_per_peer`` (the default is ``flows.DEFAULT_MAX_RESPONDERS_PER_PEER``).
+MAX_RESPONDERS_PER_PEER_RANGE: Final[tuple[int, int]] = (1, 1_000_000)
 
 
 @final
@@ -242,6 +249,8 @@ class NodeConfig:
     #: ``None``: ``<base_directory>/logs/node.log``.
     log_file: Path | None = None
     shutdown_timeout_seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+    #: ``[flows] max_responders_per_peer``: live flows one peer may have started on this node.
+    flows_max_responders_per_peer: int = flows.DEFAULT_MAX_RESPONDERS_PER_PEER
 
     @property
     def log_path(self) -> Path:
@@ -393,6 +402,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
     logging_table = r.section("logging", {"format", "level", "file"})
     shutdown = r.section("shutdown", {"timeout_seconds"})
+    flows_table = r.section("flows", {"max_responders_per_peer"})
     net = r.section(
         "network", {"map_url", "trust_root", "network_parameters", "additional_node_infos", "node_info_cache"}
     )
@@ -449,6 +459,12 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     timeout = shutdown.get("timeout_seconds", DEFAULT_SHUTDOWN_TIMEOUT_SECONDS)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout <= 3600:
         raise r.fail("shutdown.timeout_seconds", f"must be a number of seconds in 0..3600, got {timeout!r}")
+    responders = flows_table.get("max_responders_per_peer", flows.DEFAULT_MAX_RESPONDERS_PER_PEER)
+    low, high = MAX_RESPONDERS_PER_PEER_RANGE
+    if isinstance(responders, bool) or not isinstance(responders, int) or not low <= responders <= high:
+        raise r.fail(
+            "flows.max_responders_per_peer", f"must be an integer in {low}..{high}, got {responders!r}"
+        )
 
     return NodeConfig(
         legal_name=legal_name,
@@ -469,6 +485,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         log_level=log_level,
         log_file=log_file,
         shutdown_timeout_seconds=float(timeout),
+        flows_max_responders_per_peer=responders,
         network_map_url=map_url,
         trust_root=p(net, "trust_root", "network.trust_root", "certificates/network-root.cert.pem"),
         network_parameters=p(net, "network_parameters", "network.network_parameters", "network-parameters"),
@@ -773,6 +790,9 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "",
         "[shutdown]",
         f"timeout_seconds = {config.shutdown_timeout_seconds:g}",
+        "",
+        "[flows]",
+        f"max_responders_per_peer = {config.flows_max_responders_per_peer}",
         "",
     ]
     return "\n".join(lines)

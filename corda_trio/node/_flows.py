@@ -79,6 +79,9 @@ class FlowHost:
             "parked": s.parked,
             "transitions": s.transitions,
             "checkpoint_writes": s.checkpoint_writes,
+            "refused": s.refused,
+            "refused_inits": s.refused_inits,
+            "responders": s.responders,
         }
 
     def registered(self) -> list[str]:
@@ -248,6 +251,7 @@ class FlowHost:
 
 async def start_flow_host(node: Node, nursery: trio.Nursery, service: messaging.MessagingService) -> FlowHost:
     """Open the flow manager (loading checkpoints) and start it in ``nursery``: flows resume."""
-    manager = await flows.FlowManager.open(service)
+    config = flows.FlowManagerConfig(max_responders_per_peer=node.config.flows_max_responders_per_peer)
+    manager = await flows.FlowManager.open(service, config=config)
     await nursery.start(manager.run)
     return FlowHost(node=node, manager=manager, nursery=nursery)

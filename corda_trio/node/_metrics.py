@@ -237,7 +237,21 @@ class NodeCollector:
         running.add_metric([], stats.get("running", 0))
         parked = _gauge("flows_parked", "Flows parked with an error (retry or kill them)")
         parked.add_metric([], stats.get("parked", 0))
-        yield from (started, finished, running, parked)
+        responders = _gauge("flows_responders", "Running flows that peers started here (with a session init)")
+        responders.add_metric([], stats.get("responders", 0))
+        refused = _counter(
+            "flows_session_messages_refused",
+            "Session messages from peers refused (malformed, unknown session, out of sequence, too many "
+            "flows from one peer ...); each reason is logged",
+        )
+        refused.add_metric([], stats.get("refused", 0))
+        refused_inits = _counter(
+            "flows_inits_refused",
+            "Session inits rejected because their peer already had [flows] max_responders_per_peer flows "
+            "running here (also counted in flows_session_messages_refused)",
+        )
+        refused_inits.add_metric([], stats.get("refused_inits", 0))
+        yield from (started, finished, running, parked, responders, refused, refused_inits)
 
     def _rpc(self, node: Node) -> Iterator[Metric]:
         server = node.rpc_server

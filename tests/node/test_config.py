@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corda_trio import rpc
+from corda_trio import flows, rpc
 from corda_trio.node import _config
 
 HASH = rpc.hash_password("correct horse")
@@ -52,6 +52,9 @@ file = "var/log/alice.log"
 
 [shutdown]
 timeout_seconds = 2.5
+
+[flows]
+max_responders_per_peer = 500
 """
 
 
@@ -80,6 +83,10 @@ def test_good_config_round_trips(tmp_path: Path) -> None:
     assert reloaded.rpc_users == cfg.rpc_users
     assert reloaded.log_path == cfg.log_path and reloaded.metrics_address == cfg.metrics_address
     assert reloaded.store_fsync == cfg.store_fsync and reloaded.shutdown_timeout_seconds == 2.5
+    assert cfg.flows_max_responders_per_peer == reloaded.flows_max_responders_per_peer == 500
+    # the default, when [flows] is left out
+    default = _config.load_node_config(_write(tmp_path, _replace("max_responders_per_peer = 500", "")))
+    assert default.flows_max_responders_per_peer == flows.DEFAULT_MAX_RESPONDERS_PER_PEER == 10_000
 
 
 FLOAT = """
@@ -146,6 +153,15 @@ BAD = [
     (_replace('format = "json"', 'format = "xml"'), 'logging.format: must be "text" or "json"'),
     (_replace('level = "debug"', 'level = "loud"'), "logging.level: must be"),
     (_replace("timeout_seconds = 2.5", "timeout_seconds = -1"), "shutdown.timeout_seconds: must be a number"),
+    (
+        _replace("max_responders_per_peer = 500", "max_responders_per_peer = 0"),
+        "flows.max_responders_per_peer: must be an integer in 1..1000000, got 0",
+    ),
+    (
+        _replace("max_responders_per_peer = 500", 'max_responders_per_peer = "500"'),
+        "flows.max_responders_per_peer: must be an integer in 1..1000000, got '500'",
+    ),
+    (_replace("max_responders_per_peer = 500", "max_flows = 5"), "flows.max_flows: unknown setting"),
     (_replace('passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"', ""), "keys: exactly one of"),
     (GOOD + '\n[network]\nmap_url = "https://x"\n', "network.map_url: must be an http:// URL"),
     # a NUL in a path made open() / stat() raise ValueError: a traceback instead of one line

@@ -17,6 +17,7 @@ from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
+from .test_flows_e2e import scrape
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +104,62 @@ async def test_deeply_nested_payloads_neither_crash_the_victim_nor_its_restart(t
                 await ping_pong(a)
             finally:
                 await bob.stop()
+
+
+async def flow_metrics(node: NodeProcess) -> dict[str, float]:
+    """The node's unlabelled flow metrics from /metrics: {name without prefix and suffix: value}."""
+    return {
+        k.removeprefix("corda_trio_flows_").removesuffix("{}"): v
+        for k, v in (await scrape(node)).items()
+        if k.startswith("corda_trio_flows_") and k.endswith("{}")
+    }
+
+
+async def test_an_init_flood_is_bounded_per_peer_and_the_victim_serves_on(tmp_path: Path) -> None:
+    """Mallory's 5,000 inits left the victim 5,000 responders waiting for ever (60 -> 102 MB, nothing capped
+    it). Beyond ``[flows] max_responders_per_peer`` live responders of one peer its inits are rejected: the
+    victim's other peers are served, Mallory's own initiating flow fails with the reason, the refusals are in
+    /metrics, one warning sums them up, and after a kill -9 the count comes back from the checkpoints."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY], flows_max_responders_per_peer=40)
+    (_alice_path, _alice_cfg), (bob_path, bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    async with (
+        open_node_processes(nodes) as (alice, bob, mallory),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+        rpc.connect(mallory.rpc_url, "ops", PASSWORD) as m,
+    ):
+        await ping_pong(a)
+        flood = [
+            session_message(
+                msgpack.packb([1, 0, 5_000_000 + i, 1, PING_PONG, 1, "", None]), f"f-{i}", init=True
+            )
+            for i in range(300)
+        ]
+        with trio.fail_after(60):
+            assert await send_as(mallory_cfg, bob, flood) == [amqp.Accepted()] * 300
+            while (await flow_metrics(bob)).get("inits_refused_total", 0) < 260:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.1)
+        metrics = await flow_metrics(bob)
+        assert metrics["inits_refused_total"] == 260 and metrics["responders"] == 40, metrics
+        assert metrics["session_messages_refused_total"] >= 260, metrics
+        # the victim serves others, several at once
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(ping_pong, a)
+        # Mallory's own initiating flow is rejected with the reason, at once
+        limit = "too many flows from one peer: 40 started by O=Mallory, L=Rome, C=IT are running here"
+        with trio.fail_after(30), pytest.raises(rpc.RpcError, match=limit):
+            await m.start_flow("PingPong", recipient=BOB)
+        log = bob_cfg.log_path.read_text()
+        warnings = [line for line in log.splitlines() if "refused since the last report" in line]
+        assert len(warnings) == 1 and "1 session init(s) from O=Mallory" in warnings[0], warnings
+        # kill -9: the 40 responders resume and still count
+        assert await bob.stop(signal.SIGKILL) == -signal.SIGKILL
+        bob = await start_node_process(bob_path, bob_cfg)
+        try:
+            assert (await flow_metrics(bob))["responders"] == 40
+            with trio.fail_after(30), pytest.raises(rpc.RpcError, match=limit):
+                await m.start_flow("PingPong", recipient=BOB)
+            await ping_pong(a)
+            assert (await flow_metrics(bob))["inits_refused_total"] == 1
+        finally:
+            await bob.stop()
