@@ -396,6 +396,7 @@ def _from_fields(fields: Any) -> SessionMessage:
             app_name=_str(fields[6], "app_name"),
             first_payload=None if first is None else _payload(first),
             has_payload=first is not None,
+            first_payload_size=0 if first is None else len(first),
         )
     recipient = _int(fields[2], "recipient_session_id")
     seq = _int(fields[3], "seq")
@@ -409,7 +410,7 @@ def _from_fields(fields: Any) -> SessionMessage:
     elif kind == DATA:
         if type(fields[4]) is not bytes:
             raise SessionProtocolError("field 'payload' must be bytes")
-        payload = DataPayload(payload=_payload(fields[4]))
+        payload = DataPayload(payload=_payload(fields[4]), size=len(fields[4]))
     elif kind == ERROR:
         payload = ErrorPayload(
             error_id=_int(fields[4], "error_id"),
@@ -530,6 +531,7 @@ def decode_checkpoint(data: bytes) -> FlowState:
                 entropy=entropy, seed=seed, flow_name=flow_name, flow_version=flow_version, app_name=app_name,
                 peer_id=peer_id,
                 init_sent=init_sent, send_seq=send_seq, recv_seq=recv_seq, received=received,
+                received_sizes=[len(_pack(v, True)) for v in received],
                 buffered=[(k, v) for k, v in buffered], peer_ended=peer_ended,
                 peer_error=None if peer_error is None else (peer_error[0], peer_error[1]), closed=closed,
             )  # fmt: skip

@@ -115,6 +115,8 @@ from ._messages import (
 )
 from ._registry import registry
 from ._statemachine import (
+    MAX_UNCONSUMED_BYTES,
+    MAX_UNCONSUMED_MESSAGES,
     AcknowledgeMessages,
     CompleteFlow,
     Environment,
@@ -187,6 +189,12 @@ class FlowManagerConfig:
     max_responders_per_peer: int = attrs.field(
         default=DEFAULT_MAX_RESPONDERS_PER_PEER, validator=attrs.validators.ge(1)
     )
+    #: data a session holds before its flow receives it; beyond, the session overflows (its peer gets an
+    #: error; see ``_statemachine``)
+    max_unconsumed_messages: int = attrs.field(
+        default=MAX_UNCONSUMED_MESSAGES, validator=attrs.validators.ge(1)
+    )
+    max_unconsumed_bytes: int = attrs.field(default=MAX_UNCONSUMED_BYTES, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen(kw_only=True)
@@ -552,8 +560,13 @@ class FlowManager:
         and kept; it never stops the others.
         """
         checkpoints = await service.broker.open_keyed_log(CHECKPOINT_LOG)
-        env = Environment(our_name=str(service.config.legal_name), normalize_party=normalize_party)
-        manager = cls(service, checkpoints, config or FlowManagerConfig(), env)
+        config = config or FlowManagerConfig()
+        env = Environment(
+            our_name=str(service.config.legal_name), normalize_party=normalize_party,
+            max_unconsumed_messages=config.max_unconsumed_messages,
+            max_unconsumed_bytes=config.max_unconsumed_bytes,
+        )  # fmt: skip
+        manager = cls(service, checkpoints, config, env)
         outboxes: dict[str, list[tuple[int, bytes, bytes]]] = {}
         for key, data in checkpoints.items():
             try:

@@ -75,6 +75,8 @@ class InitialSessionMessage:
     #: the first payload, if ``has_payload`` (the initiator may open the session before sending anything)
     first_payload: Any = None
     has_payload: bool = False
+    #: the bytes of the first payload as received (0 for one built here); not part of the message's identity
+    first_payload_size: int = attrs.field(default=0, eq=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -89,6 +91,8 @@ class ConfirmPayload:
 @attrs.frozen(kw_only=True)
 class DataPayload:
     payload: Any
+    #: the payload's bytes as received (0 for one built here); not part of the message's identity
+    size: int = attrs.field(default=0, eq=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,15 @@ state passed in may then have been changed half-way and must be thrown away (the
 checkpoint). A message that breaks the protocol (unknown session, wrong sender, out of sequence, a confirm
 twice) is acknowledged and dropped with :class:`RefuseMessage` naming the reason; the flow is unaffected.
 
+*Data not received yet.* Data that arrives while the flow waits for something else is held in its session
+(``received``, in the checkpoint: every transition writes all of it again). A session holds at most
+``Environment.max_unconsumed_messages`` payloads and ``max_unconsumed_bytes`` (as received; a message that
+arrives when nothing is held is always taken, whatever its size). Data beyond either *overflows* the
+session: what it held is dropped, the peer gets an error naming the limit
+(:data:`SESSION_OVERFLOW_ERROR_TYPE`), the session is closed, and the flow's next receive from it fails with
+that error; the flow goes on meanwhile (it may never receive from that session again). A peer cannot make
+a flow's checkpoint grow without bound, nor each of its writes slower.
+
 *Unconfirmed sessions.* Messages for a session whose confirm has not arrived yet (data, the end of a flow
 that finished, the error of one that failed) are held in the session (``buffered``, in the checkpoint) and
 sent, in order, by the transition that applies the confirm; a reject drops them. This holds after the flow
@@ -88,6 +97,9 @@ from ._requests import (
 
 __all__ = [
     "MAX_STEPS_PER_TRANSITION",
+    "MAX_UNCONSUMED_BYTES",
+    "MAX_UNCONSUMED_MESSAGES",
+    "SESSION_OVERFLOW_ERROR_TYPE",
     "AcknowledgeMessages",
     "Action",
     "CompleteFlow",
@@ -116,6 +128,17 @@ __all__ = [
 
 #: A flow running more steps than this without blocking is a bug (a loop of sends): it goes to the hospital.
 MAX_STEPS_PER_TRANSITION: Final = 10_000
+#: Default of ``Environment.max_unconsumed_messages``: payloads one session holds before its flow receives
+#: them. A flow takes what arrives on the session it waits for at once, so only data sent ahead of the flow
+#: (while it waits on another session, sleeps or runs a sub-flow) is held; a thousand is far more than any
+#: shipped or example flow sends ahead.
+MAX_UNCONSUMED_MESSAGES: Final = 1_000
+#: Default of ``Environment.max_unconsumed_bytes``: payload bytes one session holds (every checkpoint of the
+#: flow writes them again: 16 MiB is about a second of disk bandwidth per transition, and far below the
+#: store's 256 MiB record limit, which one checkpoint must fit into).
+MAX_UNCONSUMED_BYTES: Final = 16 * 1024 * 1024
+#: The exception type of the error a session that overflowed sends its peer.
+SESSION_OVERFLOW_ERROR_TYPE: Final = "corda_trio.flows.SessionOverflowError"
 
 RUNNING: Final = "running"
 COMPLETED: Final = "completed"
@@ -144,8 +167,10 @@ class SessionState:
     init_sent: bool = False
     send_seq: int = 0
     recv_seq: int = 0
-    #: payloads received and not consumed yet (values, or BadPayload)
+    #: payloads received and not consumed yet (values, or BadPayload), and their sizes in bytes (as received;
+    #: from a checkpoint, as encoded there): change them with :meth:`hold` and :meth:`take`
     received: list[Any] = attrs.field(factory=list)
+    received_sizes: list[int] = attrs.field(factory=list)
     #: (kind, value) to send once the peer's session id is known: ("data", payload), ("end", None),
     #: ("error", [error id, exception type, message]), ("confirm", None) (a responder's, owed first)
     buffered: list[tuple[str, Any]] = attrs.field(factory=list)
@@ -157,6 +182,18 @@ class SessionState:
     @property
     def open(self) -> bool:
         return not (self.closed or self.peer_ended or self.peer_error is not None)
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(self.received_sizes)
+
+    def hold(self, payload: Any, size: int) -> None:
+        self.received.append(payload)
+        self.received_sizes.append(size)
+
+    def take(self) -> Any:
+        self.received_sizes.pop(0)
+        return self.received.pop(0)
 
 
 @attrs.define(eq=False)
@@ -262,10 +299,15 @@ Event = Start | MessageArrived | TimerFired | Kill
 
 @attrs.frozen(kw_only=True)
 class Environment:
-    """What the executor tells the machine about the world: our name and how to normalise a party name."""
+    """What the executor tells the machine about the world: our name, how to normalise a party name, and how
+    much data not received yet a session may hold (see the module docstring)."""
 
     our_name: str
     normalize_party: Callable[[str], str] = str
+    max_unconsumed_messages: int = attrs.field(
+        default=MAX_UNCONSUMED_MESSAGES, validator=attrs.validators.ge(1)
+    )
+    max_unconsumed_bytes: int = attrs.field(default=MAX_UNCONSUMED_BYTES, validator=attrs.validators.ge(1))
 
 
 # ----------------------------------------------------------------------------------------------- actions
@@ -512,7 +554,7 @@ def new_responder(
         init_sent=True, recv_seq=1,
     )  # fmt: skip
     if init.has_payload:
-        session.received.append(init.first_payload)
+        session.hold(init.first_payload, init.first_payload_size)
     flow = responder(session=FlowSession(0, sender))  # type: ignore[call-arg]
     state = FlowState(
         flow_id=flow_id,
@@ -651,7 +693,13 @@ class _Machine:
         elif isinstance(payload, DataPayload):
             if session.peer_ended or session.peer_error is not None:
                 return refuse(f"session {session.our_id} was ended by the peer: data not allowed")
-            session.received.append(payload.payload)
+            if session.received and (
+                len(session.received) >= self.env.max_unconsumed_messages
+                or session.received_bytes + payload.size > self.env.max_unconsumed_bytes
+            ):
+                self._overflow(session, payload.size)
+            else:
+                session.hold(payload.payload, payload.size)
         elif isinstance(payload, ErrorPayload):
             message_text = payload.message if payload.exception_type is not None else None
             session.peer_error = (payload.exception_type, message_text or COUNTER_FLOW_ERRORED)
@@ -661,6 +709,23 @@ class _Machine:
         self.tokens.append(event.token)
         self.changed = True
         return None
+
+    def _overflow(self, session: SessionState, size: int) -> None:
+        """Data beyond what ``session`` may hold: drop what it holds, tell the peer, close the session; the
+        flow's next receive from it fails (see the module docstring)."""
+        env = self.env
+        text = (
+            f"{session.counterparty} sent more data on session {session.our_id} than {env.our_name} holds "
+            f"before its flow receives it ({len(session.received) + 1} messages, "
+            f"{session.received_bytes + size} bytes; at most {env.max_unconsumed_messages} messages and "
+            f"{env.max_unconsumed_bytes} bytes): the session is closed"
+        )
+        session.received.clear()
+        session.received_sizes.clear()
+        session.peer_error = (SESSION_OVERFLOW_ERROR_TYPE, text)
+        if not session.closed:  # (a session this flow closed already got its end)
+            session.closed = True
+            self._send_error(session, SESSION_OVERFLOW_ERROR_TYPE, text)
 
     def _refuser(self, event: MessageArrived) -> Callable[[str], None]:
         def refuse(reason: str) -> None:
@@ -685,7 +750,7 @@ class _Machine:
         expected = type_named(wait.expected)
         values = []
         for s in sessions:
-            value = s.received.pop(0)
+            value = s.take()
             if isinstance(value, BadPayload):
                 raise FlowException(f"{s.counterparty} sent a payload that cannot be read: {value.reason}")
             if expected is not object and not (

@@ -41,13 +41,15 @@ class MemNet:
     history: list[tuple[str, str, str, bytes]] = attrs.field(factory=list)
     now: float = 0.0
     counter: int = 0
+    #: ``Environment`` settings for every node (``max_unconsumed_messages`` ...)
+    settings: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def of(cls, *names: str) -> MemNet:
         return cls({n: Node(n) for n in names})
 
     def env(self, name: str) -> sm.Environment:
-        return sm.Environment(our_name=name)
+        return sm.Environment(our_name=name, **self.settings)
 
     # --- executor --------------------------------------------------------------------------------------
 

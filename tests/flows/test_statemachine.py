@@ -369,3 +369,133 @@ def test_a_kill_drops_what_a_finished_flow_held_for_the_confirm() -> None:
                       sm.Environment(our_name=A))  # fmt: skip
     assert [type(a) for a in t.actions] == [sm.AcknowledgeMessages, sm.RefuseMessage]
     assert t.actions[1].reason.startswith(f"unknown session {init.initiator_session_id}")  # type: ignore[union-attr]
+
+
+# --- data a flow has not received yet is bounded per session ------------------------------------------------
+
+
+def _broadcast_with_a_flooding_peer(settings: dict[str, int]) -> tuple[MemNet, str, int]:
+    """Alice broadcasts to Bob and Carol. Bob's answer stays on the wire (Alice's receive_all waits for it);
+    Carol is hand-driven: she confirms, then each data message she sends is held by Alice. Returns the
+    network, the flow id and Alice's session id for Carol."""
+    net = MemNet.of(A, B, C)
+    net.settings = settings
+    fid = net.start(A, flows.Broadcast(recipients=f"{B};{C}", message="hi"))
+    net.deliver((A, B))  # Bob's responder answers; its answer waits on the link
+    net.links[(A, C)].clear()  # Carol's side is scripted
+    sid = net.nodes[A].states[fid].sessions[1].our_id
+    confirm = flows.ConfirmPayload(initiated_session_id=777, flow_version=1, app_name="")
+    net.receive(C, A, flows.encode_session_message(flows.ExistingSessionMessage(
+        recipient_session_id=sid, seq=0, payload=confirm)))  # fmt: skip
+    return net, fid, sid
+
+
+def _carol_sends(net: MemNet, sid: int, seq: int, value: Any) -> None:
+    data = flows.DataPayload(payload=value)
+    message = flows.ExistingSessionMessage(recipient_session_id=sid, seq=seq, payload=data)
+    net.receive(C, A, flows.encode_session_message(message))
+
+
+def test_a_session_holding_too_many_messages_overflows_and_tells_the_peer() -> None:
+    """Data a peer sent ahead of the flow was held without bound, and every checkpoint wrote all of it again:
+    now the session overflows beyond the limit, the peer gets an error naming it, the flow goes on and fails
+    with it when it receives from that session."""
+    net, fid, sid = _broadcast_with_a_flooding_peer({"max_unconsumed_messages": 3})
+    for seq in range(1, 4):
+        _carol_sends(net, sid, seq, f"spam {seq}")
+    session = net.nodes[A].states[fid].sessions[1]
+    assert session.received == ["spam 1", "spam 2", "spam 3"] and not net.links[(A, C)]
+    _carol_sends(net, sid, 4, "spam 4")
+    text = (
+        f"{C} sent more data on session {sid} than {A} holds before its flow receives it (4 messages, "
+        f"{3 * 7 + 7} bytes; at most 3 messages and {sm.MAX_UNCONSUMED_BYTES} bytes): the session is closed"
+    )
+    ((_dedup, wire),) = net.links[(A, C)]
+    error = flows.decode_session_message(wire)
+    assert isinstance(error, flows.ExistingSessionMessage) and error.recipient_session_id == 777
+    assert error.payload == flows.ErrorPayload(
+        error_id=error.payload.error_id, exception_type=sm.SESSION_OVERFLOW_ERROR_TYPE, message=text
+    )
+    session = net.nodes[A].states[fid].sessions[1]
+    assert (session.received, session.received_sizes, session.closed) == ([], [], True)
+    _carol_sends(net, sid, 5, "more")  # the session is closed: refused, nothing more held or sent
+    assert net.nodes[A].refused[-1] == f"session {sid} was ended by the peer: data not allowed"
+    assert len(net.links[(A, C)]) == 1
+    net.run()  # Bob's answer: receive_all takes it, then fails on Carol's session with the reason
+    result = net.nodes[A].results[fid]
+    assert isinstance(result, flows.FlowException) and str(result) == text
+
+
+def test_a_session_holding_too_many_bytes_overflows_but_one_message_of_any_size_is_taken() -> None:
+    net, fid, sid = _broadcast_with_a_flooding_peer({"max_unconsumed_bytes": 100})
+    _carol_sends(net, sid, 1, "x" * 500)  # nothing held yet: taken, whatever its size
+    assert net.nodes[A].states[fid].sessions[1].received_bytes == 503
+    _carol_sends(net, sid, 2, "")
+    assert net.nodes[A].states[fid].sessions[1].closed
+    net.run()
+    assert "(2 messages, 504 bytes; at most 1000 messages and 100 bytes)" in str(net.nodes[A].results[fid])
+
+
+def test_data_within_the_limits_is_held_across_a_crash_and_received() -> None:
+    net, fid, sid = _broadcast_with_a_flooding_peer({"max_unconsumed_messages": 2})
+    _carol_sends(net, sid, 1, "first")
+    _carol_sends(net, sid, 2, "second")
+    net.crash(A)  # the sizes come back with the checkpoint
+    assert net.nodes[A].states[fid].sessions[1].received_sizes == [6, 7]
+    net.run()
+    assert net.nodes[A].results[fid] == [f"{B} got hi", "first"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(0, 120), min_size=1, max_size=12),
+    max_messages=st.integers(1, 6),
+    max_bytes=st.integers(1, 400),
+    crash_at=st.integers(0, 12),
+)
+def test_held_data_never_exceeds_the_limits(
+    lengths: list[int], max_messages: int, max_bytes: int, crash_at: int
+) -> None:
+    """Whatever a peer sends ahead (sizes, counts, a crash in between), a session holds at most the limits
+    (one message of any size when it held nothing), overflows exactly when the model says, sends one error,
+    and the flow's outcome follows."""
+    settings_ = {"max_unconsumed_messages": max_messages, "max_unconsumed_bytes": max_bytes}
+    net, fid, sid = _broadcast_with_a_flooding_peer(settings_)
+    held: list[int] = []  # the model: sizes held
+    overflowed = False
+    first: str | None = None
+    for seq, n in enumerate(lengths, start=1):
+        value = "y" * n
+        size = len(flows.encode_payload(value))
+        refused = len(net.nodes[A].refused)
+        _carol_sends(net, sid, seq, value)
+        if overflowed:  # refused (closed; then out of sequence, as refused messages do not count)
+            assert len(net.nodes[A].refused) == refused + 1
+        elif held and (len(held) >= max_messages or sum(held) + size > max_bytes):
+            overflowed, held = True, []
+        else:
+            held.append(size)
+            first = value if first is None else first
+        if seq == crash_at:
+            net.crash(A)
+        session = net.nodes[A].states[fid].sessions[1]
+        assert session.received_sizes == held and len(session.received) == len(held)
+        assert len(held) <= max_messages and (len(held) <= 1 or sum(held) <= max_bytes)
+        assert session.closed is overflowed
+        errors = {d for d, _w in net.links[(A, C)]}  # (a crash sends the last outbox again: same id)
+        assert len(errors) == (1 if overflowed else 0)
+    net.run()
+    result = net.nodes[A].results[fid]
+    if overflowed:
+        assert isinstance(result, flows.FlowException) and "the session is closed" in str(result)
+    else:
+        assert result == [f"{B} got hi", first]
+
+
+def test_by_default_a_session_holds_a_thousand_messages_not_more() -> None:
+    net, fid, sid = _broadcast_with_a_flooding_peer({})
+    for seq in range(1, 1001):
+        _carol_sends(net, sid, seq, "s")
+    assert len(net.nodes[A].states[fid].sessions[1].received) == 1000 and not net.links[(A, C)]
+    _carol_sends(net, sid, 1001, "s")
+    assert net.nodes[A].states[fid].sessions[1].received == [] and len(net.links[(A, C)]) == 1
