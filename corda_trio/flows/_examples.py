@@ -167,7 +167,14 @@ class BroadcastResponder(FlowLogic[None]):
     session: FlowSession
 
     def call(self, ctx: Any) -> Any:
-        return ctx.receive(self.session, str, then=self.answer)
+        return ctx.receive(self.session, str, then=self.answer, validate=self.check_message)
+
+    def check_message(self, message: str) -> None:
+        # (a message that long from the peer: its echo could exceed the network's max_message_size, which
+        # would park this flow, and a parked flow keeps its messages unacked in the inbox, taking its credit)
+        if len(message) > MAX_EXAMPLE_TEXT_CHARS:
+            limit = MAX_EXAMPLE_TEXT_CHARS
+            raise FlowException(f"a broadcast message has at most {limit} characters, got {len(message)}")
 
     def answer(self, ctx: Any, message: str) -> Any:
         return ctx.send(self.session, f"{ctx.our_identity} got {message}", then=self.done)

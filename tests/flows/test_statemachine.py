@@ -499,3 +499,27 @@ def test_by_default_a_session_holds_a_thousand_messages_not_more() -> None:
     assert len(net.nodes[A].states[fid].sessions[1].received) == 1000 and not net.links[(A, C)]
     _carol_sends(net, sid, 1001, "s")
     assert net.nodes[A].states[fid].sessions[1].received == [] and len(net.links[(A, C)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("flow", "payload", "reason"),
+    [
+        # int() refuses more than 4,300 digits: a ValueError parked the responder
+        (flows.PingPong, "ping 0/" + "9" * 5000, "expected 'ping 0/<rounds>'"),
+        # an echo near the network's max_message_size did not fit it: parked when its send was checked
+        (flows.Broadcast, "x" * 10_001, "a broadcast message has at most 10000 characters, got 10001"),
+    ],
+)
+def test_a_peer_cannot_park_the_shipped_responders(flow: Any, payload: str, reason: str) -> None:
+    """A parked flow keeps its messages unacknowledged in the inbox (they take inbox credit): a member that
+    could park responders at will could stop a node taking any P2P message. The shipped responders refuse
+    such input with a FlowException (the peer is told) instead."""
+    init = flows.InitialSessionMessage(
+        initiator_session_id=1, initiation_entropy=2, initiator_flow_class_name=flow.flow_name,
+        flow_version=1, app_name="", first_payload=payload, has_payload=True,
+    )  # fmt: skip
+    state = flows.new_responder(C, init, flows.registry.responders[flow.flow_name])
+    t = sm.transition(state, sm.Start(now=0.0), sm.Environment(our_name=B))
+    assert not any(isinstance(a, sm.SendToHospital) for a in t.actions), t.actions
+    (failed,) = [a for a in t.actions if isinstance(a, sm.FailFlow)]
+    assert reason in failed.message
