@@ -505,7 +505,7 @@ def test_by_default_a_session_holds_a_thousand_messages_not_more() -> None:
     ("flow", "payload", "reason"),
     [
         # int() refuses more than 4,300 digits: a ValueError parked the responder
-        (flows.PingPong, "ping 0/" + "9" * 5000, "expected 'ping 0/<rounds>'"),
+        (flows.PingPong, "ping 0/" + "9" * 5000, "expected 'ping 0/<rounds, at most 10000>'"),
         # an echo near the network's max_message_size did not fit it: parked when its send was checked
         (flows.Broadcast, "x" * 10_001, "a broadcast message has at most 10000 characters, got 10001"),
     ],
