@@ -48,7 +48,7 @@ import attrs
 from corda_trio import records
 
 from ._errors import BadRecordsError, ReportInputError
-from ._schema import STAGES, LoadedRecords
+from ._schema import STAGES, LoadedRecords, checksum_columns
 from ._validate import BadRecord, locate_bad
 
 if TYPE_CHECKING:
@@ -149,6 +149,8 @@ class Sketch:
             "groups of fewer "
             "than about k operations are exact"
         )
+
+
 #: How many distinct error texts per (run, scenario, link) the report keeps.
 MAX_ERROR_TEXTS: Final = 20
 
@@ -394,8 +396,10 @@ def _prepare(df: DataFrame, *, checked: bool = True) -> DataFrame:
         *[F.when(ok, F.col(f"{s}_ns") - F.col("intended_ns")).alias(f"lat_{s}") for s in STAGES],
         F.when(ok, done - F.col("intended_ns")).alias("lat_end"),
         F.when(valid, F.col("seq")).alias("seq"),
-        F.when(valid & (F.col("outcome") == "error"), F.coalesce(_capped("error"), F.lit("(no error text)")))
-        .alias("error"),
+        F.when(
+            valid & (F.col("outcome") == "error"), F.coalesce(_capped("error"), F.lit("(no error text)"))
+        ).alias("error"),
+        *([F.col("_canon")] if checked and "_canon" in df.columns else []),
     )
 
 
@@ -438,11 +442,7 @@ def _aggregate(prepared: DataFrame, sketch: Sketch) -> tuple[list[Any], int, Lef
     # 60.1 / 64.6 s of CPU against 72.0 / 73.6 s when the ids were hashed and the values counted per record.
     outputs = [F.col(k) for k in ("valid", *_KEYS, *totals)] + [c.alias(n) for n, c in _ids().items()]
     done_p99 = F.kll_sketch_get_quantile_bigint(F.col("done_kll"), F.array(F.lit(0.99)))
-    outputs.append(
-        F.when(_sketch_n("done_kll") > 0, done_p99)
-        .getItem(0)
-        .alias("done_p99")
-    )
+    outputs.append(F.when(_sketch_n("done_kll") > 0, done_p99).getItem(0).alias("done_p99"))
     for s in LATENCY_STAGES:
         col = f"lat_{s}"
         grid = sorted(set(pct_values) | set(CDF_GRID)) if s == "end" else pct_values
@@ -469,12 +469,7 @@ def _aggregate(prepared: DataFrame, sketch: Sketch) -> tuple[list[Any], int, Lef
         if len(rows) < MAX_GROUPS + 2:
             bad = sum(int(r["count"]) for r in rows if not r["valid"])
             return [r for r in rows if r["valid"]], bad, LeftOut()
-        top = (
-            groups.where(F.col("valid"))
-            .orderBy(F.desc("count"), *_KEYS)
-            .limit(MAX_GROUPS)
-            .collect()
-        )
+        top = groups.where(F.col("valid")).orderBy(F.desc("count"), *_KEYS).limit(MAX_GROUPS).collect()
         totals = {
             bool(t["valid"]): t
             for t in groups.groupBy("valid")
@@ -521,8 +516,37 @@ def compute(loaded: LoadedRecords, *, sketch: Sketch | None = None, skip_bad: bo
     prepared = _prepare(loaded.frame)
     # Parquet: each later job reads only its own columns, which costs less than a cache (10M records in one
     # session, alternating: 51.9 / 50.0 s uncached against 78.2 / 59.6 s with the cache below).
-    if not loaded.has_text:
-        return _compute(loaded, prepared, sketch, timings, skip_bad=skip_bad, cached=False, started=started)
+    checked_cache: list[DataFrame] = []  # the prepared columns of every line checked, if they were needed
+    try:
+        if not loaded.has_text:
+            return _compute(
+                loaded,
+                prepared,
+                sketch,
+                timings,
+                checked_cache,
+                skip_bad=skip_bad,
+                cached=False,
+                started=started,
+            )
+        return _compute_cached(
+            loaded, prepared, sketch, timings, checked_cache, skip_bad=skip_bad, started=started
+        )
+    finally:
+        for frame in checked_cache:
+            frame.unpersist(blocking=True)
+
+
+def _compute_cached(
+    loaded: LoadedRecords,
+    prepared: DataFrame,
+    sketch: Sketch,
+    timings: dict[str, float],
+    checked_cache: list[DataFrame],
+    *,
+    skip_bad: bool,
+    started: float,
+) -> JobResult:
     from pyspark import StorageLevel
 
     # JSON lines: the main aggregate fills an in-memory cache of the prepared columns and the later jobs read
@@ -532,7 +556,9 @@ def compute(loaded: LoadedRecords, *, sketch: Sketch | None = None, skip_bad: bo
     # MEMORY_ONLY: a partition that does not fit is not cached, and is parsed again when read.
     prepared = prepared.persist(StorageLevel.MEMORY_ONLY)
     try:
-        return _compute(loaded, prepared, sketch, timings, skip_bad=skip_bad, cached=True, started=started)
+        return _compute(
+            loaded, prepared, sketch, timings, checked_cache, skip_bad=skip_bad, cached=True, started=started
+        )
     finally:
         prepared.unpersist(blocking=True)
 
@@ -542,6 +568,7 @@ def _compute(
     prepared: DataFrame,
     sketch: Sketch,
     timings: dict[str, float],
+    checked_cache: list[DataFrame],
     *,
     skip_bad: bool,
     cached: bool,
@@ -552,17 +579,43 @@ def _compute(
     mark = started
     rows, bad_count, left_out = _aggregate(prepared, sketch)
     timings["aggregate"] = time.perf_counter() - mark
+    # Spark's JSON reader does not show a line's text (a second object after the first, a key twice, a
+    # number in a text field read as text): its reading is the whole truth only if no record is bad and
+    # the lines are exactly their records in the writer's form (``LoadedRecords.text_checksum``). Otherwise
+    # every line's text is checked (slower, so only then) and the aggregate counts from that check.
+    exact = not loaded.has_text
+    if loaded.has_text and not bad_count:
+        mark = time.perf_counter()
+        # (over the cache the aggregate filled, not inside that aggregate, which Spark runs without
+        # generated code)
+        row = prepared.select(*checksum_columns(F.col("_canon"))).collect()[0]
+        exact = tuple(int(v or 0) for v in row) == loaded.text_checksum()
+        timings["line checksum"] = time.perf_counter() - mark
+    located = lines = None
+    if bad_count or not exact:
+        located, lines = loaded.locate()
+    if not exact:
+        from pyspark import StorageLevel
+
+        mark = time.perf_counter()
+        # cached for the later jobs: read again, the checked lines cost their parses and checks once more per
+        # record the follow-up fans out (2M lines: the follow-up took 207 s instead of 3-9 s)
+        prepared = _prepare(located).persist(StorageLevel.MEMORY_ONLY)
+        checked_cache.append(prepared)
+        rows, bad_count, left_out = _aggregate(prepared, sketch)
+        timings["aggregate, every line checked"] = time.perf_counter() - mark
     listed: tuple[BadRecord, ...] = ()
     if bad_count:
         mark = time.perf_counter()
-        listed = tuple(locate_bad(*loaded.locate()))
+        assert located is not None  # (a bad record: located above)
+        listed = tuple(locate_bad(located, lines))
         timings["locate bad records"] = time.perf_counter() - mark
         if not skip_bad:
             raise BadRecordsError(listed, bad_count)
     if not rows:
         valid = "valid " if bad_count else ""
         raise ReportInputError(f"the input holds no {valid}benchmark records")
-    if bad_count:
+    if bad_count or not exact:
         valid = prepared.where(F.col("valid"))
     elif cached:  # nothing to filter out, every column at hand
         valid = prepared
@@ -700,9 +753,7 @@ def _followup(
     # a 64-bit hash collision is all but impossible; if there is one, group by the key columns themselves
     by_id = len(key_of) == len(groups) and len(link_of) == len(links)
     tags = [0, 1, 2] if check_duplicates else [0, 2]
-    fan_out = F.when(F.col("is_error"), F.array(*map(F.lit, tags))).otherwise(
-        F.array(*map(F.lit, tags[:-1]))
-    )
+    fan_out = F.when(F.col("is_error"), F.array(*map(F.lit, tags))).otherwise(F.array(*map(F.lit, tags[:-1])))
     base = prepared.select(
         "run_id", "scenario", "link", "size_class", *[c.alias(n) for n, c in _ids().items()], "seq",
         "done_ns", "is_ok", "is_error", "error", bucket.alias("bin"), F.explode(fan_out).alias("tag"),

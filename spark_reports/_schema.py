@@ -1,10 +1,11 @@
 """Finding and loading benchmark records (``protocol_spec/bench-records.md``) into Spark, with clear errors.
 
 Input directories hold ``run-<id>.records.jsonl`` (JSON lines) and/or ``*.parquet`` record sets, plus
-``run-<id>.meta.json`` files. JSON is read with an explicit schema in ``FAILFAST`` mode, so a malformed line
-or a field of the wrong type stops the report with the file named instead of silently becoming nulls.
-Fields that are present but null where the format requires a value are counted during the main aggregation
-(``_job.py``) and reported the same way.
+``run-<id>.meta.json`` files. JSON is read by Spark's JSON reader with an explicit schema (fast), which
+cannot see a line's text; a checksum of every line against the record it was read as
+(``LoadedRecords.text_checksum``) tells whether that was all there was to see, and if not, every line is
+checked in full (``LoadedRecords.locate``, ``_validate.line_reason``). Bad records are counted during the
+main aggregation (``_job.py``) and named by file and line.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def record_schema(*, corrupt_column: str | None = None) -> Any:
 class LoadedRecords:
     """The records of all inputs as one DataFrame; the same records with their positions on demand.
 
-    ``frame`` has the record columns in :data:`RECORD_COLUMNS` order, ``schema_version``, and ``_reason``
-    (``NULL`` for a valid record, else what is wrong). :meth:`locate` builds the positioned form, which is
-    slower to read and only used to name bad records.
+    ``frame`` has the record columns in :data:`RECORD_COLUMNS` order, ``schema_version``, ``_reason``
+    (``NULL`` for a valid record, else what is wrong) and, when some input is JSON lines, ``_canon`` (a
+    64-bit hash of the line its record would be as the writer writes it; ``NULL`` for Parquet records).
+    :meth:`locate` builds the positioned form, which checks each line's own text; it is slower to read and
+    only used when :attr:`frame` cannot be trusted (some record is bad, or :meth:`text_checksum` differs
+    from the sum of ``_canon``).
     """
 
     frame: Any
@@ -80,6 +84,25 @@ class LoadedRecords:
         """Some input is JSON lines (which each pass over the records parses again)."""
         return bool(self._inputs.json_files)
 
+    def text_checksum(self) -> tuple[int, int, int]:
+        """Over every non-empty line of the JSON inputs: the sums of the low and of the high 32 bits of
+        ``xxhash64(line)``, and the number of lines (one pass over the text, no parse).
+
+        Equal to the same sums of ``_canon`` over :attr:`frame` only if (but for a 64-bit hash collision)
+        each line is the writer's form of a record that was read, and a line in that form is exactly its
+        record (``_validate.canonical_line``): whatever a line is read as in the writer's form is that
+        line, so a multiset of such forms equal to the lines leaves no line out.
+        """
+        from pyspark.sql import functions as F
+
+        lines = self._spark.read.text([str(p) for p in self._inputs.json_files])
+        row = (
+            lines.where(F.octet_length("value") > 0)
+            .select(*checksum_columns(F.xxhash64("value")))
+            .collect()[0]
+        )
+        return (int(row[0] or 0), int(row[1] or 0), int(row[2] or 0))
+
     def locate(self) -> tuple[Any, Any | None]:
         """``(located, lines)``: ``located`` has the columns of :attr:`frame` plus ``_source`` / ``_block`` /
         ``_pos`` / ``_kind`` (where the record is; see ``_validate.py``) and ``_text_head`` / ``_text_len``
@@ -89,6 +112,18 @@ class LoadedRecords:
         text + ``from_json`` plan (seconds of a fresh JVM's warm-up), which a clean input never needs.
         """
         return _positioned(self._spark, self._inputs)
+
+
+def checksum_columns(hashes: Any) -> list[Any]:
+    """Aggregate columns summing 64-bit ``hashes`` without overflow (low and high 32 bits apart), and a count
+    (:meth:`LoadedRecords.text_checksum`; the main aggregate sums ``_canon`` with them)."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.sum(hashes.bitwiseAND(F.lit(0xFFFFFFFF))),
+        F.sum(F.shiftrightunsigned(hashes, 32)),
+        F.count(hashes),
+    ]
 
 
 def discover_inputs(dirs: list[Path]) -> InputSet:
@@ -190,37 +225,54 @@ def split_bytes(total: int, cores: int) -> int:
     return min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // (max(1, cores) * SPLITS_PER_CORE))))
 
 
+#: How Spark parses a record line (the JSON reader and ``from_json`` alike): strict JSON, where Spark's
+#: defaults accept single-quoted strings and ``NaN`` / ``Infinity``.
+JSON_OPTIONS: Final = {
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": "_corrupt",
+    "allowSingleQuotes": "false",
+    "allowNonNumericNumbers": "false",
+}
+
+
 def load_records(spark: SparkSession, inputs: InputSet) -> LoadedRecords:
     """All records, each checked against the schema table in Spark (``_validate.reason_column``).
 
-    Sets the session's input split size for these inputs (:func:`split_bytes`).
+    Sets the session's input split size for these inputs (:func:`split_bytes`), and turns off the
+    optimizer's constraint propagation.
 
     Raises:
         ReportInputError: a Parquet input cannot be read, lacks a column or has a column of the wrong type.
     """
     from pyspark.sql import functions as F
 
-    from ._validate import reason_column
+    from ._validate import canonical_line, reason_column
 
     split = split_bytes(input_bytes(inputs), spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(split))
+    # The optimizer's constraint propagation rewrites each filter's condition through every alias below it;
+    # with the line check's expression (``_validate.line_reason``) under ``_job``'s per-column ``valid``
+    # conditions, it ran the driver out of memory ("GC overhead limit exceeded" planning a 35-line input).
+    # It only infers extra filters (for joins), which these jobs do not need.
+    spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
     names = [n for n, _ in RECORD_COLUMNS]
     # JSON through Spark's JSON reader (measured 2.4x faster than text + from_json, which the line numbers
-    # need): the same rules, no line positions; those come from :meth:`LoadedRecords.locate` only when some
-    # record is bad.
+    # need; 6.3 s against 9.5-10.4 s of JVM CPU for 2M lines, 2026-11-30): the same rules, no line positions
+    # and no sight of the line's text; :meth:`LoadedRecords.text_checksum` tells whether the text held more.
     main: list[DataFrame] = []
     if inputs.json_files:
         raw = (
             spark.read.schema(record_schema(corrupt_column="_corrupt"))
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", "_corrupt")
+            .options(**JSON_OPTIONS)
             .json([str(p) for p in inputs.json_files])
         )
         reason = reason_column(corrupt=F.col("_corrupt")).alias("_reason")
-        main.append(raw.select(*names, records.VERSION_FIELD, reason))
+        canon = F.xxhash64(canonical_line()).alias("_canon")
+        main.append(raw.select(*names, records.VERSION_FIELD, reason, canon))
     for path in inputs.parquet_paths:
         typed = _typed_parquet(spark, path)
-        main.append(typed.select(*names, records.VERSION_FIELD, reason_column().alias("_reason")))
+        canon = [F.lit(None).cast("long").alias("_canon")] if inputs.json_files else []
+        main.append(typed.select(*names, records.VERSION_FIELD, reason_column().alias("_reason"), *canon))
     frame = main[0]
     for other in main[1:]:
         frame = frame.unionByName(other)
@@ -260,7 +312,7 @@ def _positioned(spark: SparkSession, inputs: InputSet) -> tuple[DataFrame, DataF
     """:meth:`LoadedRecords.locate`."""
     from pyspark.sql import functions as F
 
-    from ._validate import MAX_LINE_CHARS, reason_column
+    from ._validate import MAX_LINE_CHARS, line_reason, reason_column
 
     names = [n for n, _ in RECORD_COLUMNS]
     meta_cols = ["_source", "_block", "_pos", "_kind", "_text_head", "_text_len"]
@@ -273,15 +325,19 @@ def _positioned(spark: SparkSession, inputs: InputSet) -> tuple[DataFrame, DataF
             F.monotonically_increasing_id().alias("_pos"),
             F.col("value"),
         )
-        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+        # a byte order mark starting a line is ignored, as the JSON reader ignores it; a line of JSON
+        # whitespace only is skipped, as the JSON reader skips it
+        value = F.col("value")
+        text = F.when(F.startswith(value, F.lit("\ufeff")), F.substr(value, F.lit(2))).otherwise(value)
         parsed = lines.select(
-            "_source", "_block", "_pos", "value",
-            F.from_json("value", record_schema(corrupt_column="_corrupt"), options).alias("_r"),
-        ).where(~(F.col("_r").isNull() & (F.trim(F.col("value")) == "")))  # fmt: skip
+            "_source", "_block", "_pos", "value", text.alias("_text"),
+        ).where(F.btrim("_text", F.lit(" \t\r\n")) != "").select(
+            "*", F.from_json("_text", record_schema(corrupt_column="_corrupt"), JSON_OPTIONS).alias("_r")
+        )  # fmt: skip
         flat = parsed.select(
             *[F.col(f"_r.{n}").alias(n) for n in (*names, records.VERSION_FIELD, "_corrupt")],
             F.col("_r").isNull().alias("_unparsed"),
-            "_source", "_block", "_pos", "value",
+            "_source", "_block", "_pos", "value", "_text",
         )  # fmt: skip
         # bytes that are not UTF-8 fail Spark's JSON reader (a bad record), while from_json reads them as
         # replacement characters: named here, or the record would be counted as bad but never listed
@@ -290,7 +346,7 @@ def _positioned(spark: SparkSession, inputs: InputSet) -> tuple[DataFrame, DataF
         frames.append(
             flat.select(
                 *names, records.VERSION_FIELD,
-                utf8.otherwise(checked).alias("_reason"),
+                utf8.otherwise(line_reason(F.col("_text"), checked)).alias("_reason"),
                 "_source", "_block", "_pos", F.lit("line").alias("_kind"),
                 F.left(F.col("value"), F.lit(MAX_LINE_CHARS)).alias("_text_head"),
                 F.length("value").cast("long").alias("_text_len"),

@@ -20,7 +20,6 @@ re-checked in Python on that text, which names the exact problem. The driver hol
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlparse
 
@@ -31,7 +30,15 @@ from corda_trio import records
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["MAX_LINE_CHARS", "MAX_LISTED", "BadRecord", "locate_bad", "reason_column"]
+__all__ = [
+    "MAX_LINE_CHARS",
+    "MAX_LISTED",
+    "BadRecord",
+    "canonical_line",
+    "line_reason",
+    "locate_bad",
+    "reason_column",
+]
 
 #: Bad records named one by one (then a count).
 MAX_LISTED: Final = 20
@@ -109,6 +116,57 @@ def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None
     return expr
 
 
+def canonical_line() -> Column:
+    """The record of the typed columns as its writer writes it (``records.json_line``, Spark's ``to_json``:
+    every field in record order, nulls too, no spaces; ``schema_version`` last when it is set).
+
+    A line equal to it is one JSON object with nothing after it, no key twice and every field of its JSON
+    type, so the typed columns' checks (:func:`reason_column`) are all it needs. Spark's JSON reader cannot
+    see the line, and hides exactly those faults: it reads the first object of a line and ignores the rest,
+    keeps one of two equal keys, and turns any value of a text field into text (``123``, ``true``,
+    ``{"a": 1}``). Lines written by another program (spaces, escapes, other key order) are not equal to it
+    and are checked in full instead (:func:`line_reason`).
+    """
+    from pyspark.sql import functions as F
+
+    names = list(records.RECORD_FIELDS)
+    options = {"ignoreNullFields": "false"}
+    plain = F.to_json(F.struct(*names), options)
+    tagged = F.to_json(F.struct(*names, records.VERSION_FIELD), options)
+    return F.when(F.col(records.VERSION_FIELD).isNull(), plain).otherwise(tagged)
+
+
+#: The reason of a line whose text the typed columns do not fully describe; ``_explain`` names the fault.
+_NOT_ONE_RECORD: Final = "not valid JSON, or a field has the wrong type"
+
+
+def line_reason(text: Column, checked: Column) -> Column:
+    """What is wrong with one JSON line (``NULL``: nothing), given the reason of its parsed typed columns.
+
+    A line equal to :func:`canonical_line` has only ``checked`` to answer for. Any other line is parsed again
+    as a variant twice, wrapped as ``[line]`` and as ``{"x": line}``: Spark's variant parser refuses a key
+    twice, and although each parse ignores what follows a complete value, no text after the record is valid
+    in both (after ``[r`` it must start ``,`` and then a value, or ``]``; after ``{"x": r`` it must start
+    ``,`` and then a key with ``:``, or ``}``). The text fields' JSON types are read from the first parse.
+    Only such lines pay for the extra parses (``CASE`` evaluates its branches lazily).
+
+    Args:
+        text: the line (without a leading byte order mark).
+        checked: :func:`reason_column` of the line's typed columns.
+    """
+    from pyspark.sql import functions as F
+
+    as_array = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
+    as_member = F.try_parse_json(F.concat(F.lit('{"x":'), text, F.lit("}")))
+    wrong_type = F.lit(False)
+    for rule in records.FIELDS:
+        if rule.kind == "string":  # (absent: NULL; JSON null: VOID)
+            kind = F.schema_of_variant(F.variant_get(as_array, f"$[0].{rule.name}", "variant"))
+            wrong_type = wrong_type | ~F.coalesce(kind.isin("STRING", "VOID"), F.lit(True))
+    strict = as_array.isNotNull() & as_member.isNotNull() & ~wrong_type
+    return F.when(text == canonical_line(), checked).when(~strict, F.lit(_NOT_ONE_RECORD)).otherwise(checked)
+
+
 def locate_bad(df: DataFrame, lines: DataFrame | None, limit: int = MAX_LISTED) -> list[BadRecord]:
     """The first ``limit`` bad records of ``df`` (as built by ``_schema.load_records``), by file and line.
 
@@ -158,11 +216,9 @@ def _explain(reason: str, head: str | None, length: int) -> str:
     if head is None or length > len(head) or not reason.startswith(("not valid JSON", "a record must")):
         return reason if length <= MAX_LINE_CHARS else f"{reason} (a line of {length:,} characters)"
     try:
-        data = json.loads(head)
-    except ValueError as exc:
-        return f"not valid JSON: {exc}"
-    except RecursionError:  # valid JSON nested deeper than Python's (and the JSON reader's) limit
-        return f"{reason} (nested too deeply)"
+        data = records.parse_line(head)
+    except records.RecordError as exc:
+        return str(exc)
     return records.record_problem(data) or reason
 
 

@@ -28,6 +28,7 @@ from ._schema import RecordError as RecordError
 from ._schema import check_run_id as check_run_id
 from ._schema import error_text as error_text
 from ._schema import meta_problem as meta_problem
+from ._schema import parse_line as parse_line
 from ._schema import record_problem as record_problem
 from ._writer import FLUSH_BATCH_RECORDS as FLUSH_BATCH_RECORDS
 from ._writer import RecordWriter as RecordWriter
@@ -65,6 +66,7 @@ __all__ = [
     "make_record",
     "meta_problem",
     "new_run_id",
+    "parse_line",
     "read_records",
     "record_problem",
 ]

@@ -9,7 +9,9 @@ have a value, and the rules its value obeys (minimum, maximum, non-empty, one of
 interpret the same table:
 
 * :func:`record_problem` checks one decoded JSON object in Python (the writer's own records, ``read_records``,
-  and the report when it explains a bad line);
+  and the report when it explains a bad line); :func:`parse_line` decodes a line for it, strictly: one JSON
+  object and nothing after it, no key twice, no ``NaN`` / ``Infinity`` (Python's ``json`` accepts the last
+  two and keeps the last of a repeated key);
 * the report (``spark_reports``) turns every rule into a Spark column expression and checks all records in
   the cluster, so the driver only ever holds counts and the first few offending lines.
 
@@ -50,6 +52,7 @@ __all__ = [
     "check_run_id",
     "error_text",
     "meta_problem",
+    "parse_line",
     "record_problem",
 ]
 
@@ -157,7 +160,9 @@ def record_problem(data: object, *, all_present: bool = False) -> str | None:
         if missing:
             return f"record lacks field(s) {', '.join(missing)}"
     version = data.get(VERSION_FIELD)
-    if version is not None and (not _is_int(version) or version not in KNOWN_SCHEMA_VERSIONS):
+    if version is not None and not _is_int(version):
+        return f"field {VERSION_FIELD} must be an integer, not {_json_type(version)}"
+    if version is not None and version not in KNOWN_SCHEMA_VERSIONS:
         known = ", ".join(map(str, sorted(KNOWN_SCHEMA_VERSIONS)))
         return f"unknown {VERSION_FIELD} {_shown(version)} (this reader knows {known})"
     for rule in FIELDS:
@@ -167,6 +172,56 @@ def record_problem(data: object, *, all_present: bool = False) -> str | None:
     if (data.get("outcome") == "error") != (data.get("error") is not None):
         return "a record has an error text iff its outcome is error"
     return None
+
+
+def parse_line(text: str) -> Any:
+    """Decode one record line as strictly as the report reads it.
+
+    A byte order mark at the start of the line is ignored (RFC 8259 section 8.1 lets a parser ignore it, and
+    Spark's JSON reader does so on every line). Anything else that is not exactly one JSON value is refused:
+    text after it (a second object, a trailing comma), a key repeated within an object (which of the two
+    values counts would be up to the parser), ``NaN`` / ``Infinity`` (not JSON).
+
+    Raises:
+        RecordError: ``not valid JSON: ...`` naming the problem and where it is.
+    """
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        value, end = _DECODER.raw_decode(text, _WS.match(text).end())  # type: ignore[union-attr]
+    except _StrictnessError as exc:
+        raise RecordError(str(exc)) from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise RecordError(f"not valid JSON: {exc}") from None
+    except RecursionError:  # deeper than Python's (and Spark's JSON reader's) limit
+        raise RecordError("the line is nested too deeply to read") from None
+    end = _WS.match(text, end).end()  # type: ignore[union-attr]
+    if end != len(text):
+        raise RecordError(
+            f"not valid JSON: text after the end of the record at column {end + 1}: {_shown(text[end:], 30)}"
+        )
+    return value
+
+
+class _StrictnessError(ValueError):
+    """Valid to Python's ``json``, refused for a record (raised inside the decoder's hooks)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _StrictnessError(f"key {repeated!r} appears twice in one object")
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise _StrictnessError(f"{name} is not a JSON number")
+
+
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+_WS: Final = re.compile(r"[ \t\n\r]*")
 
 
 def meta_problem(meta: object) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any, Final, final
 
 import trio
 
-from ._schema import RECORD_FIELDS, STAGES, Record, RecordError, check_run_id, error_text
+from ._schema import RECORD_FIELDS, STAGES, Record, RecordError, check_run_id, error_text, parse_line
 
 __all__ = ["FLUSH_BATCH_RECORDS", "RecordWriter", "json_line", "make_record", "new_run_id", "read_records"]
 
@@ -175,17 +175,22 @@ class RecordWriter:
 
 
 def read_records(path: Path) -> Iterator[Record]:
-    """Read and validate a records file (JSON lines, writer's form).
+    """Read and validate a records file (JSON lines, writer's form), each line as the report reads it
+    (:func:`~corda_trio.records.parse_line`; lines end at LF, CR or CRLF, as Spark's text reader splits them).
 
     Raises:
         RecordError: ``FILE:LINE: what is wrong`` for the first bad line.
     """
-    with Path(path).open(encoding="utf-8") as f:
+    # surrogateescape: a line that is not UTF-8 is named by its number instead of failing the whole read
+    with Path(path).open(encoding="utf-8", errors="surrogateescape") as f:
         for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield Record.from_mapping(json.loads(line))
-                except ValueError as exc:
-                    raise RecordError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
-                except RecordError as exc:
-                    raise RecordError(f"{path}:{lineno}: {exc}") from exc
+            if not line.strip(" \t\r\n"):
+                continue
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RecordError(f"{path}:{lineno}: the line is not valid UTF-8") from None
+            try:
+                yield Record.from_mapping(parse_line(line.rstrip("\r\n")))
+            except RecordError as exc:
+                raise RecordError(f"{path}:{lineno}: {exc}") from exc

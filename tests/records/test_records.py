@@ -146,3 +146,41 @@ def test_an_output_directory_that_is_a_file_is_named_so(tmp_path: Path) -> None:
         records.RecordWriter(tmp_path / "afile" / "deeper", "run-a")
     deeper = tmp_path / "afile" / "deeper"
     assert str(info.value) == f"cannot create output directory {deeper}: Not a directory"
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"a": 1} {"a": 2}', "not valid JSON: text after the end of the record at column 10: '{\"a\": 2}'"),
+        ('{"a": 1},', "not valid JSON: text after the end of the record at column 9: ','"),
+        ('{"a": 1} // note', "not valid JSON: text after the end of the record at column 10: '// note'"),
+        ('{"a": 1, "b": {"c": 2, "c": 3}}', "key 'c' appears twice in one object"),
+        ('{"a": NaN}', "NaN is not a JSON number"),
+        ('{"a": -Infinity}', "-Infinity is not a JSON number"),
+        ("[" * 100_000, "the line is nested too deeply to read"),
+    ],
+)
+def test_parse_line_refuses_what_json_loads_lets_through(line: str, problem: str) -> None:
+    with pytest.raises(records.RecordError) as info:
+        records.parse_line(line)
+    assert str(info.value) == problem
+
+
+def test_parse_line_ignores_a_byte_order_mark_and_surrounding_whitespace() -> None:
+    assert records.parse_line('\ufeff {"a": 1}\r\n') == {"a": 1}
+
+
+def test_read_records_names_each_kind_of_bad_line(tmp_path: Path) -> None:
+    good = records.json_line(records.Record(run_id="r", scenario="s", link="l", size_bytes=1, seq=0,
+                                            intended_ns=5).values())  # fmt: skip
+    bad_lines = [
+        (good.rstrip("\n").encode() + b" garbage\n", "text after the end of the record"),
+        (good.replace('"seq":0', '"seq":0,"seq":1').encode(), "key 'seq' appears twice in one object"),
+        (good.replace('"r"', "1").encode(), "field run_id must be a string, not an integer"),
+        (good.replace('"l"', '"\xff"').encode("latin-1"), "the line is not valid UTF-8"),
+    ]
+    for i, (raw, problem) in enumerate(bad_lines):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\r\n\r\n" + raw)
+        with pytest.raises(records.RecordError, match=f"^{path}:4: .*{problem}"):
+            list(records.read_records(path))

@@ -50,6 +50,20 @@ BAD_LINES = [
     (_line(0, schema_version=9), "unknown schema_version 9 (this reader knows 1)"),
     (_line(0, outcome="maybe"), "field outcome must be one of ok, error, not 'maybe'"),
     (_line(0, outcome="error"), "a record has an error text iff its outcome is error"),
+    # what Spark's JSON reader hid: text fields read as text whatever their JSON type, the first object of
+    # a line read and the rest ignored, one of two equal keys kept, single quotes and NaN accepted
+    (_line(0, run_id=123), "field run_id must be a string, not an integer"),
+    (_line(0, link={"a": 1}), "field link must be a string, not an object"),
+    (_line(0, scenario=["s"]), "field scenario must be a string, not an array"),
+    (_line(0, outcome="error", error=42), "field error must be a string, not an integer"),
+    (
+        _line(0) + " " + _line(1),
+        'not valid JSON: text after the end of the record at column 269: \'{"run_id": "run-1", "scena...',
+    ),
+    (_line(0) + ",", "not valid JSON: text after the end of the record at column 268: ','"),
+    (_line(0)[:-1] + ', "seq": 7}', "key 'seq' appears twice in one object"),
+    (_line(0).replace('"s"', "'s'"), "not valid JSON: Expecting value: line 1 column 33 (char 32)"),
+    (_line(0).replace('"s"', "NaN"), "NaN is not a JSON number"),
 ]
 
 
@@ -96,17 +110,56 @@ def test_every_rule_and_line_number_across_splits_and_files(
     assert err.lines[20] == "... and 2 more bad record(s)"
     # every rule of the table is exercised and explained the same way the Python validator explains it
     for text, problem in BAD_LINES:
-        if text.startswith('{"'):
-            assert rf.record_problem(json.loads(text)) == problem
+        try:
+            assert rf.record_problem(rf.parse_line(text)) == problem
+        except rf.RecordError as exc:
+            assert str(exc) == problem
 
 
-def test_each_rule_is_named(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("half", [0, 1])
+def test_each_rule_is_named(spark: Any, tmp_path: Path, half: int) -> None:
     d = tmp_path / "each"
     d.mkdir()
-    (d / "x.jsonl").write_text("\n".join([_line(1), *(t for t, _ in BAD_LINES), _line(2)]) + "\n")
+    bad = BAD_LINES[half * 12 : half * 12 + 12]  # (at most 20 are listed)
+    (d / "x.jsonl").write_text("\n".join([_line(1), *(t for t, _ in bad), _line(2)]) + "\n")
     with pytest.raises(spark_reports.BadRecordsError) as info:
         compute(load_records(spark, discover_inputs([d])))
-    assert info.value.lines == [f"{d / 'x.jsonl'}:{i + 2}: {p}" for i, (_, p) in enumerate(BAD_LINES)]
+    assert info.value.lines == [f"{d / 'x.jsonl'}:{i + 2}: {p}" for i, (_, p) in enumerate(bad)]
+
+
+def test_lines_in_the_writers_form_are_trusted_and_other_valid_lines_are_checked_and_kept(
+    spark: Any, tmp_path: Path
+) -> None:
+    # the writer's lines (escapes and non-ASCII in the error text too) match their records' checksum: the
+    # JSON reader's reading stands; valid lines in another form (spaces, a byte order mark, CRLF, blank
+    # lines, keys in another order, absent null fields) are each checked, and counted the same
+    written = tmp_path / "writer"
+    writer = rf.RecordWriter(written, rf.new_run_id("s"))
+    recs = [
+        rf.make_record(
+            run_id="r", scenario="s", link="l", size_bytes=10, seq=i, intended_ns=1_000 + i,
+            stages={"delivered": 5_000 + i}, error='KeyError: "é\\x"\n' if i % 3 == 0 else None,
+        )
+        for i in range(30)
+    ]  # fmt: skip
+    for r in recs:
+        writer.add_sync(r)
+    writer.finish({"run_id": writer.run_id, "scenario": "s"})
+    trusted = compute(load_records(spark, discover_inputs([written])))
+    assert "line checksum" in trusted.timings and "aggregate, every line checked" not in trusted.timings
+
+    other = tmp_path / "other"
+    other.mkdir()
+    lines = []
+    for r in recs:
+        data = {k: v for k, v in reversed(json.loads(r.to_json_line()).items()) if v is not None}
+        lines.append(json.dumps(data, ensure_ascii=True))
+    text = "\ufeff" + "\r\n".join(lines[:15]) + "\r\n\r\n \t \n" + "\n".join(lines[15:]) + "\n"
+    (other / "run-r.records.jsonl").write_text(text, encoding="utf-8")
+    checked = compute(load_records(spark, discover_inputs([other])))
+    assert "aggregate, every line checked" in checked.timings
+    assert (checked.records, checked.error_count) == (trusted.records, trusted.error_count) == (30, 10)
+    assert [(e.error, e.count) for e in checked.errors] == [(e.error, e.count) for e in trusted.errors]
 
 
 def test_skip_bad_reports_the_rest_with_a_counted_warning(
@@ -207,5 +260,5 @@ def test_lines_that_are_not_utf8_or_nested_too_deeply_are_listed_by_line(spark: 
     assert info.value.total == 2
     assert info.value.lines == [
         f"{d / 'run-1.records.jsonl'}:2: the line is not valid UTF-8",
-        f"{d / 'run-1.records.jsonl'}:3: not valid JSON, or a field has the wrong type (nested too deeply)",
+        f"{d / 'run-1.records.jsonl'}:3: the line is nested too deeply to read",
     ]
