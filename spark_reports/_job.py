@@ -15,7 +15,9 @@ size range falls into a few octaves). Two passes read the records:
    :data:`MAX_GROUPS` groups, the busiest; the others are counted (:class:`LeftOut`).
 2. **Follow-up** (:func:`_followup`), one pass fanned out into three aggregations: completions per time
    bin per group, ok and error separately, in bins counted from the run's first due time; the most
-   frequent error texts per run / scenario / link; and the number of duplicate records.
+   frequent error texts per run / scenario / link; and the number of duplicate records. Only if there are
+   some, one more pass tells exact copies (dropped, counted) from records of one operation that differ (all
+   bad records: :func:`_conflicting_duplicates`).
 
 JSON lines are parsed once: the main aggregate fills an in-memory cache of the prepared columns, which the
 follow-up reads (a partition that does not fit in the cache is parsed again). Parquet is not cached: each
@@ -49,7 +51,7 @@ from corda_trio import records
 
 from ._errors import BadRecordsError, ReportInputError
 from ._schema import STAGES, LoadedRecords, checksum_columns
-from ._validate import BadRecord, locate_bad
+from ._validate import MAX_LISTED, BadRecord, locate_bad, locate_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -330,7 +332,7 @@ class JobResult:
     windows: dict[str, RunWindow] = attrs.field(factory=dict)
     #: seconds spent in each Spark job (aggregate, series, errors)
     timings: dict[str, float] = attrs.field(factory=dict)
-    #: records dropped because an earlier record had the same ``records.DUPLICATE_KEY``
+    #: records dropped as exact copies of another (same ``records.DUPLICATE_KEY``, every field equal)
     duplicates: int = 0
     #: bad records left out (``--skip-bad``), and the first of them by file and line
     bad_count: int = 0
@@ -622,16 +624,90 @@ def _compute(
     else:  # nothing to filter out: let each job read only its own columns
         valid = _prepare(loaded.frame, checked=False)
     result = _series_and_errors(valid, rows, sketch, timings, check_duplicates=True, left_out=left_out)
+    conflicting = 0
     if result.duplicates:
+        # Some operation was recorded more than once (rare): the copies must be equal, else all are bad.
+        mark = time.perf_counter()
+        source = loaded.frame if exact else located
+        conflicts, conflicting, operations = _conflicting_duplicates(source)
+        timings["duplicates that differ"] = time.perf_counter() - mark
+        if conflicting:
+            mark = time.perf_counter()
+            if located is None:
+                located, lines = loaded.locate()
+            raw = [F.col(k).alias(f"_raw_{k}") for k in records.DUPLICATE_KEY]
+            marked = located.where(F.col("_reason").isNull()).select("*", *_dup_keys(), *raw)
+            found = locate_conflicts(marked, lines, conflicts, list(_DUP_COLUMNS))
+            listed = tuple(sorted((*listed, *found), key=lambda b: (b.path, b.line))[:MAX_LISTED])
+            bad_count += conflicting
+            timings["locate bad records"] = (
+                timings.get("locate bad records", 0.0) + time.perf_counter() - mark
+            )
+            if not skip_bad:
+                conflicts.unpersist()
+                raise BadRecordsError(listed, bad_count)
+            as_prepared = [
+                F.col(d).alias(k) for d, k in zip(_DUP_COLUMNS, records.DUPLICATE_KEY, strict=True)
+            ]
+            gone = F.broadcast(conflicts.select(*as_prepared))
+            valid = valid.join(gone, list(records.DUPLICATE_KEY), "left_anti")
+        conflicts.unpersist()
+        # the exact copies are counted as duplicates; the records of operations that differ as bad records
+        result = attrs.evolve(result, duplicates=result.duplicates - (conflicting - operations))
+    if result.duplicates or conflicting:
         mark = time.perf_counter()
         valid = valid.dropDuplicates(list(records.DUPLICATE_KEY))
         rows, _, left_out = _aggregate(valid, sketch)
+        if not rows:
+            raise ReportInputError("the input holds no valid benchmark records")
         timings["aggregate without duplicates"] = time.perf_counter() - mark
         deduplicated = _series_and_errors(
             valid, rows, sketch, timings, check_duplicates=False, left_out=left_out
         )
         result = attrs.evolve(deduplicated, duplicates=result.duplicates)
     return attrs.evolve(result, bad_count=bad_count, bad_records=listed)
+
+
+#: The columns :func:`_conflicting_duplicates` names an operation by: ``records.DUPLICATE_KEY``, text shown
+#: as the other jobs show it (:func:`_capped`), so that they match the prepared records' columns.
+_DUP_COLUMNS: Final = tuple(f"_dup_{k}" for k in records.DUPLICATE_KEY)
+
+
+def _dup_keys() -> list[Any]:
+    """:data:`_DUP_COLUMNS` of a frame with the record columns."""
+    from pyspark.sql import functions as F
+
+    return [
+        (_capped(k) if k != "seq" else F.col(k)).alias(d)
+        for k, d in zip(records.DUPLICATE_KEY, _DUP_COLUMNS, strict=True)
+    ]
+
+
+def _conflicting_duplicates(source: DataFrame) -> tuple[DataFrame, int, int]:
+    """The operations (``records.DUPLICATE_KEY``) of the valid records of ``source`` that were recorded more
+    than once with other values: ``(frame, records, operations)``; the frame (persisted: unpersist it) has
+    :data:`_DUP_COLUMNS` and ``n``, the number of records of the operation.
+
+    Run only when the follow-up counted a repeated operation (rare): one pass groups the records by
+    operation, keeping their number and the least and greatest hash of all their fields (with which of
+    them are null, as Spark's hash skips nulls); copies that are equal have one hash.
+    """
+    from pyspark.sql import functions as F
+
+    fields = [*records.RECORD_FIELDS, records.VERSION_FIELD]
+    nulls = sum(F.when(F.col(n).isNull(), F.lit(1 << i)).otherwise(F.lit(0)) for i, n in enumerate(fields))
+    ident = F.xxhash64(*map(F.col, fields), nulls)
+    conflicts = (
+        source.where(F.col("_reason").isNull())
+        .select(*_dup_keys(), ident.alias("h"))
+        .groupBy(*_DUP_COLUMNS)
+        .agg(F.count(F.lit(1)).alias("n"), F.min("h").alias("lo"), F.max("h").alias("hi"))
+        .where((F.col("n") > 1) & (F.col("lo") != F.col("hi")))
+        .select(*_DUP_COLUMNS, "n")
+        .persist()
+    )
+    row = conflicts.agg(F.sum("n"), F.count(F.lit(1))).collect()[0]
+    return conflicts, int(row[0] or 0), int(row[1] or 0)
 
 
 def _series_and_errors(

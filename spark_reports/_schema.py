@@ -292,6 +292,9 @@ def _typed_parquet(spark: SparkSession, path: Path, *extra: Any) -> DataFrame:
     missing = [name for name, _ in RECORD_COLUMNS if name not in present]
     if missing:
         raise ReportInputError(f"Parquet records {path} lack column(s) {', '.join(missing)}")
+    unknown = [name for name in present if name not in records.KNOWN_FIELDS]
+    if unknown:  # (as a JSON line's key that is not a field: a misspelt column would read as NULL)
+        raise ReportInputError(f"Parquet records {path}: {records.unknown_fields_problem(unknown)}")
     for name, kind in RECORD_COLUMNS:
         ok_types = {"string"} if kind == "string" else {"bigint", "int", "smallint", "tinyint"}
         if present[name] not in ok_types and present[name] != "void":

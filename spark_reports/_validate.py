@@ -37,6 +37,7 @@ __all__ = [
     "canonical_line",
     "line_reason",
     "locate_bad",
+    "locate_conflicts",
     "reason_column",
 ]
 
@@ -55,11 +56,14 @@ class BadRecord:
     problem: str
     kind: str = "line"  # "line" (JSON lines) or "row" (Parquet)
 
+    @property
+    def place(self) -> str:
+        """``FILE:LINE`` (Parquet: ``FILE: row N``)."""
+        return f"{self.path}: row {self.line}" if self.kind == "row" else f"{self.path}:{self.line}"
+
     def format(self) -> str:
         """``FILE:LINE: what is wrong`` (Parquet: ``FILE: row N: ...``)."""
-        if self.kind == "row":
-            return f"{self.path}: row {self.line}: {self.problem}"
-        return f"{self.path}:{self.line}: {self.problem}"
+        return f"{self.place}: {self.problem}"
 
 
 def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None) -> Column:
@@ -147,7 +151,8 @@ def line_reason(text: Column, checked: Column) -> Column:
     as a variant twice, wrapped as ``[line]`` and as ``{"x": line}``: Spark's variant parser refuses a key
     twice, and although each parse ignores what follows a complete value, no text after the record is valid
     in both (after ``[r`` it must start ``,`` and then a value, or ``]``; after ``{"x": r`` it must start
-    ``,`` and then a key with ``:``, or ``}``). The text fields' JSON types are read from the first parse.
+    ``,`` and then a key with ``:``, or ``}``). The text fields' JSON types and the keys that are not fields
+    (``records.KNOWN_FIELDS``) are read from the first parse.
     Only such lines pay for the extra parses (``CASE`` evaluates its branches lazily).
 
     Args:
@@ -164,7 +169,17 @@ def line_reason(text: Column, checked: Column) -> Column:
             kind = F.schema_of_variant(F.variant_get(as_array, f"$[0].{rule.name}", "variant"))
             wrong_type = wrong_type | ~F.coalesce(kind.isin("STRING", "VOID"), F.lit(True))
     strict = as_array.isNotNull() & as_member.isNotNull() & ~wrong_type
-    return F.when(text == canonical_line(), checked).when(~strict, F.lit(_NOT_ONE_RECORD)).otherwise(checked)
+    # keys that are not fields (a variant object's keys come sorted, as ``unknown_fields_problem`` names them)
+    keys = F.map_keys(F.try_variant_get(as_array, "$[0]", "map<string,variant>"))
+    unknown = F.array_except(keys, F.array(*map(F.lit, records.KNOWN_FIELDS)))
+    # (the problem's text with no names is its prefix)
+    unknown_text = F.concat(F.lit(records.unknown_fields_problem(())), F.array_join(unknown, ", "))
+    return (
+        F.when(text == canonical_line(), checked)
+        .when(~strict, F.lit(_NOT_ONE_RECORD))
+        .when(F.size(unknown) > 0, unknown_text)
+        .otherwise(checked)
+    )
 
 
 def locate_bad(df: DataFrame, lines: DataFrame | None, limit: int = MAX_LISTED) -> list[BadRecord]:
@@ -183,9 +198,76 @@ def locate_bad(df: DataFrame, lines: DataFrame | None, limit: int = MAX_LISTED) 
         .limit(limit)
         .collect()
     )
+    out: list[BadRecord] = []
+    for r, line in zip(first, _line_numbers(first, lines), strict=True):
+        if r["_kind"] == "line":
+            problem = _explain(r["_reason"], r["_text_head"], int(r["_text_len"] or 0))
+        else:
+            problem = r["_reason"]
+        out.append(BadRecord(path=_local_path(r["_source"]), line=line, problem=problem, kind=r["_kind"]))
+    return out
+
+
+#: Other places named for one record of an operation recorded with other values (then a count).
+MAX_OTHER_PLACES: Final = 3
+
+
+def locate_conflicts(
+    df: DataFrame, lines: DataFrame | None, conflicts: DataFrame, keys: list[str], limit: int = MAX_LISTED
+) -> list[BadRecord]:
+    """The first ``limit`` records of ``df`` whose operation is one of ``conflicts`` (recorded more than once
+    with other values, ``records.DUPLICATE_KEY``), by file and line, each naming where the others are.
+
+    Args:
+        df: the located records (as :func:`locate_bad` takes them), valid ones only.
+        lines: as for :func:`locate_bad`.
+        conflicts: the operations: ``keys`` and ``n`` (how many records each has).
+        keys: the key columns, as ``df`` and ``conflicts`` both have them.
+    """
+    from pyspark.sql import functions as F
+
+    cols = ["_source", "_block", "_pos", "_kind", *keys, *(f"_raw_{k}" for k in records.DUPLICATE_KEY)]
+    rows = df.join(F.broadcast(conflicts), on=keys, how="left_semi").select(*cols)
+    order = ["_source", "_block", "_pos"]
+    first = rows.orderBy(*order).limit(limit).collect()
+    wanted = {tuple(r[k] for k in keys) for r in first}
+    if not wanted:
+        return []
+    key_cond = F.lit(False)
+    for values in wanted:
+        one = F.lit(True)
+        for k, v in zip(keys, values, strict=True):
+            one = one & (F.col(k) == F.lit(v))
+        key_cond = key_cond | one
+    counts = {tuple(r[k] for k in keys): int(r["n"]) for r in conflicts.where(key_cond).collect()}
+    # every place of those operations, up to a few per record listed (the first by file and line)
+    places = rows.where(key_cond).orderBy(*order).limit(limit * (MAX_OTHER_PLACES + 1)).collect()
+    at: dict[tuple[Any, ...], list[str]] = {}
+    for r, line in zip(places, _line_numbers(places, lines), strict=True):
+        at.setdefault(tuple(r[k] for k in keys), []).append(_place(r["_source"], line, r["_kind"]))
+    out: list[BadRecord] = []
+    for r, line in zip(first, _line_numbers(first, lines), strict=True):
+        key = tuple(r[k] for k in keys)
+        here = _place(r["_source"], line, r["_kind"])
+        others = [p for p in at.get(key, []) if p != here][:MAX_OTHER_PLACES]
+        raw = tuple(r[f"_raw_{k}"] for k in records.DUPLICATE_KEY)
+        problem = records.duplicate_problem(raw, others, counts[key] - 1 - len(others))
+        out.append(BadRecord(path=_local_path(r["_source"]), line=line, problem=problem, kind=r["_kind"]))
+    return out
+
+
+def _place(source: str, line: int, kind: str) -> str:
+    return BadRecord(path=_local_path(source), line=line, problem="", kind=kind).place
+
+
+def _line_numbers(rows: list[Any], lines: DataFrame | None) -> list[int]:
+    """The line (JSON) or row (Parquet) number, from 1, of each located row (``_source``, ``_block``,
+    ``_pos``, ``_kind``)."""
+    from pyspark.sql import functions as F
+
     starts: dict[tuple[str, int], int] = {}
-    if lines is not None and any(r["_kind"] == "line" for r in first):
-        wanted = sorted({r["_source"] for r in first if r["_kind"] == "line"})
+    if lines is not None and any(r["_kind"] == "line" for r in rows):
+        wanted = sorted({r["_source"] for r in rows if r["_kind"] == "line"})
         blocks = (
             lines.where(F.col("_source").isin(*wanted))
             .groupBy("_source", "_block")
@@ -200,15 +282,12 @@ def locate_bad(df: DataFrame, lines: DataFrame | None, limit: int = MAX_LISTED) 
             for b in sorted(bs, key=lambda b: b["_block"]):
                 starts[(source, b["_block"])] = before - int(b["first"])
                 before += int(b["n"])
-    out: list[BadRecord] = []
-    for r in first:
-        if r["_kind"] == "line":
-            line = starts[(r["_source"], r["_block"])] + int(r["_pos"]) + 1
-            problem = _explain(r["_reason"], r["_text_head"], int(r["_text_len"] or 0))
-        else:
-            line, problem = int(r["_pos"]) + 1, r["_reason"]
-        out.append(BadRecord(path=_local_path(r["_source"]), line=line, problem=problem, kind=r["_kind"]))
-    return out
+    return [
+        starts[(r["_source"], r["_block"])] + int(r["_pos"]) + 1
+        if r["_kind"] == "line"
+        else int(r["_pos"]) + 1
+        for r in rows
+    ]
 
 
 def _explain(reason: str, head: str | None, length: int) -> str:

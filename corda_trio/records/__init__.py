@@ -11,6 +11,7 @@ from ._clock import TrioClock as TrioClock
 from ._environment import environment_metadata as environment_metadata
 from ._schema import DUPLICATE_KEY as DUPLICATE_KEY
 from ._schema import FIELDS as FIELDS
+from ._schema import KNOWN_FIELDS as KNOWN_FIELDS
 from ._schema import KNOWN_SCHEMA_VERSIONS as KNOWN_SCHEMA_VERSIONS
 from ._schema import MAX_ERROR_CHARS as MAX_ERROR_CHARS
 from ._schema import MAX_SIZE_BYTES as MAX_SIZE_BYTES
@@ -26,10 +27,12 @@ from ._schema import FieldRule as FieldRule
 from ._schema import Record as Record
 from ._schema import RecordError as RecordError
 from ._schema import check_run_id as check_run_id
+from ._schema import duplicate_problem as duplicate_problem
 from ._schema import error_text as error_text
 from ._schema import meta_problem as meta_problem
 from ._schema import parse_line as parse_line
 from ._schema import record_problem as record_problem
+from ._schema import unknown_fields_problem as unknown_fields_problem
 from ._writer import FLUSH_BATCH_RECORDS as FLUSH_BATCH_RECORDS
 from ._writer import RecordWriter as RecordWriter
 from ._writer import json_line as json_line
@@ -41,6 +44,7 @@ __all__ = [
     "DUPLICATE_KEY",
     "FIELDS",
     "FLUSH_BATCH_RECORDS",
+    "KNOWN_FIELDS",
     "KNOWN_SCHEMA_VERSIONS",
     "MAX_ERROR_CHARS",
     "MAX_SIZE_BYTES",
@@ -60,6 +64,7 @@ __all__ = [
     "RecordWriter",
     "TrioClock",
     "check_run_id",
+    "duplicate_problem",
     "environment_metadata",
     "error_text",
     "json_line",
@@ -69,4 +74,5 @@ __all__ = [
     "parse_line",
     "read_records",
     "record_problem",
+    "unknown_fields_problem",
 ]

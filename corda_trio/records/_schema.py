@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
@@ -35,6 +35,7 @@ import attrs
 __all__ = [
     "DUPLICATE_KEY",
     "FIELDS",
+    "KNOWN_FIELDS",
     "KNOWN_SCHEMA_VERSIONS",
     "MAX_ERROR_CHARS",
     "MAX_SIZE_BYTES",
@@ -50,10 +51,12 @@ __all__ = [
     "Record",
     "RecordError",
     "check_run_id",
+    "duplicate_problem",
     "error_text",
     "meta_problem",
     "parse_line",
     "record_problem",
+    "unknown_fields_problem",
 ]
 
 #: Version of the record / meta format; bump on an incompatible change and add it to the known versions.
@@ -72,7 +75,9 @@ MAX_ERROR_CHARS: Final = 200
 MAX_SIZE_BYTES: Final = 1 << 40
 #: ``run_id`` as the writer makes it: it names files, so no separators.
 RUN_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
-#: Two records with equal values of these fields are the same operation: a reader keeps one.
+#: Two records with equal values of these fields are the same operation. A reader keeps one copy of a record
+#: repeated with every field equal (counted as a duplicate); records of one operation that differ in any
+#: other field are all bad (:func:`duplicate_problem`): which of them is the measurement cannot be told.
 #: (``seq`` is unique per run for the harness; the p2p demo numbers each link from 0, hence ``link``.)
 DUPLICATE_KEY: Final = ("run_id", "scenario", "link", "seq")
 
@@ -142,6 +147,9 @@ FIELDS: Final = (
 #: Field names in record-line order.
 RECORD_FIELDS: Final = tuple(f.name for f in FIELDS)
 REQUIRED_FIELDS: Final = tuple(f.name for f in FIELDS if f.required)
+#: Every key a record may have: its data fields and the optional version tag. Any other key is refused (a
+#: misspelt ``deliverd_ns`` would otherwise leave ``delivered_ns`` null without a word).
+KNOWN_FIELDS: Final = (*RECORD_FIELDS, VERSION_FIELD)
 _RUN_ID_RE: Final = re.compile(RUN_ID_PATTERN)
 
 
@@ -155,6 +163,9 @@ def record_problem(data: object, *, all_present: bool = False) -> str | None:
     """
     if not isinstance(data, Mapping):
         return f"a record must be a JSON object, not {_json_type(data)}"
+    unknown = [k for k in data if k not in KNOWN_FIELDS]
+    if unknown:
+        return unknown_fields_problem(unknown)
     if all_present:
         missing = [f.name for f in FIELDS if f.name not in data]
         if missing:
@@ -172,6 +183,23 @@ def record_problem(data: object, *, all_present: bool = False) -> str | None:
     if (data.get("outcome") == "error") != (data.get("error") is not None):
         return "a record has an error text iff its outcome is error"
     return None
+
+
+def unknown_fields_problem(names: Iterable[str]) -> str:
+    """The problem of a record with keys that are not fields (:data:`KNOWN_FIELDS`): names sorted by code
+    point (the order the report's check has them in)."""
+    return f"unknown field(s) {', '.join(sorted(names))}"
+
+
+def duplicate_problem(key: Iterable[Any], others: Iterable[str], more: int = 0) -> str:
+    """The problem of a record whose operation (:data:`DUPLICATE_KEY` values ``key``) has other records with
+    other values, at ``others`` (``FILE:LINE``), and ``more`` places not named."""
+    run_id, scenario, link, seq = key
+    places = ", ".join(others) + (f" and {more:,} more" if more else "")
+    return (
+        f"the same operation (run {_shown(run_id)}, scenario {_shown(scenario)}, link {_shown(link)}, "
+        f"seq {seq}) as {places} with other values"
+    )
 
 
 def parse_line(text: str) -> Any:

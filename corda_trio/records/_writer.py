@@ -20,7 +20,17 @@ from typing import Any, Final, final
 
 import trio
 
-from ._schema import RECORD_FIELDS, STAGES, Record, RecordError, check_run_id, error_text, parse_line
+from ._schema import (
+    DUPLICATE_KEY,
+    RECORD_FIELDS,
+    STAGES,
+    Record,
+    RecordError,
+    check_run_id,
+    duplicate_problem,
+    error_text,
+    parse_line,
+)
 
 __all__ = ["FLUSH_BATCH_RECORDS", "RecordWriter", "json_line", "make_record", "new_run_id", "read_records"]
 
@@ -178,9 +188,15 @@ def read_records(path: Path) -> Iterator[Record]:
     """Read and validate a records file (JSON lines, writer's form), each line as the report reads it
     (:func:`~corda_trio.records.parse_line`; lines end at LF, CR or CRLF, as Spark's text reader splits them).
 
+    A record repeated with every field equal is yielded once; one operation (``DUPLICATE_KEY``) recorded
+    twice with other values is a bad line (the reader keeps the key of every record it yielded: memory grows
+    with the file).
+
     Raises:
         RecordError: ``FILE:LINE: what is wrong`` for the first bad line.
     """
+    seen: dict[tuple[Any, ...], tuple[int, tuple[Any, ...]]] = {}  # key -> (line, values)
+    key_at = [RECORD_FIELDS.index(f) for f in DUPLICATE_KEY]
     # surrogateescape: a line that is not UTF-8 is named by its number instead of failing the whole read
     with Path(path).open(encoding="utf-8", errors="surrogateescape") as f:
         for lineno, line in enumerate(f, 1):
@@ -191,6 +207,13 @@ def read_records(path: Path) -> Iterator[Record]:
             except UnicodeEncodeError:
                 raise RecordError(f"{path}:{lineno}: the line is not valid UTF-8") from None
             try:
-                yield Record.from_mapping(parse_line(line.rstrip("\r\n")))
+                record = Record.from_mapping(parse_line(line.rstrip("\r\n")))
             except RecordError as exc:
                 raise RecordError(f"{path}:{lineno}: {exc}") from exc
+            values = record.values()
+            key = tuple(values[i] for i in key_at)
+            first = seen.setdefault(key, (lineno, values))
+            if first[0] == lineno:
+                yield record
+            elif first[1] != values:
+                raise RecordError(f"{path}:{lineno}: {duplicate_problem(key, [f'{path}:{first[0]}'])}")

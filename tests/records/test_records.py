@@ -71,6 +71,31 @@ def test_absent_optional_fields_are_null_for_readers_but_not_for_the_writer_form
     assert "JSON object" in (records.record_problem([1, 2]) or "")
 
 
+def test_a_key_that_is_not_a_field_is_named() -> None:
+    # a misspelt stage was ignored: its real field read as null
+    data = _data(deliverd_ns=5, a=1)
+    assert records.record_problem(data) == "unknown field(s) a, deliverd_ns"
+    with pytest.raises(records.RecordError, match=r"^unknown field\(s\) a, deliverd_ns$"):
+        records.Record.from_mapping(data)
+    assert records.record_problem(_data(schema_version=1)) is None
+
+
+def test_read_records_collapses_exact_duplicates_and_refuses_ones_that_differ(tmp_path: Path) -> None:
+    # which of two records of one operation (one ok, one error) was the measurement cannot be told
+    path = tmp_path / "dup.jsonl"
+    same = [json.dumps(_data(seq=1)), json.dumps(_data(seq=2)), json.dumps(_data(seq=1))]
+    path.write_text("\n".join(same) + "\n")
+    assert [r.seq for r in records.read_records(path)] == [1, 2]
+    other = json.dumps(_data(seq=1, outcome="error", error="E: x", delivered_ns=None))
+    path.write_text("\n".join([*same, other]) + "\n")
+    with pytest.raises(records.RecordError) as info:
+        list(records.read_records(path))
+    assert str(info.value) == (
+        f"{path}:4: the same operation (run 'r1', scenario 's', link 'l', seq 1) as {path}:1 "
+        "with other values"
+    )
+
+
 def test_meta_problem() -> None:
     assert records.meta_problem({"run_id": "a", "schema_version": 1}) is None
     assert records.meta_problem({"run_id": "a"}) is None  # files from before the field was checked

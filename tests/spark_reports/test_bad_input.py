@@ -64,6 +64,9 @@ BAD_LINES = [
     (_line(0)[:-1] + ', "seq": 7}', "key 'seq' appears twice in one object"),
     (_line(0).replace('"s"', "'s'"), "not valid JSON: Expecting value: line 1 column 33 (char 32)"),
     (_line(0).replace('"s"', "NaN"), "NaN is not a JSON number"),
+    (_line(0, outcome=1), "field outcome must be a string, not an integer"),
+    # a key that is not a field: a misspelt stage was read as nothing, its real field left null
+    (_line(0, deliverd_ns=1_005_000, zz=1, a_b=None), "unknown field(s) a_b, deliverd_ns, zz"),
 ]
 
 
@@ -186,7 +189,7 @@ def test_skip_bad_reports_the_rest_with_a_counted_warning(
     assert "run-1.records.jsonl:4: field seq must be &gt;= 0" in html
 
 
-def test_duplicates_are_dropped_and_counted_and_the_same_file_twice_is_refused(
+def test_exact_duplicates_are_dropped_and_counted_ones_that_differ_are_bad_the_same_file_twice_refused(
     spark: Any, tmp_path: Path
 ) -> None:
     d = tmp_path / "dup"
@@ -198,6 +201,37 @@ def test_duplicates_are_dropped_and_counted_and_the_same_file_twice_is_refused(
     assert result.duplicates == 10
     assert sum(g.count for g in result.groups) == 50
     assert sum(p.ok for p in result.series) == 50
+    assert "duplicates that differ" in result.timings and result.bad_count == 0
+    # the same operation once ok and once failed (and seq 30 three times, two copies equal): which record
+    # is the measurement cannot be told, so all of them are bad, each named with the others' places
+    differ = [_line(12, outcome="error", error="E: x", delivered_ns=None), _line(30), _line(30, size_bytes=1)]
+    (d / "other.jsonl").write_text("\n".join([_line(100), *differ]) + "\n")
+    with pytest.raises(spark_reports.BadRecordsError) as info:
+        compute(load_records(spark, discover_inputs([d])))
+    copy, other, main_file = d / "copy.jsonl", d / "other.jsonl", d / "run-1.records.jsonl"
+    same = "the same operation (run 'run-1', scenario 's', link 'l', seq {}) as {} with other values"
+    assert info.value.total == 6
+    assert info.value.lines == [
+        f"{copy}:3: " + same.format(12, f"{other}:2, {main_file}:13"),
+        f"{other}:2: " + same.format(12, f"{copy}:3, {main_file}:13"),
+        f"{other}:3: " + same.format(30, f"{other}:4, {main_file}:31"),
+        f"{other}:4: " + same.format(30, f"{other}:3, {main_file}:31"),
+        f"{main_file}:13: " + same.format(12, f"{copy}:3, {other}:2"),
+        f"{main_file}:31: " + same.format(30, f"{other}:3, {other}:4"),
+    ]
+    # lines in the writer's form (the JSON reader's reading is trusted: no line check) alike
+    w = tmp_path / "writer-form"
+    w.mkdir()
+    recs = [rf.Record(**json.loads(_line(i))) for i in range(3)]
+    recs.append(rf.Record(**json.loads(_line(1, outcome="error", error="E: x"))))
+    (w / "run-1.records.jsonl").write_text("".join(rf.json_line(r.values()) for r in recs))
+    with pytest.raises(spark_reports.BadRecordsError) as info:
+        compute(load_records(spark, discover_inputs([w])))
+    p = w / "run-1.records.jsonl"
+    assert info.value.lines == [f"{p}:2: " + same.format(1, f"{p}:4"), f"{p}:4: " + same.format(1, f"{p}:2")]
+    skipped = compute(load_records(spark, discover_inputs([d])), skip_bad=True)
+    assert (skipped.bad_count, len(skipped.bad_records), skipped.duplicates) == (6, 6, 9)
+    assert sum(g.count for g in skipped.groups) == sum(p.ok for p in skipped.series) == 51 - 2
     with pytest.raises(spark_reports.ReportInputError, match="the same records are given twice"):
         discover_inputs([d, d])
     with pytest.raises(spark_reports.ReportInputError, match="given twice"):

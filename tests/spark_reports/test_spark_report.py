@@ -363,6 +363,13 @@ def test_wrong_types_and_missing_fields_fail_clearly(spark: Any, tmp_path: Path)
     with pytest.raises(spark_reports.BadRecordsError) as info:
         spark_reports.build_report([d2], tmp_path / "r.html", spark=spark)
     assert info.value.lines == [f"{d2 / 'a.jsonl'}:1: required field run_id is missing or null"]
+    # Parquet: a column that is not a field (a misspelt stage read as nothing, its real column absent or null)
+    d3 = tmp_path / "pq"
+    frame = spark_reports.synthetic_records(spark, 10, run_id="p")
+    frame = frame.withColumnRenamed("delivered_ns", "deliverd_ns")
+    frame.withColumn("delivered_ns", frame["seq"]).write.parquet(str(d3 / "run-p.records.parquet"))
+    with pytest.raises(spark_reports.ReportInputError, match=r"parquet: unknown field\(s\) deliverd_ns$"):
+        spark_reports.build_report([d3], tmp_path / "r.html", spark=spark)
 
 
 def test_parquet_input_from_the_synthetic_generator(spark: Any, tmp_path: Path) -> None:
