@@ -135,6 +135,7 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
     json_files: list[Path] = []
     parquet_paths: list[Path] = []
     metas: dict[str, dict[str, Any]] = {}
+    meta_files: dict[str, Path] = {}  # run id -> its meta file
     seen: dict[Path, Path] = {}  # resolved path -> as given
     for d in dirs:
         d = Path(d)
@@ -160,8 +161,14 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
             elif name.endswith(".parquet"):
                 parquet_paths.append(entry)
                 found_here += 1
-            elif name.endswith(".meta.json") and entry.is_file():
-                metas.update(_read_meta(entry))
+            elif name.endswith(records.META_SUFFIX) and entry.is_file():
+                run_id, meta = _read_meta(entry)
+                if run_id in metas:
+                    raise ReportInputError(
+                        f"{entry}: field run_id {run_id!r} is also the run of meta file "
+                        f"{meta_files[run_id]}: one run has one meta file"
+                    )
+                metas[run_id], meta_files[run_id] = meta, entry
         if not found_here:
             raise ReportInputError(
                 f"no benchmark records in {d}: expected run-<id>.records.jsonl or *.parquet "
@@ -181,7 +188,8 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
 MAX_META_BYTES: Final = 1 << 20
 
 
-def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
+def _read_meta(path: Path) -> tuple[str, dict[str, Any]]:
+    """The run id and the contents of meta file ``path``; raises :class:`ReportInputError` naming the file."""
     try:
         # (bounded by reading, not by its size: /dev/zero or a pipe under this name has size 0)
         meta = json.loads(read_small_file(path, MAX_META_BYTES).decode("utf-8"))
@@ -193,10 +201,10 @@ def _read_meta(path: Path) -> dict[str, dict[str, Any]]:
         raise ReportInputError(f"meta file {path} is not valid JSON: {exc}") from exc
     except RecursionError:
         raise ReportInputError(f"meta file {path} is nested too deeply to read") from None
-    problem = records.meta_problem(meta)
+    problem = records.meta_problem(meta, path.name)
     if problem is not None:
         raise ReportInputError(f"{path}: {problem}")
-    return {meta["run_id"]: meta}
+    return meta["run_id"], meta
 
 
 #: Input splits per core. Each task's partial quantile sketches are merged at the end, and below ``k``

@@ -15,6 +15,7 @@ from ._schema import KNOWN_FIELDS as KNOWN_FIELDS
 from ._schema import KNOWN_SCHEMA_VERSIONS as KNOWN_SCHEMA_VERSIONS
 from ._schema import MAX_ERROR_CHARS as MAX_ERROR_CHARS
 from ._schema import MAX_SIZE_BYTES as MAX_SIZE_BYTES
+from ._schema import META_SUFFIX as META_SUFFIX
 from ._schema import OUTCOMES as OUTCOMES
 from ._schema import RECORD_FIELDS as RECORD_FIELDS
 from ._schema import REQUIRED_FIELDS as REQUIRED_FIELDS
@@ -48,6 +49,7 @@ __all__ = [
     "KNOWN_SCHEMA_VERSIONS",
     "MAX_ERROR_CHARS",
     "MAX_SIZE_BYTES",
+    "META_SUFFIX",
     "OUTCOMES",
     "RECORD_FIELDS",
     "REQUIRED_FIELDS",

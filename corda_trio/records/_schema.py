@@ -39,6 +39,7 @@ __all__ = [
     "KNOWN_SCHEMA_VERSIONS",
     "MAX_ERROR_CHARS",
     "MAX_SIZE_BYTES",
+    "META_SUFFIX",
     "OUTCOMES",
     "RECORD_FIELDS",
     "REQUIRED_FIELDS",
@@ -252,17 +253,26 @@ _DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constan
 _WS: Final = re.compile(r"[ \t\n\r]*")
 
 
-def meta_problem(meta: object) -> str | None:
-    """The first thing wrong with a run's meta file (``None`` if the report can use it)."""
+def meta_problem(meta: object, file_name: str | None = None) -> str | None:
+    """The first thing wrong with a run's meta file (``None`` if the report can use it). ``file_name``: the
+    file's name; one named ``run-<id>.meta.json`` (as the writer names them) must hold that ``run_id``."""
     if not isinstance(meta, Mapping):
         return "a meta file must hold a JSON object"
     if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
         return "the meta file has no run_id"
+    if file_name is not None and file_name.startswith("run-") and file_name.endswith(META_SUFFIX):
+        named = file_name[len("run-") : -len(META_SUFFIX)]
+        if named != meta["run_id"]:
+            return f"field run_id is {_shown(meta['run_id'])}, but the file is named for run {_shown(named)}"
     version = meta.get(VERSION_FIELD, SCHEMA_VERSION)
     if not _is_int(version) or version not in KNOWN_SCHEMA_VERSIONS:
         known = ", ".join(map(str, sorted(KNOWN_SCHEMA_VERSIONS)))
         return f"unknown {VERSION_FIELD} {_shown(version)} (this reader knows {known})"
     return None
+
+
+#: How a run's meta file name ends: ``run-<id>.meta.json``.
+META_SUFFIX: Final = ".meta.json"
 
 
 def error_text(error: BaseException | str) -> str:

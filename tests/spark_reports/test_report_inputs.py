@@ -43,6 +43,18 @@ def test_bad_meta_file_is_named(tmp_path: Path) -> None:
         discover_inputs([tmp_path])
     (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "s"}))
     assert set(discover_inputs([tmp_path]).metas) == {"x"}
+    # a meta file that names another run than its file name (found with hand-made files: accepted silently)
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "other", "scenario": "s"}))
+    with pytest.raises(
+        spark_reports.ReportInputError,
+        match=r"run-x.meta.json: field run_id is 'other', but the file is named for run 'x'",
+    ):
+        discover_inputs([tmp_path])
+    # two meta files for one run: one would silently win
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "s"}))
+    (tmp_path / "x-copy.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "t"}))
+    with pytest.raises(spark_reports.ReportInputError, match=r"run_id 'x' is also the run of meta file"):
+        discover_inputs([tmp_path])
 
 
 def test_cli_fails_clearly_on_empty_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
