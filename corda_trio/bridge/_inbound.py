@@ -28,6 +28,10 @@ durable: the store's queue in the node, a link to the node's endpoint in a bridg
 stores what its float forwards with the same writer (:func:`take_arrivals`, :func:`store_checked`) and a
 check of its own.
 
+A rejected message is logged as a warning per source at most once a minute (the first in full, then a
+summary counting the rest: ``corda_trio.logs.PeerWarnings``), so a member sending thousands of bad messages
+cannot flood the log; the acceptor's statistics count every one.
+
 Cancellation at any checkpoint leaves unsettled deliveries unsettled: the sender sends them again.
 """
 
@@ -41,7 +45,7 @@ from typing import Final, Protocol
 import attrs
 import trio
 
-from corda_trio import amqp, pki, store, transport
+from corda_trio import amqp, logs, pki, store, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_VALIDATED_USER,
@@ -114,6 +118,7 @@ async def store_checked(
     check: CheckDelivery,
     on_checked: OnChecked | None,
     who: str,
+    rejected_log: logs.PeerWarnings,
 ) -> tuple[dict[str | None, int], int, int]:
     """Check each delivery of ``batch`` (its transfer's message-format must be 0, the standard AMQP message:
     ``messaging.check_message_format``; then ``check``), reject the bad ones with their condition (the link
@@ -121,7 +126,8 @@ async def store_checked(
     ones to ``inbox`` in one group commit and, only once that is durable, settle them ``accepted``.
 
     Returns (messages stored by sender, messages rejected, messages released). ``who`` names the source in
-    the log.
+    the log; each rejection goes to ``rejected_log`` (see :func:`rejected_messages_log`), which bounds the
+    lines per source.
     """
     good: list[transport.Delivery] = []
     payloads: list[bytes] = []
@@ -133,7 +139,7 @@ async def store_checked(
             sender, message, payload = check(delivery.payload)
         except InvalidMessageError as exc:
             rejected += 1
-            log.warning("%s: rejected a message: %s", who, exc.description)
+            rejected_log.warning(who, exc.description, "%s: rejected a message: %s", who, exc.description)
             await delivery.reject(exc.condition, exc.description)
             continue
         except RetryLaterError:
@@ -158,6 +164,11 @@ async def store_checked(
         # batch, which at light load is per message)
         receiver.settle_many_nowait(good, amqp.Accepted())
     return stored, rejected, released
+
+
+def rejected_messages_log() -> logs.PeerWarnings:
+    """The log of messages :func:`store_checked` rejects: a warning per source at most once a minute."""
+    return logs.PeerWarnings(log, "messages from %s rejected")
 
 
 def tally(stored: dict[str | None, int], by_peer: dict[str, int]) -> int:
@@ -197,6 +208,7 @@ class InboundAcceptor:
     refused_links: int = 0
     #: Messages stored and accepted, by the sending peer's legal name (the TLS subject).
     accepted_by_peer: dict[str, int] = attrs.field(factory=dict)
+    _rejected_log: logs.PeerWarnings = attrs.field(factory=rejected_messages_log, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""
@@ -268,7 +280,7 @@ class InboundAcceptor:
                 except trio.EndOfChannel:
                     return
                 stored, rejected, _released = await store_checked(  # (this check never releases)
-                    receiver, batch, self.inbox, check, self.on_checked, who
+                    receiver, batch, self.inbox, check, self.on_checked, who, self._rejected_log
                 )
                 self.rejected += rejected
                 self.accepted += tally(stored, self.accepted_by_peer)

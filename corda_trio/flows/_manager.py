@@ -45,9 +45,14 @@ next message, about 8 KB of memory and a checkpoint). So the live (not finished;
 responders each peer initiated are counted (again at start, from the checkpoints), and an init beyond
 ``max_responders_per_peer`` is refused like one for an unknown flow: a reject naming the limit goes back, so
 the initiating flow fails at once with that reason. Each refusal is counted (``statistics().refused_inits``)
-and logged at debug; a warning per peer sums them up at most every ``REFUSED_INIT_WARNING_SECONDS``. There is
+and logged like every refused session message. There is
 no idle timeout for a responder waiting for a message (Corda has none either): an initiator may sleep for
 days between two sends, and the limit already bounds what a peer can hold.
+
+*Refusals in the log.* Every refused session message (unknown session, wrong sender, out of sequence,
+malformed, too many responders, ...) is counted (``statistics().refused``, ``refusals()``), but a peer can
+send thousands a second: per sender, the first is logged as a warning in full, the rest of the minute at
+debug, and one summary warning per minute counts them (``corda_trio.logs.PeerWarnings``).
 
 *Hospital.* A step raising :class:`RetryableFlowError` is retried from the last checkpoint with jittered
 exponential backoff. Any other failure parks the flow
@@ -68,7 +73,6 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import math
 import random
 import time
 import types
@@ -80,7 +84,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import messaging, pki, store
+from corda_trio import logs, messaging, pki, store
 
 from ._codec import (
     checkpoint_started_by,
@@ -165,8 +169,6 @@ ENVELOPE_ROOM: Final = 64 * 1024
 #: flow benchmark (256) keep running per peer. At about 8 KB of memory and 1.4 KB of checkpoint each, one
 #: peer can hold at most about 80 MB and 14 MB of them.
 DEFAULT_MAX_RESPONDERS_PER_PEER: Final = 10_000
-#: A peer whose inits are refused (too many live responders) gets one warning at most this often.
-REFUSED_INIT_WARNING_SECONDS: Final = 60.0
 
 
 @attrs.frozen(kw_only=True)
@@ -546,9 +548,10 @@ class FlowManager:
     _pending_resend: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
     #: live responders per initiating peer (see the module docstring)
     _responders: collections.Counter[str] = attrs.field(factory=collections.Counter)
-    #: per peer: inits refused (too many live responders) since its last warning, and when that was (Trio's
-    #: clock)
-    _refused_inits: dict[str, tuple[int, float]] = attrs.field(factory=dict)
+    #: the log lines of refused session messages, bounded per sender (see the module docstring)
+    _refusal_warnings: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "session messages from %s refused")
+    )
 
     @classmethod
     async def open(
@@ -753,7 +756,12 @@ class FlowManager:
         self._refusals.append((sender, reason))
         while len(self._refusals) > self.config.refusals_retain:
             self._refusals.popleft()
-        (log.debug if quiet else log.warning)("session message from %s refused: %s", sender, reason)
+        if quiet:
+            log.debug("session message from %s refused: %s", sender, reason)
+        else:
+            self._refusal_warnings.warning(
+                sender, reason, "session message from %s refused: %s", sender, reason
+            )
         self._bump()
 
     def refusals(self) -> list[tuple[str, str]]:
@@ -863,19 +871,9 @@ class FlowManager:
         await self.messaging.send(out, pki.CordaX500Name.parse(sender))
 
     def _refuse_init(self, sender: str, reason: str) -> None:
-        """Count an init refused for its sender's live responders; warn about the sender at most once per
-        ``REFUSED_INIT_WARNING_SECONDS`` (a flood would otherwise be a flood of warnings too)."""
+        """Count an init refused for its sender's live responders (and refuse it like any other)."""
         self._stats["refused_inits"] += 1
-        self._refuse(sender, reason, quiet=True)
-        unreported, warned_at = self._refused_inits.get(sender, (0, -math.inf))
-        unreported += 1
-        now = trio.current_time()
-        if now - warned_at >= REFUSED_INIT_WARNING_SECONDS:
-            log.warning(
-                "%d session init(s) from %s refused since the last report: %s", unreported, sender, reason
-            )
-            unreported, warned_at = 0, now
-        self._refused_inits[sender] = (unreported, warned_at)
+        self._refuse(sender, reason)
 
     def _count_responder(self, runner: _Runner) -> None:
         if runner.initiator is not None and not runner.counted:

@@ -29,6 +29,8 @@ failure, :data:`HANDLER_RETRY_SECONDS` have passed. Parked messages count agains
 many are parked, the dispatcher waits (memory stays bounded). So that a topic nobody handles cannot take all
 of it (and stop every other topic), at most half of ``inbox_credit`` wait for a handler: more go to
 :data:`DEAD_LETTER_QUEUE` (reason ``amqp:not-found``), durably, then are acked from the inbox.
+Each is logged as a warning, per sender at most once a minute (the first in full, then a summary counting
+the rest: ``corda_trio.logs.PeerWarnings``): a member sending thousands cannot flood the log.
 An inbox message the dispatcher cannot decode (the acceptor checks what peers send, so this is a local bug or
 disk damage) is moved to :data:`DEAD_LETTER_QUEUE` with the reason in its headers, durably, and only then
 acked from the inbox: held, it would take inbox credit for good.
@@ -48,7 +50,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, pki, store
+from corda_trio import amqp, logs, pki, store
 
 from ._dedupe import DEFAULT_RETAIN, Deduplicator
 from ._model import (
@@ -178,6 +180,11 @@ class MessagingService:
     #: stored inbox payload -> (message as the acceptor decoded it, validated user), see remember_received
     _decoded: collections.OrderedDict[bytes, tuple[amqp.Message, str]] = attrs.field(
         factory=collections.OrderedDict
+    )
+    #: messages for a topic nobody handles moved to the dead letters: a warning per sender at most once a
+    #: minute (a member can send thousands; ``statistics`` / the dead-letter queue keep every one)
+    _dead_letter_log: logs.PeerWarnings = attrs.field(
+        init=False, factory=lambda: logs.PeerWarnings(log, f"messages from %s moved to {DEAD_LETTER_QUEUE}")
     )
     #: this node's legal name as ``_AMQ_VALIDATED_USER`` carries it (see :meth:`dedup_key`)
     _own_name: str = attrs.field(
@@ -440,8 +447,11 @@ class MessagingService:
             # Past half the credit, they go aside to the dead letters (durably, nothing lost).
             waiting = self._waiting_for_handlers()
             description = f"no handler for topic {message.topic!r}; {waiting} messages already wait for one"
-            log.warning("inbox message %d from %s: %s; moved to %s", delivery.message_id,
-                        message.validated_user, description, DEAD_LETTER_QUEUE)  # fmt: skip
+            self._dead_letter_log.warning(
+                str(message.validated_user), description,
+                "inbox message %d from %s: %s; moved to %s",
+                delivery.message_id, message.validated_user, description, DEAD_LETTER_QUEUE,
+            )  # fmt: skip
             await self._move_to_dead_letters(self.inbox.name, consumer, delivery.message_id,
                                              delivery.payload, "amqp:not-found", description)  # fmt: skip
             return

@@ -358,3 +358,26 @@ async def test_the_acceptor_rejects_a_delivery_in_another_message_format(
             assert isinstance(await sender.send(wire(alice, 7)), amqp.Accepted)
         assert b.service.inbox.statistics().depth == 1
         assert b.acceptor.rejected == 2
+
+
+async def test_a_peer_rejected_again_and_again_is_one_warning_a_minute(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every rejected message was a warning line: a member sending thousands of bad messages a second filled
+    the victim's log. Now its first rejection is logged in full, the rest of the minute are counted (all of
+    them, in ``rejected``) for a summary line."""
+    root = network.root.cert
+    async with running_node(bob, root, tmp_path / "b", run_service=False) as b:
+        _, client = contexts(alice, root)
+        async with transport.open_amqp_connection("127.0.0.1", b.port, ssl_context=client) as conn:
+            sender = await conn.open_sender(b.service.inbox.name)
+            for _ in range(200):
+                outcome = await sender.send(wire(alice, 5), message_format=5)
+                assert isinstance(outcome, amqp.Rejected)
+        assert b.acceptor.rejected == 200
+    lines = [r.getMessage() for r in caplog.records if "rejected a message" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(str(alice.legal_name)), lines

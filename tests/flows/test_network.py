@@ -3,6 +3,7 @@ concurrent flows, error propagation, rejects, the hospital, kill, drain, restart
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -330,9 +331,13 @@ async def _wait_refused(manager: flows.FlowManager, expected: list[tuple[str, st
     assert not missing(), manager.refusals()
 
 
-async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.FlowNetwork) -> None:
-    """Carol and Bob send hand-made session messages to Alice; each is refused with its reason; Alice keeps
+async def test_malicious_peer_messages_are_refused_with_reasons(
+    net: testing.FlowNetwork, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Carol and Bob send hand-made session messages to Alice; each is refused with its reason (every one in
+    ``refusals()``); the log has one warning per sender in the minute, not one per message; Alice keeps
     serving."""
+    caplog.set_level(logging.INFO, logger="corda_trio.flows")
     alice, carol = net["Alice"], net["Carol"]
     with trio.fail_after(30):
         waiting = await alice.flows.start_flow(Waiter(peer=BOB))
@@ -374,6 +379,14 @@ async def test_malicious_peer_messages_are_refused_with_reasons(net: testing.Flo
             await waiting.result()
         handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
         assert await handle.result() == 2
+    warned = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()
+    ]
+    assert [w.split(" refused: ")[0] for w in warned] == [
+        f"session message from {CAROL}",
+        f"session message from {BOB}",
+    ], warned
+    assert alice.flows.statistics().refused >= 5
 
 
 async def test_a_member_cannot_use_up_the_dedup_ids_of_a_flow_between_two_others(

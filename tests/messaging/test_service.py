@@ -173,10 +173,13 @@ async def test_a_message_remembered_by_the_acceptor_equals_the_one_decoded_from_
         assert all(m.validated_user == user for m in got)
 
 
-async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(tmp_path: Path) -> None:
+async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """1100 messages on a topic with no handler (inbox_credit 1024) parked until the credit was used up, and
     then no message of any topic was handed over any more. Now half the credit waits for a handler; the rest
-    goes to the dead letters, durably, and a handler registered later still gets the ones that waited."""
+    goes to the dead letters, durably, and a handler registered later still gets the ones that waited. The
+    68 moved aside are one warning (per sender and minute), not 68."""
     peers = messaging.PeerDirectory()
     config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme", inbox_credit=64)
     async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
@@ -208,6 +211,9 @@ async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(tmp_path: Pat
         assert [m.data for m in moved] == [b"n%d" % i for i in range(32, 100)]  # nothing lost
         reasons = {tuple(d.headers.decode().split("\n")[:2]) async for d in dead.browse()}
         assert reasons == {(config.inbox, "amqp:not-found")}
+    moved_lines = [r.getMessage() for r in caplog.records if "moved to" in r.getMessage()]
+    assert [r.levelname for r in caplog.records if "moved to" in r.getMessage()] == ["WARNING"], moved_lines
+    assert "no handler for topic 'nobody'; 32 messages already wait for one" in moved_lines[0]
 
 
 @pytest.mark.parametrize("hold", [0.0, 0.5])

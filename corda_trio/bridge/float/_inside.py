@@ -47,7 +47,6 @@ Cancellation at any checkpoint acks nothing that is not durable.
 from __future__ import annotations
 
 import logging
-import math
 import ssl
 import uuid
 from typing import Any, Final
@@ -55,7 +54,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, pki, transport
+from corda_trio import amqp, logs, pki, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     PeerResolver,
@@ -64,7 +63,15 @@ from corda_trio.messaging import (
 )
 
 from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
-from .._inbound import Inbox, OnChecked, RetryLaterError, store_checked, take_arrivals, tally
+from .._inbound import (
+    Inbox,
+    OnChecked,
+    RetryLaterError,
+    rejected_messages_log,
+    store_checked,
+    take_arrivals,
+    tally,
+)
 from .._outbound import _failure_unless_cancelled
 from ._control import (
     CONTROL_ADDRESS,
@@ -90,11 +97,8 @@ log = logging.getLogger("corda_trio.bridge.float")
 DEFAULT_TUNNEL_CREDIT: Final = 1024
 #: Room for the envelope's own sections around a message of ``max_message_size``.
 ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
-#: At most this many checked senders, released peer links (module docstring) and warned-about senders are
-#: remembered.
+#: At most this many checked senders and released peer links (module docstring) are remembered.
 _REMEMBERED: Final = 4096
-#: An unknown sender is warned about at most this often.
-_WARN_UNKNOWN_SECONDS: Final = 60.0
 
 
 class FloatActivationError(Exception):
@@ -156,9 +160,15 @@ class FloatTunnel:
     #: Senders already checked, with the network map version they were checked against.
     _sources: dict[str, int] = attrs.field(factory=dict)
     #: Peer links (claimed source, peer address) whose deliveries are released (module docstring), oldest
-    #: first; and when each unknown sender was last warned about (Trio's clock).
+    #: first.
     _held_links: dict[tuple[str, str], None] = attrs.field(factory=dict)
-    _warned: dict[str, float] = attrs.field(factory=dict)
+    #: warnings about senders not in the network map, and about rejected deliveries: once a minute per sender
+    #: (``logs.PeerWarnings``; every one is counted in ``released`` / ``rejected``)
+    _unknown_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "messages claimed from %s released (not in the network map)"),
+        init=False,
+    )
+    _rejected_log: logs.PeerWarnings = attrs.field(factory=rejected_messages_log, init=False)
     _envelopes: EnvelopeReader = attrs.field(factory=EnvelopeReader)
 
     def _notify(self) -> None:
@@ -281,7 +291,7 @@ class FloatTunnel:
             except trio.EndOfChannel:
                 raise transport.AmqpConnectionError("the inbound link ended") from None
             stored, rejected, released = await store_checked(
-                inbound, batch, self.inbox, self._check, self.on_checked, "float tunnel"
+                inbound, batch, self.inbox, self._check, self.on_checked, "float tunnel", self._rejected_log
             )
             self.rejected += rejected
             self.released += released
@@ -333,15 +343,11 @@ class FloatTunnel:
                 "amqp:unauthorized-access", f"the claimed sender {source!r} is not a legal name: {exc}"
             ) from exc
         if self.resolver is not None and self.resolver.peer_named(name) is None:
-            now = trio.current_time()
-            if now >= self._warned.get(source, -math.inf) + _WARN_UNKNOWN_SECONDS:
-                if len(self._warned) >= _REMEMBERED:
-                    self._warned.clear()
-                self._warned[source] = now
-                log.warning(
-                    "float tunnel: %s is not in the network map (yet): its messages are released, its "
-                    "bridge sends them again", source,
-                )  # fmt: skip
+            self._unknown_log.warning(
+                source, "not in the network map",
+                "float tunnel: %s is not in the network map (yet): its messages are released, its "
+                "bridge sends them again", source,
+            )  # fmt: skip
             raise RetryLaterError(f"the claimed sender {source!r} is not in the network map")
         if len(self._sources) > _REMEMBERED:  # bound the cache of recently seen senders
             self._sources.clear()

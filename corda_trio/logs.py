@@ -1,0 +1,97 @@
+"""Warnings a remote party can trigger at will, bounded per party.
+
+A member of the network (or anyone who can reach a port) can make a node refuse thousands of messages a
+second: a session message for an unknown session, a message without a required header, a topic nobody
+handles. One warning line each would let it fill the node's log (and its stderr) and push the operator's
+useful lines out of the rotated files. :class:`PeerWarnings` keeps such warnings to at most one line per
+party per window:
+
+* the first event of a party (or the first after a quiet window) is logged in full, as a warning;
+* further events of that party within ``window_seconds`` of that line are logged at debug only and
+  counted; the next event of the party once the window is over writes one summary warning
+  (``N more session messages from X refused in the last 61 s, latest: <reason>``, counting that event too)
+  and opens the next window. A party that goes quiet after a burst gets its summary with its next event;
+* at most ``max_parties`` parties are remembered (least recently reported first out; a party dropped with
+  events unreported gets its summary then), so the memory is bounded whoever sends.
+
+Only the log lines are bounded: callers count every event in their statistics and metrics themselves. The
+clock is Trio's (``trio.current_time``), so tests run on ``autojump_clock``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Final
+
+import attrs
+import trio
+
+__all__ = ["PEER_WARNING_SECONDS", "PeerWarnings"]
+
+#: A party gets at most one warning line per this many seconds for each kind of event it can trigger.
+PEER_WARNING_SECONDS: Final = 60.0
+#: Parties remembered per kind of event: far more than the peers a node talks to (the float's and the
+#: bridge's own caches of senders are 4,096 too).
+MAX_WARNED_PARTIES: Final = 4096
+
+
+@attrs.define(eq=False)
+class _Window:
+    started: float
+    unreported: int = 0
+    latest: str = ""
+
+
+@attrs.define(eq=False)
+class PeerWarnings:
+    """One kind of event a party can trigger, logged to ``logger`` at most once per party per window.
+
+    ``what`` names the events in the summary line, with ``%s`` for the party: ``"session messages from %s
+    refused"`` reads ``"12 more session messages from O=Mallory, L=Rome, C=IT refused in the last 60 s,
+    latest: unknown session 7"``.
+    """
+
+    logger: logging.Logger
+    what: str
+    window_seconds: float = PEER_WARNING_SECONDS
+    max_parties: int = MAX_WARNED_PARTIES
+    #: per party, oldest window first
+    _windows: collections.OrderedDict[str, _Window] = attrs.field(factory=collections.OrderedDict, init=False)
+
+    def warning(self, party: str, detail: str, msg: str, *args: Any) -> None:
+        """One event of ``party``: ``msg % args`` is its full line, ``detail`` what the summary quotes."""
+        now = trio.current_time()
+        window = self._windows.get(party)
+        if window is not None and now - window.started >= self.window_seconds:
+            if not window.unreported:  # a quiet window: this event starts afresh
+                del self._windows[party]
+                window = None
+            else:
+                window.unreported += 1
+                window.latest = detail
+                self._summarise(party, window, now)
+                window.started, window.unreported = now, 0
+                self._windows.move_to_end(party)
+                return
+        if window is None:
+            while len(self._windows) >= self.max_parties:
+                old_party, old = self._windows.popitem(last=False)
+                if old.unreported:
+                    self._summarise(old_party, old, now)
+            self._windows[party] = _Window(now)
+            self.logger.warning(msg, *args)
+            return
+        window.unreported += 1
+        window.latest = detail
+        self.logger.debug(msg, *args)
+
+    def _summarise(self, party: str, window: _Window, now: float) -> None:
+        self.logger.warning(
+            "%d more " + self.what + " in the last %.0f s, latest: %s",
+            window.unreported, party, now - window.started, window.latest,
+        )  # fmt: skip
+
+    def parties(self) -> int:
+        """Parties remembered now (at most ``max_parties``)."""
+        return len(self._windows)

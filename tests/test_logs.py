@@ -1,0 +1,87 @@
+"""``logs.PeerWarnings``: what a party can trigger at will is a warning per party at most once a minute."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from corda_trio import logs
+
+log = logging.getLogger("tests.logs")
+MALLORY, EVE = "O=Mallory, L=Rome, C=IT", "O=Eve, L=Oslo, C=NO"
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    lines = [r.getMessage() for r in caplog.records if r.name == log.name and r.levelno == logging.WARNING]
+    caplog.clear()
+    return lines
+
+
+def refuse(w: logs.PeerWarnings, party: str, reason: str) -> None:
+    w.warning(party, reason, "session message from %s refused: %s", party, reason)
+
+
+async def test_a_minute_of_refusals_is_one_full_line_and_one_summary(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=log.name)
+    w = logs.PeerWarnings(log, "session messages from %s refused")
+    for i in range(2000):
+        refuse(w, MALLORY, f"unknown session {i}")
+        await trio.sleep(0.01)  # 20 s of refusals
+    assert warnings(caplog) == [f"session message from {MALLORY} refused: unknown session 0"]
+    await trio.sleep(40)
+    refuse(w, MALLORY, "unknown session 2000")
+    assert warnings(caplog) == [
+        f"2000 more session messages from {MALLORY} refused in the last 60 s, latest: unknown session 2000"
+    ]
+    # the flood goes on: one summary a minute, counting everything since the last one
+    for _ in range(600):
+        refuse(w, MALLORY, "out of sequence")
+        await trio.sleep(0.1)
+    assert warnings(caplog) == []
+    await trio.sleep(1)
+    refuse(w, MALLORY, "malformed")
+    assert warnings(caplog) == [
+        f"601 more session messages from {MALLORY} refused in the last 61 s, latest: malformed",
+    ]
+
+
+async def test_each_party_has_its_own_window_and_a_quiet_one_starts_afresh(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    w = logs.PeerWarnings(log, "session messages from %s refused")
+    refuse(w, MALLORY, "a")
+    refuse(w, MALLORY, "b")
+    refuse(w, EVE, "c")
+    assert warnings(caplog) == [
+        f"session message from {MALLORY} refused: a",
+        f"session message from {EVE} refused: c",
+    ]
+    await trio.sleep(61)
+    refuse(w, EVE, "d")  # Eve's window passed with nothing unreported: a full line again
+    refuse(w, MALLORY, "e")
+    assert warnings(caplog) == [
+        f"session message from {EVE} refused: d",
+        f"2 more session messages from {MALLORY} refused in the last 61 s, latest: e",
+    ]
+
+
+async def test_the_parties_remembered_are_bounded(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A party pushed out with events unreported gets its summary then; memory stays at ``max_parties``."""
+    w = logs.PeerWarnings(log, "session messages from %s refused", max_parties=3)
+    refuse(w, "P0", "x")
+    refuse(w, "P0", "y")
+    for i in range(1, 10):
+        refuse(w, f"P{i}", "z")
+        assert w.parties() <= 3
+    lines = warnings(caplog)
+    assert lines[0] == "session message from P0 refused: x"
+    assert lines[1:3] == ["session message from P1 refused: z", "session message from P2 refused: z"]
+    assert lines[3] == "1 more session messages from P0 refused in the last 0 s, latest: y"
+    assert len(lines) == 1 + 9 + 1
