@@ -39,8 +39,10 @@ from corda_trio import amqp, store, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     OUTBOUND_PREFIX,
+    InvalidMessageError,
     MessagingService,
     PeerResolver,
+    check_message_format,
     key_hash_of_address,
 )
 
@@ -305,8 +307,10 @@ class LocalEndpoint:
         try:
             async for delivery in receiver:
                 try:
+                    # (a payload in another message-format is not standard sections: never read as one)
+                    check_message_format(delivery.message_format)
                     message = decode_control(delivery.payload)
-                except ControlProtocolError as exc:
+                except (ControlProtocolError, InvalidMessageError) as exc:
                     log.warning("malformed control message dropped: %s", exc)
                     await delivery.reject(exc.condition, str(exc))
                     continue

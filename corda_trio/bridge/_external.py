@@ -37,7 +37,13 @@ import attrs
 import trio
 
 from corda_trio import amqp, pki, transport
-from corda_trio.messaging import Peer, PeerDirectory, key_hash_of_address
+from corda_trio.messaging import (
+    InvalidMessageError,
+    Peer,
+    PeerDirectory,
+    check_message_format,
+    key_hash_of_address,
+)
 
 from ._backoff import Backoff
 from ._control import (
@@ -343,9 +349,11 @@ class ExternalBridge:
             await nursery.start(self.manager.run)
             async for delivery in notify:
                 try:
+                    check_message_format(delivery.message_format)
                     message = decode_control(delivery.payload)
-                except ControlProtocolError as exc:
+                except (ControlProtocolError, InvalidMessageError) as exc:
                     log.warning("bridge %s: malformed control message dropped: %s", cfg.bridge_id, exc)
+                    await delivery.reject(exc.condition, str(exc))  # (no-op: the node pre-settles)
                     continue
                 before = self.control.version
                 self.control.receive(message)

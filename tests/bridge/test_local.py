@@ -307,6 +307,29 @@ async def test_a_notify_link_that_falls_too_far_behind_is_detached_at_once(
             assert received <= 2
 
 
+async def test_a_control_message_in_another_message_format_is_rejected_and_not_acted_on(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """A logged-in local client sends a queue query with transfer message-format 5 (spec 2.7.5: not the
+    standard AMQP message) on the control link: the endpoint read it as a standard one and answered it. It is
+    rejected with amqp:not-implemented and nothing is answered; the same query in format 0 is."""
+    async with running_node(alice, network.root.cert, tmp_path / "a", external=True) as a:
+        assert a.endpoint is not None and a.endpoint.port is not None
+        good = amqp.ConnectionConfig(sasl_username="bridge", sasl_password="secret")
+        with trio.fail_after(30):
+            async with transport.open_amqp_connection("127.0.0.1", a.endpoint.port, config=good) as conn:
+                await wait_until(lambda: a.endpoint is not None and a.endpoint.queries >= 1)  # its own bridge
+                queries = a.endpoint.queries
+                control = await conn.open_sender(bridge.CONTROL_ADDRESS)
+                query = bridge.encode_control(bridge.QueueQuery(query_id="q", bridge_id="odd"))
+                outcome = await control.send(query, message_format=5)
+                assert isinstance(outcome, amqp.Rejected), outcome
+                assert outcome.error is not None and outcome.error.condition == "amqp:not-implemented"
+                assert a.endpoint.queries == queries
+                assert isinstance(await control.send(query), amqp.Accepted)
+                await wait_until(lambda: a.endpoint is not None and a.endpoint.queries == queries + 1)
+
+
 async def test_a_consumer_link_below_the_network_s_max_message_size_is_refused(
     alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
 ) -> None:

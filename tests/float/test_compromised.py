@@ -167,3 +167,58 @@ async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing
     stored = amqp.Message.decode(tunnel.validate(forwarded(1, "192.0.2.1:4001")))  # her new connection
     assert stored.application_properties[messaging.HEADER_VALIDATED_USER] == a
     await trio.lowlevel.checkpoint()
+
+
+async def test_a_report_in_another_message_format_is_rejected_and_not_acted_on(
+    bob: pki.NodeCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """The float answers the activation with a FloatActivated of transfer message-format 5 (spec 2.7.5: not
+    the standard AMQP message): the tunnel read it as a standard one and went active. It is rejected with
+    amqp:not-implemented and skipped; the tunnel does not go active."""
+    bob_hash = pki.key_hash(bob.identity.cert.public_key())
+    inbox = messaging.inbox_address(bob_hash)
+    outcomes: list[Any] = []
+
+    async def odd_float(conn: transport.AmqpConnection) -> None:
+        links: dict[str, Any] = {}
+        async for request in conn.link_requests():
+            if request.peer_is_sender:
+                links["control"] = await request.accept_receiver(credit=8)
+            else:
+                links[str(request.address)] = await request.accept_sender()
+            if len(links) == 3:
+                break
+        command = await links["control"].receive()
+        await command.accept()
+        activate = fl.decode_control(command.message)
+        report = fl.FloatActivated(
+            activation_id=activate.activation_id, public_host="127.0.0.1", public_port=1
+        )
+        outcomes.append(await links[fl.EVENTS_ADDRESS].send(fl.encode_control(report), message_format=5))
+        await trio.sleep_forever()
+
+    async with store.open_broker(tmp_path / "b") as broker, trio.open_nursery() as nursery:
+        queue = await broker.declare_queue(inbox)
+        listeners = await nursery.start(
+            lambda task_status: transport.serve_amqp(
+                odd_float, 0, ssl_context=float_creds.server_context(),
+                peer_check=lambda t: fl.check_tunnel_peer(t, "bridge"), task_status=task_status,
+            )
+        )  # fmt: skip
+        tunnel = fl.FloatTunnel(
+            inbox=queue,
+            tunnel_context=bridge_creds.client_context(),
+            config=fl.TunnelConfig(floats=[("127.0.0.1", transport.listener_port(listeners))]),
+        )
+        await nursery.start(tunnel.run)
+        with trio.fail_after(30):
+            while not outcomes:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert isinstance(outcomes[0], amqp.Rejected), outcomes
+        assert outcomes[0].error.condition == "amqp:not-implemented"
+        await trio.sleep(0.2)
+        assert tunnel.active is None and tunnel.activations == 0
+        nursery.cancel_scope.cancel()

@@ -110,6 +110,29 @@ async def test_activation_deactivation_and_bad_commands(
     assert "activation-failed" in kinds and "control-error" in kinds and kinds[-1] == "control-down"
 
 
+async def test_a_command_in_another_message_format_is_rejected_and_not_acted_on(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """An activation sent with transfer message-format 5 (not the standard AMQP message, spec 2.7.5) was read
+    as a standard one and opened the public port. It is rejected with amqp:not-implemented; the float stays
+    inactive, and the same command in format 0 then activates it."""
+    async with running_float(float_creds, bob, network.root.cert, tmp_path) as (flt, port):
+        with trio.fail_after(30):
+            async with control(port, bridge_creds) as (commands, reports, _):
+                outcome = await commands.send(fl.encode_control(activate(inbox_of(bob))), message_format=5)
+                assert isinstance(outcome, amqp.Rejected), outcome
+                assert (
+                    outcome.error.condition == "amqp:not-implemented" and "0x5" in outcome.error.description
+                )
+                assert flt.state is fl.FloatState.CONNECTED and flt.public_port is None
+                report = await command(commands, reports, activate(inbox_of(bob)))
+                assert isinstance(report, fl.FloatActivated) and flt.public_port == report.public_port
+
+
 async def test_one_control_link_at_a_time_and_only_with_a_bridge_certificate(
     bob: pki.NodeCredentials,
     network: pki.NetworkCredentials,

@@ -248,11 +248,12 @@ class Float:
         events: transport.Sender = links[EVENTS_ADDRESS]
         async for delivery in links[CONTROL_ADDRESS]:
             try:
+                check_message_format(delivery.message_format)  # (ControlProtocolError is one)
                 command = decode_control(amqp.Message.decode(delivery.payload))
             except amqp.DecodeError as exc:
                 await delivery.reject("amqp:decode-error", str(exc))
                 continue
-            except ControlProtocolError as exc:
+            except InvalidMessageError as exc:
                 await delivery.reject(exc.condition, exc.description)
                 continue
             if isinstance(command, ActivateFloat):

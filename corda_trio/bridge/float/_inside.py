@@ -57,7 +57,9 @@ import trio
 from corda_trio import amqp, logs, pki, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    InvalidMessageError,
     PeerResolver,
+    check_message_format,
     check_p2p_message,
     stamped_payload,
 )
@@ -268,9 +270,19 @@ class FloatTunnel:
         return True
 
     async def _next_report(self, events: transport.Receiver) -> Any:
-        delivery = await events.receive()
-        await delivery.accept()
-        return decode_control(delivery.message)
+        """The float's next report (one in another message-format is rejected and skipped, never read)."""
+        while True:
+            delivery = await events.receive()
+            try:
+                check_message_format(delivery.message_format)
+            except InvalidMessageError as exc:
+                self._rejected_log.warning(
+                    "float tunnel", exc.description, "float tunnel: rejected a report: %s", exc.description
+                )
+                await delivery.reject(exc.condition, exc.description)
+                continue
+            await delivery.accept()
+            return decode_control(delivery.message)
 
     async def _watch_reports(self, events: transport.Receiver) -> None:
         while True:
