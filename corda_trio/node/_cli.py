@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final, TypeVar
 
-from corda_trio.__main__ import INTERRUPTED_EXIT as INTERRUPTED_EXIT
-from corda_trio.__main__ import say_interrupted, signals_deferred
+from corda_trio._signals import INTERRUPTED_EXIT as INTERRUPTED_EXIT
+from corda_trio._signals import note_terminated, reset_terminated, say_interrupted, signals_deferred
 
 __all__ = ["CliError", "main"]
 
@@ -78,13 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C (records measured so far are flushed, child processes are stopped), and then returns 0. (Before
     this module is loaded, :mod:`corda_trio.__main__`, the process's entry point, does the same.)
     """
-    terminated = False
+    reset_terminated()
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         # Deliver SIGTERM like Ctrl-C: through the SIGINT handler in force (Trio's, while a Trio run is
-        # active, raises KeyboardInterrupt only where that is safe), so there is one unwinding path.
-        nonlocal terminated
-        terminated = True
+        # active, raises KeyboardInterrupt only where that is safe), so there is one unwinding path. (Noted
+        # where the entry point sees it too: one landing before the try below unwinds through it.)
+        note_terminated()
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
             handler(signal.SIGINT, frame)
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _is_interrupt(exc):
             raise
         _stop_children()
-        return say_interrupted(terminated)
+        return say_interrupted()
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

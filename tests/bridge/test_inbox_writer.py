@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from corda_trio import amqp, transport
-from corda_trio.bridge._inbound import RetryLaterError, store_checked, take_arrivals
+from corda_trio.bridge._inbound import RetryLaterError, rejected_messages_log, store_checked, take_arrivals
 from corda_trio.messaging import InvalidMessageError
 
 CFG = amqp.ConnectionConfig(sasl=False, allow_bare_amqp=True)
@@ -65,7 +65,9 @@ async def test_store_checked_rejects_releases_stores_in_order_hands_over_runs_an
                     batch = await take_arrivals(receiver)
                 except trio.EndOfChannel:
                     return
-                stored, bad, later = await store_checked(receiver, batch, inbox, check, on_checked, "test")
+                stored, bad, later = await store_checked(
+                    receiver, batch, inbox, check, on_checked, "test", rejected_messages_log()
+                )
                 rejected += bad
                 released += later
                 for sender, n in stored.items():
