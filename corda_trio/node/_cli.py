@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final, TypeVar
 
-from corda_trio._signals import INTERRUPTED_EXIT as INTERRUPTED_EXIT
-from corda_trio._signals import note_terminated, reset_terminated, say_interrupted, signals_deferred
+from corda_trio.interrupts import INTERRUPTED_EXIT as INTERRUPTED_EXIT
+from corda_trio.interrupts import note_terminated, reset_terminated, say_interrupted, signals_deferred
 
 __all__ = ["CliError", "main"]
 
