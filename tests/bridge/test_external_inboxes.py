@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -44,12 +45,14 @@ def node_listing(*inboxes: str) -> Callable[[transport.AmqpConnection], Awaitabl
     return node
 
 
-_node_with_two_inboxes = node_listing("p2p.inbound.DLaaa", "p2p.inbound.DLbbb")
-
-
-async def test_a_snapshot_with_two_inboxes_stops_the_bridge_naming_them(
-    alice: pki.NodeCredentials, network: pki.NetworkCredentials
-) -> None:
+@contextlib.asynccontextmanager
+async def _bridge_against(
+    node: Callable[[transport.AmqpConnection], Awaitable[None]],
+    alice: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+) -> AsyncIterator[tuple[trio.Nursery, bridge.ExternalBridge]]:
+    """``node`` served as a node's endpoint (password ``pw``), and a bridge process's ``ExternalBridge`` for
+    it (not started), with the nursery that serves it."""
     config = amqp.ConnectionConfig(
         sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda user, password: password == "pw"
     )
@@ -57,16 +60,28 @@ async def test_a_snapshot_with_two_inboxes_stops_the_bridge_naming_them(
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
             lambda task_status: transport.serve_amqp(
-                _node_with_two_inboxes, 0, host="127.0.0.1", config=config, task_status=task_status
+                node, 0, host="127.0.0.1", config=config, task_status=task_status
             )
         )
-        ext = bridge.ExternalBridge(
-            config=bridge.ExternalBridgeConfig(
-                node_port=transport.listener_port(listeners), username="bridge", password="pw"
+        yield (
+            nursery,
+            bridge.ExternalBridge(
+                config=bridge.ExternalBridgeConfig(
+                    node_port=transport.listener_port(listeners), username="bridge", password="pw"
+                ),
+                client_ssl_context=client_ctx,  # type: ignore[arg-type]
+                server_ssl_context=server_ctx,  # type: ignore[arg-type]
             ),
-            client_ssl_context=client_ctx,  # type: ignore[arg-type]
-            server_ssl_context=server_ctx,  # type: ignore[arg-type]
         )
+
+
+_node_with_two_inboxes = node_listing("p2p.inbound.DLaaa", "p2p.inbound.DLbbb")
+
+
+async def test_a_snapshot_with_two_inboxes_stops_the_bridge_naming_them(
+    alice: pki.NodeCredentials, network: pki.NetworkCredentials
+) -> None:
+    async with _bridge_against(_node_with_two_inboxes, alice, network) as (nursery, ext):
         with (
             trio.fail_after(30),
             pytest.RaisesGroup(bridge.MultipleInboxesError, flatten_subgroups=True) as got,
@@ -119,23 +134,7 @@ async def test_a_notify_message_in_another_message_format_is_rejected_and_not_ac
 
                     nursery.start_soon(notify)
 
-    config = amqp.ConnectionConfig(
-        sasl_mechanisms=("PLAIN",), sasl_plain_check=lambda user, password: password == "pw"
-    )
-    server_ctx, client_ctx = contexts(alice, network.root.cert)
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            lambda task_status: transport.serve_amqp(
-                node, 0, host="127.0.0.1", config=config, task_status=task_status
-            )
-        )
-        ext = bridge.ExternalBridge(
-            config=bridge.ExternalBridgeConfig(
-                node_port=transport.listener_port(listeners), username="bridge", password="pw"
-            ),
-            client_ssl_context=client_ctx,  # type: ignore[arg-type]
-            server_ssl_context=server_ctx,  # type: ignore[arg-type]
-        )
+    async with _bridge_against(node, alice, network) as (nursery, ext):
         with trio.fail_after(30), pytest.RaisesGroup(bridge.MultipleInboxesError, flatten_subgroups=True):
             await ext.run()
         assert isinstance(outcomes[0], amqp.Rejected), outcomes

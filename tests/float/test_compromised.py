@@ -35,6 +35,23 @@ def env(source: str, target: str, payload: bytes) -> bytes:
     return fl.ForwardedDelivery(source=source, target=target, peer="192.0.2.1:4000", payload=payload).encode()
 
 
+async def _activation_of(conn: transport.AmqpConnection) -> tuple[dict[str, Any], fl.ActivateFloat]:
+    """A test-double float's side of the control connection: the three links the inside attaches (the
+    command receiver as ``"control"``, the senders by address) and the activation command it sends first
+    (accepted)."""
+    links: dict[str, Any] = {}
+    async for request in conn.link_requests():
+        if request.peer_is_sender:
+            links["control"] = await request.accept_receiver(credit=8)
+        else:
+            links[str(request.address)] = await request.accept_sender()
+        if len(links) == 3:
+            break
+    command = await links["control"].receive()
+    await command.accept()
+    return links, fl.decode_control(command.message)
+
+
 async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
     alice: pki.NodeCredentials,
     bob: pki.NodeCredentials,
@@ -70,17 +87,7 @@ async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
     done = trio.Event()
 
     async def evil_float(conn: transport.AmqpConnection) -> None:
-        links: dict[str, Any] = {}
-        async for request in conn.link_requests():
-            if request.peer_is_sender:
-                links["control"] = await request.accept_receiver(credit=8)
-            else:
-                links[str(request.address)] = await request.accept_sender()
-            if len(links) == 3:
-                break
-        command = await links["control"].receive()
-        await command.accept()
-        activate = fl.decode_control(command.message)
+        links, activate = await _activation_of(conn)
         assert isinstance(activate, fl.ActivateFloat) and activate.inboxes == (inbox,)
         report = fl.FloatActivated(
             activation_id=activate.activation_id, public_host="127.0.0.1", public_port=1
@@ -183,17 +190,7 @@ async def test_a_report_in_another_message_format_is_rejected_and_not_acted_on(
     outcomes: list[Any] = []
 
     async def odd_float(conn: transport.AmqpConnection) -> None:
-        links: dict[str, Any] = {}
-        async for request in conn.link_requests():
-            if request.peer_is_sender:
-                links["control"] = await request.accept_receiver(credit=8)
-            else:
-                links[str(request.address)] = await request.accept_sender()
-            if len(links) == 3:
-                break
-        command = await links["control"].receive()
-        await command.accept()
-        activate = fl.decode_control(command.message)
+        links, activate = await _activation_of(conn)
         report = fl.FloatActivated(
             activation_id=activate.activation_id, public_host="127.0.0.1", public_port=1
         )
