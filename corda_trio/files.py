@@ -11,6 +11,10 @@ the same way as a missing file does.
 :func:`write_file_atomically` writes a small file (a key, a certificate, a record of the node's) so that a
 crash leaves either the old file or the new one, never a part: a temporary file in the same directory,
 ``fsync``, ``rename``, then ``fsync`` of the directory.
+
+An ``OSError`` reaches the operator as the system says it and the file it concerns
+(:func:`os_error_text`: ``No space left on device: /x/y``). A write or sync on a descriptor fails without a
+file name (the disk is full); :func:`name_file` gives it the name of the file the descriptor is for.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["MAX_OPERATOR_FILE_BYTES", "read_small_file", "temporary_prefix", "write_file_atomically"]
+__all__ = [
+    "MAX_OPERATOR_FILE_BYTES",
+    "name_file",
+    "os_error_text",
+    "read_small_file",
+    "temporary_prefix",
+    "write_file_atomically",
+]
 
 #: The limit for configuration files, keys, certificates and passphrase files: real ones are a few KiB.
 MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
@@ -60,6 +71,21 @@ def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) 
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def name_file(exc: BaseException, path: str | os.PathLike[str]) -> None:
+    """Make ``exc`` name ``path`` if it is an ``OSError`` that names no file (a ``write`` or ``fdatasync``
+    on a descriptor fails so: ``[Errno 28] No space left on device``)."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = os.fspath(path)
+
+
+def os_error_text(exc: OSError) -> str:
+    """``exc`` as the system says it and the file it concerns: ``No space left on device: /x/y``, not
+    ``[Errno 28] No space left on device: '/x/y'`` (its ``str`` when it has no system text)."""
+    if not exc.strerror:
+        return str(exc) or type(exc).__name__
+    return f"{exc.strerror}: {os.fsdecode(exc.filename)}" if exc.filename else exc.strerror
 
 
 def temporary_prefix(name: str) -> str:

@@ -27,7 +27,13 @@ from typing import Any, Final
 import attrs
 import trio
 
-__all__ = ["PEER_WARNING_SECONDS", "PeerWarnings"]
+__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings"]
+
+#: A log record's ``extra`` key: the record goes to the log file only, not to the console (stderr), because
+#: the failure it records reaches the operator there another way: the command's own last line. The store
+#: logs the write that stopped a queue so (``extra={FILE_ONLY: True}``); the node stops on that failure
+#: and ``corda-trio node start`` ends with one line saying it, not two.
+FILE_ONLY: Final[str] = "corda_trio_file_only"
 
 #: A party gets at most one warning line per this many seconds for each kind of event it can trigger.
 PEER_WARNING_SECONDS: Final = 60.0

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final, TypeVar
 
+from corda_trio import files
 from corda_trio.interrupts import INTERRUPTED_EXIT as INTERRUPTED_EXIT
 from corda_trio.interrupts import note_terminated, reset_terminated, say_interrupted, signals_deferred
 
@@ -217,7 +218,7 @@ def error_text(exc: BaseException) -> str:
     (``No space left on device: /x/y``, not ``[Errno 28] No space left on device: '/x/y'``); anything else
     as its message with white space folded (its class name if it has none)."""
     if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        return files.os_error_text(exc)
     return " ".join(str(exc).split()) or type(exc).__name__
 
 

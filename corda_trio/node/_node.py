@@ -46,7 +46,7 @@ import attrs
 import trio
 from cryptography.hazmat.primitives import serialization
 
-from corda_trio import __version__, bridge, messaging, network, pki, rpc, store, transport
+from corda_trio import __version__, bridge, logs, messaging, network, pki, rpc, store, transport
 from corda_trio.bridge import float as float_
 from corda_trio.files import read_small_file, write_file_atomically
 
@@ -308,7 +308,7 @@ class Node:
         a restart recovers it): the error ends :meth:`run`."""
         failure = await broker.wait_failed()
         # stderr gets the command's own last line (``corda-trio node start``), the log file this one
-        log.critical("fatal store error, the node stops: %s", failure, extra={FILE_ONLY: True})
+        log.critical("fatal store error, the node stops: %s", failure, extra={logs.FILE_ONLY: True})
         raise failure
 
     async def _start(self, nursery: trio.Nursery, broker: store.Broker, material: _Material) -> NodeAddresses:
@@ -737,10 +737,6 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-#: A log record's ``extra`` key: the record goes to the log file, not to stderr (the command says it there).
-FILE_ONLY: Final[str] = "corda_trio_file_only"
-
-
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and the exception, if any)."""
 
@@ -867,7 +863,7 @@ def configure_logging(config: NodeConfig, *, console_level: int = logging.WARNIN
     root.addHandler(handler)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(console_level)
-    console.addFilter(lambda record: not getattr(record, FILE_ONLY, False))
+    console.addFilter(lambda record: not getattr(record, logs.FILE_ONLY, False))
     console.setFormatter(_TextFormatter("corda-trio node: %(levelname)s %(name)s: %(message)s"))
     root.addHandler(console)
     return path

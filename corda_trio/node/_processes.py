@@ -4,7 +4,7 @@
 and on leaving the block (normally, by an error or by cancellation, Ctrl-C included) stops every one of them:
 SIGTERM (all at once), then SIGKILL for any that has not exited after ``stop_timeout_seconds``. No child
 outlives it.
-Each child's stderr goes to ``<base dir>/logs/console.log``.
+Each child's stderr goes to ``<base dir>/logs/console.log`` (or to the file :func:`start_node_process` is given).
 """
 
 from __future__ import annotations
@@ -82,13 +82,17 @@ async def start_node_process(
     *,
     env: Mapping[str, str] | None = None,
     ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
+    console: Path | None = None,
 ) -> NodeProcess:
     """Start one node and wait for its ready line.
+
+    Args:
+        console: where its stderr goes (appended), default ``console.log`` beside its log file.
 
     Raises:
         NodeProcessError: it exited first, or was not ready in time (it is then killed).
     """
-    console = config.log_path.parent / "console.log"
+    console = console or config.log_path.parent / "console.log"
     console.parent.mkdir(parents=True, exist_ok=True)
     with open(console, "ab") as err:  # noqa: ASYNC230 (a local file, opened once per process)
         process = await trio.lowlevel.open_process(

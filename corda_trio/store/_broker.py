@@ -51,6 +51,7 @@ from ._errors import (
     StoreClosedError,
     StoreFailedError,
     UnknownDeliveryError,
+    failure_text,
 )
 from ._keyed import KeyedLog
 from ._parts import PartList, write_part_list
@@ -777,7 +778,9 @@ class Broker:
 
     def _note_failure(self, what: str, exc: BaseException) -> None:
         if self._failure is None:
-            self._failure = exc if isinstance(exc, StoreFailedError) else StoreFailedError(f"{what}: {exc!r}")
+            if not isinstance(exc, StoreFailedError):
+                exc = StoreFailedError(f"{what}: {failure_text(exc)}")
+            self._failure = exc
             self._failed.set()
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from corda_trio import files
+
 if TYPE_CHECKING:
     from ._parts import MissingPart
 
@@ -25,6 +27,12 @@ __all__ = [
 
 class StoreError(Exception):
     """Root of the store's exceptions."""
+
+
+def failure_text(exc: BaseException) -> str:
+    """Why a write failed, for an operator: an ``OSError`` as the system says it and the file it concerns
+    (``No space left on device: /store/q/00000000000000000001.seg``), anything else as its ``repr``."""
+    return files.os_error_text(exc) if isinstance(exc, OSError) else repr(exc)
 
 
 class InvalidQueueNameError(StoreError, ValueError):

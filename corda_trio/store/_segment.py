@@ -23,6 +23,8 @@ import shutil
 import time
 from typing import Final
 
+from corda_trio import files
+
 from ._errors import CorruptSegmentError, InvalidQueueNameError
 from ._record import MANIFEST_READ_LIMIT, SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
 
@@ -220,8 +222,7 @@ def create_segment(queue_dir: str, number: int, base_id: int, first_seq: int = 0
         fsync_dir(queue_dir)
     except OSError as exc:
         os.close(fd)
-        if exc.filename is None:  # a write or sync on the descriptor: say which file (a full disk, say)
-            raise OSError(exc.errno, exc.strerror, path) from exc
+        files.name_file(exc, path)  # (a write or sync on the descriptor: a full disk, say)
         raise
     except BaseException:
         os.close(fd)
@@ -351,7 +352,11 @@ def rotate_segment(
     The order is what recovery relies on: a segment is sealed before the next one exists, and a new
     segment holds no record before the manifest lists it.
     """
-    write_all(old_fd, seal, sync=True)
+    try:
+        write_all(old_fd, seal, sync=True)
+    except OSError as exc:
+        files.name_file(exc, segment_path(queue_dir, number - 1))
+        raise
     fd = create_segment(queue_dir, number, base_id, first_seq)
     try:
         write_manifest_at(queue_dir, first, number)

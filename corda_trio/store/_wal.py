@@ -90,8 +90,10 @@ import attrs
 import outcome
 import trio
 
+from corda_trio import files, logs
+
 from ._committer import CommitHelper
-from ._errors import StoreClosedError, StoreFailedError
+from ._errors import StoreClosedError, StoreFailedError, failure_text
 from ._record import (
     ACK_RECORD_BYTES,
     RECORD_HEADER_BYTES,
@@ -215,7 +217,8 @@ class Batch:
     def raise_if_failed(self) -> None:
         """Raise :class:`StoreFailedError` if the batch failed (after it finished)."""
         if self.error is not None:
-            raise StoreFailedError(f"write-ahead log write failed: {self.error}") from self.error
+            why = failure_text(self.error)
+            raise StoreFailedError(f"write-ahead log write failed: {why}") from self.error
 
     def finish(self) -> None:
         """The batch is durable (or ``error`` is set): wake every task parked on it, once."""
@@ -690,6 +693,8 @@ class DurableLog:
         if self.helper is None:
             self.limiter.release_on_behalf_of(batch)
         if error is not None:
+            assert batch.segment is not None  # (set when it was launched)
+            files.name_file(error, batch.segment.path)  # (an error of the descriptor names no file)
             self._fail(error)
             return
         if self.failure is not None:
@@ -793,7 +798,12 @@ class DurableLog:
         everything pending, fail. A restart recovers whatever is really on disk.
         """
         if self.failure is None:
-            logger.critical("queue %s: write-ahead log write failed, queue stopped: %r", self.name, exc)
+            # The log file only: the failure reaches the operator through the broker's owner (the node
+            # stops on it and says so in its last line).
+            logger.critical(
+                "queue %s: write-ahead log write failed, queue stopped: %s", self.name, failure_text(exc),
+                extra={logs.FILE_ONLY: True},
+            )  # fmt: skip
             self.failure = exc
             if self.on_failure is not None:
                 self.on_failure(exc)
