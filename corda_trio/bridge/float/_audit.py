@@ -6,7 +6,8 @@ The audit log is the only thing a float writes to disk. Each connection event is
 ISO 8601 with milliseconds), ``event`` and the event's fields (peer address, legal name, TLS outcome, link
 attached or refused, close with its condition, control link up/down, activation). Lines are written and
 flushed one at a time, so a crash loses at most the line being written; a line is a few hundred bytes, so
-writing it on the event loop costs less than handing it to a thread.
+writing it on the event loop costs less than handing it to a thread. A line the disk took only part of
+(it filled up during the write) is cut off again, so the file always ends with a whole line.
 
 A line that cannot be written (the disk is full, the file's device is gone) makes the log *failed*: the
 float does not run without its audit trail. :attr:`AuditLog.failure` then holds an :class:`AuditLogError`
@@ -110,11 +111,23 @@ class AuditLog:
         except OSError as exc:
             self.failure = AuditLogError(f"cannot write the audit log {self.path}: {exc.strerror or exc}")
             self.close()
+            self._cut_partial_line()
             if self.on_failure is None:
                 raise self.failure from None
             self.on_failure(self.failure)
             return
         self._size += len(line)
+
+    def _cut_partial_line(self) -> None:
+        """After a failed write (the file is closed): truncate the file back to its last whole line, so
+        that a reader of the JSON lines finds no fragment at its end. Best effort: a file that is gone
+        (a rotation failed half-way) is left as it is."""
+        assert self.path is not None
+        try:
+            if os.stat(self.path).st_size > self._size:
+                os.truncate(self.path, self._size)
+        except OSError:
+            pass
 
     def write_latency(self, summary: LatencySummary) -> None:
         """One ``latency`` line per peer seen since the last call; then ``summary`` starts over."""
