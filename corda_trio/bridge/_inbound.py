@@ -32,6 +32,12 @@ A rejected message is logged as a warning per source at most once a minute (the 
 summary counting the rest: ``corda_trio.logs.PeerWarnings``), so a member sending thousands of bad messages
 cannot flood the log; the acceptor's statistics count every one.
 
+An inbox that cannot take a batch (in a bridge process: the node's endpoint is gone, the node stopped, its
+disk full, say) does not leave the batch unsettled on a link nobody reads any more: the peer's connection
+stays up, so its bridge would wait for the outcomes for ever, also once the node is back. The batch is
+settled ``released`` (the peer keeps every message and sends it again: its bridge ends the session, backs
+off and reconnects) and the link is closed; a warning per peer at most once a minute says so.
+
 Cancellation at any checkpoint leaves unsettled deliveries unsettled: the sender sends them again.
 """
 
@@ -209,6 +215,10 @@ class InboundAcceptor:
     #: Messages stored and accepted, by the sending peer's legal name (the TLS subject).
     accepted_by_peer: dict[str, int] = attrs.field(factory=dict)
     _rejected_log: logs.PeerWarnings = attrs.field(factory=rejected_messages_log, init=False)
+    #: a peer's bridge comes back after each backoff while the node is away: a warning per peer a minute
+    _released_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "links from %s closed, the inbox unavailable"), init=False
+    )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""
@@ -273,6 +283,7 @@ class InboundAcceptor:
             return None, message, payload
 
         who = user or "local bridge"
+        batch: list[transport.Delivery] = []
         try:
             while True:
                 try:
@@ -285,4 +296,27 @@ class InboundAcceptor:
                 self.rejected += rejected
                 self.accepted += tally(stored, self.accepted_by_peer)
         except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            log.info("%s: link %s ended: %s", user, receiver.name, exc)
+            released = await _give_back(receiver, batch)
+            if released is None:
+                log.info("%s: link %s ended: %s", user, receiver.name, exc)
+            else:
+                self._released_log.warning(
+                    who, f"released {released}: {exc}",
+                    "%s: the inbox %s cannot take messages now (%s): released %d and closed link %s; the "
+                    "peer sends them again", who, self.inbox.name, exc, released, receiver.name,
+                )  # fmt: skip
+
+
+async def _give_back(receiver: transport.Receiver, batch: Sequence[transport.Delivery]) -> int | None:
+    """After a failure while ``batch`` was being stored: if it was the inbox that failed, not the peer's link
+    (in a bridge process the node's endpoint went away: the node stopped, its disk full, say), settle what
+    of ``batch`` is unsettled ``released`` (the peer keeps it and sends it again; never lost, never left
+    waiting for an outcome that would not come while the connection stays up) and close the link; return
+    how many were released. ``None``: the link or connection itself had failed (nothing to settle on)."""
+    unsettled = [d for d in batch if not d.settled]
+    try:
+        receiver.settle_many_nowait(unsettled, amqp.Released())
+    except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return None
+    await receiver.aclose()
+    return len(unsettled)

@@ -252,6 +252,84 @@ async def test_external_bridge_reconnects_and_queries_again_after_the_endpoint_r
         nursery.cancel_scope.cancel()
 
 
+async def test_a_peer_s_message_arriving_while_the_node_is_away_is_released_and_delivered_once_it_is_back(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """Alice's bridge runs in its own process and her node goes away (it stopped on a full disk, say) while
+    Bob keeps sending to her. The bridge's acceptor cannot store his delivery: it used to leave it
+    unsettled on a link it no longer read, so Bob's bridge (its connection alive) waited for an outcome for
+    ever, also after Alice was back. Now it is released and the link closed: Bob's bridge keeps the
+    message, reconnects and delivers it once Alice's node is back, exactly once."""
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    server_ctx, client_ctx = contexts(alice, root)
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.2)
+    async with (
+        running_node(bob, root, tmp_path / "b", peers=peers, bridge_config=fast) as b,
+        store.open_broker(tmp_path / "a") as broker,
+        trio.open_nursery() as nursery,
+    ):
+        key_hash = pki.key_hash(alice.identity.cert.public_key())
+        service = await messaging.MessagingService.open(
+            broker, messaging.MessagingConfig(legal_name=alice.legal_name, key_hash=key_hash), peers
+        )
+        got: list[bytes] = []
+
+        async def handler(message: messaging.ReceivedMessage) -> None:
+            got.append(message.data)
+
+        service.add_message_handler(TOPIC, handler)
+        await nursery.start(service.run)
+        config = bridge.EndpointConfig(username="bridge", password="secret")
+        scope = trio.CancelScope()
+
+        async def serve(endpoint: bridge.LocalEndpoint, *, task_status: trio.TaskStatus[int]) -> None:
+            with scope:
+                await endpoint.run(task_status=task_status)
+
+        port = await nursery.start(
+            serve, bridge.LocalEndpoint(messaging=service, resolver=peers, config=config)
+        )
+        ext = bridge.ExternalBridge(
+            config=bridge.ExternalBridgeConfig(
+                node_port=port, username="bridge", password="secret", bridges=fast
+            ),
+            client_ssl_context=client_ctx,  # type: ignore[arg-type]
+            server_ssl_context=server_ctx,  # type: ignore[arg-type]
+        )
+        await nursery.start(ext.run)
+        with trio.fail_after(60):
+            p2p_port = await ext.wait_serving()
+            peers.put(b.as_peer())
+            peers.put(
+                messaging.Peer(
+                    legal_name=alice.legal_name, key_hash=key_hash, addresses=[("127.0.0.1", p2p_port)]
+                )
+            )
+            await b.service.send(b.service.create_message(TOPIC, b"before"), alice.legal_name)
+            await wait_until(lambda: got == [b"before"])
+            scope.cancel()  # Alice's node goes away; her bridge process stays
+            await wait_until(lambda: ext.control.state is not bridge.ControlState.SYNCED)
+            await b.service.send(b.service.create_message(TOPIC, b"while away"), alice.legal_name)
+            (outbound,) = b.service.outbound_queues().values()
+            await trio.sleep(0.5)  # (Bob's bridge sends it to Alice's acceptor, which cannot store it)
+            assert outbound.statistics().depth == 1  # Bob still holds it
+            scope = trio.CancelScope()
+            second = bridge.LocalEndpoint(
+                messaging=service, resolver=peers, config=attrs.evolve(config, port=port)
+            )
+            await nursery.start(serve, second)
+        with trio.fail_after(20):
+            await wait_until(lambda: len(got) == 2)
+            await wait_until(lambda: outbound.statistics().depth == 0)
+        await trio.sleep(0.5)  # (a duplicate would arrive now)
+        assert got == [b"before", b"while away"]
+        nursery.cancel_scope.cancel()
+
+
 async def test_external_bridge_carries_a_message_above_10_mib_when_the_network_allows_it(
     alice: pki.NodeCredentials,
     bob: pki.NodeCredentials,
