@@ -3,7 +3,8 @@ system on a loop device, filled by a file while flows run both ways (her RPC cal
 Bob; Bob's flows to her arrive over P2P into her durable inbox). She stops with exit code 1 and one line on
 stderr naming the file and "No space left on device"; once space is freed, ``corda-trio store check``
 passes and a restart finishes every flow either side acknowledged (the ledger: each launch that returned
-an id), each exactly once.
+an id), each exactly once. The same with her bridges in a ``corda-trio bridge start`` process, which stays
+up while she is away and gives Bob's deliveries back to him (released) instead of holding them.
 
 Needs root (``mount``), a loop device and ``mkfs.ext4``; skipped with the reason otherwise."""
 
@@ -17,18 +18,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from corda_trio import rpc
+from corda_trio.node import _config
 from corda_trio.node._processes import start_node_process
 
 from .netutil import PASSWORD, make_network
+from .test_float_e2e import free_port, stop
 from .test_flows_e2e import ALICE, BOB, wait_for_peers
 
 pytestmark = pytest.mark.slow
 
 ROUNDS = 5
+BRIDGE_PASSWORD_ENV = "TEST_BRIDGE_PASSWORD"
+BRIDGE_ENV = {BRIDGE_PASSWORD_ENV: "bridge-secret"}
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -73,11 +79,50 @@ def _fill(path: Path) -> None:
         os.close(fd)
 
 
+def _write_bridge_toml(path: Path, alice: _config.NodeConfig) -> None:
+    certs = alice.base_directory / "certificates"
+    path.write_text(
+        f'[node]\nendpoint = "{alice.bridge_endpoint[0]}:{alice.bridge_endpoint[1]}"\nusername = "bridge"\n'
+        f'password_env = "{BRIDGE_PASSWORD_ENV}"\n[p2p]\nlisten = "{alice.p2p_address}"\n'
+        f'[tls]\ncert_chain = "{certs / "tls.chain.pem"}"\nkey = "{certs / "tls.key.pem"}"\n'
+        f'trust_root = "{certs / "network-root.cert.pem"}"\npassphrase_file = "{certs / "passphrase"}"\n',
+        encoding="utf-8",
+    )
+
+
+async def _start_bridge(config: Path, log: Path) -> trio.Process:
+    """``corda-trio bridge start`` (its stderr to ``log``), once it listens for peers."""
+    with open(log, "wb") as err:  # noqa: ASYNC230 (a local file, opened once)
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(config)],
+            stdout=subprocess.PIPE, stderr=err, env={**os.environ, **BRIDGE_ENV},
+        )  # fmt: skip
+    assert process.stdout is not None
+    said = b""
+    with trio.fail_after(30):
+        while b"listening on" not in said:
+            chunk = await process.stdout.receive_some(4096)
+            assert chunk, f"the bridge process exited (its stderr: {log})"
+            said += chunk
+    return process
+
+
+@pytest.mark.parametrize("bridge_process", [False, True], ids=["in-node-bridge", "bridge-process"])
 async def test_a_full_disk_stops_the_node_in_one_line_and_a_restart_loses_and_repeats_nothing(
-    tmp_path: Path, small_ext4: Path
+    tmp_path: Path, small_ext4: Path, bridge_process: bool
 ) -> None:
     nodes = make_network(tmp_path / "net", [ALICE, BOB], shutdown_timeout_seconds=0.5)
     (alice_path, alice_cfg), (bob_path, bob_cfg) = nodes
+    if bridge_process:  # her node serves its queues on a fixed local endpoint, the bridge process dials it
+        alice_cfg = attrs.evolve(
+            alice_cfg,
+            bridge_mode=_config.BridgeMode.EXTERNAL,
+            bridge_endpoint=("127.0.0.1", free_port()),
+            bridge_password=_config.KeyPassphrase(env=BRIDGE_PASSWORD_ENV),
+        )
+        alice_path.write_text(_config.dump_node_config(alice_cfg, alice_path.parent), encoding="utf-8")
+        alice_cfg = _config.load_node_config(alice_path)
+        _write_bridge_toml(tmp_path / "bridge.toml", alice_cfg)
     base = alice_cfg.base_directory  # Alice's whole base directory goes onto the small disk
     shutil.copytree(base, small_ext4, dirs_exist_ok=True)
     shutil.rmtree(base)
@@ -86,8 +131,11 @@ async def test_a_full_disk_stops_the_node_in_one_line_and_a_restart_loses_and_re
     filler = small_ext4 / "filler"
 
     bob = await start_node_process(bob_path, bob_cfg)
+    bridge: trio.Process | None = None
     try:
-        alice = await start_node_process(alice_path, alice_cfg, console=console)
+        alice = await start_node_process(alice_path, alice_cfg, console=console, env=BRIDGE_ENV)
+        if bridge_process:
+            bridge = await _start_bridge(tmp_path / "bridge.toml", tmp_path / "bridge.stderr")
         ledger: dict[str, list[str]] = {"alice": [], "bob": []}  # flow ids each launch acknowledged
         async with (
             rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
@@ -140,7 +188,9 @@ async def test_a_full_disk_stops_the_node_in_one_line_and_a_restart_loses_and_re
             capture_stdout=True, capture_stderr=True, check=False,
         )  # fmt: skip
         assert check.returncode == 0, (check.stdout, check.stderr)
-        alice = await start_node_process(alice_path, alice_cfg, console=console)
+        if bridge is not None:
+            assert bridge.returncode is None, "the bridge process stopped with its node"
+        alice = await start_node_process(alice_path, alice_cfg, console=console, env=BRIDGE_ENV)
         try:
             async with (
                 rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
@@ -153,7 +203,11 @@ async def test_a_full_disk_stops_the_node_in_one_line_and_a_restart_loses_and_re
         finally:
             await alice.stop()
     finally:
+        if bridge is not None:
+            await stop(bridge)
         await bob.stop()
+    if bridge is not None:
+        assert "Traceback" not in (tmp_path / "bridge.stderr").read_text()
     for who, flows in (("alice", on_alice), ("bob", on_bob)):
         ids = [f["flow_id"] for f in flows]
         assert len(ids) == len(set(ids)), f"{who} lists a flow twice"
