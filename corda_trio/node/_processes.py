@@ -4,7 +4,8 @@
 and on leaving the block (normally, by an error or by cancellation, Ctrl-C included) stops every one of them:
 SIGTERM (all at once), then SIGKILL for any that has not exited after ``stop_timeout_seconds``. No child
 outlives it.
-Each child's stderr goes to ``<base dir>/logs/console.log`` (or to the file :func:`start_node_process` is given).
+Each child's stderr goes to ``<base dir>/logs/console.log``, or to the file :func:`start_node_process` is
+given.
 """
 
 from __future__ import annotations
