@@ -43,8 +43,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -111,6 +112,16 @@ def _tunnel_pki(args: argparse.Namespace) -> int:
 
 _KINDS = {int: "an integer", str: "a string", float: "a number", dict: "a table"}
 
+#: float.toml: section -> its keys (``tls``: the keys of each ``[tls.<ref>]``); docs/float.md section 3.
+_SECTIONS: Final[Mapping[str, frozenset[str]]] = {
+    "control": frozenset({"host", "port", "cert", "key", "ca"}),
+    "public": frozenset(
+        {"host", "port", "max_message_size", "peer_link_window", "max_handshakes_per_address"}
+    ),
+    "tls": frozenset({"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"}),
+    "audit": frozenset({"path", "max_bytes", "backups", "latency_summary_seconds"}),
+}
+
 
 class _Toml:
     """Typed access to a parsed float.toml; every error names the file and the key."""
@@ -121,6 +132,23 @@ class _Toml:
 
     def _fail(self, key: str, what: str) -> CliError:
         return CliError(f"{self.path}: key {key!r}: {what}", 2)
+
+    def check_keys(self) -> None:
+        """Refuse an unknown section or key: a misspelt optional key must not silently fall back to its
+        default (``node.toml`` and ``bridge.toml`` refuse them the same way)."""
+        for section, value in self.data.items():
+            if section not in _SECTIONS:
+                raise CliError(f"{self.path}: unknown section [{section}]", 2)
+            tables = value.items() if section == "tls" and isinstance(value, dict) else [(None, value)]
+            for ref, table in tables:
+                name = section if ref is None else f"{section}.{ref}"
+                if not isinstance(table, dict):
+                    raise self._fail(name, f"must be a table ([{name}])")
+                allowed = _SECTIONS[section]
+                unknown = sorted(set(table) - allowed)
+                if unknown:
+                    where, known = f"{name}.{unknown[0]}", ", ".join(sorted(allowed))
+                    raise self._fail(where, f"unknown setting (allowed: {known})")
 
     def get(self, key: str, kind: type, default: Any = ...) -> Any:
         node: Any = self.data
@@ -178,9 +206,7 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
     t = _Toml(path, raw)
-    for section in raw:
-        if section not in ("control", "public", "tls", "audit"):
-            raise CliError(f"{path}: unknown section [{section}]", 2)
+    t.check_keys()
     try:
         tunnel = fl.TunnelCredentials.read(
             t.file("control.cert"), t.file("control.key"), t.file("control.ca")

@@ -98,6 +98,16 @@ ENCRYPTED = 'key = "enc.key"\n'
         ),
         (('[audit]\npath = "audit.jsonl"', ""), "key 'audit.path': missing"),
         (("[public]", "[publik]"), "unknown section [publik]"),
+        # A misspelt optional key is refused, not silently left at its default (as in node.toml).
+        (
+            ("[public]", "[public]\npeer_link_windw = 8"),
+            "key 'public.peer_link_windw': unknown setting (allowed: host, max_handshakes_per_address, "
+            "max_message_size, peer_link_window, port)",
+        ),
+        (("[audit]", "[audit]\nbackup = 2"), "key 'audit.backup': unknown setting (allowed: backups, "),
+        (('trust_root = "root.pem"', 'trust_root = "root.pem"\npassphrase = "x"'), "'tls.node.passphrase'"),
+        (("[control]", "[control]\nhots = '10.0.0.5'"), "key 'control.hots': unknown setting"),
+        (("[tls.node]", "[tls]\nnode2 = 5\n[tls.node]"), "key 'tls.node2': must be a table ([tls.node2])"),
         (("[public]", "[public]\nmax_handshakes_per_address = 0"), "max_handshakes_per_address': must be at"),
         (("[public]", '[public]\nmax_handshakes_per_address = "x"'), "'public.max_handshakes_per_address'"),
         (("[control]", "[control"), "not valid TOML"),
