@@ -13,7 +13,6 @@ Examples (also shown by ``corda-trio bench --help``; a test runs their parameter
     corda-trio bench run wal --out bench-out --closed --concurrency 8 --duration 5 --param fsync=always
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -84,8 +83,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--duration", type=float, default=10.0, help="measured seconds after warm-up (10)")
     run.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds, not recorded (1)")
     run.add_argument("--ops", type=int, help="stop after this many recorded operations")
-    run.add_argument("--max-in-flight", type=int, default=10_000, help="open loop: concurrency bound")
-    run.add_argument("--drain", type=float, default=30.0, help="seconds to wait for stragglers at the end")
+    run.add_argument("--max-in-flight", type=int, default=10_000, help="open loop: concurrency bound (10000)")
+    run.add_argument(
+        "--drain", type=float, default=30.0, help="seconds to wait for stragglers at the end (30)"
+    )
     run.add_argument(
         "--sizes", default="1024", help="message sizes: 1024 | 256,4k,64k | 256:3,64k:1 | uniform:100-2000"
     )

@@ -193,7 +193,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     text = "run the node's bridges in this process, talking to the node's local endpoint"
     p = sub.add_parser("start", help=text, description=text)
     p.add_argument("--config", type=Path, required=True, help="the bridge's TOML configuration")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="lowest level of the log lines written to stderr (default INFO)",
+    )
     p.set_defaults(func=_start)
 
 

@@ -71,7 +71,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="make the local-only tunnel CA and the float / bridge certificates of the control link",
     )
     mk.add_argument("--out", type=Path, required=True, help="directory to write into (created)")
-    mk.add_argument("--float", dest="floats", action="append", default=[], metavar="NAME", help="a float")
+    mk.add_argument(
+        "--float",
+        dest="floats",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a float's name (repeat for each float)",
+    )
     mk.add_argument("--bridge", default="bridge", metavar="NAME", help="the bridge manager (default: bridge)")
     mk.set_defaults(func=_tunnel_pki)
 
