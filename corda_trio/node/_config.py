@@ -81,6 +81,11 @@ Theory of operation
     max_responders_per_peer = 10000      # flows one peer may have started here and not finished; its
                                          # session inits beyond are rejected with the reason (its flow
                                          # fails at once), counted in /metrics, warned about once a minute
+    modules = ["mycorp.flows"]           # Python modules imported at start (from the node's Python path:
+                                         # installed, or PYTHONPATH), before any checkpoint is loaded: their
+                                         # @initiating_flow classes can be started by name, their
+                                         # @initiated_by classes answer peers (default: none; the example
+                                         # flows PingPong, Broadcast and FailingFlow are always there)
 
 Only ``legal_name``, ``p2p.address``, ``rpc.address`` and ``keys.passphrase_*`` are required; the rest
 default to the values shown.  Unknown sections or keys are errors (a typo must not silently fall back to a
@@ -251,6 +256,8 @@ class NodeConfig:
     shutdown_timeout_seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
     #: ``[flows] max_responders_per_peer``: live flows one peer may have started on this node.
     flows_max_responders_per_peer: int = flows.DEFAULT_MAX_RESPONDERS_PER_PEER
+    #: ``[flows] modules``: Python modules the node imports at start, for the flows they register.
+    flows_modules: tuple[str, ...] = ()
 
     @property
     def log_path(self) -> Path:
@@ -402,7 +409,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
     logging_table = r.section("logging", {"format", "level", "file"})
     shutdown = r.section("shutdown", {"timeout_seconds"})
-    flows_table = r.section("flows", {"max_responders_per_peer"})
+    flows_table = r.section("flows", {"max_responders_per_peer", "modules"})
     net = r.section(
         "network", {"map_url", "trust_root", "network_parameters", "additional_node_infos", "node_info_cache"}
     )
@@ -465,6 +472,11 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         raise r.fail(
             "flows.max_responders_per_peer", f"must be an integer in {low}..{high}, got {responders!r}"
         )
+    modules = flows_table.get("modules", [])
+    if not isinstance(modules, list) or not all(
+        isinstance(m, str) and all(part.isidentifier() for part in m.split(".")) for m in modules
+    ):
+        raise r.fail("flows.modules", f"must be a list of Python module names (a.b.c), got {modules!r}")
 
     return NodeConfig(
         legal_name=legal_name,
@@ -486,6 +498,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         log_file=log_file,
         shutdown_timeout_seconds=float(timeout),
         flows_max_responders_per_peer=responders,
+        flows_modules=tuple(modules),
         network_map_url=map_url,
         trust_root=p(net, "trust_root", "network.trust_root", "certificates/network-root.cert.pem"),
         network_parameters=p(net, "network_parameters", "network.network_parameters", "network-parameters"),
@@ -793,6 +806,11 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         "",
         "[flows]",
         f"max_responders_per_peer = {config.flows_max_responders_per_peer}",
+        *(
+            [f"modules = [{', '.join(_toml_str(m) for m in config.flows_modules)}]"]
+            if config.flows_modules
+            else []
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import fcntl
+import importlib
 import json
 import logging
 import logging.handlers
@@ -155,6 +156,22 @@ class _Material:
     parameters_hash: str
 
 
+def _import_flow_modules(config: NodeConfig) -> None:
+    """Import ``[flows] modules``, so that the flows they register can be started and answer peers (and
+    their checkpoints resume) from the start on. Importing one already imported does nothing.
+
+    Raises:
+        NodeStartError: a module cannot be imported (not found, or it raised while being imported).
+    """
+    for name in config.flows_modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # (whatever the module's own code raises: one line, nothing started)
+            raise NodeStartError(
+                f"flows.modules: cannot import {name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+
+
 def _load_material(config: NodeConfig) -> _Material:
     try:
         passphrase = config.key_passphrase.read()
@@ -233,18 +250,19 @@ class Node:
         self._stop.set()
 
     def check_start(self) -> None:
-        """Read what a start needs before it writes anything (the passphrase, keys, certificates, network
-        parameters, the store record and the store's parts) and whether its listening ports are free, so
-        that a start refused for one of them creates nothing on disk: no base directory, lock file, log or
-        store (a port taken between this check and the start is still refused, after them). Call it before
-        :func:`configure_logging` (which creates the log file); :meth:`run` then uses what it read (without
-        it, :meth:`run` reads them itself).
+        """Read what a start needs before it writes anything (the ``[flows] modules``, the passphrase, keys,
+        certificates, network parameters, the store record and the store's parts) and whether its listening
+        ports are free, so that a start refused for one of them creates nothing on disk: no base directory,
+        lock file, log or store (a port taken between this check and the start is still refused, after
+        them). Call it before :func:`configure_logging` (which creates the log file); :meth:`run` then uses
+        what it read (without it, :meth:`run` reads them itself).
 
         Raises:
             NodeStartError: one of them is missing or unusable (the message names it).
             store.MissingPartError / store.PartListError: the store lost a part it had created, or its list.
         """
         _check_base_directory_free(self.config.base_directory)
+        _import_flow_modules(self.config)
         self._material = _load_material(self.config)
         recorded = _check_store_record(self.config)
         if recorded is not _Recorded.NOTHING:  # (the store is there: its parts must be too)
@@ -272,6 +290,7 @@ class Node:
         try:
             material = self._material
             if material is None:  # (check_start was not called: read it now)
+                _import_flow_modules(cfg)
                 self._material = material = await trio.to_thread.run_sync(_load_material, cfg)
             recorded = _check_store_record(cfg)
             broker_config = store.BrokerConfig(

@@ -1,0 +1,130 @@
+"""``[flows] modules``: a developer's own flows (docs/flows.md, "Writing a flow") run in real node processes,
+started by name over RPC and answered by the peer; a module that cannot be imported stops the start in one
+line, before anything is written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+import pytest
+
+from corda_trio import rpc
+from corda_trio.node import _config
+from corda_trio.node._processes import open_node_processes
+
+from .cli_helpers import run_cli
+from .netutil import PASSWORD, make_network
+from .test_flows_e2e import wait_for_peers
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"
+
+# The example of docs/flows.md, as a developer would put it in a module of their own.
+ASK_PRICE = """
+import attrs
+from corda_trio import flows
+
+@flows.payload_type(name="example.Quote", version=1)
+@attrs.frozen
+class Quote:
+    symbol: str
+    price: int
+
+@flows.initiating_flow
+@attrs.define
+class AskPrice(flows.FlowLogic[str]):
+    seller: str
+    symbol: str = "IBM"
+    session: flows.FlowSession | None = attrs.field(default=None, init=False)
+
+    def call(self, ctx):
+        self.session = ctx.initiate_flow(self.seller)
+        return ctx.send_and_receive(self.session, self.symbol, Quote, then=self.got_quote)
+
+    def got_quote(self, ctx, quote: Quote):
+        return ctx.finish(f"{quote.symbol} at {quote.price}")
+
+@flows.initiated_by(AskPrice)
+@attrs.define
+class SellPrice(flows.FlowLogic[None]):
+    session: flows.FlowSession
+
+    def call(self, ctx):
+        return ctx.receive(self.session, str, then=self.answer)
+
+    def answer(self, ctx, symbol: str):
+        return ctx.send(self.session, Quote(symbol, 42), then=self.done)
+
+    def done(self, ctx, _):
+        return ctx.finish(None)
+"""
+
+
+async def test_a_flow_of_a_module_named_in_node_toml_runs_between_two_node_processes(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "mycorp_flows.py").write_text(ASK_PRICE, encoding="utf-8")
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], flows_modules=("mycorp_flows",))
+    assert 'modules = ["mycorp_flows"]' in nodes[0][0].read_text(encoding="utf-8")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "code"), os.environ.get("PYTHONPATH", "")])}
+    async with open_node_processes(nodes, env=env) as (alice, bob):
+        async with (
+            rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+            rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+        ):
+            await wait_for_peers(a, 2)
+            await wait_for_peers(b, 2)
+            assert "AskPrice" in await a.registered_flows()
+            assert await a.start_flow("AskPrice", seller=BOB, symbol="ACME") == "ACME at 42"
+
+
+@pytest.mark.parametrize(
+    ("modules", "line"),
+    [
+        (
+            ("no_such_flows_module",),
+            "flows.modules: cannot import 'no_such_flows_module': ModuleNotFoundError: "
+            "No module named 'no_such_flows_module'",
+        ),
+        (
+            ("json", "broken_flows"),
+            "flows.modules: cannot import 'broken_flows': RuntimeError: no price feed",
+        ),
+    ],
+)
+def test_a_flow_module_that_cannot_be_imported_is_one_line_and_nothing_on_disk(
+    tmp_path: Path, modules: tuple[str, ...], line: str
+) -> None:
+    (tmp_path / "code").mkdir()  # the working directory, on the Python path of `python -c`
+    (tmp_path / "code" / "broken_flows.py").write_text('raise RuntimeError("no price feed")\n')
+    [(path, config)] = make_network(tmp_path / "net", [ALICE])
+    path.write_text(
+        _config.dump_node_config(attrs.evolve(config, flows_modules=modules), path.parent), encoding="utf-8"
+    )
+    before = sorted(p.name for p in path.parent.iterdir())
+    done = run_cli("node", "start", "--config", str(path), timeout=60, cwd=str(tmp_path / "code"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == f"corda-trio: error: O=Alice, L=London, C=GB: {line}", done.stderr
+    assert done.stdout == ""
+    assert sorted(p.name for p in path.parent.iterdir()) == before  # no lock file, log or store
+
+
+@pytest.mark.parametrize("value", ['"mycorp_flows"', '["my-flows"]', "[1]", '[""]'])
+def test_flows_modules_that_are_not_module_names_are_a_config_error(tmp_path: Path, value: str) -> None:
+    [(path, _)] = make_network(tmp_path / "net", [ALICE])
+    path.write_text(path.read_text(encoding="utf-8") + f"modules = {value}\n", encoding="utf-8")
+    assert path.read_text(encoding="utf-8").rstrip().splitlines()[-3] == "[flows]"
+    done = run_cli("node", "start", "--config", str(path), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"corda-trio: error: {path}: flows.modules: must be a list of Python module names (a.b.c), got "
+        + repr(_value(value))
+    )
+
+
+def _value(toml: str) -> object:
+    import tomllib
+
+    return tomllib.loads(f"v = {toml}")["v"]
