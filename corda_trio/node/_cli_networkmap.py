@@ -39,7 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
             "remove a node from the map and deny its identity key: it stays out when it publishes again "
             "(served at once, also while running)",
         ),
-        ("readmit", _readmit, "lift a removal: the node may publish its NodeInfo again"),
+        ("readmit", _readmit, "lift a removal: the node is back once it publishes again (it does at start)"),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
@@ -184,5 +184,7 @@ def _readmit(args: argparse.Namespace) -> int:
             raise CliError(f"{name} was not removed from the map", 1)
     finally:
         store.close()
-    print(f"readmitted {name}: it may publish its NodeInfo again")
+    print(
+        f"readmitted {name}: it is back in the map when it publishes its NodeInfo again (at its next start)"
+    )
     return 0
