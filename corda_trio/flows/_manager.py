@@ -60,6 +60,21 @@ exponential backoff. Any other failure parks the flow
 runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told, after the
 messages it had already handed over).
 
+*Parked messages and the inbox window.* The messaging service hands out at most ``inbox_credit`` inbox
+messages not acknowledged yet, and a flow in the hospital holds the ones it did not consume: 1,024 parked
+responders (a user's responder with a bug a peer's input triggers) stopped the inbox, every flow with it. So
+while a runner is in the hospital the manager lends the inbox consumer one unit of credit per inbox message
+it holds (``held`` receipts, the events of its batch, and messages posted to it meanwhile:
+``MessagingService.lend_inbox_credit``) and takes them back when it leaves (retry or kill:
+``return_inbox_credit``); the messages themselves stay unacknowledged in the inbox, their dedup ids
+uncommitted, so nothing about delivery, retry, kill or restart changes. (A bundle whose parts go to one
+parked flow counts once per part: the lent credit can exceed the messages held, never fall short.) The lent
+total is bounded by ``max_parked_messages`` and ``max_parked_bytes`` (the wire bytes of the session
+messages); beyond, held messages take window credit as before, and an init for a responder that has flows in
+the hospital is rejected like one beyond ``max_responders_per_peer`` (a reject naming the limits; counted
+in ``refused_inits``). Persisting the unconsumed events with the checkpoint and acknowledging them was the
+alternative: a format change and a write per message arriving while parked, for the same guarantees.
+
 *Finished flows* keep their record (status, result or error) until ``finished_retain`` newer
 ones finished: repeated inits are recognised, and ``flows()`` lists them. A flow that finished before one of
 its sessions was confirmed still owes that session its held messages and its end or error (the state machine
@@ -169,6 +184,11 @@ ENVELOPE_ROOM: Final = 64 * 1024
 #: flow benchmark (256) keep running per peer. At about 8 KB of memory and 1.4 KB of checkpoint each, one
 #: peer can hold at most about 80 MB and 14 MB of them.
 DEFAULT_MAX_RESPONDERS_PER_PEER: Final = 10_000
+#: Defaults of ``FlowManagerConfig.max_parked_messages`` / ``max_parked_bytes``: inbox messages (and their
+#: bytes) the flows in the hospital may hold beyond the inbox's own window (see "Parked messages and the
+#: inbox window" in the module docstring): as many as one peer may have responders.
+DEFAULT_MAX_PARKED_MESSAGES: Final = DEFAULT_MAX_RESPONDERS_PER_PEER
+DEFAULT_MAX_PARKED_BYTES: Final = 64 * 1024 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -197,6 +217,12 @@ class FlowManagerConfig:
         default=MAX_UNCONSUMED_MESSAGES, validator=attrs.validators.ge(1)
     )
     max_unconsumed_bytes: int = attrs.field(default=MAX_UNCONSUMED_BYTES, validator=attrs.validators.ge(1))
+    #: inbox messages (and bytes) that flows in the hospital may hold outside the inbox window; beyond, the
+    #: inits for a responder that has flows in the hospital are rejected (see the module docstring)
+    max_parked_messages: int = attrs.field(
+        default=DEFAULT_MAX_PARKED_MESSAGES, validator=attrs.validators.ge(1)
+    )
+    max_parked_bytes: int = attrs.field(default=DEFAULT_MAX_PARKED_BYTES, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen(kw_only=True)
@@ -245,12 +271,18 @@ class FlowManagerStatistics:
     refused_inits: int = 0
     #: live (not finished) responders, all peers together
     responders: int = 0
+    #: inbox messages held by flows in the hospital outside the inbox window (inbox credit lent for them),
+    #: and their bytes
+    parked_messages: int = 0
+    parked_message_bytes: int = 0
 
 
 @attrs.define(eq=False)
 class _Receipt:
     """The deferred receipt of one inbox message: resolved once its consumption is durable."""
 
+    #: bytes of the session message it stands for
+    size: int = 0
     _done: trio.Event = attrs.field(factory=trio.Event)
     _error: BaseException | None = None
 
@@ -295,6 +327,10 @@ class _Runner:
     send_error: str | None = None
     #: a responder counted among its initiator's live responders (until it finishes)
     counted: bool = False
+    #: in the hospital (parked or backing off), and the inbox credit lent for the messages it holds meanwhile
+    in_hospital: bool = False
+    lent: int = 0
+    lent_bytes: int = 0
 
     def post(self, event: Any) -> None:
         self.events.append(event)
@@ -548,6 +584,11 @@ class FlowManager:
     _pending_resend: list[tuple[bytes | None, list[Outgoing]]] = attrs.field(factory=list)
     #: live responders per initiating peer (see the module docstring)
     _responders: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: flows in the hospital by flow name, and the inbox credit lent for their messages (see the module
+    #: docstring)
+    _in_hospital: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    _lent: int = 0
+    _lent_bytes: int = 0
     #: the log lines of refused session messages, bounded per sender (see the module docstring)
     _refusal_warnings: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "session messages from %s refused")
@@ -809,8 +850,10 @@ class FlowManager:
                 quiet=isinstance(decoded.payload, EndPayload),
             )
             return None
-        receipt = _Receipt()
+        receipt = _Receipt(size=len(data))
         runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))
+        if runner.in_hospital:
+            self._lend(runner, [receipt])
         return receipt.wait
 
     def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str, data: bytes) -> Any:
@@ -841,8 +884,19 @@ class FlowManager:
             self._refuse_init(sender, reason)
             await self._reject(sender, init, dedup_id, reason)
             return None
+        parked = self._in_hospital[responder.flow_name]
+        if parked and not self._can_lend(len(data)):
+            reason = (
+                f"{responder.flow_name} is failing here: {parked} of its flows are parked or retrying, and "
+                f"such flows hold {self._lent} messages ({self._lent_bytes} bytes; max_parked_messages = "
+                f"{self.config.max_parked_messages}, max_parked_bytes = {self.config.max_parked_bytes}); "
+                "try again when they were retried or killed"
+            )
+            self._refuse_init(sender, reason)
+            await self._reject(sender, init, dedup_id, reason)
+            return None
         state = new_responder(sender, init, responder, flow_id=flow_id)
-        receipt = _Receipt()
+        receipt = _Receipt(size=len(data))
         # (from the wire bytes again, should the first transition go to the hospital: a step may have changed
         # the first payload in place)
         initial = functools.partial(_new_responder, sender, data, responder, flow_id)
@@ -1138,17 +1192,21 @@ class FlowManager:
             runner.state = runner.initial()
         runner.events.extendleft(reversed(batch))
         text = f"{type(error).__name__}: {error}"
-        if transient:
-            delay = self.config.retry_initial_seconds * 2 ** min(runner.retries, 10)
-            runner.retries += 1
-            self._set_status(runner, "retrying", text)
-            log.info("flow %s: transient failure (%s); retrying", runner.flow_id, text)
-            with trio.move_on_after(min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)):
+        self._enter_hospital(runner)
+        try:
+            if transient:
+                delay = self.config.retry_initial_seconds * 2 ** min(runner.retries, 10)
+                runner.retries += 1
+                self._set_status(runner, "retrying", text)
+                log.info("flow %s: transient failure (%s); retrying", runner.flow_id, text)
+                with trio.move_on_after(min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)):
+                    await runner.retry.wait()
+            else:
+                self._set_status(runner, "parked", text)
+                log.error("flow %s parked: %s", runner.flow_id, text, exc_info=error)
                 await runner.retry.wait()
-        else:
-            self._set_status(runner, "parked", text)
-            log.error("flow %s parked: %s", runner.flow_id, text, exc_info=error)
-            await runner.retry.wait()
+        finally:
+            self._leave_hospital(runner)
         runner.retry = trio.Event()
         kills = [e for e in runner.events if isinstance(e, Kill)]
         if kills:  # a kill jumps the queue; what the flow did not consume is dropped
@@ -1157,6 +1215,50 @@ class FlowManager:
                     event.token.resolve()
             runner.events.clear()
             runner.events.append(kills[0])
+
+    def _enter_hospital(self, runner: _Runner) -> None:
+        """``runner`` waits in the hospital: lend the inbox credit for the messages it holds (see the module
+        docstring)."""
+        runner.in_hospital = True
+        self._in_hospital[runner.state.flow_name] += 1
+        tokens = [e.token for e in runner.events if isinstance(e, MessageArrived)]
+        self._lend(runner, [*runner.held, *tokens])
+
+    def _leave_hospital(self, runner: _Runner) -> None:
+        """``runner`` goes on with its messages (retried or killed): take the credit lent for them back."""
+        runner.in_hospital = False
+        name = runner.state.flow_name
+        self._in_hospital[name] -= 1
+        if not self._in_hospital[name]:
+            del self._in_hospital[name]
+        if runner.lent:
+            self.messaging.return_inbox_credit(runner.lent)
+            self._lent -= runner.lent
+            self._lent_bytes -= runner.lent_bytes
+            runner.lent = runner.lent_bytes = 0
+            self._bump()
+
+    def _can_lend(self, size: int) -> bool:
+        return (
+            self._lent < self.config.max_parked_messages
+            and self._lent_bytes + size <= self.config.max_parked_bytes
+        )
+
+    def _lend(self, runner: _Runner, receipts: list[_Receipt]) -> None:
+        """Lend the inbox a unit of credit for each of ``receipts`` (inbox messages ``runner`` holds in the
+        hospital), while ``max_parked_messages`` and ``max_parked_bytes`` allow."""
+        count = 0
+        for receipt in receipts:
+            if not self._can_lend(receipt.size):
+                break
+            count += 1
+            runner.lent += 1
+            runner.lent_bytes += receipt.size
+            self._lent += 1
+            self._lent_bytes += receipt.size
+        if count:
+            self.messaging.lend_inbox_credit(count)
+            self._bump()
 
     def _set_status(self, runner: _Runner, status: str, error: str | None) -> None:
         runner.status, runner.error = status, error
@@ -1347,4 +1449,5 @@ class FlowManager:
             draining=self._draining, unconfirmed=len(self._lingering),
             outbound_waiting=self._outbound_waiting, resent=s["resent"], outbox_records=self._outbox_records,
             refused_inits=s["refused_inits"], responders=sum(self._responders.values()),
+            parked_messages=self._lent, parked_message_bytes=self._lent_bytes,
         )  # fmt: skip

@@ -36,6 +36,15 @@ disk damage) is moved to :data:`DEAD_LETTER_QUEUE` with the reason in its header
 acked from the inbox: held, it would take inbox credit for good.
 Cancellation at any point leaves unacked messages in the inbox: they are handed over again after a restart
 unless their id was committed.
+
+Lent credit. A handler may keep a deferred receipt unresolved for a long time: the flow manager's, when the
+flow that should consume the message is parked by its hospital until an operator retries or kills it. Such
+a message holds a unit of ``inbox_credit`` all that while, and ``inbox_credit`` of them would stop the inbox
+for every topic. So the handler *lends* the inbox consumer a unit for each message it holds so
+(:meth:`MessagingService.lend_inbox_credit`) and takes it back when it goes on with the message
+(:meth:`MessagingService.return_inbox_credit`): the consumer may then hold ``inbox_credit`` messages being
+handled plus the lent ones. The lender bounds what it lends (the flow manager's ``max_parked_messages``).
+Nothing else changes: the lent messages are still acked only once their consumption is durable.
 """
 
 from __future__ import annotations
@@ -177,6 +186,10 @@ class MessagingService:
     _parked: dict[str, collections.deque[_Parked]] = attrs.field(factory=dict)
     _parked_changed: trio.Event = attrs.field(factory=trio.Event)
     _handler_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    #: inbox credit lent by handlers holding deferred receipts (see the module docstring), and the inbox
+    #: consumer while :meth:`run` runs
+    _lent_credit: int = 0
+    _inbox_consumer: store.Consumer | None = None
     #: stored inbox payload -> (message as the acceptor decoded it, validated user), see remember_received
     _decoded: collections.OrderedDict[bytes, tuple[amqp.Message, str]] = attrs.field(
         factory=collections.OrderedDict
@@ -393,30 +406,70 @@ class MessagingService:
         if self._handlers.get(registration.topic) is registration:
             del self._handlers[registration.topic]
 
+    def lend_inbox_credit(self, n: int) -> None:
+        """A handler holds ``n`` more deferred receipts that will stay unresolved for a long time (a parked
+        flow's messages): let the inbox hand out ``n`` more messages meanwhile (see the module docstring)."""
+        if n < 0:
+            raise ValueError("lent credit must be >= 0")
+        self._lent_credit += n
+        if self._inbox_consumer is not None:
+            self._inbox_consumer.add_credit(n)
+
+    def return_inbox_credit(self, n: int) -> None:
+        """Take back ``n`` units lent with :meth:`lend_inbox_credit` (the handler goes on with those
+        messages: they hold ordinary credit again until they are acked).
+
+        Raises:
+            ValueError: more than is lent (a caller bug).
+        """
+        if not 0 <= n <= self._lent_credit:
+            raise ValueError(f"cannot return {n} units of inbox credit: {self._lent_credit} are lent")
+        self._lent_credit -= n
+        if self._inbox_consumer is not None:
+            self._inbox_consumer.take_back_credit(n)
+
+    @property
+    def lent_inbox_credit(self) -> int:
+        """Inbox credit lent by handlers now (:meth:`lend_inbox_credit`)."""
+        return self._lent_credit
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Consume the inbox and dispatch to the handlers until cancelled."""
         # (inbox message id, dedup id to commit or None for a duplicate, receipt), in handling order
         done_send, done_receive = trio.open_memory_channel[tuple[int, str | None, bytes]](math.inf)
+        credit = self.config.inbox_credit + self._lent_credit
         async with (
             # lazy acks: an inbox message is acked only once its dedup id is durable, so what a crash
             # brings back is dropped as a duplicate; no group commit (and wait) per batch of acks
-            self.inbox.consumer(credit=self.config.inbox_credit, lazy_acks=True) as consumer,
+            self.inbox.consumer(credit=credit, lazy_acks=True) as consumer,
             trio.open_nursery() as commits,
         ):
-            commits.start_soon(self._commit_loop, consumer, done_receive)
-            commits.start_soon(self._run_parked, consumer, done_send, commits)
-            task_status.started()
-            async for first in consumer:
-                # with the message just received, whatever else is at hand (up to DISPATCH_BURST): one
-                # checkpoint for all of them instead of one each
-                batch = [first]
-                while len(batch) < DISPATCH_BURST:
-                    try:
-                        batch.append(consumer.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                for delivery in batch:
-                    await self._take_in(consumer, delivery, done_send, commits)
+            self._inbox_consumer = consumer
+            try:
+                commits.start_soon(self._commit_loop, consumer, done_receive)
+                commits.start_soon(self._run_parked, consumer, done_send, commits)
+                task_status.started()
+                await self._consume(consumer, done_send, commits)
+            finally:
+                self._inbox_consumer = None
+
+    async def _consume(
+        self,
+        consumer: store.Consumer,
+        done_send: trio.MemorySendChannel[tuple[int, str | None, bytes]],
+        commits: trio.Nursery,
+    ) -> None:
+        async for first in consumer:
+            # with the message just received, whatever else is at hand (up to DISPATCH_BURST): one
+            # checkpoint for all of them instead of one each
+            batch = [first]
+            while len(batch) < DISPATCH_BURST:
+                try:
+                    batch.append(consumer.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            for delivery in batch:
+                await self._take_in(consumer, delivery, done_send, commits)
 
     async def _take_in(
         self,

@@ -82,6 +82,7 @@ class FlowHost:
             "refused": s.refused,
             "refused_inits": s.refused_inits,
             "responders": s.responders,
+            "parked_messages": s.parked_messages,
         }
 
     def registered(self) -> list[str]:

@@ -239,6 +239,12 @@ class NodeCollector:
         parked.add_metric([], stats.get("parked", 0))
         responders = _gauge("flows_responders", "Running flows that peers started here (with a session init)")
         responders.add_metric([], stats.get("responders", 0))
+        parked_messages = _gauge(
+            "flows_parked_messages",
+            "Inbox messages held by parked (or retrying) flows beside the inbox window (the inbox lends them "
+            "credit, at most max_parked_messages)",
+        )
+        parked_messages.add_metric([], stats.get("parked_messages", 0))
         refused = _counter(
             "flows_session_messages_refused",
             "Session messages from peers refused (malformed, unknown session, out of sequence, too many "
@@ -248,10 +254,11 @@ class NodeCollector:
         refused_inits = _counter(
             "flows_inits_refused",
             "Session inits rejected because their peer already had [flows] max_responders_per_peer flows "
-            "running here (also counted in flows_session_messages_refused)",
+            "running here, or because their responder has parked flows and parked flows hold "
+            "max_parked_messages (also counted in flows_session_messages_refused)",
         )
         refused_inits.add_metric([], stats.get("refused_inits", 0))
-        yield from (started, finished, running, parked, responders, refused, refused_inits)
+        yield from (started, finished, running, parked, responders, parked_messages, refused, refused_inits)
 
     def _rpc(self, node: Node) -> Iterator[Metric]:
         server = node.rpc_server

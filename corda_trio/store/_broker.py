@@ -15,12 +15,13 @@ declared with ``early_delivery``, where it is ready once its group commit's writ
 (default) a unit comes back when the delivery is acked or released, so ``credit`` bounds the unsettled
 deliveries the consumer holds (a prefetch window, like Artemis' consumer window); in explicit mode
 (``window=False``) only :meth:`Consumer.add_credit` grants more, which lets a bridge pass its peer's link
-credit straight through. ``ack`` removes the message (durably: it returns once the ack record is synced;
-on a consumer opened with ``lazy_acks`` at once, the record riding with the queue's next group commit, so
-a crash may bring the message back); ``release`` puts it back for redelivery with ``delivery_count + 1``;
-closing a consumer releases what it still holds. Delivery counts live in memory: after a restart every
-unacked message is delivered again with a count of 1 (the receiving side deduplicates by message id, so a
-redelivery is harmless).
+credit straight through. :meth:`Consumer.take_back_credit` withdraws units granted (a lender taking back
+what it lent; the credit may go below zero). ``ack`` removes the message (durably: it returns once the ack
+record is synced; on a consumer opened with ``lazy_acks`` at once, the record riding with the queue's next
+group commit, so a crash may bring the message back); ``release`` puts it back for redelivery with
+``delivery_count + 1``; closing a consumer releases what it still holds. Delivery counts live in memory:
+after a restart every unacked message is delivered again with a count of 1 (the receiving side deduplicates
+by message id, so a redelivery is harmless).
 
 Non-durable queues (bridge control) use the same structures with payloads in memory and no log.
 """
@@ -551,6 +552,15 @@ class Consumer:
         self._credit += n
         if n:
             self._credit_changed.set()
+
+    @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
+    def take_back_credit(self, n: int) -> None:
+        """Withdraw ``n`` units granted with :meth:`add_credit`. The credit may go below zero: then that many
+        settlements (in window mode) pass before the next delivery, so what is held never exceeds the
+        credit granted overall."""
+        if n < 0:
+            raise ValueError("credit withdrawals must be >= 0")
+        self._credit -= n
 
     def _check_open(self) -> None:
         if self._closed:

@@ -72,6 +72,8 @@ class FlowNetwork:
     )
     flow_config: flows.FlowManagerConfig | None = None
     broker_config: store.BrokerConfig | None = None
+    #: the messaging services' ``inbox_credit`` (``None``: its default)
+    inbox_credit: int | None = None
     now: dt.datetime = attrs.field(factory=lambda: dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
 
     def __getitem__(self, name: str) -> FlowNode:
@@ -139,7 +141,8 @@ class FlowNetwork:
                     store.open_broker(node.directory / "store", config=self.broker_config) as broker,
                     trio.open_nursery() as nursery,
                 ):
-                    config = messaging.MessagingConfig(legal_name=node.name, key_hash=node.key_hash)
+                    credit = {} if self.inbox_credit is None else {"inbox_credit": self.inbox_credit}
+                    config = messaging.MessagingConfig(legal_name=node.name, key_hash=node.key_hash, **credit)
                     service = await messaging.MessagingService.open(broker, config, node.peers)
                     acceptor = bridge.InboundAcceptor(inbox=service.inbox, ssl_context=server_ctx)
                     bridges = bridge.BridgeManager(
@@ -175,11 +178,15 @@ async def open_flow_network(
     *,
     flow_config: flows.FlowManagerConfig | None = None,
     broker_config: store.BrokerConfig | None = None,
+    inbox_credit: int | None = None,
 ) -> AsyncIterator[FlowNetwork]:
     """Start one node per name (directories under ``base``); everything is cancelled when the block exits."""
     network = pki.NetworkCredentials.create(now=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     async with trio.open_nursery() as nursery:
-        net = FlowNetwork(network, Path(base), nursery, flow_config=flow_config, broker_config=broker_config)
+        net = FlowNetwork(
+            network, Path(base), nursery, flow_config=flow_config, broker_config=broker_config,
+            inbox_credit=inbox_credit,
+        )  # fmt: skip
         for name in names:
             await net.add_node(name)
         yield net

@@ -53,8 +53,9 @@ def nested_ext(levels: int) -> bytes:
     return inner
 
 
-def init(session_id: int, payload: bytes) -> bytes:
-    return msgpack.packb([1, 0, session_id, 1, PING_PONG, 1, "", payload])
+def init(session_id: int, payload: bytes, flow: str = PING_PONG) -> bytes:
+    """A session init of ``flow`` (its initiating class's ``flow_name``) carrying ``payload``."""
+    return msgpack.packb([1, 0, session_id, 1, flow, 1, "", payload])
 
 
 async def ping_pong(client: rpc.RpcClient, rounds: int = 3) -> None:

@@ -1,0 +1,110 @@
+"""The inbox credit lent for the messages of flows in the hospital (``FlowManager``, "Hospital"), on flow
+nodes in one process over real brokers and sockets, with an inbox window of 8: parked flows hold their
+messages unacknowledged without taking the window, at most ``max_parked_messages`` of them; beyond, inits
+for the failing responder are rejected; retry and kill take the credit back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import flows, testing
+from tests.node.parking_flows import OUTAGE_ENV, AskDouble, DoubleResponder
+
+ALICE, BOB = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
+WINDOW = 8
+
+
+async def wait_for(manager: flows.FlowManager, check: object) -> None:
+    assert callable(check)
+    while not check():
+        await manager.wait_changed(manager.version)
+
+
+def lent(node: testing.FlowNode) -> tuple[int, int]:
+    """(messages the flow manager says parked flows hold, credit the messaging service has lent)."""
+    assert node.messaging is not None
+    return node.flows.statistics().parked_messages, node.messaging.lent_inbox_credit
+
+
+def in_flight(node: testing.FlowNode) -> int:
+    assert node.broker is not None and node.messaging is not None
+    (stats,) = node.broker.statistics(node.messaging.inbox.name)
+    return stats.in_flight
+
+
+def parked(manager: flows.FlowManager) -> list[str]:
+    return [f.flow_id for f in manager.flows() if f.status == "parked"]
+
+
+async def test_parked_flows_borrow_inbox_credit_up_to_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outage = tmp_path / "outage"
+    monkeypatch.setenv(OUTAGE_ENV, str(outage))
+    config = flows.FlowManagerConfig(retry_initial_seconds=0.05, max_parked_messages=2 * WINDOW)
+    async with testing.open_flow_network(
+        tmp_path, [ALICE, BOB], flow_config=config, inbox_credit=WINDOW
+    ) as net:
+        alice, bob = net["Alice"].flows, net["Bob"].flows
+        with trio.fail_after(60):
+            # more parked responders than the window: each holds its init, the window stays free
+            for i in range(2 * WINDOW):
+                await alice.start_flow(AskDouble(recipient=BOB, first=f"abc{i}"))
+                await wait_for(bob, lambda i=i: len(parked(bob)) == i + 1)
+                assert lent(net["Bob"]) == (i + 1, i + 1)
+            assert in_flight(net["Bob"]) == 2 * WINDOW
+            assert await (await alice.start_flow("PingPong", recipient=BOB, rounds=2)).result() == 2
+            # the cap is reached: an init for the failing responder is rejected with the reason ...
+            refused = rf"rejected the session: {DoubleResponder.flow_name} is failing here: {2 * WINDOW} of"
+            with pytest.raises(flows.FlowException, match=refused):
+                await (await alice.start_flow(AskDouble(recipient=BOB, first="abc"))).result()
+            assert bob.statistics().refused_inits == 1
+            # ... others are not
+            assert await (await alice.start_flow("PingPong", recipient=BOB)).result() == 1
+            # a retry that parks again borrows again; a kill gives the credit back once the kill is durable
+            first, *others = parked(bob)
+            await bob.retry(first)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (2 * WINDOW, 2 * WINDOW))
+            await bob.kill(first)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (2 * WINDOW - 1, 2 * WINDOW - 1))
+            # a flow parked after its checkpoint: the message it holds, and one arriving meanwhile (the
+            # initiator is killed: its error comes), count too
+            for flow_id in others:
+                await bob.kill(flow_id)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (0, 0))
+            outage.touch()
+            handle = await alice.start_flow(AskDouble(recipient=BOB, first="1", second="21"))
+            # (a killed flow is listed as parked until its kill is durable)
+            await wait_for(bob, lambda: len(parked(bob)) == 1 and lent(net["Bob"]) == (1, 1))
+            outage.unlink()
+            (responder,) = parked(bob)
+            await bob.retry(responder)
+            assert await handle.result() == 42
+            assert await bob.wait_result(responder) == ["1", "21"]
+            await wait_for(bob, lambda: lent(net["Bob"]) == (0, 0))
+            outage.touch()
+            handle = await alice.start_flow(AskDouble(recipient=BOB, first="1", second="21"))
+            await wait_for(bob, lambda: len(parked(bob)) == 1 and lent(net["Bob"]) == (1, 1))
+            await alice.kill(handle.flow_id)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (2, 2))
+            (responder,) = parked(bob)
+            await bob.kill(responder)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (0, 0))
+            while in_flight(net["Bob"]):  # noqa: ASYNC110 (acked once the kill and the dedup ids are durable)
+                await trio.sleep(0.01)
+
+
+async def test_returning_more_credit_than_was_lent_is_refused(tmp_path: Path) -> None:
+    async with testing.open_flow_network(tmp_path, [ALICE], inbox_credit=WINDOW) as net:
+        service = net["Alice"].messaging
+        assert service is not None
+        service.lend_inbox_credit(3)
+        service.return_inbox_credit(2)
+        assert service.lent_inbox_credit == 1
+        with pytest.raises(ValueError, match="cannot return 2 units of inbox credit: 1 are lent"):
+            service.return_inbox_credit(2)
+        service.return_inbox_credit(1)
+        assert service.lent_inbox_credit == 0

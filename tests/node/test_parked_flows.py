@@ -1,0 +1,124 @@
+"""Parked flows against real node processes: a user's responder with a bug a peer's input triggers
+(``tests/node/parking_flows.py``) is parked by the hospital, and its messages wait unacknowledged in the
+inbox. The inbox hands out ``inbox_credit`` (1,024) messages at a time: 1,100 parked responders used to
+stop the node taking any P2P message at all."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import msgpack
+import pytest
+import trio
+
+from corda_trio import amqp, rpc
+from corda_trio.node._processes import open_node_processes, start_node_process
+
+from .netutil import PASSWORD, make_network
+from .parking_flows import AskDouble, registering_env
+from .test_hostile_peer import ALICE, BOB, MALLORY, flow_metrics, init, ping_pong, send_as, session_message
+
+pytestmark = pytest.mark.slow
+
+FLOOD = 1100
+
+
+def bad_inits(count: int, base: int) -> list[amqp.Message]:
+    """``count`` inits of ``AskDouble`` whose first payload, ``abc``, makes the responder raise ValueError."""
+    payload = msgpack.packb("abc")
+    return [
+        session_message(init(base + i, payload, AskDouble.flow_name), f"bad-{base + i}", init=True)
+        for i in range(count)
+    ]
+
+
+async def wait_parked(client: rpc.RpcClient, count: int, seconds: float = 120) -> list[dict[str, object]]:
+    with trio.fail_after(seconds):
+        while len(parked := await client.list_flows("parked")) < count:  # noqa: ASYNC110 (another process)
+            await trio.sleep(0.2)
+    return parked
+
+
+async def wait_listed(client: rpc.RpcClient, state: str, flow_id: object) -> dict[str, object]:
+    with trio.fail_after(30):
+        while not (found := [f for f in await client.list_flows(state) if f["flow_id"] == flow_id]):  # noqa: ASYNC110 (another process)
+            await trio.sleep(0.1)
+    return found[0]
+
+
+async def test_parked_responders_do_not_stop_the_inbox(tmp_path: Path) -> None:
+    """Mallory's 1,100 inits park as many responders on Bob; Alice's flows to Bob still complete, the
+    messages the parked flows hold are in /metrics, and a kill or retry of one works as before."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    (_alice_path, _alice_cfg), (_bob_path, _bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    env = registering_env(tmp_path / "site")
+    async with (
+        open_node_processes(nodes[:2], env=env) as (alice, bob),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+        rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+    ):
+        await ping_pong(a)
+        with trio.fail_after(120):
+            assert await send_as(mallory_cfg, bob, bad_inits(FLOOD, 8_000_000)) == [amqp.Accepted()] * FLOOD
+        parked = await wait_parked(b, FLOOD)
+        assert all("ValueError: invalid literal for int()" in str(f["error"]) for f in parked), parked[0]
+        await ping_pong(a)
+        with trio.fail_after(60):
+            assert await a.start_flow("AskDouble", recipient=BOB, first="2", second="5") == 10
+        metrics = await flow_metrics(bob)
+        assert metrics["parked"] == FLOOD and metrics["parked_messages"] == FLOOD, metrics
+        # a retry parks it again (same bug), a kill ends it: it no longer holds its message
+        flow_id = str(parked[0]["flow_id"])
+        await b.retry_flow(flow_id)
+        await b.kill_flow(flow_id)
+        with trio.fail_after(30):
+            while (await flow_metrics(bob))["parked_messages"] != FLOOD - 1:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.1)
+        assert (await wait_listed(b, "failed", flow_id))["error"] == "killed by RPC user ops"
+        assert len(await b.list_flows("parked")) == FLOOD - 1
+        await ping_pong(a)
+
+
+async def test_parked_flows_survive_kill_9_and_a_retry_gets_its_message_once(tmp_path: Path) -> None:
+    """Alice's AskDouble parks its responder on Bob at its second message (a service it calls is down),
+    and Mallory's 1,100 inits park as many more. Bob is killed with -9 and started again: all are parked
+    again with their messages, and Bob serves Alice meanwhile. Once the service is back, a retry delivers
+    the held message: Alice gets her answer, and the responder received each message exactly once."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    (_alice_path, _alice_cfg), (bob_path, bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    outage = tmp_path / "outage"
+    outage.touch()
+    env = registering_env(tmp_path / "site", outage)
+    async with (
+        open_node_processes(nodes[:2], env=env) as (alice, bob),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+    ):
+        flow_id = await a.launch_flow("AskDouble", recipient=BOB, first="1", second="21")
+        async with rpc.connect(bob.rpc_url, "ops", PASSWORD) as b:
+            (parked,) = await wait_parked(b, 1)
+            assert parked["error"] == "ConnectionError: the doubling service is down", parked
+            responder = parked["flow_id"]
+            with trio.fail_after(120):
+                assert (
+                    await send_as(mallory_cfg, bob, bad_inits(FLOOD, 9_000_000)) == [amqp.Accepted()] * FLOOD
+                )
+            await wait_parked(b, FLOOD + 1)
+        assert await bob.stop(signal.SIGKILL) == -signal.SIGKILL
+        bob = await start_node_process(bob_path, bob_cfg, env=env)
+        try:
+            async with rpc.connect(bob.rpc_url, "ops", PASSWORD) as b:
+                parked_now = await wait_parked(b, FLOOD + 1)
+                assert responder in {f["flow_id"] for f in parked_now}
+                await ping_pong(a)
+                assert (await flow_metrics(bob))["parked_messages"] == FLOOD + 1
+                outage.unlink()
+                await b.retry_flow(responder)
+                with trio.fail_after(60):
+                    outcome = await a.flow_result(flow_id)
+                assert outcome["result"] == 42, outcome
+                done = await wait_listed(b, "finished", responder)
+                assert done["result"] == ["1", "21"], done
+                assert (await flow_metrics(bob))["parked_messages"] == FLOOD
+        finally:
+            await bob.stop()
