@@ -58,7 +58,8 @@ debug, and one summary warning per minute counts them (``corda_trio.logs.PeerWar
 exponential backoff. Any other failure parks the flow
 (status ``parked`` with its error; its messages stay unacknowledged in the inbox): :meth:`FlowManager.retry`
 runs it again from its checkpoint, :meth:`FlowManager.kill` ends it (counterparties are told, after the
-messages it had already handed over).
+messages it had already handed over; the messages it did not consume are acknowledged with the kill's
+checkpoint, like those of any transition).
 
 *Parked messages and the inbox window.* The messaging service hands out at most ``inbox_credit`` inbox
 messages not acknowledged yet, and a flow in the hospital holds the ones it did not consume: 1,024 parked
@@ -1209,10 +1210,10 @@ class FlowManager:
             self._leave_hospital(runner)
         runner.retry = trio.Event()
         kills = [e for e in runner.events if isinstance(e, Kill)]
-        if kills:  # a kill jumps the queue; what the flow did not consume is dropped
-            for event in runner.events:
-                if isinstance(event, MessageArrived):
-                    event.token.resolve()
+        if kills:  # a kill jumps the queue; what the flow did not consume is dropped, acknowledged only
+            # with the kill's checkpoint (acknowledged before, a crash left the flow at its last checkpoint,
+            # not killed, waiting for messages that were gone)
+            runner.held += [e.token for e in runner.events if isinstance(e, MessageArrived)]
             runner.events.clear()
             runner.events.append(kills[0])
 

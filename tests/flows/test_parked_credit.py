@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from corda_trio import flows, testing
+from corda_trio import flows, store, testing
 from tests.node.parking_flows import OUTAGE_ENV, AskDouble, DoubleResponder
 
 ALICE, BOB = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
@@ -94,6 +94,47 @@ async def test_parked_flows_borrow_inbox_credit_up_to_the_cap(
             await bob.kill(responder)
             await wait_for(bob, lambda: lent(net["Bob"]) == (0, 0))
             while in_flight(net["Bob"]):  # noqa: ASYNC110 (acked once the kill and the dedup ids are durable)
+                await trio.sleep(0.01)
+
+
+async def test_the_messages_a_killed_flow_held_are_acknowledged_only_once_the_kill_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill of a parked flow resolved the receipts of the messages it held at once: the inbox acked them
+    while the kill's checkpoint was still being written, and a crash then left the flow at its last
+    checkpoint, not killed, waiting for a message that was gone. Here the kill's checkpoint write is held
+    back (a slow disk): the message stays unacknowledged until it is durable."""
+    outage = tmp_path / "outage"
+    outage.touch()
+    monkeypatch.setenv(OUTAGE_ENV, str(outage))
+    async with testing.open_flow_network(tmp_path, [ALICE, BOB], inbox_credit=WINDOW) as net:
+        alice, bob = net["Alice"].flows, net["Bob"].flows
+        with trio.fail_after(60):
+            await alice.start_flow(AskDouble(recipient=BOB, first="1", second="21"))
+            await wait_for(bob, lambda: lent(net["Bob"]) == (1, 1))
+            (responder,) = parked(bob)
+            assert in_flight(net["Bob"]) == 1
+            write, reached, disk = store.KeyedLog.write, trio.Event(), trio.Event()
+
+            async def slow_disk(
+                log: store.KeyedLog, puts: list[tuple[bytes, bytes]], deletes: list[bytes]
+            ) -> None:
+                if log is bob.checkpoints and any(key == responder.encode() for key, _ in puts):
+                    reached.set()
+                    await disk.wait()
+                await write(log, puts, deletes)
+
+            monkeypatch.setattr(store.KeyedLog, "write", slow_disk)
+            await bob.kill(responder)
+            await reached.wait()
+            with trio.move_on_after(1):  # (acked 10 ms after the kill, before)
+                while in_flight(net["Bob"]):  # noqa: ASYNC110 (the messaging service's commit task)
+                    await trio.sleep(0.01)
+            assert in_flight(net["Bob"]) == 1
+            disk.set()
+            with pytest.raises(flows.FlowException, match="killed by an operator"):
+                await bob.wait_result(responder)
+            while in_flight(net["Bob"]):  # noqa: ASYNC110 (the messaging service's commit task)
                 await trio.sleep(0.01)
 
 
