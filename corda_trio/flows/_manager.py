@@ -64,17 +64,19 @@ checkpoint, like those of any transition).
 *Parked messages and the inbox window.* The messaging service hands out at most ``inbox_credit`` inbox
 messages not acknowledged yet, and a flow in the hospital holds the ones it did not consume: 1,024 parked
 responders (a user's responder with a bug a peer's input triggers) stopped the inbox, every flow with it. So
-while a runner is in the hospital the manager lends the inbox consumer one unit of credit per inbox message
-it holds (``held`` receipts, the events of its batch, and messages posted to it meanwhile:
+while a runner is in the hospital the manager lends the inbox consumer one unit of credit per inbox message it
+holds (``held`` receipts, the events of its batch, and messages posted to it meanwhile:
 ``MessagingService.lend_inbox_credit``) and takes them back when it leaves (retry or kill:
-``return_inbox_credit``); the messages themselves stay unacknowledged in the inbox, their dedup ids
-uncommitted, so nothing about delivery, retry, kill or restart changes. (A bundle whose parts go to one
-parked flow counts once per part: the lent credit can exceed the messages held, never fall short.) The lent
-total is bounded by ``max_parked_messages`` and ``max_parked_bytes`` (the wire bytes of the session
-messages); beyond, held messages take window credit as before, and an init for a responder that has flows in
-the hospital is rejected like one beyond ``max_responders_per_peer`` (a reject naming the limits; counted
-in ``refused_inits``). Persisting the unconsumed events with the checkpoint and acknowledging them was the
-alternative: a format change and a write per message arriving while parked, for the same guarantees.
+``return_inbox_credit``), and so for each init held while draining until the manager is undrained; the
+messages themselves stay unacknowledged in the inbox, their dedup ids uncommitted, so nothing about delivery,
+retry, kill or restart changes. (A bundle whose parts go to one parked flow counts once per part: the lent
+credit can exceed the messages held, never fall short.) The lent total is bounded by ``max_parked_messages``
+and ``max_parked_bytes`` (the wire bytes of the session messages); beyond, held messages take window credit as
+before, and an init for a responder that has flows in the hospital is rejected like one beyond
+``max_responders_per_peer`` (a reject naming the limits; counted in ``refused_inits``), and an init that comes
+while draining is rejected ("... is draining ..."). Persisting the unconsumed events with the checkpoint and
+acknowledging them was the alternative: a format change and a write per message arriving while parked, for the
+same guarantees.
 
 *Finished flows* keep their record (status, result or error) until ``finished_retain`` newer
 ones finished: repeated inits are recognised, and ``flows()`` lists them. A flow that finished before one of
@@ -272,8 +274,8 @@ class FlowManagerStatistics:
     refused_inits: int = 0
     #: live (not finished) responders, all peers together
     responders: int = 0
-    #: inbox messages held by flows in the hospital outside the inbox window (inbox credit lent for them),
-    #: and their bytes
+    #: inbox messages held by flows in the hospital, and inits held while draining, outside the inbox window
+    #: (inbox credit lent for them), and their bytes
     parked_messages: int = 0
     parked_message_bytes: int = 0
 
@@ -854,12 +856,31 @@ class FlowManager:
         receipt = _Receipt(size=len(data))
         runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))
         if runner.in_hospital:
-            self._lend(runner, [receipt])
+            self._lend_for(runner, [receipt])
         return receipt.wait
 
     def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str, data: bytes) -> Any:
+        """An init that came while draining: it waits (unacknowledged) until :meth:`undrain`, the inbox lent a
+        unit of credit for it meanwhile; beyond ``max_parked_messages`` / ``max_parked_bytes`` it is rejected
+        (see the module docstring)."""
+
         async def when_undrained() -> bytes | None:
-            await self._undrained.wait()
+            if not self._undrained.is_set():
+                count, size = self._lend([len(data)])
+                if not count:
+                    reason = (
+                        f"{self.env.our_name} is draining (no new flows) and holds {self._lent} session "
+                        f"inits and messages of parked flows already ({self._lent_bytes} bytes; "
+                        f"max_parked_messages = {self.config.max_parked_messages}, max_parked_bytes = "
+                        f"{self.config.max_parked_bytes}); try again when it is back"
+                    )
+                    self._refuse_init(sender, reason)
+                    await self._reject(sender, init, dedup_id, reason)
+                    return None
+                try:
+                    await self._undrained.wait()
+                finally:
+                    self._take_back(count, size)
             deferred = await self._on_init(sender, init, dedup_id, data)
             return await deferred() if deferred is not None else None
 
@@ -1223,7 +1244,7 @@ class FlowManager:
         runner.in_hospital = True
         self._in_hospital[runner.state.flow_name] += 1
         tokens = [e.token for e in runner.events if isinstance(e, MessageArrived)]
-        self._lend(runner, [*runner.held, *tokens])
+        self._lend_for(runner, [*runner.held, *tokens])
 
     def _leave_hospital(self, runner: _Runner) -> None:
         """``runner`` goes on with its messages (retried or killed): take the credit lent for them back."""
@@ -1232,12 +1253,13 @@ class FlowManager:
         self._in_hospital[name] -= 1
         if not self._in_hospital[name]:
             del self._in_hospital[name]
-        if runner.lent:
-            self.messaging.return_inbox_credit(runner.lent)
-            self._lent -= runner.lent
-            self._lent_bytes -= runner.lent_bytes
-            runner.lent = runner.lent_bytes = 0
-            self._bump()
+        self._take_back(runner.lent, runner.lent_bytes)
+        runner.lent = runner.lent_bytes = 0
+
+    def _lend_for(self, runner: _Runner, receipts: list[_Receipt]) -> None:
+        count, size = self._lend([r.size for r in receipts])
+        runner.lent += count
+        runner.lent_bytes += size
 
     def _can_lend(self, size: int) -> bool:
         return (
@@ -1245,20 +1267,28 @@ class FlowManager:
             and self._lent_bytes + size <= self.config.max_parked_bytes
         )
 
-    def _lend(self, runner: _Runner, receipts: list[_Receipt]) -> None:
-        """Lend the inbox a unit of credit for each of ``receipts`` (inbox messages ``runner`` holds in the
-        hospital), while ``max_parked_messages`` and ``max_parked_bytes`` allow."""
-        count = 0
-        for receipt in receipts:
-            if not self._can_lend(receipt.size):
+    def _lend(self, sizes: list[int]) -> tuple[int, int]:
+        """Lend the inbox a unit of credit for each of the inbox messages of ``sizes`` (bytes) that the
+        manager holds for long, while ``max_parked_messages`` and ``max_parked_bytes`` allow; returns the
+        messages and bytes lent for (give them to :meth:`_take_back` when the messages go on)."""
+        count = total = 0
+        for size in sizes:
+            if not self._can_lend(size):
                 break
             count += 1
-            runner.lent += 1
-            runner.lent_bytes += receipt.size
+            total += size
             self._lent += 1
-            self._lent_bytes += receipt.size
+            self._lent_bytes += size
         if count:
             self.messaging.lend_inbox_credit(count)
+            self._bump()
+        return count, total
+
+    def _take_back(self, count: int, size: int) -> None:
+        if count:
+            self.messaging.return_inbox_credit(count)
+            self._lent -= count
+            self._lent_bytes -= size
             self._bump()
 
     def _set_status(self, runner: _Runner, status: str, error: str | None) -> None:

@@ -241,8 +241,8 @@ class NodeCollector:
         responders.add_metric([], stats.get("responders", 0))
         parked_messages = _gauge(
             "flows_parked_messages",
-            "Inbox messages held by parked (or retrying) flows beside the inbox window (the inbox lends them "
-            "credit, at most max_parked_messages)",
+            "Inbox messages held by parked (or retrying) flows, and session inits held while draining, "
+            "beside the inbox window (the inbox lends them credit, at most max_parked_messages)",
         )
         parked_messages.add_metric([], stats.get("parked_messages", 0))
         refused = _counter(

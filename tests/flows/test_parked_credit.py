@@ -149,3 +149,31 @@ async def test_returning_more_credit_than_was_lent_is_refused(tmp_path: Path) ->
             service.return_inbox_credit(2)
         service.return_inbox_credit(1)
         assert service.lent_inbox_credit == 0
+
+
+async def test_a_draining_node_holds_inits_without_taking_the_inbox_window(tmp_path: Path) -> None:
+    """Draining, a node holds the session inits peers send (unacknowledged) until it is undrained: more
+    than the inbox window of them stopped it taking any other message, so the flows it was draining for
+    never finished. Now the inbox is lent credit for them, up to the cap; beyond, an init is rejected."""
+    config = flows.FlowManagerConfig(max_parked_messages=2 * WINDOW)
+    async with testing.open_flow_network(
+        tmp_path, [ALICE, BOB], flow_config=config, inbox_credit=WINDOW
+    ) as net:
+        alice, bob = net["Alice"].flows, net["Bob"].flows
+        with trio.fail_after(60):
+            running = await alice.start_flow("PingPong", recipient=BOB, rounds=200)
+            await wait_for(bob, lambda: bob.statistics().responders == 1)
+            bob.drain()
+            held = [await alice.start_flow("PingPong", recipient=BOB) for _ in range(2 * WINDOW)]
+            assert await running.result() == 200  # (its pings reach Bob past the held inits)
+            await wait_for(bob, lambda: lent(net["Bob"]) == (2 * WINDOW, 2 * WINDOW))
+            refused = (
+                rf"rejected the session: {BOB} is draining \(no new flows\) and holds {2 * WINDOW} session"
+            )
+            with pytest.raises(flows.FlowException, match=refused):
+                await (await alice.start_flow("PingPong", recipient=BOB)).result()
+            await bob.wait_drained()
+            assert bob.statistics().started == 1
+            bob.undrain()
+            assert [await h.result() for h in held] == [1] * (2 * WINDOW)
+            assert lent(net["Bob"]) == (0, 0)

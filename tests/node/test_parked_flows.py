@@ -122,3 +122,37 @@ async def test_parked_flows_survive_kill_9_and_a_retry_gets_its_message_once(tmp
                 assert (await flow_metrics(bob))["parked_messages"] == FLOOD
         finally:
             await bob.stop()
+
+
+async def test_a_draining_node_holding_a_flood_of_inits_still_finishes_its_flows(tmp_path: Path) -> None:
+    """Draining (SIGTERM, `node drain`), a node holds peers' session inits unacknowledged until it is
+    undrained. Mallory's 1,100 inits took the inbox window: Alice's PingPong, which Bob was draining for,
+    stopped half-way (at 388 of 6,000 transitions, 60 s later) and Bob could never finish draining. Now it
+    finishes, and after `undrain` the inits start their responders."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    (_alice_path, _alice_cfg), (_bob_path, _bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    async with (
+        open_node_processes(nodes[:2]) as (alice, bob),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+        rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+    ):
+        rounds = 3000
+        flow_id = await a.launch_flow("PingPong", recipient=BOB, rounds=rounds)
+        with trio.fail_after(30):
+            while not (await flow_metrics(bob))["responders"]:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.05)
+        await b.drain()
+        payload = msgpack.packb("ping 0/1")
+        inits = [session_message(init(10_000_000 + i, payload), f"d-{i}", init=True) for i in range(FLOOD)]
+        with trio.fail_after(120):
+            assert await send_as(mallory_cfg, bob, inits) == [amqp.Accepted()] * FLOOD
+        (still,) = [f for f in await a.list_flows() if f["flow_id"] == flow_id]
+        assert still["state"] == "running", still  # (the flood came while it ran)
+        with trio.fail_after(120):
+            assert (await a.flow_result(flow_id))["result"] == rounds
+        assert (await flow_metrics(bob))["parked_messages"] == FLOOD
+        await b.undrain()
+        with trio.fail_after(60):
+            while (await flow_metrics(bob))["started_total"] < FLOOD + 1:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.1)
+        assert (await flow_metrics(bob))["parked_messages"] == 0
