@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import tempfile
 import threading
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from corda_trio import store
 
@@ -606,3 +609,52 @@ async def test_background_compaction_reclaims_acked_segments(tmp_path: Path) -> 
         assert queue.statistics().depth == 1
     async with store.open_broker(tmp_path, config=config) as broker:
         assert [m.message_id async for m in broker.get_queue("q").browse()] == [keep]
+
+
+@settings(max_examples=100, deadline=None)
+@example(
+    base=0, ops=[("lend", 2), ("receive", 0), ("receive", 0), ("take_back", 2), ("ack", 0), ("receive", 0)]
+)
+@given(
+    base=st.integers(min_value=0, max_value=4),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["lend", "take_back", "receive", "ack", "release"]), st.integers(0, 3)),
+        max_size=40,
+    ),
+)
+def test_credit_taken_back_bounds_what_a_window_consumer_holds(base: int, ops: list[tuple[str, int]]) -> None:
+    """Credit lent with ``add_credit`` and withdrawn with ``take_back_credit`` (the messaging service lends
+    its inbox consumer credit for the messages parked flows hold): the consumer never holds more than the
+    credit granted overall, and receives again exactly when an ack or release brings it below that."""
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            async with store.open_broker(Path(directory)) as broker:
+                queue = await broker.declare_queue("q", durable=False)
+                await queue.enqueue_many([b"m%d" % i for i in range(200)])
+                granted = base
+                async with queue.consumer(credit=base) as consumer:
+                    for op, n in ops:
+                        if op == "lend":
+                            consumer.add_credit(n)
+                            granted += n
+                        elif op == "take_back":
+                            n = min(n, granted - base)  # (a lender takes back only what it lent)
+                            consumer.take_back_credit(n)
+                            granted -= n
+                        elif op == "receive":
+                            try:
+                                consumer.receive_nowait()
+                            except trio.WouldBlock:
+                                assert len(consumer.held) >= granted
+                            else:
+                                assert len(consumer.held) <= granted
+                        elif consumer.held:
+                            mid = consumer.held[n % len(consumer.held)]
+                            if op == "ack":
+                                consumer.ack_many_nowait([mid])
+                            else:
+                                consumer.release(mid)
+                        assert consumer.credit == granted - len(consumer.held)
+
+    trio.run(main)
