@@ -38,13 +38,14 @@ Cancellation at any point leaves unacked messages in the inbox: they are handed 
 unless their id was committed.
 
 Lent credit. A handler may keep a deferred receipt unresolved for a long time: the flow manager's, when the
-flow that should consume the message is parked by its hospital until an operator retries or kills it. Such
-a message holds a unit of ``inbox_credit`` all that while, and ``inbox_credit`` of them would stop the inbox
-for every topic. So the handler *lends* the inbox consumer a unit for each message it holds so
-(:meth:`MessagingService.lend_inbox_credit`) and takes it back when it goes on with the message
-(:meth:`MessagingService.return_inbox_credit`): the consumer may then hold ``inbox_credit`` messages being
-handled plus the lent ones. The lender bounds what it lends (the flow manager's ``max_parked_messages``).
-Nothing else changes: the lent messages are still acked only once their consumption is durable.
+flow that should consume the message is parked by its hospital until an operator retries or kills it, or when
+a session init waits for a draining node to be undrained. Such a message holds a unit of ``inbox_credit`` all
+that while, and ``inbox_credit`` of them would stop the inbox for every topic. So the handler *lends* the
+inbox consumer a unit for each message it holds so (:meth:`MessagingService.lend_inbox_credit`) and takes it
+back when it goes on with the message (:meth:`MessagingService.return_inbox_credit`): the consumer may then
+hold ``inbox_credit`` messages being handled plus the lent ones. The lender bounds what it lends (the flow
+manager's ``max_parked_messages``). Nothing else changes: the lent messages are still acked only once their
+consumption is durable.
 """
 
 from __future__ import annotations

@@ -254,8 +254,8 @@ class NodeCollector:
         refused_inits = _counter(
             "flows_inits_refused",
             "Session inits rejected because their peer already had [flows] max_responders_per_peer flows "
-            "running here, or because their responder has parked flows and parked flows hold "
-            "max_parked_messages (also counted in flows_session_messages_refused)",
+            "running here, or because parked flows and a drain hold max_parked_messages and their responder "
+            "has parked flows or the node is draining (also counted in flows_session_messages_refused)",
         )
         refused_inits.add_metric([], stats.get("refused_inits", 0))
         yield from (started, finished, running, parked, responders, parked_messages, refused, refused_inits)
