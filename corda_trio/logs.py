@@ -12,7 +12,13 @@ party per window:
   (``N more session messages from X refused in the last 61 s, latest: <reason>``, counting that event too)
   and opens the next window. A party that goes quiet after a burst gets its summary with its next event;
 * at most ``max_parties`` parties are remembered (least recently reported first out; a party dropped with
-  events unreported gets its summary then), so the memory is bounded whoever sends.
+  events unreported gets its summary then), so the memory is bounded whoever sends;
+* a server that wants the count of a burst written even when the party goes quiet afterwards (failed
+  logins, refused connections) runs :meth:`PeerWarnings.report_due` in its nursery: each window that is over
+  with events unreported gets its summary then, so the operator sees every party's count within about two
+  windows;
+* ``distinct_details`` (default 0) makes the summary also quote up to that many distinct details seen in the
+  window (the user names a source tried, say), each cut to :data:`MAX_DETAIL_CHARS`, so a line stays bounded.
 
 Only the log lines are bounded: callers count every event in their statistics and metrics themselves. The
 clock is Trio's (``trio.current_time``), so tests run on ``autojump_clock``.
@@ -27,7 +33,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings"]
+__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings", "remote_host", "remote_name"]
 
 #: A log record's ``extra`` key: the record goes to the log file only, not to the console (stderr), because
 #: the failure it records reaches the operator there another way: the command's own last line. The store
@@ -40,6 +46,8 @@ PEER_WARNING_SECONDS: Final = 60.0
 #: Parties remembered per kind of event: far more than the peers a node talks to (the float's and the
 #: bridge's own caches of senders are 4,096 too).
 MAX_WARNED_PARTIES: Final = 4096
+#: A detail quoted among a summary's ``distinct_details`` is cut to this many characters.
+MAX_DETAIL_CHARS: Final = 80
 
 
 @attrs.define(eq=False)
@@ -47,6 +55,10 @@ class _Window:
     started: float
     unreported: int = 0
     latest: str = ""
+    #: distinct details of the unreported events (at most ``distinct_details``), in order of appearance
+    details: dict[str, None] = attrs.field(factory=dict)
+    #: whether a further distinct detail was left out
+    more_details: bool = False
 
 
 @attrs.define(eq=False)
@@ -62,6 +74,7 @@ class PeerWarnings:
     what: str
     window_seconds: float = PEER_WARNING_SECONDS
     max_parties: int = MAX_WARNED_PARTIES
+    distinct_details: int = 0
     #: per party, oldest window first
     _windows: collections.OrderedDict[str, _Window] = attrs.field(factory=collections.OrderedDict, init=False)
 
@@ -74,11 +87,9 @@ class PeerWarnings:
                 del self._windows[party]
                 window = None
             else:
-                window.unreported += 1
-                window.latest = detail
+                self._note(window, detail)
                 self._summarise(party, window, now)
-                window.started, window.unreported = now, 0
-                self._windows.move_to_end(party)
+                self._restart(party, window, now)
                 return
         if window is None:
             while len(self._windows) >= self.max_parties:
@@ -88,16 +99,75 @@ class PeerWarnings:
             self._windows[party] = _Window(now)
             self.logger.warning(msg, *args)
             return
-        window.unreported += 1
-        window.latest = detail
+        self._note(window, detail)
         self.logger.debug(msg, *args)
 
+    def summarise_due(self) -> None:
+        """Write the summary of every window that is over with events unreported; forget the quiet ones."""
+        now = trio.current_time()
+        while self._windows:
+            party, window = next(iter(self._windows.items()))  # the oldest window first
+            if now - window.started < self.window_seconds:
+                return
+            if window.unreported:
+                self._summarise(party, window, now)
+                self._restart(party, window, now)
+            else:
+                del self._windows[party]
+
+    async def report_due(self) -> None:
+        """Run :meth:`summarise_due` whenever the oldest window is over, until cancelled."""
+        while True:
+            if self._windows:
+                oldest = next(iter(self._windows.values()))
+                await trio.sleep_until(oldest.started + self.window_seconds)
+            else:
+                await trio.sleep(self.window_seconds)
+            self.summarise_due()
+
+    def _note(self, window: _Window, detail: str) -> None:
+        window.unreported += 1
+        window.latest = detail
+        if self.distinct_details:
+            key = detail[:MAX_DETAIL_CHARS]
+            if key in window.details:
+                pass
+            elif len(window.details) < self.distinct_details:
+                window.details[key] = None
+            else:
+                window.more_details = True
+
+    def _restart(self, party: str, window: _Window, now: float) -> None:
+        window.started, window.unreported = now, 0
+        window.details.clear()
+        window.more_details = False
+        self._windows.move_to_end(party)
+
     def _summarise(self, party: str, window: _Window, now: float) -> None:
+        among = ""
+        if window.details:
+            more = ", ..." if window.more_details else ""
+            among = f" (among them: {', '.join(window.details)}{more})"
         self.logger.warning(
-            "%d more " + self.what + " in the last %.0f s, latest: %s",
-            window.unreported, party, now - window.started, window.latest,
+            "%d more " + self.what + " in the last %.0f s, latest: %s%s",
+            window.unreported, party, now - window.started, window.latest, among,
         )  # fmt: skip
 
     def parties(self) -> int:
         """Parties remembered now (at most ``max_parties``)."""
         return len(self._windows)
+
+
+def remote_name(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the other end of a socket ``stream`` (``<unknown peer>`` when it has none)."""
+    try:
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
+        return f"{host}:{port}"
+    except (AttributeError, OSError, TypeError, ValueError):
+        return "<unknown peer>"
+
+
+def remote_host(name: str) -> str:
+    """The host of a :func:`remote_name` (IPv6 too): the party a server's bounded warnings count by, as a
+    client has 60,000 ports to come from."""
+    return name.rpartition(":")[0] or name

@@ -85,3 +85,26 @@ async def test_the_parties_remembered_are_bounded(
     assert lines[1:3] == ["session message from P1 refused: z", "session message from P2 refused: z"]
     assert lines[3] == "1 more session messages from P0 refused in the last 0 s, latest: y"
     assert len(lines) == 1 + 9 + 1
+
+
+async def test_a_burst_that_goes_quiet_is_summed_up_by_report_due_with_the_details_tried(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, nursery: trio.Nursery
+) -> None:
+    """Without ``report_due`` the count of a burst that stopped waited for the party's next event (possibly
+    never): 2,000 wrong passwords in ten seconds left one line and no count. With it, the summary comes once
+    the window is over, quoting at most ``distinct_details`` of the details seen."""
+    w = logs.PeerWarnings(log, "failed logins from %s", distinct_details=3)
+    nursery.start_soon(w.report_due)
+    for i in range(2000):
+        w.warning(
+            "10.0.0.7", f"user 'u{i % 5}'", "login from %s failed for user %s", "10.0.0.7:4242", f"'u{i}'"
+        )
+        await trio.sleep(0.005)
+    assert warnings(caplog) == ["login from 10.0.0.7:4242 failed for user 'u0'"]
+    await trio.sleep(60)
+    assert warnings(caplog) == [
+        "1999 more failed logins from 10.0.0.7 in the last 60 s, latest: user 'u4' "
+        "(among them: user 'u1', user 'u2', user 'u3', ...)"
+    ]
+    await trio.sleep(300)  # nothing more to report: no more lines, and the party is forgotten
+    assert warnings(caplog) == [] and w.parties() == 0

@@ -214,6 +214,9 @@ class InboundAcceptor:
     refused_links: int = 0
     #: Messages stored and accepted, by the sending peer's legal name (the TLS subject).
     accepted_by_peer: dict[str, int] = attrs.field(factory=dict)
+    #: Connections refused before they were served (failed TLS handshake, a certificate of another network, an
+    #: AMQP protocol violation ...), by reason: ``transport.InboundRefusals``.
+    refusals: transport.InboundRefusals = attrs.field(factory=transport.InboundRefusals, init=False)
     _rejected_log: logs.PeerWarnings = attrs.field(factory=rejected_messages_log, init=False)
     #: a peer's bridge comes back after each backoff while the node is away: a warning per peer a minute
     _released_log: logs.PeerWarnings = attrs.field(
@@ -231,6 +234,7 @@ class InboundAcceptor:
                     ssl_context=self.ssl_context,
                     peer_check=pki.check_peer_is_network_node,
                     handshake_timeout=self.config.handshake_timeout_seconds,
+                    refusals=self.refusals,
                     task_status=task_status,
                 )
             )

@@ -9,6 +9,10 @@ without), answer it, and start the next cycle while the client keeps the connect
 handled by :meth:`NetworkMapService.handle`, a plain blocking function (SQLite and signature checks) run in a
 worker thread behind a one-thread ``CapacityLimiter``, so requests are serialised and the Trio loop never
 blocks.
+A refused publication (a NodeInfo of another network, a bad signature, a node the operator removed) is
+logged per client address (the host) at most once a minute: the first in full, then a summary counting the
+rest (``logs.PeerWarnings``), since anyone who can reach the port can post thousands;
+:attr:`NetworkMapService.refused_publications` counts every one.
 Anything wrong with a request becomes a 4xx with a one-line text reason; a protocol error gets a 400 (431 for
 a head over the limit) when a response can still be sent, then the connection is closed once the client has
 read it (``transport.drain_before_close``).  No request can stop the server: exceptions other than
@@ -33,7 +37,7 @@ import h11
 import trio
 from cryptography import x509
 
-from corda_trio import pki, transport
+from corda_trio import logs, pki, transport
 
 from . import _codec
 from ._errors import MalformedPayloadError, PayloadRejectedError
@@ -70,6 +74,8 @@ class HttpResponse:
     body: bytes
     content_type: bytes = b"text/plain; charset=utf-8"
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    #: why a publication was refused, for the server's log (bounded per client there)
+    refusal: str | None = None
 
     @classmethod
     def text(cls, status: int, message: str) -> HttpResponse:
@@ -99,6 +105,8 @@ class NetworkMapService:
     map_cert_path: Sequence[x509.Certificate]
     max_age_seconds: int = DEFAULT_MAX_AGE_SECONDS
     clock: Callable[[], dt.datetime] = _utcnow
+    #: publications refused with 403 (each is logged, per client at most once a minute)
+    refused_publications: int = 0
 
     def minimum_platform_version(self) -> int:
         current = self.store.current_parameters_hash()
@@ -159,15 +167,18 @@ class NetworkMapService:
         except MalformedPayloadError as exc:
             return HttpResponse.text(400, f"malformed NodeInfo: {exc}")
         except PayloadRejectedError as exc:
-            log.warning("refused NodeInfo: %s", exc)
-            return HttpResponse.text(403, f"{exc.reason}: {exc}")
+            self.refused_publications += 1
+            return attrs.evolve(HttpResponse.text(403, f"{exc.reason}: {exc}"), refusal=str(exc))
         result = self.store.put_node_info(node)
         if result == "denied":
-            log.warning("refused NodeInfo of %s: removed by the operator", node.legal_name)
-            return HttpResponse.text(
-                403,
-                f"removed-by-operator: {node.legal_name} (identity key {node.identity_key_hash}) was removed "
-                "from the map; the operator must readmit it",
+            self.refused_publications += 1
+            return attrs.evolve(
+                HttpResponse.text(
+                    403,
+                    f"removed-by-operator: {node.legal_name} (identity key {node.identity_key_hash}) was "
+                    "removed from the map; the operator must readmit it",
+                ),
+                refusal=f"{node.legal_name}: removed by the operator",
             )
         if result == "stale":
             current = self.store.current_serial(str(node.legal_name))
@@ -216,10 +227,11 @@ async def serve_network_map(
     accept loop is ``transport.serve_listeners``, shared with the AMQP listeners).
     """
     limiter = trio.CapacityLimiter(1)
+    refusals = logs.PeerWarnings(log, "NodeInfo publications from %s refused")
 
     async def handler(stream: trio.SocketStream) -> None:
         try:
-            await _serve_connection(service, stream, limiter)
+            await _serve_connection(service, stream, limiter, refusals)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client went away before its response was sent")
         except Exception:  # one bad connection must never stop the server
@@ -228,13 +240,15 @@ async def serve_network_map(
             await trio.aclose_forcefully(stream)
 
     listeners = await trio.open_tcp_listeners(port, host=host)
-    await transport.serve_listeners(
-        handler,  # type: ignore[arg-type]  # TCP listeners hand out SocketStreams
-        listeners,
-        max_connections=max_connections,
-        refuse=transport.refuse_with_http_503,
-        task_status=task_status,
-    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(refusals.report_due)
+        await transport.serve_listeners(
+            handler,  # type: ignore[arg-type]  # TCP listeners hand out SocketStreams
+            listeners,
+            max_connections=max_connections,
+            refuse=transport.refuse_with_http_503,
+            task_status=task_status,
+        )
 
 
 async def _send(
@@ -273,7 +287,10 @@ async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Ev
 
 
 async def _serve_connection(
-    service: NetworkMapService, stream: trio.SocketStream, limiter: trio.CapacityLimiter
+    service: NetworkMapService,
+    stream: trio.SocketStream,
+    limiter: trio.CapacityLimiter,
+    refusals: logs.PeerWarnings,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     while True:
@@ -327,6 +344,15 @@ async def _serve_connection(
         except Exception as exc:  # a bug or a broken store: answer 500 and keep serving
             log.exception("network map request %s %s failed", method, target)
             response = HttpResponse.text(500, f"internal error: {type(exc).__name__}")
+        if response.refusal is not None:
+            client = logs.remote_name(stream)
+            refusals.warning(
+                logs.remote_host(client),
+                response.refusal,
+                "refused NodeInfo from %s: %s",
+                client,
+                response.refusal,
+            )
         await _send(stream, conn, response, head=method == "HEAD")
         if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
             return

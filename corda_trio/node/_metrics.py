@@ -198,7 +198,15 @@ class NodeCollector:
         )
         rejected = _counter("p2p_messages_rejected", "Messages from peers rejected (malformed, too large)")
         refused = _counter("p2p_links_refused", "Links peers tried to attach to anything but our inbox")
+        connections_refused = _counter(
+            "p2p_connections_refused",
+            "Inbound P2P connections refused before they were served, by reason (tls, handshake_timeout, "
+            "amqp, address_limit, capacity); logged per source address at most once a minute",
+            ("reason",),
+        )
         if acceptor is not None:
+            for reason, n in sorted(acceptor.refusals.counts.items()):
+                connections_refused.add_metric([reason], n)
             by_peer = dict(acceptor.accepted_by_peer)
             for peer, n in sorted(by_peer.items()):
                 received.add_metric([peer], n)
@@ -217,7 +225,7 @@ class NodeCollector:
                 received.add_metric([peer], n)
             rejected.add_metric([], tunnel.rejected)
             released.add_metric([], tunnel.released)
-        yield from (received, rejected, refused, released)
+        yield from (received, rejected, refused, connections_refused, released)
         service = node.service
         if service is not None:
             dedup = _gauge("p2p_dedup_ids", "Message ids the deduplicator remembers")

@@ -26,6 +26,12 @@ once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``). The websocket handsha
 :data:`HANDSHAKE_TIMEOUT_SECONDS`, and the login within :attr:`RpcServer.login_timeout_seconds` of it, or the
 connection is closed (close code 1008, policy violation, with the reason). A logged-in client may stay idle
 as long as it likes (``flow watch`` does).
+
+What a client that has not logged in can make the server log is bounded per source address (the host, not
+the port): failed logins and connections closed before a login go through ``logs.PeerWarnings``, the first of
+a minute as a warning in full, then one summary a minute with the count and the user names tried (at most
+:data:`FAILED_LOGIN_USERS_QUOTED`), written even when the source goes quiet. ``failed_logins_total`` counts
+every one.
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, final
 
@@ -41,6 +46,8 @@ import attrs
 import trio
 import trio_websocket
 import wsproto.utilities
+
+from corda_trio import logs
 
 from ._auth import RpcUser, UserDatabase
 from ._codec import pack, unpack
@@ -74,9 +81,8 @@ HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
 DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
 #: Seconds the server waits for a client to answer its close.
 DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
-#: Each failed login is logged at info; a warning (on the operator's console) sums them up at most this often,
-#: so that anyone who can reach the port cannot flood the console with wrong passwords.
-FAILED_LOGIN_WARNING_SECONDS: Final[float] = 60.0
+#: User names a failed-login summary quotes at most (see the module docstring).
+FAILED_LOGIN_USERS_QUOTED: Final[int] = 8
 #: The same when the server is going down (cancelled): a client on a working network answers within a round
 #: trip; a silent one is not waited for longer (a node stopped "at once" stops at once).
 GOING_AWAY_TIMEOUT_SECONDS: Final[float] = 0.5
@@ -144,9 +150,16 @@ class RpcServer:
     _connections_total: int = 0
     _connections_refused: int = 0
     _failed_logins: int = 0
-    #: failed logins not yet in a warning, and when the last warning was (Trio's clock)
-    _failed_unreported: int = 0
-    _failed_warned_at: float = -math.inf
+    #: failed logins and connections closed before a login, per source address (see the module docstring)
+    _failed_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(
+            log, "failed RPC logins from %s", distinct_details=FAILED_LOGIN_USERS_QUOTED
+        ),
+        init=False,
+    )
+    _unauthenticated_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "RPC connections from %s closed before a login"), init=False
+    )
     _calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
 
     def statistics(self) -> RpcServerStatistics:
@@ -176,6 +189,8 @@ class RpcServer:
                 refuse=self._refuse,
             )
             await nursery.start(serve)
+            nursery.start_soon(self._failed_log.report_due)
+            nursery.start_soon(self._unauthenticated_log.report_due)
             task_status.started(self.port)
 
     async def _refuse(self, stream: trio.abc.Stream) -> None:
@@ -184,29 +199,27 @@ class RpcServer:
         self._connections_refused += 1
         await refuse_with_http_503(stream)
 
-    def _note_failed_login(self, user: Any) -> None:
-        log.info("RPC login failed for user %r", user)
-        self._failed_unreported += 1
-        now = trio.current_time()
-        if now - self._failed_warned_at >= FAILED_LOGIN_WARNING_SECONDS:
-            log.warning(
-                "%d failed RPC login(s) since the last report (the latest for user %r); each is in the log",
-                self._failed_unreported, user,
-            )  # fmt: skip
-            self._failed_unreported = 0
-            self._failed_warned_at = now
+    def _note_failed_login(self, client: str, user: Any) -> None:
+        self._failed_logins += 1
+        self._failed_log.warning(
+            logs.remote_host(client),
+            f"user {user!r}"[:100],
+            "RPC login from %s failed for user %r",
+            client,
+            user,
+        )
 
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         """One connection: the websocket handshake (bounded), then :meth:`_serve_connection`."""
         try:
-            await self._serve_websocket(stream)
+            await self._serve_websocket(stream, logs.remote_name(stream))
         except* wsproto.utilities.LocalProtocolError as group:
             # trio-websocket answers a ping that crossed our close frame with a pong that wsproto refuses
             # once the close is sent, in the connection's reader task (python-trio/trio-websocket#184):
             # RFC 6455 allows the ping, and the connection was ending anyway. It ends that one only.
             log.info("RPC connection ended during its close: %s", group.exceptions[0])
 
-    async def _serve_websocket(self, stream: trio.abc.Stream) -> None:
+    async def _serve_websocket(self, stream: trio.abc.Stream, client: str) -> None:
         async with trio.open_nursery() as nursery:  # the connection's reader task
             ws = None
             with trio.move_on_after(HANDSHAKE_TIMEOUT_SECONDS):
@@ -228,7 +241,7 @@ class RpcServer:
             self._connections_total += 1
             going_away = True  # unless the connection ends by itself: the server is going down
             try:
-                await self._serve_connection(ws)
+                await self._serve_connection(ws, client)
                 going_away = False
             except* trio_websocket.ConnectionClosed:
                 going_away = False  # the client left while we answered
@@ -241,7 +254,7 @@ class RpcServer:
                     await (ws.aclose(1001, "server going away") if going_away else ws.aclose())
                 nursery.cancel_scope.cancel()
 
-    async def _serve_connection(self, ws: trio_websocket.WebSocketConnection) -> None:
+    async def _serve_connection(self, ws: trio_websocket.WebSocketConnection, client: str) -> None:
         send = _Sender(ws)
         user: RpcUser | None = None
         failed = 0
@@ -255,7 +268,13 @@ class RpcServer:
                             data = await ws.get_message()
                         if waiting.cancelled_caught:
                             reason = f"not logged in within {self.login_timeout_seconds:g} s"
-                            log.info("RPC connection closed: %s", reason)
+                            self._unauthenticated_log.warning(
+                                logs.remote_host(client),
+                                reason,
+                                "RPC connection from %s closed: %s",
+                                client,
+                                reason,
+                            )
                             await _close(ws, 1008, reason)
                             break
                     else:
@@ -269,10 +288,9 @@ class RpcServer:
                     await send(error_frame(exc.request_id, exc.code, str(exc)))
                     continue
                 if user is None:
-                    user = await self._login(req, send)
+                    user = await self._login(req, send, client)
                     if user is None and req.method == "login":  # (a call before the login is no attempt)
                         failed += 1
-                        self._failed_logins += 1
                         if failed >= MAX_FAILED_LOGINS:
                             await _close(ws, 1008, "too many failed logins")
                             break
@@ -285,7 +303,7 @@ class RpcServer:
             # The client went away (or closed): abandon its calls. Anything they started elsewhere goes on.
             calls.cancel_scope.cancel()
 
-    async def _login(self, req: Request, send: _Sender) -> RpcUser | None:
+    async def _login(self, req: Request, send: _Sender, client: str) -> RpcUser | None:
         if req.method != "login":
             self._calls[_method_label(req.method), ErrorCode.UNAUTHENTICATED.value] += 1
             await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "log in first (method 'login')"))
@@ -293,7 +311,7 @@ class RpcServer:
         user = await self.users.authenticate(req.args.get("user"), req.args.get("password"))
         if user is None:
             self._calls["login", ErrorCode.UNAUTHENTICATED.value] += 1
-            self._note_failed_login(req.args.get("user"))
+            self._note_failed_login(client, req.args.get("user"))
             await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "wrong user name or password"))
             return None
         self._calls["login", "ok"] += 1

@@ -8,8 +8,10 @@ any trio Stream. The sender/receiver API: ``Sender.send`` returns the peer's out
 Limits: ``serve_amqp(..., max_connections=512)`` caps concurrent connections per listener (a client over the
 cap gets a closed socket), and, once half the slots are in their handshake, ``max_handshakes_per_address=16``
 those of one source address still in their handshake (one more from that address is closed at once).
-Descriptor exhaustion is logged rate-limited and accepting resumes when descriptors come back. Per receiving
-link,
+Descriptor exhaustion is logged rate-limited and accepting resumes when descriptors come back. Connections
+refused for a failed TLS handshake, a foreign certificate or an AMQP protocol violation are counted by reason
+(``serve_amqp(..., refusals=InboundRefusals())``) and logged per source address at most once a minute: the
+first in full, then a summary counting the rest. Per receiving link,
 ``AmqpConnection.open_receiver(..., max_message_size=)`` and
 ``LinkRequest.accept_receiver(..., max_message_size=)`` (default: ``ConnectionConfig.max_message_size``,
 ``None`` = no limit); a larger message detaches that link with ``amqp:link:message-size-exceeded`` and the
@@ -55,6 +57,7 @@ from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES_PER_ADDRESS
 from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
 from ._serve import HandshakeLimit as HandshakeLimit
+from ._serve import InboundRefusals as InboundRefusals
 from ._serve import listener_port as listener_port
 from ._serve import refuse_with_http_503 as refuse_with_http_503
 from ._serve import serve_amqp as serve_amqp

@@ -128,12 +128,14 @@ async def open_amqp_over_stream(
     config: amqp.ConnectionConfig | None = None,
     peer_identity: Any = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
+    on_violation: Callable[[amqp.RemoteProtocolError], None] | None = None,
 ) -> AsyncIterator[AmqpConnection]:
     """Run an AMQP connection over an already connected (and secured) stream.
 
     As client it waits for the peer's ``open`` and begins one session; as server it waits for the peer's
     ``open`` (the peer begins its sessions; we answer automatically). On exit the connection is closed
-    gracefully (``close`` frame, a short wait for the peer's) and the stream closed.
+    gracefully (``close`` frame, a short wait for the peer's) and the stream closed. ``on_violation``: told
+    each protocol violation of the peer instead of a warning per violation (see :class:`AmqpConnection`).
 
     Raises:
         AuthenticationError: SASL failed.
@@ -141,7 +143,7 @@ async def open_amqp_over_stream(
         AmqpConnectionError: the peer closed or broke the connection during the handshake.
     """
     engine = amqp.Connection(config, client=client)
-    conn = AmqpConnection(stream, engine, peer_identity=peer_identity)
+    conn = AmqpConnection(stream, engine, peer_identity=peer_identity, on_violation=on_violation)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(conn._run)

@@ -579,6 +579,10 @@ class LinkRequest:
 class AmqpConnection:
     """A running AMQP connection (either role). Build it with ``open_amqp_connection`` or ``serve_amqp``.
 
+    ``on_violation`` is told each protocol violation of the peer (a bad header, a malformed frame, an idle
+    peer), which ends the connection; by default each is logged as a warning. A server passes its own, which
+    bounds what a remote can make it log (``serve_amqp``: per source address).
+
     Attributes:
         peer_identity: whatever the ``peer_check`` callable returned (e.g. the peer's legal name).
         remote_open: the peer's ``open`` once the connection is open.
@@ -591,8 +595,10 @@ class AmqpConnection:
         *,
         peer_identity: Any = None,
         label: str | None = None,
+        on_violation: Callable[[amqp.RemoteProtocolError], None] | None = None,
     ) -> None:
         self._stream = stream
+        self._on_violation = on_violation
         #: ``TlsStream.send_all_nowait`` (the writer task's send without a second scheduling point), if any
         self._send_nowait: Callable[[bytes], bool] | None = (
             stream.send_all_nowait if isinstance(stream, TlsStream) else None
@@ -883,7 +889,7 @@ class AmqpConnection:
             deadline = self._engine.tick(trio.current_time())
         except amqp.RemoteProtocolError as exc:
             self._handle_events(exc.events)
-            log.warning("%s: %s", self.id, exc)
+            self._peer_violated(exc)
             self._flush_wanted.set()
             return
         if deadline != self._deadline:
@@ -891,6 +897,12 @@ class AmqpConnection:
             self._deadline = deadline
             if earlier:
                 self._timer_wake.set()
+
+    def _peer_violated(self, exc: amqp.RemoteProtocolError) -> None:
+        if self._on_violation is not None:
+            self._on_violation(exc)
+        else:
+            log.warning("%s: protocol violation by the peer: %s", self.id, exc)
 
     async def _writer(self) -> None:
         try:
@@ -951,7 +963,7 @@ class AmqpConnection:
                     try:
                         events = engine.receive_data(data)
                     except amqp.RemoteProtocolError as exc:
-                        log.warning("%s: protocol violation by the peer: %s", self.id, exc)
+                        self._peer_violated(exc)
                         self._handle_events(exc.events)
                         await self._goodbye()
                         continue

@@ -20,10 +20,18 @@ When ``accept`` itself fails for lack of resources (``EMFILE``, ``ENFILE``, ``EN
 loop waits until one of our connections ends (which frees a descriptor) or a short poll interval passes,
 whichever is first, and tries again: accepting resumes as soon as descriptors come back. The failure is
 logged once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS` with the count of failures since, never per try.
+
+What a remote makes the server log is bounded (:class:`InboundRefusals`): anyone who can open a TCP
+connection can fail a TLS handshake, present a certificate of another network or send a bad AMQP header,
+thousands of times a second. Each such connection is counted by reason, and logged per source address (the
+host: a client has 60,000 ports) with ``logs.PeerWarnings``: the first in full, with its reason, then one
+summary a minute counting the rest. A connection that ends normally after its handshake is logged at info,
+as before.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import logging
@@ -32,9 +40,10 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import attrs
 import trio
 
-from corda_trio import amqp
+from corda_trio import amqp, logs
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_over_stream, secure_stream
 from ._driver import AmqpConnection
@@ -47,6 +56,7 @@ __all__ = [
     "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
     "HandshakeLimit",
+    "InboundRefusals",
     "listener_port",
     "refuse_with_http_503",
     "serve_amqp",
@@ -74,6 +84,33 @@ log = logging.getLogger("corda_trio.transport")
 Handler = Callable[[AmqpConnection], Awaitable[Any]]
 
 
+@attrs.define(eq=False)
+class InboundRefusals:
+    """Inbound connections a server refused, or ended for the peer's protocol violation, counted by reason
+    and logged per source address at most once a minute (see the module docstring).
+
+    Reasons (the keys of :attr:`counts`): ``tls`` (TLS handshake or peer identity check failed),
+    ``handshake_timeout`` (TLS or AMQP handshake not done in time), ``amqp`` (a protocol violation, SASL
+    failure or end during the AMQP handshake), ``address_limit`` (its address had too many connections in
+    their handshake), ``capacity`` (every slot was taken). The last two are logged by the accept loop and
+    :class:`HandshakeLimit`, rate-limited for all addresses together.
+    """
+
+    counts: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    _warnings: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "inbound connections from %s refused"), init=False
+    )
+
+    def refused(self, peer: str, reason: str, text: str) -> None:
+        """Count one connection from ``peer`` (``host:port``) refused for ``reason``; ``text`` says why."""
+        self.counts[reason] += 1
+        self._warnings.warning(logs.remote_host(peer), text, "inbound %s refused: %s", peer, text)
+
+    async def report_due(self) -> None:
+        """Write the summaries of bursts that went quiet, until cancelled (``logs.PeerWarnings``)."""
+        await self._warnings.report_due()
+
+
 def listener_port(listeners: list[trio.SocketListener]) -> int:
     """The TCP port of the first listener ``serve_amqp`` reported (useful with ``port=0``)."""
     return int(listeners[0].socket.getsockname()[1])
@@ -90,6 +127,7 @@ async def serve_amqp(
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     max_handshakes_per_address: int | None = DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
+    refusals: InboundRefusals | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``host:port`` and run ``await handler(conn)`` for each AMQP connection, until cancelled.
@@ -100,7 +138,8 @@ async def serve_amqp(
     which links the peer may attach: ``async for request in conn.link_requests()`` and ``accept_receiver`` /
     ``accept_sender`` / ``refuse("amqp:unauthorized-access")``. When the handler returns the connection is
     closed. A failing handshake, a misbehaving peer or a crashing handler ends that connection only (logged);
-    the server keeps serving.
+    the server keeps serving. Refused connections and protocol violations are counted in ``refusals`` (pass
+    your own to read its counts) and logged per source address at most once a minute.
 
     At most ``max_connections`` connections run at once (counting handshakes); a client beyond that gets a
     closed socket. Once half the slots are in their handshake (TLS, SASL, AMQP ``open``), an address with
@@ -113,6 +152,8 @@ async def serve_amqp(
     if config is None:
         # The server accepts PLAIN (Corda's SystemUsers/Peer), ANONYMOUS and EXTERNAL.
         config = amqp.ConnectionConfig(sasl_mechanisms=SERVER_SASL_MECHANISMS)
+    if refusals is None:
+        refusals = InboundRefusals()
     listeners = await trio.open_tcp_listeners(port, host=host)
     serve_one = functools.partial(
         _serve_one,
@@ -122,8 +163,21 @@ async def serve_amqp(
         config=config,
         handshake_timeout=handshake_timeout,
         handshakes=HandshakeLimit(max_handshakes_per_address, free_below=max_connections // 2),
+        refusals=refusals,
     )
-    await serve_listeners(serve_one, listeners, max_connections=max_connections, task_status=task_status)
+
+    async def refuse(stream: trio.abc.Stream) -> None:
+        refusals.counts["capacity"] += 1
+        await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(refusals.report_due)
+        await nursery.start(
+            functools.partial(
+                serve_listeners, serve_one, listeners, max_connections=max_connections, refuse=refuse
+            )
+        )
+        task_status.started(listeners)
 
 
 async def serve_listeners(
@@ -333,14 +387,17 @@ def _listener_name(listener: trio.SocketListener) -> str:
         return "<listener>"
 
 
-async def _serve_one(stream: trio.abc.Stream, *, handshakes: HandshakeLimit, **kw: Any) -> None:
+async def _serve_one(
+    stream: trio.abc.Stream, *, handshakes: HandshakeLimit, refusals: InboundRefusals, **kw: Any
+) -> None:
     """Serve one accepted connection, unless its address has too many handshakes running already."""
     done = handshakes.admit(stream)
     if done is None:
+        refusals.counts["address_limit"] += 1
         await trio.aclose_forcefully(stream)
         return
     try:
-        await _serve_admitted(stream, handshake_done=done, **kw)
+        await _serve_admitted(stream, handshake_done=done, refusals=refusals, **kw)
     finally:
         done()
 
@@ -366,33 +423,53 @@ async def _serve_admitted(
     config: amqp.ConnectionConfig | None,
     handshake_timeout: float | None,
     handshake_done: Callable[[], None],
+    refusals: InboundRefusals,
 ) -> None:
-    peer = _peer_name(stream)
+    peer = logs.remote_name(stream)
     try:
         if handshake_timeout is not None:
             with trio.fail_after(handshake_timeout):
                 secured, identity = await secure_stream(stream, ssl_context, peer_check, server_side=True)
         else:
             secured, identity = await secure_stream(stream, ssl_context, peer_check, server_side=True)
-    except (HandshakeError, trio.TooSlowError) as exc:
-        # TooSlowError has no text (and an exception is always truthy): name what happened.
-        reason = str(exc) or f"no TLS handshake within {handshake_timeout} s"
-        log.warning("inbound %s refused: %s", peer, reason)
+    except trio.TooSlowError:
+        # (TooSlowError has no text: name what happened)
+        refusals.refused(peer, "handshake_timeout", f"no TLS handshake within {handshake_timeout} s")
         await trio.aclose_forcefully(stream)
         return
+    except HandshakeError as exc:
+        refusals.refused(peer, "tls", str(exc))
+        await trio.aclose_forcefully(stream)
+        return
+    violated = False
+
+    def on_violation(exc: amqp.RemoteProtocolError) -> None:
+        nonlocal violated
+        violated = True
+        refusals.refused(peer, "amqp", f"protocol violation: {exc}")
+
+    opened = False
     try:
         async with open_amqp_over_stream(
-            secured, client=False, config=config, peer_identity=identity, handshake_timeout=handshake_timeout
-        ) as conn:
+            secured, client=False, config=config, peer_identity=identity, handshake_timeout=handshake_timeout,
+            on_violation=on_violation,
+        ) as conn:  # fmt: skip
             handshake_done()
+            opened = True
             log.debug("inbound %s: %s open (peer %s)", peer, conn.id, identity)
             await handler(conn)
     except AmqpConnectionError as exc:
-        log.info("inbound %s ended: %s", peer, exc)
+        if violated:  # counted and logged (bounded) already
+            log.debug("inbound %s ended: %s", peer, exc)
+        elif not opened:
+            reason = "handshake_timeout" if isinstance(exc, HandshakeError) else "amqp"
+            refusals.refused(peer, reason, str(exc))
+        else:
+            log.info("inbound %s ended: %s", peer, exc)
     except Exception as exc:  # supervision boundary: one broken handler must not stop the server
         ended = _connection_ended(exc)
         if ended is not None:  # the peer went away under the handler's tasks: not a failure of ours
-            log.info("inbound %s ended: %s", peer, ended)
+            log.log(logging.DEBUG if violated else logging.INFO, "inbound %s ended: %s", peer, ended)
         else:
             log.exception("inbound %s: handler failed", peer)
 
@@ -413,13 +490,5 @@ def _peer_address(stream: trio.abc.Stream) -> str:
     """The source address (host only) of ``stream``: what :class:`HandshakeLimit` counts by."""
     try:
         return str(stream.socket.getpeername()[0])  # type: ignore[attr-defined]
-    except Exception:
-        return "<unknown peer>"
-
-
-def _peer_name(stream: trio.abc.Stream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
-        return f"{host}:{port}"
     except Exception:
         return "<unknown peer>"

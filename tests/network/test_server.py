@@ -4,6 +4,7 @@ worker thread), and its persistence across restarts."""
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
 import tempfile
 from pathlib import Path
@@ -234,3 +235,27 @@ def test_handler_answers_everything_with_a_status(method: str, target: str, body
 # directory is removed when the interpreter exits.
 _FUZZ_DIR = tempfile.TemporaryDirectory(prefix="corda-trio-fuzz-")
 _FUZZ_SERVICE = make_service(pki.NetworkCredentials.create(now=NOW), Path(_FUZZ_DIR.name) / "map.db")
+
+
+async def test_a_flood_of_refused_nodeinfos_is_one_log_line_per_client_address(
+    map_server: tuple[network.NetworkMapService, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who can reach the map's port could post NodeInfos of another network: each was a warning line
+    (2,000 posts, 2,000 lines on the service's stderr). Now a client address gets its first refusal in full,
+    the rest of the minute counted (``refused_publications``), each post still answered 403."""
+    service, port = map_server
+    other = pki.NetworkCredentials.create(now=NOW)
+    body = signed_node_info(other.issue_node(pki.CordaX500Name.parse("O=Eve, L=Oslo, C=NO"), now=NOW))
+
+    def post_many() -> list[int]:
+        return [_request(port, "POST", "/network-map/publish", body)[0] for _ in range(300)]
+
+    with caplog.at_level(logging.INFO, logger="corda_trio.network"), trio.fail_after(120):
+        statuses = await trio.to_thread.run_sync(post_many)
+    assert statuses == [403] * 300
+    assert service.refused_publications == 300
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(lines) == 1, lines[:3]
+    assert (
+        lines[0].startswith("refused NodeInfo from 127.0.0.1:") and "is not signed by the key of" in lines[0]
+    )

@@ -4,6 +4,7 @@ inbox and sends hand-made session messages with valid P2P headers, while the vic
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,50 @@ async def test_a_flood_of_bad_session_messages_is_counted_but_not_a_flood_of_log
         refused = [line for line in lines if "refused" in line]
         assert len(refused) == 1 and "refused: unknown session 7000000" in refused[0], refused
         assert len(lines) <= 10, lines
+
+
+async def test_anyone_who_can_connect_is_counted_but_not_a_flood_of_log_lines(tmp_path: Path) -> None:
+    """Not even a member: 2,000 connections to the P2P port sending plain-TCP garbage were 2,000 warning
+    lines in the victim's log and on its stderr, and 2,000 wrong RPC passwords 2,000 lines in its log. Now
+    each source address gets its first refusal in full (with the reason) and the rest of the minute counted:
+    /metrics counts all of them."""
+    nodes = make_network(tmp_path / "net", [BOB])
+    (bob_path, bob_cfg) = nodes[0]
+    async with open_node_processes([(bob_path, bob_cfg)]) as (bob,):
+        before = len(bob_cfg.log_path.read_text().splitlines())
+        console_before = len(bob.console_log.read_text().splitlines())
+        host, port = bob.addresses["p2p"].rsplit(":", 1)
+        limit = trio.CapacityLimiter(20)
+
+        async def garbage() -> None:
+            async with limit, await trio.open_tcp_stream(host, int(port)) as stream:
+                await stream.send_all(b"GET / HTTP/1.1\r\n\r\n")
+                with contextlib.suppress(trio.BrokenResourceError):
+                    while await stream.receive_some(4096):
+                        pass
+
+        async def wrong_password(i: int) -> None:
+            async with limit:
+                with pytest.raises(rpc.RpcError, match="wrong user name or password"):
+                    async with rpc.connect(bob.rpc_url, "ops", f"wrong-{i}"):
+                        pass
+
+        with trio.fail_after(240):
+            async with trio.open_nursery() as nursery:
+                for _ in range(2000):
+                    nursery.start_soon(garbage)
+                for i in range(300):
+                    nursery.start_soon(wrong_password, i)
+            while (await scrape(bob)).get("corda_trio_p2p_connections_refused_total{reason=tls}", 0) < 2000:  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.1)
+        metrics = await scrape(bob)
+        assert metrics["corda_trio_p2p_connections_refused_total{reason=tls}"] == 2000
+        assert metrics["corda_trio_rpc_failed_logins_total{}"] == 300
+        lines = bob_cfg.log_path.read_text().splitlines()[before:]
+        assert len(lines) <= 3, lines[:10]
+        (refused,) = [line for line in lines if "refused" in line]
+        assert "WARNING corda_trio.transport: inbound 127.0.0.1:" in refused, refused
+        assert "refused: TLS handshake failed: [SSL: HTTP_REQUEST] http request" in refused, refused
+        (failed,) = [line for line in lines if "RPC login" in line]
+        assert "failed for user 'ops'" in failed, failed
+        assert len(bob.console_log.read_text().splitlines()) - console_before <= 3

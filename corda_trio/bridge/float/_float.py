@@ -44,7 +44,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, pki, transport
+from corda_trio import amqp, logs, pki, transport
 from corda_trio.messaging import DEFAULT_MAX_MESSAGE_SIZE, InvalidMessageError, check_message_format
 
 from ._audit import AuditLog, LatencySummary
@@ -140,6 +140,9 @@ class Float:
     accepted: int = 0
     refused_deliveries: int = 0
     refused_links: int = 0
+    #: AMQP protocol violations of public peers: counted, and logged per source address at most once a
+    #: minute (each is in the audit log too, as the condition of its ``close``)
+    refusals: transport.InboundRefusals = attrs.field(factory=transport.InboundRefusals)
     latency: LatencySummary = attrs.field(factory=LatencySummary)
     _control_busy: bool = False
     _activation: _Activation | None = None
@@ -332,7 +335,9 @@ class Float:
             handshake_done = handshakes.admit(stream)
             if handshake_done is None:
                 self.audit.write(
-                    "connection-refused", peer=_peer_name(stream), reason="max_handshakes_per_address reached"
+                    "connection-refused",
+                    peer=logs.remote_name(stream),
+                    reason="max_handshakes_per_address reached",
                 )
                 await trio.aclose_forcefully(stream)
                 return
@@ -342,12 +347,15 @@ class Float:
                 handshake_done()
 
         async def refuse(stream: trio.abc.Stream) -> None:
-            self.audit.write("connection-refused", peer=_peer_name(stream), reason="max_connections reached")
+            self.audit.write(
+                "connection-refused", peer=logs.remote_name(stream), reason="max_connections reached"
+            )
 
         with activation.scope:
             listeners = await trio.open_tcp_listeners(self.config.public_port, host=self.config.public_host)
             port = int(listeners[0].socket.getsockname()[1])
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.refusals.report_due)
                 await nursery.start(
                     functools.partial(
                         transport.serve_listeners,
@@ -366,7 +374,7 @@ class Float:
         context: ssl.SSLContext,
         handshake_done: Callable[[], None],
     ) -> None:
-        peer = _peer_name(stream)
+        peer = logs.remote_name(stream)
         self.audit.write("connection", peer=peer)
         try:
             await self._serve_peer(stream, peer, activation, context, handshake_done)
@@ -397,8 +405,9 @@ class Float:
         condition: str | None = None
         try:
             async with transport.open_amqp_over_stream(
-                secured, client=False, config=config, peer_identity=name, handshake_timeout=timeout
-            ) as conn:
+                secured, client=False, config=config, peer_identity=name, handshake_timeout=timeout,
+                on_violation=lambda exc: self.refusals.refused(peer, "amqp", f"protocol violation: {exc}"),
+            ) as conn:  # fmt: skip
                 handshake_done()  # the AMQP open is done: this connection no longer counts as a handshake
                 async with trio.open_nursery() as nursery:
                     async for request in conn.link_requests():
@@ -553,11 +562,3 @@ class Float:
                     self.refused_deliveries += 1
                 self.latency.add(user, trio.current_time() - started)
             await trio.lowlevel.checkpoint()
-
-
-def _peer_name(stream: trio.abc.Stream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
-        return f"{host}:{port}"
-    except (AttributeError, OSError):
-        return "<unknown>"
