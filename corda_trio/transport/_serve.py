@@ -5,7 +5,10 @@ Theory of operation
 One accept loop per listening socket, all sharing one :class:`_Slots` count per ``serve_amqp`` call.
 A connection takes a slot from ``accept`` until its handler and goodbye are done; a client that arrives
 when all ``max_connections`` slots are taken gets a closed socket at once (its descriptor is needed only
-for that instant), so a flood of clients cannot take the descriptors the running connections need.
+for that instant), so a flood of clients cannot take the descriptors the running connections need. A server
+that answers such a client (HTTP's 503, ``refuse``) does so in a task of its own, at most
+:data:`MAX_REFUSING` at once for at most :data:`REFUSE_TIMEOUT_SECONDS` each (beyond that: a closed socket),
+so the accept loop never waits for a refused client.
 
 A connection still in its handshake (TCP accepted; TLS, SASL and the AMQP ``open`` exchange not done yet)
 also counts against its source address (:class:`HandshakeLimit`). Idle or half-open sockets hold a slot until
@@ -48,11 +51,14 @@ from corda_trio import amqp, logs
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_over_stream, secure_stream
 from ._driver import AmqpConnection
 from ._errors import AmqpConnectionError, HandshakeError
+from ._http import drain_before_close
 
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
+    "MAX_REFUSING",
+    "REFUSE_REQUEST_WAIT_SECONDS",
     "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
     "HandshakeLimit",
@@ -71,8 +77,15 @@ DEFAULT_MAX_CONNECTIONS: Final = 512
 #: their handshake: a peer node opens one or a few connections, so 16 leaves room for reconnects, while an
 #: address that opens idle sockets by the hundred holds at most half the slots plus this many.
 DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: Final = 16
-#: Bound on telling an over-cap client why it is refused (the accept loop waits for it).
-REFUSE_TIMEOUT_SECONDS: Final = 0.2
+#: Bound on telling an over-cap client why it is refused (each in a task of its own).
+REFUSE_TIMEOUT_SECONDS: Final = 1.0
+#: Of which, at most this long waiting for its request before answering (``refuse_with_http_503``).
+REFUSE_REQUEST_WAIT_SECONDS: Final = 0.1
+#: Over-cap clients being told why at once; one more gets a closed socket at once (bounds the descriptors
+#: a flood of over-cap clients can hold).
+MAX_REFUSING: Final = 32
+# The request head a refusal waits for, at most (h11's default bound on an incomplete head).
+_REFUSE_HEAD_BYTES: Final = 16 * 1024
 #: At most one log line per this interval about ``accept`` failing for lack of descriptors / memory.
 ACCEPT_ERROR_LOG_INTERVAL_SECONDS: Final = 10.0
 # Retry interval of a failing accept when none of our own connections ends in the meantime.
@@ -214,8 +227,24 @@ _OVER_CAPACITY: Final = (
 
 async def refuse_with_http_503(stream: trio.abc.Stream) -> None:
     """``refuse`` for :func:`serve_listeners` in front of an HTTP (or websocket) server: a ``503 Service
-    Unavailable`` answer with ``retry-after: 1``, whatever the client sent."""
+    Unavailable`` answer with ``retry-after: 1``, whatever the client sent.
+
+    The answer waits for the request head (at most :data:`REFUSE_REQUEST_WAIT_SECONDS`: a client that sends
+    nothing gets it then), and the rest of what the client sends is read and dropped until it closes. A
+    websocket client (the ``websockets`` package) whose answer arrived before it had sent its request, or
+    whose socket was reset because ours closed with its request unread, saw an error instead of the 503 in
+    14 attempts in 100 here. The caller bounds all of it (:data:`REFUSE_TIMEOUT_SECONDS`).
+    """
+    with trio.move_on_after(REFUSE_REQUEST_WAIT_SECONDS):
+        seen = b""
+        while b"\r\n\r\n" not in seen and len(seen) < _REFUSE_HEAD_BYTES:
+            chunk = await stream.receive_some(_REFUSE_HEAD_BYTES)
+            if not chunk:
+                break
+            seen += chunk
     await stream.send_all(_OVER_CAPACITY)
+    if isinstance(stream, trio.abc.HalfCloseableStream):
+        await drain_before_close(stream)
 
 
 class _Slots:
@@ -224,6 +253,7 @@ class _Slots:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.active = 0
+        self.refusing = 0  # over-cap clients being told so (``_refuse_one``)
         self.freed = trio.Event()
         self.refusals = _Throttled()
         self.accept_failures = _Throttled()
@@ -357,16 +387,28 @@ async def _accept_loop(
                 continue
             if slots.active >= slots.limit:
                 slots.note_refusal(where)
-                if refuse is not None:
-                    with trio.move_on_after(REFUSE_TIMEOUT_SECONDS):
-                        try:
-                            await refuse(stream)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                            pass  # the client left already
-                await trio.aclose_forcefully(stream)
+                if refuse is not None and slots.refusing < MAX_REFUSING:
+                    slots.refusing += 1
+                    nursery.start_soon(_refuse_one, stream, refuse, slots)
+                else:
+                    await trio.aclose_forcefully(stream)
                 continue
             slots.active += 1
             nursery.start_soon(_serve_slot, stream, serve_one, slots)
+
+
+async def _refuse_one(
+    stream: trio.abc.Stream, refuse: Callable[[trio.abc.Stream], Awaitable[None]], slots: _Slots
+) -> None:
+    try:
+        with trio.move_on_after(REFUSE_TIMEOUT_SECONDS):
+            try:
+                await refuse(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the client left already
+    finally:
+        await trio.aclose_forcefully(stream)
+        slots.refusing -= 1
 
 
 async def _serve_slot(
