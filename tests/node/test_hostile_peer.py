@@ -247,6 +247,7 @@ async def test_anyone_who_can_connect_is_counted_but_not_a_flood_of_log_lines(tm
                     async with rpc.connect(bob.rpc_url, "ops", f"wrong-{i}"):
                         pass
 
+        started = trio.current_time()
         with trio.fail_after(240):
             async with trio.open_nursery() as nursery:
                 for _ in range(2000):
@@ -258,11 +259,16 @@ async def test_anyone_who_can_connect_is_counted_but_not_a_flood_of_log_lines(tm
         metrics = await scrape(bob)
         assert metrics["corda_trio_p2p_connections_refused_total{reason=tls}"] == 2000
         assert metrics["corda_trio_rpc_failed_logins_total{}"] == 300
+        # one line in full per kind, then (on a slow machine the flood outlasts a minute) a summary a minute
+        minutes = int((trio.current_time() - started) // 60) + 1
         lines = bob_cfg.log_path.read_text().splitlines()[before:]
-        assert len(lines) <= 3, lines[:10]
-        (refused,) = [line for line in lines if "refused" in line]
+        summaries = [line for line in lines if " more " in line and " in the last " in line]
+        full = [line for line in lines if line not in summaries]
+        assert len(full) == 2 and len(summaries) <= 2 * minutes, lines[:10]
+        (refused,) = [line for line in full if "refused" in line]
         assert "WARNING corda_trio.transport: inbound 127.0.0.1:" in refused, refused
         assert "refused: TLS handshake failed: [SSL: HTTP_REQUEST] http request" in refused, refused
-        (failed,) = [line for line in lines if "RPC login" in line]
+        (failed,) = [line for line in full if "RPC login" in line]
         assert "failed for user 'ops'" in failed, failed
-        assert len(bob.console_log.read_text().splitlines()) - console_before <= 3
+        console = len(bob.console_log.read_text().splitlines()) - console_before
+        assert console <= 2 + 2 * minutes
