@@ -944,16 +944,12 @@ class Connection(TransferMixin, SettlementMixin):
                     LinkAttached(channel=session.channel, handle=link.handle, remote_attach=frame)
                 )
             return
-        if link is not None:
-            raise LocalProtocolError(
-                f"attach for link name {frame.name!r}, which is already attached",
-                condition=Condition.NOT_ALLOWED,
-            )
         if our_role and frame.initial_delivery_count is None:
             raise LocalProtocolError(
                 "a sender's attach must carry initial-delivery-count (spec 2.7.3)",
                 condition=Condition.INVALID_FIELD,
             )
+        self._steal(frame.name, our_role)
         link = Link(handle=session.free_handle(), name=frame.name, role=our_role)
         link.machine.process(LinkInput.RECV_ATTACH)
         link.snd_settle_mode = frame.snd_settle_mode
@@ -982,6 +978,32 @@ class Connection(TransferMixin, SettlementMixin):
             )
             return
         self._events.append(LinkAttachRequested(channel=session.channel, handle=link.handle, attach=frame))
+
+    def _steal(self, name: str, our_role: bool) -> None:
+        """The peer attaches a link whose name (and direction) an attached link of this connection has:
+        detach the old one with ``amqp:link:stolen`` (spec 2.6.1, 2.8.15: a link name is one link between
+        two containers; attaching it again moves it), in any session of the connection.
+
+        Real clients do this within one session: Qpid Proton, asked to detach a link and attach one of the
+        same name, sends the new ``attach`` before the old ``detach``. The old link stays known by its
+        handles until the peer answers our ``detach`` (which its own ``detach`` may already be); only its
+        name is freed at once. One we have not answered yet is refused; one we are detaching already keeps
+        waiting for the peer's answer.
+        """
+        for session in self._sessions.values():
+            old = session.links_by_name.get((name, our_role))
+            if old is None:
+                continue
+            del session.links_by_name[(name, our_role)]
+            if old.state is LinkState.DETACH_SENT:
+                continue
+            stolen = _error(
+                Condition.STOLEN, f"link {_short(name)} was attached again: this attachment is detached"
+            )
+            if old.state is LinkState.ATTACH_RCVD:
+                self.refuse_link(session.channel, old.handle, stolen)
+            else:
+                self.detach(session.channel, old.handle, error=stolen, closed=False)
 
     @staticmethod
     def _bind_remote(session: Session, link: Link, frame: P.Attach) -> None:
@@ -1013,7 +1035,8 @@ class Connection(TransferMixin, SettlementMixin):
 
     def _drop_link(self, session: Session, link: Link, *, error: Any, closed: bool, by_peer: bool) -> None:
         session.links.pop(link.handle, None)
-        session.links_by_name.pop((link.name, link.role), None)
+        if session.links_by_name.get((link.name, link.role)) is link:  # (a stolen link's name is taken)
+            del session.links_by_name[(link.name, link.role)]
         if link.remote_handle is not None:
             session.links_by_remote.pop(link.remote_handle, None)
         unsettled = tuple(sorted(link.unsettled))

@@ -262,6 +262,48 @@ def test_refused_link_gets_null_terminus_then_detach_with_error() -> None:
     assert det.error.condition == C.UNAUTHORIZED_ACCESS and det.closed
 
 
+def frames_of(raw: bytes) -> list[object]:
+    buf = amqp.FrameBuffer()
+    buf.feed(raw)
+    return [f.performative for f in buf.frames()]
+
+
+@pytest.mark.parametrize("where", ["same session", "another session"])
+def test_a_link_name_attached_again_steals_the_link(where: str) -> None:
+    """A peer attaches a link whose name and direction an attached link has (Qpid Proton, asked to detach a
+    link and attach one of the same name, sends the new attach before the old detach). The connection used
+    to be closed with amqp:not-allowed (in the same session), or two links of one name lived side by side
+    (another session). Now the old link is detached with amqp:link:stolen (spec 2.6.1), the new one is
+    offered to the application, and the peer's own detach of the old handle is the answer to ours."""
+    pair, L = opened_link("client", "client", credit=5)
+    name = pair.client.link(L["sch"], L["sh"]).name
+    pair.client.send_transfer(L["sch"], L["sh"], b"unsettled")
+    pair.pump()
+    channel = L["sch"]
+    if where == "another session":
+        channel = pair.client.begin_session()
+        pair.pump()
+    again = amqp.Attach(
+        name=name, handle=7, role=amqp.Role.SENDER, target=amqp.Target(address="q"), initial_delivery_count=0
+    )
+    events = pair.server.receive_data(amqp.encode_frame(again, channel))
+    out = frames_of(pair.server.data_to_send())
+    assert not [f for f in out if isinstance(f, amqp.Close)]
+    (detach,) = [f for f in out if isinstance(f, amqp.Detach)]
+    assert detach.handle == L["rh"] and detach.error.condition == C.STOLEN and not detach.closed
+    (request,) = of(events, amqp.LinkAttachRequested)
+    assert request.attach.handle == 7 and (request.channel, request.handle) != (L["rch"], L["rh"])
+    # the peer's detach of the old handle (sent before it read ours) completes the old link
+    events = pair.server.receive_data(amqp.encode_frame(amqp.Detach(handle=L["sh"], closed=False), L["sch"]))
+    (gone,) = of(events, amqp.LinkDetached)
+    assert gone.handle == L["rh"] and gone.error.condition == C.STOLEN
+    assert not frames_of(pair.server.data_to_send())  # an answer needs no answer
+    new_channel = request.channel
+    pair.server.accept_link(new_channel, request.handle)
+    pair.server.flow(new_channel, request.handle, credit=1)
+    assert pair.server.link(new_channel, request.handle).name == name  # the name is the new link's
+
+
 def test_channel_max_and_handle_max_are_enforced() -> None:
     pair = ConnectionPair(server_config=cfg(channel_max=0, handle_max=0, sasl_mechanisms=("PLAIN",)))
     pair.open()

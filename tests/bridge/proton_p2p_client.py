@@ -1,12 +1,17 @@
 """Apache Qpid Proton as a Corda peer: mutual TLS with a node's certificate, sends P2P-shaped messages.
 
     python proton_p2p_client.py --port P --address A --count N --tls DIR [--rcv-settle-mode second]
+        [--detach-first detach|close]
 
 DIR holds ``client.pem`` (the TLS chain), ``client.key`` and ``ca.pem`` (the network root). Each message
 carries Corda's P2P application properties (``platform-topic``, ``platform-version`` int,
 ``_AMQ_DUPL_ID``...) and one Data body ``b"proton-<i>"``. Prints one JSON line with the counts of
 accepted / rejected / released sends, the first rejection's condition, or the link / transport error, and
 the receiver-settle-mode the peer's attach stated (``--rcv-settle-mode second`` proposes second).
+
+``--detach-first``: send the N messages on a first link and, without waiting for their outcomes, detach it
+(``detach``: closed=false, spec 2.6.6; ``close``: closed=true), then attach a link of the same name on the
+same connection and send the same N messages again: the counts are the second link's.
 """
 
 from __future__ import annotations
@@ -45,13 +50,17 @@ class Client(MessagingHandler):
         domain.set_peer_authentication(SSLDomain.VERIFY_PEER)  # Corda checks names after the handshake
         conn = event.container.connect(f"amqps://127.0.0.1:{a.port}", reconnect=False, ssl_domain=domain)
         mode = Link.RCV_SECOND if a.rcv_settle_mode == "second" else Link.RCV_FIRST
-        event.container.create_sender(conn, a.address, options=ProposeReceiverSettleMode(mode))
+        self.options = ProposeReceiverSettleMode(mode)
+        event.container.create_sender(conn, a.address, options=self.options)
+        self.detached = False
 
     def on_link_opened(self, event):
         second = event.link.remote_rcv_settle_mode == Link.RCV_SECOND
         self.remote_rcv_settle_mode = "second" if second else "first"
 
     def on_sendable(self, event):
+        if getattr(event.sender, "detached_here", False):  # (the first link, with --detach-first)
+            return
         while event.sender.credit and self.sent < self.args.count:
             i = self.sent
             msg = Message(
@@ -71,18 +80,41 @@ class Client(MessagingHandler):
             msg.inferred = True  # bytes body as a Data section
             event.sender.send(msg)
             self.sent += 1
+        if self.args.detach_first and not self.detached and self.sent == self.args.count:
+            # the first link goes with every delivery unsettled; the same name again, the same messages
+            self.detached = True
+            event.sender.detached_here = True  # (kept with the link: proton's wrappers share attributes)
+            if self.args.detach_first == "detach":
+                event.sender.detach()
+            else:
+                event.sender.close()
+            self.sent = 0
+            event.container.create_sender(
+                event.connection, self.args.address, name=event.sender.name, options=self.options
+            )
+
+    def _counts(self, event) -> bool:
+        """Whether the event's link counts (with --detach-first, only the second link does: the first
+        one is detached here)."""
+        return not getattr(event.link, "detached_here", False)
 
     def on_accepted(self, event):
+        if not self._counts(event):
+            return
         self.accepted += 1
         self._maybe_close(event)
 
     def on_rejected(self, event):
+        if not self._counts(event):
+            return
         self.rejected += 1
         cond = event.delivery.remote.condition
         self.rejection = self.rejection or (cond.name if cond else None)
         self._maybe_close(event)
 
     def on_released(self, event):
+        if not self._counts(event):
+            return
         self.released += 1
         self._maybe_close(event)
 
@@ -91,6 +123,8 @@ class Client(MessagingHandler):
             event.connection.close()
 
     def on_link_error(self, event):
+        if not self._counts(event):
+            return
         cond = event.link.remote_condition
         self.error = f"{cond.name}: {cond.description}" if cond else "link error"
         event.connection.close()
@@ -107,6 +141,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--tls", required=True)
     ap.add_argument("--rcv-settle-mode", choices=["first", "second"], default="first")
+    ap.add_argument("--detach-first", choices=["detach", "close"])
     args = ap.parse_args()
     client = Client(args)
     Container(client).run()

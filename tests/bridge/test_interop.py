@@ -4,6 +4,7 @@ bridge delivers into RabbitMQ standing in for a peer's inbox, with Corda's heade
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,17 @@ from tests.p2p_harness import running_node, wait_until
 pytestmark = [pytest.mark.interop]
 
 PROTON_CLIENT = Path(__file__).with_name("proton_p2p_client.py")
+
+
+def client_tls(tmp_path: Path, creds: pki.NodeCredentials, network: pki.NetworkCredentials) -> Path:
+    """A directory with ``client.pem`` (``creds``' TLS chain), ``client.key`` and ``ca.pem`` (the network
+    root): what the third-party clients here read."""
+    tls = tmp_path / "client-tls"
+    tls.mkdir()
+    pki.write_certificates(tls / "client.pem", creds.tls_chain)
+    pki.write_private_key(tls / "client.key", creds.tls.key, None)
+    pki.write_certificates(tls / "ca.pem", [network.root.cert])
+    return tls
 
 
 async def _proton(port: int, address: str, count: int, tls: Path, *more: str) -> dict[str, object]:
@@ -47,11 +59,7 @@ async def _proton(port: int, address: str, count: int, tls: Path, *more: str) ->
 async def test_proton_delivers_into_our_inbox_and_is_refused_elsewhere(
     alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
 ) -> None:
-    tls = tmp_path / "proton-tls"
-    tls.mkdir()
-    pki.write_certificates(tls / "client.pem", alice.tls_chain)
-    pki.write_private_key(tls / "client.key", alice.tls.key, None)
-    pki.write_certificates(tls / "ca.pem", [network.root.cert])
+    tls = client_tls(tmp_path, alice, network)
     async with running_node(bob, network.root.cert, tmp_path / "b", run_service=False) as b:
         inbox = b.service.inbox
         with trio.fail_after(120):
@@ -70,6 +78,37 @@ async def test_proton_delivers_into_our_inbox_and_is_refused_elsewhere(
             b"proton-%d" % i for i in range(20)
         ]
         assert {m.validated_user for m in stored} == {str(alice.legal_name)}
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["in-node", "bridge-process"])
+@pytest.mark.parametrize("how", ["detach", "close"])
+async def test_a_link_detached_while_its_messages_are_stored_then_attached_again(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+    external: bool,
+) -> None:
+    """Proton sends 200 messages and, without waiting for their outcomes, detaches its link (closed=false,
+    or closed=true), then attaches a link of the same name on the same connection and sends them again.
+    Proton puts the new attach on the wire before the old link's transfers and detach; the node used to
+    close the whole connection (amqp:not-allowed, "already attached"), so the second link failed too. Now
+    the old link is detached with amqp:link:stolen (spec 2.6.1) and the new one gets every message
+    accepted, in the node's acceptor and in a bridge process alike, with nothing logged as an error."""
+    tls = client_tls(tmp_path, alice, network)
+    async with running_node(
+        bob, network.root.cert, tmp_path / "b", run_service=False, external=external
+    ) as b:
+        with trio.fail_after(120):
+            out = await _proton(b.port, b.service.inbox.name, 200, tls, "--detach-first", how)
+        assert out == {**out, "sent": 200, "accepted": 200, "rejected": 0, "released": 0, "error": None}
+        stored = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in b.service.inbox.browse()]
+        # all of the second link's, and whatever of the first link's the node stored before it went (the
+        # messaging service drops the duplicates by their _AMQ_DUPL_ID)
+        assert {m.data for m in stored} == {b"proton-%d" % i for i in range(200)}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-3000:]
 
 
 async def test_our_bridge_delivers_into_rabbitmq_with_corda_headers(rabbitmq: Peer, tmp_path: Path) -> None:
@@ -130,11 +169,7 @@ async def test_rhea_s_delivery_in_another_message_format_is_rejected_and_not_sto
     """rhea (a real peer over mutual TLS) sends three well-formed P2P messages with transfer message-formats
     0, 0x80013700 (a vendor's format) and 0. The acceptor used to store all three as standard messages; the
     one in the other format is rejected with amqp:not-implemented and never stored, the others are."""
-    tls = tmp_path / "rhea-tls"
-    tls.mkdir()
-    pki.write_certificates(tls / "client.pem", alice.tls_chain)
-    pki.write_private_key(tls / "client.key", alice.tls.key, None)
-    pki.write_certificates(tls / "ca.pem", [network.root.cert])
+    tls = client_tls(tmp_path, alice, network)
     env = {**os.environ, "NODE_PATH": rhea_node_path()}
     async with running_node(bob, network.root.cert, tmp_path / "b", run_service=False) as b:
         inbox = b.service.inbox
