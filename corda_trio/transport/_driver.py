@@ -268,7 +268,12 @@ class Delivery:
         return amqp.Message.decode(self.payload)
 
     async def settle(self, state: Any) -> None:
-        """Settle with ``state`` (``amqp.Accepted()``, ``amqp.Rejected(...)``, ...); no-op if pre-settled."""
+        """Settle with ``state`` (``amqp.Accepted()``, ``amqp.Rejected(...)``, ...); no-op if pre-settled.
+
+        Raises:
+            LinkDetachedError / AmqpConnectionError: the link or connection is gone, also when the peer
+                detached the link cleanly: the outcome cannot reach the peer, which sends the delivery again.
+        """
         if self.settled:
             await trio.lowlevel.checkpoint()
             return
@@ -429,7 +434,11 @@ class Receiver:
 
     async def settle_many(self, deliveries: list[Delivery], state: Any) -> None:
         """Settle several deliveries of this link with ``state`` at once (one flush, one checkpoint);
-        pre-settled or already settled ones are skipped."""
+        pre-settled or already settled ones are skipped.
+
+        Raises:
+            LinkDetachedError / AmqpConnectionError: as :meth:`Delivery.settle`.
+        """
         self.settle_many_nowait(deliveries, state)
         await trio.lowlevel.checkpoint()
 
@@ -437,12 +446,10 @@ class Receiver:
         """:meth:`settle_many` without its checkpoint, for a caller that has just passed one (the
         dispositions leave with the writer task's next write)."""
         conn = self._conn
-        conn._raise_if_broken()
-        if self._error is not None:
-            raise self._error
         settle = conn._engine.settle
         for delivery in deliveries:
             if not delivery.settled:
+                self._check_settleable()
                 delivery.settled = True
                 settle(self.channel, delivery.delivery_id, state)
         conn._request_flush()
@@ -452,12 +459,30 @@ class Receiver:
         await trio.lowlevel.checkpoint()
 
     def _settle_nowait(self, delivery_id: int, state: Any) -> None:
+        self._check_settleable()
         conn = self._conn
-        conn._raise_if_broken()
-        if self._error is not None:
-            raise self._error
         conn._engine.settle(self.channel, delivery_id, state)
         conn._request_flush()
+
+    def _check_settleable(self) -> None:
+        """Raise unless an outcome can still reach the peer.
+
+        A peer may detach its link cleanly (``closed`` true or false) with deliveries unsettled, e.g. while
+        the application is storing them: the engine forgets them with the link (spec 2.6.6: the sender
+        keeps them and sends them again), so there is nobody left to settle them with.
+
+        Raises:
+            AmqpConnectionError: the connection is gone.
+            LinkDetachedError: the link is gone (its error, or: the peer detached it without one).
+        """
+        self._conn._raise_if_broken()
+        if self._error is not None:
+            raise self._error
+        if self._gone:
+            raise LinkDetachedError(
+                f"link {self.name!r} was detached by the peer before the outcome was sent: the peer has "
+                "the delivery unsettled and sends it again"
+            )
 
     async def aclose(self) -> None:
         """Detach the link (closing it)."""

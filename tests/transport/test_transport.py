@@ -404,3 +404,47 @@ async def test_settle_many_nowait_settles_without_a_checkpoint(nursery: trio.Nur
                 extra = await receiver.receive()
                 pytest.fail(f"a settled message came again: {extra.message.body!r}")
     assert not broker.queues["q"]
+
+
+@pytest.mark.parametrize("how", ["settle", "settle_many_nowait"])
+async def test_settling_after_the_peer_detached_the_link_cleanly(nursery: trio.Nursery, how: str) -> None:
+    """The peer detaches its sending link (no error) while the application still holds its deliveries
+    unsettled (the node's acceptor storing a batch). Settling them used to raise amqp.LocalProtocolError
+    ("delivery 0 ... is unknown or settled": the engine forgot them with the link), which crashed the node's
+    connection handler and every other link on its connection (found with Proton detaching right after
+    sending). It raises LinkDetachedError, which the application handles as any other link loss: the
+    outcome cannot reach the peer, which has the deliveries unsettled and sends them again."""
+    got_them = trio.Event()
+    detached = trio.Event()
+    raised: list[BaseException] = []
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        async for request in conn.link_requests():
+            receiver = await request.accept_receiver(credit=10)
+            taken = [await receiver.receive(), await receiver.receive()]
+            got_them.set()
+            await detached.wait()
+            with pytest.raises(trio.EndOfChannel):  # the peer's detach has been read: the link ended
+                await receiver.receive()
+            with pytest.raises(transport.LinkDetachedError) as info:
+                if how == "settle":
+                    await taken[0].accept()
+                else:
+                    receiver.settle_many_nowait(taken, amqp.Accepted())
+            raised.append(info.value)
+            # the connection is still there for other links (the test's client opens one below)
+
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, handler, 0))
+    port = transport.listener_port(listeners)
+    with trio.fail_after(20):
+        async with transport.open_amqp_connection("127.0.0.1", port) as conn:
+            sender = await conn.open_sender("q")
+            for i in range(2):
+                await sender.start_send(amqp.Message(body=bytes([i])))
+            await got_them.wait()
+            await sender.aclose()
+            detached.set()
+            while not raised:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            assert "detached by the peer" in str(raised[0])
+            assert not conn.closed
