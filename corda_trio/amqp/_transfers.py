@@ -50,6 +50,22 @@ def error(condition: Symbol, description: str) -> P.ErrorCondition:
 _error = error
 
 
+def _check_delivery_id_free(session: Session, delivery_id: int) -> None:
+    """A new delivery's id must not be one of the session's unsettled incoming deliveries.
+
+    A disposition names deliveries by id (spec 2.7.6), so a reused id would make our settlement of one
+    delivery settle the other as well, and settling the second raised ``LocalProtocolError`` in the
+    application. The sender assigns ids in sequence (Qpid Proton refuses any other than the next); we
+    refuse only a reuse, with ``amqp:invalid-field``, and the connection closes: the sender has every
+    delivery we had not settled unsettled and sends it again.
+    """
+    if delivery_id in session.incoming_unsettled:
+        raise LocalProtocolError(
+            f"transfer with delivery-id {delivery_id}, which an unsettled delivery of this session has",
+            condition=Condition.INVALID_FIELD,
+        )
+
+
 class TransferMixin:
     """Transfers and flow control of :class:`~corda_trio.amqp.Connection` (see the module docstring)."""
 
@@ -332,6 +348,7 @@ class TransferMixin:
                 raise LocalProtocolError(
                     "the first transfer of a delivery has no delivery-id", condition=Condition.INVALID_FIELD
                 )
+            _check_delivery_id_free(session, frame.delivery_id)
             if link.received_total >= link.max_limit:
                 # Credit overrun: absorb up to max_credit_overrun (the transport grants less while the
                 # excess is buffered); beyond that only this link goes, never the connection.
@@ -436,6 +453,7 @@ class TransferMixin:
                 if not frame.more:
                     settled = link.partial_settled
                     if not settled:
+                        _check_delivery_id_free(session, link.partial_id)  # (another link's, meanwhile)
                         session.incoming_unsettled[link.partial_id] = link
                     events.append(
                         DeliveryReceived(

@@ -194,6 +194,36 @@ def test_aborted_transfer_is_discarded() -> None:
     assert of(events, amqp.TransferAborted) and not of(events, amqp.DeliveryReceived)
 
 
+@pytest.mark.parametrize("second_on", ["same link", "another link"])
+def test_a_delivery_id_reused_while_unsettled_closes_the_connection(second_on: str) -> None:
+    """Two transfers with delivery-id 0, the first unsettled. Both used to be handed to the application;
+    settling the second then raised LocalProtocolError ("unknown or settled") in the application (the
+    node's acceptor), and one disposition would have settled both at the sender. The reuse is refused
+    with amqp:invalid-field; a multi-frame delivery completed on another link under an unsettled id too."""
+    pair, L = opened_link("client", "client", credit=5)
+    ch, sh = L["sch"], L["sh"]
+    other = pair.client.attach(ch, amqp.Role.SENDER, name="other", target="q2")
+    _, server_ev = pair.pump()
+    (request,) = of(server_ev, amqp.LinkAttachRequested)
+    pair.server.accept_link(request.channel, request.handle)
+    pair.server.flow(request.channel, request.handle, credit=5)
+    pair.pump()
+    first = amqp.encode_frame(amqp.Transfer(handle=sh, delivery_id=0, delivery_tag=b"a"), ch, b"one")
+    if second_on == "same link":
+        second = amqp.encode_frame(amqp.Transfer(handle=sh, delivery_id=0, delivery_tag=b"b"), ch, b"two")
+    else:  # begun before the first, completed after it
+        head = amqp.Transfer(handle=other, delivery_id=0, delivery_tag=b"b", more=True)
+        first = amqp.encode_frame(head, ch, b"t") + first
+        second = amqp.encode_frame(amqp.Transfer(handle=other), ch, b"wo")
+    events = pair.server.receive_data(first)
+    assert [d.payload for d in of(events, amqp.DeliveryReceived)] == [b"one"]
+    with pytest.raises(amqp.RemoteProtocolError) as info:
+        pair.server.receive_data(second)
+    assert info.value.condition == C.INVALID_FIELD and "delivery-id 0" in info.value.description
+    close = [f for f in frames_of(pair.server.data_to_send()) if isinstance(f, amqp.Close)]
+    assert close and close[0].error.condition == C.INVALID_FIELD
+
+
 def test_presettled_delivery_needs_no_disposition() -> None:
     pair, L = opened_link("client", "client", credit=2)
     L["sender"].send_transfer(L["sch"], L["sh"], b"fire", settled=True)

@@ -462,7 +462,12 @@ def test_a_delivery_s_message_format_is_its_first_transfer_s_and_may_not_change(
     detaches the link with ``amqp:invalid-field`` and nothing of the delivery is kept or reported (the
     engine used to take the first format and ignore the rest). Another link carries on."""
     pair, cch, sch, [(sh1, rh1), (sh2, _rh2)] = link_pair(credit=10, links=2)
-    frames = [amqp.Transfer(handle=sh1, delivery_id=0, delivery_tag=b"t", message_format=first, more=True)]
+    # (pre-settled: the client's engine, which did not send this one, numbers its next delivery 0 as well,
+    # and a delivery-id of an unsettled delivery may not be used again)
+    head = amqp.Transfer(
+        handle=sh1, delivery_id=0, delivery_tag=b"t", message_format=first, settled=True, more=True
+    )
+    frames = [head]
     for i, fmt in enumerate(continuations):
         frames.append(amqp.Transfer(handle=sh1, message_format=fmt, more=i < len(continuations) - 1))
     events: list[amqp.Event] = []
