@@ -14,7 +14,8 @@ credentials are the configured ones (compared in constant time). Per connection,
   max-message-size is below the network's ``max_message_size`` is refused with ``amqp:precondition-failed``:
   a message above it would be dead-lettered for good by the client's setting, not a peer's refusal;
 * a sender to the node's inbox goes through :meth:`InboundAcceptor.pump_link` in trusted mode (checked
-  again, message-format 0 included, stored, settled ``accepted`` once durable);
+  again, message-format 0 included, stored, settled ``accepted`` once durable); one in snd-settle-mode
+  ``settled`` is refused with ``amqp:not-implemented``, as at the acceptor (``messaging.check_inbox_sender``);
 * a sender to :data:`CONTROL_ADDRESS` carries ``QueueQuery`` messages, answered with a correlated
   ``QueueSnapshot`` on the notify links of the same connection;
 * a receiver from :data:`NOTIFY_ADDRESS` gets the snapshots and, whenever the wanted bridges change (a
@@ -42,6 +43,7 @@ from corda_trio.messaging import (
     InvalidMessageError,
     MessagingService,
     PeerResolver,
+    check_inbox_sender,
     check_message_format,
     key_hash_of_address,
 )
@@ -235,6 +237,11 @@ class LocalEndpoint:
                     address = request.address or ""
                     if request.peer_is_sender and address == inbox:
                         assert self._inbox is not None
+                        try:
+                            check_inbox_sender(request.attach.snd_settle_mode)
+                        except InvalidMessageError as exc:
+                            await request.refuse(exc.condition, exc.description)
+                            continue
                         receiver = await request.accept_receiver(credit=self.config.credit)
                         nursery.start_soon(self._inbox.pump_link, receiver, None)
                     elif request.peer_is_sender and address == CONTROL_ADDRESS:

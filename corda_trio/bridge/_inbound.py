@@ -6,7 +6,9 @@ Theory of operation
 ``pki.check_peer_is_network_node`` (the leaf has the TLS role and a legal name); its subject becomes the
 connection's validated user. Per connection, link requests are answered: a sender attaching to this node's own
 inbox gets a receiving link with ``credit``; anything else is refused with ``amqp:unauthorized-access`` and a
-description naming the one allowed address.
+description naming the one allowed address, and a sender in snd-settle-mode ``settled`` (pre-settled,
+at-most-once transfers, which no outcome reaches) with ``amqp:not-implemented``
+(``messaging.check_inbox_sender``).
 
 Per accepted link one task takes whatever has arrived on the link (in order), validates each message
 (transfer message-format 0, decodable, required headers, size at most ``max_message_size``,
@@ -56,6 +58,7 @@ from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_VALIDATED_USER,
     InvalidMessageError,
+    check_inbox_sender,
     check_message_format,
     check_p2p_message,
     stamped_payload,
@@ -254,6 +257,13 @@ class InboundAcceptor:
                         "amqp:unauthorized-access",
                         f"peers may only attach a sender to {inbox}, not a {what} {request.address!r}",
                     )
+                    continue
+                try:
+                    check_inbox_sender(request.attach.snd_settle_mode)
+                except InvalidMessageError as exc:
+                    self.refused_links += 1
+                    log.warning("%s: refused a pre-settled sender to %r", user, request.address)
+                    await request.refuse(exc.condition, exc.description)
                     continue
                 # The network's max_message_size on the link itself: advertised in our attach, and a
                 # transfer that grows past it ends the link (amqp:link:message-size-exceeded) at that frame,

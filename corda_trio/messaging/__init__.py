@@ -28,6 +28,7 @@ from ._model import REQUIRED_HEADERS as REQUIRED_HEADERS
 from ._model import InvalidMessageError as InvalidMessageError
 from ._model import OutgoingMessage as OutgoingMessage
 from ._model import ReceivedMessage as ReceivedMessage
+from ._model import check_inbox_sender as check_inbox_sender
 from ._model import check_message_format as check_message_format
 from ._model import check_p2p_message as check_p2p_message
 from ._model import from_amqp as from_amqp
@@ -82,6 +83,7 @@ __all__ = [
     "PeerResolver",
     "ReceivedMessage",
     "UnknownRecipientError",
+    "check_inbox_sender",
     "check_message_format",
     "check_p2p_message",
     "from_amqp",

@@ -43,6 +43,7 @@ __all__ = [
     "InvalidMessageError",
     "OutgoingMessage",
     "ReceivedMessage",
+    "check_inbox_sender",
     "check_message_format",
     "check_p2p_message",
     "from_amqp",
@@ -205,6 +206,24 @@ def check_message_format(message_format: int) -> None:
         raise InvalidMessageError(
             "amqp:not-implemented",
             f"message-format {message_format:#x} is not taken here: only 0, the standard AMQP message",
+        )
+
+
+def check_inbox_sender(snd_settle_mode: int | None) -> None:
+    """A link that sends to a node's inbox must send unsettled (spec 2.7.3 ``snd-settle-mode``): raises
+    :class:`InvalidMessageError` with ``amqp:not-implemented`` for ``settled`` (1), the mode of pre-settled,
+    at-most-once transfers.
+
+    An inbox settles a message ``accepted`` only once it is durable (or ``rejected`` with the reason): a
+    pre-settled one would get neither, so a message the node could not store, or refused, would be gone
+    without the sender ever hearing of it. ``unsettled`` (0, Corda's) and ``mixed`` (2, Qpid Proton's
+    default) are taken.
+    """
+    if snd_settle_mode == amqp.SenderSettleMode.SETTLED:
+        raise InvalidMessageError(
+            "amqp:not-implemented",
+            "an inbox takes no pre-settled (at-most-once) messages: it settles each one accepted once it is "
+            "stored, or rejected with the reason; attach with snd-settle-mode unsettled",
         )
 
 

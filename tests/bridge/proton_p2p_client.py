@@ -1,13 +1,15 @@
 """Apache Qpid Proton as a Corda peer: mutual TLS with a node's certificate, sends P2P-shaped messages.
 
     python proton_p2p_client.py --port P --address A --count N --tls DIR [--rcv-settle-mode second]
-        [--detach-first detach|close]
+        [--detach-first detach|close] [--snd-settle-mode unsettled|settled|mixed]
 
 DIR holds ``client.pem`` (the TLS chain), ``client.key`` and ``ca.pem`` (the network root). Each message
 carries Corda's P2P application properties (``platform-topic``, ``platform-version`` int,
 ``_AMQ_DUPL_ID``...) and one Data body ``b"proton-<i>"``. Prints one JSON line with the counts of
 accepted / rejected / released sends, the first rejection's condition, or the link / transport error, and
 the receiver-settle-mode the peer's attach stated (``--rcv-settle-mode second`` proposes second).
+``--snd-settle-mode`` is the link's (default mixed, Proton's; settled: Proton sends every message
+pre-settled).
 
 ``--detach-first``: send the N messages on a first link and, without waiting for their outcomes, detach it
 (``detach``: closed=false, spec 2.6.6; ``close``: closed=true), then attach a link of the same name on the
@@ -25,12 +27,14 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 
 
-class ProposeReceiverSettleMode(LinkOption):
-    def __init__(self, mode: int) -> None:
-        self.mode = mode
+class SettleModes(LinkOption):
+    def __init__(self, rcv_mode: int, snd_mode: int) -> None:
+        self.rcv_mode = rcv_mode
+        self.snd_mode = snd_mode
 
     def apply(self, link: Link) -> None:
-        link.rcv_settle_mode = self.mode
+        link.rcv_settle_mode = self.rcv_mode
+        link.snd_settle_mode = self.snd_mode
 
 
 class Client(MessagingHandler):
@@ -50,7 +54,8 @@ class Client(MessagingHandler):
         domain.set_peer_authentication(SSLDomain.VERIFY_PEER)  # Corda checks names after the handshake
         conn = event.container.connect(f"amqps://127.0.0.1:{a.port}", reconnect=False, ssl_domain=domain)
         mode = Link.RCV_SECOND if a.rcv_settle_mode == "second" else Link.RCV_FIRST
-        self.options = ProposeReceiverSettleMode(mode)
+        snd = {"unsettled": Link.SND_UNSETTLED, "settled": Link.SND_SETTLED, "mixed": Link.SND_MIXED}
+        self.options = SettleModes(mode, snd[a.snd_settle_mode])
         event.container.create_sender(conn, a.address, options=self.options)
         self.detached = False
 
@@ -142,6 +147,7 @@ def main() -> None:
     ap.add_argument("--tls", required=True)
     ap.add_argument("--rcv-settle-mode", choices=["first", "second"], default="first")
     ap.add_argument("--detach-first", choices=["detach", "close"])
+    ap.add_argument("--snd-settle-mode", choices=["unsettled", "settled", "mixed"], default="mixed")
     args = ap.parse_args()
     client = Client(args)
     Container(client).run()

@@ -111,6 +111,30 @@ async def test_a_link_detached_while_its_messages_are_stored_then_attached_again
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-3000:]
 
 
+@pytest.mark.parametrize("external", [False, True], ids=["in-node", "bridge-process"])
+async def test_a_pre_settled_sender_is_refused_at_attach(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    external: bool,
+) -> None:
+    """Proton attaches its sender in snd-settle-mode settled (at-most-once: every message pre-settled).
+    The acceptor used to take the link and store what it could: a message it refused, or lost before it
+    was stored, was gone without the sender hearing of it, as no outcome reaches a pre-settled delivery.
+    The link is refused at attach with amqp:not-implemented, saying why; nothing is stored."""
+    tls = client_tls(tmp_path, alice, network)
+    async with running_node(
+        bob, network.root.cert, tmp_path / "b", run_service=False, external=external
+    ) as b:
+        with trio.fail_after(120):
+            out = await _proton(b.port, b.service.inbox.name, 5, tls, "--snd-settle-mode", "settled")
+        assert out["accepted"] == 0 and str(out["error"]).startswith("amqp:not-implemented: ")
+        assert "pre-settled" in str(out["error"]) and "snd-settle-mode unsettled" in str(out["error"])
+        assert [d async for d in b.service.inbox.browse()] == []
+        assert b.acceptor.refused_links == 1
+
+
 async def test_our_bridge_delivers_into_rabbitmq_with_corda_headers(rabbitmq: Peer, tmp_path: Path) -> None:
     """RabbitMQ (AMQP 1.0 plugin) stands in for a peer's inbox: a bridge moves a durable outbound queue
     into the RabbitMQ queue ``p2p.inbound.<key-hash>``, acking only what RabbitMQ accepted; read back, every

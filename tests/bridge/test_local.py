@@ -128,6 +128,10 @@ async def test_endpoint_authenticates_and_limits_addresses(
                         await conn.open_sender(address)
                 with pytest.raises(transport.LinkDetachedError, match="not-found"):
                     await conn.open_receiver("internal.peers.DLnobody")
+                # a pre-settled (at-most-once) sender to the inbox: no outcome would reach its messages
+                # (it used to be served); refused at attach as at the acceptor
+                with pytest.raises(transport.LinkDetachedError, match=r"not-implemented.*pre-settled"):
+                    await conn.open_sender(a.service.config.inbox, settle_mode=amqp.SenderSettleMode.SETTLED)
                 # a message without the validated user the bridge must stamp is rejected, nothing stored
                 sender = await conn.open_sender(a.service.config.inbox)
                 message = messaging.to_amqp(

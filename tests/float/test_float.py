@@ -199,6 +199,10 @@ async def test_public_side_refusals_and_the_end_to_end_window(
                                 await conn.open_sender(address)
                     with pytest.raises(transport.LinkDetachedError, match="unauthorized-access"):
                         await conn.open_receiver(inbox)
+                    # a pre-settled (at-most-once) sender: no outcome would reach its messages (it used to
+                    # be served); refused at attach as at the acceptor, before it reserves any window
+                    with pytest.raises(transport.LinkDetachedError, match=r"not-implemented.*pre-settled"):
+                        await conn.open_sender(inbox, settle_mode=amqp.SenderSettleMode.SETTLED)
                     first = await conn.open_sender(inbox)
                     # window 4: this link reserved it all (2 credit + 2 in flight); a second is refused
                     with pytest.raises(transport.LinkDetachedError, match="resource-limit-exceeded"):
@@ -239,6 +243,7 @@ async def test_public_side_refusals_and_the_end_to_end_window(
     assert any(e["event"] == "tls" and e["outcome"] == "refused" for e in events)
     refused = [e["condition"] for e in events if e["event"] == "link-refused"]
     assert refused.count("amqp:unauthorized-access") == 3 and "amqp:resource-limit-exceeded" in refused
+    assert refused.count("amqp:not-implemented") == 1
     [odd] = [e for e in events if e["event"] == "delivery-refused"]
     assert odd["condition"] == "amqp:not-implemented" and odd["message_format"] == 0x80013700
     assert odd["legal_name"] == str(alice.legal_name)

@@ -14,7 +14,9 @@ The public listener runs inside the control connection's nursery: when the contr
 
 Peers connect to the public port as to a node: TLS with a client certificate anchored in the network root,
 ``pki.check_peer_is_network_node``; the legal name becomes the sender. Only senders to the activated inboxes
-are accepted (anything else: ``amqp:unauthorized-access``), and no message larger than ``max_message_size``
+are accepted (anything else: ``amqp:unauthorized-access``; a sender in snd-settle-mode ``settled``, whose
+pre-settled messages no outcome would reach: ``amqp:not-implemented``, ``messaging.check_inbox_sender``),
+and no message larger than ``max_message_size``
 (the link's limit). A delivery whose transfer message-format is not 0 (the standard AMQP message) is rejected
 at once with ``amqp:not-implemented`` (in its turn: the peer's order of outcomes holds) and never forwarded.
 Each other delivery is wrapped, unparsed, in a :class:`~._control.ForwardedDelivery` that adds
@@ -45,7 +47,12 @@ import attrs
 import trio
 
 from corda_trio import amqp, logs, pki, transport
-from corda_trio.messaging import DEFAULT_MAX_MESSAGE_SIZE, InvalidMessageError, check_message_format
+from corda_trio.messaging import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    InvalidMessageError,
+    check_inbox_sender,
+    check_message_format,
+)
 
 from ._audit import AuditLog, LatencySummary
 from ._control import (
@@ -439,6 +446,15 @@ class Float:
                 "amqp:unauthorized-access",
                 f"peers may only attach a sender to {allowed}, not a {what} {request.address!r}",
             )
+            return
+        try:
+            check_inbox_sender(request.attach.snd_settle_mode)
+        except InvalidMessageError as exc:
+            self.refused_links += 1
+            self.audit.write(
+                "link-refused", peer=peer, legal_name=user, address=request.address, condition=exc.condition
+            )
+            await request.refuse(exc.condition, exc.description)
             return
         reserve = min(self.config.peer_link_window, activation.window_left)
         if reserve < 2:
