@@ -139,6 +139,10 @@ class Sender:
         self._detached = trio.Event()
         self._error: BaseException | None = None
         self.remote_attach: Any = None
+        #: The receiver drains (spec 2.6.7) and woke tasks that waited for credit; ``_sent_draining``: one
+        #: of them has sent since (see ``AmqpConnection._finish_drains``).
+        self._draining = False
+        self._sent_draining = False
 
     async def wait_detached(self) -> BaseException:
         """Wait until the link is gone (detached by either side, or the connection ended); returns why."""
@@ -212,6 +216,8 @@ class Sender:
         if not settled:
             pending = PendingDelivery(delivery_id)
             self._pending[delivery_id] = pending
+        if self._draining:
+            self._sent_draining = True
         conn._request_flush()
         return pending
 
@@ -650,6 +656,8 @@ class AmqpConnection:
         self._session_begun = trio.Event()
         self._channel: int | None = None
         self._links: dict[tuple[int, int], Sender | Receiver] = {}
+        #: Senders whose receiver drains while tasks wait for their credit (see ``_finish_drains``).
+        self._draining: set[Sender] = set()
         # deliveries on links the application has not answered yet (a peer may pipeline transfers behind
         # its attach); bounded by the engine's max_credit_overrun, handed over by accept_receiver
         self._early_deliveries: dict[tuple[int, int], list[amqp.DeliveryReceived]] = {}
@@ -909,6 +917,30 @@ class AmqpConnection:
         finally:
             lock.release()
 
+    def _finish_drains(self) -> None:
+        """Give back the credit of draining receivers that our woken senders did not use (spec 2.6.7).
+
+        A drain that arrives while a task waits for credit wakes it; once it has sent (the writer runs after
+        every send) and no task waits for credit any more, the sender has nothing more to send right now:
+        the rest of the credit goes back (``drained``). Without this, a drain that found a task waiting,
+        which then had fewer messages than the credit, was never answered: Qpid Proton's
+        ``Receiver.drain`` waited for ever.
+        """
+        engine = self._engine
+        for sender in list(self._draining):
+            if not sender._sent_draining and sender._error is None:
+                continue  # the woken task has not sent yet
+            self._draining.discard(sender)
+            sender._draining = False
+            if sender._error is not None or sender._credit_lot:
+                continue
+            try:
+                link = engine.link(sender.channel, sender.handle)
+            except amqp.LocalProtocolError:
+                continue
+            if link.drain and link.link_credit > 0 and link.state is amqp.LinkState.ATTACHED:
+                engine.drained(sender.channel, sender.handle)
+
     def _tick(self) -> None:
         try:
             deadline = self._engine.tick(trio.current_time())
@@ -937,6 +969,8 @@ class AmqpConnection:
                 # a sender filling its window): one send_all then carries all of them.
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 self._flush_wanted = trio.Event()
+                if self._draining:
+                    self._finish_drains()
                 await self._flush(just_yielded=True)
                 if self._engine.closed:
                     await self._goodbye()
@@ -1123,11 +1157,16 @@ class AmqpConnection:
             elif kind is amqp.CreditUpdated:
                 link = links.get((event.channel, event.handle))
                 if isinstance(link, Sender):
-                    if event.drain and event.credit > 0 and not link._credit_lot:
-                        # The receiver asks us to use the credit or give it back, and no task is waiting
-                        # to send: nothing is queued, so give it back at once (spec 2.6.7).
-                        self._engine.drained(event.channel, event.handle)
-                        self._flush_wanted.set()
+                    if event.drain and event.credit > 0:
+                        if not link._credit_lot:
+                            # The receiver asks us to use the credit or give it back, and no task is
+                            # waiting to send: nothing is queued, so give it back at once (spec 2.6.7).
+                            self._engine.drained(event.channel, event.handle)
+                            self._flush_wanted.set()
+                        else:  # they send what they have; the rest goes back once they did
+                            link._draining = True
+                            link._sent_draining = False
+                            self._draining.add(link)
                     link._credit_lot.unpark_all()
             else:
                 self._handle_rare_event(event)

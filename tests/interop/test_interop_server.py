@@ -129,3 +129,34 @@ async def test_proton_with_512_byte_frames_gets_attach_answers_that_fit(
         assert "512" in out["long_description"]
     else:
         assert out["long_condition"] is None and out["long_remote_target"] == "x" * address_length
+
+
+async def test_proton_draining_our_sender_gets_the_unused_credit_back(nursery: trio.Nursery) -> None:
+    """Proton's receiver drains (spec 2.6.7) while our sending task waits for credit; the task has two more
+    messages. The drain woke it, it sent them, and the remaining 8 of the 10 credits were never given back:
+    Proton's drain waited for ever (the driver gave credit back only when no task was waiting at the time
+    the drain arrived). Now the unused credit goes back once the woken task has sent."""
+    sent: list[int] = []
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        async for request in conn.link_requests():
+            sender = await request.accept_sender()
+            for i in range(3):
+                await sender.start_send(amqp.Message(body=bytes([i])))
+                sent.append(i)
+            await sender.wait_detached()
+
+    config = amqp.ConnectionConfig(sasl_mechanisms=("ANONYMOUS",))
+    listeners = await nursery.start(functools.partial(transport.serve_amqp, handler, 0, config=config))
+    port = transport.listener_port(listeners)
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(PEERS / "proton_drain_client.py"), "--port", str(port)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+    assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+    assert json.loads(lines[-1]) == {"received": 3, "drained": True}
+    assert sent == [0, 1, 2]
