@@ -59,10 +59,41 @@ def _config(args: argparse.Namespace) -> NetworkMapServiceConfig:
     if (args.dir is None) == (args.config is None):
         raise CliError("give exactly one of --dir and --config", 2)
     path = args.config or args.dir / "network-map" / "networkmap.toml"
+    if args.config is None and not path.exists():
+        _no_map_service(args.dir, args.networkmap_command)
     try:
         return load_network_map_config(path)
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
+
+
+#: What each command needs the map for, in the line that says there is none.
+_MAP_USE = {
+    "serve": "serve",
+    "list": "list",
+    "remove": "remove a node from",
+    "readmit": "readmit a node to",
+}
+
+
+def _no_map_service(directory: Path, command: str) -> None:
+    """Say why ``directory`` has no ``networkmap.toml`` (``--dir`` given, the file missing)."""
+    map_dir = directory / "network-map"
+    if (map_dir / "network-parameters").is_file():  # a network `network bootstrap` made
+        raise CliError(
+            f"{directory}: no network map service, so no map to {_MAP_USE[command]}: there is no "
+            f"{map_dir / 'networkmap.toml'} (a network bootstrapped with --no-map has none; its nodes find "
+            "each other through their additional-node-infos/ directories)",
+            2,
+        )
+    if not directory.is_dir():
+        raise CliError(f"--dir {directory}: no such directory", 2)
+    if not map_dir.is_dir():
+        raise CliError(
+            f"{directory}: not a network directory (no network-map/ in it): give the --dir of "
+            "`corda-trio network bootstrap`, or --config with the path of a networkmap.toml",
+            2,
+        )
 
 
 def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:

@@ -125,7 +125,33 @@ def test_bootstrap_errors(tmp_path: Path) -> None:
     full = _cli("network", "bootstrap", "--dir", str(tmp_path / "full"), "--node", ALICE)
     assert full.returncode == 2 and "not an empty directory" in full.stderr
     missing = _cli("networkmap", "serve", "--dir", str(tmp_path / "nothing"))
-    assert missing.returncode == 2 and "configuration file not found" in missing.stderr
+    assert missing.returncode == 2 and "nothing: no such directory" in missing.stderr
+    other = _cli("networkmap", "list", "--dir", str(tmp_path / "full"))
+    assert other.returncode == 2 and "full: not a network directory (no network-map/ in it)" in other.stderr
+    gone = _cli("networkmap", "list", "--config", str(tmp_path / "networkmap.toml"))
+    assert gone.returncode == 2 and "configuration file not found" in gone.stderr
+
+
+def test_networkmap_commands_on_a_network_without_a_map_say_so(tmp_path: Path) -> None:
+    """``--no-map`` writes no networkmap.toml: each networkmap command says there is no map service, not
+    just that a configuration file is missing (an operator followed the guide's ``networkmap list``)."""
+    net = tmp_path / "net"
+    done = _cli("network", "bootstrap", "--dir", str(net), "--node", ALICE, "--no-map")
+    assert done.returncode == 0, done.stderr
+    for command, use in (
+        (["list"], "list"),
+        (["serve"], "serve"),
+        (["remove", "--node", ALICE], "remove a node from"),
+        (["readmit", "--node", ALICE], "readmit a node to"),
+    ):
+        answer = _cli("networkmap", *command, "--dir", str(net))
+        assert answer.returncode == 2 and answer.stdout == ""
+        assert answer.stderr == (
+            f"corda-trio: error: {net}: no network map service, so no map to {use}: there is no "
+            f"{net / 'network-map' / 'networkmap.toml'} (a network bootstrapped with --no-map has none; its "
+            "nodes find each other through their additional-node-infos/ directories)\n"
+        )
+    assert not (net / "network-map" / "networkmap.db").exists()  # nothing created by asking
 
 
 def test_bootstrap_speed_and_env_passphrase(tmp_path: Path) -> None:
