@@ -16,6 +16,7 @@ Names follow Prometheus conventions: ``corda_trio_`` prefix, base units in the n
 from __future__ import annotations
 
 import functools
+import http
 import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
@@ -337,24 +338,35 @@ async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes])
     if not isinstance(event, h11.Request):
         return  # ConnectionClosed or anything unexpected
     path = event.target.split(b"?", 1)[0]
+    extra: tuple[tuple[bytes, bytes], ...] = ()
     if event.method not in (b"GET", b"HEAD"):
-        status, body, ctype = 405, b"only GET\n", b"text/plain"
+        status, body, ctype = 405, b"only GET and HEAD\n", b"text/plain"
+        extra = ((b"allow", b"GET, HEAD"),)  # RFC 9110 §15.5.6: a 405 lists the methods that work
     elif path != b"/metrics":
         status, body, ctype = 404, b"see /metrics\n", b"text/plain"
     else:
         status, body, ctype = 200, exposition(), CONTENT_TYPE_LATEST.encode()
-    await _answer(stream, conn, status, body, ctype, event.method != b"HEAD")
+    await _answer(stream, conn, status, body, ctype, event.method != b"HEAD", extra)
 
 
 async def _answer(
-    stream: trio.SocketStream, conn: h11.Connection, status: int, body: bytes, ctype: bytes, with_body: bool
+    stream: trio.SocketStream,
+    conn: h11.Connection,
+    status: int,
+    body: bytes,
+    ctype: bytes,
+    with_body: bool,
+    extra: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
     headers = [
         (b"content-type", ctype),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
+        *extra,
     ]
-    out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
+    # h11 sends an empty reason phrase unless given one (``HTTP/1.1 404 ``): give the standard one
+    reason = http.HTTPStatus(status).phrase.encode()
+    out = conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
     if with_body:
         out += conn.send(h11.Data(data=body)) or b""
     out += conn.send(h11.EndOfMessage()) or b""

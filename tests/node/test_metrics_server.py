@@ -94,3 +94,25 @@ async def test_a_head_of_exactly_16_kib_is_served(monkeypatch: pytest.MonkeyPatc
     16 KiB is served."""
     async with serving(monkeypatch) as port:
         assert (await _get(port, _head(16 * 1024))).endswith(b"up 1\n")
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status_line", "extra"),
+    [
+        (b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n", b""),
+        (b"GET /nope HTTP/1.1\r\nhost: x\r\n\r\n", b"HTTP/1.1 404 Not Found\r\n", b""),
+        (b"POST /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+         b"HTTP/1.1 405 Method Not Allowed\r\n", b"allow: GET, HEAD\r\n"),
+        (b"GARBAGE\r\n\r\n", b"HTTP/1.1 400 Bad Request\r\n", b""),
+        (_head(16 * 1024 + 1), b"HTTP/1.1 431 Request Header Fields Too Large\r\n", b""),
+    ],
+    ids=["200", "404", "405", "400", "431"],
+)  # fmt: skip
+async def test_every_answer_has_its_standard_reason_phrase(
+    monkeypatch: pytest.MonkeyPatch, request_bytes: bytes, status_line: bytes, extra: bytes
+) -> None:
+    """It was ``HTTP/1.1 404 `` (an empty reason): curl -i and proxies' logs showed a bare number."""
+    async with serving(monkeypatch) as port:
+        answer = await _get(port, request_bytes)
+        assert answer.startswith(status_line), answer[:100]
+        assert extra in answer.split(b"\r\n\r\n", 1)[0] + b"\r\n"
