@@ -105,7 +105,12 @@ def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None
         if rule.non_empty:
             branches.append((c == "", F.lit(f"field {name} must not be empty")))
         if rule.choices is not None:
-            shown = F.concat(F.lit("'"), F.left(c, F.lit(37)), F.lit("'"))
+            # quoted as records' _shown quotes a plain text: whole, or cut with the ellipsis inside the quotes
+            room = records.SHOWN_VALUE_CHARS - 2
+            cut = room - len(records.SHOWN_ELLIPSIS)
+            shown = F.when(F.length(c) <= room, F.concat(F.lit("'"), c, F.lit("'"))).otherwise(
+                F.concat(F.lit("'"), F.left(c, F.lit(cut)), F.lit(records.SHOWN_ELLIPSIS + "'"))
+            )
             text = F.concat(F.lit(f"field {name} must be one of {', '.join(rule.choices)}, not "), shown)
             branches.append((~c.isin(*rule.choices), text))
     branches.append(

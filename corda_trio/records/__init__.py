@@ -21,6 +21,8 @@ from ._schema import RECORD_FIELDS as RECORD_FIELDS
 from ._schema import REQUIRED_FIELDS as REQUIRED_FIELDS
 from ._schema import RUN_ID_PATTERN as RUN_ID_PATTERN
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._schema import SHOWN_ELLIPSIS as SHOWN_ELLIPSIS
+from ._schema import SHOWN_VALUE_CHARS as SHOWN_VALUE_CHARS
 from ._schema import STAGE_FIELDS as STAGE_FIELDS
 from ._schema import STAGES as STAGES
 from ._schema import VERSION_FIELD as VERSION_FIELD
@@ -55,6 +57,8 @@ __all__ = [
     "REQUIRED_FIELDS",
     "RUN_ID_PATTERN",
     "SCHEMA_VERSION",
+    "SHOWN_ELLIPSIS",
+    "SHOWN_VALUE_CHARS",
     "STAGES",
     "STAGE_FIELDS",
     "VERSION_FIELD",

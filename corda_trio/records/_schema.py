@@ -45,6 +45,8 @@ __all__ = [
     "REQUIRED_FIELDS",
     "RUN_ID_PATTERN",
     "SCHEMA_VERSION",
+    "SHOWN_ELLIPSIS",
+    "SHOWN_VALUE_CHARS",
     "STAGES",
     "STAGE_FIELDS",
     "VERSION_FIELD",
@@ -354,6 +356,26 @@ def _json_type(value: object) -> str:
     return type(value).__name__
 
 
-def _shown(value: object, limit: int = 40) -> str:
+#: Characters at most of a value from the input quoted in a problem (:func:`_shown`).
+SHOWN_VALUE_CHARS: Final = 40
+#: What stands for the rest of a text too long to quote whole, inside its quotes.
+SHOWN_ELLIPSIS: Final = "..."
+
+
+def _shown(value: object, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """``value`` as the problem quotes it: its ``repr``, at most ``limit`` characters. A longer text is cut
+    at a character, not in its ``repr``, so it keeps both quotes and says it goes on: ``'O=Alice, L=...'``
+    (cutting the ``repr`` lost the closing quote, and a reader could not tell where the value ended); a
+    longer array or object is named by its type and size."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        keep = limit - len(SHOWN_ELLIPSIS) - 2
+        while keep > 0 and len(repr(value[:keep])) + len(SHOWN_ELLIPSIS) > limit:  # escapes take more room
+            keep -= 1
+        cut = repr(value[:keep])
+        return cut[:-1] + SHOWN_ELLIPSIS + cut[-1]
+    if isinstance(value, Mapping | list):
+        return f"{_json_type(value)} of {len(value):,} {'key' if isinstance(value, Mapping) else 'item'}(s)"
+    return text[: limit - len(SHOWN_ELLIPSIS)] + SHOWN_ELLIPSIS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import os
@@ -93,6 +94,32 @@ def test_read_records_collapses_exact_duplicates_and_refuses_ones_that_differ(tm
     assert str(info.value) == (
         f"{path}:4: the same operation (run 'r1', scenario 's', link 'l', seq 1) as {path}:1 "
         "with other values"
+    )
+
+
+LONG_LINK = "O=Alice, L=London, C=GB -> O=Bob, L=Paris, C=FR"
+
+
+def test_a_long_value_is_quoted_whole_cut_inside_its_quotes() -> None:
+    """The duplicate's link was cut in its repr (``link 'O=Alice, ... O=Bob, L=..., seq 2``): no closing
+    quote, so the reader could not tell the name from the message around it."""
+    key = ("r1", "s", LONG_LINK, 2)
+    assert records.duplicate_problem(key, ["f:1"]) == (
+        "the same operation (run 'r1', scenario 's', link 'O=Alice, L=London, C=GB -> O=Bob, L...', seq 2) "
+        "as f:1 with other values"
+    )
+    outcome = records.record_problem(_data(outcome="x" * 39)) or ""
+    assert outcome.endswith(f"not '{'x' * 35}...'")
+    assert (records.record_problem(_data(outcome="x" * 38)) or "").endswith(f"not '{'x' * 38}'")  # fits
+    value = "it's \"\n" * 10  # escapes take more room: still whole escapes, the quotes kept
+    shown = (records.record_problem(_data(outcome=value)) or "").split(", not ", 1)[1]
+    assert len(shown) <= records.SHOWN_VALUE_CHARS and shown.endswith("...'")
+    assert value.startswith(ast.literal_eval(shown[:-4] + shown[-1]))
+    run = "r" * 50
+    named = records.meta_problem({"run_id": run}, f"run-{'x' * 50}.meta.json") or ""
+    assert named == f"field run_id is '{'r' * 35}...', but the file is named for run '{'x' * 35}...'"
+    assert records.meta_problem({"run_id": "a", "schema_version": list(range(30))}) == (
+        "unknown schema_version an array of 30 item(s) (this reader knows 1)"
     )
 
 

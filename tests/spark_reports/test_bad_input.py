@@ -49,6 +49,9 @@ BAD_LINES = [
     (_line(0, run_id=None), "required field run_id is missing or null"),
     (_line(0, schema_version=9), "unknown schema_version 9 (this reader knows 1)"),
     (_line(0, outcome="maybe"), "field outcome must be one of ok, error, not 'maybe'"),
+    # a long value is cut inside its quotes, by Spark's check as by Python's
+    (_line(0, outcome="m" * 38), f"field outcome must be one of ok, error, not '{'m' * 38}'"),
+    (_line(0, outcome="m" * 39), f"field outcome must be one of ok, error, not '{'m' * 35}...'"),
     (_line(0, outcome="error"), "a record has an error text iff its outcome is error"),
     # what Spark's JSON reader hid: text fields read as text whatever their JSON type, the first object of
     # a line read and the rest ignored, one of two equal keys kept, single quotes and NaN accepted
@@ -58,7 +61,7 @@ BAD_LINES = [
     (_line(0, outcome="error", error=42), "field error must be a string, not an integer"),
     (
         _line(0) + " " + _line(1),
-        'not valid JSON: text after the end of the record at column 269: \'{"run_id": "run-1", "scena...',
+        'not valid JSON: text after the end of the record at column 269: \'{"run_id": "run-1", "scen...\'',
     ),
     (_line(0) + ",", "not valid JSON: text after the end of the record at column 268: ','"),
     (_line(0)[:-1] + ', "seq": 7}', "key 'seq' appears twice in one object"),
@@ -163,6 +166,26 @@ def test_lines_in_the_writers_form_are_trusted_and_other_valid_lines_are_checked
     assert "aggregate, every line checked" in checked.timings
     assert (checked.records, checked.error_count) == (trusted.records, trusted.error_count) == (30, 10)
     assert [(e.error, e.count) for e in checked.errors] == [(e.error, e.count) for e in trusted.errors]
+
+
+def test_a_long_link_of_conflicting_duplicates_is_quoted_whole_up_to_an_ellipsis(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``corda-trio report`` cut the link name in its repr: ``link 'O=Alice, ... O=Bob, L=..., seq 2)``,
+    no closing quote (found running the report on records with the same operation twice)."""
+    d = tmp_path / "dup"
+    d.mkdir()
+    link = "O=Alice, L=London, C=GB -> O=Bob, L=Paris, C=FR"
+    lines = [_line(i, link=link) for i in range(3)] + [_line(1, link=link, size_bytes=1)]
+    (d / "run-1.records.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["report", "--in", str(d), "--out", str(tmp_path / "r.html")]) == 2
+    p = d / "run-1.records.jsonl"
+    same = "the same operation (run 'run-1', scenario 's', link 'O=Alice, L=London, C=GB -> O=Bob, L...', "
+    same += "seq 1)"
+    assert capsys.readouterr().err.splitlines()[:2] == [
+        f"{p}:2: {same} as {p}:4 with other values",
+        f"{p}:4: {same} as {p}:2 with other values",
+    ]
 
 
 def test_skip_bad_reports_the_rest_with_a_counted_warning(
