@@ -10,7 +10,9 @@
   found in the lost part, or how many records a gap or a missing segment held and their id range; lost
   enqueues are lost messages, lost acks mean those messages may be delivered again, which receivers
   deduplicate).
-* ``store compact DIR`` rewrites segments that hold acked messages.
+* ``store compact DIR`` rewrites segments that hold acked messages. A queue with nothing to reclaim is left
+  as it is, and so is a current segment whose acked messages take less room than sealing it adds (its seal
+  record and the next segment's header): compacting never makes a queue larger.
 
 A broker directory's part list (``parts.json``: the queues and keyed logs the store created) is checked too:
 a part it names that is gone, or whose directory was emptied, is ``MISSING`` (exit code 1; the node refuses to
@@ -66,7 +68,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(func=_list)
 
-    compact = sub.add_parser("compact", help="reclaim the space of acked messages")
+    compact = sub.add_parser(
+        "compact",
+        help="reclaim the space of acked messages (a queue with nothing to reclaim is left as it is)",
+    )
     compact.add_argument("directory", metavar="DIR", help="broker directory")
     compact.add_argument("--queue", help="only this queue")
     compact.set_defaults(func=_compact)
@@ -394,9 +399,11 @@ def _compact(args: argparse.Namespace) -> int:
                         raise CliError(str(exc), 1) from None
                     before = queue.statistics().disk_bytes
                     reclaimed = await queue.compact()
-                    print(
-                        f"{name}: {before} -> {queue.statistics().disk_bytes} bytes (reclaimed {reclaimed})"
-                    )
+                    after = queue.statistics().disk_bytes
+                    if reclaimed == 0 and after == before:
+                        print(f"{name}: {before} bytes, nothing to reclaim (left as it is)")
+                    else:
+                        print(f"{name}: {before} -> {after} bytes (reclaimed {reclaimed})")
         except store.BrokerLockedError as exc:
             raise CliError(f"{exc}: stop the node first", 1) from None
         except (store.CorruptSegmentError, store.MissingPartError, store.PartListError) as exc:

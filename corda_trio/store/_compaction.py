@@ -15,7 +15,9 @@ compaction never outlives its queue, and what it raised while the directory went
 the queue is gone.
 
 *What is rewritten.* Sealed segments whose live bytes fell to ``compact_live_ratio`` of their size or less
-(or, on request, every sealed segment with anything to reclaim). What stays: live enqueues, and acks whose
+(or, on request, every sealed segment with anything to reclaim, then the current segment, sealed first,
+if its acked records surely take more room than the seal and the next segment's header add: a request never
+makes a queue larger). What stays: live enqueues, and acks whose
 enqueue may still exist in an older segment. For the queue's first segment that is known from the index
 alone (its live enqueues are the first entries of the live set; no older segment exists for its acks to
 stand for), so a worker thread reads back only those records, each checked: a queue that keeps up, whose
@@ -180,14 +182,18 @@ class Compactor:
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def compact(self, *, only_dirty: bool = False, seal_tail: bool = False) -> int:
-        """Compact sealed segments; returns the number of bytes reclaimed.
+        """Compact sealed segments; returns the number of bytes reclaimed (what the queue's files shrank
+        by: the seal and the header that ``seal_tail`` wrote are counted off).
 
         Args:
             only_dirty: the background policy: only segments changed since their last compaction whose
                 live bytes fell to ``compact_live_ratio`` of their size. Otherwise every sealed segment
                 holding anything reclaimable is compacted.
-            seal_tail: first have the writer start a new segment, so that the current one can be compacted
-                too (operator command and tests; the background task never does this).
+            seal_tail: also compact the current segment: once the sealed ones are done, have the writer
+                start a new segment, and compact the one it sealed (operator command and tests; the
+                background task never does this). Only if that reclaims more than the seal and the new
+                segment's header add (:func:`_sealing_pays`): otherwise the queue would grow, and the
+                current segment is left as it is.
 
         Raises:
             StoreClosedError: the queue was closed or deleted (before or during the compaction).
@@ -197,29 +203,37 @@ class Compactor:
         log = self.log
         async with self._lock:
             self._check()
-            if seal_tail:
+            reclaimed = await self._compact_sealed(only_dirty)
+            if seal_tail and _sealing_pays(log):
                 await log.seal_tail()
-            reclaimed = 0
-            for number in sorted(log.segments):
-                self._check()
-                state = log.segments.get(number)
-                if state is None or state is log.tail or log.failure is not None:
-                    continue
-                data_bytes = state.record_bytes()
-                if only_dirty:
-                    if not (state.dirty and log.worth_compacting(state)):
-                        continue
-                elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
-                    if data_bytes or state.number != min(log.segments):
-                        continue  # (a first stub is reclaimable: it can go)
-                try:
-                    reclaimed += await self._compact_one(state)
-                except OSError as exc:
-                    self._check()  # the directory went away under a delete: that is all it was
-                    raise StoreFailedError(
-                        f"queue {log.name}: compaction of {state.path} failed (the segment is intact): {exc}"
-                    ) from exc
+                reclaimed -= SEAL_RECORD_BYTES + SEGMENT_HEADER_BYTES  # what sealing wrote: counted off
+                reclaimed += await self._compact_sealed(only_dirty)  # the one just sealed, and what it freed
             return reclaimed
+
+    async def _compact_sealed(self, only_dirty: bool) -> int:
+        """One pass over the sealed segments (see :meth:`compact`); returns the bytes reclaimed."""
+        log = self.log
+        reclaimed = 0
+        for number in sorted(log.segments):
+            self._check()
+            state = log.segments.get(number)
+            if state is None or state is log.tail or log.failure is not None:
+                continue
+            data_bytes = state.record_bytes()
+            if only_dirty:
+                if not (state.dirty and log.worth_compacting(state)):
+                    continue
+            elif not state.dirty and state.live_bytes + state.ack_count * ACK_RECORD_BYTES >= data_bytes:
+                if data_bytes or state.number != min(log.segments):
+                    continue  # (a first stub is reclaimable: it can go)
+            try:
+                reclaimed += await self._compact_one(state)
+            except OSError as exc:
+                self._check()  # the directory went away under a delete: that is all it was
+                raise StoreFailedError(
+                    f"queue {log.name}: compaction of {state.path} failed (the segment is intact): {exc}"
+                ) from exc
+        return reclaimed
 
     def _first_segment_keep(self, state: SegmentState) -> tuple[list[tuple[int, int]], list[int]] | None:
         """The first segment's live enqueues, from the index: ``((offset, length), ids)`` in log order.
@@ -369,6 +383,22 @@ class Compactor:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(release_file, retired_fd)
         return old_size - new_size
+
+
+def _sealing_pays(log: DurableLog) -> bool:
+    """Whether compacting the current segment (``log.tail``) surely reclaims more than sealing it adds (its
+    seal record, and the header of the segment the writer starts next). What it surely reclaims: its acked
+    enqueues, and its acks too when no older segment holds an enqueue (an ack that may stand for one must
+    stay). A queue whose current segment is all live messages (a dedup queue that keeps its ids for days,
+    say) would otherwise grow by each ``store compact`` and reclaim nothing."""
+    tail = log.tail
+    older = [s for n, s in log.segments.items() if n < tail.number]
+    droppable = tail.record_bytes() - tail.live_bytes
+    if any(s.min_id >= 0 for s in older):
+        droppable -= tail.ack_count * ACK_RECORD_BYTES
+    if not older and not tail.live_count:
+        return droppable > 0  # it goes whole, seal and header too: the next segment's header is all it costs
+    return droppable > SEAL_RECORD_BYTES + SEGMENT_HEADER_BYTES
 
 
 def _nothing_to_drop(state: SegmentState, keep: list[tuple[int, int]], is_first: bool) -> bool:

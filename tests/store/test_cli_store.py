@@ -165,6 +165,7 @@ async def test_compact_that_cannot_write_its_new_segment_is_one_line_and_loses_n
     compaction's new segment cannot be created, the queue stops, and `store compact` printed the
     StoreFailedError's traceback."""
     await _fill(tmp_path)
+    await _ack_first(tmp_path, 4)  # (so that compacting seals the current segment: it reclaims more)
     qdir = str(tmp_path / QUEUE)
     os.mkdir(segment_path(qdir, list_segment_numbers(qdir)[-1] + 1))
     # as its own process (where nothing configured logging, unlike under pytest): exactly one line, the
@@ -180,7 +181,52 @@ async def test_compact_that_cannot_write_its_new_segment_is_one_line_and_loses_n
     assert "Traceback" not in err
     assert main(["store", "list", str(tmp_path), "--json", "--prefix", QUEUE]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row["messages"] == 8
+    assert row["messages"] == 4
+
+
+async def _ack_first(root: Path, count: int) -> None:
+    async with store.open_broker(root) as broker, broker.get_queue(QUEUE).consumer() as consumer:
+        for _ in range(count):
+            await consumer.ack((await consumer.receive()).message_id)
+
+
+def _queue_bytes(root: Path) -> dict[str, int]:
+    qdir = root / QUEUE
+    return {p.name: p.stat().st_size for p in qdir.iterdir()}
+
+
+async def test_compact_never_grows_a_queue_and_says_when_it_reclaims_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`store compact` sealed the current segment whatever it held: a queue of live messages only (a node's
+    dedup queue after a demo run) grew by the seal and the next segment's header (5625 -> 5737 bytes,
+    reclaimed 0). Now it is left alone, byte for byte, and the line says so; one with acked messages is
+    still compacted, and comes out smaller."""
+    await _fill(tmp_path)
+    files = _queue_bytes(tmp_path)
+    before = sum(files.values()) - files["manifest"]
+    for _ in range(2):
+        assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), "--queue", QUEUE]) == 0
+        assert capsys.readouterr().out == f"{QUEUE}: {before} bytes, nothing to reclaim (left as it is)\n"
+        assert _queue_bytes(tmp_path) == files
+    # one acked message (45 bytes) and its ack (40) take less than sealing adds (64 + 48): left alone too
+    await _ack_first(tmp_path, 1)
+    files = _queue_bytes(tmp_path)
+    before = sum(files.values()) - files["manifest"]
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), "--queue", QUEUE]) == 0
+    assert capsys.readouterr().out == f"{QUEUE}: {before} bytes, nothing to reclaim (left as it is)\n"
+    assert _queue_bytes(tmp_path) == files
+    await _ack_first(tmp_path, 3)  # four acked: 4 * 45 + 4 * 40 bytes to reclaim, more than sealing adds
+    before = sum(_queue_bytes(tmp_path).values()) - files["manifest"]
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), "--queue", QUEUE]) == 0
+    line = capsys.readouterr().out
+    after = sum(_queue_bytes(tmp_path).values()) - files["manifest"]
+    assert before - after == 4 * 45 + 4 * 40 - 64 - 48  # less the seal and the next segment's header
+    assert line == f"{QUEUE}: {before} -> {after} bytes (reclaimed {before - after})\n"
+    async with store.open_broker(tmp_path) as broker:
+        assert [m.payload async for m in broker.get_queue(QUEUE).browse()] == [
+            b"msg-%d" % i for i in range(4, 8)
+        ]
 
 
 async def test_an_endless_file_in_place_of_the_manifest_is_refused_then_repaired(
