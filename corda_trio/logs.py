@@ -22,6 +22,9 @@ party per window:
 
 Only the log lines are bounded: callers count every event in their statistics and metrics themselves. The
 clock is Trio's (``trio.current_time``), so tests run on ``autojump_clock``.
+
+:func:`failure_text` is how a log line names a failure, an exception group included: by its cause, not by
+``Exceptions from Trio nursery (1 sub-exception)``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings", "remote_host", "remote_name"]
+__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings", "failure_text", "remote_host", "remote_name"]
 
 #: A log record's ``extra`` key: the record goes to the log file only, not to the console (stderr), because
 #: the failure it records reaches the operator there another way: the command's own last line. The store
@@ -171,3 +174,31 @@ def remote_host(name: str) -> str:
     """The host of a :func:`remote_name` (IPv6 too): the party a server's bounded warnings count by, as a
     client has 60,000 ports to come from."""
     return name.rpartition(":")[0] or name
+
+
+def failure_text(exc: BaseException) -> str:
+    """``exc`` as a log line names a failure: ``Type: message`` (the type alone if it has no message).
+
+    An exception group, as Trio's nurseries raise them (nested, one level per nursery), is named by its
+    first leaf that is not ``trio.Cancelled`` (the cause; the cancelled tasks only followed it), with the
+    number of the others: ``AmqpTransportError: transport failed: ... (and 1 more error)``. The group's own
+    ``str()`` says only ``Exceptions from Trio nursery (2 sub-exceptions)``, which is what the bridges
+    logged when a node died under them.
+    """
+    leaves: list[BaseException] = []
+    todo = [exc]
+    while todo:  # depth first, in order
+        current = todo.pop()
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(reversed(current.exceptions))
+        else:
+            leaves.append(current)
+    if not leaves:  # (a group always holds one; for the type checker)
+        leaves = [exc]
+    cause = next((leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)), leaves[0])
+    message = " ".join(str(cause).split())
+    text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
+    others = len(leaves) - 1
+    if others:
+        text += f" (and {others} more error{'s' if others > 1 else ''})"
+    return text

@@ -108,3 +108,26 @@ async def test_a_burst_that_goes_quiet_is_summed_up_by_report_due_with_the_detai
     ]
     await trio.sleep(300)  # nothing more to report: no more lines, and the party is forgotten
     assert warnings(caplog) == [] and w.parties() == 0
+
+
+def _nursery_group(*errors: BaseException) -> BaseExceptionGroup[BaseException]:
+    return BaseExceptionGroup(f"Exceptions from Trio nursery ({len(errors)} sub-exceptions)", list(errors))
+
+
+@pytest.mark.parametrize(
+    ("raised", "text"),
+    [
+        (ValueError("bad  value\nhere"), "ValueError: bad value here"),
+        (EOFError(), "EOFError"),
+        # the bridges logged these as "Exceptions from Trio nursery (1 sub-exception)" / "(2 sub-exceptions)"
+        (_nursery_group(_nursery_group(ConnectionResetError("reset by peer"))),
+         "ConnectionResetError: reset by peer"),
+        (_nursery_group(OSError("first"), _nursery_group(KeyError("k"), RuntimeError("x"))),
+         "OSError: first (and 2 more errors)"),
+        (_nursery_group(trio.Cancelled._create(), _nursery_group(BrokenPipeError("gone"))),  # type: ignore[attr-defined]
+         "BrokenPipeError: gone (and 1 more error)"),
+        (_nursery_group(ValueError("v"), trio.Cancelled._create()), "ValueError: v (and 1 more error)"),  # type: ignore[attr-defined]
+    ],
+)  # fmt: skip
+def test_failure_text_names_the_cause_of_a_group(raised: BaseException, text: str) -> None:
+    assert logs.failure_text(raised) == text

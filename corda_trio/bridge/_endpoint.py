@@ -36,7 +36,7 @@ from typing import Final
 import attrs
 import trio
 
-from corda_trio import amqp, store, transport
+from corda_trio import amqp, logs, store, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     OUTBOUND_PREFIX,
@@ -306,7 +306,7 @@ class LocalEndpoint:
                     consumer, sender, n, dead_letter=self.messaging.dead_letter, queue_name=name
                 )
         except* (transport.AmqpTransportError, DeliveryRefusedError) as group:
-            log.info("consumer of %s ended: %s", name, group.exceptions[0])
+            log.info("consumer of %s ended: %s", name, logs.failure_text(group))
         finally:
             self._consuming.discard(name)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, pki, transport
+from corda_trio import amqp, logs, pki, transport
 from corda_trio.messaging import (
     InvalidMessageError,
     Peer,
@@ -312,7 +312,11 @@ class ExternalBridge:
                     await self._session(backoff, outer)
                 except Exception as exc:
                     _reraise_fatal(exc)
-                    log.warning("bridge %s: session with the node ended: %s", self.config.bridge_id, exc)
+                    log.warning(
+                        "bridge %s: session with the node ended: %s",
+                        self.config.bridge_id,
+                        logs.failure_text(exc),
+                    )
                 finally:
                     if self.inbox is not None:
                         self.inbox.conn = None

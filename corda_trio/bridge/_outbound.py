@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 import attrs
 import trio
 
-from corda_trio import amqp, pki, store, transport
+from corda_trio import amqp, logs, pki, store, transport
 from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_address
 
 from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
@@ -246,7 +246,7 @@ class Bridge:
             except BaseException as raised:
                 exc = _failure_unless_cancelled(raised)
                 self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.last_error = logs.failure_text(exc)
                 if isinstance(exc, PeerChangedError):
                     log.info("bridge %s: %s", self.queue.name, exc)
                     continue  # reconnect to the new address at once
@@ -254,10 +254,13 @@ class Bridge:
                     self._parked[picked] = trio.current_time() + self.config.parked_retry_seconds
                     log.warning(
                         "bridge %s: %s:%d failed the TLS identity check for %s, parked for %.0f s: %s",
-                        self.queue.name, *picked, peer.legal_name, self.config.parked_retry_seconds, exc,
+                        self.queue.name, *picked, peer.legal_name, self.config.parked_retry_seconds,
+                        self.last_error,
                     )  # fmt: skip
                 else:
-                    log.info("bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, exc)
+                    log.info(
+                        "bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, self.last_error
+                    )
             self.state = BridgeState.BACKING_OFF
             await trio.sleep(self.backoff.next_delay())
 

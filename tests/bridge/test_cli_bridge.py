@@ -239,3 +239,60 @@ def test_an_unreadable_bridge_password_is_one_line_naming_file_and_key(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"corda-trio: error: {path}: node.password_env: "), err
     assert text in err and "passphrase" not in err and "\n" not in err
+
+
+async def _line_with(stream: trio.abc.ReceiveStream, text: bytes, seen: bytearray) -> str:
+    """The first line of ``stream`` holding ``text`` (what came before it is added to ``seen``)."""
+    while True:
+        *lines, _partial = bytes(seen).split(b"\n")
+        for line in lines:
+            if text in line:
+                return line.decode()
+        chunk = await stream.receive_some()
+        assert chunk, bytes(seen)
+        seen += chunk
+
+
+async def test_a_node_killed_under_the_bridge_is_named_by_what_happened(
+    tmp_path: Path, network: object, alice: object
+) -> None:
+    """kill -9 of the node under a ``corda-trio bridge start``: the bridge's warning said only ``session
+    with the node ended: Exceptions from Trio nursery (1 sub-exception)`` (found killing a node of the
+    operator guide's external-bridge setup). It names the failure: its type and message."""
+    from corda_trio import pki, testing
+    from tests.bridge.test_processes import CHILD, _write_node
+
+    creds: pki.NodeCredentials = alice  # type: ignore[assignment]
+    directory = _write_node(tmp_path, creds, network.root.cert, {})  # type: ignore[attr-defined]
+    testing.write_peer_file(tmp_path / "peers.json", [])
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    node = await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), str(directory), "endpoint"], stdout=subprocess.PIPE, env=env
+    )
+    bridge = None
+    try:
+        assert node.stdout is not None
+        with trio.fail_after(60):
+            port = int((await _line_with(node.stdout, b"endpoint ", bytearray())).split()[1])
+        path = write(directory, GOOD.format(port=port).replace('"pw"', '"bridge.password"'))
+        bridge = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert bridge.stdout is not None and bridge.stderr is not None
+        seen = bytearray()
+        with trio.fail_after(60):
+            await _line_with(bridge.stdout, b"corda-trio bridge: listening on", bytearray())
+            node.send_signal(signal.SIGKILL)
+            await node.wait()
+            line = await _line_with(bridge.stderr, b"session with the node ended", seen)
+        cause = line.split("session with the node ended: ", 1)[1]
+        assert "Trio nursery" not in cause and "sub-exception" not in cause, line
+        error_type, _, message = cause.partition(": ")
+        assert error_type.endswith("Error") and message, line
+        assert "Traceback" not in seen.decode()
+    finally:
+        for process in (node, bridge):
+            if process is not None and process.returncode is None:
+                process.send_signal(signal.SIGKILL)
+                await process.wait()

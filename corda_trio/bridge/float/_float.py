@@ -508,7 +508,7 @@ class Float:
                             pending = await self._forward(delivery, activation, prefix)
                             send.send_nowait((delivery, pending, started))  # room: one slot per item
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
-            log.info("%s: link %s ended: %s", user, receiver.name, group.exceptions[0])
+            log.info("%s: link %s ended: %s", user, receiver.name, logs.failure_text(group))
         finally:
             activation.window_left += reserve
 

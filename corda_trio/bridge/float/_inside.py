@@ -208,10 +208,8 @@ class FloatTunnel:
             try:
                 activated = await self._session(address)
             except BaseException as raised:
-                exc = _failure_unless_cancelled(raised)
-                while isinstance(exc, BaseExceptionGroup):  # the session's tasks fail together: name one
-                    exc = exc.exceptions[0]
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                # (the session's tasks fail together: the line names the first failure)
+                self.last_error = logs.failure_text(_failure_unless_cancelled(raised))
                 log.info("float %s:%d: %s", *address, self.last_error)
             finally:
                 if self.active is not None:
