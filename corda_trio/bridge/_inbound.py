@@ -328,6 +328,8 @@ async def _give_back(receiver: transport.Receiver, batch: Sequence[transport.Del
     waiting for an outcome that would not come while the connection stays up) and close the link; return
     how many were released. ``None``: the link or connection itself had failed (nothing to settle on)."""
     unsettled = [d for d in batch if not d.settled]
+    if not unsettled:  # (the batch was settled: it is the link or the connection that ended)
+        return None
     try:
         receiver.settle_many_nowait(unsettled, amqp.Released())
     except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError):

@@ -453,9 +453,12 @@ class Receiver:
         dispositions leave with the writer task's next write)."""
         conn = self._conn
         settle = conn._engine.settle
+        checked = False
         for delivery in deliveries:
             if not delivery.settled:
-                self._check_settleable()
+                if not checked:  # (once: every delivery of the batch is on this link)
+                    self._check_settleable()
+                    checked = True
                 delivery.settled = True
                 settle(self.channel, delivery.delivery_id, state)
         conn._request_flush()
