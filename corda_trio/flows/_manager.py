@@ -467,16 +467,21 @@ def build_flow(flow: str | type[FlowLogic[Any]], args: Mapping[str, Any]) -> Flo
     for name, value in args.items():
         field = fields.get(name)
         if field is None:
-            raise ValueError(f"{cls.__name__} has no argument {name!r} (arguments: {', '.join(fields)})")
+            takes = f"arguments: {', '.join(fields)}" if fields else "it takes none"
+            raise ValueError(f"{cls.__name__} has no argument {name!r} ({takes})")
         kwargs[name] = converted = _convert(cls.__name__, name, field.type, value)
         if not _is_a(converted, field.type):
             raise ValueError(
                 f"{cls.__name__} argument {name}: expected {_type_text(field.type)}, got "
                 f"{type(converted).__name__} {converted!r:.40}"
             )
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is attrs.NOTHING]
+    if missing:
+        names = " and ".join(repr(n) for n in missing)
+        raise ValueError(f"{cls.__name__} needs the argument{'s' if len(missing) > 1 else ''} {names}")
     try:
         return cls(**kwargs)
-    except TypeError as exc:
+    except TypeError as exc:  # (the flow's own __attrs_post_init__ or validator, say)
         raise ValueError(f"{cls.__name__}: {exc}") from exc
 
 
@@ -740,9 +745,12 @@ class FlowManager:
         if isinstance(flow, FlowLogic) and args:
             raise TypeError("arguments are given with a flow name or class, not with an instance")
         if client_id is not None and not (0 < len(client_id) <= MAX_CLIENT_ID and "\x00" not in client_id):
-            raise ValueError(
-                f"a client id is 1 to {MAX_CLIENT_ID} characters without NUL, got {len(client_id)} characters"
+            got = (
+                f"got a NUL at character {client_id.index(chr(0)) + 1}"
+                if "\x00" in client_id
+                else f"got {len(client_id)} characters"
             )
+            raise ValueError(f"a client id is 1 to {MAX_CLIENT_ID} characters without NUL, {got}")
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
             self._check_same_flow(flow_id, flow, started_by)

@@ -65,6 +65,7 @@ class ErrorCode(enum.Enum):
     MALFORMED = "malformed"  # not a msgpack map of the request shape
     UNKNOWN_METHOD = "unknown-method"
     UNAUTHENTICATED = "unauthenticated"  # no login yet, or wrong user / password
+    ALREADY_AUTHENTICATED = "already-authenticated"  # a second login on a logged-in connection
     FORBIDDEN = "forbidden"  # logged in, but the user lacks the permission
     BAD_ARGUMENTS = "bad-arguments"
     NOT_FOUND = "not-found"  # no such flow
@@ -97,8 +98,11 @@ METHODS: Final[Mapping[str, str | None]] = {
 
 #: method -> its arguments: name -> (required, the msgpack types it may have; ``object``: any). Any other
 #: argument, a missing required one or a value of another type is ``bad-arguments`` (a misspelt ``wait``
-#: must not be ignored). ``login`` is checked by the login itself (wrong credentials are ``unauthenticated``).
+#: must not be ignored). ``login`` declares its two arguments optional and of any type: an unknown one is
+#: ``bad-arguments`` like for every method, but a missing or non-string user or password is a failed login
+#: (``unauthenticated``), checked by the login itself.
 METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]]] = {
+    "login": {"user": (False, (object,)), "password": (False, (object,))},
     "ping": {"echo": (False, (object,))},
     "whoami": {},
     "node_info": {},

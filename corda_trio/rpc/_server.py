@@ -288,12 +288,20 @@ class RpcServer:
                     await send(error_frame(exc.request_id, exc.code, str(exc)))
                     continue
                 if user is None:
-                    user = await self._login(req, send, client)
-                    if user is None and req.method == "login":  # (a call before the login is no attempt)
+                    user, attempted = await self._login(req, send, client)
+                    if user is None and attempted:
                         failed += 1
                         if failed >= MAX_FAILED_LOGINS:
                             await _close(ws, 1008, "too many failed logins")
                             break
+                    continue
+                if req.method == "login":
+                    self._calls["login", ErrorCode.ALREADY_AUTHENTICATED.value] += 1
+                    message = (
+                        f"this connection is logged in already (as {user.username}); a connection logs in "
+                        "once: open another connection to act as another user"
+                    )
+                    await send(error_frame(req.id, ErrorCode.ALREADY_AUTHENTICATED, message))
                     continue
                 if req.method not in self.handlers:
                     await send.raw(self._answer_now(req, user))
@@ -303,21 +311,30 @@ class RpcServer:
             # The client went away (or closed): abandon its calls. Anything they started elsewhere goes on.
             calls.cancel_scope.cancel()
 
-    async def _login(self, req: Request, send: _Sender, client: str) -> RpcUser | None:
+    async def _login(self, req: Request, send: _Sender, client: str) -> tuple[RpcUser | None, bool]:
+        """Answer a request on a connection not logged in yet: the user if it logged in, and whether it was
+        a failed login attempt (a call before the login, or a login with an argument it does not take, is
+        none: it checks no password)."""
         if req.method != "login":
             self._calls[_method_label(req.method), ErrorCode.UNAUTHENTICATED.value] += 1
             await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "log in first (method 'login')"))
-            return None
+            return None, False
+        try:
+            check_arguments("login", req.args)
+        except RpcProtocolError as exc:
+            self._calls["login", exc.code.value] += 1
+            await send(error_frame(req.id, exc.code, str(exc)))
+            return None, False
         user = await self.users.authenticate(req.args.get("user"), req.args.get("password"))
         if user is None:
             self._calls["login", ErrorCode.UNAUTHENTICATED.value] += 1
             self._note_failed_login(client, req.args.get("user"))
             await send(error_frame(req.id, ErrorCode.UNAUTHENTICATED, "wrong user name or password"))
-            return None
+            return None, True
         self._calls["login", "ok"] += 1
         log.info("RPC user %s logged in", user.username)
         await send(ok_frame(req.id, {"user": user.username, "permissions": sorted(user.permissions)}))
-        return user
+        return user, False
 
     async def _call(self, req: Request, user: RpcUser, send: _Sender, slots: trio.Semaphore) -> None:
         """Run an ``async`` handler (in a task of its own) and send its answer."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import msgpack
 import pytest
 
@@ -162,7 +163,7 @@ def test_a_checkpoint_keeps_its_starter_and_one_without_encodes_as_before() -> N
             "PingPong has no argument 'round' (arguments: ",
         ),
         ("PingPong", {"recipient": "x", "rounds": "ten"}, ValueError, "PingPong argument rounds='ten': "),
-        ("PingPong", {}, ValueError, "PingPong: "),
+        ("PingPong", {}, ValueError, "PingPong needs the argument 'recipient'"),
         # values that are not strings (RPC) must be of the declared type: the flow would fail or be parked
         (
             "PingPong", {"recipient": "x", "rounds": 2.5},
@@ -255,3 +256,47 @@ def test_a_malformed_checkpoint_is_a_payload_error_whatever_field_is_wrong(
         fields[where] = value
     with pytest.raises(flows.PayloadError, match="malformed flow checkpoint"):
         flows.decode_checkpoint(_codec._pack(fields, True))
+
+
+@flows.initiating_flow
+@attrs.define
+class _UsersFlow(flows.FlowLogic[None]):
+    flow_name = "tests.build.UsersFlow"
+    account: str
+    amount: int
+    memo: str = ""
+
+    def call(self, ctx: object) -> None:
+        raise AssertionError("never started")
+
+
+@flows.initiating_flow
+@attrs.define
+class _NoArguments(flows.FlowLogic[None]):
+    flow_name = "tests.build.NoArguments"
+
+    def call(self, ctx: object) -> None:
+        raise AssertionError("never started")
+
+
+@pytest.mark.parametrize(
+    ("flow", "args", "message"),
+    [
+        ("tests.build.UsersFlow", {}, "_UsersFlow needs the arguments 'account' and 'amount'"),
+        ("tests.build.UsersFlow", {"memo": "m", "amount": "3"}, "_UsersFlow needs the argument 'account'"),
+        (
+            "tests.build.UsersFlow",
+            {"account": "a", "amount": 1, "colour": 2},
+            "_UsersFlow has no argument 'colour' (arguments: account, amount, memo)",
+        ),
+        ("tests.build.NoArguments", {"x": 1}, "_NoArguments has no argument 'x' (it takes none)"),
+    ],
+)
+def test_missing_and_unknown_arguments_are_named_in_the_flows_terms(
+    flow: str, args: dict[str, object], message: str
+) -> None:
+    """Any startable flow, a user's too: the error names the flow's missing or unknown arguments, not
+    Python's ``__init__() missing 1 required positional argument`` (what RPC answered before)."""
+    with pytest.raises(ValueError) as info:
+        flows.build_flow(flow, args)
+    assert str(info.value) == message

@@ -259,9 +259,14 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
     assert str(other_kind.value).endswith(
         "names a corda_trio.flows.PingPong flow, not a corda_trio.flows.Broadcast"
     )
-    for bad in ("", "x" * 201, "a\x00b"):
-        with pytest.raises(ValueError, match="a client id is 1 to 200 characters without NUL"):
+    for bad, got in (
+        ("", "got 0 characters"),
+        ("x" * 201, "got 201 characters"),
+        ("a\x00b", "got a NUL at character 2"),
+    ):
+        with pytest.raises(ValueError) as info:
             await net["Alice"].flows.start_flow("PingPong", client_id=bad, recipient=BOB)
+        assert str(info.value) == f"a client id is 1 to 200 characters without NUL, {got}"
 
 
 async def test_a_client_id_belongs_to_the_flows_starter_also_across_a_restart(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -16,6 +17,10 @@ import trio
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from corda_trio.node._processes import open_node_processes
+
+from ..node.netutil import PASSWORD as NODE_PASSWORD
+from ..node.netutil import make_network
 from .test_rpc import PASSWORD, serving
 
 
@@ -160,3 +165,75 @@ async def test_over_the_limit_another_websocket_library_reads_the_503_every_time
                 seen = await trio.to_thread.run_sync(attempts)
     refused = "HTTP 503: b'too many connections; try again later\\r\\n'"
     assert [s for s in seen if s != refused] == [], collections.Counter(seen)
+
+
+async def test_login_refuses_extra_arguments_and_a_second_login_says_it_is_logged_in_already() -> None:
+    """``login`` ignored arguments other than user and password (every other method refuses them), and a
+    second login answered ``unknown-method "unknown method 'login'"``. Now: an extra argument is
+    ``bad-arguments`` and no failed login (three of them do not close the connection), and a second login is
+    ``already-authenticated``."""
+
+    def session(ws: ClientConnection) -> list[Any]:
+        seen = []
+        for i in range(3):
+            _request(ws, i, "login", user="admin", password=PASSWORD, z=1)
+            seen.append(_frame(ws)["error"])
+        _request(ws, 3, "login", user="admin", password=PASSWORD)
+        seen.append(_frame(ws)["ok"]["user"])
+        _request(ws, 4, "login", user="reader", password=PASSWORD)
+        seen.append(_frame(ws)["error"])
+        _request(ws, 5, "ping", echo="still admin")
+        seen.append(_frame(ws)["ok"])
+        return seen
+
+    async with serving() as (url, _):
+        seen = await _in_thread(url, session)
+    extra = {"code": "bad-arguments", "message": "login has no argument 'z' (login takes 'user', 'password')"}
+    assert seen == [
+        extra,
+        extra,
+        extra,
+        "admin",
+        {
+            "code": "already-authenticated",
+            "message": "this connection is logged in already (as admin); a connection logs in once: open "
+            "another connection to act as another user",
+        },
+        "still admin",
+    ]
+
+
+@pytest.mark.slow
+async def test_a_real_nodes_start_flow_errors_name_the_flows_arguments(tmp_path: Path) -> None:
+    """A real node answered ``start_flow {"flow": "PingPong"}`` with Python's words ("PingPong.__init__()
+    missing 1 required positional argument: 'recipient'") and a client id holding a NUL with "...without
+    NUL, got 3 characters"."""
+
+    def session(ws: ClientConnection) -> list[Any]:
+        _request(ws, 1, "login", user="ops", password=NODE_PASSWORD)
+        assert "ok" in _frame(ws)
+        calls: list[dict[str, Any]] = [
+            {"flow": "PingPong"},
+            {"flow": "PingPong", "args": {"recipient": "O=Bob,L=Paris,C=FR", "colour": "red"}},
+            {"flow": "PingPong", "args": {"recipient": "O=Bob,L=Paris,C=FR"}, "client_id": "a\0b"},
+        ]
+        seen = []
+        for i, args in enumerate(calls, 2):
+            _request(ws, i, "start_flow", **args)
+            seen.append(_frame(ws)["error"])
+        return seen
+
+    nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB"])
+    async with open_node_processes(nodes) as (alice,):
+        seen = await _in_thread(alice.rpc_url, session)
+    assert seen == [
+        {"code": "bad-arguments", "message": "PingPong needs the argument 'recipient'"},
+        {
+            "code": "bad-arguments",
+            "message": "PingPong has no argument 'colour' (arguments: recipient, rounds)",
+        },
+        {
+            "code": "bad-arguments",
+            "message": "a client id is 1 to 200 characters without NUL, got a NUL at character 2",
+        },
+    ]
