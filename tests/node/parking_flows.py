@@ -1,7 +1,8 @@
 """A user's flows with a bug a peer's input triggers, for the parked-flow tests on real node processes.
 
-The node has no setting that loads a user's flow module: ``sitecustomize`` (see
-:func:`registering_env`) imports this module in each node process, which registers the flows.
+A node loads them as any user's flows: its ``node.toml`` names this module in ``[flows] modules``
+(:data:`MODULE`; ``make_network(..., flows_modules=(MODULE,))``) and the repository is on its Python path
+(:func:`node_env`).
 
 ``AskDouble`` sends ``first`` and then ``second`` to ``recipient``; ``DoubleResponder`` answers each: the
 first with ``ok`` (``int(first)``: a string that is not a number raises ``ValueError``, a bug, so the flow
@@ -21,6 +22,8 @@ import attrs
 from corda_trio import flows
 
 OUTAGE_ENV = "CORDA_TRIO_TEST_OUTAGE"
+#: the module a node's ``[flows] modules`` names to load these flows
+MODULE = "tests.node.parking_flows"
 
 
 @flows.initiating_flow
@@ -71,14 +74,11 @@ class DoubleResponder(flows.FlowLogic[list[str]]):
         return ctx.finish(self.received)
 
 
-def registering_env(directory: Path, outage: Path | None = None) -> dict[str, str]:
-    """The environment of a node process that registers these flows (a ``sitecustomize`` in
-    ``directory`` imports this module)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "sitecustomize.py").write_text("import tests.node.parking_flows\n")
+def node_env(outage: Path | None = None) -> dict[str, str]:
+    """The environment of a node process that loads these flows (with :data:`MODULE` in its ``node.toml``):
+    the repository on its Python path, and the outage file's name."""
     repo = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join([str(directory), str(repo), os.environ.get("PYTHONPATH", "")])
-    env = {"PYTHONPATH": path}
+    env = {"PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
     if outage is not None:
         env[OUTAGE_ENV] = str(outage)
     return env

@@ -16,7 +16,7 @@ from corda_trio import amqp, rpc
 from corda_trio.node._processes import open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
-from .parking_flows import AskDouble, registering_env
+from .parking_flows import MODULE, AskDouble, node_env
 from .test_hostile_peer import ALICE, BOB, MALLORY, flow_metrics, init, ping_pong, send_as, session_message
 
 pytestmark = pytest.mark.slow
@@ -50,9 +50,9 @@ async def wait_listed(client: rpc.RpcClient, state: str, flow_id: object) -> dic
 async def test_parked_responders_do_not_stop_the_inbox(tmp_path: Path) -> None:
     """Mallory's 1,100 inits park as many responders on Bob; Alice's flows to Bob still complete, the
     messages the parked flows hold are in /metrics, and a kill or retry of one works as before."""
-    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY], flows_modules=(MODULE,))
     (_alice_path, _alice_cfg), (_bob_path, _bob_cfg), (_mallory_path, mallory_cfg) = nodes
-    env = registering_env(tmp_path / "site")
+    env = node_env()
     async with (
         open_node_processes(nodes[:2], env=env) as (alice, bob),
         rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
@@ -85,11 +85,11 @@ async def test_parked_flows_survive_kill_9_and_a_retry_gets_its_message_once(tmp
     and Mallory's 1,100 inits park as many more. Bob is killed with -9 and started again: all are parked
     again with their messages, and Bob serves Alice meanwhile. Once the service is back, a retry delivers
     the held message: Alice gets her answer, and the responder received each message exactly once."""
-    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY])
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY], flows_modules=(MODULE,))
     (_alice_path, _alice_cfg), (bob_path, bob_cfg), (_mallory_path, mallory_cfg) = nodes
     outage = tmp_path / "outage"
     outage.touch()
-    env = registering_env(tmp_path / "site", outage)
+    env = node_env(outage)
     async with (
         open_node_processes(nodes[:2], env=env) as (alice, bob),
         rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
