@@ -71,12 +71,25 @@ holds (``held`` receipts, the events of its batch, and messages posted to it mea
 messages themselves stay unacknowledged in the inbox, their dedup ids uncommitted, so nothing about delivery,
 retry, kill or restart changes. (A bundle whose parts go to one parked flow counts once per part: the lent
 credit can exceed the messages held, never fall short.) The lent total is bounded by ``max_parked_messages``
-and ``max_parked_bytes`` (the wire bytes of the session messages); beyond, held messages take window credit as
-before, and an init for a responder that has flows in the hospital is rejected like one beyond
-``max_responders_per_peer`` (a reject naming the limits; counted in ``refused_inits``), and an init that comes
-while draining is rejected ("... is draining ..."). Persisting the unconsumed events with the checkpoint and
-acknowledging them was the alternative: a format change and a write per message arriving while parked, for the
-same guarantees.
+and ``max_parked_bytes`` (the wire bytes of the session messages); beyond, an init for a responder that has
+flows in the hospital is rejected like one beyond ``max_responders_per_peer`` (a reject naming the limits;
+counted in ``refused_inits``), and an init that comes while draining is rejected ("... is draining ...").
+
+*Folding a parked flow's messages.* A flow in the hospital consumes nothing, so what arrives for it is data
+sent ahead and is bounded like it: per session, the messages queued since its checkpoint (``_Runner.queued``)
+plus what that checkpoint holds may not exceed ``max_unconsumed_messages`` / ``max_unconsumed_bytes``. Once
+they would, or a message gets no lent credit (the limits above), the runner, still waiting in the hospital,
+*folds* its queued messages into its last checkpoint with the pure ``hold_messages`` (no step runs: data is
+held in its session, a session beyond the limit overflows as for a running flow and its peer gets the
+``SessionOverflowError``, what breaks the protocol is refused, a responder's owed confirm goes), writes it
+(one record, as for any transition, outbox included), and only then acknowledges them and returns their
+lent credit. A responder parked before its first checkpoint is persisted by the fold (its init acknowledged
+with it); its ``Start`` stays queued. When the flow runs again (retry, or a restart: a resumed flow gets a
+``TimerFired`` first) it takes what is held. So a peer that parks a flow and floods its sessions holds at most
+a session's limit of the inbox through it, nothing is acknowledged before it is durable, and a crash at any
+point leaves either the messages in the inbox or the checkpoint holding them. Writing each message that
+arrives while parked into the checkpoint at once was the alternative: a write per message, for the same
+guarantees.
 
 *Finished flows* keep their record (status, result or error) until ``finished_retain`` newer
 ones finished: repeated inits are recognised, and ``flows()`` lists them. A flow that finished before one of
@@ -93,6 +106,7 @@ import functools
 import logging
 import random
 import time
+import traceback
 import types
 import typing
 import uuid
@@ -154,6 +168,7 @@ from ._statemachine import (
     SendToHospital,
     Start,
     TimerFired,
+    hold_messages,
     new_initiator,
     new_responder,
     responder_flow_id,
@@ -286,6 +301,8 @@ class _Receipt:
 
     #: bytes of the session message it stands for
     size: int = 0
+    #: the inbox was lent a unit of credit for it (its flow is in the hospital)
+    lent: bool = False
     _done: trio.Event = attrs.field(factory=trio.Event)
     _error: BaseException | None = None
 
@@ -334,10 +351,21 @@ class _Runner:
     in_hospital: bool = False
     lent: int = 0
     lent_bytes: int = 0
+    #: in the hospital: messages (and their bytes) queued per recipient session id since the flow's last
+    #: checkpoint; ``fold_due`` once a session's exceed what it may hold, or a message was lent no credit
+    #: (see "Folding a parked flow's messages" in the module docstring); ``nudge`` wakes it while it waits
+    queued: dict[int, list[int]] = attrs.field(factory=dict)
+    fold_due: bool = False
+    nudge: trio.Event | None = None
 
     def post(self, event: Any) -> None:
         self.events.append(event)
         self.wakeup.set()
+
+    def wake(self) -> None:
+        """Wake the runner if it waits in the hospital (to retry, or to fold what it holds)."""
+        if self.nudge is not None:
+            self.nudge.set()
 
 
 @attrs.define(eq=False)
@@ -544,6 +572,28 @@ def _type_text(kind: Any) -> str:
 
 
 _IMMUTABLE: Final = (str, int, float, bool, type(None))
+
+
+#: At most this much of a failed step's error message is kept (shown as a flow's ``error``), and of its
+#: formatted traceback logged, per parked flow: a peer's input may make a step raise with a huge message.
+MAX_ERROR_TEXT_CHARS: Final = 2_000
+MAX_TRACEBACK_LOG_CHARS: Final = 16_384
+
+
+def _failure(flow_id: str, error: BaseException, transient: bool) -> tuple[str, bool]:
+    """What the hospital keeps of a failed step: the text shown for the flow (type and message, bounded)
+    and whether it is transient. A bug is logged here, once, with its formatted traceback (bounded);
+    nothing keeps the exception, whose traceback holds every frame of the step with its locals (about 20 KB
+    per parked flow, for as long as it is parked)."""
+    text = f"{type(error).__name__}: {error}"
+    if len(text) > MAX_ERROR_TEXT_CHARS:
+        text = text[: MAX_ERROR_TEXT_CHARS - 40] + f"... ({len(text)} characters)"
+    if not transient:
+        trace = "".join(traceback.format_exception(error))
+        if len(trace) > MAX_TRACEBACK_LOG_CHARS:
+            trace = "...\n" + trace[-MAX_TRACEBACK_LOG_CHARS:]
+        log.error("flow %s parked: %s\n%s", flow_id, text, trace.rstrip())
+    return text, transient
 
 
 def _new_responder(sender: str, data: bytes, responder: type[FlowLogic[Any]], flow_id: str) -> FlowState:
@@ -864,7 +914,10 @@ class FlowManager:
         receipt = _Receipt(size=len(data))
         runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))
         if runner.in_hospital:
-            self._lend_for(runner, [receipt])
+            unlent = self._lend_for(runner, [receipt])
+            if self._queue_in_hospital(runner, decoded.recipient_session_id, len(data)) or unlent:
+                runner.fold_due = True
+                runner.wake()
         return receipt.wait
 
     def _deferred_init(self, sender: str, init: InitialSessionMessage, dedup_id: str, data: bytes) -> Any:
@@ -982,15 +1035,21 @@ class FlowManager:
         if runner.resumed:
             runner.resumed = False
             self._arm_timer(runner)
+            if not runner.state.finished:  # it may hold what it can take now (messages folded while parked)
+                runner.post(TimerFired(now=time.time()))
         while not runner.done.is_set():
             while not runner.events:
                 runner.wakeup = trio.Event()
                 await runner.wakeup.wait()
             batch = list(runner.events)
             runner.events.clear()
-            await self._step(runner, batch)
+            failure = await self._step(runner, batch)
+            if failure is not None:  # (the step's frame, the exception and its traceback are gone)
+                await self._hospital(runner, batch, *failure)
 
-    async def _step(self, runner: _Runner, batch: list[Any]) -> None:
+    async def _step(self, runner: _Runner, batch: list[Any]) -> tuple[str, bool] | None:
+        """Run ``batch`` through the state machine and perform its actions; returns ``(error text,
+        transient)`` when the flow goes to the hospital instead (see :func:`_failure`)."""
         state = runner.state
         actions: list[Any] = []
         for event in batch:
@@ -998,8 +1057,7 @@ class FlowManager:
             self._stats["transitions"] += 1
             hospital = next((a for a in t.actions if isinstance(a, SendToHospital)), None)
             if hospital is not None:
-                await self._hospital(runner, batch, hospital.error, hospital.transient)
-                return
+                return _failure(runner.flow_id, hospital.error, hospital.transient)
             actions.extend(t.actions)
         persist = any(isinstance(a, PersistCheckpoint) for a in actions)
         # The messages of the whole batch (each transition started a fresh outbox): stored beside the
@@ -1016,38 +1074,8 @@ class FlowManager:
             except (PayloadError, messaging.MessageTooLargeError) as exc:
                 # never: a message that no peer may take, or state that cannot be stored (parked, and
                 # nothing of this batch is committed: the flow can be killed, its counterparties told)
-                await self._hospital(runner, batch, exc, False)
-                return
-            puts = [(runner.flow_id.encode(), data)]
-            if outbox:
-                out_key = outbox_key(runner.flow_id, state.suspends)
-                puts.append((out_key, record))
-            deletes = []
-            if state.finished and runner.flow_id not in self._lingering:
-                kept = []  # still waiting for a confirm: their records stay
-                while len(self._finished_order) >= self.config.finished_retain:
-                    old = self._finished_order.popleft()
-                    if old in self._lingering:
-                        kept.append(old)
-                        continue
-                    self._finished.pop(old, None)
-                    deletes.append(old.encode())
-                self._finished_order.extendleft(reversed(kept))
-            confirmed = len(self._confirmed)  # outbox records whose messages are in the outbound queues
-            if confirmed:
-                deletes += self._confirmed
-                self._confirmed = []
-            await self.checkpoints.write(puts, deletes)
-            self._outbox_records += len(puts) - 1 - confirmed
-            self._stats["checkpoint_writes"] += 1
-            runner.checkpoint = data
-            runner.initial = None
-            runner.persisted = True
-            self._bump()
-            self._register_sessions(runner)
-            for receipt in runner.held:
-                receipt.resolve()
-            runner.held = []
+                return _failure(runner.flow_id, exc, False)
+            out_key = await self._commit(runner, data, record if outbox else None)
         for action in actions:
             if isinstance(action, AcknowledgeMessages):
                 for token in action.tokens:
@@ -1068,6 +1096,44 @@ class FlowManager:
             runner.status = "running"
             runner.error = None
             self._bump()
+        return None
+
+    async def _commit(self, runner: _Runner, data: bytes, record: bytes | None) -> bytes | None:
+        """Write ``runner``'s checkpoint ``data`` (encoded from ``runner.state``) and its transition's outbox
+        ``record`` in one record of the keyed log; resolve the receipts it held. Returns the outbox key."""
+        state = runner.state
+        out_key = None
+        puts = [(runner.flow_id.encode(), data)]
+        if record is not None:
+            out_key = outbox_key(runner.flow_id, state.suspends)
+            puts.append((out_key, record))
+        deletes = []
+        if state.finished and runner.flow_id not in self._lingering:
+            kept = []  # still waiting for a confirm: their records stay
+            while len(self._finished_order) >= self.config.finished_retain:
+                old = self._finished_order.popleft()
+                if old in self._lingering:
+                    kept.append(old)
+                    continue
+                self._finished.pop(old, None)
+                deletes.append(old.encode())
+            self._finished_order.extendleft(reversed(kept))
+        confirmed = len(self._confirmed)  # outbox records whose messages are in the outbound queues
+        if confirmed:
+            deletes += self._confirmed
+            self._confirmed = []
+        await self.checkpoints.write(puts, deletes)
+        self._outbox_records += len(puts) - 1 - confirmed
+        self._stats["checkpoint_writes"] += 1
+        runner.checkpoint = data
+        runner.initial = None
+        runner.persisted = True
+        self._bump()
+        self._register_sessions(runner)
+        for receipt in runner.held:
+            receipt.resolve()
+        runner.held = []
+        return out_key
 
     # --- sending ------------------------------------------------------------------------------------------
 
@@ -1210,18 +1276,15 @@ class FlowManager:
 
         self._nursery.start_soon(fire)
 
-    async def _hospital(
-        self, runner: _Runner, batch: list[Any], error: BaseException, transient: bool
-    ) -> None:
+    async def _hospital(self, runner: _Runner, batch: list[Any], text: str, transient: bool) -> None:
         """Throw the in-memory state away, reload the last checkpoint and retry the batch: after a backoff
-        (transient) or when an operator says so (parked)."""
+        (transient) or when an operator says so (parked). ``text`` is the error shown (:func:`_failure`)."""
         if runner.checkpoint is not None:
             runner.state = decode_checkpoint(runner.checkpoint)
         else:
             assert runner.initial is not None
             runner.state = runner.initial()
         runner.events.extendleft(reversed(batch))
-        text = f"{type(error).__name__}: {error}"
         self._enter_hospital(runner)
         try:
             if transient:
@@ -1229,12 +1292,11 @@ class FlowManager:
                 runner.retries += 1
                 self._set_status(runner, "retrying", text)
                 log.info("flow %s: transient failure (%s); retrying", runner.flow_id, text)
-                with trio.move_on_after(min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)):
-                    await runner.retry.wait()
+                seconds = min(delay, self.config.retry_max_seconds) * random.uniform(0.5, 1.5)
+                await self._wait_in_hospital(runner, trio.current_time() + seconds)
             else:
                 self._set_status(runner, "parked", text)
-                log.error("flow %s parked: %s", runner.flow_id, text, exc_info=error)
-                await runner.retry.wait()
+                await self._wait_in_hospital(runner, float("inf"))
         finally:
             self._leave_hospital(runner)
         runner.retry = trio.Event()
@@ -1246,13 +1308,99 @@ class FlowManager:
             runner.events.clear()
             runner.events.append(kills[0])
 
+    async def _wait_in_hospital(self, runner: _Runner, deadline: float) -> None:
+        """Wait until ``runner`` is retried or killed, or ``deadline`` (trio time); meanwhile fold what it
+        holds into its checkpoint whenever that is due (see the module docstring)."""
+        while not runner.retry.is_set() and trio.current_time() < deadline:
+            if runner.fold_due:
+                await self._fold(runner)
+                continue
+            runner.nudge = trio.Event()
+            with trio.move_on_at(deadline):
+                await runner.nudge.wait()
+        runner.nudge = None
+
     def _enter_hospital(self, runner: _Runner) -> None:
         """``runner`` waits in the hospital: lend the inbox credit for the messages it holds (see the module
         docstring)."""
         runner.in_hospital = True
         self._in_hospital[runner.state.flow_name] += 1
-        tokens = [e.token for e in runner.events if isinstance(e, MessageArrived)]
-        self._lend_for(runner, [*runner.held, *tokens])
+        arrived = [e for e in runner.events if isinstance(e, MessageArrived)]
+        unlent = self._lend_for(runner, [*runner.held, *(e.token for e in arrived)])
+        over = [
+            self._queue_in_hospital(runner, e.message.recipient_session_id, e.token.size) for e in arrived
+        ]
+        runner.fold_due = bool(unlent) or any(over)
+
+    def _queue_in_hospital(self, runner: _Runner, session_id: int, size: int) -> bool:
+        """Count a message of ``size`` bytes queued for ``session_id`` of ``runner`` (in the hospital).
+        Returns whether that session now has more than its last checkpoint may hold for it (with what it
+        holds already: ``max_unconsumed_messages`` / ``max_unconsumed_bytes``, the limit on data sent ahead),
+        or can take no data at all (unknown to that checkpoint, ended or failed by the peer, overflowed)."""
+        queued = runner.queued.setdefault(session_id, [0, 0])
+        queued[0] += 1
+        queued[1] += size
+        session = runner.state.session_by_id(session_id)
+        if session is None or session.peer_ended or session.peer_error is not None:
+            return True
+        return (
+            len(session.received) + queued[0] > self.env.max_unconsumed_messages
+            or session.received_bytes + queued[1] > self.env.max_unconsumed_bytes
+        )
+
+    async def _fold(self, runner: _Runner) -> None:
+        """Fold the messages ``runner`` (in the hospital) holds into its last checkpoint as data sent ahead
+        (``hold_messages``: nothing of the flow runs), write it and acknowledge them once it is durable,
+        giving back the inbox credit lent for them; the flow stays where it is (see the module docstring)."""
+        runner.fold_due = False
+        state = runner.state
+        arrived = [e for e in runner.events if isinstance(e, MessageArrived)]
+        if state.finished or not arrived:
+            return
+        t = hold_messages(state, arrived, self.env)
+        outbox = [o for a in t.actions if isinstance(a, SendMessages) for o in a.messages]
+        state.outbox = []
+        held = runner.held
+        out_key = None
+        if any(isinstance(a, PersistCheckpoint) for a in t.actions):
+            try:
+                data = encode_checkpoint(state)
+                record = None
+                if outbox:
+                    record, outbox = encode_outbox_record(outbox)
+                    self._check_sizes(outbox)
+            except (PayloadError, messaging.MessageTooLargeError) as exc:  # (never: what it received)
+                log.error("flow %s: the messages it holds cannot be checkpointed: %s", runner.flow_id, exc)
+                runner.state = decode_checkpoint(runner.checkpoint) if runner.checkpoint else runner.initial()
+                return
+            out_key = await self._commit(runner, data, record)
+        else:
+            held = []
+        done = {id(e) for e in arrived}
+        remaining = [e for e in runner.events if id(e) not in done]
+        if not any(isinstance(e, (Start, TimerFired)) for e in remaining):
+            remaining.append(TimerFired(now=time.time()))  # (it takes what is held when it next runs)
+        runner.events = collections.deque(remaining)
+        for action in t.actions:
+            if isinstance(action, AcknowledgeMessages):
+                for token in action.tokens:
+                    token.resolve()
+            elif isinstance(action, RefuseMessage):
+                self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
+        if outbox:
+            self._hand_over(runner, outbox, out_key)
+        given = [r for r in [*held, *(e.token for e in arrived)] if r.lent]
+        for receipt in given:
+            receipt.lent = False
+        size = sum(r.size for r in given)
+        runner.lent -= len(given)
+        runner.lent_bytes -= size
+        self._take_back(len(given), size)
+        runner.queued = {}
+        for e in remaining:
+            if isinstance(e, MessageArrived):
+                if self._queue_in_hospital(runner, e.message.recipient_session_id, e.token.size):
+                    runner.fold_due = True
 
     def _leave_hospital(self, runner: _Runner) -> None:
         """``runner`` goes on with its messages (retried or killed): take the credit lent for them back."""
@@ -1263,11 +1411,17 @@ class FlowManager:
             del self._in_hospital[name]
         self._take_back(runner.lent, runner.lent_bytes)
         runner.lent = runner.lent_bytes = 0
+        runner.queued = {}
+        runner.fold_due = False
 
-    def _lend_for(self, runner: _Runner, receipts: list[_Receipt]) -> None:
+    def _lend_for(self, runner: _Runner, receipts: list[_Receipt]) -> int:
+        """Lend credit for ``receipts`` (in order, while the limits allow); returns how many got none."""
         count, size = self._lend([r.size for r in receipts])
+        for receipt in receipts[:count]:
+            receipt.lent = True
         runner.lent += count
         runner.lent_bytes += size
+        return len(receipts) - count
 
     def _can_lend(self, size: int) -> bool:
         return (
@@ -1410,6 +1564,7 @@ class FlowManager:
         if runner is None:
             raise UnknownFlowError(f"no running flow {flow_id}")
         runner.retry.set()
+        runner.wake()
         if runner.send_error is not None:
             for pump in self._pumps.values():
                 pump.retry.set()
@@ -1431,6 +1586,7 @@ class FlowManager:
         runner.events.appendleft(Kill(reason=reason, now=time.time()))
         runner.wakeup.set()
         runner.retry.set()
+        runner.wake()
 
     def drain(self) -> None:
         """Refuse new flows (``start_flow`` raises; peers' session inits wait in the inbox); running flows go

@@ -120,6 +120,7 @@ __all__ = [
     "Start",
     "TimerFired",
     "Transition",
+    "hold_messages",
     "new_initiator",
     "new_responder",
     "responder_flow_id",
@@ -919,6 +920,26 @@ def transition(state: FlowState, event: Event, env: Environment) -> Transition:
         return Transition(state, (SendToHospital(exc, True),))
     except Exception as exc:
         return Transition(state, (SendToHospital(exc, False),))
+    return _result(m)
+
+
+def hold_messages(state: FlowState, events: Sequence[MessageArrived], env: Environment) -> Transition:
+    """Apply ``events`` to the last checkpoint ``state`` of a flow that cannot run now (it is in the
+    hospital) without running any of its steps: data is held in its session as data sent ahead (a session
+    beyond ``max_unconsumed_messages`` / ``max_unconsumed_bytes`` overflows, as for a running flow), ends,
+    errors and confirms are recorded, what breaks the protocol is refused; messages owed to confirmed
+    sessions go, as :class:`Start` sends them (a responder's confirm). The flow takes what is held when it
+    next runs (any event: the executor posts a :class:`TimerFired`)."""
+    if state.finished:
+        raise ValueError(f"flow {state.flow_id} has finished: its messages go to transition()")
+    m = _Machine(state, env, number=state.suspends + 1)
+    state.outbox = []
+    for s in state.sessions.values():
+        if s.peer_id is not None and s.buffered:
+            m.changed = True
+            m._flush(s)
+    for event in events:
+        m.apply_message(event)
     return _result(m)
 
 

@@ -5,12 +5,15 @@ for the failing responder are rejected; retry and kill take the credit back."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import msgpack
 import pytest
 import trio
 
-from corda_trio import flows, store, testing
+from corda_trio import flows, pki, store, testing
+from corda_trio.flows._messages import derive_id
 from tests.node.parking_flows import OUTAGE_ENV, AskDouble, DoubleResponder
 
 ALICE, BOB = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
@@ -177,3 +180,67 @@ async def test_a_draining_node_holds_inits_without_taking_the_inbox_window(tmp_p
             bob.undrain()
             assert [await h.result() for h in held] == [1] * (2 * WINDOW)
             assert lent(net["Bob"]) == (0, 0)
+
+
+async def test_a_flood_on_a_parked_flows_session_goes_into_its_checkpoint_and_overflows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that parked a responder (here: its second step fails, a service is down) could send it any
+    number of messages on its session: lent credit up to ``max_parked_messages``, then they took the inbox
+    window and the node took no P2P message any more. Now, beyond a session's limit on data sent ahead or
+    beyond the lent credit, the held messages go into the parked flow's checkpoint as data sent ahead,
+    acknowledged once it is durable: the session overflows as for a running flow, the window stays free,
+    and the flow, retried, fails with the overflow (so does its initiator)."""
+    outage = tmp_path / "outage"
+    outage.touch()
+    monkeypatch.setenv(OUTAGE_ENV, str(outage))
+    config = flows.FlowManagerConfig(max_parked_messages=4, max_unconsumed_messages=3)
+    async with testing.open_flow_network(
+        tmp_path, [ALICE, BOB], flow_config=config, inbox_credit=WINDOW
+    ) as net:
+        alice, bob = net["Alice"].flows, net["Bob"].flows
+        sender = net["Alice"].messaging
+        assert sender is not None
+        with trio.fail_after(60):
+            handle = await alice.start_flow(AskDouble(recipient=BOB, first="1", second="21"))
+            await wait_for(bob, lambda: len(parked(bob)) == 1)
+            (responder,) = parked(bob)
+            session = derive_id(responder, "session", 0)
+            for seq in range(2, 2 + 4 * WINDOW):  # (0: the init, 1: "21", which the parked step holds)
+                data = msgpack.packb([1, 2, session, seq, msgpack.packb(f"x{seq}")])
+                out = sender.create_message(flows.SESSION_TOPIC, data, dedup_id=f"flood-{seq}")
+                await sender.send(out, pki.CordaX500Name.parse(BOB))
+            # the flood is taken (acknowledged, the last ones refused: the session overflowed) ...
+            while in_flight(net["Bob"]):  # noqa: ASYNC110 (acked once the checkpoint is durable)
+                await trio.sleep(0.01)
+            assert lent(net["Bob"]) == (0, 0)
+            assert parked(bob) == [responder]
+            assert any("was ended by the peer: data not allowed" in r for _, r in bob.refusals())
+            # ... and the window is free for everything else
+            assert await (await alice.start_flow("PingPong", recipient=BOB, rounds=2)).result() == 2
+            outage.unlink()
+            await bob.retry(responder)
+            overflow = (
+                r"sent more data on session \d+ than O=Bob, L=Paris, C=FR holds before its flow receives"
+            )
+            with pytest.raises(flows.FlowException, match=overflow):
+                await bob.wait_result(responder)
+            with pytest.raises(flows.FlowException, match=overflow):
+                await handle.result()
+
+
+async def test_a_parked_flow_keeps_its_errors_text_not_the_exception_and_its_frames(tmp_path: Path) -> None:
+    """The hospital's waiting task kept the step's exception, and with its traceback every frame of the
+    failed step with its locals (the half-changed state, the context, the machine), for as long as the flow
+    was parked: about 3 KB more per parked responder (tracemalloc over 1,000 of them, docs/flows.md). Now
+    only the text shown (type and message) is kept; the traceback is logged once."""
+    async with testing.open_flow_network(tmp_path, [ALICE, BOB], inbox_credit=WINDOW) as net:
+        alice, bob = net["Alice"].flows, net["Bob"].flows
+        with trio.fail_after(60):
+            await alice.start_flow(AskDouble(recipient=BOB, first="abc-parked"))
+            await wait_for(bob, lambda: len(parked(bob)) == 1)
+            (info,) = [f for f in bob.flows() if f.status == "parked"]
+            assert info.error == "ValueError: invalid literal for int() with base 10: 'abc-parked'"
+            gc.collect()
+            kept = [o for o in gc.get_objects() if isinstance(o, ValueError) and "abc-parked" in str(o)]
+            assert kept == []

@@ -13,6 +13,8 @@ import pytest
 import trio
 
 from corda_trio import amqp, rpc
+from corda_trio.flows._messages import derive_id
+from corda_trio.flows._statemachine import responder_flow_id
 from corda_trio.node._processes import open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
@@ -156,3 +158,49 @@ async def test_a_draining_node_holding_a_flood_of_inits_still_finishes_its_flows
             while (await flow_metrics(bob))["started_total"] < FLOOD + 1:  # noqa: ASYNC110 (another process)
                 await trio.sleep(0.1)
         assert (await flow_metrics(bob))["parked_messages"] == 0
+
+
+async def test_flooding_a_parked_flows_session_does_not_stop_the_inbox(tmp_path: Path) -> None:
+    """Mallory parks one of Bob's responders (an init whose payload hits its bug) and then sends 11,100
+    data messages on that responder's session (it can compute the session id: it is derived from the init).
+    The parked flow held them all unacknowledged: 10,000 lent credit (``max_parked_messages``), the rest
+    took the inbox window (1,024), and Alice's PingPong to Bob hung. Now a parked flow holds at most a
+    session's limit of data sent ahead (1,000 messages) and, beyond the lent credit, none: the rest goes into
+    its checkpoint as data sent ahead, the session overflows at 1,000 as for a running flow (Mallory is told),
+    acknowledged once that is durable. Bob serves Alice throughout; after a kill -9 the flow runs from that
+    checkpoint and fails with the overflow."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB, MALLORY], flows_modules=(MODULE,))
+    (_alice_path, _alice_cfg), (bob_path, bob_cfg), (_mallory_path, mallory_cfg) = nodes
+    env = node_env()
+    flood = 11_100
+    session = derive_id(responder_flow_id(MALLORY.replace(",", ", "), 4242, 1), "session", 0)
+    messages = [session_message(init(4242, msgpack.packb("abc"), AskDouble.flow_name), "i-4242", init=True)]
+    messages += [
+        session_message(msgpack.packb([1, 2, session, seq, msgpack.packb("x")]), f"x-{seq}")
+        for seq in range(1, flood + 1)
+    ]
+    async with open_node_processes(nodes[:2], env=env) as (alice, bob):
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await ping_pong(a)
+            async with rpc.connect(bob.rpc_url, "ops", PASSWORD) as b:
+                with trio.fail_after(300):
+                    assert await send_as(mallory_cfg, bob, messages) == [amqp.Accepted()] * (flood + 1)
+                (parked,) = await wait_parked(b, 1)
+                assert "ValueError: invalid literal for int()" in str(parked["error"]), parked
+                await ping_pong(a)
+                metrics = await flow_metrics(bob)
+                assert metrics["parked_messages"] <= 1_001, metrics
+            assert await bob.stop(signal.SIGKILL) == -signal.SIGKILL
+            bob = await start_node_process(bob_path, bob_cfg, env=env)
+            try:
+                async with rpc.connect(bob.rpc_url, "ops", PASSWORD) as b:
+                    await ping_pong(a)
+                    # restarted, the flow runs from its checkpoint: the session overflowed, so its first
+                    # receive fails with the overflow (the data that hit the bug was dropped with it)
+                    failed = await wait_listed(b, "failed", parked["flow_id"])
+                    assert "more data on session" in str(failed["error"]), failed
+                    assert "(1001 messages" in str(failed["error"]), failed
+                    assert (await flow_metrics(bob))["parked_messages"] == 0
+                    await ping_pong(a)
+            finally:
+                await bob.stop()
