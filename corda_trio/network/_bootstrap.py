@@ -18,7 +18,13 @@ Layout of the network directory ``D``::
                                          passphrase (only if generated, 0600)
     D/nodes/<slug>/network-parameters    copy of the signed parameters
     D/nodes/<slug>/node-info             this node's signed NodeInfo
-    D/nodes/<slug>/additional-node-infos/nodeInfo-<HASH>   every node's signed NodeInfo (directory mode)
+    D/nodes/<slug>/additional-node-infos/nodeInfo-<HASH>   every node's signed NodeInfo (directory mode;
+                                         with a map service the directory is left empty: see below)
+
+With a map service the nodes learn of each other from the map alone.  A NodeInfo in
+``additional-node-infos/`` is a second source that the map cannot take away (the node keeps it in its view
+whatever the map lists), so copies written here would keep a node in every peer's view after the operator
+removed it from the map (``corda-trio networkmap remove``).
 
 Configuration files (``node.toml``, ``networkmap.toml``) are written by the caller (the CLI, which owns
 the configuration schema) from the returned :class:`BootstrappedNetwork`.
@@ -268,6 +274,8 @@ def bootstrap_network(
     for node in nodes:
         additional = node.directory / "additional-node-infos"
         additional.mkdir()
+        if map_address is not None:
+            continue  # the map is the source: a copy here would keep a node the operator removed
         for hash_hex, data in infos:
             (additional / f"nodeInfo-{hash_hex}").write_bytes(data)
     return BootstrappedNetwork(

@@ -85,6 +85,20 @@ async def test_removal_sticks_until_readmit_and_clients_drop_the_node(
     assert _summary(events) == [("NodeAdded", str(BOB))]
 
 
+@pytest.mark.parametrize("map_port", [0, None], ids=["with-map", "directory-mode"])
+def test_bootstrap_copies_node_infos_only_for_a_network_without_a_map(
+    tmp_path: Path, map_port: int | None
+) -> None:
+    """A copy in additional-node-infos/ stays in a node's view whatever the map lists: with a map service,
+    bootstrap writes none (the operator's removal would not reach the peers), without one every node gets
+    every NodeInfo."""
+    built = network.bootstrap_network(tmp_path / "net", [ALICE, BOB], now=NOW, map_port=map_port)
+    for node in built.nodes:
+        copies = sorted(p.name for p in (node.directory / "additional-node-infos").iterdir())
+        expected = [] if map_port is not None else sorted(f"nodeInfo-{n.node_info_hash}" for n in built.nodes)
+        assert copies == expected
+
+
 def test_the_deny_list_survives_a_restart(
     creds: pki.NetworkCredentials, bob: pki.NodeCredentials, tmp_path: Path
 ) -> None:
