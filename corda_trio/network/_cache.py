@@ -16,6 +16,14 @@ the cache never claims less than the consumer was told.  :meth:`NetworkMapUpdate
 ``NodeAdded`` for everything in the persisted cache (so a consumer that starts empty converges), publishes
 the node's own NodeInfo (retrying with backoff), then polls every ``max-age`` seconds as the server asks.
 Events go into a bounded memory channel: a slow consumer slows polling rather than growing memory.
+
+A node stays in the map only while the map holds its NodeInfo, so each poll also checks that the map lists
+the node's own current NodeInfo (its hash: the map's list, not the merged view, since a copy in the
+node-info directory says nothing about the map).  When it does not (the operator removed the node and then
+readmitted it, or the service lost its database), the node publishes again, with the same retry and backoff
+as at start.  A refusal (400, 403 such as ``removed-by-operator``, 409) is not retried by backoff: the next
+poll asks again, so a removed node knocks once per poll interval, and each distinct refusal is logged once,
+not at every poll.
 """
 
 from __future__ import annotations
@@ -38,7 +46,13 @@ from ._client import NetworkMapClient
 from ._codec import MAX_PAYLOAD_BYTES
 from ._errors import MalformedPayloadError, NetworkMapError, NetworkMapHttpError, PayloadRejectedError
 from ._model import NetworkParameters
-from ._signing import VerifiedNodeInfo, verify_network_map, verify_network_parameters, verify_node_info
+from ._signing import (
+    VerifiedNodeInfo,
+    decode_signed_node_info,
+    verify_network_map,
+    verify_network_parameters,
+    verify_node_info,
+)
 
 __all__ = [
     "MapEvent",
@@ -245,6 +259,12 @@ class NetworkMapUpdater:
     poll_interval_seconds: float = DEFAULT_POLL_SECONDS
     _nodes: dict[str, VerifiedNodeInfo] = attrs.field(factory=dict, init=False)
     _parameters_hash: str | None = attrs.field(default=None, init=False)
+    #: NodeInfo hashes the map listed at its last successful poll (``None``: not polled yet).
+    _map_hashes: frozenset[str] | None = attrs.field(default=None, init=False)
+    #: The map's last refusal of our NodeInfo (logged once), ``None`` once it takes it.
+    _refusal: str | None = attrs.field(default=None, init=False)
+    #: A publication (with its retries) is under way.
+    _publishing: bool = attrs.field(default=False, init=False)
 
     def nodes(self) -> dict[str, VerifiedNodeInfo]:
         """Snapshot: canonical legal name -> verified NodeInfo."""
@@ -321,6 +341,7 @@ class NetworkMapUpdater:
         network_map = verify_network_map(response.signed_map, trust_root=self.trust_root, now=self.clock())
         if response.max_age_seconds is not None:
             interval = min(max(float(response.max_age_seconds), 1.0), MAX_POLL_SECONDS)
+        self._map_hashes = frozenset(network_map.node_info_hashes)
         if network_map.network_parameters_hash != self._parameters_hash:
             events.append(await self._fetch_parameters(network_map.network_parameters_hash))
         known = {n.hash: n for n in self._nodes.values()}
@@ -353,34 +374,72 @@ class NetworkMapUpdater:
         for event in cached:
             await self.events.send(event)
         async with trio.open_nursery() as nursery:
+            own_hash = None
             if self.client is not None and self.own_node_info is not None:
+                own_hash = decode_signed_node_info(self.own_node_info).hash
                 try:  # first attempt inline, so the first poll already sees our own NodeInfo
-                    log.info("published own NodeInfo: %s", await self.publish_own())
+                    await self._publish_once()
                 except NetworkMapError:
+                    self._publishing = True
                     nursery.start_soon(self._publish_with_retry)
             retry = RETRY_INITIAL_SECONDS
+            just_published = True
             while True:
                 try:
                     _, interval = await self.poll_once()
                     retry = RETRY_INITIAL_SECONDS
+                    if self._own_missing(own_hash) and not self._publishing and not just_published:
+                        self._publishing = True
+                        nursery.start_soon(self._publish_with_retry)
                 except (NetworkMapError, OSError) as exc:
                     log.warning("network map poll failed (retry in %.0f s): %s", retry, exc)
                     interval, retry = retry, min(retry * 2, RETRY_MAX_SECONDS)
+                just_published = False
                 await trio.sleep(interval)
 
+    def _own_missing(self, own_hash: str | None) -> bool:
+        """The map, at its last poll, did not list our current NodeInfo (which we publish)."""
+        return own_hash is not None and self._map_hashes is not None and own_hash not in self._map_hashes
+
+    async def _publish_once(self) -> None:
+        """Publish ``own_node_info`` once and log the outcome.
+
+        A refusal (400, 403, 409: the map will not take this NodeInfo as it stands, such as
+        ``removed-by-operator``) is logged the first time it is seen and returns: the next poll that misses
+        our NodeInfo asks again.
+
+        Raises:
+            NetworkMapHttpError: any other failure (the service unreachable, a 5xx), to be retried.
+        """
+        try:
+            outcome = await self.publish_own()
+        except NetworkMapHttpError as exc:
+            if exc.status not in (400, 403, 409):
+                raise
+            if str(exc) != self._refusal:
+                log.error("the network map refused our NodeInfo (asking again at each poll): %s", exc)
+            self._refusal = str(exc)
+            return
+        if self._refusal is not None:
+            log.info("the network map takes our NodeInfo again (%s)", outcome)
+        else:
+            log.info("published own NodeInfo: %s", outcome)
+        self._refusal = None
+
     async def _publish_with_retry(self) -> None:
+        """:meth:`_publish_once` until it succeeds or is refused, backing off; clears ``_publishing``."""
         delay = RETRY_INITIAL_SECONDS
-        while True:
-            try:
-                log.info("published own NodeInfo: %s", await self.publish_own())
-                return
-            except NetworkMapError as exc:
-                if getattr(exc, "status", 0) in (400, 403, 409):
-                    log.error("the network map refused our NodeInfo: %s", exc)
+        try:
+            while True:
+                try:
+                    await self._publish_once()
                     return
-                log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_SECONDS)
+                except NetworkMapError as exc:
+                    log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        finally:
+            self._publishing = False
 
     async def _fetch_parameters(self, hash_hex: str) -> NetworkParametersChanged:
         assert self.client is not None

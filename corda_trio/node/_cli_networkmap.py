@@ -5,7 +5,7 @@ Examples::
     corda-trio networkmap serve --dir net                 # uses net/network-map/networkmap.toml
     corda-trio networkmap list --dir net
     corda-trio networkmap remove --dir net --node "O=Bob,L=New York,C=US"    # stays out when it republishes
-    corda-trio networkmap readmit --dir net --node "O=Bob,L=New York,C=US"   # lets it publish again
+    corda-trio networkmap readmit --dir net --node "O=Bob,L=New York,C=US"   # back at its next poll
 """
 
 from __future__ import annotations
@@ -39,7 +39,12 @@ def register(parser: argparse.ArgumentParser) -> None:
             "remove a node from the map and deny its identity key: it stays out when it publishes again "
             "(served at once, also while running)",
         ),
-        ("readmit", _readmit, "lift a removal: the node is back once it publishes again (it does at start)"),
+        (
+            "readmit",
+            _readmit,
+            "lift a removal: the node is back once it publishes again, which a running node does at its next "
+            "poll of the map (no restart)",
+        ),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
@@ -216,6 +221,7 @@ def _readmit(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(
-        f"readmitted {name}: it is back in the map when it publishes its NodeInfo again (at its next start)"
+        f"readmitted {name}: it is back in the map when it publishes its NodeInfo again, which a running "
+        "node does at its next poll of the map (no restart needed)"
     )
     return 0

@@ -3,16 +3,25 @@ checks; a removal sticks (deny-list by identity key) until ``readmit``; the map 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
-from corda_trio import network, pki
+from corda_trio import network, pki, rpc
+from corda_trio.node._processes import open_node_processes
+from tests.node.cli_helpers import CLI
+from tests.node.netutil import PASSWORD, make_network
 
 from .conftest import ALICE, BOB, NOW, make_service, signed_node_info
 from .test_server import http_call
 from .test_updater import _summary, _updater
+
+NET_ALICE, NET_BOB = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"
+ALICE_LONDON, BOB_PARIS = pki.CordaX500Name.parse(NET_ALICE), pki.CordaX500Name.parse(NET_BOB)
 
 
 def _sybil_node_info(creds: pki.NetworkCredentials, alice: pki.NodeCredentials) -> bytes:
@@ -85,6 +94,50 @@ async def test_removal_sticks_until_readmit_and_clients_drop_the_node(
     assert _summary(events) == [("NodeAdded", str(BOB))]
 
 
+async def test_a_removed_node_asks_again_once_per_poll_logs_it_once_and_is_back_on_readmit(
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bob's updater, running, against a map service (max-age 1 s): removed, it publishes again at each
+    poll (not faster, and not by backoff), says so once, and is back as soon as it is readmitted."""
+    service = make_service(creds, tmp_path / "map.db", max_age=1)
+    port = (await nursery.start(network.serve_network_map, service, 0))[0].socket.getsockname()[1]
+    assert service.handle("POST", "/network-map/publish", signed_node_info(alice, 10002, 1)).status == 200
+    own = signed_node_info(bob, 10003, 1)
+    updater, events = _updater(creds, tmp_path / "bob.db", port=port, own=own)
+    nursery.start_soon(_drain, events)
+    caplog.set_level(logging.INFO, logger="corda_trio.network.cache")
+    await nursery.start(updater.run)
+    with trio.fail_after(10):
+        while str(BOB) not in updater.nodes():  # noqa: ASYNC110 (the updater's next poll)
+            await trio.sleep(0.05)
+
+    assert service.store.remove_node(str(BOB))
+    refused_before = service.refused_publications
+    await trio.sleep(4.5)
+    asked = service.refused_publications - refused_before
+    assert 3 <= asked <= 5, asked  # once per 1 s poll (a backoff would be 1+2 s: 2; a busy loop: hundreds)
+    refusals = [r for r in caplog.records if "removed-by-operator" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelno == logging.ERROR, refusals
+    assert str(BOB) not in updater.nodes() and service.store.legal_names() == [str(ALICE)]
+
+    assert service.store.readmit_node(str(BOB))
+    with trio.fail_after(3):
+        while str(BOB) not in service.store.legal_names():  # noqa: ASYNC110 (the updater's next poll)
+            await trio.sleep(0.05)
+    assert service.store.get_node_info(network.decode_signed_node_info(own).hash) == own
+    assert "the network map takes our NodeInfo again (added " in caplog.text
+
+
+async def _drain(events: trio.MemoryReceiveChannel[network.MapEvent]) -> None:
+    async for _ in events:
+        pass
+
+
 @pytest.mark.parametrize("map_port", [0, None], ids=["with-map", "directory-mode"])
 def test_bootstrap_copies_node_infos_only_for_a_network_without_a_map(
     tmp_path: Path, map_port: int | None
@@ -130,3 +183,87 @@ def test_a_damaged_map_database_is_one_clear_error(tmp_path: Path, damage: str) 
     with pytest.raises(network.NetworkMapStoreError) as info:
         network.NetworkMapStore(db)
     assert str(db) in str(info.value) and "\n" not in str(info.value)
+
+
+async def _start_map_process(net: Path, *, max_age_seconds: int) -> trio.Process:
+    """``corda-trio networkmap serve --dir net`` with the map's ``max-age`` (the nodes' poll interval) set."""
+    toml = net / "network-map" / "networkmap.toml"
+    text = toml.read_text(encoding="utf-8")
+    assert "max_age_seconds = 30" in text, text
+    toml.write_text(text.replace("max_age_seconds = 30", f"max_age_seconds = {max_age_seconds}"), "utf-8")
+    proc = await trio.lowlevel.open_process(
+        [*CLI, "networkmap", "serve", "--dir", str(net)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    line = b""
+    with trio.fail_after(60):
+        while b"\n" not in line:
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, "networkmap serve exited before serving"
+            line += chunk
+    assert b"serving http://" in line, line
+    return proc
+
+
+async def _names_seen(client: rpc.RpcClient) -> set[str]:
+    return {str(n["legal_name"]) for n in await client.network_map()}
+
+
+async def _wait_seen(client: rpc.RpcClient, names: set[str], seconds: float) -> None:
+    """Wait until ``client``'s node has exactly ``names`` in its map (another process: real time, bounded)."""
+    with trio.fail_after(seconds):
+        while await _names_seen(client) != names:  # noqa: ASYNC110 (another process's state)
+            await trio.sleep(0.1)
+
+
+@pytest.mark.slow
+async def test_a_running_node_that_is_removed_and_readmitted_is_back_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Real processes: a map service (max-age 1 s), two nodes, and the operator's CLI. Peers drop the removed
+    node at their next poll; the removed node, still running, keeps asking at its poll interval (logging
+    the refusal once), and once readmitted is back in every map and a peer's flow reaches it."""
+    net = tmp_path / "net"
+    nodes = make_network(net, [NET_ALICE, NET_BOB], with_map=True)
+    poll = 1
+    map_proc = await _start_map_process(net, max_age_seconds=poll)
+    try:
+        async with open_node_processes(nodes) as (alice_node, bob_node):
+            async with (
+                rpc.connect(alice_node.rpc_url, "ops", PASSWORD) as a,
+                rpc.connect(bob_node.rpc_url, "ops", PASSWORD) as b,
+            ):
+                everyone = {str(ALICE_LONDON), str(BOB_PARIS)}
+                await _wait_seen(a, everyone, 30)
+                await _wait_seen(b, everyone, 30)
+                assert await a.start_flow("PingPong", recipient=NET_BOB, rounds=1) == 1
+
+                removed = await trio.run_process(
+                    [*CLI, "networkmap", "remove", "--dir", str(net), "--node", NET_BOB], capture_stdout=True
+                )
+                assert b"removed O=Bob, L=Paris, C=FR" in removed.stdout
+                await _wait_seen(a, {str(ALICE_LONDON)}, 4 * poll)  # peers drop it at their next poll
+                await trio.sleep(4 * poll)  # Bob, running, is refused at every poll meanwhile
+                assert bob_node.process.returncode is None
+                assert await _names_seen(a) == {str(ALICE_LONDON)}
+
+                readmitted = await trio.run_process(
+                    [*CLI, "networkmap", "readmit", "--dir", str(net), "--node", NET_BOB], capture_stdout=True
+                )
+                assert b"readmitted O=Bob, L=Paris, C=FR" in readmitted.stdout
+                await _wait_seen(a, everyone, 5 * poll)  # no restart: Bob publishes again at his next poll
+                await _wait_seen(b, everyone, 5 * poll)
+                with trio.fail_after(30):
+                    assert await a.start_flow("PingPong", recipient=NET_BOB, rounds=2) == 2
+                assert bob_node.process.returncode is None
+                # Refused at each of ~4 polls, but said once; then taken again, without a restart.
+                log_text = bob_node.config.log_path.read_text(encoding="utf-8")
+                assert log_text.count("removed-by-operator") == 1, log_text
+                assert log_text.count("node ready:") == 1
+                assert "the network map takes our NodeInfo again (added " in log_text
+    finally:
+        map_proc.terminate()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await map_proc.wait()
+        if map_proc.returncode is None:
+            map_proc.kill()
