@@ -22,6 +22,8 @@ Theory of operation
    ``accepted`` towards the peer only after the node settled each message ``accepted``, i.e. stored it.
 5. If the connection to the node ends, the session ends: the manager, its bridges and the acceptor are
    cancelled (the node releases what they held; peers resend what was not settled), then back off, go to 1.
+   While the node stays away its first failure is a warning, then a line a minute at most says the bridge is
+   still retrying, and one line says when it reconnected (:class:`Outage`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from corda_trio.messaging import (
     key_hash_of_address,
 )
 
-from ._backoff import Backoff
+from ._backoff import Backoff, Outage
 from ._control import (
     CONTROL_ADDRESS,
     NOTIFY_ADDRESS,
@@ -287,9 +289,13 @@ class ExternalBridge:
     sessions: int = attrs.field(default=0, init=False)
     _serving: trio.Event = attrs.field(factory=trio.Event, init=False)
     _query_ids: Any = attrs.field(factory=itertools.count, init=False)
+    #: the node down: its first failure a warning, then a line a minute at most, and one when it is back
+    _outage: Outage = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.control = ControlClient(bridge_id=self.config.bridge_id)
+        cfg = self.config
+        self._outage = Outage(log, f"bridge {cfg.bridge_id}: the node at {cfg.node_host}:{cfg.node_port}")
         if self.config.floats is not None and self.tunnel_ssl_context is None:
             raise ValueError("config.floats needs tunnel_ssl_context (the bridge's tunnel certificate)")
 
@@ -312,10 +318,9 @@ class ExternalBridge:
                     await self._session(backoff, outer)
                 except Exception as exc:
                     _reraise_fatal(exc)
-                    log.warning(
-                        "bridge %s: session with the node ended: %s",
-                        self.config.bridge_id,
-                        logs.failure_text(exc),
+                    why = logs.failure_text(exc)
+                    self._outage.failed(
+                        why, "bridge %s: session with the node ended: %s", self.config.bridge_id, why
                     )
                 finally:
                     if self.inbox is not None:
@@ -336,6 +341,7 @@ class ExternalBridge:
             trio.open_nursery() as nursery,
         ):
             backoff.reset()
+            self._outage.connected()
             self.sessions += 1
             notify = await conn.open_receiver(NOTIFY_ADDRESS, credit=64)
             control = await conn.open_sender(CONTROL_ADDRESS)

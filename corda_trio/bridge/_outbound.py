@@ -16,7 +16,8 @@ Theory of operation
    (rejected, released, modified, no state) ends the session with :class:`DeliveryRefusedError`.
 4. Any failure (dial, TLS, link or connection loss, refusal, a change of the peer's addresses) ends the
    session; leaving the consumer releases every message still held, in order, so they are sent again (the
-   receiver deduplicates). Then wait ``Backoff.next_delay()`` and go to 1.
+   receiver deduplicates). Then wait ``Backoff.next_delay()`` and go to 1. A peer that stays away is logged
+   by an :class:`Outage`: its first failure, then a line a minute at most, and one when it is back.
 
 Cancellation at any checkpoint is the same as a failure: nothing is acked unless its ``accepted`` arrived.
 """
@@ -37,7 +38,7 @@ import trio
 from corda_trio import amqp, logs, pki, store, transport
 from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_address
 
-from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
+from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, Outage
 
 __all__ = [
     "Bridge",
@@ -196,8 +197,11 @@ class Bridge:
     _next_address: int = 0
     _parked: dict[tuple[str, int], float] = attrs.field(factory=dict)
     _connected: trio.Event = attrs.field(factory=trio.Event)
+    #: a peer away for hours: its first failure logged, then a line a minute at most, and one when it is back
+    _outage: Outage = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        self._outage = Outage(log, f"bridge {self.queue.name}", level=logging.INFO)
         if self.backoff is None:
             c = self.config
             self.backoff = Backoff(c.initial_backoff_seconds, c.max_backoff_seconds, c.backoff_jitter)
@@ -258,9 +262,10 @@ class Bridge:
                         self.last_error,
                     )  # fmt: skip
                 else:
-                    log.info(
-                        "bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, self.last_error
-                    )
+                    self._outage.failed(
+                        f"{picked[0]}:{picked[1]}: {self.last_error}",
+                        "bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, self.last_error,
+                    )  # fmt: skip
             self.state = BridgeState.BACKING_OFF
             await trio.sleep(self.backoff.next_delay())
 
@@ -278,6 +283,7 @@ class Bridge:
             proxy=self.config.proxy,
         ) as conn:
             self.backoff.reset()
+            self._outage.connected()
             sender = await conn.open_sender(self.config.target_prefix + inbox_address(peer.key_hash))
             self.state = BridgeState.CONNECTED
             self.connects += 1

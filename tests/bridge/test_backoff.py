@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
@@ -66,3 +67,60 @@ async def test_bridge_redials_within_the_backoff_bound(
 def test_backoff_rejects_bad_jitter(jitter: float) -> None:
     with pytest.raises(ValueError, match="jitter"):
         bridge.Backoff(jitter=jitter)
+
+
+async def test_an_outage_logs_its_first_failure_then_a_line_a_minute_then_the_reconnection(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = logging.getLogger("tests.outage")
+    caplog.set_level(logging.DEBUG, logger="tests.outage")
+    outage = bridge.Outage(log, "bridge b1: the node at 127.0.0.1:5")
+    outage.connected()  # connected before any failure: nothing to say
+    for attempt in range(1, 61):  # an attempt every 5 s for 5 minutes
+        outage.failed(f"OSError: refused {attempt}", "bridge b1: session with the node ended: %s", attempt)
+        await trio.sleep(5)
+    outage.connected()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines[0] == (logging.WARNING, "bridge b1: session with the node ended: 1")
+    still = [text for level, text in lines[1:-1] if level == logging.WARNING]
+    # at 60, 120, 180, 240 and 295 s (the 13th, 25th, ... attempt)
+    assert still == [
+        f"bridge b1: the node at 127.0.0.1:5: still retrying, {n} failed attempts in {t} s, "
+        f"latest: OSError: refused {n}"
+        for n, t in [(13, 60), (25, 120), (37, 180), (49, 240)]
+    ]
+    back = "bridge b1: the node at 127.0.0.1:5: reconnected after 60 failed attempts / 300 s"
+    assert lines[-1] == (logging.INFO, back)
+    assert len(lines) == 6 and outage.failures == 0
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 55  # every attempt is at debug
+
+
+async def test_a_bridge_to_an_unreachable_peer_logs_a_line_a_minute_not_one_per_attempt(
+    tmp_path: object,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    autojump_clock: trio.abc.Clock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer down for 10 minutes, retried every second: 600 "session ... ended" lines before."""
+    caplog.set_level(logging.INFO, logger="corda_trio.bridge")
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # nobody listens there
+    key_hash = pki.key_hash(bob.identity.cert.public_key())
+    resolver = messaging.PeerDirectory()
+    resolver.put(
+        messaging.Peer(legal_name=bob.legal_name, key_hash=key_hash, addresses=[("127.0.0.1", dead_port)])
+    )
+    ctx = pki.client_ssl_context(cert_chain=bob.tls_chain, key=bob.tls.key, trust_root=network.root.cert)
+    config = bridge.BridgeConfig(initial_backoff_seconds=1.0, max_backoff_seconds=1.0, backoff_jitter=0.0)
+    async with store.open_broker(tmp_path, config=store.BrokerConfig(commit_process=False)) as broker:  # type: ignore[arg-type]
+        queue = await broker.declare_queue(messaging.outbound_queue(key_hash), durable=False)
+        b = bridge.Bridge(queue=queue, resolver=resolver, ssl_context=ctx, config=config)
+        with trio.move_on_after(600.5):
+            await b.run()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert b.failures >= 590
+    assert lines[0].startswith(f"bridge {queue.name}: session with 127.0.0.1:{dead_port} ended: OSError")
+    assert len(lines) == 11, lines  # the first, then one a minute
+    assert all("still retrying" in line and f"127.0.0.1:{dead_port}: OSError" in line for line in lines[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from pathlib import Path
 
@@ -446,3 +447,62 @@ async def test_a_consumer_link_below_the_network_s_max_message_size_is_refused(
                 await receiver.aclose()
                 await wait_until(lambda: queue.statistics().depth == 1)
         assert messaging.DEAD_LETTER_QUEUE not in a.broker.list_queues()
+
+
+async def test_an_external_bridge_whose_node_is_down_logs_one_warning_and_one_line_when_it_is_back(
+    alice: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Over real sockets: the bridge starts with nothing listening on the node's endpoint, retrying every
+    ~0.05 s. It logged a warning per attempt (``session with the node ended: OSError: all attempts to
+    connect ... failed``) for as long as the node was down; now the first, and an info line once the
+    endpoint is up and the bridge reconnected."""
+    caplog.set_level(logging.INFO, logger="corda_trio.bridge.external")
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there yet
+    peers = messaging.PeerDirectory()
+    server_ctx, client_ctx = contexts(alice, network.root.cert)
+    async with store.open_broker(tmp_path / "a") as broker, trio.open_nursery() as nursery:
+        key_hash = pki.key_hash(alice.identity.cert.public_key())
+        service = await messaging.MessagingService.open(
+            broker, messaging.MessagingConfig(legal_name=alice.legal_name, key_hash=key_hash), peers
+        )
+        ext = bridge.ExternalBridge(
+            config=bridge.ExternalBridgeConfig(
+                node_port=port,
+                username="bridge",
+                password="secret",
+                bridges=bridge.BridgeConfig(initial_backoff_seconds=0.02, max_backoff_seconds=0.05),
+            ),
+            client_ssl_context=client_ctx,  # type: ignore[arg-type]
+            server_ssl_context=server_ctx,  # type: ignore[arg-type]
+        )
+        await nursery.start(ext.run)
+        await trio.sleep(1.5)  # ~30 attempts fail
+        endpoint = bridge.LocalEndpoint(
+            messaging=service,
+            resolver=peers,
+            config=bridge.EndpointConfig(username="bridge", password="secret", port=port),
+        )
+        await nursery.start(endpoint.run)
+        with trio.fail_after(30):
+            await wait_until(lambda: ext.sessions == 1)
+        nursery.cancel_scope.cancel()
+    name = f"bridge {ext.config.bridge_id}"
+    lines = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == "corda_trio.bridge.external" and "accepting peers on port" not in r.getMessage()
+    ]
+    assert lines[0] == (
+        logging.WARNING,
+        f"{name}: session with the node ended: OSError: all attempts to connect to 127.0.0.1:{port} failed",
+    )
+    (level, back) = lines[1]
+    assert len(lines) == 2 and level == logging.INFO, lines
+    assert back.startswith(f"{name}: the node at 127.0.0.1:{port}: reconnected after "), back
+    attempts = int(back.split("reconnected after ")[1].split()[0])
+    assert attempts >= 10
