@@ -30,9 +30,11 @@ durable: the store's queue in the node, a link to the node's endpoint in a bridg
 stores what its float forwards with the same writer (:func:`take_arrivals`, :func:`store_checked`) and a
 check of its own.
 
-A rejected message is logged as a warning per source at most once a minute (the first in full, then a
-summary counting the rest: ``corda_trio.logs.PeerWarnings``), so a member sending thousands of bad messages
-cannot flood the log; the acceptor's statistics count every one.
+A rejected message, and a refused link, is logged as a warning per source at most once a minute (the first
+in full, then a summary counting the rest: ``corda_trio.logs.PeerWarnings``; a burst of refused links that
+stops gets its summary once its minute is over), so a member sending thousands of bad messages or attaching
+thousands of links to other addresses cannot flood the log; the acceptor's statistics count every one
+(``rejected``, ``refused_links``).
 
 An inbox that cannot take a batch (in a bridge process: the node's endpoint is gone, the node stopped, its
 disk full, say) does not leave the batch unsettled on a link nobody reads any more: the peer's connection
@@ -225,6 +227,10 @@ class InboundAcceptor:
     _released_log: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "links from %s closed, the inbox unavailable"), init=False
     )
+    #: a member can attach thousands of links to other addresses: a warning per member a minute
+    _refused_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "links from %s refused"), init=False
+    )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""
@@ -242,6 +248,7 @@ class InboundAcceptor:
                 )
             )
             self.port = transport.listener_port(listeners)
+            nursery.start_soon(self._refused_log.report_due)  # a burst that stops gets its count too
             task_status.started(self.port)
 
     async def _handle(self, conn: transport.AmqpConnection) -> None:
@@ -250,9 +257,8 @@ class InboundAcceptor:
         async with trio.open_nursery() as nursery:
             async for request in conn.link_requests():
                 if not request.peer_is_sender or request.address != inbox:
-                    self.refused_links += 1
                     what = "sender to" if request.peer_is_sender else "receiver from"
-                    log.warning("%s: refused a %s %r", user, what, request.address)
+                    self._refused_link(user, f"a {what} {request.address!r}")
                     await request.refuse(
                         "amqp:unauthorized-access",
                         f"peers may only attach a sender to {inbox}, not a {what} {request.address!r}",
@@ -261,8 +267,7 @@ class InboundAcceptor:
                 try:
                     check_inbox_sender(request.attach.snd_settle_mode)
                 except InvalidMessageError as exc:
-                    self.refused_links += 1
-                    log.warning("%s: refused a pre-settled sender to %r", user, request.address)
+                    self._refused_link(user, f"a pre-settled sender to {request.address!r}")
                     await request.refuse(exc.condition, exc.description)
                     continue
                 # The network's max_message_size on the link itself: advertised in our attach, and a
@@ -272,6 +277,11 @@ class InboundAcceptor:
                     credit=self.config.credit, max_message_size=self.config.max_message_size
                 )
                 nursery.start_soon(self.pump_link, receiver, user)
+
+    def _refused_link(self, user: str, what: str) -> None:
+        """Count a link of ``user`` refused; log it (bounded per member: ``_refused_log``)."""
+        self.refused_links += 1
+        self._refused_log.warning(user, what, "%s: refused %s", user, what)
 
     async def pump_link(self, receiver: transport.Receiver, user: str | None) -> None:
         """Check, store and settle what arrives on ``receiver`` until the link ends.

@@ -7,7 +7,7 @@ import logging
 import pytest
 import trio
 
-from corda_trio import bridge, pki, store
+from corda_trio import amqp, bridge, pki, store, transport
 from tests.p2p_harness import contexts, wait_until
 
 
@@ -36,3 +36,46 @@ async def test_a_silent_connection_is_logged_with_the_reason(
         nursery.cancel_scope.cancel()
     (line,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert line.endswith("refused: no TLS handshake within 0.5 s"), line
+
+
+async def test_a_member_attaching_links_to_other_addresses_gets_one_warning_and_every_one_is_counted(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Over a real socket and mutual TLS, Alice (a member) attaches 300 links Bob's acceptor refuses: a
+    warning each before (``O=Alice...: refused a sender to 'x.17'``); now the first, the rest counted."""
+    server_ctx, _ = contexts(bob, network.root.cert)
+    _, client_ctx = contexts(alice, network.root.cert)
+    caplog.set_level(logging.DEBUG, logger="corda_trio.bridge")
+    async with store.open_broker(str(tmp_path)) as broker, trio.open_nursery() as nursery:
+        inbox = await broker.declare_queue("p2p.inbound.DLbob")
+        acceptor = bridge.InboundAcceptor(inbox=inbox, ssl_context=server_ctx)  # type: ignore[arg-type]
+        port = await nursery.start(acceptor.run)
+        with trio.fail_after(60):
+            async with transport.open_amqp_connection(
+                "127.0.0.1",
+                port,
+                ssl_context=client_ctx,  # type: ignore[arg-type]
+            ) as conn:
+                for i in range(100):
+                    for attach in (
+                        lambda i=i: conn.open_sender(f"x.{i}"),
+                        lambda: conn.open_receiver(inbox.name),
+                        lambda: conn.open_sender(inbox.name, settle_mode=amqp.SenderSettleMode.SETTLED),
+                    ):
+                        with pytest.raises(transport.LinkDetachedError):
+                            await attach()
+        nursery.cancel_scope.cancel()
+    assert acceptor.refused_links == 300
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"{alice.legal_name}: refused a sender to 'x.0'"]
+    debug = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "refused" in r.getMessage()
+    ]
+    assert (
+        len(debug) == 299
+        and debug[-1] == f"{alice.legal_name}: refused a pre-settled sender to 'p2p.inbound.DLbob'"
+    )
