@@ -625,7 +625,9 @@ class MessagingService:
         try:
             outcome = await receipt() or b""
         except Exception as exc:
-            log.warning("deferred handler outcome of %s failed (%s); redelivering", dedup_id, exc)
+            # (a group, as from the flow's nursery, is named by its cause: logs.failure_text)
+            why = logs.failure_text(exc)
+            log.warning("deferred handler outcome of %s failed: %s; redelivering", dedup_id, why)
             self.deduplicator.abandon(dedup_id)
             consumer.release(message_id)
             return

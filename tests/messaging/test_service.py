@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -295,3 +297,46 @@ async def test_dedup_ids_are_scoped_by_their_sender_and_bare_ids_stored_before_s
         assert seen == [b"carol's", b"bob's"]
         assert f"{bob}\x00order-17" in service.deduplicator
         nursery.cancel_scope.cancel()
+
+
+async def test_a_deferred_receipt_failing_with_a_group_is_logged_by_its_cause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deferred receipt whose nursery fails raises a group: the warning said only ``(Exceptions from Trio
+    nursery (2 sub-exceptions))``; it names the cause now, and the message is handed over again."""
+    caplog.set_level(logging.WARNING, logger="corda_trio.messaging")
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(
+            broker, messaging.MessagingConfig(legal_name=ME, key_hash="DLme"), messaging.PeerDirectory()
+        )
+        calls: list[bytes] = []
+
+        async def fail(text: str) -> None:
+            raise RuntimeError(text)
+
+        async def handler(message: messaging.ReceivedMessage) -> messaging.DeferredReceipt:
+            calls.append(message.data)
+
+            async def receipt() -> bytes:
+                if len(calls) == 1:
+                    async with trio.open_nursery() as inner:
+                        inner.start_soon(fail, "the flow's checkpoint failed")
+                        inner.start_soon(fail, "and so did its session")
+                return b"ok"
+
+            return receipt
+
+        service.add_message_handler("t", handler)
+        await service.send(service.create_message("t", b"x", dedup_id="d1"), ME)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: service.deduplicator.receipt("d1") == b"ok")
+        nursery.cancel_scope.cancel()
+    assert calls == [b"x", b"x"]
+    (line,) = [r.getMessage() for r in caplog.records if "deferred handler outcome" in r.getMessage()]
+    # (which of the two failed first is the scheduler's choice)
+    assert re.fullmatch(
+        "deferred handler outcome of d1 failed: RuntimeError: (the flow's checkpoint failed|and so did its "
+        r"session) \(and 1 more error\); redelivering",
+        line,
+    ), line
