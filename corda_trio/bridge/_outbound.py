@@ -136,14 +136,24 @@ class BridgeConfig:
 
 
 def _is_identity_failure(exc: BaseException) -> bool:
-    """A TLS handshake refused for the peer's identity (wrong root, wrong name), not a network failure."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, pki.PeerIdentityError | ssl.SSLCertVerificationError):
+    """A TLS handshake refused for the peer's identity (wrong root, wrong name), not a network failure:
+    ``exc``, what caused it, or any leaf of a group among them (a session's nursery groups the failures of
+    its tasks, several at once when they fail together)."""
+    todo, seen = [exc], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:  # (a chain of contexts can loop)
+            continue
+        seen.add(id(current))
+        if isinstance(current, pki.PeerIdentityError | ssl.SSLCertVerificationError):
             return True
-        if isinstance(seen, ssl.SSLError) and "CERTIFICATE" in str(seen).upper():
+        if isinstance(current, ssl.SSLError) and "CERTIFICATE" in str(current).upper():
             return True
-        seen = seen.__cause__ or seen.__context__
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        cause = current.__cause__ or current.__context__
+        if cause is not None:
+            todo.append(cause)
     return False
 
 

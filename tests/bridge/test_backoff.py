@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 
 import pytest
 import trio
 
-from corda_trio import bridge, messaging, pki, store
+from corda_trio import bridge, messaging, pki, store, transport
+from corda_trio.bridge._outbound import _is_identity_failure
 
 
 def test_backoff_doubles_to_the_cap_with_jitter_and_resets() -> None:
@@ -124,3 +126,31 @@ async def test_a_bridge_to_an_unreachable_peer_logs_a_line_a_minute_not_one_per_
     assert lines[0].startswith(f"bridge {queue.name}: session with 127.0.0.1:{dead_port} ended: OSError")
     assert len(lines) == 11, lines  # the first, then one a minute
     assert all("still retrying" in line and f"127.0.0.1:{dead_port}: OSError" in line for line in lines[1:])
+
+
+def _raised(exc: BaseException, cause: BaseException | None = None) -> BaseException:
+    """``exc`` as raised (``raise exc from cause``), with its cause and traceback set."""
+    try:
+        raise exc from cause
+    except BaseException as caught:
+        return caught
+
+
+def test_an_identity_failure_is_seen_among_the_errors_of_a_group() -> None:
+    """A session's nursery that fails with several errors at once raises a group of them: the TLS
+    identity failure among them (behind a HandshakeError) was not seen, so the address was not parked."""
+    identity = _raised(
+        transport.HandshakeError("TLS handshake failed"),
+        pki.PeerIdentityError("expected O=Bob, L=Paris, C=FR, got O=Mallory, L=Rome, C=IT"),
+    )
+    other = transport.AmqpConnectionError("the connection ended")
+    group = ExceptionGroup("session", [other, ExceptionGroup("inner", [identity])])
+    assert _is_identity_failure(group)
+    assert _is_identity_failure(_raised(RuntimeError("wrapped"), group))
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed: unable to get local issuer")
+    assert _is_identity_failure(ExceptionGroup("session", [other, verify]))
+    assert not _is_identity_failure(ExceptionGroup("session", [other, OSError("connection refused")]))
+    looped = RuntimeError("a")
+    looped.__context__ = RuntimeError("b")
+    looped.__context__.__context__ = looped
+    assert not _is_identity_failure(looped)
