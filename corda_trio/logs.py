@@ -76,6 +76,9 @@ class PeerWarnings:
     logger: logging.Logger
     what: str
     window_seconds: float = PEER_WARNING_SECONDS
+    #: The level of the full line and of the summary (``logging.INFO`` for events that are not failures of
+    #: ours, such as a peer's connection that ended with an error).
+    level: int = logging.WARNING
     max_parties: int = MAX_WARNED_PARTIES
     distinct_details: int = 0
     #: per party, oldest window first
@@ -100,7 +103,7 @@ class PeerWarnings:
                 if old.unreported:
                     self._summarise(old_party, old, now)
             self._windows[party] = _Window(now)
-            self.logger.warning(msg, *args)
+            self.logger.log(self.level, msg, *args)
             return
         self._note(window, detail)
         self.logger.debug(msg, *args)
@@ -151,7 +154,8 @@ class PeerWarnings:
         if window.details:
             more = ", ..." if window.more_details else ""
             among = f" (among them: {', '.join(window.details)}{more})"
-        self.logger.warning(
+        self.logger.log(
+            self.level,
             "%d more " + self.what + " in the last %.0f s, latest: %s%s",
             window.unreported, party, now - window.started, window.latest, among,
         )  # fmt: skip

@@ -645,6 +645,7 @@ class AmqpConnection:
         self._timer_wake = trio.Event()
         self._deadline: float | None = None
         self._broken: AmqpConnectionError | None = None
+        self._ended_cleanly = False
         self._stream_dead = False
         # goodbye (see the module docstring): started, no more writes, when the reader stops waiting
         self._closing = False
@@ -744,6 +745,11 @@ class AmqpConnection:
     def close_error(self) -> AmqpConnectionError | None:
         """Why the connection ended (``None`` while it runs)."""
         return self._broken
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """Whether the peer ended the connection with a close without an error (a normal end, no failure)."""
+        return self._ended_cleanly
 
     async def wait_closed(self) -> None:
         """Wait until the connection has ended (for any reason)."""
@@ -1135,6 +1141,7 @@ class AmqpConnection:
         if self._broken is not None:
             return
         self._broken = error
+        self._ended_cleanly = clean
         for link in list(self._links.values()):
             link._on_detached(None if clean and isinstance(link, Receiver) else error)
         self._links.clear()

@@ -28,8 +28,10 @@ What a remote makes the server log is bounded (:class:`InboundRefusals`): anyone
 connection can fail a TLS handshake, present a certificate of another network or send a bad AMQP header,
 thousands of times a second. Each such connection is counted by reason, and logged per source address (the
 host: a client has 60,000 ports) with ``logs.PeerWarnings``: the first in full, with its reason, then one
-summary a minute counting the rest. A connection that ends normally after its handshake is logged at info,
-as before.
+summary a minute counting the rest. A connection served that ends normally (the peer's close without an
+error) is logged at debug; one that ends with an error (a reset, EOF without a close, a close with an error)
+at info, per source host at most once a minute too (a client reconnecting in a loop could write them at
+will), the rest counted into the summary line.
 """
 
 from __future__ import annotations
@@ -113,6 +115,21 @@ class InboundRefusals:
     _warnings: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "inbound connections from %s refused"), init=False
     )
+    #: connections served that ended with an error (the peer's close with one, a reset, EOF without a close):
+    #: info, per source host at most once a minute (a client reconnecting in a loop writes them at will)
+    _ended: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "inbound connections from %s ended", level=logging.INFO),
+        init=False,
+    )
+
+    def ended(self, peer: str, conn: AmqpConnection | None, exc: AmqpConnectionError) -> None:
+        """A connection from ``peer`` that was served ended with ``exc``: a normal end (the peer's close
+        without an error) at debug, one with an error at info, bounded per source host. Not a refusal: not
+        counted."""
+        if conn is not None and conn.ended_cleanly:
+            log.debug("inbound %s ended: %s", peer, exc)
+        else:
+            self._ended.warning(logs.remote_host(peer), str(exc), "inbound %s ended: %s", peer, exc)
 
     def refused(self, peer: str, reason: str, text: str) -> None:
         """Count one connection from ``peer`` (``host:port``) refused for ``reason``; ``text`` says why."""
@@ -121,7 +138,9 @@ class InboundRefusals:
 
     async def report_due(self) -> None:
         """Write the summaries of bursts that went quiet, until cancelled (``logs.PeerWarnings``)."""
-        await self._warnings.report_due()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._warnings.report_due)
+            nursery.start_soon(self._ended.report_due)
 
 
 def listener_port(listeners: list[trio.SocketListener]) -> int:
@@ -490,28 +509,31 @@ async def _serve_admitted(
         violated = True
         refusals.refused(peer, "amqp", f"protocol violation: {exc}")
 
-    opened = False
+    opened: AmqpConnection | None = None
     try:
         async with open_amqp_over_stream(
             secured, client=False, config=config, peer_identity=identity, handshake_timeout=handshake_timeout,
             on_violation=on_violation,
         ) as conn:  # fmt: skip
             handshake_done()
-            opened = True
+            opened = conn
             log.debug("inbound %s: %s open (peer %s)", peer, conn.id, identity)
             await handler(conn)
     except AmqpConnectionError as exc:
         if violated:  # counted and logged (bounded) already
             log.debug("inbound %s ended: %s", peer, exc)
-        elif not opened:
+        elif opened is None:
             reason = "handshake_timeout" if isinstance(exc, HandshakeError) else "amqp"
             refusals.refused(peer, reason, str(exc))
         else:
-            log.info("inbound %s ended: %s", peer, exc)
+            refusals.ended(peer, opened, exc)
     except Exception as exc:  # supervision boundary: one broken handler must not stop the server
         ended = _connection_ended(exc)
         if ended is not None:  # the peer went away under the handler's tasks: not a failure of ours
-            log.log(logging.DEBUG if violated else logging.INFO, "inbound %s ended: %s", peer, ended)
+            if violated:
+                log.debug("inbound %s ended: %s", peer, ended)
+            else:
+                refusals.ended(peer, opened, ended)
         else:
             log.exception("inbound %s: handler failed", peer)
 

@@ -149,3 +149,48 @@ async def test_a_burst_that_goes_quiet_gets_its_count_within_two_minutes(
     lines = _lines(caplog)
     assert len(lines) == 2, lines
     assert lines[1].startswith("49 more inbound connections from 127.0.0.1 refused in the last "), lines
+
+
+async def test_connections_that_end_are_logged_at_debug_when_normal_and_once_per_host_with_an_error(
+    nursery: trio.Nursery, network: pki.NetworkCredentials, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that raises its connection's error when the connection ends (as the bridges' watchers do):
+    each of a member's 100 connections closed normally and each of 100 dropped without a close was an info
+    line "inbound HOST:PORT ended: ..."; now the normal ends are at debug and those with an error are one
+    line per source host a minute, the rest counted into its summary."""
+    bob = network.issue_node(BOB, now=NOW)
+    alice = network.issue_node(ALICE, now=NOW)
+    refusals = transport.InboundRefusals()
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        await conn.wait_closed()
+        raise conn.close_error or transport.AmqpConnectionError("the connection ended")
+
+    ctx = pki.server_ssl_context(cert_chain=bob.tls_chain, key=bob.tls.key, trust_root=network.root.cert)
+    listeners = await nursery.start(
+        functools.partial(transport.serve_amqp, handler, 0, ssl_context=ctx, refusals=refusals)
+    )
+    port = transport.listener_port(listeners)
+    client = pki.client_ssl_context(
+        cert_chain=alice.tls_chain, key=alice.tls.key, trust_root=network.root.cert
+    )
+
+    async def connect(*, drop: bool) -> None:
+        async with transport.open_amqp_connection("127.0.0.1", port, ssl_context=client) as conn:
+            if drop:  # (a process killed: no close frame)
+                await trio.aclose_forcefully(conn._stream)
+
+    with caplog.at_level(logging.DEBUG, logger="corda_trio.transport"), trio.fail_after(120):
+        for _ in range(100):
+            await connect(drop=False)
+        while sum("ended: the peer closed the connection" in r.getMessage() for r in caplog.records) < 100:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+        for _ in range(100):
+            await connect(drop=True)
+        while sum("ended: amqp:connection:forced" in r.getMessage() for r in caplog.records) < 100:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    lines = _lines(caplog, summaries=False)
+    assert len(lines) == 1, lines[:5]
+    assert lines[0].startswith("inbound 127.0.0.1:") and " ended: amqp:connection:forced: " in lines[0]
+    assert all(r.levelno < logging.WARNING for r in caplog.records)
+    assert refusals.counts == {}
