@@ -231,6 +231,10 @@ class InboundAcceptor:
     _refused_log: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "links from %s refused"), init=False
     )
+    _ended_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(log, "links from %s ended with an error", level=logging.INFO),
+        init=False,
+    )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""
@@ -248,7 +252,9 @@ class InboundAcceptor:
                 )
             )
             self.port = transport.listener_port(listeners)
-            nursery.start_soon(self._refused_log.report_due)  # a burst that stops gets its count too
+            # a burst that stops gets its count too
+            nursery.start_soon(self._refused_log.report_due)
+            nursery.start_soon(self._ended_log.report_due)
             task_status.started(self.port)
 
     async def _handle(self, conn: transport.AmqpConnection) -> None:
@@ -321,8 +327,8 @@ class InboundAcceptor:
                 self.accepted += tally(stored, self.accepted_by_peer)
         except (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             released = await _give_back(receiver, batch)
-            if released is None:
-                log.info("%s: link %s ended: %s", user, receiver.name, exc)
+            if released is None:  # (a member whose process dies in a loop: an info line per member a minute)
+                self._ended_log.warning(who, str(exc), "%s: link %s ended: %s", who, receiver.name, exc)
             else:
                 self._released_log.warning(
                     who, f"released {released}: {exc}",

@@ -79,3 +79,39 @@ async def test_a_member_attaching_links_to_other_addresses_gets_one_warning_and_
         len(debug) == 299
         and debug[-1] == f"{alice.legal_name}: refused a pre-settled sender to 'p2p.inbound.DLbob'"
     )
+
+
+async def test_a_member_dropping_its_connections_gets_one_info_line_for_its_links(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Alice attaches a sender to the inbox and drops the connection without a close (a process killed),
+    50 times: an info line each ("link ... ended: amqp:connection:forced: ..."); now one, the rest debug."""
+    server_ctx, _ = contexts(bob, network.root.cert)
+    _, client_ctx = contexts(alice, network.root.cert)
+    caplog.set_level(logging.DEBUG, logger="corda_trio.bridge")
+    async with store.open_broker(str(tmp_path)) as broker, trio.open_nursery() as nursery:
+        inbox = await broker.declare_queue("p2p.inbound.DLbob")
+        acceptor = bridge.InboundAcceptor(inbox=inbox, ssl_context=server_ctx)  # type: ignore[arg-type]
+        port = await nursery.start(acceptor.run)
+        with trio.fail_after(60):
+            for _ in range(50):
+                async with transport.open_amqp_connection(
+                    "127.0.0.1",
+                    port,
+                    ssl_context=client_ctx,  # type: ignore[arg-type]
+                ) as conn:
+                    await conn.open_sender(inbox.name)
+                    await trio.aclose_forcefully(conn._stream)
+            await wait_until(
+                lambda: sum(" ended: amqp:connection:forced" in r.getMessage() for r in caplog.records) == 50
+            )
+        nursery.cancel_scope.cancel()
+    lines = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and " ended" in r.getMessage()
+    ]
+    assert len(lines) == 1, lines[:3]
+    assert lines[0].startswith(f"{alice.legal_name}: link ") and "amqp:connection:forced" in lines[0]
