@@ -18,7 +18,8 @@ party per window:
   with events unreported gets its summary then, so the operator sees every party's count within about two
   windows;
 * ``distinct_details`` (default 0) makes the summary also quote up to that many distinct details seen in the
-  window (the user names a source tried, say), each cut to :data:`MAX_DETAIL_CHARS`, so a line stays bounded.
+  window (the user names a source tried, say), each cut to :data:`MAX_DETAIL_CHARS`, so a line stays bounded;
+  a window whose events all had the same detail quotes none, its ``latest`` says it.
 
 Only the log lines are bounded: callers count every event in their statistics and metrics themselves. The
 clock is Trio's (``trio.current_time``), so tests run on ``autojump_clock``.
@@ -151,7 +152,7 @@ class PeerWarnings:
 
     def _summarise(self, party: str, window: _Window, now: float) -> None:
         among = ""
-        if window.details:
+        if len(window.details) > 1 or window.more_details:  # (one detail is the latest: not twice)
             more = ", ..." if window.more_details else ""
             among = f" (among them: {', '.join(window.details)}{more})"
         self.logger.log(

@@ -131,3 +131,24 @@ def _nursery_group(*errors: BaseException) -> BaseExceptionGroup[BaseException]:
 )  # fmt: skip
 def test_failure_text_names_the_cause_of_a_group(raised: BaseException, text: str) -> None:
     assert logs.failure_text(raised) == text
+
+
+async def test_a_summary_quotes_no_distinct_details_when_every_event_had_the_same_one(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, nursery: trio.Nursery
+) -> None:
+    """Ten failed logins for one user read ``latest: user 'ops'`` once, not again as ``(among them: user
+    'ops')``; two users tried are both quoted."""
+    w = logs.PeerWarnings(log, "failed logins from %s", distinct_details=8)
+    nursery.start_soon(w.report_due)
+    for user in ["'ops'"] * 10:
+        w.warning("10.0.0.7", f"user {user}", "login from %s failed for user %s", "10.0.0.7:4242", user)
+    assert warnings(caplog) == ["login from 10.0.0.7:4242 failed for user 'ops'"]
+    await trio.sleep(61)
+    assert warnings(caplog) == ["9 more failed logins from 10.0.0.7 in the last 60 s, latest: user 'ops'"]
+    for user in ["'ops'", "'admin'"]:
+        w.warning("10.0.0.7", f"user {user}", "login from %s failed for user %s", "10.0.0.7:4242", user)
+    await trio.sleep(61)
+    assert warnings(caplog) == [
+        "2 more failed logins from 10.0.0.7 in the last 60 s, latest: user 'admin' "
+        "(among them: user 'ops', user 'admin')"
+    ]
