@@ -79,6 +79,9 @@ RUNTIME_FILE_NAME: Final[str] = "node.json"
 STORE_RECORD_NAME: Final[str] = "store.json"
 #: Poll interval in directory mode (no map service) and the upper bound of a map's max-age we honour.
 DIRECTORY_POLL_SECONDS: Final[float] = 2.0
+#: The close reason (code 1001) of the RPC connections of a node that stops; a fatal error adds why
+#: (``node stopping: the store failed: ...``).
+RPC_STOPPING_REASON: Final[str] = "node stopping"
 
 
 class NodeStartError(Exception):
@@ -328,6 +331,8 @@ class Node:
         failure = await broker.wait_failed()
         # stderr gets the command's own last line (``corda-trio node start``), the log file this one
         log.critical("fatal store error, the node stops: %s", failure, extra={logs.FILE_ONLY: True})
+        if self.rpc_server is not None:  # RPC clients are told why (the close reason of their connection)
+            self.rpc_server.going_away_reason = f"{RPC_STOPPING_REASON}: the store failed: {failure}"
         raise failure
 
     async def _start(self, nursery: trio.Nursery, broker: store.Broker, material: _Material) -> NodeAddresses:
@@ -360,6 +365,7 @@ class Node:
             users=rpc.UserDatabase.of(cfg.rpc_users),
             host=cfg.rpc_address.host,
             port=cfg.rpc_address.port,
+            going_away_reason=RPC_STOPPING_REASON,
         )
         try:
             rpc_port = await nursery.start(self._run_rpc)

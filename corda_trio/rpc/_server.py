@@ -17,7 +17,8 @@ function and sends one frame (measured in ``bench/rpc.py``).
 
 When a client disconnects, its connection's calls are cancelled: what a handler started elsewhere (a flow
 runs in the flow manager's nursery, not here) keeps running. :meth:`RpcServer.run` ends only by
-cancellation, which closes every connection (close code 1001, going away).
+cancellation, which closes every connection (close code 1001, going away) with
+:attr:`RpcServer.going_away_reason` as the close reason: the node sets it to say why it stops.
 
 Limits, so that clients cannot take the node's descriptors or memory: at most
 :attr:`RpcServer.max_connections` connections at once (counting those in their websocket handshake); one more
@@ -79,6 +80,9 @@ DEFAULT_MAX_CONNECTIONS: Final[int] = 256
 HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
 #: Seconds a connection has, from its handshake, to log in (by default).
 DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
+#: A close frame's reason is at most this many bytes of UTF-8 (RFC 6455 §5.5: a control frame's payload is
+#: at most 125 bytes, 2 of them the code).
+MAX_CLOSE_REASON_BYTES: Final[int] = 123
 #: Seconds the server waits for a client to answer its close.
 DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
 #: User names a failed-login summary quotes at most (see the module docstring).
@@ -146,6 +150,10 @@ class RpcServer:
     immediate: Mapping[str, ImmediateHandler] = attrs.field(factory=dict)
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     login_timeout_seconds: float = DEFAULT_LOGIN_TIMEOUT_SECONDS
+    #: The close reason of the connections the server closes when it goes down (cancelled): why it goes
+    #: down (``"node stopping: the store failed: ..."``), cut to :data:`MAX_CLOSE_REASON_BYTES`. Set it
+    #: before cancelling the server.
+    going_away_reason: str = "server going away"
     _connections_open: int = 0
     _connections_total: int = 0
     _connections_refused: int = 0
@@ -251,7 +259,10 @@ class RpcServer:
                 with trio.move_on_after(bound) as scope:
                     scope.shield = True
                     # (also ends the reader task)
-                    await (ws.aclose(1001, "server going away") if going_away else ws.aclose())
+                    if going_away:
+                        await ws.aclose(1001, _close_reason(self.going_away_reason))
+                    else:
+                        await ws.aclose()
                 nursery.cancel_scope.cancel()
 
     async def _serve_connection(self, ws: trio_websocket.WebSocketConnection, client: str) -> None:
@@ -409,6 +420,11 @@ class RpcServer:
 
 
 _UNKNOWN: Final = object()
+
+
+def _close_reason(text: str) -> str:
+    """``text`` cut to the :data:`MAX_CLOSE_REASON_BYTES` a close frame carries (whole characters only)."""
+    return text.encode(errors="replace")[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
 
 
 async def _close(ws: trio_websocket.WebSocketConnection, code: int, reason: str) -> None:

@@ -8,8 +8,11 @@ import os
 import signal
 from pathlib import Path
 
+import msgpack
 import pytest
 import trio
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from corda_trio import rpc
 from corda_trio.node._processes import open_node_processes, start_node_process
@@ -90,3 +93,47 @@ async def test_killing_the_store_commit_helper_stops_the_node_and_a_restart_comp
                 assert all(f["result"] == ROUNDS for f in responders)
         finally:
             assert await restarted.stop() == 0
+
+
+async def test_rpc_clients_are_told_that_the_node_stops_because_its_store_failed(tmp_path: Path) -> None:
+    """RPC clients of a node whose store failed saw only ``the server closed the connection (code 1001:
+    server going away)``. Now the close reason says why the node stops, for our client and for another
+    websocket library (``websockets``) alike."""
+    logged_in = trio.Event()
+
+    def other_client(url: str) -> tuple[int | None, str | None]:
+        with connect(url, open_timeout=20, close_timeout=5) as ws:
+            login = {"id": 1, "method": "login", "args": {"user": "ops", "password": PASSWORD}}
+            ws.send(msgpack.packb(login))
+            assert "ok" in msgpack.unpackb(ws.recv(timeout=20))
+            trio.from_thread.run_sync(logged_in.set)
+            try:
+                ws.recv(timeout=60)
+            except ConnectionClosed as closed:
+                return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd else (None, None)
+            return None, None
+
+    nodes = make_network(tmp_path / "net", [ALICE])
+    async with open_node_processes(nodes) as (alice,):
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a, trio.open_nursery() as nursery:
+            seen: list[tuple[int | None, str | None]] = []
+
+            async def run_other_client() -> None:
+                seen.append(await trio.to_thread.run_sync(other_client, alice.rpc_url))
+
+            nursery.start_soon(run_other_client)
+            with trio.fail_after(30):
+                await logged_in.wait()
+            (helper,) = _commit_helpers(alice.process.pid)
+            os.kill(helper, signal.SIGKILL)
+            with trio.fail_after(30), pytest.raises(rpc.RpcConnectionError) as raised:
+                while True:
+                    await a.ping()
+                    await trio.sleep(0.05)
+            with trio.fail_after(30):
+                assert await alice.process.wait() == 1
+    why = f"node stopping: the store failed: the store's commit helper process (pid {helper}) exited"
+    assert f"the server closed the connection (code 1001: {why}" in str(raised.value)
+    ((code, reason),) = seen
+    assert code == 1001 and reason is not None and reason.startswith(why), seen
+    assert len(reason.encode()) <= 123

@@ -113,31 +113,64 @@ async def test_the_close_codes_of_the_spec_reach_another_websocket_library(abuse
         assert await _in_thread(url, lambda ws: (_request(ws, 9, "ping"), _frame(ws))[1]["id"]) == 9
 
 
-async def test_the_server_going_down_closes_another_librarys_connection_with_1001() -> None:
+async def test_the_server_going_down_closes_another_librarys_connection_with_1001_and_its_reason() -> None:
+    """The close reason is the server's ``going_away_reason``, cut to the 123 bytes a close frame carries
+    (whole characters: a 2-byte character across the cut is left out)."""
     logged_in = trio.Event()
 
-    def session(ws: ClientConnection) -> int | None:
+    def session(ws: ClientConnection) -> tuple[int, str] | None:
         _request(ws, 1, "login", user="reader", password=PASSWORD)
         assert "ok" in _frame(ws)
         trio.from_thread.run_sync(logged_in.set)
         try:
             ws.recv(timeout=20)
         except ConnectionClosed as closed:
-            return closed.rcvd.code if closed.rcvd else None
+            return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd else None
         return None
 
+    why = "node stopping: " + "x" * 107 + "é and more"  # (the é takes bytes 123 and 124)
     async with trio.open_nursery() as outer:
-        result: list[int | None] = []
+        result: list[tuple[int, str] | None] = []
 
         async def client(url: str) -> None:
             result.append(await _in_thread(url, session))
 
-        async with serving() as (url, _):
+        async with serving(going_away_reason=why) as (url, _):
             outer.start_soon(client, url)
             with trio.fail_after(30):
                 await logged_in.wait()
         # (leaving ``serving`` stops the server with the client still connected)
-    assert result == [1001]
+    assert result == [(1001, why[:122])]
+
+
+@pytest.mark.slow
+async def test_a_node_stopped_by_sigterm_closes_rpc_connections_saying_it_stops(tmp_path: Path) -> None:
+    """A node that stops normally (SIGTERM) closed its RPC connections with reason "server going away";
+    now "node stopping" (a fatal error adds why: tests/node/test_store_failure.py)."""
+    logged_in = trio.Event()
+
+    def session(ws: ClientConnection) -> tuple[int, str] | None:
+        _request(ws, 1, "login", user="ops", password=NODE_PASSWORD)
+        assert "ok" in _frame(ws)
+        trio.from_thread.run_sync(logged_in.set)
+        try:
+            ws.recv(timeout=30)
+        except ConnectionClosed as closed:
+            return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd else None
+        return None
+
+    nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB"])
+    result: list[tuple[int, str] | None] = []
+    async with open_node_processes(nodes) as (alice,), trio.open_nursery() as nursery:
+
+        async def client() -> None:
+            result.append(await _in_thread(alice.rpc_url, session))
+
+        nursery.start_soon(client)
+        with trio.fail_after(30):
+            await logged_in.wait()
+        assert await alice.stop() == 0
+    assert result == [(1001, "node stopping")]
 
 
 async def test_over_the_limit_another_websocket_library_reads_the_503_every_time() -> None:
