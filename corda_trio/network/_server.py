@@ -26,7 +26,6 @@ response carries ``Cache-Control: max-age=N``, which clients use as their pollin
 from __future__ import annotations
 
 import datetime as dt
-import http
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -254,32 +253,12 @@ async def serve_network_map(
 async def _send(
     stream: trio.SocketStream, conn: h11.Connection, response: HttpResponse, *, head: bool
 ) -> None:
-    headers = [
-        (b"content-type", response.content_type),
-        (b"content-length", str(len(response.body)).encode()),
-        (b"server", SERVER_NAME),
-        *response.headers,
-    ]
+    headers = [(b"content-type", response.content_type), (b"server", SERVER_NAME), *response.headers]
     if response.status >= 400:
         headers.append((b"connection", b"close"))
-    try:
-        reason = http.HTTPStatus(response.status).phrase.encode()
-    except ValueError:
-        reason = b""
-    data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
-    if not head:
-        data += conn.send(h11.Data(data=response.body))
-    data += conn.send(h11.EndOfMessage())
-    await stream.send_all(data)
-
-
-def _reason(exc: h11.RemoteProtocolError) -> str:
-    """h11's reason, without the Python repr it wraps the offending bytes in ("illegal request line:
-    bytearray(b'GARBAGE')" -> "illegal request line: 'GARBAGE'"), at most 200 characters."""
-    return _BYTES_REPR.sub(r"\1", str(exc))[:200]
-
-
-_BYTES_REPR: Final = re.compile(r"bytearray\(b('.*?'|\".*?\")\)")
+    await stream.send_all(
+        transport.http_response(conn, response.status, headers, response.body, with_body=not head)
+    )
 
 
 async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Event | type[h11.PAUSED]:
@@ -329,7 +308,11 @@ async def _serve_connection(
         except h11.RemoteProtocolError as exc:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 status = exc.error_status_hint if 400 <= exc.error_status_hint < 500 else 400
-                reason = _reason(exc) if status == 431 else f"bad request: {_reason(exc)}"
+                reason = (
+                    transport.protocol_error_text(exc)
+                    if status == 431
+                    else f"bad request: {transport.protocol_error_text(exc)}"
+                )
                 await _send(stream, conn, HttpResponse.text(status, reason), head=False)
                 await transport.drain_before_close(stream)
             return

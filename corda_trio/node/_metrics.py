@@ -16,7 +16,6 @@ Names follow Prometheus conventions: ``corda_trio_`` prefix, base units in the n
 from __future__ import annotations
 
 import functools
-import http
 import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
@@ -358,16 +357,5 @@ async def _answer(
     with_body: bool,
     extra: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
-    headers = [
-        (b"content-type", ctype),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        *extra,
-    ]
-    # h11 sends an empty reason phrase unless given one (``HTTP/1.1 404 ``): give the standard one
-    reason = http.HTTPStatus(status).phrase.encode()
-    out = conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
-    if with_body:
-        out += conn.send(h11.Data(data=body)) or b""
-    out += conn.send(h11.EndOfMessage()) or b""
-    await stream.send_all(out)
+    headers = [(b"content-type", ctype), (b"connection", b"close"), *extra]
+    await stream.send_all(transport.http_response(conn, status, headers, body, with_body=with_body))

@@ -26,7 +26,8 @@ peer's read back) takes at most ``CANCELLED_CLOSE_TIMEOUT_SECONDS``; over TLS a 
 
 For the HTTP servers (network map, ``/metrics``): ``receive_http_event`` reads h11 events with the request
 head bounded however it arrives (431 beyond) and ``100 Continue`` sent before a body is read;
-``drain_before_close`` lets a refused client read its answer before the socket closes.
+``drain_before_close`` lets a refused client read its answer before the socket closes; ``http_response``
+writes an answer with its standard reason phrase, and ``protocol_error_text`` says what h11 found wrong.
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
@@ -51,6 +52,8 @@ from ._errors import DeliveryUnknownError as DeliveryUnknownError
 from ._errors import HandshakeError as HandshakeError
 from ._errors import LinkDetachedError as LinkDetachedError
 from ._http import drain_before_close as drain_before_close
+from ._http import http_response as http_response
+from ._http import protocol_error_text as protocol_error_text
 from ._http import receive_http_event as receive_http_event
 from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERVAL_SECONDS
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
@@ -93,10 +96,12 @@ __all__ = [
     "SocksError",
     "SocksProxy",
     "drain_before_close",
+    "http_response",
     "listener_port",
     "open_amqp_connection",
     "open_amqp_over_stream",
     "open_socks_stream",
+    "protocol_error_text",
     "receive_http_event",
     "refuse_with_http_503",
     "secure_stream",

@@ -1,5 +1,8 @@
 """Serving HTTP/1.1 with h11 over a Trio stream: the reading both of our HTTP servers (the network map service
-and the node's ``/metrics``) share.
+and the node's ``/metrics``) share, and the writing of every answer we send over HTTP (those two, and the
+node's RPC port when what arrives is not a websocket handshake): :func:`http_response` gives each the
+standard reason phrase (h11 sends an empty one unless given one: ``HTTP/1.1 404 ``) and its
+``content-length``, and :func:`protocol_error_text` says what h11 found wrong in a client's bytes.
 
 Theory of operation
 -------------------
@@ -20,12 +23,22 @@ before that read; a server that refuses the body answers without reading it.
 
 from __future__ import annotations
 
+import http
+import re
+from collections.abc import Sequence
 from typing import Final
 
 import h11
 import trio
 
-__all__ = ["DRAIN_LIMIT_BYTES", "DRAIN_TIMEOUT_SECONDS", "drain_before_close", "receive_http_event"]
+__all__ = [
+    "DRAIN_LIMIT_BYTES",
+    "DRAIN_TIMEOUT_SECONDS",
+    "drain_before_close",
+    "http_response",
+    "protocol_error_text",
+    "receive_http_event",
+]
 
 #: What :func:`drain_before_close` reads and drops at most: enough for the rest of any request we refuse.
 DRAIN_LIMIT_BYTES: Final[int] = 1 << 20
@@ -91,3 +104,37 @@ async def drain_before_close(stream: trio.abc.HalfCloseableStream) -> None:
         left = DRAIN_LIMIT_BYTES
         while left > 0 and (chunk := await stream.receive_some(65536)):
             left -= len(chunk)
+
+
+def http_response(
+    conn: h11.Connection,
+    status: int,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    *,
+    with_body: bool = True,
+) -> bytes:
+    """The bytes of one whole response of ``conn`` (a server connection): the head, with the standard reason
+    phrase of ``status`` (none for a code that has none) and a ``content-length`` of ``body`` after
+    ``headers``, then ``body`` unless ``with_body`` is false (the answer to ``HEAD``).
+
+    A fresh connection (``h11.Connection(h11.SERVER)``) can send it too, before any request was read."""
+    try:
+        reason = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        reason = b""
+    head = [*headers, (b"content-length", str(len(body)).encode())]
+    out = conn.send(h11.Response(status_code=status, headers=head, reason=reason)) or b""
+    if with_body and body:
+        out += conn.send(h11.Data(data=body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    return out
+
+
+def protocol_error_text(exc: h11.RemoteProtocolError) -> str:
+    """h11's reason, without the Python repr it wraps the offending bytes in ("illegal request line:
+    bytearray(b'GARBAGE')" -> "illegal request line: 'GARBAGE'"), at most 200 characters."""
+    return _BYTES_REPR.sub(r"\1", str(exc))[:200]
+
+
+_BYTES_REPR: Final = re.compile(r"bytearray\(b('.*?'|\".*?\")\)")
