@@ -28,6 +28,15 @@ once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``). The websocket handsha
 connection is closed (close code 1008, policy violation, with the reason). A logged-in client may stay idle
 as long as it likes (``flow watch`` does).
 
+The port speaks only websockets. What arrives on it is read up to the end of the request head (at most
+:data:`MAX_HANDSHAKE_HEAD_BYTES`) and checked as trio-websocket's wsproto will check it; a request that is
+not a websocket handshake (``curl http://host:port/``, a browser, garbage) is answered here, with a
+standard status and a one-line text body saying what the port is for and what was wrong: ``400 Bad
+Request`` (not HTTP, or HTTP without the handshake's headers), ``426 Upgrade Required`` (another websocket
+version), ``431 Request Header Fields Too Large`` (a head over the limit). trio-websocket would answer these
+itself, but with an empty reason phrase and body (``HTTP/1.1 400 ``, also for a 70 KB head). A handshake goes
+on to trio-websocket with the bytes read so far given back to it first (:class:`_Replayed`).
+
 What a client that has not logged in can make the server log is bounded per source address (the host, not
 the port): failed logins and connections closed before a login go through ``logs.PeerWarnings``, the first of
 a minute as a warning in full, then one summary a minute with the count and the user names tried (at most
@@ -40,12 +49,16 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, final
 
 import attrs
+import h11
 import trio
 import trio_websocket
+import wsproto
+import wsproto.handshake
 import wsproto.utilities
 
 from corda_trio import logs
@@ -78,6 +91,13 @@ MAX_FAILED_LOGINS: Final[int] = 3
 DEFAULT_MAX_CONNECTIONS: Final[int] = 256
 #: Seconds a new connection has for its websocket handshake.
 HANDSHAKE_TIMEOUT_SECONDS: Final[float] = 10.0
+#: The largest request head of a websocket handshake taken (request line and headers): h11's default limit
+#: (16 KiB), which wsproto applies to a head that arrives in pieces. A larger one is answered 431.
+MAX_HANDSHAKE_HEAD_BYTES: Final[int] = 16 * 1024
+#: The body of the answer to a request that is not a websocket handshake (what was wrong follows it).
+NOT_A_WEBSOCKET_TEXT: Final[str] = (
+    "this is a corda-trio RPC websocket endpoint: connect with a websocket client"
+)
 #: Seconds a connection has, from its handshake, to log in (by default).
 DEFAULT_LOGIN_TIMEOUT_SECONDS: Final[float] = 30.0
 #: A close frame's reason is at most this many bytes of UTF-8 (RFC 6455 §5.5: a control frame's payload is
@@ -232,9 +252,19 @@ class RpcServer:
             ws = None
             with trio.move_on_after(HANDSHAKE_TIMEOUT_SECONDS):
                 try:
+                    head = await _receive_handshake(stream)
+                except _NotAWebsocketError as exc:
+                    await _answer_not_a_websocket(stream, exc)
+                    head = None
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    head = None
+                if head is None:  # answered, or gone before a whole head
+                    nursery.cancel_scope.cancel()
+                    return
+                try:
                     request = await trio_websocket.wrap_server_stream(
                         nursery,
-                        stream,
+                        _Replayed(stream, head),
                         message_queue_size=4,
                         max_message_size=MAX_REQUEST_BYTES,
                         receive_buffer_size=65536,
@@ -432,6 +462,111 @@ async def _close(ws: trio_websocket.WebSocketConnection, code: int, reason: str)
     is dropped (``aclose`` alone waits for its answer for ever, keeping the connection and its slot)."""
     with trio.move_on_after(DISCONNECT_TIMEOUT_SECONDS):
         await ws.aclose(code=code, reason=reason)  # (cancelled, it closes the stream)
+
+
+class _NotAWebsocketError(Exception):
+    """What arrived on the RPC port is not a websocket handshake: answer ``status`` (``str()`` says why)."""
+
+    def __init__(self, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.headers = headers or []
+
+
+#: The end of a request head (h11 takes a bare LF as a line end too).
+_HEAD_END: Final = re.compile(rb"\n\r?\n")
+
+
+async def _receive_handshake(stream: trio.abc.Stream) -> bytes | None:
+    """Read a websocket handshake's request head from ``stream`` and check it as wsproto does (its own
+    ``H11Handshake``, the one trio-websocket uses): the bytes read (the head and whatever followed it), or
+    ``None`` if the client closed first.
+
+    Raises:
+        _NotAWebsocketError: it is not a websocket handshake, or its head is over
+            :data:`MAX_HANDSHAKE_HEAD_BYTES`.
+    """
+    handshake = wsproto.handshake.H11Handshake(wsproto.ConnectionType.SERVER)
+    seen = bytearray()
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            return None
+        seen += data
+        try:
+            handshake.receive_data(data)
+        except wsproto.utilities.RemoteProtocolError as exc:
+            hint = exc.event_hint
+            status = getattr(hint, "status_code", 400)
+            headers = list(getattr(hint, "headers", []))
+            detail = str(exc)
+            # wsproto says "Bad HTTP message" for whatever h11 refused (raised while handling it): say what
+            if isinstance(exc.__context__, h11.RemoteProtocolError):
+                status, detail = exc.__context__.error_status_hint, _h11_text(exc.__context__)
+            raise _NotAWebsocketError(status, detail, headers) from None
+        except UnicodeError:  # wsproto decodes Host as IDNA (in trio-websocket's reader: the server ended)
+            raise _NotAWebsocketError(400, "the Host header is not a valid host name") from None
+        done = next(handshake.events(), None) is not None  # (the Request: nothing else comes before it)
+        size = len(seen)
+        if done and (end := _HEAD_END.search(seen)):  # (what follows the head is not part of it)
+            size = end.end()
+        if size > MAX_HANDSHAKE_HEAD_BYTES:
+            raise _NotAWebsocketError(431, f"request head larger than {MAX_HANDSHAKE_HEAD_BYTES} bytes")
+        if done:
+            return bytes(seen)
+
+
+def _h11_text(exc: h11.RemoteProtocolError) -> str:
+    from corda_trio.transport import protocol_error_text
+
+    if exc.error_status_hint == 431:
+        return f"request head larger than {MAX_HANDSHAKE_HEAD_BYTES} bytes"
+    return protocol_error_text(exc)
+
+
+async def _answer_not_a_websocket(stream: trio.abc.Stream, refusal: _NotAWebsocketError) -> None:
+    """Answer ``refusal`` (see :class:`_NotAWebsocketError`), then let the client read it before closing."""
+    from corda_trio.transport import drain_before_close, http_response
+
+    body = f"{NOT_A_WEBSOCKET_TEXT} ({refusal})\n".encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"), *refusal.headers]
+    try:
+        await stream.send_all(http_response(h11.Connection(h11.SERVER), refusal.status, headers, body))
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await drain_before_close(stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client left already
+
+
+@final
+class _Replayed(trio.abc.HalfCloseableStream):
+    """``stream``, whose reader gets ``head`` (read from ``stream`` already) first: how the handshake we
+    checked reaches trio-websocket."""
+
+    def __init__(self, stream: trio.abc.Stream, head: bytes) -> None:
+        self._stream = stream
+        self._head = head
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if not self._head:
+            return await self._stream.receive_some(max_bytes)
+        await trio.lowlevel.checkpoint()
+        n = len(self._head) if max_bytes is None else max_bytes
+        data, self._head = self._head[:n], self._head[n:]
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        if isinstance(self._stream, trio.abc.HalfCloseableStream):
+            await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 async def _no_events(value: Any) -> None:

@@ -21,7 +21,7 @@ from corda_trio.node._processes import open_node_processes
 
 from ..node.netutil import PASSWORD as NODE_PASSWORD
 from ..node.netutil import make_network
-from .test_rpc import PASSWORD, serving
+from .test_rpc import BAD_HOST_HANDSHAKE, PASSWORD, serving
 
 
 def _request(ws: ClientConnection, request_id: int, method: str, **args: Any) -> None:
@@ -270,3 +270,31 @@ async def test_a_real_nodes_start_flow_errors_name_the_flows_arguments(tmp_path:
             "message": "a client id is 1 to 200 characters without NUL, got a NUL at character 2",
         },
     ]
+
+
+@pytest.mark.slow
+async def test_a_handshake_whose_host_is_not_a_host_name_does_not_stop_a_real_node(tmp_path: Path) -> None:
+    """``Host: \\xff\\xfe`` in a websocket handshake, from anyone who can reach the RPC port, before any
+    login, stopped the node (exit 1, a UnicodeDecodeError traceback). Now it is answered 400 and the node
+    serves on."""
+    nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB"])
+    async with open_node_processes(nodes) as (alice,):
+        port = int(alice.rpc_url.rsplit(":", 1)[1])
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            await stream.send_all(BAD_HOST_HANDSHAKE)
+            answer = b""
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some():
+                    answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+        pong = await _in_thread(
+            alice.rpc_url,
+            lambda ws: (
+                _request(ws, 1, "login", user="ops", password=NODE_PASSWORD),
+                _frame(ws),
+                _request(ws, 2, "ping"),
+                _frame(ws),
+            )[3],
+        )
+        assert pong == {"id": 2, "ok": "pong"}
+        assert alice.process.returncode is None

@@ -319,6 +319,89 @@ async def test_over_the_connection_limit_a_client_is_refused_with_503_until_a_sl
         await _served_again(url)  # both left: there is room again
 
 
+ENDPOINT_TEXT = b"this is a corda-trio RPC websocket endpoint: connect with a websocket client"
+BIG_HEADER = b"X-Big: " + b"a" * 70_000 + b"\r\n"
+#: A websocket handshake whose Host is not IDNA: wsproto's decoding of it raised UnicodeDecodeError in
+#: trio-websocket's reader task, which ended the whole RPC server (and a node with it).
+BAD_HOST_HANDSHAKE = (
+    b"GET / HTTP/1.1\r\nHost: \xff\xfe\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def _raw_answer(port: int, request: bytes, *, piece_bytes: int | None = None) -> bytes:
+    """What the server answers ``request`` (whole, or in pieces of ``piece_bytes``), read to its close."""
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        with trio.fail_after(10):
+            for i in range(0, len(request), piece_bytes or len(request)):
+                await stream.send_all(request[i : i + (piece_bytes or len(request))])
+            answer = b""
+            while chunk := await stream.receive_some():
+                answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "piece_bytes", "head", "why"),
+    [
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            None,
+            b"HTTP/1.1 400 Bad Request",
+            b"Missing header, 'Connection: Upgrade'",
+        ),
+        (b"GARBAGE\r\n\r\n", None, b"HTTP/1.1 400 Bad Request", b"illegal request line: 'GARBAGE'"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\n" + BIG_HEADER + b"\r\n",
+            None,
+            b"HTTP/1.1 431 Request Header Fields Too Large",
+            b"request head larger than 16384 bytes",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\n" + BIG_HEADER + b"\r\n",
+            1000,
+            b"HTTP/1.1 431 Request Header Fields Too Large",
+            b"request head larger than 16384 bytes",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n",
+            None,
+            b"HTTP/1.1 426 Upgrade Required",
+            b"Missing header, 'Sec-WebSocket-Version'",
+        ),
+        (BAD_HOST_HANDSHAKE, None, b"HTTP/1.1 400 Bad Request", b"the Host header is not a valid host name"),
+    ],
+    ids=["plain-get", "garbage", "70-kb-header", "70-kb-header-in-pieces", "websocket-version-8", "bad-host"],
+)
+async def test_what_is_not_a_websocket_handshake_gets_a_standard_answer_saying_what_the_port_is(
+    request_bytes: bytes, piece_bytes: int | None, head: bytes, why: bytes
+) -> None:
+    """The RPC port answered plain HTTP and garbage with ``HTTP/1.1 400 `` (no reason phrase, no body), and a
+    70 KB header too (not 431). Now: the standard status line, and a body saying what the port is for and
+    what was wrong; the server goes on serving websocket clients."""
+    async with serving() as (url, _):
+        answer = await _raw_answer(int(url.rsplit(":", 1)[1]), request_bytes, piece_bytes=piece_bytes)
+        status_line, _, rest = answer.partition(b"\r\n")
+        headers, _, body = rest.partition(b"\r\n\r\n")
+        assert status_line == head, answer
+        assert body == ENDPOINT_TEXT + b" (" + why + b")\n", answer
+        assert f"content-length: {len(body)}".encode() in headers.lower().split(b"\r\n")
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            assert await client.ping() == "pong"
+
+
+async def test_curl_on_the_rpc_port_reads_what_the_port_is_for() -> None:
+    async with serving() as (url, _):
+        port = url.rsplit(":", 1)[1]
+        with trio.fail_after(20):
+            done = await trio.run_process(
+                ["curl", "-si", "--max-time", "10", f"http://127.0.0.1:{port}/"], capture_stdout=True
+            )
+    assert done.stdout.startswith(b"HTTP/1.1 400 Bad Request\r\n"), done.stdout
+    assert done.stdout.endswith(ENDPOINT_TEXT + b" (Missing header, 'Connection: Upgrade')\n"), done.stdout
+
+
 async def test_a_connection_that_does_not_log_in_in_time_is_closed_with_1008() -> None:
     async with serving(login_timeout_seconds=0.5) as (url, _):
         async with rpc.connect(url, "admin", PASSWORD) as client:
