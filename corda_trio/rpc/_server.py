@@ -41,7 +41,9 @@ What a client that has not logged in can make the server log is bounded per sour
 the port): failed logins and connections closed before a login go through ``logs.PeerWarnings``, the first of
 a minute as a warning in full, then one summary a minute with the count and the user names tried (at most
 :data:`FAILED_LOGIN_USERS_QUOTED`), written even when the source goes quiet. ``failed_logins_total`` counts
-every one.
+every one. A connection that ends because the client's ping crossed our close frame (any client can make
+that happen on every connection: a request over the limit, then a ping) is an info line per source address
+a minute the same way, the rest at debug and counted into a summary.
 """
 
 from __future__ import annotations
@@ -188,6 +190,13 @@ class RpcServer:
     _unauthenticated_log: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "RPC connections from %s closed before a login"), init=False
     )
+    #: connections ended by a ping that crossed our close frame, per source address (see ``_serve_stream``)
+    _ended_in_close_log: logs.PeerWarnings = attrs.field(
+        factory=lambda: logs.PeerWarnings(
+            log, "RPC connections from %s ended during their close", level=logging.INFO
+        ),
+        init=False,
+    )
     _calls: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
 
     def statistics(self) -> RpcServerStatistics:
@@ -219,6 +228,7 @@ class RpcServer:
             await nursery.start(serve)
             nursery.start_soon(self._failed_log.report_due)
             nursery.start_soon(self._unauthenticated_log.report_due)
+            nursery.start_soon(self._ended_in_close_log.report_due)
             task_status.started(self.port)
 
     async def _refuse(self, stream: trio.abc.Stream) -> None:
@@ -239,13 +249,22 @@ class RpcServer:
 
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         """One connection: the websocket handshake (bounded), then :meth:`_serve_connection`."""
+        client = logs.remote_name(stream)
         try:
-            await self._serve_websocket(stream, logs.remote_name(stream))
+            await self._serve_websocket(stream, client)
         except* wsproto.utilities.LocalProtocolError as group:
             # trio-websocket answers a ping that crossed our close frame with a pong that wsproto refuses
             # once the close is sent, in the connection's reader task (python-trio/trio-websocket#184):
-            # RFC 6455 allows the ping, and the connection was ending anyway. It ends that one only.
-            log.info("RPC connection ended during its close: %s", group.exceptions[0])
+            # RFC 6455 allows the ping, and the connection was ending anyway. It ends that one only. A
+            # client can make it happen on every connection (a request over the limit, then a ping), so
+            # the line is bounded per source host.
+            self._ended_in_close_log.warning(
+                logs.remote_host(client),
+                str(group.exceptions[0]),
+                "RPC connection from %s ended during its close: %s",
+                client,
+                group.exceptions[0],
+            )
 
     async def _serve_websocket(self, stream: trio.abc.Stream, client: str) -> None:
         async with trio.open_nursery() as nursery:  # the connection's reader task

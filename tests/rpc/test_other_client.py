@@ -7,6 +7,8 @@ The client is synchronous and runs in a worker thread while the server runs in t
 from __future__ import annotations
 
 import collections
+import contextlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -298,3 +300,36 @@ async def test_a_handshake_whose_host_is_not_a_host_name_does_not_stop_a_real_no
         )
         assert pong == {"id": 2, "ok": "pong"}
         assert alice.process.returncode is None
+
+
+async def test_connections_ended_during_their_close_are_one_info_line_per_client_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A logged-in client sends a request over the limit and a ping in one write, then goes: the server
+    closes (1009) and the ping crosses that close, which ends the connection in trio-websocket
+    (python-trio/trio-websocket#184). That was an info line per connection, 200 connections in a loop
+    about 100 lines; now one info line for the host, the rest at debug."""
+
+    def clients(url: str) -> None:
+        for _ in range(200):
+            with connect(url, max_size=None, open_timeout=20, close_timeout=5) as ws:
+                _request(ws, 1, "login", user="admin", password=PASSWORD)
+                assert "ok" in _frame(ws)
+                with ws.protocol_mutex:  # (both frames in one write, before the server's close is read)
+                    ws.protocol.send_binary(b"x" * (1024 * 1024 + 1))
+                    ws.protocol.send_ping(b"are you there?")
+                    ws.socket.sendall(b"".join(ws.protocol.data_to_send()))
+                with contextlib.suppress(ConnectionClosed):
+                    ws.recv(timeout=20)
+                ws.close_socket()
+
+    caplog.set_level(logging.DEBUG, logger="corda_trio.rpc")
+    async with serving() as (url, _):
+        with trio.fail_after(120):
+            await trio.to_thread.run_sync(clients, url)
+            await trio.sleep(0.5)  # (the last connections' ends)
+    ended = [r for r in caplog.records if "ended during its close" in r.getMessage()]
+    assert ended, "no connection ended during its close: the test no longer makes the ping cross the close"
+    info = [r.getMessage() for r in ended if r.levelno >= logging.INFO]
+    assert len(info) == 1, info[:3]
+    assert info[0].startswith("RPC connection from 127.0.0.1:") and "ended during its close: " in info[0]
