@@ -182,6 +182,13 @@ def rejected_messages_log() -> logs.PeerWarnings:
     return logs.PeerWarnings(log, "messages from %s rejected")
 
 
+def ended_links_log(logger: logging.Logger = log) -> logs.PeerWarnings:
+    """The log of a member's links that ended with an error (its connection dropped without a close, a
+    reset): a member whose process dies in a loop can end them at will, so an info line per member at most
+    once a minute, the rest at debug and counted into a summary."""
+    return logs.PeerWarnings(logger, "links from %s ended with an error", level=logging.INFO)
+
+
 def tally(stored: dict[str | None, int], by_peer: dict[str, int]) -> int:
     """Add what :func:`store_checked` stored to the counts ``by_peer`` (known senders); returns the total."""
     for sender, n in stored.items():
@@ -231,10 +238,7 @@ class InboundAcceptor:
     _refused_log: logs.PeerWarnings = attrs.field(
         factory=lambda: logs.PeerWarnings(log, "links from %s refused"), init=False
     )
-    _ended_log: logs.PeerWarnings = attrs.field(
-        factory=lambda: logs.PeerWarnings(log, "links from %s ended with an error", level=logging.INFO),
-        init=False,
-    )
+    _ended_log: logs.PeerWarnings = attrs.field(factory=ended_links_log, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import trio
 
 from corda_trio import amqp, messaging, pki, transport
 from corda_trio.bridge import float as fl
-from tests.p2p_harness import NOW, contexts
+from tests.p2p_harness import NOW, contexts, wait_until
 
 from .test_inprocess import node_tls
 
@@ -375,3 +376,43 @@ async def test_the_float_stops_when_its_audit_log_fails(
             flt.audit.write("connection", peer="x")
             await trio.sleep_forever()  # the float's nursery ends with the error
     assert info.group_contains(fl.AuditLogError, depth=None)
+
+
+async def test_a_member_dropping_its_connections_gets_one_info_line_for_its_links(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Alice attaches a sender to the active float's public side, sends a message and drops the connection
+    without a close (a process killed) before it is settled, 30 times: an info line each ("link ... ended:
+    ... the peer closed the transport without a close frame"); now one, the rest at debug and counted into
+    a summary, as the acceptor does."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    caplog.set_level(logging.DEBUG, logger="corda_trio.bridge.float")
+
+    def ended() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if " ended: " in r.getMessage()]
+
+    async with running_float(float_creds, bob, root, tmp_path) as (_, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                for i in range(30):
+                    async with transport.open_amqp_connection(
+                        "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
+                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+                    ) as conn:  # fmt: skip
+                        sender = await conn.open_sender(inbox)
+                        await sender.start_send(wire(alice, i))
+                        forwarded = await inbound.receive()
+                        await trio.aclose_forcefully(conn._stream)
+                    await forwarded.accept()
+                    # (the link's end gives its window back: the next attach needs it)
+                    await wait_until(lambda i=i: len(ended()) == i + 1)
+    lines = [r.getMessage() for r in ended() if r.levelno >= logging.INFO]
+    assert len(lines) == 1, lines[:3]
+    assert lines[0].startswith(f"{alice.legal_name}: link "), lines[0]

@@ -54,6 +54,7 @@ from corda_trio.messaging import (
     check_message_format,
 )
 
+from .._inbound import ended_links_log
 from ._audit import AuditLog, LatencySummary
 from ._control import (
     CONTROL_ADDRESS,
@@ -151,6 +152,8 @@ class Float:
     #: minute (each is in the audit log too, as the condition of its ``close``)
     refusals: transport.InboundRefusals = attrs.field(factory=transport.InboundRefusals)
     latency: LatencySummary = attrs.field(factory=LatencySummary)
+    #: a member's links that ended with an error: an info line per member a minute (as the acceptor's)
+    _ended_log: logs.PeerWarnings = attrs.field(factory=lambda: ended_links_log(log), init=False)
     _control_busy: bool = False
     _activation: _Activation | None = None
 
@@ -363,6 +366,7 @@ class Float:
             port = int(listeners[0].socket.getsockname()[1])
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.refusals.report_due)
+                nursery.start_soon(self._ended_log.report_due)
                 await nursery.start(
                     functools.partial(
                         transport.serve_listeners,
@@ -508,7 +512,8 @@ class Float:
                             pending = await self._forward(delivery, activation, prefix)
                             send.send_nowait((delivery, pending, started))  # room: one slot per item
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
-            log.info("%s: link %s ended: %s", user, receiver.name, logs.failure_text(group))
+            failure = logs.failure_text(group)  # (a member whose process dies in a loop: see _ended_log)
+            self._ended_log.warning(user, failure, "%s: link %s ended: %s", user, receiver.name, failure)
         finally:
             activation.window_left += reserve
 
