@@ -24,6 +24,12 @@ readmitted it, or the service lost its database), the node publishes again, with
 as at start.  A refusal (400, 403 such as ``removed-by-operator``, 409) is not retried by backoff: the next
 poll asks again, so a removed node knocks once per poll interval, and each distinct refusal is logged once,
 not at every poll.
+
+With a map service, a NodeInfo in the node-info directory is still believed, and the map cannot take it
+away: a node the operator removes from the map stays in this node's view while its file is there. A network
+bootstrapped by an older build wrote every node's NodeInfo there even with a map service, so the first poll
+of an updater that has a map service warns once when the directory holds NodeInfos of other nodes (naming
+the directory and what it means); the node's own copy does not count.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from ._model import NetworkParameters
 from ._signing import (
     VerifiedNodeInfo,
     decode_signed_node_info,
+    identity_key_hash,
     verify_network_map,
     verify_network_parameters,
     verify_node_info,
@@ -74,6 +81,8 @@ RETRY_INITIAL_SECONDS: Final[float] = 1.0
 RETRY_MAX_SECONDS: Final[float] = 60.0
 #: Files in the node-infos directory are called ``nodeInfo-<HASH>`` (as Corda's are).
 NODE_INFO_FILE_PREFIX: Final[str] = "nodeInfo-"
+#: The warning about other nodes' NodeInfos in the node-info directory names at most this many of them.
+DIRECTORY_NAMES_QUOTED: Final = 3
 
 
 @final
@@ -265,6 +274,8 @@ class NetworkMapUpdater:
     _refusal: str | None = attrs.field(default=None, init=False)
     #: A publication (with its retries) is under way.
     _publishing: bool = attrs.field(default=False, init=False)
+    #: The node-info directory was checked for other nodes' NodeInfos (with a map service: once).
+    _directory_checked: bool = attrs.field(default=False, init=False)
 
     def nodes(self) -> dict[str, VerifiedNodeInfo]:
         """Snapshot: canonical legal name -> verified NodeInfo."""
@@ -318,10 +329,13 @@ class NetworkMapUpdater:
                 failure = exc
                 wanted = dict(self._nodes)
         if self.node_infos_dir is not None:
+            from_directory = []
             for name, data in await trio.to_thread.run_sync(self._scan_dir):
                 node = self._verify(data, name)
                 if node is not None:
                     self._merge(wanted, node)
+                    from_directory.append(node)
+            self._check_directory(from_directory)
         events.extend(self._diff(wanted))
         if any(not isinstance(e, NetworkParametersChanged) for e in events):
             await trio.to_thread.run_sync(self.cache.replace_all, wanted)
@@ -465,6 +479,28 @@ class NetworkMapUpdater:
         current = into.get(name)
         if current is None or node.node_info.serial > current.node_info.serial:
             into[name] = node
+
+    def _check_directory(self, found: list[VerifiedNodeInfo]) -> None:
+        """With a map service, warn once if the node-info directory holds other nodes' NodeInfos (see the
+        module docstring): the map cannot take those nodes out of this node's view."""
+        if self.client is None or self._directory_checked:
+            return
+        self._directory_checked = True
+        own = None
+        if self.own_node_info is not None:
+            own = identity_key_hash(decode_signed_node_info(self.own_node_info))
+        others = sorted({str(n.legal_name) for n in found if n.identity_key_hash != own})
+        if not others:
+            return
+        named = "; ".join(others[:DIRECTORY_NAMES_QUOTED])
+        if len(others) > DIRECTORY_NAMES_QUOTED:
+            named += f"; and {len(others) - DIRECTORY_NAMES_QUOTED} more"
+        log.warning(
+            "%s holds the NodeInfo of %d other node%s (%s): with a network map service, those nodes stay in "
+            "this node's view even if the map operator removes them; delete those files to rely on the map "
+            "alone",
+            self.node_infos_dir, len(others), "" if len(others) == 1 else "s", named,
+        )  # fmt: skip
 
     def _scan_dir(self) -> list[tuple[str, bytes]]:
         assert self.node_infos_dir is not None

@@ -267,3 +267,44 @@ async def test_a_running_node_that_is_removed_and_readmitted_is_back_without_a_r
             await map_proc.wait()
         if map_proc.returncode is None:
             map_proc.kill()
+
+
+@pytest.mark.slow
+async def test_a_node_with_a_map_warns_once_at_start_of_other_nodes_nodeinfos_in_its_directory(
+    tmp_path: Path,
+) -> None:
+    """An older build's bootstrap wrote every node's NodeInfo into each node's ``additional-node-infos/``
+    even with a map service; such a copy keeps a node the operator removes from the map in its peers' view.
+    Real processes: Alice's directory holds Bob's NodeInfo (and her own), Bob's only his own. Alice says so
+    in one warning at start, naming the directory, and starts; Bob says nothing of it."""
+    net = tmp_path / "net"
+    nodes = make_network(net, [NET_ALICE, NET_BOB], with_map=True)
+    (alice_path, alice_cfg), (bob_path, bob_cfg) = nodes
+    for source, target in ((bob_path, alice_cfg), (alice_path, alice_cfg), (bob_path, bob_cfg)):
+        data = (source.parent / "node-info").read_bytes()
+        name = f"nodeInfo-{network.decode_signed_node_info(data).hash}"
+        (target.additional_node_infos / name).write_bytes(data)
+    map_proc = await _start_map_process(net, max_age_seconds=1)
+    try:
+        async with open_node_processes(nodes) as (alice_node, bob_node):
+            async with rpc.connect(alice_node.rpc_url, "ops", PASSWORD) as a:
+                await _wait_seen(a, {str(ALICE_LONDON), str(BOB_PARIS)}, 30)
+                await trio.sleep(2)  # (two more polls: still one line)
+            alice_log = alice_node.config.log_path.read_text(encoding="utf-8")
+            bob_log = bob_node.config.log_path.read_text(encoding="utf-8")
+    finally:
+        map_proc.terminate()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await map_proc.wait()
+        if map_proc.returncode is None:
+            map_proc.kill()
+    lines = [line for line in alice_log.splitlines() if "other node" in line]
+    assert len(lines) == 1, lines
+    assert "WARNING" in lines[0], lines[0]
+    assert (
+        f"{alice_cfg.additional_node_infos} holds the NodeInfo of 1 other node (O=Bob, L=Paris, C=FR): with a"
+        " network map service, those nodes stay in this node's view even if the map operator removes them;"
+        " delete those files to rely on the map alone"
+    ) in lines[0]
+    assert "node ready:" in alice_log
+    assert "other node" not in bob_log and "node ready:" in bob_log
