@@ -565,9 +565,12 @@ class _Replayed(trio.abc.HalfCloseableStream):
     def __init__(self, stream: trio.abc.Stream, head: bytes) -> None:
         self._stream = stream
         self._head = head
+        # every call after the head goes straight to the stream: no frame of ours per websocket read/write
+        self.send_all = stream.send_all  # type: ignore[method-assign]
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if not self._head:
+            self.receive_some = self._stream.receive_some  # type: ignore[method-assign]
             return await self._stream.receive_some(max_bytes)
         await trio.lowlevel.checkpoint()
         n = len(self._head) if max_bytes is None else max_bytes
