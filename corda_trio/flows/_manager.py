@@ -1076,12 +1076,7 @@ class FlowManager:
                 # nothing of this batch is committed: the flow can be killed, its counterparties told)
                 return _failure(runner.flow_id, exc, False)
             out_key = await self._commit(runner, data, record if outbox else None)
-        for action in actions:
-            if isinstance(action, AcknowledgeMessages):
-                for token in action.tokens:
-                    token.resolve()
-            elif isinstance(action, RefuseMessage):
-                self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
+        self._acknowledge_and_refuse(actions)
         if outbox:
             self._hand_over(runner, outbox, out_key)
         for action in actions:
@@ -1136,6 +1131,16 @@ class FlowManager:
         return out_key
 
     # --- sending ------------------------------------------------------------------------------------------
+
+    def _acknowledge_and_refuse(self, actions: Sequence[Any]) -> None:
+        """Resolve the receipts a transition consumed (once its checkpoint is written) and count and log the
+        messages it refused."""
+        for action in actions:
+            if isinstance(action, AcknowledgeMessages):
+                for token in action.tokens:
+                    token.resolve()
+            elif isinstance(action, RefuseMessage):
+                self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
 
     def _hand_over(self, runner: _Runner | None, outbox: list[Outgoing], key: bytes | None) -> None:
         """Queue ``outbox`` for the outbound pumps (per counterparty, in order); ``key``, its record, is
@@ -1381,12 +1386,7 @@ class FlowManager:
         if not any(isinstance(e, (Start, TimerFired)) for e in remaining):
             remaining.append(TimerFired(now=time.time()))  # (it takes what is held when it next runs)
         runner.events = collections.deque(remaining)
-        for action in t.actions:
-            if isinstance(action, AcknowledgeMessages):
-                for token in action.tokens:
-                    token.resolve()
-            elif isinstance(action, RefuseMessage):
-                self._refuse(action.sender, action.reason, quiet=action.reason.startswith("unknown"))
+        self._acknowledge_and_refuse(t.actions)
         if outbox:
             self._hand_over(runner, outbox, out_key)
         given = [r for r in [*held, *(e.token for e in arrived)] if r.lent]
