@@ -437,16 +437,18 @@ class Float:
         peer: str,
         nursery: trio.Nursery,
     ) -> None:
+        async def refuse(condition: str, description: str) -> None:
+            self.refused_links += 1
+            self.audit.write(
+                "link-refused", peer=peer, legal_name=user, address=request.address, condition=condition
+            )
+            await request.refuse(condition, description)
+
         inboxes = activation.command.inboxes
         if not request.peer_is_sender or request.address not in inboxes:
-            self.refused_links += 1
             what = "sender to" if request.peer_is_sender else "receiver from"
-            self.audit.write(
-                "link-refused", peer=peer, legal_name=user, address=request.address,
-                condition="amqp:unauthorized-access",
-            )  # fmt: skip
             allowed = ", ".join(inboxes)
-            await request.refuse(
+            await refuse(
                 "amqp:unauthorized-access",
                 f"peers may only attach a sender to {allowed}, not a {what} {request.address!r}",
             )
@@ -454,20 +456,11 @@ class Float:
         try:
             check_inbox_sender(request.attach.snd_settle_mode)
         except InvalidMessageError as exc:
-            self.refused_links += 1
-            self.audit.write(
-                "link-refused", peer=peer, legal_name=user, address=request.address, condition=exc.condition
-            )
-            await request.refuse(exc.condition, exc.description)
+            await refuse(exc.condition, exc.description)
             return
         reserve = min(self.config.peer_link_window, activation.window_left)
         if reserve < 2:
-            self.refused_links += 1
-            self.audit.write(
-                "link-refused", peer=peer, legal_name=user, address=request.address,
-                condition="amqp:resource-limit-exceeded",
-            )  # fmt: skip
-            await request.refuse("amqp:resource-limit-exceeded", "the float's end-to-end window is taken")
+            await refuse("amqp:resource-limit-exceeded", "the float's end-to-end window is taken")
             return
         activation.window_left -= reserve
         credit = reserve // 2
