@@ -52,7 +52,7 @@ from ._errors import (
     StoreClosedError,
     StoreFailedError,
     UnknownDeliveryError,
-    failure_text,
+    write_failure_text,
 )
 from ._keyed import KeyedLog
 from ._parts import PartList, write_part_list
@@ -789,7 +789,7 @@ class Broker:
     def _note_failure(self, what: str, exc: BaseException) -> None:
         if self._failure is None:
             if not isinstance(exc, StoreFailedError):
-                exc = StoreFailedError(f"{what}: {failure_text(exc)}")
+                exc = StoreFailedError(f"{what}: {write_failure_text(exc)}")
             self._failure = exc
             self._failed.set()
 

@@ -29,7 +29,7 @@ class StoreError(Exception):
     """Root of the store's exceptions."""
 
 
-def failure_text(exc: BaseException) -> str:
+def write_failure_text(exc: BaseException) -> str:
     """Why a write failed, for an operator: an ``OSError`` as the system says it and the file it concerns
     (``No space left on device: /store/q/00000000000000000001.seg``), anything else as its ``repr``."""
     return files.os_error_text(exc) if isinstance(exc, OSError) else repr(exc)

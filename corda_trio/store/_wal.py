@@ -93,7 +93,7 @@ import trio
 from corda_trio import files, logs
 
 from ._committer import CommitHelper
-from ._errors import StoreClosedError, StoreFailedError, failure_text
+from ._errors import StoreClosedError, StoreFailedError, write_failure_text
 from ._record import (
     ACK_RECORD_BYTES,
     RECORD_HEADER_BYTES,
@@ -217,7 +217,7 @@ class Batch:
     def raise_if_failed(self) -> None:
         """Raise :class:`StoreFailedError` if the batch failed (after it finished)."""
         if self.error is not None:
-            why = failure_text(self.error)
+            why = write_failure_text(self.error)
             raise StoreFailedError(f"write-ahead log write failed: {why}") from self.error
 
     def finish(self) -> None:
@@ -801,8 +801,8 @@ class DurableLog:
             # The log file only: the failure reaches the operator through the broker's owner (the node
             # stops on it and says so in its last line).
             logger.critical(
-                "queue %s: write-ahead log write failed, queue stopped: %s", self.name, failure_text(exc),
-                extra={logs.FILE_ONLY: True},
+                "queue %s: write-ahead log write failed, queue stopped: %s",
+                self.name, write_failure_text(exc), extra={logs.FILE_ONLY: True},
             )  # fmt: skip
             self.failure = exc
             if self.on_failure is not None:
