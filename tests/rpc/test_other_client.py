@@ -333,3 +333,134 @@ async def test_connections_ended_during_their_close_are_one_info_line_per_client
     info = [r.getMessage() for r in ended if r.levelno >= logging.INFO]
     assert len(info) == 1, info[:3]
     assert info[0].startswith("RPC connection from 127.0.0.1:") and "ended during its close: " in info[0]
+
+
+@pytest.mark.slow
+async def test_every_documented_method_of_a_real_node_as_the_spec_describes_it(tmp_path: Path) -> None:
+    """protocol_spec/rpc.md followed literally against real ``corda-trio node start`` processes: each method
+    of its table, the frames of a call (events, then one final frame), the summary fields it lists and the
+    error codes it names, read by another websocket implementation."""
+    bob_name = "O=Bob,L=Paris,C=FR"
+
+    def call(ws: ClientConnection, request_id: int, method: str, **args: Any) -> list[dict[str, Any]]:
+        _request(ws, request_id, method, **args)
+        frames = [_frame(ws)]
+        while "event" in frames[-1]:
+            frames.append(_frame(ws))
+        assert all(f["id"] == request_id for f in frames)
+        assert set(frames[-1]) in ({"id", "ok"}, {"id", "error"})
+        return frames
+
+    def ok(ws: ClientConnection, request_id: int, method: str, **args: Any) -> Any:
+        return call(ws, request_id, method, **args)[-1]["ok"]
+
+    def error(ws: ClientConnection, request_id: int, method: str, **args: Any) -> str:
+        final = call(ws, request_id, method, **args)[-1]
+        assert set(final["error"]) == {"code", "message"} and final["error"]["message"]
+        return str(final["error"]["code"])
+
+    summary_fields = {
+        "flow_id", "flow", "flow_class", "state", "status", "result", "error", "suspends", "initiator",
+        "started_by", "started_at",
+    }  # fmt: skip
+
+    def admin(ws: ClientConnection) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        seen["before login"] = error(ws, 1, "whoami")
+        assert ok(ws, 2, "login", user="ops", password=NODE_PASSWORD) == {
+            "user": "ops",
+            "permissions": ["admin"],
+        }
+        assert ok(ws, 3, "whoami") == {"user": "ops", "permissions": ["admin"]}
+        assert (ok(ws, 4, "ping"), ok(ws, 5, "ping", echo=[1, "x"])) == ("pong", [1, "x"])
+        info = ok(ws, 6, "node_info")
+        assert info["legal_name"] == "O=Alice, L=London, C=GB" and info["network_map"] == "directory"
+        assert info["network_nodes"] == 2 and info["draining"] is False and info["pid"] > 0
+        assert info["flows"] == ok(ws, 7, "registered_flows") and "PingPong" in info["flows"]
+        network = ok(ws, 8, "network_map")
+        assert {n["legal_name"]: n["self"] for n in network} == {
+            "O=Alice, L=London, C=GB": True,
+            "O=Bob, L=Paris, C=FR": False,
+        }
+        assert all(
+            set(n) == {"legal_name", "key_hash", "addresses", "platform_version", "serial", "hash", "self"}
+            for n in network
+        )
+        assert isinstance(ok(ws, 9, "queue_statistics"), list)
+        # start_flow, waiting: one event {flow_id, state: running}, then the flow's result
+        frames = call(ws, 10, "start_flow", flow="PingPong", args={"recipient": bob_name, "rounds": "2"})
+        assert [set(f) for f in frames] == [{"id", "event"}, {"id", "ok"}]
+        assert frames[0]["event"]["state"] == "running" and frames[1]["ok"] == 2
+        waited = frames[0]["event"]["flow_id"]
+        # not waiting, with a client id: its id C-<client id>; the same start again follows it
+        assert ok(
+            ws, 11, "start_flow", flow="PingPong", args={"recipient": bob_name}, wait=False, client_id="k1"
+        ) == ("C-k1")
+        assert ok(ws, 12, "start_flow", flow="PingPong", args={"recipient": bob_name}, client_id="k1") == 1
+        watched = call(ws, 13, "watch_flow", flow_id="C-k1")[-1]["ok"]
+        assert set(watched) == summary_fields
+        assert (watched["state"], watched["result"], watched["started_by"]) == ("finished", 1, "ops")
+        seen["failed"] = call(ws, 14, "start_flow", flow="FailingFlow", args={"recipient": bob_name})[-1][
+            "error"
+        ]
+        # a flow that cannot reach its peer keeps running (retrying) until killed
+        stuck = ok(
+            ws, 15, "start_flow", flow="PingPong", args={"recipient": "O=Nobody,L=Paris,C=FR"}, wait=False
+        )
+        killed = ok(ws, 16, "kill_flow", flow_id=stuck)
+        assert (killed["state"], killed["error"]) == ("failed", "killed by RPC user ops")
+        flows = ok(ws, 17, "list_flows")
+        assert all(set(f) == summary_fields for f in flows)
+        assert {f["flow_id"]: f["state"] for f in flows} == {
+            waited: "finished",
+            "C-k1": "finished",
+            seen["failed"]["message"].split(":")[0].removeprefix("flow "): "failed",
+            stuck: "failed",
+        }
+        assert {f["flow_id"] for f in ok(ws, 18, "list_flows", state="failed")} == {
+            f["flow_id"] for f in flows if f["state"] == "failed"
+        }
+        assert ok(ws, 29, "list_flows", state=None) == flows  # nil: all, as when left out
+        # an ended flow's watch is its final frame only: a summary, also for a failed flow
+        assert call(ws, 30, "watch_flow", flow_id=stuck) == [{"id": 30, "ok": killed}]
+        seen["retry ended"] = error(ws, 19, "retry_flow", flow_id=waited)
+        seen["unknown flow id"] = error(ws, 20, "watch_flow", flow_id="no-such-flow")
+        seen["unknown flow"] = error(ws, 21, "start_flow", flow="NoSuchFlow")
+        seen["bad state"] = error(ws, 22, "list_flows", state="sleeping")
+        seen["wait not bool"] = error(
+            ws, 23, "start_flow", flow="PingPong", args={"recipient": bob_name}, wait=1
+        )
+        seen["unknown method"] = error(ws, 24, "no_such_method")
+        assert ok(ws, 25, "drain") == {"draining": True, "running_flows": 0}
+        seen["draining"] = error(ws, 26, "start_flow", flow="PingPong", args={"recipient": bob_name})
+        assert ok(ws, 27, "undrain") == {"draining": False, "running_flows": 0}
+        seen["second login"] = error(ws, 28, "login", user="reader", password=NODE_PASSWORD)
+        return seen
+
+    def reader(ws: ClientConnection) -> list[str]:
+        assert ok(ws, 1, "login", user="reader", password=NODE_PASSWORD)["permissions"] == ["read"]
+        assert len(ok(ws, 2, "list_flows")) == 4  # every user's flows
+        return [
+            error(ws, 3, "start_flow", flow="PingPong", args={"recipient": bob_name}),
+            error(ws, 4, "drain"),
+            error(ws, 5, "kill_flow", flow_id="C-k1"),
+        ]
+
+    nodes = make_network(tmp_path / "net", ["O=Alice,L=London,C=GB", bob_name])
+    async with open_node_processes(nodes) as (alice, _bob):
+        seen = await _in_thread(alice.rpc_url, admin)
+        refused = await _in_thread(alice.rpc_url, reader)
+    assert seen["failed"]["code"] == "flow-failed"
+    del seen["failed"]
+    assert seen == {
+        "before login": "unauthenticated",
+        "retry ended": "not-found",
+        "unknown flow id": "not-found",
+        "unknown flow": "not-found",
+        "bad state": "bad-arguments",
+        "wait not bool": "bad-arguments",
+        "unknown method": "unknown-method",
+        "draining": "draining",
+        "second login": "already-authenticated",
+    }
+    assert refused == ["forbidden", "forbidden", "forbidden"]
