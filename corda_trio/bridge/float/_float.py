@@ -222,16 +222,18 @@ class Float:
                 await ready.wait()
                 await self._commands(conn, links, nursery)
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = logs.failure_text(exc)  # (a nursery's group is named by its cause)
             raise
         finally:
+            # why the link ended: the connection's own error (an idle timeout: the inside is silent) first
+            why = str(conn.close_error or reason)
             if self.state is FloatState.ACTIVE:
-                self.audit.write("public-closed", reason=reason)
+                self.audit.write("public-closed", reason=why)
             self.public_port = None
             self._activation = None
             self._step(FloatInput.CONTROL_DOWN)
             self._control_busy = False
-            self.audit.write("control-down", bridge=bridge, reason=str(conn.close_error or reason))
+            self.audit.write("control-down", bridge=bridge, reason=why)
 
     async def _watch_closed(self, conn: transport.AmqpConnection, scope: trio.CancelScope) -> None:
         await conn.wait_closed()

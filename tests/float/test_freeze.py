@@ -1,0 +1,233 @@
+"""Real processes frozen with SIGSTOP (and killed with SIGKILL) under a running sender: a float, its inside.
+
+A frozen process keeps its sockets: the kernel still completes TCP handshakes on its listeners and buffers
+what peers send, but nothing answers. So a frozen peer is seen only through the AMQP idle timeout (ours is
+10 s, advertised as 5 s): the inside fails over from a frozen float, and a float whose inside is frozen
+closes its public port. Nothing a frozen process held was settled, so the sender's bridge sends it again,
+and the ledger (``test_processes.dump``: the receiver's committed handler receipts) must still be exactly
+messages 0..N-1, each once, in order.
+
+Knob: ``FLOAT_FREEZE_ROUNDS`` (default 20) for the loop of random kills and freezes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import pki
+from corda_trio.bridge import float as fl
+from tests.p2p_harness import wait_until
+
+from .test_processes import (
+    FloatProc,
+    Proc,
+    dump,
+    free_port,
+    last_sent,
+    listening,
+    publish_sender_first,
+    start_float,
+    write_float,
+    write_node,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.crash]
+
+#: the engine's idle timeout (10 s) plus its close timeout (2 s) plus room for a loaded machine
+NOTICED_WITHIN_SECONDS = 30
+
+
+def freeze(proc: Proc) -> None:
+    assert proc.process is not None
+    proc.process.send_signal(signal.SIGSTOP)
+
+
+def thaw(proc: Proc) -> None:
+    assert proc.process is not None and proc.process.returncode is None
+    proc.process.send_signal(signal.SIGCONT)
+
+
+def closed_reasons(flt: FloatProc) -> list[str]:
+    return [str(e["reason"]) for e in flt.audit() if e["event"] == "public-closed"]
+
+
+async def start_sender(
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    root: object,
+    floats: list[FloatProc],
+    plan: dict[str, object],
+) -> Proc:
+    a = write_node(tmp_path, alice, root, send={"to": str(bob.legal_name), **plan})
+    await a.start(nursery)
+    alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
+    await publish_sender_first(
+        tmp_path, (alice, [alice_port]), [(alice, [alice_port]), (bob, [f.public_port for f in floats])]
+    )
+    return a
+
+
+async def test_a_frozen_inside_closes_the_public_port_and_reactivation_reopens_it(
+    tmp_path: Path,
+    network: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tunnel: fl.TunnelPki,
+) -> None:
+    """SIGSTOP the node behind the float mid-stream: the float notices the silent control link by its idle
+    timeout, closes its public port and says why; SIGCONT: the node activates it again, and it reopens."""
+    n = 3000
+    root = network.root.cert
+    fa = write_float(tmp_path, "float-a", tunnel, bob, root)
+    b = a = Proc([])
+    async with trio.open_nursery() as nursery:
+        try:
+            await start_float(fa, nursery)
+            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=[fa], expect=n)
+            await b.start(nursery)
+            await b.wait_line(lambda x: x.startswith("active "))
+            plan = {"count": n, "batch": 50, "interval": 0.05}
+            a = await start_sender(tmp_path, nursery, alice, bob, root, [fa], plan)
+            with trio.fail_after(120):
+                await wait_until(lambda: last_sent(a) >= n // 3)
+            mark = len(fa.lines)
+            freeze(b)
+            line = await fa.wait_line(
+                lambda x: "public listener closed" in x, after=mark, within=NOTICED_WITHIN_SECONDS
+            )
+            assert not listening(fa.public_port)
+            # the reason names the silent inside, not "ExceptionGroup: Exceptions from Trio nursery"
+            assert "no frame received" in line, line
+            assert "no frame received" in closed_reasons(fa)[-1]
+            seen = len(b.lines)
+            thaw(b)
+            await b.wait_line(lambda x: x.startswith("active "), after=seen, within=NOTICED_WITHIN_SECONDS)
+            await fa.wait_line(lambda x: "public listener open" in x, after=mark)
+            assert listening(fa.public_port)
+            await b.wait_line(lambda x: x == "done", within=300)
+            await a.wait_line(lambda x: x == "done", within=60)
+        finally:
+            for p in (a, b, fa):
+                await p.kill()
+            nursery.cancel_scope.cancel()
+    assert await dump(b) == [[f"Alice-{i}", str(i)] for i in range(n)]
+
+
+async def test_a_frozen_active_float_is_replaced_and_closes_its_public_port_when_thawed(
+    tmp_path: Path,
+    network: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tunnel: fl.TunnelPki,
+) -> None:
+    """SIGSTOP the active float mid-stream: the inside notices its silent control link by the idle timeout
+    and activates the standby, and the sender's bridge follows (its own idle timeout ends its connection to
+    the frozen float; the next address in the network map entry is the standby's). SIGCONT: the old float
+    finds its control link gone and closes its public port, having settled nothing it could not forward."""
+    n = 3000
+    root = network.root.cert
+    fa = write_float(tmp_path, "float-a", tunnel, bob, root)
+    fb = write_float(tmp_path, "float-b", tunnel, bob, root)
+    b = a = Proc([])
+    async with trio.open_nursery() as nursery:
+        try:
+            await start_float(fa, nursery)
+            await start_float(fb, nursery)
+            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=[fa, fb], expect=n)
+            await b.start(nursery)
+            line = await b.wait_line(lambda x: x.startswith("active "))
+            assert int(line.split()[2]) == fa.public_port
+            plan = {"count": n, "batch": 50, "interval": 0.05}
+            a = await start_sender(tmp_path, nursery, alice, bob, root, [fa, fb], plan)
+            with trio.fail_after(120):
+                await wait_until(lambda: last_sent(a) >= n // 3)
+            seen = len(b.lines)
+            freeze(fa)
+            line = await b.wait_line(
+                lambda x: x.startswith("active "), after=seen, within=NOTICED_WITHIN_SECONDS
+            )
+            assert int(line.split()[2]) == fb.public_port
+            mark = len(fa.lines)
+            thaw(fa)
+            line = await fa.wait_line(lambda x: "public listener closed" in x, after=mark, within=10)
+            assert "ExceptionGroup" not in line, line
+            assert not listening(fa.public_port)
+            assert listening(fb.public_port)
+            await b.wait_line(lambda x: x == "done", within=300)
+            await a.wait_line(lambda x: x == "done", within=60)
+        finally:
+            for p in (a, b, fa, fb):
+                await p.kill()
+            nursery.cancel_scope.cancel()
+    assert await dump(b) == [[f"Alice-{i}", str(i)] for i in range(n)]
+    assert any(e["event"] == "link-attached" for e in fb.audit())  # the sender did reach the standby
+
+
+async def test_random_kills_and_freezes_of_the_floats_and_the_inside_lose_and_repeat_nothing(
+    tmp_path: Path,
+    network: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tunnel: fl.TunnelPki,
+) -> None:
+    """Rounds of kill -9 (then restart), a short SIGSTOP (below the idle timeout) or a long one (past it),
+    each of a random one of the two floats or the node behind them, at random moments while the sender
+    sends: at the end every message was handled once, in order, and exactly one float is open."""
+    rounds = int(os.environ.get("FLOAT_FREEZE_ROUNDS", "20"))
+    seed = int(os.environ.get("FLOAT_FREEZE_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    n = 400 * rounds
+    root = network.root.cert
+    floats = [write_float(tmp_path, f"float-{i}", tunnel, bob, root, control=free_port()) for i in (0, 1)]
+    b = a = Proc([])
+    done: list[str] = []
+    async with trio.open_nursery() as nursery:
+        try:
+            for f in floats:
+                await start_float(f, nursery)
+            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=floats, expect=n)
+            await b.start(nursery)
+            await b.wait_line(lambda x: x.startswith("active "))
+            plan = {"count": n, "batch": 10, "interval": 0.12}  # sending outlasts the rounds
+            a = await start_sender(tmp_path, nursery, alice, bob, root, floats, plan)
+            long_left = 3  # a long freeze costs the idle timeout and more: a few are enough
+            for r in range(rounds):
+                await trio.sleep(rng.uniform(0.1, 2.0))
+                victim = rng.choice([*floats, b])
+                action = rng.choice(["kill", "stop", "stop-long" if long_left else "stop"])
+                done.append(f"{r}:{action}:{'node' if victim is b else victim.directory.name}")
+                if action == "kill":
+                    await victim.kill()
+                    await trio.sleep(rng.uniform(0, 1))
+                    if victim is b:
+                        b.lines.clear()
+                        await b.start(nursery)
+                    else:
+                        await start_float(victim, nursery)  # type: ignore[arg-type]
+                    continue
+                freeze(victim)
+                if action == "stop-long":
+                    long_left -= 1
+                    await trio.sleep(rng.uniform(10.5, 13.0))
+                else:
+                    await trio.sleep(rng.uniform(0.2, 3.0))
+                thaw(victim)
+            await b.wait_line(lambda x: x == "done", within=300)
+            await a.wait_line(lambda x: x == "done", within=120)
+            open_now = [f.directory.name for f in floats if listening(f.public_port)]
+            assert len(open_now) == 1, (open_now, seed, done)
+        finally:
+            for p in (a, b, *floats):
+                await p.kill()
+            nursery.cancel_scope.cancel()
+    ledger = await dump(b)
+    assert ledger == [[f"Alice-{i}", str(i)] for i in range(n)], (seed, done, json.dumps(ledger)[:300])
