@@ -303,7 +303,12 @@ def _typed_parquet(spark: SparkSession, path: Path, *extra: Any) -> DataFrame:
     unknown = [name for name in present if name not in records.KNOWN_FIELDS]
     if unknown:  # (as a JSON line's key that is not a field: a misspelt column would read as NULL)
         raise ReportInputError(f"Parquet records {path}: {records.unknown_fields_problem(unknown)}")
-    for name, kind in RECORD_COLUMNS:
+    # (the optional version column too: cast to long below, a text or fraction would read as NULL or 1)
+    typed_columns = [
+        *RECORD_COLUMNS,
+        *([(records.VERSION_FIELD, "long")] if records.VERSION_FIELD in present else []),
+    ]
+    for name, kind in typed_columns:
         ok_types = {"string"} if kind == "string" else {"bigint", "int", "smallint", "tinyint"}
         if present[name] not in ok_types and present[name] != "void":
             raise ReportInputError(

@@ -90,7 +90,13 @@ def synthetic_records(
 
 
 def write_synthetic(spark: SparkSession, out_dir: Path, count: int, *, run_id: str, **kwargs: Any) -> Path:
-    """Write ``count`` records as ``run-<run_id>.records.parquet`` plus a meta file; returns ``out_dir``."""
+    """Write ``count`` records as ``run-<run_id>.records.parquet`` plus a meta file; returns ``out_dir``.
+
+    Raises:
+        corda_trio.records.RecordError: ``run_id`` breaks ``records.RUN_ID_PATTERN`` (the report would refuse
+            every record).
+    """
+    records.check_run_id(run_id)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"run-{run_id}.records.parquet"

@@ -14,8 +14,9 @@ split (``_metadata.file_path``, ``_metadata.file_block_start``) and their first
 ``monotonically_increasing_id`` (consecutive within a split), which turns a row's id into its line number:
 ``lines in earlier splits of the file + (id - first id of its split) + 1``. Parquet inputs carry
 ``_metadata.row_index``. The first :data:`MAX_LISTED` bad rows (ordered by file and line) are collected with
-at most :data:`MAX_LINE_CHARS` characters of their text; a line that Spark only knows as "malformed" is
-re-checked in Python on that text, which names the exact problem. The driver holds nothing else.
+at most :data:`MAX_LINE_CHARS` characters of their text; a line no longer than that is re-checked in
+Python on it, which names the exact problem in ``read_records``' words (Spark only knows "malformed" for some
+faults). Parquet rows and longer lines are named by Spark's reason. The driver holds nothing else.
 """
 
 from __future__ import annotations
@@ -104,14 +105,20 @@ def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None
             branches.append((c > rule.max_value, text))
         if rule.non_empty:
             branches.append((c == "", F.lit(f"field {name} must not be empty")))
-        if rule.choices is not None:
-            # quoted as records' _shown quotes a plain text: whole, or cut with the ellipsis inside the quotes
-            room = records.SHOWN_VALUE_CHARS - 2
-            cut = room - len(records.SHOWN_ELLIPSIS)
-            shown = F.when(F.length(c) <= room, F.concat(F.lit("'"), c, F.lit("'"))).otherwise(
-                F.concat(F.lit("'"), F.left(c, F.lit(cut)), F.lit(records.SHOWN_ELLIPSIS + "'"))
+        if rule.max_chars is not None:
+            # (Spark's length counts characters, code points, as Python's len does)
+            text = F.concat(
+                F.lit(f"field {name} must be at most {rule.max_chars} characters, not "),
+                F.format_number(F.length(c), 0),
             )
-            text = F.concat(F.lit(f"field {name} must be one of {', '.join(rule.choices)}, not "), shown)
+            branches.append((F.length(c) > rule.max_chars, text))
+        if rule.pattern is not None:
+            # the whole value, as re.fullmatch: Java's $ (like Python's) matches before a final line break
+            whole = f"\\A(?:{rule.pattern})\\z"
+            text = F.concat(F.lit(f"field {name} must match {rule.pattern}, not "), _shown(c))
+            branches.append((~c.rlike(whole), text))
+        if rule.choices is not None:
+            text = F.concat(F.lit(f"field {name} must be one of {', '.join(rule.choices)}, not "), _shown(c))
             branches.append((~c.isin(*rule.choices), text))
     branches.append(
         (
@@ -123,6 +130,31 @@ def reason_column(*, parsed: Column | None = None, corrupt: Column | None = None
     for cond, text in branches[1:]:
         expr = expr.when(cond, text)
     return expr
+
+
+def _shown(c: Column) -> Column:
+    """A text value quoted as ``records`` quotes a text (its ``repr``): a backslash, line break or tab
+    escaped (a problem stays on one line), in double quotes if it holds a single quote and no double one;
+    whole, or cut with the ellipsis inside the quotes. (``repr`` also escapes other control characters,
+    which this leaves as they are; a JSON line's problem is worded by ``records`` itself, see
+    :func:`_explain`.)"""
+    from pyspark.sql import functions as F
+
+    text = c
+    for raw, escaped in _ESCAPES:
+        text = F.replace(text, F.lit(raw), F.lit(escaped))
+    double = F.contains(c, F.lit("'")) & ~F.contains(c, F.lit('"'))
+    quote = F.when(double, F.lit('"')).otherwise(F.lit("'"))
+    text = F.when(double, text).otherwise(F.replace(text, F.lit("'"), F.lit("\\'")))
+    room = records.SHOWN_VALUE_CHARS - 2
+    cut = room - len(records.SHOWN_ELLIPSIS)
+    return F.when(F.length(text) <= room, F.concat(quote, text, quote)).otherwise(
+        F.concat(quote, F.left(text, F.lit(cut)), F.lit(records.SHOWN_ELLIPSIS), quote)
+    )
+
+
+#: What ``repr`` escapes in a text that :func:`_shown` escapes too (the backslash first).
+_ESCAPES: Final = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
 
 def canonical_line() -> Column:
@@ -296,8 +328,10 @@ def _line_numbers(rows: list[Any], lines: DataFrame | None) -> list[int]:
 
 
 def _explain(reason: str, head: str | None, length: int) -> str:
-    """Spark's reason, made exact by checking the line's text in Python when Spark only knows "malformed"."""
-    if head is None or length > len(head) or not reason.startswith(("not valid JSON", "a record must")):
+    """Spark's reason, made exact by checking the line's text in Python (``records.record_problem``, the words
+    ``read_records`` uses) whenever the whole line is at hand: Spark only knows "malformed" for some faults,
+    and quotes a value with quotes or control characters as it is, where Python escapes it (one line)."""
+    if head is None or length > len(head):
         return reason if length <= MAX_LINE_CHARS else f"{reason} (a line of {length:,} characters)"
     try:
         data = records.parse_line(head)

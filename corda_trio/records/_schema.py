@@ -76,7 +76,7 @@ OUTCOMES: Final = ("ok", "error")
 MAX_ERROR_CHARS: Final = 200
 #: A payload larger than 1 TiB is a mistake, not a measurement (it also keeps byte totals within 64 bits).
 MAX_SIZE_BYTES: Final = 1 << 40
-#: ``run_id`` as the writer makes it: it names files, so no separators.
+#: ``run_id`` of every record and meta file (it names files, so no separators); the whole id must match.
 RUN_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
 #: Two records with equal values of these fields are the same operation. A reader keeps one copy of a record
 #: repeated with every field equal (counted as a duplicate); records of one operation that differ in any
@@ -101,6 +101,10 @@ class FieldRule:
         min_value: ``long`` fields: the smallest allowed value.
         max_value: ``long`` fields: the largest allowed value (``None``: up to 2**63 - 1).
         non_empty: ``string`` fields: the empty string is not allowed.
+        max_chars: ``string`` fields: the most characters (code points) a value may have.
+        pattern: ``string`` fields: a regular expression the *whole* value must match (Python
+            ``re.fullmatch``; the report's Spark check anchors it as ``\\A(?:pattern)\\z``, so a ``$`` in it
+            does not let a trailing newline through on either side).
         choices: ``string`` fields: the only allowed values.
     """
 
@@ -110,6 +114,8 @@ class FieldRule:
     min_value: int | None = None
     max_value: int | None = None
     non_empty: bool = False
+    max_chars: int | None = None
+    pattern: str | None = None
     choices: tuple[str, ...] | None = None
 
     def problem(self, value: Any) -> str | None:
@@ -121,6 +127,10 @@ class FieldRule:
                 return f"field {self.name} must be a string, not {_json_type(value)}"
             if self.non_empty and not value:
                 return f"field {self.name} must not be empty"
+            if self.max_chars is not None and len(value) > self.max_chars:
+                return f"field {self.name} must be at most {self.max_chars} characters, not {len(value):,}"
+            if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
+                return f"field {self.name} must match {self.pattern}, not {_shown(value)}"
             if self.choices is not None and value not in self.choices:
                 return f"field {self.name} must be one of {', '.join(self.choices)}, not {_shown(value)}"
             return None
@@ -137,7 +147,7 @@ class FieldRule:
 
 #: Every data field of a record, in the order of a record line.
 FIELDS: Final = (
-    FieldRule(name="run_id", kind="string", required=True, non_empty=True),
+    FieldRule(name="run_id", kind="string", required=True, non_empty=True, pattern=RUN_ID_PATTERN),
     FieldRule(name="scenario", kind="string", required=True, non_empty=True),
     FieldRule(name="link", kind="string", required=True, non_empty=True),
     FieldRule(name="size_bytes", kind="long", required=True, min_value=0, max_value=MAX_SIZE_BYTES),
@@ -145,7 +155,7 @@ FIELDS: Final = (
     FieldRule(name="intended_ns", kind="long", required=True, min_value=0),
     *(FieldRule(name=name, kind="long", required=False, min_value=0) for name in STAGE_FIELDS),
     FieldRule(name="outcome", kind="string", required=True, choices=OUTCOMES),
-    FieldRule(name="error", kind="string", required=False),
+    FieldRule(name="error", kind="string", required=False, max_chars=MAX_ERROR_CHARS),
 )
 #: Field names in record-line order.
 RECORD_FIELDS: Final = tuple(f.name for f in FIELDS)
@@ -153,7 +163,7 @@ REQUIRED_FIELDS: Final = tuple(f.name for f in FIELDS if f.required)
 #: Every key a record may have: its data fields and the optional version tag. Any other key is refused (a
 #: misspelt ``deliverd_ns`` would otherwise leave ``delivered_ns`` null without a word).
 KNOWN_FIELDS: Final = (*RECORD_FIELDS, VERSION_FIELD)
-_RUN_ID_RE: Final = re.compile(RUN_ID_PATTERN)
+_RUN_ID_RULE: Final = next(f for f in FIELDS if f.name == "run_id")
 
 
 def record_problem(data: object, *, all_present: bool = False) -> str | None:
@@ -251,7 +261,22 @@ def _no_constant(name: str) -> Any:
     raise _StrictnessError(f"{name} is not a JSON number")
 
 
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+class _FloatLiteral(float):
+    """A JSON number with a fraction or an exponent, and its text (a problem quotes ``1e2``, not 100.0)."""
+
+    __slots__ = ("literal",)
+    literal: str
+
+
+def _float_literal(text: str) -> float:
+    value = _FloatLiteral(text)
+    value.literal = text
+    return value
+
+
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_float_literal
+)
 _WS: Final = re.compile(r"[ \t\n\r]*")
 
 
@@ -262,6 +287,9 @@ def meta_problem(meta: object, file_name: str | None = None) -> str | None:
         return "a meta file must hold a JSON object"
     if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
         return "the meta file has no run_id"
+    problem = _RUN_ID_RULE.problem(meta["run_id"])
+    if problem is not None:
+        return problem
     if file_name is not None and file_name.startswith("run-") and file_name.endswith(META_SUFFIX):
         named = file_name[len("run-") : -len(META_SUFFIX)]
         if named != meta["run_id"]:
@@ -284,8 +312,9 @@ def error_text(error: BaseException | str) -> str:
 
 
 def check_run_id(run_id: str) -> str:
-    """``run_id`` if it matches :data:`RUN_ID_PATTERN`; raises :class:`RecordError` otherwise."""
-    if not _RUN_ID_RE.match(run_id):
+    """``run_id`` if the whole of it matches :data:`RUN_ID_PATTERN` (the rule of a record's ``run_id``);
+    raises :class:`RecordError` otherwise."""
+    if re.fullmatch(RUN_ID_PATTERN, run_id) is None:
         raise RecordError(f"run id {run_id!r} must match {RUN_ID_PATTERN}")
     return run_id
 
@@ -345,8 +374,8 @@ def _json_type(value: object) -> str:
         return "a boolean"
     if isinstance(value, int):
         return "an integer"
-    if isinstance(value, float):
-        return "a number with a fraction"
+    if isinstance(value, float):  # (``1e2`` too: JSON has one number type, but a record's are integers)
+        return f"a floating-point number ({getattr(value, 'literal', None) or repr(value)})"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, Mapping):

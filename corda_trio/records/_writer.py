@@ -22,6 +22,7 @@ import trio
 
 from ._schema import (
     DUPLICATE_KEY,
+    MAX_ERROR_CHARS,
     RECORD_FIELDS,
     STAGES,
     Record,
@@ -39,10 +40,18 @@ FLUSH_BATCH_RECORDS: Final = 8192
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _LINE_TEMPLATE: Final = "{{" + ",".join(f'"{f}":{{}}' for f in RECORD_FIELDS) + "}}\n"
+_ERROR_AT: Final = RECORD_FIELDS.index("error")
 
 
 def json_line(values: tuple[Any, ...]) -> str:
-    """One record line (with its newline) from values in ``RECORD_FIELDS`` order; equals ``json.dumps``."""
+    """One record line (with its newline) from values in ``RECORD_FIELDS`` order; equals ``json.dumps``.
+
+    An ``error`` text longer than :data:`MAX_ERROR_CHARS` is cut to it (:func:`error_text`), however the
+    record came (a :class:`Record` built directly, :meth:`RecordWriter.add_values`): readers refuse longer.
+    """
+    error = values[_ERROR_AT]
+    if error is not None and len(error) > MAX_ERROR_CHARS:
+        values = (*values[:_ERROR_AT], error_text(error), *values[_ERROR_AT + 1 :])
     return _LINE_TEMPLATE.format(
         *("null" if v is None else (_dumps(v) if isinstance(v, str) else str(v)) for v in values)
     )

@@ -47,7 +47,7 @@ def test_the_table_lists_every_field_once_in_line_order() -> None:
         ({"intended_ns": -5}, "intended_ns must be >= 0"),
         ({"delivered_ns": -1}, "delivered_ns must be >= 0"),
         ({"seq": True}, "field seq must be an integer, not a boolean"),
-        ({"seq": 1.5}, "seq must be an integer, not a number with a fraction"),
+        ({"seq": 1.5}, "field seq must be an integer, not a floating-point number (1.5)"),
         ({"sent_ns": "12"}, "sent_ns must be an integer, not a string"),
         ({"sent_ns": 2**64}, "does not fit in 64 bits"),
         ({"outcome": "maybe"}, "outcome must be one of ok, error"),
@@ -55,12 +55,63 @@ def test_the_table_lists_every_field_once_in_line_order() -> None:
         ({"error": "boom"}, "error text iff"),
         ({"schema_version": 7}, "unknown schema_version 7"),
         ({"link": 3}, "link must be a string, not an integer"),
+        # the spec's run id pattern, on the field (it was applied to file names only) and on all of the id
+        ({"run_id": "a/b c"}, f"field run_id must match {records.RUN_ID_PATTERN}, not 'a/b c'"),
+        ({"run_id": "run-1\n"}, f"field run_id must match {records.RUN_ID_PATTERN}, not 'run-1\\n'"),
+        ({"run_id": "-run"}, "field run_id must match"),
+        ({"run_id": "r" * 81}, "field run_id must match"),
+        # "at most 200 characters" (it was not checked: 303 were read)
+        (
+            {"outcome": "error", "error": "E: " + "x" * 300},
+            "field error must be at most 200 characters, not 303",
+        ),
+        ({"outcome": "error", "error": "é" * 201}, "field error must be at most 200 characters, not 201"),
     ],
 )
 def test_record_problem_names_the_field_and_rule(changes: dict[str, Any], message: str) -> None:
     assert message in (records.record_problem(_data(**changes)) or "")
-    with pytest.raises(records.RecordError, match=message.split(",")[0].replace("(", r"\(")):
+    with pytest.raises(records.RecordError) as info:
         records.Record.from_mapping(_data(**changes))
+    assert message in str(info.value)
+
+
+#: Spec-valid values at the edge of each rule: every one is accepted.
+EDGE_VALID = [
+    {"run_id": "r"},
+    {"run_id": "R" + "a_.-9" * 15 + "zzzz"},  # 80 characters
+    {"outcome": "error", "error": "E: " + "é" * 197},  # 200 characters (more bytes)
+    {"size_bytes": 0},
+    {"size_bytes": records.MAX_SIZE_BYTES},
+    {"seq": 0, "intended_ns": 0, "created_ns": 0},
+    {"seq": 2**63 - 1, "intended_ns": 2**63 - 1, "flow_finished_ns": 2**63 - 1},
+    {"schema_version": 1},
+    {"scenario": "a/b c", "link": "O=A, L=London -> O=B"},  # only run_id has a pattern
+]
+
+
+@pytest.mark.parametrize("changes", EDGE_VALID)
+def test_spec_valid_values_at_each_rules_edge_are_accepted(changes: dict[str, Any]) -> None:
+    assert records.record_problem(_data(**changes)) is None
+    assert records.record_problem(records.parse_line(json.dumps(_data(**changes)))) is None
+
+
+@pytest.mark.parametrize("literal", ["1e2", "100.0", "1E+2", "-0.0"])
+def test_a_float_literal_is_named_as_one_with_its_text(literal: str) -> None:
+    """``size_bytes: 1e2`` was refused as "not a number with a fraction": it has none; it is a float."""
+    line = json.dumps(_data()).replace('"size_bytes": 10,', f'"size_bytes": {literal},')
+    assert records.record_problem(records.parse_line(line)) == (
+        f"field size_bytes must be an integer, not a floating-point number ({literal})"
+    )
+
+
+def test_the_run_id_rule_is_the_writers_and_the_meta_files() -> None:
+    # the writer's check let a trailing newline through (re.match with $): a file name with a newline in it
+    with pytest.raises(records.RecordError, match="must match"):
+        records.check_run_id("run-1\n")
+    assert records.check_run_id("R" + "a_.-9" * 15 + "zzzz")
+    assert records.meta_problem({"run_id": "a/b c"}) == (
+        f"field run_id must match {records.RUN_ID_PATTERN}, not 'a/b c'"
+    )
 
 
 def test_absent_optional_fields_are_null_for_readers_but_not_for_the_writer_form() -> None:
@@ -145,6 +196,19 @@ def test_writer_round_trip_and_bad_line_named(tmp_path: Path) -> None:
     bad.write_text(json.dumps(_data()) + "\n" + json.dumps(_data(seq=-3)) + "\n")
     with pytest.raises(records.RecordError, match=r"bad.jsonl:2: field seq must be >= 0, not -3"):
         list(records.read_records(bad))
+
+
+def test_the_writer_cuts_an_error_text_to_the_limit_however_the_record_came(tmp_path: Path) -> None:
+    """``make_record`` cut the text, but a :class:`Record` built directly or the harness's ``add_values``
+    wrote it whole: a line every reader refuses."""
+    long = "RuntimeError: " + "é" * 400
+    writer = records.RecordWriter(tmp_path, "run-a")
+    writer.add_sync(records.Record(**_data(seq=0, run_id="run-a", outcome="error", error=long)))
+    values = records.Record(**_data(seq=1, run_id="run-a")).values()
+    writer.add_values((*values[:-2], "error", long))
+    writer.finish({"run_id": "run-a"})
+    read = list(records.read_records(writer.records_path))
+    assert [r.error for r in read] == [long[: records.MAX_ERROR_CHARS]] * 2
 
 
 def test_a_run_the_disk_cannot_take_leaves_nothing_behind(

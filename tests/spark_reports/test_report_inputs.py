@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import spark_reports
+from corda_trio import records
 from corda_trio.node._cli import main
 from spark_reports import _svg
 from spark_reports._schema import discover_inputs
@@ -50,6 +51,16 @@ def test_bad_meta_file_is_named(tmp_path: Path) -> None:
         match=r"run-x.meta.json: field run_id is 'other', but the file is named for run 'x'",
     ):
         discover_inputs([tmp_path])
+    # a meta file of a run id off the spec's pattern (only file names were checked against it)
+    (tmp_path / "run-x.meta.json").unlink()
+    (tmp_path / "odd.meta.json").write_text(json.dumps({"run_id": "a/b c", "scenario": "s"}))
+    with pytest.raises(spark_reports.ReportInputError) as info:
+        discover_inputs([tmp_path])
+    assert (
+        str(info.value)
+        == f"{tmp_path / 'odd.meta.json'}: field run_id must match {records.RUN_ID_PATTERN}, not 'a/b c'"
+    )
+    (tmp_path / "odd.meta.json").unlink()
     # two meta files for one run: one would silently win
     (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "s"}))
     (tmp_path / "x-copy.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "t"}))
