@@ -100,7 +100,8 @@ METHODS: Final[Mapping[str, str | None]] = {
 #: argument, a missing required one or a value of another type is ``bad-arguments`` (a misspelt ``wait``
 #: must not be ignored). ``login`` declares its two arguments optional and of any type: an unknown one is
 #: ``bad-arguments`` like for every method, but a missing or non-string user or password is a failed login
-#: (``unauthenticated``), checked by the login itself.
+#: (``unauthenticated``), checked by the login itself. An optional argument given as nil is absent (its
+#: default), as if left out, except where any value is taken (``object``: ``ping``'s ``echo`` answers nil).
 METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]]] = {
     "login": {"user": (False, (object,)), "password": (False, (object,))},
     "ping": {"echo": (False, (object,))},
@@ -109,7 +110,7 @@ METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]
     "network_map": {},
     "queue_statistics": {},
     "registered_flows": {},
-    "list_flows": {"state": (False, (str, type(None)))},
+    "list_flows": {"state": (False, (str,))},
     "watch_flow": {"flow_id": (True, (str,))},
     "start_flow": {
         "flow": (True, (str,)),
@@ -126,26 +127,35 @@ METHOD_ARGUMENTS: Final[Mapping[str, Mapping[str, tuple[bool, tuple[type, ...]]]
 _TYPE_NAMES: Final = {str: "a string", dict: "a map", bool: "a boolean", type(None): "nil"}
 
 
-def check_arguments(method: str, args: Mapping[str, Any]) -> None:
-    """Raise :class:`RpcProtocolError` (``bad-arguments``) unless ``args`` are what ``method`` takes (see
-    :data:`METHOD_ARGUMENTS`; a method not in it is not checked here)."""
+def check_arguments(method: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments ``method`` runs with: ``args`` without the optional ones given as nil (absent, as if
+    left out: ``wait: nil`` waits, as ``list_flows`` with ``state: nil`` lists all), unless they take any
+    value (see :data:`METHOD_ARGUMENTS`; a method not in it is not checked here and gets ``args``).
+
+    Raises:
+        RpcProtocolError: ``bad-arguments``: ``args`` are not what ``method`` takes.
+    """
     spec = METHOD_ARGUMENTS.get(method)
     if spec is None:
-        return
+        return dict(args)
     for name, value in args.items():
         if name not in spec:
             takes = f"takes {', '.join(repr(n) for n in spec)}" if spec else "takes no arguments"
             message = f"{method} has no argument {name!r} ({method} {takes})"
             raise RpcProtocolError(ErrorCode.BAD_ARGUMENTS, message)
-        kinds = spec[name][1]
-        if object not in kinds and not isinstance(value, kinds):
-            want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        required, kinds = spec[name]
+        if object in kinds or (value is None and not required):
+            continue
+        if not isinstance(value, kinds):
+            allowed_kinds = kinds if required else (*kinds, type(None))
+            want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed_kinds)
             raise RpcProtocolError(
                 ErrorCode.BAD_ARGUMENTS, f"{method}: {name!r} must be {want}, got {type(value).__name__}"
             )
     for name, (required, _) in spec.items():
         if required and name not in args:
             raise RpcProtocolError(ErrorCode.BAD_ARGUMENTS, f"{method} needs {name!r}")
+    return {k: v for k, v in args.items() if v is not None or object in spec[k][1]}
 
 
 class RpcProtocolError(Exception):

@@ -400,13 +400,13 @@ class RpcServer:
         """Run an ``async`` handler (in a task of its own) and send its answer."""
         try:
             try:
-                self._check(req, user)
+                args = self._check(req, user)
 
                 async def send_event(value: Any) -> None:
                     await send(event_frame(req.id, value))
 
                 value = await self.handlers[req.method](
-                    Call(method=req.method, args=req.args, user=user, send=send_event)
+                    Call(method=req.method, args=args, user=user, send=send_event)
                 )
             except Exception as exc:
                 data = self._reply(req, None, exc)
@@ -421,17 +421,18 @@ class RpcServer:
     def _answer_now(self, req: Request, user: RpcUser) -> bytes:
         """The answer to an immediate method, or to an unknown or unavailable one."""
         try:
-            self._check(req, user)
+            args = self._check(req, user)
             handler = self.immediate.get(req.method)
             if handler is None:
                 raise RpcError(ErrorCode.UNAVAILABLE, f"{req.method} is not available on this node")
-            value = handler(Call(method=req.method, args=req.args, user=user, send=_no_events))
+            value = handler(Call(method=req.method, args=args, user=user, send=_no_events))
         except Exception as exc:
             return self._reply(req, None, exc)
         return self._reply(req, value, None)
 
-    def _check(self, req: Request, user: RpcUser) -> None:
-        """Raise the :class:`RpcError` for an unknown method, a missing permission or arguments the method
+    def _check(self, req: Request, user: RpcUser) -> dict[str, Any]:
+        """The arguments the handler gets (``check_arguments``: an optional one given as nil is left out);
+        raises the :class:`RpcError` for an unknown method, a missing permission or arguments the method
         does not take."""
         need = METHODS.get(req.method, _UNKNOWN)
         if need is _UNKNOWN:
@@ -443,7 +444,7 @@ class RpcServer:
             what = f"start flow {flow}" if flow else f"call {req.method}"
             raise RpcError(ErrorCode.FORBIDDEN, f"user {user.username} may not {what}")
         try:
-            check_arguments(req.method, req.args)
+            return check_arguments(req.method, req.args)
         except RpcProtocolError as exc:
             raise RpcError(exc.code, str(exc)) from None
 

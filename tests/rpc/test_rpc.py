@@ -38,9 +38,11 @@ class Work:
         self.started = trio.Event()
         self.finished = trio.Event()
         self.release = trio.Event()
+        self.start_args: list[dict[str, Any]] = []  # the arguments each start_flow call ran with
 
     async def start_flow(self, call: rpc.Call) -> Any:
         flow = call.args["flow"]
+        self.start_args.append(dict(call.args))
 
         async def job() -> None:
             self.started.set()
@@ -638,8 +640,13 @@ async def test_connecting_to_nothing_is_a_clear_error() -> None:
     ("method", "args", "message"),
     [
         ("start_flow", {"flow": "Ping", "wiat": False}, "start_flow has no argument 'wiat' (start_flow take"),
-        ("start_flow", {"flow": "Ping", "wait": "no"}, "start_flow: 'wait' must be a boolean, got str"),
-        ("start_flow", {"flow": "Ping", "args": [1]}, "start_flow: 'args' must be a map, got list"),
+        (
+            "start_flow",
+            {"flow": "Ping", "wait": "no"},
+            "start_flow: 'wait' must be a boolean or nil, got str",
+        ),
+        ("start_flow", {"flow": "Ping", "args": [1]}, "start_flow: 'args' must be a map or nil, got list"),
+        ("start_flow", {"flow": None}, "start_flow needs 'flow': the flow's name"),
         ("watch_flow", {}, "watch_flow needs 'flow_id'"),
         ("watch_flow", {"flow_id": 7}, "watch_flow: 'flow_id' must be a string, got int"),
         ("node_info", {"verbose": True}, "node_info has no argument 'verbose' (node_info takes no argument"),
@@ -660,6 +667,23 @@ async def test_arguments_a_method_does_not_take_are_refused_not_ignored(
             assert info.value.code == "bad-arguments" and info.value.message.startswith(message), info.value
             assert not work.started.is_set()
             assert await client.ping() == "pong"
+
+
+async def test_an_optional_argument_given_as_nil_is_absent_for_every_method() -> None:
+    """``start_flow`` refused ``client_id: nil``, ``wait: nil`` and ``args: nil`` with bad-arguments while
+    ``list_flows`` took ``state: nil`` as absent (found calling the server with nil for each optional
+    argument). Nil is now absent wherever an argument is optional; ``ping``'s ``echo`` takes any value, so
+    nil is what it echoes."""
+    async with serving() as (url, work):
+        work.release.set()
+        async with rpc.connect(url, "admin", PASSWORD) as client:
+            for nil in ({"client_id": None}, {"wait": None}, {"args": None}, dict.fromkeys(["args", "wait"])):
+                answer = await client.call("start_flow", flow="Ping", **nil)
+                assert answer == {"flow": "Ping", "result": {}}, nil
+            assert work.start_args == [{"flow": "Ping"}] * 4  # (the handler never sees the nils)
+            assert await client.call("ping", echo=None) is None
+            with pytest.raises(rpc.RpcError, match="watch_flow: 'flow_id' must be a string, got NoneType"):
+                await client.call("watch_flow", flow_id=None)  # (a required one is not optional)
 
 
 async def test_permissions_are_checked_before_arguments() -> None:
