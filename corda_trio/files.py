@@ -8,6 +8,12 @@ file with an ``OSError`` (``EFBIG``) whose text says so. Callers already turn an
 one-line error (``cannot read private key 'x': larger than 1 MiB``), so the refusal reaches the operator
 the same way as a missing file does.
 
+Only a regular file is read. A named pipe (FIFO) that nobody writes to would block the ``open`` itself for
+ever, and a device (``/dev/zero``) or socket is never what an operator meant: the file is opened with
+``O_NONBLOCK`` (so the open of a FIFO returns at once), checked with ``fstat``, and anything but a regular
+file is refused with an ``OSError`` whose text names what it is (``not a regular file: a named pipe``); a
+directory is refused as the system says it (``Is a directory``).
+
 :func:`write_file_atomically` writes a small file (a key, a certificate, a record of the node's) so that a
 crash leaves either the old file or the new one, never a part: a temporary file in the same directory,
 ``fsync``, ``rename``, then ``fsync`` of the directory.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Final
 
@@ -38,17 +45,45 @@ MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
 
 
 def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE_BYTES) -> bytes:
-    """The bytes of ``path``, which may hold at most ``limit`` of them.
+    """The bytes of ``path``, a regular file which may hold at most ``limit`` of them.
 
     Raises:
-        OSError: the file cannot be opened or read, or it holds more than ``limit`` bytes (``errno.EFBIG``,
-            ``strerror`` ``"larger than <limit>"``; nothing beyond ``limit + 1`` bytes is read).
+        OSError: the file cannot be opened or read; it is a directory (``EISDIR``) or not a regular file
+            (``EINVAL``, ``strerror`` ``"not a regular file: a named pipe"``; nothing is read and the open
+            does not wait for a writer); or it holds more than ``limit`` bytes (``errno.EFBIG``, ``strerror``
+            ``"larger than <limit>"``; nothing beyond ``limit + 1`` bytes is read).
     """
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"not a regular file: {_kind(mode)}", os.fspath(path))
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
     return data
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file or a directory is, for a message."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "of an unknown kind"
 
 
 def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) -> None:

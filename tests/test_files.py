@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 from pathlib import Path
@@ -29,14 +30,43 @@ def test_one_byte_more_is_refused_with_efbig_and_says_the_limit(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
-def test_an_endless_file_is_refused_after_the_limit(device: str) -> None:
+def test_an_endless_device_is_refused_unread(device: str, tmp_path: Path) -> None:
+    """Devices were read up to the limit, then refused as too large; they are refused for what they are,
+    also through a symlink."""
     if not os.path.exists(device):
         pytest.skip(f"no {device} here")
-    with pytest.raises(OSError) as info:
-        read_small_file(device)
-    assert info.value.errno == errno.EFBIG
-    assert info.value.strerror == "larger than 1 MiB"
+    (tmp_path / "link").symlink_to(device)
+    for path in (device, tmp_path / "link"):
+        with pytest.raises(OSError) as info:
+            read_small_file(path)
+        assert info.value.errno == errno.EINVAL
+        assert info.value.strerror == "not a regular file: a character device"
+        assert info.value.filename == str(path)
     assert MAX_OPERATOR_FILE_BYTES == 1 << 20
+
+
+def test_a_named_pipe_nobody_writes_to_is_refused_without_waiting(tmp_path: Path) -> None:
+    """``open()`` of a FIFO waits for a writer: a pipe in place of a file stopped the command for ever."""
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_small_file, path)
+        try:
+            error = reading.exception(timeout=10)
+        finally:
+            if not reading.done():  # (it waits in open(): a writer that comes and goes lets it return)
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert isinstance(error, OSError), "read_small_file waited for a writer"
+    assert (error.errno, error.strerror) == (errno.EINVAL, "not a regular file: a named pipe")
+    assert path.is_fifo()
+
+
+def test_a_huge_regular_file_is_refused_after_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "huge"
+    with path.open("wb") as f:
+        f.truncate(200 << 20)  # (sparse)
+    with pytest.raises(OSError, match="larger than 1 MiB"):
+        read_small_file(path)
 
 
 def test_a_limit_that_is_no_round_unit_is_said_in_bytes(tmp_path: Path) -> None:

@@ -712,7 +712,9 @@ def _check_store_record(config: NodeConfig) -> _Recorded:
         text = read_small_file(record, 64 * 1024).decode()
     except FileNotFoundError:
         return _Recorded.NOTHING
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:  # (the record is named already: its strerror, not "[Errno 21] ...: 'path'")
+        raise NodeStartError(f"{record}: cannot be read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise NodeStartError(f"{record}: cannot be read: {exc}") from None
     try:
         doc = json.loads(text)

@@ -61,23 +61,26 @@ CASES: list[tuple[str, str, str, int]] = [
      "not a file", 2),
     ("node-store-is-a-file", "node start --config {d}/store-file-net/nodes/alice/node.toml",
      "the store directory {d}/store-file-net/nodes/alice/store exists and is not a directory", 1),
-    # a file that is endless (or huge) where a small one belongs: refused after its first MiB, never read
-    # until the machine runs out of memory (a node's certificates: in the ``zero-net`` copy below)
-    ("node-config-endless", "node start --config /dev/zero", "/dev/zero: cannot read: larger than 1 MiB", 2),
+    # a device where a small file belongs (/dev/zero is endless: it was read until the limit) and a huge
+    # file: refused, never read until the machine runs out of memory (a node's files: in the copies below)
+    ("node-config-endless", "node start --config /dev/zero",
+     "/dev/zero: cannot read: not a regular file: a character device", 2),
     ("bridge-config-endless", "bridge start --config /dev/zero",
-     "/dev/zero: cannot read: larger than 1 MiB", 2),
+     "/dev/zero: cannot read: not a regular file: a character device", 2),
     ("float-config-endless", "float start --config /dev/zero",
-     "/dev/zero: cannot read: larger than 1 MiB", 2),
+     "/dev/zero: cannot read: not a regular file: a character device", 2),
     ("networkmap-config-endless", "networkmap serve --config /dev/zero",
-     "/dev/zero: cannot read: larger than 1 MiB", 2),
+     "/dev/zero: cannot read: not a regular file: a character device", 2),
+    ("node-config-huge", "node start --config {d}/huge.toml",
+     "{d}/huge.toml: cannot read: larger than 1 MiB", 2),
     ("node-trust-root-endless", "node start --config {d}/zero-net/nodes/alice/node.toml",
      "cannot read certificates '{d}/zero-net/nodes/alice/certificates/network-root.cert.pem': "
-     "larger than 1 MiB",
+     "not a regular file: a character device",
      1),
-    ("node-passphrase-endless", "node start --config {d}/zero-pass-net/nodes/alice/node.toml",
+    ("node-passphrase-huge", "node start --config {d}/zero-pass-net/nodes/alice/node.toml",
      "cannot read passphrase file '{d}/zero-pass-net/nodes/alice/certificates/passphrase': larger than 1 MiB",
      1),
-    ("node-parameters-endless", "node start --config {d}/zero-params-net/nodes/alice/node.toml",
+    ("node-parameters-huge", "node start --config {d}/zero-params-net/nodes/alice/node.toml",
      "cannot read network parameters {d}/zero-params-net/nodes/alice/network-parameters: larger than 64 MiB",
      1),
     # demo: refused before anything starts
@@ -108,6 +111,12 @@ CASES: list[tuple[str, str, str, int]] = [
 ]  # fmt: skip
 
 
+def _sparse(path: Path, size: int) -> None:
+    """A regular file of ``size`` zero bytes (sparse: it takes no disk space), mode 0600."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.truncate(size)
+
+
 def _prepare(d: Path) -> None:
     (d / "afile").write_text("not a directory\n")
     made = run_cli("network", "bootstrap", "--dir", str(d / "net"), "--node", ALICE, "--node", BOB)
@@ -133,7 +142,8 @@ def _prepare(d: Path) -> None:
     # A node whose store directory is a file.
     shutil.copytree(d / "net", d / "store-file-net")
     (d / "store-file-net" / "nodes" / "alice" / "store").write_text("not a directory\n")
-    # A node whose trust root, passphrase file or network parameters are /dev/zero.
+    # A node whose trust root is /dev/zero, whose passphrase file or network parameters are 200 MB (sparse),
+    # and a node.toml of 200 MB.
     for copy, file in (
         ("zero-net", "certificates/network-root.cert.pem"),
         ("zero-pass-net", "certificates/passphrase"),
@@ -141,7 +151,11 @@ def _prepare(d: Path) -> None:
     ):
         shutil.copytree(d / "net", d / copy)
         (d / copy / "nodes" / "alice" / file).unlink()
-        (d / copy / "nodes" / "alice" / file).symlink_to("/dev/zero")
+        if copy == "zero-net":
+            (d / copy / "nodes" / "alice" / file).symlink_to("/dev/zero")
+        else:
+            _sparse(d / copy / "nodes" / "alice" / file, 200 << 20)
+    _sparse(d / "huge.toml", 200 << 20)
     # A node whose trust root is another network's.
     shutil.copytree(d / "net", d / "foreign-net")
     foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
@@ -170,6 +184,65 @@ def test_operator_mistake_is_one_line(playground: Path, command: str, message: s
     # Nothing half-written: no new directory, no temporary sibling of a network.
     after = sorted(p.name for p in playground.iterdir())
     assert [n for n in after if n != "out"] == [n for n in before if n != "out"]
+
+
+PIPE = "not a regular file: a named pipe"
+ALICE_TOML = "node start --config {n}/nodes/alice/node.toml"
+# (id, file of a network copy put out of place, what is there instead, command, text of the one line, code)
+OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
+    ("node-config-pipe", "nodes/alice/node.toml", "fifo", ALICE_TOML,
+     "{n}/nodes/alice/node.toml: cannot read: " + PIPE, 2),
+    ("node-passphrase-pipe", "nodes/alice/certificates/passphrase", "fifo", ALICE_TOML,
+     "cannot read passphrase file '{n}/nodes/alice/certificates/passphrase': " + PIPE, 1),
+    ("node-trust-root-pipe", "nodes/alice/certificates/network-root.cert.pem", "fifo", ALICE_TOML,
+     "cannot read certificates '{n}/nodes/alice/certificates/network-root.cert.pem': " + PIPE, 1),
+    ("node-tls-key-pipe", "nodes/alice/certificates/tls.key.pem", "fifo", ALICE_TOML,
+     "cannot read private key '{n}/nodes/alice/certificates/tls.key.pem': " + PIPE, 1),
+    ("node-parameters-pipe", "nodes/alice/network-parameters", "fifo", ALICE_TOML,
+     "cannot read network parameters {n}/nodes/alice/network-parameters: " + PIPE, 1),
+    ("node-store-record-pipe", "nodes/alice/store.json", "fifo", ALICE_TOML,
+     "{n}/nodes/alice/store.json: cannot be read: " + PIPE, 1),
+    ("node-store-record-directory", "nodes/alice/store.json", "dir", ALICE_TOML,
+     "{n}/nodes/alice/store.json: cannot be read: Is a directory", 1),
+    ("network-show-pipe", "nodes/alice/node.toml", "fifo", "network show --dir {n}",
+     "{n}/nodes/alice/node.toml: cannot read: " + PIPE, 2),
+    ("networkmap-config-pipe", "network-map/networkmap.toml", "fifo", "networkmap list --dir {n}",
+     "{n}/network-map/networkmap.toml: cannot read: " + PIPE, 2),
+    ("networkmap-key-pipe", "network-map/map.key.pem", "fifo", "networkmap serve --dir {n}",
+     "cannot read private key '{n}/network-map/map.key.pem': " + PIPE, 2),
+    ("bridge-config-pipe", "bridge.toml", "fifo", "bridge start --config {n}/bridge.toml",
+     "{n}/bridge.toml: cannot read: " + PIPE, 2),
+    ("float-config-pipe", "float.toml", "fifo", "float start --config {n}/float.toml",
+     "{n}/float.toml: cannot read: " + PIPE, 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("file", "kind", "command", "message", "code"),
+    [c[1:] for c in OUT_OF_PLACE],
+    ids=[c[0] for c in OUT_OF_PLACE],
+)
+def test_a_file_that_is_not_a_regular_file_is_refused_at_once(
+    playground: Path, tmp_path: Path, file: str, kind: str, command: str, message: str, code: int
+) -> None:
+    """A named pipe nobody writes to where a file belongs made every command wait in its open() for ever
+    (node start, networkmap, bridge and float start, network show); the store record's errors read
+    '[Errno 21] Is a directory: ...'. Now: one line naming the file and what it is, at once; the pipe is left
+    alone."""
+    net = tmp_path / "net"
+    shutil.copytree(playground / "net", net)
+    target = net / file
+    target.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    done = run_cli(*command.format(n=net).split(), timeout=30)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith("corda-trio: error: ") and message.format(n=net) in done.stderr, done.stderr
+    assert done.returncode == code
+    assert target.is_fifo() if kind == "fifo" else target.is_dir()
 
 
 def test_a_stray_directory_in_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:
