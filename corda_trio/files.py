@@ -18,6 +18,10 @@ directory is refused as the system says it (``Is a directory``).
 crash leaves either the old file or the new one, never a part: a temporary file in the same directory,
 ``fsync``, ``rename``, then ``fsync`` of the directory.
 
+:func:`open_for_appending` opens a log file the same careful way: a named pipe that nobody reads would block
+a plain ``open()`` for writing for ever; it is refused at once (``ENXIO``, ``a named pipe that nobody
+reads``), while a pipe a log collector reads, a device such as ``/dev/null`` and a regular file are opened.
+
 An ``OSError`` reaches the operator as the system says it and the file it concerns
 (:func:`os_error_text`: ``No space left on device: /x/y``). A write or sync on a descriptor fails without a
 file name (the disk is full); :func:`name_file` gives it the name of the file the descriptor is for.
@@ -34,6 +38,7 @@ from typing import Final
 __all__ = [
     "MAX_OPERATOR_FILE_BYTES",
     "name_file",
+    "open_for_appending",
     "os_error_text",
     "read_small_file",
     "temporary_prefix",
@@ -42,6 +47,9 @@ __all__ = [
 
 #: The limit for configuration files, keys, certificates and passphrase files: real ones are a few KiB.
 MAX_OPERATOR_FILE_BYTES: Final = 1024 * 1024
+
+
+_O_NOCTTY_CLOEXEC: Final = os.O_NOCTTY | os.O_CLOEXEC
 
 
 def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE_BYTES) -> bytes:
@@ -53,7 +61,7 @@ def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE
             does not wait for a writer); or it holds more than ``limit`` bytes (``errno.EFBIG``, ``strerror``
             ``"larger than <limit>"``; nothing beyond ``limit + 1`` bytes is read).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -84,6 +92,24 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "of an unknown kind"
+
+
+def open_for_appending(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """A descriptor of ``path`` (created with file mode ``mode`` if missing) open for appending, in blocking
+    mode; the caller owns it.
+
+    Raises:
+        OSError: it cannot be opened; ``errno.ENXIO`` (``strerror`` ``"a named pipe that nobody reads"``) for
+            a FIFO without a reader, at once, where ``open()`` would wait for one.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | _O_NOCTTY_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # (O_NONBLOCK: a FIFO with no reader; nothing else answers ENXIO)
+            raise OSError(errno.ENXIO, "a named pipe that nobody reads", os.fspath(path)) from None
+        raise
+    os.set_blocking(fd, True)
+    return fd
 
 
 def write_file_atomically(path: str | os.PathLike[str], data: bytes, mode: int) -> None:

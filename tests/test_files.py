@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corda_trio.files import MAX_OPERATOR_FILE_BYTES, read_small_file
+from corda_trio.files import MAX_OPERATOR_FILE_BYTES, open_for_appending, read_small_file
 
 
 def test_a_file_of_exactly_the_limit_is_read_whole(tmp_path: Path) -> None:
@@ -81,3 +81,36 @@ def test_missing_files_and_directories_raise_what_open_raises(tmp_path: Path) ->
         read_small_file(tmp_path / "nope")
     with pytest.raises(IsADirectoryError):
         read_small_file(tmp_path)
+
+
+def test_appending_to_a_named_pipe_nobody_reads_is_refused_at_once(tmp_path: Path) -> None:
+    """A log file that is a FIFO nobody reads: ``open(path, "a")`` waits for a reader for ever."""
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    with pytest.raises(OSError) as info:
+        open_for_appending(path)
+    assert (info.value.errno, info.value.strerror) == (errno.ENXIO, "a named pipe that nobody reads")
+    assert info.value.filename == str(path)
+
+
+def test_appending_to_a_named_pipe_a_collector_reads_reaches_it(tmp_path: Path) -> None:
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = open_for_appending(path)
+        assert os.get_blocking(fd)
+        with open(fd, "ab") as f:
+            f.write(b"a line\n")
+        assert os.read(reader, 100) == b"a line\n"
+    finally:
+        os.close(reader)
+
+
+def test_appending_creates_a_missing_file_and_appends_to_one_there(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    for line in (b"one\n", b"two\n"):
+        with open(open_for_appending(path, 0o600), "ab") as f:
+            f.write(line)
+    assert path.read_bytes() == b"one\ntwo\n"
+    assert path.stat().st_mode & 0o777 == 0o600

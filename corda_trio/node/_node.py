@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, TextIO, final
 
 import attrs
 import trio
@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives import serialization
 
 from corda_trio import __version__, bridge, logs, messaging, network, pki, rpc, store, transport
 from corda_trio.bridge import float as float_
-from corda_trio.files import read_small_file, write_file_atomically
+from corda_trio.files import open_for_appending, read_small_file, write_file_atomically
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
 from ._metrics import NodeMetrics, serve_metrics
@@ -857,6 +857,11 @@ class _LogFile(logging.handlers.RotatingFileHandler):
         if self._written and self._failing:
             self._failing = False
             sys.stderr.write(f"corda-trio node: the log file {self.baseFilename} is written again\n")
+
+    def _open(self) -> TextIO:
+        # (not open(): a named pipe nobody reads would stop the node in it for ever, before it is up)
+        fd = open_for_appending(self.baseFilename)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record: logging.LogRecord) -> None:
         exc = sys.exc_info()[1]

@@ -204,6 +204,8 @@ OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
      "{n}/nodes/alice/store.json: cannot be read: " + PIPE, 1),
     ("node-store-record-directory", "nodes/alice/store.json", "dir", ALICE_TOML,
      "{n}/nodes/alice/store.json: cannot be read: Is a directory", 1),
+    ("node-log-pipe", "nodes/alice/logs/node.log", "fifo", ALICE_TOML,
+     "cannot open the log file {n}/nodes/alice/logs/node.log: a named pipe that nobody reads", 2),
     ("network-show-pipe", "nodes/alice/node.toml", "fifo", "network show --dir {n}",
      "{n}/nodes/alice/node.toml: cannot read: " + PIPE, 2),
     ("networkmap-config-pipe", "network-map/networkmap.toml", "fifo", "networkmap list --dir {n}",
@@ -226,12 +228,13 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(
     playground: Path, tmp_path: Path, file: str, kind: str, command: str, message: str, code: int
 ) -> None:
     """A named pipe nobody writes to where a file belongs made every command wait in its open() for ever
-    (node start, networkmap, bridge and float start, network show); the store record's errors read
-    '[Errno 21] Is a directory: ...'. Now: one line naming the file and what it is, at once; the pipe is left
-    alone."""
+    (node start, networkmap, bridge and float start, network show), and so did one nobody reads as the
+    node's log file; the store record's errors read '[Errno 21] Is a directory: ...'. Now: one line naming
+    the file and what it is, at once; the pipe is left alone."""
     net = tmp_path / "net"
     shutil.copytree(playground / "net", net)
     target = net / file
+    target.parent.mkdir(exist_ok=True)
     target.unlink(missing_ok=True)
     if kind == "fifo":
         os.mkfifo(target)
@@ -243,6 +246,44 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(
     assert done.stderr.startswith("corda-trio: error: ") and message.format(n=net) in done.stderr, done.stderr
     assert done.returncode == code
     assert target.is_fifo() if kind == "fifo" else target.is_dir()
+
+
+def test_a_float_audit_log_that_is_a_pipe_nobody_reads_is_refused(playground: Path, tmp_path: Path) -> None:
+    """`float start` with [audit] path naming a named pipe that nobody reads waited in open() for ever."""
+    made = run_cli("float", "tunnel-pki", "--out", str(tmp_path / "tunnel"), "--float", "float-a")
+    assert made.returncode == 0, made.stderr
+    bob = playground / "net" / "nodes" / "bob" / "certificates"
+    (tmp_path / "float.toml").write_text(
+        f"""[control]
+host = "127.0.0.1"
+port = 0
+cert = "{tmp_path}/tunnel/float-a.pem"
+key = "{tmp_path}/tunnel/float-a.key"
+ca = "{tmp_path}/tunnel/tunnel-ca.pem"
+
+[public]
+host = "127.0.0.1"
+port = 0
+
+[tls.node]
+cert_chain = "{bob}/tls.chain.pem"
+key = "{bob}/tls.key.pem"
+trust_root = "{bob}/network-root.cert.pem"
+passphrase_file = "{bob}/passphrase"
+
+[audit]
+path = "audit.jsonl"
+""",
+        encoding="utf-8",
+    )
+    os.mkfifo(tmp_path / "audit.jsonl")
+    done = run_cli("float", "start", "--config", str(tmp_path / "float.toml"), timeout=30)
+    assert done.stderr == (
+        f"corda-trio: error: {tmp_path}/float.toml: key 'audit.path': cannot open {tmp_path}/audit.jsonl: "
+        "a named pipe that nobody reads\n"
+    ), done.stderr
+    assert done.returncode == 2
+    assert (tmp_path / "audit.jsonl").is_fifo()
 
 
 def test_a_stray_directory_in_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:

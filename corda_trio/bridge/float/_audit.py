@@ -16,6 +16,8 @@ naming the file and the reason, ``on_failure`` is called once with it (the float
 
 Rotation: before a line would take the file past ``max_bytes``, ``audit.jsonl`` becomes ``audit.jsonl.1``
 (``.1`` becomes ``.2`` and so on, the oldest beyond ``backups`` is deleted) and a new file is started.
+A named pipe a log collector reads, or a device, at ``path`` is written and never rotated; a named pipe
+that nobody reads is refused when the log is opened (``files.open_for_appending``), not waited on.
 
 :class:`LatencySummary` collects, per peer legal name, the time from a peer's delivery arriving at the float
 to the inside's outcome for it; :meth:`AuditLog.write_latency` writes one ``latency`` line per peer (count,
@@ -27,11 +29,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
 import attrs
+
+from corda_trio.files import open_for_appending
 
 __all__ = ["DEFAULT_AUDIT_BACKUPS", "DEFAULT_AUDIT_MAX_BYTES", "AuditLog", "AuditLogError", "LatencySummary"]
 
@@ -65,6 +70,7 @@ class AuditLog:
     failure: AuditLogError | None = None
     _file: IO[bytes] | None = None
     _size: int = 0
+    _rotates: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.max_bytes < 256:
@@ -74,8 +80,13 @@ class AuditLog:
 
     def _open(self) -> None:
         assert self.path is not None
-        self._file = open(self.path, "ab")  # kept open; closed by close()
-        self._size = self._file.tell()
+        # (not open(): a named pipe nobody reads would stop the float in it for ever, before it is up)
+        fd = open_for_appending(self.path)
+        self._file = open(fd, "ab")  # kept open; closed by close()
+        st = os.fstat(fd)
+        # A pipe a log collector reads, or a device, is not rotated (renaming it would not rotate it).
+        self._rotates = stat.S_ISREG(st.st_mode)
+        self._size = st.st_size if self._rotates else 0
 
     def _rotate(self) -> None:
         assert self.path is not None and self._file is not None
@@ -103,7 +114,7 @@ class AuditLog:
             return
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         try:
-            if self._size and self._size + len(line) > self.max_bytes:
+            if self._rotates and self._size and self._size + len(line) > self.max_bytes:
                 self._rotate()
             assert self._file is not None
             self._file.write(line)
