@@ -220,7 +220,7 @@ def _rpc_url(args: argparse.Namespace) -> str:
     base_dir = args.base_dir if args.base_dir is not None else _declared_base_dir(args.config)
     if base_dir is not None:
         runtime = base_dir / "node.json"
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
             return str(json.loads(read_small_file(runtime))["rpc"])
     config = _load_config(args)
     return f"ws://{config.rpc_address}"
@@ -232,7 +232,7 @@ def _declared_base_dir(config: Path) -> Path | None:
 
     try:
         base = tomllib.loads(read_small_file(config).decode()).get("base_directory", ".")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return config.parent / base if isinstance(base, str) and base else None
 

@@ -365,6 +365,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:  # (decoded here, before tomllib: not a TOMLDecodeError)
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:  # (tomllib parses arrays and inline tables recursively: a ten-line traceback)
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply to read") from None
 
 
 def _passphrase(r: _Reader, keys: dict[str, Any], base: Path) -> KeyPassphrase:

@@ -721,7 +721,7 @@ def _check_store_record(config: NodeConfig) -> _Recorded:
         recorded, part_list = doc["store_directory"], doc.get("part_list", False)
         if not isinstance(recorded, str) or not isinstance(part_list, bool):
             raise TypeError(recorded)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise NodeStartError(
             f"{record} is not the store record the node writes: delete it to start with the store at "
             f"{config.store_directory}"

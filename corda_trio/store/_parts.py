@@ -127,6 +127,8 @@ def read_part_list(root: str) -> PartList | None:
             raise ValueError("'queues' and 'keyed' must be lists")
         for name in [*queues, *keyed]:
             validate_queue_name(name)
+    except RecursionError:
+        raise PartListError(path, "not the part list the store writes: nested too deeply to read") from None
     except (ValueError, KeyError, TypeError) as exc:  # (InvalidQueueNameError is a ValueError)
         reason = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise PartListError(path, f"not the part list the store writes: {reason}") from None

@@ -206,6 +206,12 @@ OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
      "{n}/nodes/alice/store.json: cannot be read: Is a directory", 1),
     ("node-log-pipe", "nodes/alice/logs/node.log", "fifo", ALICE_TOML,
      "cannot open the log file {n}/nodes/alice/logs/node.log: a named pipe that nobody reads", 2),
+    ("node-config-nested", "nodes/alice/node.toml", "nested-toml", ALICE_TOML,
+     "{n}/nodes/alice/node.toml: not valid TOML: nested too deeply to read", 2),
+    ("networkmap-config-nested", "network-map/networkmap.toml", "nested-toml", "networkmap list --dir {n}",
+     "{n}/network-map/networkmap.toml: not valid TOML: nested too deeply to read", 2),
+    ("node-store-record-nested", "nodes/alice/store.json", "nested-json", ALICE_TOML,
+     "{n}/nodes/alice/store.json is not the store record the node writes", 1),
     ("network-show-pipe", "nodes/alice/node.toml", "fifo", "network show --dir {n}",
      "{n}/nodes/alice/node.toml: cannot read: " + PIPE, 2),
     ("networkmap-config-pipe", "network-map/networkmap.toml", "fifo", "networkmap list --dir {n}",
@@ -224,13 +230,14 @@ OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
     [c[1:] for c in OUT_OF_PLACE],
     ids=[c[0] for c in OUT_OF_PLACE],
 )
-def test_a_file_that_is_not_a_regular_file_is_refused_at_once(
+def test_a_file_out_of_place_is_refused_at_once(
     playground: Path, tmp_path: Path, file: str, kind: str, command: str, message: str, code: int
 ) -> None:
     """A named pipe nobody writes to where a file belongs made every command wait in its open() for ever
     (node start, networkmap, bridge and float start, network show), and so did one nobody reads as the
-    node's log file; the store record's errors read '[Errno 21] Is a directory: ...'. Now: one line naming
-    the file and what it is, at once; the pipe is left alone."""
+    node's log file; the store record's errors read '[Errno 21] Is a directory: ...'; a node.toml,
+    networkmap.toml or store record nested 100,000 (30,000) levels deep was a RecursionError traceback.
+    Now: one line naming the file and what it is, at once; the file is left alone."""
     net = tmp_path / "net"
     shutil.copytree(playground / "net", net)
     target = net / file
@@ -238,14 +245,17 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(
     target.unlink(missing_ok=True)
     if kind == "fifo":
         os.mkfifo(target)
-    else:
+    elif kind == "dir":
         target.mkdir()
+    else:  # 100,000 levels of arrays (the store record's limit is 64 KiB: 30,000)
+        depth = 100_000 if kind == "nested-toml" else 30_000
+        target.write_text(("a = " if kind == "nested-toml" else "") + "[" * depth + "]" * depth + "\n")
     done = run_cli(*command.format(n=net).split(), timeout=30)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith("corda-trio: error: ") and message.format(n=net) in done.stderr, done.stderr
     assert done.returncode == code
-    assert target.is_fifo() if kind == "fifo" else target.is_dir()
+    assert target.is_fifo() if kind == "fifo" else target.is_dir() if kind == "dir" else target.is_file()
 
 
 def test_a_float_audit_log_that_is_a_pipe_nobody_reads_is_refused(playground: Path, tmp_path: Path) -> None:
@@ -284,6 +294,54 @@ path = "audit.jsonl"
     ), done.stderr
     assert done.returncode == 2
     assert (tmp_path / "audit.jsonl").is_fifo()
+
+
+def test_a_part_list_nested_too_deeply_is_reported_and_repaired(tmp_path: Path) -> None:
+    """A parts.json of 100,000 nested arrays: `store check` and `store compact` ended in a RecursionError
+    traceback. Now the part list is reported as damaged, and `store check --repair` writes it anew."""
+
+    async def make() -> None:
+        async with store.open_broker(tmp_path / "st") as broker:
+            queue = await broker.declare_queue("inbox")
+            await queue.enqueue(b"kept")
+
+    trio.run(make)
+    parts = tmp_path / "st" / "parts.json"
+    parts.write_text("[" * 100_000 + "]" * 100_000)
+    nested = f"{parts}: not the part list the store writes: nested too deeply to read"
+    checked = run_cli("store", "check", str(tmp_path / "st"))
+    assert (checked.returncode, checked.stderr) == (1, ""), checked.stderr
+    assert f"CORRUPT  parts.json: {nested}" in checked.stdout, checked.stdout
+    compacted = run_cli("store", "compact", str(tmp_path / "st"))
+    assert compacted.returncode == 1
+    assert compacted.stderr == (
+        f"corda-trio: error: {nested}; run 'corda-trio store check --repair' first\n"
+    ), compacted.stderr
+    repaired = run_cli("store", "check", "--repair", str(tmp_path / "st"))
+    assert repaired.returncode == 0 and "Traceback" not in repaired.stderr, repaired.stderr
+
+    async def read() -> list[bytes]:
+        async with store.open_broker(tmp_path / "st") as broker:
+            return [m.payload async for m in broker.get_queue("inbox").browse()]
+
+    assert trio.run(read) == [b"kept"]
+
+
+def test_a_node_json_nested_too_deeply_is_passed_over(
+    playground: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`node info --base-dir` reads the running node's node.json for its RPC address; one of 100,000 nested
+    arrays was a RecursionError traceback. Now it is passed over as any unreadable node.json is: the address
+    comes from node.toml (no node listens there: one line)."""
+    shutil.copytree(playground / "net", tmp_path / "net")
+    alice = tmp_path / "net" / "nodes" / "alice"
+    (alice / "node.json").write_text("[" * 100_000 + "]" * 100_000)
+    monkeypatch.setenv("CORDA_TRIO_RPC_PASSWORD", "x")
+    done = run_cli("node", "info", "--base-dir", str(alice), "--user", "x", timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("corda-trio: error: ws://127.0.0.1:"), done.stderr
+    assert "unavailable: cannot connect to ws://127.0.0.1:" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and done.returncode == 1
 
 
 def test_a_stray_directory_in_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:
