@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
 import shutil
 import tempfile
@@ -42,7 +43,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     boot = sub.add_parser(
         "bootstrap",
         help="create a network: CAs, node keys and certificates, node.toml files, network parameters",
-        description="Create a development network in --dir (which must not exist or be empty).",
+        description="Create a development network in --dir (which must not exist or be empty). It is written "
+        "into a temporary sibling .DIR.partial-PID-* and renamed into place when complete; one left by a "
+        "bootstrap killed before it could clean up is removed by the next bootstrap into DIR (a warning line "
+        "names it), and one whose process still runs makes this bootstrap stop.",
     )
     boot.add_argument("--dir", type=Path, required=True, help="network directory to create")
     boot.add_argument(
@@ -146,7 +150,8 @@ def create_network(
     # Everything is written into a temporary sibling, renamed into place when complete: an error or an
     # interrupt leaves no half-written network behind.
     try:
-        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=parent))
+        _clear_leftovers(final)
+        work = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(final)}{os.getpid()}-", dir=parent))
     except OSError as exc:
         raise CliError(f"cannot write in {parent}: {exc.strerror}", 2) from None
     try:
@@ -189,6 +194,43 @@ def create_network(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return _moved(built, work, final)
+
+
+def _partial_prefix(final: Path) -> str:
+    """How the temporary sibling a bootstrap into ``final`` writes begins (its pid follows, then ``-``)."""
+    return f".{final.name}.partial-"
+
+
+def _clear_leftovers(final: Path) -> None:
+    """Remove the temporary siblings that bootstraps into ``final`` killed before they could clean up
+    (``kill -9``, a power cut) left behind: keys and passphrases of a network that never was, which nothing
+    else would ever remove. One whose bootstrap still runs is another bootstrap into the same directory.
+
+    Raises:
+        CliError: another bootstrap into ``final`` is running (exit code 1).
+        OSError: a leftover cannot be removed.
+    """
+    prefix = _partial_prefix(final)
+    for entry in sorted(final.parent.iterdir()):
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name.removeprefix(prefix).partition("-")[0]
+        if pid.isdigit() and _is_running(int(pid)):
+            raise CliError(f"another bootstrap (pid {pid}) is writing {final} (into {entry})", 1)
+        shutil.rmtree(entry)
+        logging.getLogger(__name__).warning("removed %s, left by a bootstrap that was interrupted", entry)
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    except OverflowError:  # (no pid is that large)
+        return False
+    return True
 
 
 def _moved(built: network.BootstrappedNetwork, old: Path, new: Path) -> network.BootstrappedNetwork:

@@ -379,6 +379,44 @@ def test_an_interrupted_bootstrap_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_bootstrap_killed_hard_is_cleaned_up_and_two_at_once_are_refused(tmp_path: Path) -> None:
+    """kill -9 while the network is written left '.net.partial-XXXX' (every node's keys and passphrases)
+    beside it for ever, and the next bootstrap into the same directory said nothing of it; a second
+    bootstrap into the same directory while the first ran was not told about it either. Now the second is
+    refused in one line, and the next after the kill removes the leftover and says so."""
+    names = [f"O=Node{i},L=London,C=GB" for i in range(100)]
+    args = [arg for name in names for arg in ("--node", name)]
+    proc = subprocess.Popen(
+        [*CLI, "network", "bootstrap", "--dir", str(tmp_path / "net"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def partials() -> list[Path]:
+        return [p for p in tmp_path.iterdir() if p.name.startswith(".net.partial-")]
+
+    try:
+        wait_for(lambda: bool(partials()), proc, what="the partial network directory")
+        proc.send_signal(signal.SIGSTOP)  # (held half-way, however fast or slow this machine is)
+        [partial] = partials()
+        second = run_cli("network", "bootstrap", "--dir", str(tmp_path / "net"), "--node", ALICE)
+        assert second.returncode == 1 and second.stderr == (
+            f"corda-trio: error: another bootstrap (pid {proc.pid}) is writing {tmp_path / 'net'} "
+            f"(into {partial})\n"
+        ), second.stderr
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert partials() == [partial] and not (tmp_path / "net").exists()
+    again = run_cli("network", "bootstrap", "--dir", str(tmp_path / "net"), "--node", ALICE)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == (
+        f"corda-trio: warning: removed {partial}, left by a bootstrap that was interrupted\n"
+    ), again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net"]
+    listed = run_cli("network", "show", "--dir", str(tmp_path / "net"))
+    assert listed.returncode == 0 and "O=Alice, L=London, C=GB" in listed.stdout, listed.stderr
+
+
 def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> None:
     db = playground / "corrupt-net" / "network-map" / "networkmap.db"
     before = db.read_bytes()
