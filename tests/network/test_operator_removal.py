@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import trio
 from corda_trio import network, pki, rpc
 from corda_trio.node._processes import open_node_processes
 from tests.node.cli_helpers import CLI
-from tests.node.netutil import PASSWORD, make_network
+from tests.node.netutil import PASSWORD, make_network, open_map_process
 
 from .conftest import ALICE, BOB, NOW, make_service, signed_node_info
 from .test_server import http_call
@@ -185,26 +184,6 @@ def test_a_damaged_map_database_is_one_clear_error(tmp_path: Path, damage: str) 
     assert str(db) in str(info.value) and "\n" not in str(info.value)
 
 
-async def _start_map_process(net: Path, *, max_age_seconds: int) -> trio.Process:
-    """``corda-trio networkmap serve --dir net`` with the map's ``max-age`` (the nodes' poll interval) set."""
-    toml = net / "network-map" / "networkmap.toml"
-    text = toml.read_text(encoding="utf-8")
-    assert "max_age_seconds = 30" in text, text
-    toml.write_text(text.replace("max_age_seconds = 30", f"max_age_seconds = {max_age_seconds}"), "utf-8")
-    proc = await trio.lowlevel.open_process(
-        [*CLI, "networkmap", "serve", "--dir", str(net)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    assert proc.stdout is not None
-    line = b""
-    with trio.fail_after(60):
-        while b"\n" not in line:
-            chunk = await proc.stdout.receive_some(4096)
-            assert chunk, "networkmap serve exited before serving"
-            line += chunk
-    assert b"serving http://" in line, line
-    return proc
-
-
 async def _names_seen(client: rpc.RpcClient) -> set[str]:
     return {str(n["legal_name"]) for n in await client.network_map()}
 
@@ -226,8 +205,7 @@ async def test_a_running_node_that_is_removed_and_readmitted_is_back_without_a_r
     net = tmp_path / "net"
     nodes = make_network(net, [NET_ALICE, NET_BOB], with_map=True)
     poll = 1
-    map_proc = await _start_map_process(net, max_age_seconds=poll)
-    try:
+    async with open_map_process(net, max_age_seconds=poll):
         async with open_node_processes(nodes) as (alice_node, bob_node):
             async with (
                 rpc.connect(alice_node.rpc_url, "ops", PASSWORD) as a,
@@ -261,12 +239,6 @@ async def test_a_running_node_that_is_removed_and_readmitted_is_back_without_a_r
                 assert log_text.count("removed-by-operator") == 1, log_text
                 assert log_text.count("node ready:") == 1
                 assert "the network map takes our NodeInfo again (added " in log_text
-    finally:
-        map_proc.terminate()
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
-            await map_proc.wait()
-        if map_proc.returncode is None:
-            map_proc.kill()
 
 
 @pytest.mark.slow
@@ -284,20 +256,13 @@ async def test_a_node_with_a_map_warns_once_at_start_of_other_nodes_nodeinfos_in
         data = (source.parent / "node-info").read_bytes()
         name = f"nodeInfo-{network.decode_signed_node_info(data).hash}"
         (target.additional_node_infos / name).write_bytes(data)
-    map_proc = await _start_map_process(net, max_age_seconds=1)
-    try:
+    async with open_map_process(net, max_age_seconds=1):
         async with open_node_processes(nodes) as (alice_node, bob_node):
             async with rpc.connect(alice_node.rpc_url, "ops", PASSWORD) as a:
                 await _wait_seen(a, {str(ALICE_LONDON), str(BOB_PARIS)}, 30)
                 await trio.sleep(2)  # (two more polls: still one line)
             alice_log = alice_node.config.log_path.read_text(encoding="utf-8")
             bob_log = bob_node.config.log_path.read_text(encoding="utf-8")
-    finally:
-        map_proc.terminate()
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
-            await map_proc.wait()
-        if map_proc.returncode is None:
-            map_proc.kill()
     lines = [line for line in alice_log.splitlines() if "other node" in line]
     assert len(lines) == 1, lines
     assert "WARNING" in lines[0], lines[0]
