@@ -24,6 +24,7 @@ from ._errors import MalformedPayloadError as MalformedPayloadError
 from ._errors import NetworkMapError as NetworkMapError
 from ._errors import NetworkMapHttpError as NetworkMapHttpError
 from ._errors import PayloadRejectedError as PayloadRejectedError
+from ._model import MAX_ADDRESSES as MAX_ADDRESSES
 from ._model import MESSAGE_SIZE_RANGE_BYTES as MESSAGE_SIZE_RANGE_BYTES
 from ._model import NetworkHostAndPort as NetworkHostAndPort
 from ._model import NetworkMap as NetworkMap
@@ -51,6 +52,7 @@ from ._store import NetworkMapStoreError as NetworkMapStoreError
 __all__ = [
     "DEFAULT_MAX_MAP_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
+    "MAX_ADDRESSES",
     "MAX_PAYLOAD_BYTES",
     "MESSAGE_SIZE_RANGE_BYTES",
     "PLATFORM_VERSION",

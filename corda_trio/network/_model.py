@@ -25,6 +25,7 @@ import attrs
 from ._errors import MalformedPayloadError
 
 __all__ = [
+    "MAX_ADDRESSES",
     "MESSAGE_SIZE_RANGE_BYTES",
     "NETWORK_MAP_TAG",
     "NETWORK_PARAMETERS_TAG",
@@ -52,7 +53,8 @@ NETWORK_MAP_TAG: Final[str] = "corda-trio/network-map"
 SIGNED_WITH_CERT_TAG: Final[str] = "corda-trio/signed-with-cert"
 FORMAT_VERSION: Final[int] = 1
 
-#: Limits on what we accept from the network (a NodeInfo is a few KiB).
+#: Limits on what we accept from the network (a NodeInfo is a few KiB).  ``MAX_ADDRESSES`` also bounds what a
+#: node may advertise (``[p2p] advertise`` in ``node.toml``).
 MAX_ADDRESSES: Final[int] = 16
 MAX_IDENTITIES: Final[int] = 8
 MAX_CERT_PATH_LENGTH: Final[int] = 8

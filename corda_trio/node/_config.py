@@ -11,6 +11,10 @@ Theory of operation
     [p2p]
     address = "127.0.0.1:40001"          # advertised in the NodeInfo; also where the node listens
     # listen = "0.0.0.0:40001"           # optional: a different bind address
+    # advertise = ["float-a.example.com:10002", "float-b.example.com:10002"]
+                                         # optional: what the NodeInfo lists instead of `address`, in this
+                                         # order (peers' bridges dial them round-robin); 1..16 "HOST:PORT",
+                                         # no duplicates, no 0.0.0.0 / [::]. Default: [address]
 
     [rpc]
     address = "127.0.0.1:40002"          # the RPC websocket (ws://HOST:PORT); port 0: any free port
@@ -65,7 +69,10 @@ Theory of operation
     tunnel_ca = "tunnel/tunnel-ca.pem"
     tls_ref = "node"                     # which [tls.NAME] of float.toml the float presents to peers
     # With [float] the node opens no p2p listener of its own: p2p.address must be the floats' public
-    # address (what peers dial; it is advertised in the NodeInfo) and p2p.listen is not allowed.
+    # address (what peers dial; it is advertised in the NodeInfo) and p2p.listen is not allowed. Floats on
+    # two hosts with two public addresses and no DNS name / virtual IP that follows the active one: list
+    # both in p2p.advertise (a standby float's port is closed, so a peer's dial there fails fast and its
+    # bridge tries the next address).
 
     [logging]
     format = "text"                      # "text" (one line per record: control characters in messages,
@@ -249,6 +256,8 @@ class NodeConfig:
     bridge_proxy_password: KeyPassphrase | None = None
     #: ``None``: the node listens for peers itself; else peers reach it through these floats.
     floats: FloatSettings | None = None
+    #: ``[p2p] advertise``: the addresses the NodeInfo lists, in order; ``()``: ``(p2p_address,)``.
+    p2p_advertise: tuple[network.NetworkHostAndPort, ...] = ()
     log_format: LogFormat = LogFormat.TEXT
     log_level: str = "info"
     #: ``None``: ``<base_directory>/logs/node.log``.
@@ -258,6 +267,12 @@ class NodeConfig:
     flows_max_responders_per_peer: int = flows.DEFAULT_MAX_RESPONDERS_PER_PEER
     #: ``[flows] modules``: Python modules the node imports at start, for the flows they register.
     flows_modules: tuple[str, ...] = ()
+
+    @property
+    def advertised_addresses(self) -> tuple[network.NetworkHostAndPort, ...]:
+        """What this node's NodeInfo lists (peers dial them round-robin): ``p2p.advertise``, else
+        ``p2p.address``."""
+        return self.p2p_advertise or (self.p2p_address,)
 
     @property
     def log_path(self) -> Path:
@@ -400,7 +415,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     if not isinstance(base_text, str) or not base_text or "\x00" in base_text:
         raise r.fail("base_directory", f"must be a non-empty path without NUL characters, got {base_text!r}")
     base = (path.parent / base_text).resolve()
-    p2p = r.section("p2p", {"address", "listen"})
+    p2p = r.section("p2p", {"address", "listen", "advertise"})
     rpc = r.section("rpc", {"address", "users"})
     metrics = r.section("metrics", {"address", "enabled"})
     bridge_table = r.section(
@@ -423,6 +438,17 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     store_table = r.section("store", {"directory", "fsync", "commit_process"})
     r.finish()
     p2p_address = r.address(p2p, "address", "p2p.address")
+    advertise: tuple[network.NetworkHostAndPort, ...] = ()
+    if "advertise" in p2p:
+        advertise = _address_list(
+            r, p2p["advertise"], "p2p.advertise", "the addresses peers dial", limit=network.MAX_ADDRESSES
+        )  # (a NodeInfo lists at most MAX_ADDRESSES: one more and no peer would take it)
+        for i, address in enumerate(advertise):
+            if _is_unspecified(address.host):
+                raise r.fail(
+                    f"p2p.advertise[{i}]",
+                    f"{address} is not an address peers can dial (advertise the host they reach)",
+                )
     map_url = net.get("map_url")
     if map_url is not None:
         if not isinstance(map_url, str) or not map_url.startswith("http://") or "\x00" in map_url:
@@ -495,6 +521,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         bridge_proxy=proxy,
         bridge_proxy_password=proxy_password,
         floats=floats,
+        p2p_advertise=advertise,
         log_format=log_format,
         log_level=log_level,
         log_file=log_file,
@@ -550,6 +577,41 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _is_unspecified(host: str) -> bool:
+    """``0.0.0.0`` or ``::`` (a wildcard to bind to, which nobody can dial)."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def _address_list(
+    r: _Reader, value: object, where: str, what: str, *, limit: int | None = None
+) -> tuple[network.NetworkHostAndPort, ...]:
+    """A non-empty array of distinct ``"HOST:PORT"`` (one string is taken as an array of one); each problem
+    names the entry (``where[i]``). Two entries are the same when they differ only in the case of the host
+    (a DNS name is case-insensitive)."""
+    entries = [value] if isinstance(value, str) else value
+    if not isinstance(entries, list) or not entries:
+        raise r.fail(where, f'must be a non-empty array of "HOST:PORT" ({what})')
+    if limit is not None and len(entries) > limit:
+        raise r.fail(where, f"at most {limit} addresses, got {len(entries)}")
+    addresses: list[network.NetworkHostAndPort] = []
+    seen: set[tuple[str, int]] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str):
+            raise r.fail(f"{where}[{i}]", f'must be a "HOST:PORT" string, got {entry!r}')
+        try:
+            address = network.NetworkHostAndPort.parse(entry)
+        except ValueError as exc:
+            raise r.fail(f"{where}[{i}]", str(exc)) from None
+        if (address.host.lower(), address.port) in seen:
+            raise r.fail(f"{where}[{i}]", f"{entry} is listed twice")
+        seen.add((address.host.lower(), address.port))
+        addresses.append(address)
+    return tuple(addresses)
 
 
 def _secret_source(r: _Reader, table: dict[str, Any], section: str, base: Path) -> KeyPassphrase:
@@ -625,24 +687,8 @@ def _float_settings(
         )
     if "listen" in p2p:
         raise r.fail("p2p.listen", "not used behind a float (the float listens; p2p.address is its address)")
-    control = table.get("control")
-    if isinstance(control, str):
-        control = [control]
-    if not isinstance(control, list) or not control:
-        raise r.fail("float.control", 'must be a non-empty array of "HOST:PORT" (the floats\' control ports)')
-    addresses: list[network.NetworkHostAndPort] = []
-    for i, entry in enumerate(control):
-        if not isinstance(entry, str):
-            raise r.fail(f"float.control[{i}]", f'must be a "HOST:PORT" string, got {entry!r}')
-        try:
-            address = network.NetworkHostAndPort.parse(entry)
-        except ValueError as exc:
-            raise r.fail(f"float.control[{i}]", str(exc)) from None
-        if address in addresses:
-            raise r.fail(f"float.control[{i}]", f"{entry} is listed twice")
-        addresses.append(address)
     return FloatSettings(
-        control=tuple(addresses),
+        control=_address_list(r, table.get("control"), "float.control", "the floats' control ports"),
         tunnel_cert=_join(base, r.string(table, "tunnel_cert", "float.tunnel_cert")),
         tunnel_key=_join(base, r.string(table, "tunnel_key", "float.tunnel_key")),
         tunnel_ca=_join(base, r.string(table, "tunnel_ca", "float.tunnel_ca")),
@@ -759,6 +805,8 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
     ]
     if config.p2p_listen != config.p2p_address:
         lines.append(f"listen = {_toml_str(str(config.p2p_listen))}")
+    if config.p2p_advertise:
+        lines.append(f"advertise = [{', '.join(_toml_str(str(a)) for a in config.p2p_advertise)}]")
     lines += ["", "[rpc]", f"address = {_toml_str(str(config.rpc_address))}"]
     for user in config.rpc_users:
         perms = ", ".join(_toml_str(p) for p in sorted(user.permissions))

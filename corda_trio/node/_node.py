@@ -498,7 +498,7 @@ class Node:
     async def _start_network_map(self, nursery: trio.Nursery, material: _Material) -> None:
         cfg = self.config
         info = network.NodeInfo(
-            addresses=(cfg.p2p_address,),
+            addresses=cfg.advertised_addresses,  # [p2p] advertise, in order; else p2p.address
             legal_identities=(
                 tuple(c.public_bytes(serialization.Encoding.DER) for c in material.identity_chain),
             ),

@@ -114,6 +114,25 @@ def test_float_and_proxy_settings_load_and_round_trip(tmp_path: Path) -> None:
     assert plain.floats is None and plain.bridge_proxy is None
 
 
+def test_p2p_advertise_lists_the_nodeinfo_addresses_in_order_and_round_trips(tmp_path: Path) -> None:
+    """``[p2p] advertise``: several public addresses (two floats on two hosts), with or without ``[float]``;
+    left out, the NodeInfo lists ``p2p.address`` alone."""
+    plain = _config.load_node_config(_write(tmp_path, GOOD))
+    assert plain.p2p_advertise == () and [str(a) for a in plain.advertised_addresses] == ["127.0.0.1:40001"]
+    listed = '[p2p]\nadvertise = ["float-b.example.com:10002", "[2001:db8::1]:10002", "float-a:10002"]'
+    for text in (_replace("[p2p]", listed), _replace("[p2p]", listed) + FLOAT):
+        cfg = _config.load_node_config(_write(tmp_path, text))
+        assert [str(a) for a in cfg.advertised_addresses] == [
+            "float-b.example.com:10002", "[2001:db8::1]:10002", "float-a:10002"
+        ]  # fmt: skip
+        assert str(cfg.p2p_address) == "127.0.0.1:40001"  # (still the default listen address)
+        again = _write(tmp_path, _config.dump_node_config(cfg, tmp_path))
+        assert _config.load_node_config(again) == cfg
+    most = ", ".join(f'"h{i}:1"' for i in range(16))
+    cfg = _config.load_node_config(_write(tmp_path, _replace("[p2p]", f"[p2p]\nadvertise = [{most}]")))
+    assert len(cfg.advertised_addresses) == 16
+
+
 def _replace(old: str, new: str) -> str:
     assert old in GOOD, old
     return GOOD.replace(old, new, 1)
@@ -203,6 +222,20 @@ BAD = [
     (GOOD + FLOAT + "port = 1\n", "float.port: unknown setting"),
     (_replace("[p2p]", '[p2p]\nlisten = "0.0.0.0:1"') + FLOAT, "p2p.listen: not used behind a float"),
     (_replace("[p2p]", '[p2p]\nlisten = "0.0.0.0:\uff11"'), "p2p.listen: port in"),  # full-width 1
+    (_replace("[p2p]", "[p2p]\nadvertise = []"), 'p2p.advertise: must be a non-empty array of "HOST:PORT"'),
+    (_replace("[p2p]", '[p2p]\nadvertise = ["a:1", "b"]'), "p2p.advertise[1]: expected HOST:PORT, got 'b'"),
+    (_replace("[p2p]", '[p2p]\nadvertise = ["a:1", "b:2", "A:1"]'), "p2p.advertise[2]: A:1 is listed twice"),
+    (_replace("[p2p]", '[p2p]\nadvertise = ["a:0"]'), "p2p.advertise[0]: port must be in 1..65535"),
+    (_replace("[p2p]", "[p2p]\nadvertise = [10002]"), "p2p.advertise[0]: must be a \"HOST:PORT\" string"),
+    (
+        _replace("[p2p]", '[p2p]\nadvertise = ["a:1", "0.0.0.0:10002"]'),
+        "p2p.advertise[1]: 0.0.0.0:10002 is not an address peers can dial",
+    ),
+    (_replace("[p2p]", '[p2p]\nadvertise = ["[::]:1"]'), "p2p.advertise[0]: [::]:1 is not an address peers"),
+    (
+        _replace("[p2p]", "[p2p]\nadvertise = [" + ", ".join(f'"h{i}:1"' for i in range(17)) + "]"),
+        "p2p.advertise: at most 16 addresses, got 17",
+    ),
     (
         _replace('mode = "in-process"', 'mode = "external"\npassword_env = "X"') + FLOAT,
         'float: needs bridge.mode = "in-process"',

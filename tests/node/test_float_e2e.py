@@ -67,9 +67,18 @@ async def stop(process: trio.Process) -> None:
     await process.wait()
 
 
-def write_float_toml(directory: Path, bob: _config.NodeConfig, tunnel: Path) -> Path:
-    """The float for Bob: public port = Bob's advertised p2p address, Bob's encrypted TLS key as the
-    bootstrap wrote it, with the passphrase from the same place Bob's node.toml names."""
+def write_float_toml(
+    directory: Path,
+    bob: _config.NodeConfig,
+    tunnel: Path,
+    *,
+    name: str = "float-a",
+    public: network.NetworkHostAndPort | None = None,
+) -> Path:
+    """The float ``name`` for Bob: public port = Bob's advertised p2p address (or ``public``), Bob's
+    encrypted TLS key as the bootstrap wrote it, with the passphrase from the same place Bob's node.toml
+    names."""
+    public = public or bob.p2p_address
     directory.mkdir()
     source = bob.key_passphrase
     passphrase = f'passphrase_env = "{source.env}"' if source.env else f'passphrase_file = "{source.file}"'
@@ -79,13 +88,13 @@ def write_float_toml(directory: Path, bob: _config.NodeConfig, tunnel: Path) -> 
 [control]
 host = "127.0.0.1"
 port = 0
-cert = "{tunnel / "float-a.pem"}"
-key = "{tunnel / "float-a.key"}"
+cert = "{tunnel / f"{name}.pem"}"
+key = "{tunnel / f"{name}.key"}"
 ca = "{tunnel / "tunnel-ca.pem"}"
 
 [public]
-host = "{bob.p2p_address.host}"
-port = {bob.p2p_address.port}
+host = "{public.host}"
+port = {public.port}
 
 [tls.node]
 cert_chain = "{bob.tls_cert_chain}"
