@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 from collections import defaultdict
 from pathlib import Path
 
@@ -229,6 +230,45 @@ async def test_wrong_legal_name_at_the_address_is_parked(
         assert "identity" in (b.last_error or "")
         assert c.service.inbox.statistics().depth == 0
         assert a.service.outbound_queues()[messaging.outbound_queue(bob_key_hash)].statistics().depth == 1
+
+
+async def test_a_peer_with_several_addresses_is_dialled_in_turn_past_an_impostor_and_a_closed_port(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+) -> None:
+    """Bob's NodeInfo lists three addresses (as a node behind floats with ``[p2p] advertise`` publishes):
+    Carol answers at the first, nobody listens at the second (a standby float's closed port), Bob at the
+    third. Alice's bridge tries them in order: the first fails the TLS identity check and is parked, the
+    second refuses the connection at once, the third delivers everything."""
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.05, backoff_jitter=0.0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers) as b,
+        running_node(carol, root, tmp_path / "c", run_service=False) as c,
+    ):
+        peers.put(a.as_peer())
+        listed = [("127.0.0.1", c.port), ("127.0.0.1", closed), ("127.0.0.1", b.port)]
+        peers.put(messaging.Peer(legal_name=bob.legal_name, key_hash=b.as_peer().key_hash, addresses=listed))
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (20, done))
+        for i in range(20):
+            await a.service.send(a.service.create_message(TOPIC, b"m%d" % i), bob.legal_name)
+        with trio.fail_after(30):
+            await done.wait()
+        assert got == {str(alice.legal_name): [b"m%d" % i for i in range(20)]}
+        (sender,) = a.manager.bridges().values()
+        assert list(sender.parked()) == [("127.0.0.1", c.port)]  # the impostor only, not the closed port
+        assert sender.failures == 2 and sender.connects == 1
+        assert c.service.inbox.statistics().depth == 0
 
 
 async def test_cancelling_bridges_at_random_moments_loses_nothing(
