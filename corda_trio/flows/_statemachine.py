@@ -624,6 +624,13 @@ class _Machine:
         if session.peer_id is None:
             session.buffered.append((kind, value))
             return
+        if session.buffered:
+            # What the session owes goes first: a responder parked by its first step still owes its confirm
+            # (the Start transition that would have sent it went to the hospital), and a Kill sends the
+            # error without running a Start. Sent after it, the error would take the confirm's sequence
+            # number: the initiator refuses it ("not confirmed yet") and waits for ever, and the killed
+            # responder, its confirm still held, stays unconfirmed for ever too.
+            self._flush(session)
         if kind == "data":
             self._existing(session, DataPayload(payload=value))
         elif kind == "end":

@@ -18,6 +18,7 @@ from corda_trio.flows._manager import outbox_key
 from corda_trio.flows._messages import derive_id
 from corda_trio.flows._statemachine import Outgoing
 from tests.flows.hasty import Hasty, HastyResponder, ended_text
+from tests.flows.picky import AskNumber
 
 ALICE, BOB, CAROL = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
 
@@ -196,6 +197,34 @@ async def test_kill_tells_the_counterparty(net: testing.FlowNetwork) -> None:
             await handle.result()
         info = await wait_status(alice, silent.flow_id, "failed")
         assert info.error == "killed by an operator"
+
+
+async def test_killing_a_responder_parked_by_its_first_step_ends_its_initiator(
+    net: testing.FlowNetwork,
+) -> None:
+    """A responder parked by its first step still owes its confirm (that step went to the hospital). Its kill
+    sent the error first, with the confirm's sequence number: the initiator refused it ("not confirmed yet")
+    and waited for ever, and the killed responder, its confirm still held, stayed unconfirmed for ever. A
+    soak of real nodes (a flow parked and killed every minute) left one running initiator per cycle. Now the
+    confirm goes first, then the error: every cycle ends on both sides and nothing is left behind."""
+    alice, bob = net["Alice"].flows, net["Bob"].flows
+    with trio.fail_after(60):
+        for _ in range(5):
+            handle = await alice.start_flow(AskNumber(peer=BOB, value="abc"))
+            version = bob.version
+            while not (parked := [f for f in bob.flows() if f.status == "parked"]):
+                version = await bob.wait_changed(version)
+            (responder,) = parked
+            assert responder.error is not None and "ValueError" in responder.error
+            await bob.kill(responder.flow_id)
+            with pytest.raises(flows.FlowException, match=rf"^{flows.COUNTER_FLOW_ERRORED}$"):
+                await handle.result()
+            assert (await wait_status(bob, responder.flow_id, "failed")).error == "killed by an operator"
+        assert await (await alice.start_flow(AskNumber(peer=BOB, value="21"))).result() == "42"
+    for manager in (alice, bob):
+        stats = manager.statistics()
+        assert (stats.running, stats.parked, stats.unconfirmed) == (0, 0, 0), stats
+    assert not [r for p, r in alice.refusals() if p == BOB], alice.refusals()
 
 
 async def test_drain_refuses_new_flows_and_holds_initiations(net: testing.FlowNetwork) -> None:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from corda_trio import flows
 from corda_trio.flows import _statemachine as sm
 from tests.flows.hasty import Hasty, ended_text
-from tests.flows.memnet import MemNet
+from tests.flows.memnet import MemNet, outgoing_wire
+from tests.flows.picky import AskNumber, NumberResponder
 
 A, B, C = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR", "O=Carol, L=Rome, C=IT"
 
@@ -369,6 +370,34 @@ def test_a_kill_drops_what_a_finished_flow_held_for_the_confirm() -> None:
                       sm.Environment(our_name=A))  # fmt: skip
     assert [type(a) for a in t.actions] == [sm.AcknowledgeMessages, sm.RefuseMessage]
     assert t.actions[1].reason.startswith(f"unknown session {init.initiator_session_id}")  # type: ignore[union-attr]
+
+
+def test_a_kill_of_a_responder_parked_before_its_confirm_sends_the_confirm_then_the_error() -> None:
+    """The step that would send a responder's confirm went to the hospital, so its checkpoint still owes the
+    confirm. A kill sent the error alone, with the confirm's sequence number (0): the initiator refused it,
+    not confirmed yet, and waited for ever; the killed responder stayed unconfirmed. Now the confirm goes
+    first."""
+    net = MemNet.of(A, B)
+    fid = net.start(A, AskNumber(peer=B, value="abc"))
+    ((_, init_wire),) = net.links[(A, B)]
+    init = flows.decode_session_message(init_wire)
+    assert isinstance(init, flows.InitialSessionMessage)
+    parked = flows.new_responder(A, init, NumberResponder)
+    checkpoint = flows.encode_checkpoint(parked)  # what a parked responder resumes from
+    env = sm.Environment(our_name=B)
+    t = sm.transition(parked, sm.Start(now=0.0), env)
+    assert [type(a) for a in t.actions] == [sm.SendToHospital]
+    t = sm.transition(flows.decode_checkpoint(checkpoint), sm.Kill(reason="operator", now=1.0), env)
+    (sent,) = [a for a in t.actions if isinstance(a, sm.SendMessages)]
+    messages = [o.message for o in sent.messages]
+    assert [(type(m.payload), m.seq) for m in messages] == [  # type: ignore[union-attr]
+        (flows.ConfirmPayload, 0), (flows.ErrorPayload, 1),
+    ]  # fmt: skip
+    assert t.state.status == "failed" and not t.state.unflushed
+    for o in sent.messages:
+        net.receive(B, A, outgoing_wire(o))
+    alice = net.nodes[A]
+    assert str(alice.results[fid]) == flows.COUNTER_FLOW_ERRORED and not alice.refused and not alice.states
 
 
 # --- data a flow has not received yet is bounded per session ------------------------------------------------
