@@ -30,7 +30,9 @@ many are parked, the dispatcher waits (memory stays bounded). So that a topic no
 of it (and stop every other topic), at most half of ``inbox_credit`` wait for a handler: more go to
 :data:`DEAD_LETTER_QUEUE` (reason ``amqp:not-found``), durably, then are acked from the inbox.
 Each is logged as a warning, per sender at most once a minute (the first in full, then a summary counting
-the rest: ``corda_trio.logs.PeerWarnings``): a member sending thousands cannot flood the log.
+the rest: ``corda_trio.logs.PeerWarnings``): a member sending thousands cannot flood the log, nor the store:
+the dead letters are bounded (:data:`DEFAULT_DEAD_LETTERS_MAX_MESSAGES`), past the bound each move drops
+the oldest one.
 An inbox message the dispatcher cannot decode (the acceptor checks what peers send, so this is a local bug or
 disk damage) is moved to :data:`DEAD_LETTER_QUEUE` with the reason in its headers, durably, and only then
 acked from the inbox: held, it would take inbox credit for good.
@@ -94,6 +96,12 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
 #: Where a bridge puts an outbound message its peer *rejected* (it will never accept it: sending it again
 #: would block the queue behind it for ever). Headers: ``<queue name>\n<condition>\n<description>`` (UTF-8).
 DEAD_LETTER_QUEUE: Final = "internal.dead-letters"
+#: The dead letters kept at most (``MessagingConfig.dead_letters_max_messages`` / ``_max_bytes``): a member
+#: that sends messages for a topic nobody handles, for as long as it likes, would otherwise grow the node's
+#: store without end. Past either, each move drops the oldest dead letters (acked: nothing reads them; the
+#: store's compaction reclaims their space), logged per minute at most, counted by the queue's acks.
+DEFAULT_DEAD_LETTERS_MAX_MESSAGES: Final = 10_000
+DEFAULT_DEAD_LETTERS_MAX_BYTES: Final = 256 * 1024 * 1024
 #: How long a message whose handler raised waits before it is handed over again.
 HANDLER_RETRY_SECONDS: Final = 1.0
 #: Inbox messages the dispatcher takes between two checkpoints of its own, when they are at hand (handlers
@@ -140,6 +148,14 @@ class MessagingConfig:
     fsync: store.FsyncPolicy | str | None = None
     #: Dedup ids remembered at least (see ``Deduplicator``).
     dedup_retain: int = attrs.field(default=DEFAULT_RETAIN, validator=attrs.validators.ge(1))
+    #: Dead letters kept at most, in messages and in record bytes (the newest one is always kept);
+    #: see :data:`DEFAULT_DEAD_LETTERS_MAX_MESSAGES`.
+    dead_letters_max_messages: int = attrs.field(
+        default=DEFAULT_DEAD_LETTERS_MAX_MESSAGES, validator=attrs.validators.ge(1)
+    )
+    dead_letters_max_bytes: int = attrs.field(
+        default=DEFAULT_DEAD_LETTERS_MAX_BYTES, validator=attrs.validators.ge(1)
+    )
 
     @property
     def inbox(self) -> str:
@@ -184,6 +200,9 @@ class MessagingService:
     _outbound_version: int = 0
     _outbound_changed: trio.Event = attrs.field(factory=trio.Event)
     _dead_letters: store.Queue | None = None
+    #: takes the oldest dead letters off once there are more than the config keeps (see _trim_dead_letters)
+    _dead_letter_trimmer: store.Consumer | None = None
+    _dead_letter_trim_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _parked: dict[str, collections.deque[_Parked]] = attrs.field(factory=dict)
     _parked_changed: trio.Event = attrs.field(factory=trio.Event)
     _handler_lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -196,9 +215,13 @@ class MessagingService:
         factory=collections.OrderedDict
     )
     #: messages for a topic nobody handles moved to the dead letters: a warning per sender at most once a
-    #: minute (a member can send thousands; ``statistics`` / the dead-letter queue keep every one)
+    #: minute (a member can send thousands; the dead-letter queue's counters count every one)
     _dead_letter_log: logs.PeerWarnings = attrs.field(
         init=False, factory=lambda: logs.PeerWarnings(log, f"messages from %s moved to {DEAD_LETTER_QUEUE}")
+    )
+    #: the oldest dead letters dropped to keep the queue within its bounds: a warning a minute at most
+    _dead_letter_drop_log: logs.PeerWarnings = attrs.field(
+        init=False, factory=lambda: logs.PeerWarnings(log, "more of the oldest messages dropped from %s")
     )
     #: this node's legal name as ``_AMQ_VALIDATED_USER`` carries it (see :meth:`dedup_key`)
     _own_name: str = attrs.field(
@@ -350,6 +373,36 @@ class MessagingService:
         headers = f"{queue_name}\n{condition}\n{description}".encode()
         await self._dead_letters.enqueue(payload, headers=headers)
         await consumer.ack(message_id)
+        await self._trim_dead_letters(self._dead_letters)
+
+    async def _trim_dead_letters(self, queue: store.Queue) -> None:
+        """Drop the oldest dead letters while ``queue`` holds more than ``dead_letters_max_messages`` or
+        (more than one message) ``dead_letters_max_bytes``: ack them, oldest first, through a consumer of
+        its own (one trim at a time)."""
+        config = self.config
+
+        def over(stats: store.QueueStatistics) -> bool:
+            return stats.depth > config.dead_letters_max_messages or (
+                stats.depth > 1 and stats.bytes > config.dead_letters_max_bytes
+            )
+
+        if not over(queue.statistics()):
+            return
+        async with self._dead_letter_trim_lock:
+            if self._dead_letter_trimmer is None:
+                self._dead_letter_trimmer = queue.consumer(credit=1)
+            trimmer = self._dead_letter_trimmer
+            while over(stats := queue.statistics()):
+                oldest = await trimmer.receive()
+                await trimmer.ack(oldest.message_id)
+                origin = oldest.headers.decode(errors="replace").split("\n")[:2]
+                self._dead_letter_drop_log.warning(
+                    DEAD_LETTER_QUEUE, f"message {oldest.message_id} ({': '.join(origin)})",
+                    "%s holds %d messages (%d bytes) and keeps at most %d messages and %d bytes: dropped the "
+                    "oldest, message %d (%s); the rest of this minute's drops are counted",
+                    DEAD_LETTER_QUEUE, stats.depth, stats.bytes, config.dead_letters_max_messages,
+                    config.dead_letters_max_bytes, oldest.message_id, ": ".join(origin),
+                )  # fmt: skip
 
     @property
     def outbound_version(self) -> int:

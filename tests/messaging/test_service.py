@@ -6,6 +6,7 @@ import logging
 import re
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -216,6 +217,48 @@ async def test_a_topic_nobody_handles_cannot_stop_the_other_topics(
     moved_lines = [r.getMessage() for r in caplog.records if "moved to" in r.getMessage()]
     assert [r.levelname for r in caplog.records if "moved to" in r.getMessage()] == ["WARNING"], moved_lines
     assert "no handler for topic 'nobody'; 32 messages already wait for one" in moved_lines[0]
+
+
+async def test_the_dead_letters_keep_the_newest_within_their_bounds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member that sends messages for a topic nobody handles, for as long as it likes, grew the dead-letter
+    queue (and the store) without end: a soak of three real nodes added about 1 MB of dead letters per node
+    every 5 minutes, never reclaimed. Now the queue keeps at most ``dead_letters_max_messages`` (and
+    ``_max_bytes``): each move past the bound drops the oldest, logged once a minute, counted by the
+    queue's acks; the space goes with the store's compaction."""
+    peers = messaging.PeerDirectory()
+    config = messaging.MessagingConfig(
+        legal_name=ME, key_hash="DLme", inbox_credit=8, dead_letters_max_messages=10
+    )
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(broker, config, peers)
+        for i in range(60):
+            await service.send(service.create_message("nobody", b"n%d" % i), ME)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: service.inbox.statistics().depth == 4)  # half the credit waits
+        dead = broker.get_queue(messaging.DEAD_LETTER_QUEUE)
+        stats = dead.statistics()
+        assert (stats.depth, stats.enqueued, stats.acked) == (10, 56, 46)
+        nursery.cancel_scope.cancel()
+    async with store.open_broker(tmp_path) as broker:
+        dead = await broker.declare_queue(messaging.DEAD_LETTER_QUEUE)
+        kept = [messaging.from_amqp(amqp.Message.decode(d.payload)) async for d in dead.browse()]
+        assert [m.data for m in kept] == [b"n%d" % i for i in range(50, 60)]  # the newest ten
+        # by bytes too: the newest is always kept, however large
+        service = await messaging.MessagingService.open(
+            broker, attrs.evolve(config, dead_letters_max_bytes=1), peers
+        )
+        consumer = service.inbox.consumer()
+        await service.send(service.create_message("nobody", b"x" * 1000), ME)
+        delivery = await consumer.receive()
+        await service.dead_letter(service.inbox.name, consumer, delivery.message_id, delivery.payload,
+                                  "amqp:not-found", "test")  # fmt: skip
+        assert [d.payload async for d in dead.browse()] == [delivery.payload]
+    dropped = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert [r.levelname for r in dropped] == ["WARNING", "WARNING"], [r.getMessage() for r in dropped]
+    assert "keeps at most 10 messages" in dropped[0].getMessage()
 
 
 @pytest.mark.parametrize("hold", [0.0, 0.5])
