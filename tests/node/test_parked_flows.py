@@ -82,6 +82,29 @@ async def test_parked_responders_do_not_stop_the_inbox(tmp_path: Path) -> None:
         await ping_pong(a)
 
 
+async def test_a_killed_parked_responder_ends_its_initiator_cycle_after_cycle(tmp_path: Path) -> None:
+    """Found by a soak of real nodes (tests/node/soak.py): Alice's AskDouble whose first value Bob's responder
+    cannot read parks the responder before its confirm; ``flow kill`` on Bob sent the error ahead of the
+    confirm, Alice refused it and her flow ran for ever, one more per park-and-kill cycle. Now each cycle
+    ends on both nodes with ``counter-flow errored`` and nothing is left running or parked."""
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], flows_modules=(MODULE,))
+    async with (
+        open_node_processes(nodes, env=node_env()) as (alice, bob),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+        rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+    ):
+        for _ in range(3):
+            flow_id = await a.launch_flow("AskDouble", recipient=BOB, first="abc")
+            (parked,) = await wait_parked(b, 1)
+            await b.kill_flow(parked["flow_id"])
+            with trio.fail_after(30):
+                events = [e async for e in a.watch_flow(flow_id)]
+            assert (events[-1]["state"], events[-1]["error"]) == ("failed", "counter-flow errored"), events
+        assert await a.list_flows("running") == [] and await a.list_flows("parked") == []
+        assert await b.list_flows("running") == [] and await b.list_flows("parked") == []
+        assert "not confirmed yet" not in nodes[0][1].log_path.read_text(encoding="utf-8")
+
+
 async def test_parked_flows_survive_kill_9_and_a_retry_gets_its_message_once(tmp_path: Path) -> None:
     """Alice's AskDouble parks its responder on Bob at its second message (a service it calls is down),
     and Mallory's 1,100 inits park as many more. Bob is killed with -9 and started again: all are parked
