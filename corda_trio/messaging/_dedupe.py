@@ -46,7 +46,10 @@ from corda_trio import store
 
 __all__ = ["BATCH_HEADER", "DEFAULT_RETAIN", "GENERATION_PREFIX", "Deduplicator", "MalformedDedupRecordError"]
 
-#: Ids remembered at least (see the module docstring); ~100 bytes each in memory.
+#: Ids remembered at least (see the module docstring). Each takes about 210 bytes of memory (measured with
+#: tracemalloc: a flow message's id scoped by its sender, ~70 characters, in the set, the map and its
+#: generation's list), so the ``2 * retain`` ids remembered at most take some 40 MB: a node's memory grows
+#: by that much over its first 200,000 messages from peers, then stays.
 DEFAULT_RETAIN: Final = 100_000
 GENERATION_PREFIX: Final = "internal.p2p.dedup."
 _GEN_RE: Final = re.compile(re.escape(GENERATION_PREFIX) + r"(\d+)$")
