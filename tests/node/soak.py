@@ -266,34 +266,43 @@ class Soak:
     async def run(self) -> None:
         configs = make_network(self.net, NAMES, with_map=True, flows_modules=(MODULE,))
         async with open_map_process(self.net, max_age_seconds=2):
-            async with open_node_processes(configs, env=node_env()) as nodes:
-                self.paths = [path for path, _cfg in configs]
-                self.nodes = list(nodes)
-                async with rpc.connect(nodes[0].rpc_url, "ops", PASSWORD) as a:
-                    with trio.fail_after(60):
-                        while len(await a.network_map()) < 3:  # noqa: ASYNC110
-                            await trio.sleep(0.2)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self.sampler)
-                    for i in range(3):
-                        for j in range(3):
-                            if i != j:
-                                nursery.start_soon(self.flows, i, j)
-                    nursery.start_soon(self.plain)
-                    nursery.start_soon(self.rpc_churn)
-                    nursery.start_soon(self.parked)
-                    nursery.start_soon(self.outage_cycle, self.minutes * 60 / 3)
-                    await trio.sleep(self.minutes * 60)
-                    nursery.cancel_scope.cancel()
-                # a last sample after the load stopped (quiet)
-                await trio.sleep(self.interval)
-                with open(self.out, "a", encoding="utf-8") as f:  # noqa: ASYNC230
-                    row = {"counts": dict(self.counts), "errors": dict(self.errors), "quiet": True}
-                    for name, node in zip(("alice", "bob", "carol"), self.nodes, strict=True):
-                        row[name] = await sample_node(node)
-                    self.samples.append(row)
-                    f.write(json.dumps(row) + "\n")
-                    print(summary_line(row), flush=True)
+            started: list[NodeProcess] = []
+            try:
+                async with open_node_processes(configs, env=node_env()) as nodes:
+                    self.paths = [path for path, _cfg in configs]
+                    self.nodes = list(nodes)
+                    started.extend(nodes)
+                    async with rpc.connect(nodes[0].rpc_url, "ops", PASSWORD) as a:
+                        with trio.fail_after(60):
+                            while len(await a.network_map()) < 3:  # noqa: ASYNC110
+                                await trio.sleep(0.2)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self.sampler)
+                        for i in range(3):
+                            for j in range(3):
+                                if i != j:
+                                    nursery.start_soon(self.flows, i, j)
+                        nursery.start_soon(self.plain)
+                        nursery.start_soon(self.rpc_churn)
+                        nursery.start_soon(self.parked)
+                        nursery.start_soon(self.outage_cycle, self.minutes * 60 / 3)
+                        await trio.sleep(self.minutes * 60)
+                        nursery.cancel_scope.cancel()
+                    # a last sample after the load stopped (quiet)
+                    await trio.sleep(self.interval)
+                    with open(self.out, "a", encoding="utf-8") as f:  # noqa: ASYNC230
+                        row = {"counts": dict(self.counts), "errors": dict(self.errors), "quiet": True}
+                        for name, node in zip(("alice", "bob", "carol"), self.nodes, strict=True):
+                            row[name] = await sample_node(node)
+                        self.samples.append(row)
+                        f.write(json.dumps(row) + "\n")
+                        print(summary_line(row), flush=True)
+            finally:
+                # a Carol started again is not open_node_processes' to stop
+                with trio.CancelScope(shield=True):
+                    for node in self.nodes:
+                        if node not in started:
+                            await node.stop()
 
 
 def summary_line(row: dict[str, Any]) -> str:
