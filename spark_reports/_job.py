@@ -323,6 +323,7 @@ class LeftOut:
 class JobResult:
     """The collected output of the Spark job (small: one row per group / second / error text)."""
 
+    #: in key order (run, scenario, link, size class), whatever the master and partitioning
     groups: tuple[GroupStats, ...]
     series: tuple[SeriesPoint, ...]
     errors: tuple[ErrorCount, ...]
@@ -764,11 +765,14 @@ def _series_and_errors(
         )  # fmt: skip
         points.append(point)
     series = tuple(sorted(points, key=lambda p: (p.run_id, p.scenario, p.link, p.size_class, p.second)))
+    # in key order, as the series: Spark collects the groups in the order of its shuffle partitions, which
+    # the master, the number of cores and the partition settings change (the groups table of one input
+    # came out in another row order on a cluster than in local mode)
     groups = tuple(
         attrs.evolve(
             g, window_last_done_ns=in_window_last.get(g.key, g.first_intended_ns), outliers=outliers[g.key]
         )
-        for g in groups
+        for g in sorted(groups, key=lambda g: g.key)
     )
     for run_id, (n, first, last) in run_outliers.items():
         w = windows[run_id]

@@ -261,6 +261,9 @@ def test_report_html_tables_and_comparison(
     with (tables / "groups.csv").open() as f:
         groups = list(csv.DictReader(f))
     assert len(groups) == 8 and sum(int(g["count"]) for g in groups) == 6000
+    # in key order, not in the order of Spark's shuffle partitions (another master or core count: another)
+    keys = [(g["run_id"], g["scenario"], g["link"], int(g["size_class_bytes"])) for g in groups]
+    assert keys == sorted(keys)
     with (tables / "comparison.csv").open() as f:
         comparison = list(csv.DictReader(f))
     assert len(comparison) == 4 * len(LATENCY_STAGES[:-1])  # 4 groups x (5 stages + end)
