@@ -7,6 +7,17 @@ on the builder *before* the first ``getOrCreate()``; afterwards it cannot change
 our own ``log4j2.properties`` plus ``setLogLevel("ERROR")``; the console progress bar is off. The same code
 runs against a cluster when ``master`` is a cluster URL.
 
+Local and cluster masters differ in two ways. A local driver binds to 127.0.0.1 (``SPARK_LOCAL_IP``, given to
+its JVM only): nothing outside this machine needs it. A cluster's executors connect to the driver at the
+address it advertises, so there the driver binds as Spark chooses (the host name's address, or the first
+address that is not loopback), unless the operator sets ``SPARK_LOCAL_IP``; with 127.0.0.1 it advertised
+``localhost``, and executors on other machines failed to connect, again and again, while the report waited
+without a word. And a cluster may give the report no executor at all (no live worker, none with a free core
+and ``spark.executor.memory`` free, or executors that cannot reach the driver): Spark then waits forever
+(it only logs "Initial job has not accepted any resources", a warning). :class:`_ExecutorWatch` stops the
+report's jobs once it has had no executor for ``executor_wait_seconds``, and :func:`open_spark` turns that
+into one :class:`ReportEnvironmentError` naming the master and what the cluster must provide.
+
 The driver JVM starts from a class-data-sharing archive (CDS, :func:`class_data_sharing`): the classes a
 report loads (Scala, Spark, Janino, ...) are mapped from one file instead of being parsed and verified again
 by every report. The first session that finds no archive has its JVM write one when it exits (we wait for
@@ -26,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +50,15 @@ from ._errors import ReportEnvironmentError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ClassDataSharing", "SparkSettings", "class_data_sharing", "find_java", "open_spark"]
+__all__ = [
+    "EXECUTOR_WAIT_SECONDS",
+    "ClassDataSharing",
+    "SparkSettings",
+    "class_data_sharing",
+    "find_java",
+    "is_local",
+    "open_spark",
+]
 
 LOG4J2_PROPERTIES: Final = Path(__file__).with_name("log4j2.properties")
 #: The driver JVM's collector and JIT settings. A report is a short batch job: with the default G1 collector
@@ -61,6 +81,15 @@ DRIVER_JVM_OPTIONS: Final = (
 #: collected aggregates. 4g ran 10M records on the 2-core build machine (bench/spark_report.py); smaller
 #: inputs need less (the tests use 1g).
 DEFAULT_DRIVER_MEMORY: Final = "4g"
+#: How long a report on a cluster waits while it has no executor (at its start for the first one, later for
+#: one to replace those it lost) before it stops with an error instead of waiting forever. An executor of a
+#: live standalone worker on the 2-core build machine registered 2-5 s after the session started.
+EXECUTOR_WAIT_SECONDS: Final = 60.0
+
+
+def is_local(master: str) -> bool:
+    """``master`` runs the tasks in the driver JVM (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``)."""
+    return master == "local" or master.startswith("local[")
 
 
 @attrs.frozen(kw_only=True)
@@ -75,6 +104,10 @@ class SparkSettings:
         app_name: shown in the Spark UI of a cluster.
         class_data_sharing: start the driver JVM from a class-data-sharing archive, written by the first
             session that has none (see the module's docstring).
+        executor_memory: heap of each executor on a cluster (``spark.executor.memory``; ``None``: Spark's
+            default, 1g). A worker offering less memory than this never runs one.
+        executor_wait_seconds: on a cluster, how long the report may have no executor before it stops with
+            :class:`ReportEnvironmentError` (local masters always have one).
     """
 
     master: str = "local[*]"
@@ -82,6 +115,8 @@ class SparkSettings:
     shuffle_partitions: int = 8
     app_name: str = "corda-trio-report"
     class_data_sharing: bool = True
+    executor_memory: str | None = None
+    executor_wait_seconds: float = EXECUTOR_WAIT_SECONDS
 
 
 def find_java() -> str:
@@ -110,6 +145,10 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     """A configured SparkSession, stopped on exit (unless one was already running in this process).
 
     If a session is already active (tests share one), it is reused as is and left running.
+
+    Raises:
+        ReportEnvironmentError: Spark did not start, or (cluster master) the report had no executor for
+            ``settings.executor_wait_seconds`` (raised from the ``with`` block, whose jobs were cancelled).
     """
     from pyspark.sql import SparkSession
 
@@ -118,8 +157,10 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         yield active
         return
     java = find_java()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
+    # (the driver JVM's environment only: a later cluster session of this process, or a command it starts,
+    # must not inherit an address that only this machine can reach)
+    jvm_env = {"SPARK_LOCAL_IP": "127.0.0.1"} if is_local(settings.master) else {}
     log_opt = f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES}"
     cds = class_data_sharing(java) if settings.class_data_sharing and _launches_jvm() else None
     driver_opts = " ".join([log_opt, *DRIVER_JVM_OPTIONS, *([cds.java_options] if cds else [])])
@@ -139,8 +180,10 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         # compressed, 668 MB not; the aggregate that fills it 117 s against 67 s of wall time).
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
+    if settings.executor_memory is not None:
+        options["spark.executor.memory"] = settings.executor_memory
     launched = _launches_jvm() and "PYSPARK_GATEWAY_PORT" not in os.environ
-    output = _launch_gateway(options) if launched else None
+    output = _launch_gateway(options, jvm_env) if launched else None
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
@@ -159,11 +202,21 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     if output is not None:
         output.release()
     spark.sparkContext.setLogLevel("ERROR")
+    watch = None if is_local(settings.master) else _ExecutorWatch(spark, settings)
     completed = False
     try:
         yield spark
         completed = True
+    except Exception as exc:
+        if watch is not None and watch.reason is not None:  # its jobs were cancelled: say why, in one line
+            raise ReportEnvironmentError(watch.reason) from None
+        failure = _job_failure(exc, settings.master)  # (asked now: the JVM that knows is stopped below)
+        if failure is not None:
+            raise ReportEnvironmentError(failure) from None
+        raise
     finally:
+        if watch is not None:
+            watch.stop()
         _stop(spark)
         if cds is not None and cds.writes:
             cds.finish(keep=completed)
@@ -284,6 +337,91 @@ def _stop(spark: SparkSession) -> None:
             threading.Thread(target=server.shutdown, name="spark-accumulator-stop", daemon=True).start()
 
 
+def _job_failure(exc: Exception, master: str) -> str | None:
+    """One line for a Spark job that failed (``None``: ``exc`` is not a Java exception).
+
+    PySpark raises a failed job as ``Py4JJavaError``, whose text is asked of the JVM, so once the session is
+    stopped the traceback only says "<exception str() failed>". The line names the deepest cause. A record
+    file that an executor cannot find was seen by the driver (it listed it): on a cluster the workers do not
+    see the driver's files under the same path.
+    """
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return None
+    try:
+        causes = [java]
+        while len(causes) < 50 and (cause := causes[-1].getCause()) is not None:
+            causes.append(cause)
+        missing = next((c for c in causes if c.getClass().getName() == "java.io.FileNotFoundException"), None)
+        deepest = missing or causes[-1]
+        said = (str(deepest.getMessage() or "").strip().splitlines() or ["(no message)"])[0]
+        name = str(deepest.getClass().getSimpleName())
+    except Exception:  # the JVM is gone: nothing to ask it
+        return None
+    if missing is not None and not is_local(master):
+        return (
+            f"Spark's executors cannot read the records (master {master}): {said}; on a cluster, each --in "
+            "directory must be at the same path on every worker (a shared mount)"
+        )
+    return f"a Spark job failed (master {master}): {name}: {said}"
+
+
+class _ExecutorWatch:
+    """On a cluster: cancels the session's jobs, again and again, once it has had no executor for
+    ``settings.executor_wait_seconds`` (:attr:`reason` then says why, for the error that follows). Polls
+    Spark's status tracker twice a second from a daemon thread, from the session's start to :meth:`stop`."""
+
+    def __init__(self, spark: SparkSession, settings: SparkSettings) -> None:
+        self._context = spark.sparkContext
+        self._settings = settings
+        self._stopped = threading.Event()
+        #: why the jobs were cancelled (``None``: they were not)
+        self.reason: str | None = None
+        self._thread = threading.Thread(target=self._watch, name="spark-executor-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (before the session stops)."""
+        self._stopped.set()
+        self._thread.join()
+
+    def _executors(self) -> int:
+        # (the tracker lists the driver's block manager too)
+        return max(0, len(self._context.statusTracker().getExecutorInfos()) - 1)
+
+    def _watch(self) -> None:
+        wait = self._settings.executor_wait_seconds
+        since = time.monotonic()
+        had_some = False
+        while not self._stopped.wait(0.5):
+            try:
+                if self._executors() > 0:
+                    since, had_some = time.monotonic(), True
+                    continue
+                if time.monotonic() - since < wait:
+                    continue
+                if self.reason is None:
+                    self.reason = self._explain(wait, had_some)
+                self._context.cancelAllJobs()
+            except Exception:  # the JVM is going away: nothing left to watch
+                return
+
+    def _explain(self, wait: float, had_some: bool) -> str:
+        conf = self._context.getConf()
+        driver = f"{conf.get('spark.driver.host', '?')}:{conf.get('spark.driver.port', '?')}"
+        memory = self._settings.executor_memory or conf.get("spark.executor.memory", "1g")
+        what = (
+            f"lost its executors and got no other within {wait:g} s"
+            if had_some
+            else f"got no executor within {wait:g} s"
+        )
+        return (
+            f"the report {what} from Spark master {self._settings.master}: it needs a live worker with a "
+            f"free core and {memory} of free memory (--executor-memory) that can connect to this driver at "
+            f"{driver} (set SPARK_LOCAL_IP to an address of this machine the workers reach)"
+        )
+
+
 #: Lines the JVM prints on every start that say nothing to an operator: the launcher's note on the incubator
 #: module Spark adds (``--add-modules=jdk.incubator.vector``) and DataSketches' note that it runs without
 #: off-heap memory on Java > 11 (the report uses none). Dropped from the JVM's output; everything else passes.
@@ -310,11 +448,13 @@ def _start_failure(exc: Exception, output: _JvmOutput | None) -> str:
     return jvm_failure_reason(said) if said else type(exc).__name__
 
 
-def _launch_gateway(options: dict[str, str]) -> _JvmOutput:
+def _launch_gateway(options: dict[str, str], env: dict[str, str]) -> _JvmOutput:
     """Start the driver JVM as PySpark would, but with its output through :class:`_JvmOutput`: a JVM that
     exits before it is up (a master URL Spark does not know, a heap it cannot reserve) is one
     :class:`ReportEnvironmentError` naming its reason, not its stack trace and PySpark's. Returns its output,
     still held back: the caller releases it once the session is up (or names why it did not start).
+
+    ``env`` holds environment variables for the JVM only (a variable already set in ours wins).
 
     Raises:
         ReportEnvironmentError: the JVM exited during its start.
@@ -326,7 +466,10 @@ def _launch_gateway(options: dict[str, str]) -> _JvmOutput:
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
     read_end, write_end = os.pipe()
     output = _JvmOutput(read_end)
+    added = [name for name in env if name not in os.environ]
     try:
+        # (PySpark gives the JVM a copy of our environment as it is at the launch)
+        os.environ.update({name: env[name] for name in added})
         # (stdout too: HotSpot prints why it could not start there, and the JVM has nothing else to say on
         # the command's stdout)
         gateway = launch_gateway(conf, popen_kwargs={"stdout": write_end, "stderr": write_end})
@@ -338,6 +481,8 @@ def _launch_gateway(options: dict[str, str]) -> _JvmOutput:
             f"driver memory {options['spark.driver.memory']})"
         ) from None
     finally:
+        for name in added:
+            os.environ.pop(name, None)
         os.close(write_end)  # the JVM has its own copy: the reader sees end of file when the JVM exits
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     return output

@@ -34,6 +34,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver heap, e.g. 2g (default 4g)")
     parser.add_argument(
+        "--executor-memory", metavar="SIZE",
+        help="cluster master: heap of each Spark executor, e.g. 512m (default Spark's, 1g); a worker must "
+        "offer this much free memory to run one",
+    )  # fmt: skip
+    parser.add_argument(
+        "--executor-wait", type=float, default=60.0, metavar="SECONDS",
+        help="cluster master: stop with an error when the report has had no executor this long (default 60)",
+    )  # fmt: skip
+    parser.add_argument(
         "--compare", nargs="+", metavar="RUN",
         help="compare runs (ids or unique prefixes): the first is the baseline, each other run is compared "
         "with it; default: all runs, when they all measured the same scenarios and payload sizes",
@@ -58,10 +67,18 @@ def _run(args: argparse.Namespace) -> int:
         sketch = spark_reports.Sketch.parse(args.sketch)
     except ValueError as exc:
         raise CliError(str(exc), 2) from exc
-    if not re.fullmatch(r"[1-9][0-9]*[kKmMgGtT]?", args.driver_memory):
-        problem = f"--driver-memory must be a JVM heap size such as 512m or 4g, not {args.driver_memory!r}"
-        raise CliError(problem, 2)
-    settings = spark_reports.SparkSettings(master=args.master, driver_memory=args.driver_memory)
+    heaps = (("--driver-memory", args.driver_memory), ("--executor-memory", args.executor_memory))
+    for option, size in heaps:
+        if size is not None and not re.fullmatch(r"[1-9][0-9]*[kKmMgGtT]?", size):
+            raise CliError(f"{option} must be a JVM heap size such as 512m or 4g, not {size!r}", 2)
+    if not 0 < args.executor_wait < float("inf"):
+        raise CliError(f"--executor-wait must be a number of seconds > 0, not {args.executor_wait:g}", 2)
+    settings = spark_reports.SparkSettings(
+        master=args.master,
+        driver_memory=args.driver_memory,
+        executor_memory=args.executor_memory,
+        executor_wait_seconds=args.executor_wait,
+    )
     try:
         with _py4j_logs_held_back():
             result = spark_reports.build_report(
