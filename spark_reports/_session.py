@@ -34,6 +34,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -52,8 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXECUTOR_WAIT_SECONDS",
+    "MASTER_CONNECT_SECONDS",
     "ClassDataSharing",
     "SparkSettings",
+    "check_master",
     "class_data_sharing",
     "find_java",
     "is_local",
@@ -85,6 +88,35 @@ DEFAULT_DRIVER_MEMORY: Final = "4g"
 #: one to replace those it lost) before it stops with an error instead of waiting forever. An executor of a
 #: live standalone worker on the 2-core build machine registered 2-5 s after the session started.
 EXECUTOR_WAIT_SECONDS: Final = 60.0
+
+
+#: How long the report tries to open a TCP connection to a ``spark://`` master before Spark starts.
+MASTER_CONNECT_SECONDS: Final = 10.0
+
+
+def check_master(master: str) -> None:
+    """A ``spark://`` master that accepts no connection is one error at once: Spark's own client tries 3
+    times, 20 s each, and then only says "All masters are unresponsive! Giving up." (70 s measured). Any one
+    reachable master of a list (``spark://h1:7077,h2:7077``, standby masters) will do; a URL that is not
+    ``host:port`` is left to Spark, which names what is wrong with it.
+
+    Raises:
+        ReportEnvironmentError: no master of the URL accepts a connection (each one's reason).
+    """
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for address in master.removeprefix("spark://").split(","):
+        host, colon, port = address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=MASTER_CONNECT_SECONDS):
+                return
+        except OSError as exc:
+            problems.append((address, exc.strerror or str(exc)))
+    said = problems[0][1] if len(problems) == 1 else "; ".join(f"{a}: {why}" for a, why in problems)
+    raise ReportEnvironmentError(f"cannot connect to Spark master {master}: {said}")
 
 
 def is_local(master: str) -> bool:
@@ -147,7 +179,8 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
     If a session is already active (tests share one), it is reused as is and left running.
 
     Raises:
-        ReportEnvironmentError: Spark did not start, or (cluster master) the report had no executor for
+        ReportEnvironmentError: no Java, a ``spark://`` master that accepts no connection
+            (:func:`check_master`), Spark did not start, or (cluster master) the report had no executor for
             ``settings.executor_wait_seconds`` (raised from the ``with`` block, whose jobs were cancelled).
     """
     from pyspark.sql import SparkSession
@@ -157,6 +190,7 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         yield active
         return
     java = find_java()
+    check_master(settings.master)
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     # (the driver JVM's environment only: a later cluster session of this process, or a command it starts,
     # must not inherit an address that only this machine can reach)

@@ -236,3 +236,43 @@ def test_records_the_workers_do_not_see_are_one_line(cluster: Cluster, tmp_path:
         "directory must be at the same path on every worker (a shared mount)"
     ]
     assert not out.exists()
+
+
+def test_a_master_that_accepts_no_connection_is_one_line_at_once(tmp_path: Path) -> None:
+    """Nothing listens at the master's port: Spark's client tried 3 x 20 s and then said "All masters are
+    unresponsive! Giving up." (70 s measured). Now the report tries the port first: one line, at once."""
+    _generate(tmp_path / "in", "gen-f", slowdown=1.0, seed=8, t0_ns=1_800_000_000_000_000_000)
+    master = f"spark://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*CLI, "report", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "r.html"), "--master", master],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"corda-trio: error: cannot connect to Spark master {master}: Connection refused"
+    ]
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_any_one_reachable_master_of_a_list_will_do() -> None:
+    """Standby masters (``spark://h1:P1,h2:P2``): one that accepts a connection is enough; when none does,
+    each one's reason is named; a URL that is not host:port is left to Spark (it names the problem)."""
+    from spark_reports import _session
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = listening.getsockname()[1]
+        down = free_port()
+        _session.check_master(f"spark://127.0.0.1:{down},127.0.0.1:{up}")
+    both = f"spark://127.0.0.1:{down},127.0.0.1:{up}"
+    with pytest.raises(spark_reports.ReportEnvironmentError) as refused:
+        _session.check_master(both)
+    assert str(refused.value) == (
+        f"cannot connect to Spark master {both}: 127.0.0.1:{down}: Connection refused; "
+        f"127.0.0.1:{up}: Connection refused"
+    )
+    for left_to_spark in ("spark://", "spark://host", "spark://:7077", "spark://h:99999", "local[2]"):
+        _session.check_master(left_to_spark)
