@@ -489,9 +489,10 @@ def test_cli_says_in_one_line_why_spark_did_not_start(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_cli_says_in_one_line_why_a_started_jvm_could_not_start_spark(tmp_path: Path) -> None:
-    """A master URL the JVM's launcher accepts but Spark refuses when its context starts (and a cluster master
-    that does not answer, after Spark's own retries) is one error line naming Spark's reason, exit 1, and no
-    JVM left behind: it was a Py4JJavaError traceback ("<exception str() failed>") after Spark's log lines."""
+    """A master URL the JVM's launcher accepts but Spark refuses when its context starts is one error line
+    naming Spark's reason, exit 1, and no JVM left behind: it was a Py4JJavaError traceback ("<exception
+    str() failed>") after Spark's log lines. (Cluster masters that accept no connection, or give no
+    executor: ``test_cluster.py``.)"""
     _generate(tmp_path / "in", "proc", slowdown=1.0, seed=3, t0_ns=1_800_000_000_000_000_000)
     common = [sys.executable, "-c", CLI, "report", "--in", str(tmp_path / "in")]
     common += ["--out", str(tmp_path / "r.html")]
