@@ -82,7 +82,10 @@ Theory of operation
     file = "logs/node.log"
 
     [shutdown]
-    timeout_seconds = 10                 # how long SIGTERM / Ctrl-C waits for running flows to finish
+    timeout_seconds = 10                 # how long SIGTERM / Ctrl-C waits for running flows to finish;
+                                         # then closing the store waits as long again (at least 1 s) for
+                                         # the commit helper process: one that answers nothing (frozen)
+                                         # is killed and the node exits 1 (`fatal store error`)
 
     [flows]
     max_responders_per_peer = 10000      # flows one peer may have started here and not finished; its

@@ -22,7 +22,9 @@ new flows from RPC or peers), waits up to ``shutdown.timeout_seconds`` for runni
 a checkpoint, then cancels the tree. Cancellation is safe at any checkpoint (bridges ack only what the peer
 accepted, the inbox is acked only after a handler's effects are durable), so stopping "at once" (a second
 Ctrl-C, or the timeout) loses nothing either: leaving :func:`store.open_broker` finishes pending group commits
-and closes the files. A fatal store error (a failed write or fsync) ends :meth:`run` with that error.
+and closes the files (waiting at most ``[shutdown] timeout_seconds``, at least
+:data:`MIN_STORE_CLOSE_SECONDS`, for the commit helper: a frozen one is killed, and :meth:`run` raises the
+store's error saying so). A fatal store error (a failed write or fsync) ends :meth:`run` with that error.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ DIRECTORY_POLL_SECONDS: Final[float] = 2.0
 #: The close reason (code 1001) of the RPC connections of a node that stops; a fatal error adds why
 #: (``node stopping: the store failed: ...``).
 RPC_STOPPING_REASON: Final[str] = "node stopping"
+#: Closing the store waits ``[shutdown] timeout_seconds``, but at least this long, for its commit helper
+#: process to confirm the pending group commits; a helper frozen longer is killed (``BrokerConfig``).
+MIN_STORE_CLOSE_SECONDS: Final[float] = 1.0
 
 
 class NodeStartError(Exception):
@@ -299,6 +304,7 @@ class Node:
             broker_config = store.BrokerConfig(
                 commit_process=cfg.store_commit_process,
                 require_part_list=recorded is _Recorded.STORE_WITH_PARTS,
+                close_timeout_seconds=max(cfg.shutdown_timeout_seconds, MIN_STORE_CLOSE_SECONDS),
             )
             try:
                 cfg.store_directory.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,8 @@ from typing import Final, final
 import attrs
 import trio
 
+from corda_trio import logs
+
 from ._committer import CommitHelper
 from ._compaction import Compactor, QueueGeneration
 from ._directory import KEYED_DIR, create_queue_dir, open_root, retire_queue_dir
@@ -134,6 +136,11 @@ class BrokerConfig:
     #: what is there: for an owner that knows the store had one (the node, from its ``store.json``), so that
     #: the list deleted together with parts of the store does not hide them.
     require_part_list: bool = False
+    #: How long closing waits for the commit helper process to confirm the pending group commits. A helper
+    #: that answers nothing for this long (stopped with SIGSTOP, in a paused VM, stuck in the kernel) is
+    #: killed: what it had not confirmed was never acknowledged, and leaving :func:`open_broker` raises
+    #: :class:`StoreFailedError` saying so. A healthy helper answers within one ``fdatasync``.
+    close_timeout_seconds: float = attrs.field(default=10.0, validator=attrs.validators.gt(0.0))
 
 
 @attrs.frozen(kw_only=True)
@@ -1112,14 +1119,15 @@ async def open_broker(
                 for name, recovered in recovered_logs:
                     broker._start_durable(name, recovered, FsyncPolicy.ALWAYS)
                 recovered_logs.clear()
+                hung: StoreFailedError | None = None
                 try:
                     yield broker
                 finally:
                     with trio.CancelScope(shield=True):
-                        await broker._aclose()
-                        if helper is not None:
-                            await helper.aclose()
+                        hung = await _close_broker(broker, helper)
                     nursery.cancel_scope.cancel()
+            if hung is not None:  # (only when the block itself ended normally: its own error comes first)
+                raise hung
         except BaseExceptionGroup as group:
             # The nursery is an implementation detail: one error (from the body or from a writer) is
             # raised as itself, as if the block had no nursery.
@@ -1141,6 +1149,31 @@ async def open_broker(
             with trio.CancelScope(shield=True):
                 await helper.kill()  # a no-op once it has exited
         os.close(lock_fd)
+
+
+async def _close_broker(broker: Broker, helper: CommitHelper | None) -> StoreFailedError | None:
+    """Close every queue and keyed log (their writers finish the pending group commits), then the helper.
+
+    A commit helper that confirms nothing within ``close_timeout_seconds`` is killed
+    (:meth:`CommitHelper.kill_unanswering`): a frozen process must not keep the node from stopping, nor
+    keep the directory locked. Its unconfirmed commits then fail, so the writers return. Returns that
+    failure (``None``: a clean close). On worker threads (no helper) nothing can be killed, and the close
+    waits for them.
+    """
+    if helper is None:
+        await broker._aclose()
+        return None
+    timeout = broker.config.close_timeout_seconds
+    with trio.move_on_after(timeout) as waiting:
+        await broker._aclose()
+    hung = None
+    if waiting.cancelled_caught:
+        hung = helper.kill_unanswering(timeout)
+        # (the owner reports the raised error in its own last line: the node's `fatal store error`)
+        logger.critical("closing the store: %s", hung, extra={logs.FILE_ONLY: True})
+        await broker._aclose()
+    await helper.aclose()
+    return hung
 
 
 def _log_recovery(what: str, report: RecoveryReport) -> None:

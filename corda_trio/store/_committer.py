@@ -239,16 +239,36 @@ class CommitHelper:
         if self._closing and not self._callbacks:
             self._failure = StoreFailedError("the store's commit helper process is closed")
             return
-        self._failure = StoreFailedError(
-            f"the store's commit helper process (pid {self._process.pid}) exited with status {status}"
-        )
-        logger.critical("%s; %d commits outstanding failed", self._failure, len(self._callbacks))
+        if self._failure is None:
+            self._failure = StoreFailedError(
+                f"the store's commit helper process (pid {self._process.pid}) exited with status {status}"
+            )
+            logger.critical("%s; %d commits outstanding failed", self._failure, len(self._callbacks))
+        # (else kill_unanswering killed it, and its caller reports why)
         if self.on_failure is not None:
             self.on_failure(self._failure)
         callbacks, self._callbacks = self._callbacks, {}
         for done in callbacks.values():
             done(self._failure)
         self._unsent.clear()
+
+    def kill_unanswering(self, waited_seconds: float) -> StoreFailedError:
+        """Kill a helper that has answered nothing for ``waited_seconds`` although commits wait for it
+        (stopped with SIGSTOP, in a paused VM, or stuck in the kernel); returns the failure that says so.
+
+        :meth:`run` then sees the helper exit and fails every commit it had not answered: none of them was
+        acknowledged to its appender, and the next open recovers whatever of them reached the disk (at
+        most a torn last record, which recovery cuts). Nothing is written or acknowledged after this.
+        """
+        if self._failure is None:
+            self._failure = StoreFailedError(
+                f"the store's commit helper process (pid {self._process.pid}) did not answer for "
+                f"{waited_seconds:g} s (stopped, or stuck in the kernel): killed it; the "
+                f"{len(self._callbacks)} commits it had not confirmed were not acknowledged"
+            )
+        if self._process.returncode is None:
+            self._process.kill()
+        return self._failure
 
     @trio.lowlevel.enable_ki_protection  # store internals: a Ctrl-C lands at a checkpoint, never half-way
     async def kill(self) -> None:

@@ -1,0 +1,76 @@
+"""Hung (SIGSTOP'd) processes around a real node: the commit helper of its store, a peer node.
+
+A frozen process keeps its sockets and descriptors open and answers nothing, so only a timeout can tell it
+from a slow one. These tests freeze real processes and check that the node neither hangs nor acknowledges
+what is not on disk, and that everything acknowledged survives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import rpc
+from corda_trio.node._processes import start_node_process
+
+from .cli_helpers import descendants, still_running
+from .netutil import PASSWORD, make_network
+from .test_flows_e2e import ALICE, BOB, wait_for_peers
+from .test_store_failure import _commit_helpers
+
+pytestmark = pytest.mark.slow
+
+
+async def test_sigterm_stops_a_node_whose_commit_helper_is_frozen_and_a_restart_keeps_what_was_acked(
+    tmp_path: Path,
+) -> None:
+    # A short [shutdown] timeout: it also bounds how long the store's close waits for the helper.
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], shutdown_timeout_seconds=1.0)
+    (alice_path, alice_cfg), _ = nodes
+    alice = await start_node_process(alice_path, alice_cfg)  # Bob never runs: Alice's flows wait for him
+    try:
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            before = await a.launch_flow("PingPong", recipient=BOB, rounds=1, client_id="before")
+            children = descendants(alice.process.pid)
+            (helper,) = _commit_helpers(alice.process.pid)
+            os.kill(helper, signal.SIGSTOP)
+            # Commits wait: a flow start is not answered (its checkpoint is not on disk) ...
+            with trio.move_on_after(2) as waited:
+                await a.launch_flow("PingPong", recipient=BOB, rounds=1, client_id="during")
+            assert waited.cancelled_caught, "a flow start was answered while the store could not write"
+            # ... while calls that need no commit are.
+            with trio.fail_after(5):
+                assert before in {f["flow_id"] for f in await a.list_flows()}
+        started = time.monotonic()
+        alice.process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(30):
+            code = await alice.process.wait()
+        stopped_after = time.monotonic() - started
+        left = still_running(children)
+    finally:
+        for pid in still_running(descendants(alice.process.pid)) if alice.process.returncode is None else ():
+            os.kill(pid, signal.SIGKILL)
+        await alice.stop(signal.SIGKILL, timeout_seconds=5)
+    assert alice.process.returncode is not None and stopped_after < 15, "SIGTERM did not stop the node"
+    assert left == set(), "the frozen commit helper was left behind"
+    assert code == 1
+    console = alice.console_tail(5).splitlines()
+    last = console[-1]
+    assert last.startswith(f"corda-trio: error: {alice_cfg.legal_name}: fatal store error"), console
+    assert f"commit helper process (pid {helper}) did not answer" in last, last
+    assert not [ln for ln in console if "Traceback" in ln], console
+
+    # The restart recovers what was acknowledged (the frozen helper's lock is gone with it).
+    restarted = await start_node_process(alice_path, alice_cfg)
+    try:
+        async with rpc.connect(restarted.rpc_url, "ops", PASSWORD) as a:
+            flows = {f["flow_id"]: f["state"] for f in await a.list_flows()}
+            assert flows.get(before) == "running", flows
+    finally:
+        assert await restarted.stop() == 0
