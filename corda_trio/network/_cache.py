@@ -35,6 +35,7 @@ the directory and what it means); the node's own copy does not count.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import sqlite3
 import threading
@@ -393,9 +394,9 @@ class NetworkMapUpdater:
                 own_hash = decode_signed_node_info(self.own_node_info).hash
                 try:  # first attempt inline, so the first poll already sees our own NodeInfo
                     await self._publish_once()
-                except NetworkMapError:
+                except NetworkMapError as exc:  # (unreachable, or frozen: a request timeout)
                     self._publishing = True
-                    nursery.start_soon(self._publish_with_retry)
+                    nursery.start_soon(functools.partial(self._publish_with_retry, failed=exc))
             retry = RETRY_INITIAL_SECONDS
             just_published = True
             while True:
@@ -440,18 +441,23 @@ class NetworkMapUpdater:
             log.info("published own NodeInfo: %s", outcome)
         self._refusal = None
 
-    async def _publish_with_retry(self) -> None:
-        """:meth:`_publish_once` until it succeeds or is refused, backing off; clears ``_publishing``."""
+    async def _publish_with_retry(self, *, failed: NetworkMapError | None = None) -> None:
+        """:meth:`_publish_once` until it succeeds or is refused, backing off; clears ``_publishing``.
+
+        ``failed``: the attempt just made failed so (it is logged and the first retry waits the backoff).
+        """
         delay = RETRY_INITIAL_SECONDS
         try:
             while True:
+                if failed is not None:
+                    log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, failed)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_SECONDS)
                 try:
                     await self._publish_once()
                     return
                 except NetworkMapError as exc:
-                    log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, exc)
-                await trio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                    failed = exc
         finally:
             self._publishing = False
 

@@ -3,8 +3,10 @@ cache, and directory mode."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,44 @@ async def test_the_directory_is_read_while_the_map_cannot_be_reached(
         await u.poll_once()
     assert sorted(u.nodes()) == sorted([str(ALICE), str(BOB)])
     assert _summary([events.receive_nowait()]) == [("NodeAdded", str(BOB))]
+
+
+async def test_a_frozen_map_service_is_reported_when_the_first_publish_times_out(
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A SIGSTOP'd map service, as its clients meet it: the kernel completes the TCP handshake (the listen
+    # backlog) and nothing ever answers. The first publish times out; it used to be retried at once without a
+    # word, so a frozen map was first logged after two request timeouts (a minute, by default).
+    timeout = 5.0
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(16)
+        send, _receive = trio.open_memory_channel[network.MapEvent](100)
+        updater = network.NetworkMapUpdater(
+            trust_root=creds.root.cert,
+            cache=network.NodeInfoCache(tmp_path / "frozen.db"),
+            events=send,
+            client=network.NetworkMapClient(
+                f"http://127.0.0.1:{frozen.getsockname()[1]}", timeout_seconds=timeout
+            ),
+            own_node_info=signed_node_info(alice, 10002),
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(updater.run)
+            started = trio.current_time()
+            while not _failed_publications(caplog):  # noqa: ASYNC110 (log records: no event to wait on)
+                await trio.sleep(0.1)
+            waited = trio.current_time() - started
+            nursery.cancel_scope.cancel()
+    assert waited < 2 * timeout, waited
+    first = _failed_publications(caplog)[0]
+    assert first.levelname == "WARNING"
+    assert first.getMessage().endswith(f"/network-map/publish: no answer within {timeout} s"), first.message
+
+
+def _failed_publications(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "publishing our NodeInfo failed" in r.getMessage()]
