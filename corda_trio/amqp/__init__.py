@@ -36,6 +36,7 @@ from ._decode import MAX_ZERO_WIDTH_ARRAY_COUNT as MAX_ZERO_WIDTH_ARRAY_COUNT
 from ._decode import decode_value as decode_value
 from ._encode import encode_value as encode_value
 from ._engine_errors import ConnectionClosedError as ConnectionClosedError
+from ._engine_errors import IdleTimeoutError as IdleTimeoutError
 from ._engine_errors import LocalProtocolError as LocalProtocolError
 from ._engine_errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import AmqpError as AmqpError
@@ -163,6 +164,7 @@ __all__ = [
     "Flow",
     "FramingError",
     "Header",
+    "IdleTimeoutError",
     "Int",
     "LinkAttachRequested",
     "LinkAttached",

@@ -46,7 +46,7 @@ import attrs
 
 from . import _performatives as P
 from ._config import MIN_MAX_FRAME_SIZE_BYTES, UINT_MAX, ConnectionConfig
-from ._engine_errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
+from ._engine_errors import ConnectionClosedError, IdleTimeoutError, LocalProtocolError, RemoteProtocolError
 from ._errors import AmqpError, Condition
 from ._events import (
     ConnectionClosed,
@@ -288,8 +288,8 @@ class Connection(TransferMixin, SettlementMixin):
             When ``tick`` must be called next at the latest, or ``None`` if no timer runs.
 
         Raises:
-            RemoteProtocolError: the peer has been silent longer than our idle timeout; a ``close`` with
-                ``amqp:resource-limit-exceeded`` is queued.
+            IdleTimeoutError: the peer has been silent longer than our idle timeout (a
+                :class:`RemoteProtocolError`); a ``close`` with ``amqp:resource-limit-exceeded`` is queued.
         """
         if self._rx_flag or self._last_rx is None:
             self._last_rx = now
@@ -312,9 +312,7 @@ class Connection(TransferMixin, SettlementMixin):
                 )
                 self._events = []
                 self._fail(Condition.RESOURCE_LIMIT_EXCEEDED, description)
-                raise RemoteProtocolError(
-                    description, condition=Condition.RESOURCE_LIMIT_EXCEEDED, events=self._events
-                )
+                raise IdleTimeoutError(description, events=self._events)
             deadline = limit
         peer_ms = self.remote_idle_timeout_ms
         if peer_ms and state in (_CS.OPENED, _CS.CLOSE_RCVD):

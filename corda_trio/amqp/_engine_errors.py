@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._events import Event
     from ._types import Symbol
 
-__all__ = ["ConnectionClosedError", "LocalProtocolError", "RemoteProtocolError"]
+__all__ = ["ConnectionClosedError", "IdleTimeoutError", "LocalProtocolError", "RemoteProtocolError"]
 
 
 class LocalProtocolError(AmqpError):
@@ -44,6 +44,18 @@ class RemoteProtocolError(AmqpError):
     ) -> None:
         super().__init__(description, condition=condition)
         self.events: list[Event] = list(events or ())
+
+
+class IdleTimeoutError(RemoteProtocolError):
+    """The peer completed no frame, not even an empty one, for our idle timeout (spec 2.4.5); the engine has
+    queued a ``close`` with ``amqp:resource-limit-exceeded``.
+
+    Silence is not misbehaviour: the peer is gone, frozen (SIGSTOP, a paused VM, a process stuck in swap)
+    or cut off (a dead NAT entry), and its socket may well stay open, so only this timeout notices. Drivers
+    report it as the end of the connection, not as a protocol violation of the peer.
+    """
+
+    condition: Symbol = Condition.RESOURCE_LIMIT_EXCEEDED
 
 
 class ConnectionClosedError(AmqpError):

@@ -613,9 +613,11 @@ class LinkRequest:
 class AmqpConnection:
     """A running AMQP connection (either role). Build it with ``open_amqp_connection`` or ``serve_amqp``.
 
-    ``on_violation`` is told each protocol violation of the peer (a bad header, a malformed frame, an idle
-    peer), which ends the connection; by default each is logged as a warning. A server passes its own, which
-    bounds what a remote can make it log (``serve_amqp``: per source address).
+    ``on_violation`` is told each protocol violation of the peer (a bad header, a malformed frame), which ends
+    the connection; by default each is logged as a warning. A server passes its own, which bounds what a
+    remote can make it log (``serve_amqp``: per source address). A peer silent for our idle timeout
+    (``amqp.IdleTimeoutError``) is no violation: the connection ends with an error that names the timeout,
+    and its owner logs that.
 
     Attributes:
         peer_identity: whatever the ``peer_check`` callable returned (e.g. the peer's legal name).
@@ -955,7 +957,10 @@ class AmqpConnection:
             deadline = self._engine.tick(trio.current_time())
         except amqp.RemoteProtocolError as exc:
             self._handle_events(exc.events)
-            self._peer_violated(exc)
+            if not isinstance(exc, amqp.IdleTimeoutError):
+                # (a silent peer is gone or frozen, not misbehaving: the connection's end, whose error
+                # names the timeout, is what its owner logs, once; it is no refusal of the peer)
+                self._peer_violated(exc)
             self._flush_wanted.set()
             return
         if deadline != self._deadline:

@@ -25,6 +25,9 @@ from .test_store_failure import _commit_helpers
 
 pytestmark = pytest.mark.slow
 
+#: PingPong round trips per flow: enough that flows are still running when a peer freezes.
+ROUNDS = 200
+
 
 async def test_sigterm_stops_a_node_whose_commit_helper_is_frozen_and_a_restart_keeps_what_was_acked(
     tmp_path: Path,
@@ -74,3 +77,62 @@ async def test_sigterm_stops_a_node_whose_commit_helper_is_frozen_and_a_restart_
             assert flows.get(before) == "running", flows
     finally:
         assert await restarted.stop() == 0
+
+
+def _log_lines_since(path: Path, start: int) -> list[str]:
+    return path.read_text(errors="replace").splitlines()[start:]
+
+
+def _ended(lines: list[str]) -> list[str]:
+    """The bridge's lines saying that its session with the peer ended."""
+    return [ln for ln in lines if "corda_trio.bridge:" in ln and "session with" in ln]
+
+
+async def test_a_frozen_peer_is_given_up_after_the_idle_timeout_in_one_line_and_its_flows_complete(
+    tmp_path: Path,
+) -> None:
+    nodes = make_network(tmp_path / "net", [ALICE, BOB])
+    (alice_path, alice_cfg), (bob_path, bob_cfg) = nodes
+    alice = await start_node_process(alice_path, alice_cfg)
+    bob = await start_node_process(bob_path, bob_cfg)
+    try:
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            assert await a.start_flow("PingPong", recipient=BOB, rounds=2) == 2  # the bridge is up
+            flows = [await a.launch_flow("PingPong", recipient=BOB, rounds=ROUNDS) for _ in range(4)]
+            mark = len(alice_cfg.log_path.read_text().splitlines())
+            # 1. Frozen: its sockets stay open (half-open), so only the AMQP idle timeout (10 s) can tell.
+            os.kill(bob.process.pid, signal.SIGSTOP)
+            try:
+                running = {f["flow_id"] for f in await a.list_flows("running")}
+                assert running & set(flows), "the flows ended before the freeze: nothing was tested"
+                with trio.fail_after(20):
+                    while not _ended(_log_lines_since(alice_cfg.log_path, mark)):
+                        assert await a.list_flows() is not None  # RPC answers meanwhile
+                        await trio.sleep(0.2)
+            finally:
+                os.kill(bob.process.pid, signal.SIGCONT)
+            during = _log_lines_since(alice_cfg.log_path, mark)
+            ended = _ended(during)
+            assert len(ended) == 1 and "no frame received" in ended[0] and " INFO " in ended[0], during
+            # a silent peer is no protocol violation: no warning, no refusal counted (it was two warnings)
+            assert not [ln for ln in during if "protocol violation" in ln or " WARNING " in ln], during
+
+            # 2. Frozen again, then killed and restarted: it resumes from its checkpoints.
+            os.kill(bob.process.pid, signal.SIGSTOP)
+            await trio.sleep(1)
+            os.kill(bob.process.pid, signal.SIGKILL)
+            await bob.process.wait()
+            bob = await start_node_process(bob_path, bob_cfg)
+            with trio.fail_after(90):
+                results = [await a.start_flow("PingPong", recipient=BOB, rounds=ROUNDS)]
+                for flow_id in flows:
+                    events = [e async for e in a.watch_flow(flow_id)]
+                    results.append(events[-1]["result"])
+            assert results == [ROUNDS] * 5, results  # every ping answered once: nothing lost, nothing doubled
+    finally:
+        for node in (alice, bob):
+            if node.process.returncode is None:
+                os.kill(node.process.pid, signal.SIGCONT)
+        await alice.stop()
+        await bob.stop()
