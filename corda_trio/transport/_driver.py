@@ -9,7 +9,10 @@ owner supplies (``open_amqp_connection`` / ``serve_amqp`` do that):
   (senders, receivers, link requests), calls ``tick`` and flushes whatever the engine queued in reply;
 * the *writer* flushes output that application calls queued without writing themselves (transfers and
   settlements are batched this way: one ``send_all`` carries many frames);
-* the *timer* sleeps until the deadline ``tick`` returned (heartbeats, idle timeout).
+* the *timer* sleeps until the deadline ``tick`` returned (heartbeats, idle timeout). A deadline that passed
+  long ago when the engine is next ticked means this process was stopped (SIGSTOP, a paused VM): the timers
+  are put off once by :data:`STALL_GRACE_SECONDS`, so that the peer's frames that arrived meanwhile are read
+  before the idle timeout judges its silence.
 
 Every write goes through :meth:`AmqpConnection._flush`, which holds a ``StrictFIFOLock`` and drains the engine
 *inside* the lock, so frames leave in the order the engine produced them. A write that fails or is cancelled
@@ -76,6 +79,10 @@ CLOSE_NOTIFY_TIMEOUT_SECONDS: Final = 0.5
 #: Bound on the goodbye (our close out, the peer's in) when the connection's owner was cancelled: a peer on
 #: a working network answers our close within a round trip; a silent one is not waited for longer.
 CANCELLED_CLOSE_TIMEOUT_SECONDS: Final = 0.5
+#: A timer that fires this much later than its deadline means that this process was not running (stopped
+#: with SIGSTOP, a paused VM, swap, a blocked event loop): the engine's timers wait this long again, once, so
+#: that the reader first takes what the peer sent meanwhile (see :meth:`AmqpConnection._tick`).
+STALL_GRACE_SECONDS: Final = 0.5
 #: ``max_message_size=DEFAULT``: take the connection config's limit.
 DEFAULT: Final[Any] = amqp.FROM_CONFIG
 LINK_REQUEST_BACKLOG: Final = 64
@@ -646,6 +653,7 @@ class AmqpConnection:
         self._flush_wanted = trio.Event()
         self._timer_wake = trio.Event()
         self._deadline: float | None = None
+        self._stall_grace = False  # the engine's timers were put off once after a stall of this process
         self._broken: AmqpConnectionError | None = None
         self._ended_cleanly = False
         self._stream_dead = False
@@ -953,8 +961,20 @@ class AmqpConnection:
                 engine.drained(sender.channel, sender.handle)
 
     def _tick(self) -> None:
+        now = trio.current_time()
+        stalled = self._deadline is not None and now - self._deadline > STALL_GRACE_SECONDS
+        if stalled and not self._stall_grace:
+            # The deadline passed long ago: this process was not running (SIGSTOP, a paused VM, swap, a
+            # blocked loop), and what a live peer sent meanwhile waits unread. Judged now, our own pause
+            # would look like the peer's silence (the idle timeout), so the reader goes first: the timers
+            # wait STALL_GRACE_SECONDS more, once (a loop that is always late still ticks every other time).
+            self._stall_grace = True
+            self._deadline = now + STALL_GRACE_SECONDS
+            self._timer_wake.set()
+            return
+        self._stall_grace = False
         try:
-            deadline = self._engine.tick(trio.current_time())
+            deadline = self._engine.tick(now)
         except amqp.RemoteProtocolError as exc:
             self._handle_events(exc.events)
             if not isinstance(exc, amqp.IdleTimeoutError):

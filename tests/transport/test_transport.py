@@ -263,6 +263,41 @@ async def test_silent_peer_is_closed_with_resource_limit_exceeded(
     assert peer.close_error is not None and peer.close_error.condition == C.RESOURCE_LIMIT_EXCEEDED
 
 
+async def test_a_stalled_process_reads_what_the_peer_sent_before_it_judges_the_peer_silent(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    """Our process was not running (SIGSTOP, a paused VM, swap) for longer than our idle timeout, while the
+    live peer went on sending: at the resume its frames wait unread and our idle deadline is long past. The
+    timer must not declare the peer silent before the reader has taken them: it did, in about half the
+    resumes (whichever task ran first), blaming the peer for our own pause and ending a healthy connection
+    (found by SIGCONT of a frozen bridge process: 'no frame received for 13.020 s')."""
+    to_us = trio.testing.MemoryReceiveStream()  # the test puts the peer's bytes here, synchronously
+    from_us = trio.testing.MemorySendStream()
+    peer = amqp.Connection(amqp.ConnectionConfig(idle_timeout_ms=None, sasl=False), client=False)
+
+    async def pump_to_peer() -> None:  # the peer answers the handshake; the rest it only reads
+        while data := await from_us.get_data():
+            peer.receive_data(data)
+            if out := peer.data_to_send():
+                to_us.put_data(out)
+
+    nursery.start_soon(pump_to_peer)
+    cfg = amqp.ConnectionConfig(idle_timeout_ms=2000, sasl=False)
+    stream = trio.StapledStream(from_us, to_us)
+    with trio.fail_after(60):  # (virtual time: the stalls below take 36 s of it)
+        async with transport.open_amqp_over_stream(stream, config=cfg) as conn:
+            try:
+                heartbeat = amqp.encode_empty_frame()
+                for _ in range(12):  # each resume was a coin toss: a dozen of them never all went well
+                    await trio.testing.wait_all_tasks_blocked()
+                    to_us.put_data(heartbeat)  # sent by the peer while we were stopped ...
+                    mock_clock.jump(3.0)  # ... for longer than our idle timeout
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert not conn.closed, conn.close_error
+            finally:
+                mock_clock.autojump_threshold = 0  # the close's bounded waits pass in virtual time
+
+
 async def test_cancelled_send_is_never_reported_delivered(
     nursery: trio.Nursery, autojump_clock: object
 ) -> None:
