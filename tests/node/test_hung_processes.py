@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from .test_store_failure import _commit_helpers
 
 pytestmark = pytest.mark.slow
 
+REPO = str(Path(__file__).resolve().parents[2])
 #: PingPong round trips per flow: enough that flows are still running when a peer freezes.
 ROUNDS = 200
 
@@ -136,3 +139,62 @@ async def test_a_frozen_peer_is_given_up_after_the_idle_timeout_in_one_line_and_
                 os.kill(node.process.pid, signal.SIGCONT)
         await alice.stop()
         await bob.stop()
+
+
+#: An RPC client that asks for the flow list many times at once, then freezes itself (SIGSTOP): it reads none
+#: of the answers, its socket stays open.
+_FROZEN_CLIENT = """
+import os, signal, sys, trio
+from corda_trio import rpc
+
+async def main():
+    async with rpc.connect(sys.argv[1], "ops", sys.argv[2]) as client:
+        async with trio.open_nursery() as nursery:
+            for _ in range(2000):
+                nursery.start_soon(client.list_flows)
+            await trio.sleep(0.5)
+            print("freezing", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+trio.run(main)
+"""
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+async def test_a_frozen_rpc_client_costs_bounded_memory_and_does_not_hold_up_a_stop(tmp_path: Path) -> None:
+    # (Bob never runs: the flows wait for him, and the stop gives them the 1 s [shutdown] timeout)
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], shutdown_timeout_seconds=1.0)
+    alice = await start_node_process(*nodes[0])
+    client: trio.Process | None = None
+    try:
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            for i in range(200):  # a flow list of ~100 KB per answer: 2000 answers would be ~200 MB
+                await a.launch_flow("PingPong", recipient=BOB, rounds=1, client_id=f"waiting-for-bob-{i}")
+            before = _rss_kib(alice.process.pid)
+            client = await trio.lowlevel.open_process(
+                [sys.executable, "-c", _FROZEN_CLIENT, alice.rpc_url, PASSWORD],
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": REPO},
+            )
+            assert client.stdout is not None
+            with trio.fail_after(30):
+                assert b"freezing" in await client.stdout.receive_some(100)
+            await trio.sleep(2)  # the node answers until the socket is full, then waits
+            grown_kib = _rss_kib(alice.process.pid) - before
+            with trio.fail_after(5):  # other clients are served meanwhile
+                assert len(await a.list_flows()) == 200
+        started = time.monotonic()
+        code = await alice.stop(timeout_seconds=15)
+        stopped_after = time.monotonic() - started
+    finally:
+        if client is not None:
+            client.kill()
+            await client.wait()
+        await alice.stop(signal.SIGKILL)
+    assert grown_kib < 50 * 1024, f"the node grew by {grown_kib} KiB for a client that reads nothing"
+    assert code == 0 and stopped_after < 1.0 + 3, (code, stopped_after)
