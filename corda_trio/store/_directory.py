@@ -96,13 +96,44 @@ def lock_directory(directory: str, *, exclusive: bool, wait_seconds: float = 0.0
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
                 if time.monotonic() >= deadline:
+                    holders = "".join(f" ({holder})" for holder in _holders(directory))
                     raise BrokerLockedError(
-                        f"broker directory {directory} is in use by another process"
+                        f"broker directory {directory} is in use by another process{holders}"
                     ) from None
                 time.sleep(0.01)
     except BaseException:
         os.close(fd)
         raise
+
+
+#: ``/proc/PID/stat`` states worth naming when such a process holds a store (the rest: "running").
+_PROC_STATES: Final = {"T": "stopped (SIGSTOP: SIGCONT or kill it)", "t": "stopped by a debugger",
+                       "D": "waiting in the kernel (disk I/O)", "Z": "a zombie"}  # fmt: skip
+
+
+def _holders(directory: str) -> list[str]:
+    """The other processes that have ``directory`` open (Linux ``/proc``; best effort, else none), named
+    by pid, state and command: the holder of a store lock may be a commit helper that outlived its node
+    because it is frozen, and the operator needs its pid."""
+    try:
+        target = os.path.realpath(directory)
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if not any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in fds):
+                continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0].decode("ascii", "replace")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to look at
+        found.append(f"pid {pid}, {_PROC_STATES.get(state, 'running')}: {command[:120]}")
+    return found
 
 
 def open_root(directory: str, wait_seconds: float = 0.0, *, require_part_list: bool = False) -> RootListing:

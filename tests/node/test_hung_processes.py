@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from corda_trio import rpc
-from corda_trio.node._processes import start_node_process
+from corda_trio.node._processes import NodeProcessError, start_node_process
 
 from .cli_helpers import descendants, still_running
 from .netutil import PASSWORD, make_network
@@ -198,3 +198,34 @@ async def test_a_frozen_rpc_client_costs_bounded_memory_and_does_not_hold_up_a_s
         await alice.stop(signal.SIGKILL)
     assert grown_kib < 50 * 1024, f"the node grew by {grown_kib} KiB for a client that reads nothing"
     assert code == 0 and stopped_after < 1.0 + 3, (code, stopped_after)
+
+
+async def test_a_node_killed_while_its_commit_helper_is_frozen_names_the_helper_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    # The helper outlives its node only while it is frozen (it leaves as soon as it sees its parent gone),
+    # and it still holds the store's lock: the next start must say which process holds it.
+    nodes = make_network(tmp_path / "net", [ALICE, BOB])
+    (alice_path, alice_cfg), _ = nodes
+    alice = await start_node_process(alice_path, alice_cfg)
+    async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+        await wait_for_peers(a, 2)
+        before = await a.launch_flow("PingPong", recipient=BOB, rounds=1, client_id="before")
+    (helper,) = _commit_helpers(alice.process.pid)
+    os.kill(helper, signal.SIGSTOP)
+    try:
+        await alice.stop(signal.SIGKILL)
+        with pytest.raises(NodeProcessError) as refused:
+            await start_node_process(alice_path, alice_cfg)
+        line = refused.value.args[0].splitlines()[-1]
+        assert line.startswith(f"corda-trio: error: {alice_cfg.legal_name}: the store is in use"), line
+        assert f"(pid {helper}, stopped (SIGSTOP: SIGCONT or kill it): " in line and "_commit_helper" in line
+    finally:
+        os.kill(helper, signal.SIGCONT)  # it sees its parent gone and leaves
+    # (the start waits up to 2 s for the lock: the helper leaves within that)
+    restarted = await start_node_process(alice_path, alice_cfg)
+    try:
+        async with rpc.connect(restarted.rpc_url, "ops", PASSWORD) as a:
+            assert before in {f["flow_id"] for f in await a.list_flows()}
+    finally:
+        assert await restarted.stop() == 0
