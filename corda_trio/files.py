@@ -12,7 +12,10 @@ Only a regular file is read. A named pipe (FIFO) that nobody writes to would blo
 ever, and a device (``/dev/zero``) or socket is never what an operator meant: the file is opened with
 ``O_NONBLOCK`` (so the open of a FIFO returns at once), checked with ``fstat``, and anything but a regular
 file is refused with an ``OSError`` whose text names what it is (``not a regular file: a named pipe``); a
-directory is refused as the system says it (``Is a directory``).
+directory is refused as the system says it (``Is a directory``). A file that another reader opens itself
+(the SQLite databases of the network map, the records Spark reads) is checked the same way first, by
+:func:`check_regular_file`, so that the operator is told what the file is: SQLite itself says only
+``disk I/O error`` of a named pipe or ``/dev/zero``.
 
 :func:`write_file_atomically` writes a small file (a key, a certificate, a record of the node's) so that a
 crash leaves either the old file or the new one, never a part: a temporary file in the same directory,
@@ -37,6 +40,7 @@ from typing import Final
 
 __all__ = [
     "MAX_OPERATOR_FILE_BYTES",
+    "check_regular_file",
     "name_file",
     "open_for_appending",
     "os_error_text",
@@ -61,13 +65,8 @@ def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE
             does not wait for a writer); or it holds more than ``limit`` bytes (``errno.EFBIG``, ``strerror``
             ``"larger than <limit>"``; nothing beyond ``limit + 1`` bytes is read).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY_CLOEXEC)
+    fd = _open_regular_file(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"not a regular file: {_kind(mode)}", os.fspath(path))
         chunks: list[bytes] = []
         left = limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
@@ -79,6 +78,40 @@ def read_small_file(path: str | os.PathLike[str], limit: int = MAX_OPERATOR_FILE
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
     return data
+
+
+def check_regular_file(path: str | os.PathLike[str], *, missing_ok: bool = False) -> None:
+    """Check that ``path`` is a regular file this process may read, as :func:`read_small_file` would, for a
+    file that something else opens (SQLite, Spark): opened without waiting, checked, closed, nothing read.
+
+    Args:
+        missing_ok: nothing at ``path`` is fine (a database that its opener creates).
+
+    Raises:
+        OSError: as :func:`read_small_file` raises it for a file it refuses unread (``FileNotFoundError``
+            when there is nothing at ``path``, through a symbolic link too, unless ``missing_ok``).
+    """
+    try:
+        os.close(_open_regular_file(path))
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def _open_regular_file(path: str | os.PathLike[str]) -> int:
+    """A descriptor of ``path`` open for reading (in non-blocking mode), which is a regular file; else
+    ``OSError`` (``EISDIR``, or ``EINVAL`` naming what it is)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_NOCTTY_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"not a regular file: {_kind(mode)}", os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _kind(mode: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corda_trio.files import MAX_OPERATOR_FILE_BYTES, open_for_appending, read_small_file
+from corda_trio.files import MAX_OPERATOR_FILE_BYTES, check_regular_file, open_for_appending, read_small_file
 
 
 def test_a_file_of_exactly_the_limit_is_read_whole(tmp_path: Path) -> None:
@@ -81,6 +81,23 @@ def test_missing_files_and_directories_raise_what_open_raises(tmp_path: Path) ->
         read_small_file(tmp_path / "nope")
     with pytest.raises(IsADirectoryError):
         read_small_file(tmp_path)
+
+
+def test_a_file_another_reader_opens_is_checked_as_read_small_file_would_read_it(tmp_path: Path) -> None:
+    """check_regular_file refuses what read_small_file refuses, in its words, without reading or waiting."""
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    (tmp_path / "file").write_bytes(b"x")
+    for name, problem in (("pipe", "a named pipe"), ("zero", "a character device")):
+        with pytest.raises(OSError) as info:
+            check_regular_file(tmp_path / name, missing_ok=True)
+        assert (info.value.errno, info.value.strerror) == (errno.EINVAL, f"not a regular file: {problem}")
+    with pytest.raises(IsADirectoryError):
+        check_regular_file(tmp_path, missing_ok=True)
+    with pytest.raises(FileNotFoundError):
+        check_regular_file(tmp_path / "nope")
+    check_regular_file(tmp_path / "nope", missing_ok=True)
+    check_regular_file(tmp_path / "file")
 
 
 def test_appending_to_a_named_pipe_nobody_reads_is_refused_at_once(tmp_path: Path) -> None:

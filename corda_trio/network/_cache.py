@@ -47,7 +47,7 @@ import attrs
 import trio
 from cryptography import x509
 
-from corda_trio.files import read_small_file
+from corda_trio import files
 
 from ._client import NetworkMapClient
 from ._codec import MAX_PAYLOAD_BYTES
@@ -137,11 +137,14 @@ class NodeInfoCache:
     warning, and the cache starts empty.
 
     Raises:
-        sqlite3.Error: the file cannot be opened for another reason (a directory, no permission, ...).
+        OSError: the file is not a regular file (a directory, a named pipe, a device) or cannot be read;
+            nothing is moved aside.
+        sqlite3.Error: the file cannot be opened for another reason.
     """
 
     def __init__(self, path: str | Path) -> None:
         self._lock = threading.Lock()
+        files.check_regular_file(path, missing_ok=True)  # (SQLite: "disk I/O error" of a pipe or /dev/zero)
         try:
             self._db = _open_cache(path)
         except _DamagedCacheError as exc:
@@ -516,7 +519,7 @@ class NetworkMapUpdater:
         for path in sorted(self.node_infos_dir.iterdir()):
             if path.name.startswith(NODE_INFO_FILE_PREFIX) and path.is_file():
                 try:
-                    found.append((str(path), read_small_file(path, MAX_PAYLOAD_BYTES)))
+                    found.append((str(path), files.read_small_file(path, MAX_PAYLOAD_BYTES)))
                 except OSError as exc:
                     log.warning("cannot read %s: %s", path, exc.strerror)
         return found

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Literal
 
+from corda_trio import files
+
 from ._model import SignedWithCert
 from ._signing import VerifiedNodeInfo, decode_signed_node_info, identity_key_hash
 
@@ -69,6 +71,12 @@ class NetworkMapStore:
 
     def __init__(self, path: str | Path) -> None:
         self._lock = threading.Lock()
+        try:  # (SQLite says "disk I/O error" of a named pipe or /dev/zero: say what the file is)
+            files.check_regular_file(path, missing_ok=True)
+        except OSError as exc:
+            raise NetworkMapStoreError(
+                f"cannot open the network map database {path}: {exc.strerror}"
+            ) from None
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:

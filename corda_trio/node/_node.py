@@ -522,7 +522,8 @@ class Node:
         try:
             cache = network.NodeInfoCache(cfg.node_info_cache)
         except (sqlite3.Error, OSError) as exc:
-            raise NodeStartError(f"cannot open the network map cache {cfg.node_info_cache}: {exc}") from None
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise NodeStartError(f"cannot open the network map cache {cfg.node_info_cache}: {why}") from None
         send, receive = trio.open_memory_channel[network.MapEvent](256)
         self.updater = network.NetworkMapUpdater(
             trust_root=material.trust_root,

@@ -187,6 +187,7 @@ def test_operator_mistake_is_one_line(playground: Path, command: str, message: s
 
 
 PIPE = "not a regular file: a named pipe"
+DEVICE = "not a regular file: a character device"
 ALICE_TOML = "node start --config {n}/nodes/alice/node.toml"
 # (id, file of a network copy put out of place, what is there instead, command, text of the one line, code)
 OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
@@ -222,6 +223,15 @@ OUT_OF_PLACE: list[tuple[str, str, str, str, str, int]] = [
      "{n}/bridge.toml: cannot read: " + PIPE, 2),
     ("float-config-pipe", "float.toml", "fifo", "float start --config {n}/float.toml",
      "{n}/float.toml: cannot read: " + PIPE, 2),
+    # the SQLite databases: SQLite said 'disk I/O error' (and the map 'restore it from a backup')
+    ("networkmap-db-pipe", "network-map/networkmap.db", "fifo", "networkmap list --dir {n}",
+     "cannot open the network map database {n}/network-map/networkmap.db: " + PIPE, 1),
+    ("networkmap-db-dev-zero", "network-map/networkmap.db", "dev-zero", "networkmap serve --dir {n}",
+     "cannot open the network map database {n}/network-map/networkmap.db: " + DEVICE, 1),
+    ("node-map-cache-pipe", "nodes/alice/network-map-cache.db", "fifo", ALICE_TOML,
+     "cannot open the network map cache {n}/nodes/alice/network-map-cache.db: " + PIPE, 1),
+    ("node-map-cache-dev-zero", "nodes/alice/network-map-cache.db", "dev-zero", ALICE_TOML,
+     "cannot open the network map cache {n}/nodes/alice/network-map-cache.db: " + DEVICE, 1),
 ]  # fmt: skip
 
 
@@ -235,9 +245,10 @@ def test_a_file_out_of_place_is_refused_at_once(
 ) -> None:
     """A named pipe nobody writes to where a file belongs made every command wait in its open() for ever
     (node start, networkmap, bridge and float start, network show), and so did one nobody reads as the
-    node's log file; the store record's errors read '[Errno 21] Is a directory: ...'; a node.toml,
-    networkmap.toml or store record nested 100,000 (30,000) levels deep was a RecursionError traceback.
-    Now: one line naming the file and what it is, at once; the file is left alone."""
+    node's log file; the store record's errors read '[Errno 21] Is a directory: ...'; the map database and
+    the node's map cache, a pipe or /dev/zero, were a 'disk I/O error' (to restore from a backup); a
+    node.toml, networkmap.toml or store record nested 100,000 (30,000) levels deep was a RecursionError
+    traceback. Now: one line naming the file and what it is, at once; the file is left alone."""
     net = tmp_path / "net"
     shutil.copytree(playground / "net", net)
     target = net / file
@@ -245,6 +256,8 @@ def test_a_file_out_of_place_is_refused_at_once(
     target.unlink(missing_ok=True)
     if kind == "fifo":
         os.mkfifo(target)
+    elif kind == "dev-zero":
+        target.symlink_to("/dev/zero")
     elif kind == "dir":
         target.mkdir()
     else:  # 100,000 levels of arrays (the store record's limit is 64 KiB: 30,000)
@@ -255,7 +268,10 @@ def test_a_file_out_of_place_is_refused_at_once(
     assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith("corda-trio: error: ") and message.format(n=net) in done.stderr, done.stderr
     assert done.returncode == code
-    assert target.is_fifo() if kind == "fifo" else target.is_dir() if kind == "dir" else target.is_file()
+    if kind == "dev-zero":
+        assert os.readlink(target) == "/dev/zero"  # (not moved aside as a damaged database)
+    else:
+        assert target.is_fifo() if kind == "fifo" else target.is_dir() if kind == "dir" else target.is_file()
 
 
 def test_a_float_audit_log_that_is_a_pipe_nobody_reads_is_refused(playground: Path, tmp_path: Path) -> None:
