@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from corda_trio.files import check_regular_file, write_file_atomically
+
 from ._compare import NEED_TWO, compare_runs, comparison_table, resolve_runs
 from ._errors import ReportInputError, ReportOutputError
 from ._html import ReportContext, render_html
 from ._job import JobResult, Sketch, compute
-from ._schema import discover_inputs, load_records
+from ._schema import InputSet, discover_inputs, load_records
 from ._session import SparkSettings, open_spark
-from ._tables import build_tables, write_tables
+from ._tables import REPORT_FILE_MODE, build_tables, write_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,6 +124,8 @@ def build_report(
         BadRecordsError: records that break the schema (``FILE:LINE: problem`` for the first few).
         ReportInputError: missing, empty or malformed input; unknown run in ``compare``.
         ReportEnvironmentError: Spark cannot start (no Java, or its JVM ended during its start).
+        ReportOutputError: another report is being written to ``out_html``; the report or its tables
+            cannot be written.
     """
     started = time.perf_counter()
     settings = settings or SparkSettings()
@@ -135,8 +142,60 @@ def build_report(
         if blocker is not None:
             raise ReportInputError(f"--out {out_html}: {blocker} is a file") from None
         raise ReportInputError(f"--out {out_html}: cannot create {out_html.parent}: {exc.strerror}") from None
+    try:  # a pipe, a device or a directory there is not an earlier report to replace: refused before Spark
+        check_regular_file(out_html, missing_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.EISDIR):
+            raise ReportInputError(f"--out {out_html}: {exc.strerror}") from None
     tables_dir = tables_dir_for(out_html)
+    with _writing(out_html, tables_dir):
+        return _build(inputs, out_html, tables_dir, started, settings, compare, sketch, spark, skip_bad)
 
+
+@contextlib.contextmanager
+def _writing(out_html: Path, tables_dir: Path) -> Iterator[None]:
+    """Hold the report's tables directory (created now, so that a directory where nothing can be written is
+    said before Spark starts) locked while the report is made: a second report with the same ``--out`` is
+    refused at once, where the two would have written each other's tables and one of the two HTML files
+    would have won. The lock (``flock`` on the directory) ends with the process, however it ends; an empty
+    directory this call created is removed again when the report was not written."""
+    created = not tables_dir.is_dir()
+    try:
+        tables_dir.mkdir(exist_ok=True)
+        fd = os.open(tables_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ReportInputError(f"--out {out_html}: cannot create {tables_dir}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReportOutputError(
+                f"--out {out_html}: another report is being written there (it holds {tables_dir}); wait for "
+                "it to end or choose another --out"
+            ) from None
+        try:
+            yield
+        except BaseException:
+            if created:
+                with contextlib.suppress(OSError):
+                    tables_dir.rmdir()  # (only if empty: the tables of an earlier report are kept)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _build(
+    inputs: InputSet,
+    out_html: Path,
+    tables_dir: Path,
+    started: float,
+    settings: SparkSettings,
+    compare: Sequence[str] | None,
+    sketch: Sketch | None,
+    spark: SparkSession | None,
+    skip_bad: bool,
+) -> ReportResult:
+    """The rest of :func:`build_report`, once the output is held."""
     phases: dict[str, float] = {}
 
     def run(session: SparkSession) -> ReportResult:
@@ -189,12 +248,9 @@ def build_report(
         )
         comparison = (rows, compared) if rows is not None and compared else None
         html = render_html(job, inputs.metas, context, comparison)
-        tmp = out_html.with_name(out_html.name + ".part")
-        try:
-            tmp.write_text(html, encoding="utf-8")
-            os.replace(tmp, out_html)
+        try:  # (whole or not at all: an interrupted report leaves the earlier one)
+            write_file_atomically(out_html, html.encode("utf-8"), REPORT_FILE_MODE)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise ReportOutputError(f"cannot write the report {out_html}: {exc.strerror or exc}") from None
         return ReportResult(
             html_path=out_html,

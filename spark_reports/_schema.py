@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from corda_trio import records
-from corda_trio.files import read_small_file
+from corda_trio.files import check_regular_file, read_small_file
 
 from ._errors import ReportInputError
 
@@ -155,13 +156,16 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
                         "double. Give each input directory once"
                     )
                 seen[real] = entry
-            if name.endswith(".jsonl") and entry.is_file():
+            if name.endswith(".jsonl"):
+                _check_record_file(entry)
                 json_files.append(entry)
                 found_here += 1
             elif name.endswith(".parquet"):
+                if not entry.is_dir():  # (a Parquet record set is a file or a directory of them)
+                    _check_record_file(entry)
                 parquet_paths.append(entry)
                 found_here += 1
-            elif name.endswith(records.META_SUFFIX) and entry.is_file():
+            elif name.endswith(records.META_SUFFIX):
                 run_id, meta = _read_meta(entry)
                 if run_id in metas:
                     raise ReportInputError(
@@ -182,6 +186,19 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
         parquet_paths=tuple(parquet_paths),
         metas=metas,
     )
+
+
+def _check_record_file(path: Path) -> None:
+    """Refuse a record file that Spark could not read, or that the search would have passed by (a named
+    pipe, a device, a directory, a dangling symbolic link, no permission): leaving it out would change the
+    report's figures without a word, and Spark would wait for a pipe's writer or stop with a traceback."""
+    try:
+        check_regular_file(path)
+    except OSError as exc:
+        why = exc.strerror
+        if isinstance(exc, FileNotFoundError) and path.is_symlink():
+            why = f"a symbolic link to {os.readlink(path)}, which does not exist"
+        raise ReportInputError(f"record file {path} cannot be read: {why}") from None
 
 
 #: A meta file is a short description of a run; a larger one is not read (the driver's memory stays bounded).

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Final
 
+from corda_trio.files import write_file_atomically
+
 from ._job import PERCENTILES, JobResult
 
-__all__ = ["build_tables", "peak_per_second", "write_tables"]
+__all__ = ["REPORT_FILE_MODE", "build_tables", "peak_per_second", "write_tables"]
+
+#: The mode of the report's files (the HTML and its CSV tables): ordinary files that others may read.
+REPORT_FILE_MODE: Final = 0o644
 
 
 #: Header of a table that has no rows (so an empty CSV still says what it would hold).
@@ -110,7 +116,8 @@ def write_tables(tables: dict[str, list[dict[str, Any]]], out_dir: Path) -> list
 
     The driver writes them with pyarrow: they are small (bounded by the job's limits), and five Spark write
     jobs cost 1.7-2.1 s of every report on the 2-core build machine, against milliseconds here. A table
-    written again replaces the old one; its part file appears whole (written aside, then renamed).
+    written again replaces the old one; each CSV file and Parquet part file appears whole (written aside,
+    then renamed), so that an interrupted report leaves whole tables.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -120,10 +127,11 @@ def write_tables(tables: dict[str, list[dict[str, Any]]], out_dir: Path) -> list
     for name, rows in tables.items():
         columns = list(rows[0]) if rows else list(EMPTY_TABLE_COLUMNS.get(name, ()))
         csv_path = out_dir / f"{name}.csv"
-        with csv_path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_file_atomically(csv_path, text.getvalue().encode("utf-8"), REPORT_FILE_MODE)
         written.append(csv_path)
         if not rows:
             continue
