@@ -29,6 +29,7 @@ store's error saying so). A fatal store error (a failed write or fsync) ends :me
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import fcntl
@@ -40,6 +41,7 @@ import os
 import socket
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +83,9 @@ RUNTIME_FILE_NAME: Final[str] = "node.json"
 STORE_RECORD_NAME: Final[str] = "store.json"
 #: Poll interval in directory mode (no map service) and the upper bound of a map's max-age we honour.
 DIRECTORY_POLL_SECONDS: Final[float] = 2.0
+#: How long one ``[flows] modules`` entry may take to import (a module defines flows in milliseconds; one
+#: that takes longer waits for something at import, and would hold the start for ever).
+FLOW_MODULE_IMPORT_SECONDS: Final[float] = 20.0
 #: The close reason (code 1001) of the RPC connections of a node that stops; a fatal error adds why
 #: (``node stopping: the store failed: ...``).
 RPC_STOPPING_REASON: Final[str] = "node stopping"
@@ -172,9 +177,28 @@ def _import_flow_modules(config: NodeConfig) -> None:
         NodeStartError: a module cannot be imported (not found, or it raised while being imported).
     """
     for name in config.flows_modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # (whatever the module's own code raises: one line, nothing started)
+        outcome: list[BaseException | None] = []
+
+        def load(name: str = name, outcome: list[BaseException | None] = outcome) -> None:
+            try:
+                with contextlib.redirect_stdout(sys.stderr):  # stdout carries the ready line only
+                    importlib.import_module(name)
+            except BaseException as exc:  # (whatever the module's own code raises: one line, nothing started)
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        # A module that waits for something at import (a socket, a lock, input) would hold the start for
+        # ever: it is imported on a thread of its own, given a bound, and left behind if it takes longer.
+        importer = threading.Thread(target=load, name=f"import {name}", daemon=True)
+        importer.start()
+        importer.join(FLOW_MODULE_IMPORT_SECONDS)
+        if not outcome:
+            raise NodeStartError(
+                f"flows.modules: importing {name!r} did not end within {FLOW_MODULE_IMPORT_SECONDS:g} s (its "
+                "top-level code waits for something)"
+            )
+        if (exc := outcome[0]) is not None:
             raise NodeStartError(
                 f"flows.modules: cannot import {name!r}: {type(exc).__name__}: {exc}"
             ) from None

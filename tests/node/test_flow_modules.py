@@ -5,6 +5,8 @@ line, before anything is written."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import attrs
@@ -14,7 +16,7 @@ from corda_trio import rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
-from .cli_helpers import run_cli
+from .cli_helpers import CLI, run_cli
 from .netutil import PASSWORD, make_network
 from .test_flows_e2e import wait_for_peers
 
@@ -128,3 +130,61 @@ def _value(toml: str) -> object:
     import tomllib
 
     return tomllib.loads(f"v = {toml}")["v"]
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        (
+            "import time\nwhile True:\n    time.sleep(1)\n",
+            "flows.modules: importing 'odd_flows' did not end within 20 s (its top-level code waits for "
+            "something)",
+        ),
+        ("import sys\nsys.exit(3)\n", "flows.modules: cannot import 'odd_flows': SystemExit: 3"),
+    ],
+    ids=["hangs", "exits"],
+)
+def test_a_flow_module_that_hangs_or_exits_at_import_is_one_line_in_bounded_time(
+    tmp_path: Path, source: str, line: str
+) -> None:
+    """A module whose top level waited for ever held `node start` for ever (before anything was up); one
+    that called sys.exit(3) ended the node with exit code 3 and not a word."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "odd_flows.py").write_text(source)
+    [(path, config)] = make_network(tmp_path / "net", [ALICE])
+    path.write_text(
+        _config.dump_node_config(attrs.evolve(config, flows_modules=("odd_flows",)), path.parent),
+        encoding="utf-8",
+    )
+    before = sorted(p.name for p in path.parent.iterdir())
+    done = run_cli("node", "start", "--config", str(path), timeout=60, cwd=str(tmp_path / "code"))
+    assert done.stderr == f"corda-trio: error: O=Alice, L=London, C=GB: {line}\n", done.stderr
+    assert done.returncode == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == before
+
+
+def test_what_a_flow_module_prints_at_import_goes_to_stderr(tmp_path: Path) -> None:
+    """stdout of `node start` is its ready line (scripts read it); a module's print() came first."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "chatty_flows.py").write_text('print("chatty_flows loaded")\n')
+    [(path, config)] = make_network(tmp_path / "net", [ALICE])
+    path.write_text(
+        _config.dump_node_config(attrs.evolve(config, flows_modules=("chatty_flows",)), path.parent),
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen(
+        [*CLI, "node", "start", "--config", str(path)], cwd=tmp_path / "code", stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert first.startswith("node ready: O=Alice, L=London, C=GB"), first
+    assert "chatty_flows loaded" not in first + out
+    assert err.splitlines()[0] == "chatty_flows loaded", err
