@@ -166,7 +166,7 @@ def bootstrap_network(
         directory: the network directory ``D``.
         legal_names: the nodes, at least one, all different.
         now: issue time of certificates and parameters (timezone-aware UTC).
-        host: the host nodes and the map listen on and advertise.
+        host: the host nodes and the map listen on and advertise (not a wildcard such as ``0.0.0.0``).
         map_port: port of the map service (0: a free port); ``None``: no map service (directory mode).
         passphrase: encrypt every key with this (its source, ``passphrase_env``, is recorded); ``None``:
             generate random passphrases stored in 0600 files.
@@ -175,7 +175,8 @@ def bootstrap_network(
 
     Raises:
         BootstrapError: no names, duplicate names, a non-empty directory, a host this machine cannot
-            listen on, or a message size outside :data:`MESSAGE_SIZE_RANGE_BYTES`.
+            listen on or that no peer can dial (``0.0.0.0``, ``::``), or a message size outside
+            :data:`MESSAGE_SIZE_RANGE_BYTES`.
     """
     root_dir = Path(directory).absolute()
     if not legal_names:
@@ -190,6 +191,12 @@ def bootstrap_network(
         raise BootstrapError(f"max message size {max_message_size} is outside {low}..{high} bytes")
     if root_dir.exists() and (not root_dir.is_dir() or any(root_dir.iterdir())):
         raise BootstrapError(f"{root_dir} exists and is not an empty directory")
+    if NetworkHostAndPort(host=host, port=1).is_unspecified:  # (every NodeInfo and the map URL carry it)
+        raise BootstrapError(
+            f"host {host!r} is not an address peers can dial (it goes into every NodeInfo and the map URL): "
+            "give the host they reach; to listen on every interface, set p2p.listen in each node.toml "
+            "afterwards"
+        )
     try:  # before anything is written: the host must be one this machine can listen on
         ports = _free_ports(host, 2 * len(legal_names) + (1 if map_port == 0 else 0))
     except OSError as exc:

@@ -18,6 +18,8 @@ Certificates appear as DER ``bytes``: this module does not parse them.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import re
 from typing import Any, Final, final
 
 import attrs
@@ -101,6 +103,10 @@ def _list(value: Any, what: str, lo: int, hi: int) -> list[Any]:
     return value
 
 
+#: ``inet_aton``'s numbers-and-dots form of 0.0.0.0: one to four parts, each a decimal, octal or hex zero.
+_ALL_ZERO_IPV4: Final = re.compile(r"(?:0[xX]0+|0+)(?:\.(?:0[xX]0+|0+)){0,3}")
+
+
 def _valid_port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ValueError(f"port must be in 1..65535, got {value!r}")
@@ -138,6 +144,20 @@ class NetworkHostAndPort:
         if not (port.isascii() and port.isdigit()):  # (isdigit alone takes '²' and full-width digits)
             raise ValueError(f"port in {text!r} is not a number")
         return cls(host=host, port=int(port))
+
+    @property
+    def is_unspecified(self) -> bool:
+        """The host is a wildcard to bind to (``0.0.0.0``, ``::``, ``::ffff:0.0.0.0``, or ``0`` and the other
+        all-zero spellings of ``0.0.0.0`` that the C resolver takes, such as ``0.0`` and ``0x0``): a
+        socket listens there on every interface, but no peer on another host can dial it, so it is never
+        an address to advertise."""
+        try:
+            address = ipaddress.ip_address(self.host)
+        except ValueError:
+            return _ALL_ZERO_IPV4.fullmatch(self.host) is not None
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_unspecified
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

@@ -61,7 +61,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--no-map", action="store_true", help="no map service: nodes use additional-node-infos/ only"
     )
     boot.add_argument(
-        "--host", default="127.0.0.1", help="host to listen on and advertise (default 127.0.0.1)"
+        "--host",
+        default="127.0.0.1",
+        help="host the nodes and the map listen on and peers dial (it is in every NodeInfo and the map URL; "
+        "default 127.0.0.1); not a wildcard such as 0.0.0.0: to listen on every interface, set p2p.listen "
+        "in each node.toml afterwards",
     )
     boot.add_argument(
         "--passphrase-env", default=DEFAULT_PASSPHRASE_ENV, metavar="VAR",

@@ -9,8 +9,11 @@ Theory of operation
     base_directory = "."                 # relative to this file; every other path is relative to it
 
     [p2p]
-    address = "127.0.0.1:40001"          # advertised in the NodeInfo; also where the node listens
-    # listen = "0.0.0.0:40001"           # optional: a different bind address
+    address = "127.0.0.1:40001"          # what peers dial: advertised in the NodeInfo (unless `advertise`
+                                         # is given); also where the node listens unless `listen` is. Not
+                                         # 0.0.0.0 / [::] / 0 (nobody can dial a wildcard: bind it with
+                                         # `listen` and put the host peers reach here)
+    # listen = "0.0.0.0:40001"           # optional: a different bind address (a wildcard is fine here)
     # advertise = ["float-a.example.com:10002", "float-b.example.com:10002"]
                                          # optional: what the NodeInfo lists instead of `address`, in this
                                          # order (peers' bridges dial them round-robin); 1..16 "HOST:PORT",
@@ -441,13 +444,19 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     store_table = r.section("store", {"directory", "fsync", "commit_process"})
     r.finish()
     p2p_address = r.address(p2p, "address", "p2p.address")
+    if p2p_address.is_unspecified:  # (what the NodeInfo advertises unless p2p.advertise is given)
+        bind = "" if float_table else f'; to listen on every interface, set p2p.listen = "{p2p_address}"'
+        raise r.fail(
+            "p2p.address",
+            f"{p2p_address} is not an address peers can dial: set the host:port they reach{bind}",
+        )
     advertise: tuple[network.NetworkHostAndPort, ...] = ()
     if "advertise" in p2p:
         advertise = _address_list(
             r, p2p["advertise"], "p2p.advertise", "the addresses peers dial", limit=network.MAX_ADDRESSES
         )  # (a NodeInfo lists at most MAX_ADDRESSES: one more and no peer would take it)
         for i, address in enumerate(advertise):
-            if _is_unspecified(address.host):
+            if address.is_unspecified:
                 raise r.fail(
                     f"p2p.advertise[{i}]",
                     f"{address} is not an address peers can dial (advertise the host they reach)",
@@ -578,14 +587,6 @@ def _kind_checked(r: _Reader, path: Path, where: str, *, directory: bool) -> Pat
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _is_unspecified(host: str) -> bool:
-    """``0.0.0.0`` or ``::`` (a wildcard to bind to, which nobody can dial)."""
-    try:
-        return ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return False
 

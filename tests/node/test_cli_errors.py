@@ -28,6 +28,12 @@ CASES: list[tuple[str, str, str, int]] = [
     # network bootstrap
     ("bootstrap-bad-host", f"network bootstrap --dir {{d}}/new1 --node {ALICE} --host no.such.host.invalid",
      "host 'no.such.host.invalid' cannot be listened on here", 2),
+    # the host goes into every NodeInfo and the map URL: a wildcard there is one nobody can dial
+    *((f"bootstrap-wildcard-host-{host}", f"network bootstrap --dir {{d}}/new5 --node {ALICE} --host {host}"
+       + (" --no-map" if host == "::" else ""),
+       f"host {host!r} is not an address peers can dial (it goes into every NodeInfo and the map URL): give "
+       "the host they reach; to listen on every interface, set p2p.listen in each node.toml afterwards", 2)
+      for host in ("0.0.0.0", "::", "0")),
     ("bootstrap-parent-is-a-file", f"network bootstrap --dir {{d}}/afile/net --node {ALICE}",
      "afile is a file", 2),
     ("bootstrap-dir-is-a-file", f"network bootstrap --dir {{d}}/afile --node {ALICE}",
@@ -541,6 +547,10 @@ REFUSED_STARTS: list[tuple[str, object, str, int]] = [
     ("store-recorded-but-missing",
      lambda n, t: (n / "store.json").write_text('{"store_directory": "store"}\n'),
      "the store {n}/store is missing or empty, but this node has run with it", 1),
+    # p2p.address is what the NodeInfo advertises: a wildcard there is refused, naming where it belongs
+    ("p2p-address-wildcard", lambda n, t: _set(t, "address", '"0.0.0.0:40001"'),
+     'node.toml: p2p.address: 0.0.0.0:40001 is not an address peers can dial: set the host:port they reach; '
+     'to listen on every interface, set p2p.listen = "0.0.0.0:40001"', 2),
     ("p2p-port-taken", "p2p", "cannot listen for peers on 127.0.0.1:{port}: " + IN_USE, 1),
     ("rpc-port-taken", "rpc", "cannot listen for RPC on 127.0.0.1:{port}: " + IN_USE, 1),
     ("metrics-port-taken", "metrics", "cannot listen for /metrics on 127.0.0.1:{port}: " + IN_USE, 1),

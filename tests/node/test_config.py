@@ -232,6 +232,20 @@ BAD = [
         "p2p.advertise[1]: 0.0.0.0:10002 is not an address peers can dial",
     ),
     (_replace("[p2p]", '[p2p]\nadvertise = ["[::]:1"]'), "p2p.advertise[0]: [::]:1 is not an address peers"),
+    # p2p.address is advertised (without p2p.advertise): a wildcard in any spelling is refused, and the
+    # message says where a bind address goes
+    *(
+        (
+            _replace('address = "127.0.0.1:40001"', f'address = "{wildcard}:40001"'),
+            f"p2p.address: {wildcard}:40001 is not an address peers can dial: set the host:port they reach; "
+            f'to listen on every interface, set p2p.listen = "{wildcard}:40001"',
+        )
+        for wildcard in ("0.0.0.0", "[::]", "0", "[::ffff:0.0.0.0]", "0x0.0")
+    ),
+    (
+        _replace('address = "127.0.0.1:40001"', 'address = "0.0.0.0:10002"') + FLOAT,
+        "p2p.address: 0.0.0.0:10002 is not an address peers can dial: set the host:port they reach",
+    ),
     (
         _replace("[p2p]", "[p2p]\nadvertise = [" + ", ".join(f'"h{i}:1"' for i in range(17)) + "]"),
         "p2p.advertise: at most 16 addresses, got 17",
