@@ -17,6 +17,7 @@ from ._cache import NodeAdded as NodeAdded
 from ._cache import NodeChanged as NodeChanged
 from ._cache import NodeInfoCache as NodeInfoCache
 from ._cache import NodeRemoved as NodeRemoved
+from ._cache import node_info_file_name as node_info_file_name
 from ._client import MapResponse as MapResponse
 from ._client import NetworkMapClient as NetworkMapClient
 from ._codec import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES
@@ -25,6 +26,7 @@ from ._errors import NetworkMapError as NetworkMapError
 from ._errors import NetworkMapHttpError as NetworkMapHttpError
 from ._errors import PayloadRejectedError as PayloadRejectedError
 from ._model import MAX_ADDRESSES as MAX_ADDRESSES
+from ._model import MAX_SERIAL as MAX_SERIAL
 from ._model import MESSAGE_SIZE_RANGE_BYTES as MESSAGE_SIZE_RANGE_BYTES
 from ._model import NetworkHostAndPort as NetworkHostAndPort
 from ._model import NetworkMap as NetworkMap
@@ -32,6 +34,7 @@ from ._model import NetworkParameters as NetworkParameters
 from ._model import NodeInfo as NodeInfo
 from ._model import SignedNodeInfo as SignedNodeInfo
 from ._model import SignedWithCert as SignedWithCert
+from ._model import next_serial as next_serial
 from ._model import sha256_hex as sha256_hex
 from ._server import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_MAP_CONNECTIONS
 from ._server import HttpResponse as HttpResponse
@@ -54,6 +57,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
     "MAX_ADDRESSES",
     "MAX_PAYLOAD_BYTES",
+    "MAX_SERIAL",
     "MESSAGE_SIZE_RANGE_BYTES",
     "PLATFORM_VERSION",
     "BootstrapError",
@@ -86,6 +90,8 @@ __all__ = [
     "bootstrap_network",
     "decode_signed_node_info",
     "identity_key_hash",
+    "next_serial",
+    "node_info_file_name",
     "serve_network_map",
     "sha256_hex",
     "sign_network_map",

@@ -17,9 +17,11 @@ Layout of the network directory ``D``::
                                          tls.chain.pem, tls.key.pem, identity.chain.pem, identity.key.pem,
                                          passphrase (only if generated, 0600)
     D/nodes/<slug>/network-parameters    copy of the signed parameters
-    D/nodes/<slug>/node-info             this node's signed NodeInfo
-    D/nodes/<slug>/additional-node-infos/nodeInfo-<HASH>   every node's signed NodeInfo (directory mode;
-                                         with a map service the directory is left empty: see below)
+    D/nodes/<slug>/nodeInfo-<HASH>       this node's signed NodeInfo (HASH: of its legal name, see
+                                         ``node_info_file_name``); the node replaces it at each start
+    D/nodes/<slug>/additional-node-infos/nodeInfo-<HASH>   every node's signed NodeInfo, under the same
+                                         name (directory mode; with a map service the directory is left
+                                         empty: see below)
 
 With a map service the nodes learn of each other from the map alone.  A NodeInfo in
 ``additional-node-infos/`` is a second source that the map cannot take away (the node keeps it in its view
@@ -56,6 +58,7 @@ from cryptography.hazmat.primitives import serialization
 from corda_trio import pki
 
 from . import _codec
+from ._cache import node_info_file_name
 from ._errors import NetworkMapError
 from ._model import MESSAGE_SIZE_RANGE_BYTES, NetworkHostAndPort, NetworkParameters, NodeInfo, sha256_hex
 from ._signing import sign_network_parameters, sign_node_info
@@ -269,8 +272,8 @@ def bootstrap_network(
         )
         signed = sign_node_info(info, [node.identity.key])
         data = _codec.encode(signed.to_wire())
-        (node_dir / "node-info").write_bytes(data)
-        infos.append((signed.hash, data))
+        (node_dir / node_info_file_name(name)).write_bytes(data)
+        infos.append((node_info_file_name(name), data))
         nodes.append(
             BootstrappedNode(
                 legal_name=name, directory=node_dir, p2p_address=p2p, rpc_address=rpc,
@@ -283,8 +286,8 @@ def bootstrap_network(
         additional.mkdir()
         if map_address is not None:
             continue  # the map is the source: a copy here would keep a node the operator removed
-        for hash_hex, data in infos:
-            (additional / f"nodeInfo-{hash_hex}").write_bytes(data)
+        for file_name, data in infos:
+            (additional / file_name).write_bytes(data)
     return BootstrappedNetwork(
         directory=root_dir,
         root_cert=root_cert_path,

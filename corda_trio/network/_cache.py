@@ -47,12 +47,12 @@ import attrs
 import trio
 from cryptography import x509
 
-from corda_trio import files
+from corda_trio import files, pki
 
 from ._client import NetworkMapClient
 from ._codec import MAX_PAYLOAD_BYTES
 from ._errors import MalformedPayloadError, NetworkMapError, NetworkMapHttpError, PayloadRejectedError
-from ._model import NetworkParameters
+from ._model import NetworkParameters, sha256_hex
 from ._signing import (
     VerifiedNodeInfo,
     decode_signed_node_info,
@@ -70,6 +70,7 @@ __all__ = [
     "NodeChanged",
     "NodeInfoCache",
     "NodeRemoved",
+    "node_info_file_name",
 ]
 
 log = logging.getLogger("corda_trio.network.cache")
@@ -84,6 +85,14 @@ RETRY_MAX_SECONDS: Final[float] = 60.0
 NODE_INFO_FILE_PREFIX: Final[str] = "nodeInfo-"
 #: The warning about other nodes' NodeInfos in the node-info directory names at most this many of them.
 DIRECTORY_NAMES_QUOTED: Final = 3
+
+
+def node_info_file_name(legal_name: pki.CordaX500Name) -> str:
+    """The name of a node's signed NodeInfo file, in its own base directory (written at each start) and in
+    its peers' ``additional-node-infos/``: ``nodeInfo-<HASH>``, HASH the SHA-256 of the canonical legal name
+    (as Corda names them), so that every version of one node's NodeInfo has the same name and a new copy
+    replaces the old one."""
+    return NODE_INFO_FILE_PREFIX + sha256_hex(str(legal_name).encode())
 
 
 @final

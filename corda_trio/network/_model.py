@@ -28,6 +28,7 @@ from ._errors import MalformedPayloadError
 
 __all__ = [
     "MAX_ADDRESSES",
+    "MAX_SERIAL",
     "MESSAGE_SIZE_RANGE_BYTES",
     "NETWORK_MAP_TAG",
     "NETWORK_PARAMETERS_TAG",
@@ -41,6 +42,7 @@ __all__ = [
     "NodeInfo",
     "SignedNodeInfo",
     "SignedWithCert",
+    "next_serial",
     "sha256_hex",
 ]
 
@@ -64,11 +66,29 @@ MAX_CERT_SIZE_BYTES: Final[int] = 16 * 1024
 MAX_HOST_LENGTH: Final[int] = 253  # RFC 1035 name length
 MAX_SIGNATURE_SIZE_BYTES: Final[int] = 512
 MAX_MAP_ENTRIES: Final[int] = 100_000
+#: The highest serial a NodeInfo may carry (a signed 64-bit integer).
+MAX_SERIAL: Final[int] = 2**63 - 1
 
 
 def sha256_hex(data: bytes) -> str:
     """Upper-case hex SHA-256, the form used in URLs and logs (Corda's ``SecureHash.toString``)."""
     return hashlib.sha256(data).hexdigest().upper()
+
+
+def next_serial(now_ms: int, last: int | None) -> int:
+    """The serial of a node's next NodeInfo: the time in milliseconds since the epoch by convention, but
+    always above ``last``, the serial of the last one it published, so that a clock stepped back between two
+    starts neither makes the map refuse the new NodeInfo (``409 stale-serial``) nor makes peers keep the old
+    one (per legal name the highest serial wins).
+
+    Raises:
+        ValueError: ``last`` is :data:`MAX_SERIAL` already (no NodeInfo can follow it).
+    """
+    if last is None:
+        return max(now_ms, 0)
+    if last >= MAX_SERIAL:
+        raise ValueError(f"the last serial is {last}, the highest a NodeInfo may carry")
+    return max(now_ms, last + 1)
 
 
 def _check_header(obj: Any, tag: str, n_fields: int) -> list[Any]:
@@ -218,7 +238,7 @@ class NodeInfo:
             addresses=tuple(parsed_addresses),
             legal_identities=tuple(paths),
             platform_version=_int(platform_version, "platform version", 1, 2**31 - 1),
-            serial=_int(serial, "serial", 0, 2**63 - 1),
+            serial=_int(serial, "serial", 0, MAX_SERIAL),
         )
 
 

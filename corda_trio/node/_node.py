@@ -10,8 +10,9 @@ order:
 2. the inbound acceptor (AMQP 1.0 over mutual TLS, peers may only send to our inbox) or, with ``[float]``,
    the float tunnel instead (no listener of our own: peers reach us through the active float);
 3. the bridge manager (one bridge per outbound queue whose peer is in the map);
-4. the network map updater (publishes our freshly signed NodeInfo, polls the map or the
-   ``additional-node-infos`` directory) and the task that turns its events into the
+4. the network map updater (publishes our freshly signed NodeInfo, which is also written to
+   ``<base>/nodeInfo-<HASH>`` for the operator to copy to peers without a map service; polls the map or
+   the ``additional-node-infos`` directory) and the task that turns its events into the
    :class:`~corda_trio.messaging.PeerDirectory` the messaging service and the bridges read;
 5. the flow manager (which resumes checkpointed flows), when the flow framework is installed;
 6. the RPC server and the ``/metrics`` endpoint.
@@ -527,27 +528,17 @@ class Node:
 
     async def _start_network_map(self, nursery: trio.Nursery, material: _Material) -> None:
         cfg = self.config
-        info = network.NodeInfo(
-            addresses=cfg.advertised_addresses,  # [p2p] advertise, in order; else p2p.address
-            legal_identities=(
-                tuple(c.public_bytes(serialization.Encoding.DER) for c in material.identity_chain),
-            ),
-            platform_version=network.PLATFORM_VERSION,
-            serial=int(time.time() * 1000),
-        )
-        signed = network.sign_node_info(info, [material.identity_key])
-        try:  # what every peer will check, checked here first
-            own_info = network.verify_node_info(
-                signed, trust_root=material.trust_root, now=dt.datetime.now(dt.UTC)
-            ).serialize()
-        except network.NetworkMapError as exc:
-            raise NodeStartError(f"our own NodeInfo does not verify: {exc}") from None
         cfg.node_info_cache.parent.mkdir(parents=True, exist_ok=True)
         try:
             cache = network.NodeInfoCache(cfg.node_info_cache)
         except (sqlite3.Error, OSError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise NodeStartError(f"cannot open the network map cache {cfg.node_info_cache}: {why}") from None
+        try:
+            own_info = await trio.to_thread.run_sync(_write_own_node_info, cfg, material, cache)
+        except BaseException:
+            cache.close()
+            raise
         send, receive = trio.open_memory_channel[network.MapEvent](256)
         self.updater = network.NetworkMapUpdater(
             trust_root=material.trust_root,
@@ -725,6 +716,74 @@ class Node:
         if self._flow_host is not None:
             self._flow_host.set_draining(False)
         return {"draining": False, "running_flows": (self.flow_statistics() or {}).get("running", 0)}
+
+
+def _write_own_node_info(config: NodeConfig, material: _Material, cache: network.NodeInfoCache) -> bytes:
+    """Sign this start's NodeInfo, write it to ``<base>/nodeInfo-<HASH>`` (replacing the last one, whole or
+    not at all) and return its bytes.
+
+    Its serial is the time in milliseconds, but above that of the last NodeInfo this node signed: the one in
+    that file and the one in the network map cache (which holds what the map listed, or what
+    ``additional-node-infos/`` held), so a clock stepped back since then cannot make the map refuse it as
+    stale (409) or peers keep the old one. The file is what an operator copies into the other nodes'
+    ``additional-node-infos/`` in a network without a map service.
+
+    Raises:
+        NodeStartError: the NodeInfo does not verify, or the file cannot be written.
+    """
+    path = config.base_directory / network.node_info_file_name(config.legal_name)
+    now = dt.datetime.now(dt.UTC)
+    last: int | None = None
+    known = [_read_own_file(path)]
+    try:
+        known.append(cache.load().get(str(config.legal_name)))
+    except sqlite3.Error as exc:
+        log.warning("cannot read our last NodeInfo from %s: %s", config.node_info_cache, exc)
+    for data in known:
+        if data is None:
+            continue
+        try:
+            node = network.verify_node_info(data, trust_root=material.trust_root, now=now)
+        except network.NetworkMapError:  # (not ours as it stands: it does not bound our serial)
+            continue
+        if node.identity_key_hash == material.key_hash:
+            last = max(last or 0, node.node_info.serial)
+    try:
+        serial = network.next_serial(int(time.time() * 1000), last)
+    except ValueError as exc:
+        raise NodeStartError(f"cannot sign a newer NodeInfo than {path}: {exc}") from None
+    info = network.NodeInfo(
+        addresses=config.advertised_addresses,  # [p2p] advertise, in order; else p2p.address
+        legal_identities=(
+            tuple(c.public_bytes(serialization.Encoding.DER) for c in material.identity_chain),
+        ),
+        platform_version=network.PLATFORM_VERSION,
+        serial=serial,
+    )
+    signed = network.sign_node_info(info, [material.identity_key])
+    try:  # what every peer will check, checked here first
+        data = network.verify_node_info(signed, trust_root=material.trust_root, now=now).serialize()
+    except network.NetworkMapError as exc:
+        raise NodeStartError(f"our own NodeInfo does not verify: {exc}") from None
+    try:
+        write_file_atomically(path, data, 0o644)
+    except OSError as exc:
+        raise NodeStartError(f"cannot write our NodeInfo to {path}: {exc.strerror or exc}") from None
+    addresses = ", ".join(str(a) for a in info.addresses)
+    log.info("our NodeInfo (serial %d, addresses %s) is in %s", serial, addresses, path)
+    return data
+
+
+def _read_own_file(path: Path) -> bytes | None:
+    """The bytes of the node's last NodeInfo file, or ``None`` (there is none yet, or it cannot be read: it is
+    replaced either way)."""
+    try:
+        return read_small_file(path, network.MAX_PAYLOAD_BYTES)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read our last NodeInfo %s (it is replaced): %s", path, exc)
+        return None
 
 
 class _Recorded(enum.Enum):

@@ -69,7 +69,7 @@ def test_bootstrap_then_serve_publish_and_fetch(tmp_path: Path) -> None:
         url = alice_cfg.network_map_url
         assert url in line
         for cfg in (alice_cfg, bob_cfg):
-            node_info = (cfg.base_directory / "node-info").read_bytes()
+            node_info = (cfg.base_directory / network.node_info_file_name(cfg.legal_name)).read_bytes()
             request = urllib.request.Request(f"{url}/network-map/publish", data=node_info, method="POST")
             with urllib.request.urlopen(request, timeout=10) as response:
                 assert response.status == 200 and response.read().startswith(b"added ")
@@ -255,7 +255,8 @@ def test_each_ca_key_has_its_own_passphrase_and_the_root_key_can_leave(tmp_path:
         line = server.stdout.readline()
         assert line.startswith("corda-trio networkmap: serving http://"), line
         url = line.split()[3]
-        node_info = (net / "nodes" / "alice" / "node-info").read_bytes()
+        own_file = network.node_info_file_name(pki.CordaX500Name.parse(ALICE))
+        node_info = (net / "nodes" / "alice" / own_file).read_bytes()
         request = urllib.request.Request(f"{url}/network-map/publish", data=node_info, method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200

@@ -202,3 +202,14 @@ def test_a_certificate_with_a_negative_serial_is_malformed_without_a_warning() -
         warnings.simplefilter("error")
         with pytest.raises(network.MalformedPayloadError, match="serial number which wasn't positive"):
             network.verify_node_info(good.replace(node_ca, bad_ca), trust_root=GOOD_ROOT, now=NOW)
+
+
+def test_next_serial_is_the_time_but_always_above_the_last_one() -> None:
+    """A clock stepped back since the last NodeInfo must not give the next one a lower serial (the map would
+    refuse it as stale, peers would keep the old one)."""
+    assert network.next_serial(1_000, None) == 1_000
+    assert network.next_serial(1_000, 999) == 1_000
+    assert network.next_serial(1_000, 5_000) == 5_001
+    assert network.next_serial(1_000, 1_000) == 1_001
+    with pytest.raises(ValueError, match="the highest a NodeInfo may carry"):
+        network.next_serial(1_000, network.MAX_SERIAL)

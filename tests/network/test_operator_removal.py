@@ -147,8 +147,11 @@ def test_bootstrap_copies_node_infos_only_for_a_network_without_a_map(
     built = network.bootstrap_network(tmp_path / "net", [ALICE, BOB], now=NOW, map_port=map_port)
     for node in built.nodes:
         copies = sorted(p.name for p in (node.directory / "additional-node-infos").iterdir())
-        expected = [] if map_port is not None else sorted(f"nodeInfo-{n.node_info_hash}" for n in built.nodes)
+        # (named as each node names its own file in its base directory: a newer copy replaces the old one)
+        expected = sorted(network.node_info_file_name(n) for n in (ALICE, BOB)) if map_port is None else []
         assert copies == expected
+        own = (node.directory / network.node_info_file_name(node.legal_name)).read_bytes()
+        assert network.decode_signed_node_info(own).hash == node.node_info_hash
 
 
 def test_the_deny_list_survives_a_restart(
@@ -251,9 +254,9 @@ async def test_a_node_with_a_map_warns_once_at_start_of_other_nodes_nodeinfos_in
     in one warning at start, naming the directory, and starts; Bob says nothing of it."""
     net = tmp_path / "net"
     nodes = make_network(net, [NET_ALICE, NET_BOB], with_map=True)
-    (alice_path, alice_cfg), (bob_path, bob_cfg) = nodes
-    for source, target in ((bob_path, alice_cfg), (alice_path, alice_cfg), (bob_path, bob_cfg)):
-        data = (source.parent / "node-info").read_bytes()
+    (_, alice_cfg), (_, bob_cfg) = nodes
+    for source, target in ((bob_cfg, alice_cfg), (alice_cfg, alice_cfg), (bob_cfg, bob_cfg)):
+        data = (source.base_directory / network.node_info_file_name(source.legal_name)).read_bytes()
         name = f"nodeInfo-{network.decode_signed_node_info(data).hash}"
         (target.additional_node_infos / name).write_bytes(data)
     async with open_map_process(net, max_age_seconds=1):
