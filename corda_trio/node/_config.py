@@ -36,6 +36,10 @@ Theory of operation
     trust_root = "certificates/network-root.cert.pem"
     network_parameters = "network-parameters"
     additional_node_infos = "additional-node-infos"  # a directory (it need not exist; a file is refused)
+                                         # of peers' nodeInfo-* files, read at start and at each poll
+                                         # (every 2 s without map_url): copy a peer's new one in while
+                                         # this node runs. This node writes its own, at each start, to
+                                         # <base_directory>/nodeInfo-<HASH> for the operator to copy
     node_info_cache = "network-map-cache.db"         # a file (a directory there is refused)
 
     [keys]
