@@ -626,7 +626,8 @@ def _salvage_and_rebuild(queue_dir: str, removed: list[str]) -> tuple[list[Repai
     numbers = list_segment_numbers(queue_dir)
     if manifest is not None:
         numbers = [n for n in numbers if manifest[0] <= n]
-        expected = range(manifest[0], max(manifest[1], *numbers) + 1) if numbers else range(0)
+        # (every segment the manifest lists is expected, also when none of them is left)
+        expected = range(manifest[0], max([manifest[1], *numbers]) + 1)
     else:
         expected = range(numbers[0], numbers[-1] + 1) if numbers else range(0)
     found = _Found()
