@@ -10,7 +10,9 @@
   found in the lost part, or how many records a gap or a missing segment held and their id range; lost
   enqueues are lost messages, lost acks mean those messages may be delivered again, which receivers
   deduplicate).
-* ``store compact DIR`` rewrites segments that hold acked messages. A queue with nothing to reclaim is left
+* ``store compact DIR`` rewrites segments that hold acked messages, in the queues and the keyed logs (the
+  keyed logs are opened first: a damaged one stops the command before anything is compacted, as it stops
+  the node). A queue with nothing to reclaim is left
   as it is, and so is a current segment whose acked messages take less room than sealing it adds (its seal
   record and the next segment's header): compacting never makes a queue larger.
 
@@ -73,7 +75,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="reclaim the space of acked messages (a queue with nothing to reclaim is left as it is)",
     )
     compact.add_argument("directory", metavar="DIR", help="broker directory")
-    compact.add_argument("--queue", help="only this queue")
+    compact.add_argument("--queue", help="only this queue (a keyed log: keyed/<name>)")
     compact.set_defaults(func=_compact)
 
 
@@ -391,15 +393,19 @@ def _compact(args: argparse.Namespace) -> int:
     async def run() -> int:
         try:
             async with store.open_broker(args.directory) as broker:
-                names = [args.queue] if args.queue else broker.list_queues()
+                # the keyed logs (flow checkpoints) too, opened first: opening one recovers it, so a damaged
+                # one is refused before anything is compacted, as the node would refuse it, not passed over
+                prefix = f"{store.KEYED_DIR}/"
+                keyed = {f"{prefix}{k}": await broker.open_keyed_log(k) for k in broker.list_keyed_logs()}
+                names = [args.queue] if args.queue else [*broker.list_queues(), *keyed]
                 for name in names:
                     try:
-                        queue = broker.get_queue(name)
+                        log: store.Queue | store.KeyedLog = keyed.get(name) or broker.get_queue(name)
                     except store.QueueNotFoundError as exc:
                         raise CliError(str(exc), 1) from None
-                    before = queue.statistics().disk_bytes
-                    reclaimed = await queue.compact()
-                    after = queue.statistics().disk_bytes
+                    before = log.statistics().disk_bytes
+                    reclaimed = await log.compact()
+                    after = log.statistics().disk_bytes
                     if reclaimed == 0 and after == before:
                         print(f"{name}: {before} bytes, nothing to reclaim (left as it is)")
                     else:

@@ -999,6 +999,10 @@ class Broker:
         """Names of the queues starting with ``prefix``, sorted."""
         return sorted(n for n in self._queues if n.startswith(prefix))
 
+    def list_keyed_logs(self) -> list[str]:
+        """Names of the keyed logs the store holds (its part list: opened or not), sorted."""
+        return sorted(self._parts.keyed)
+
     def statistics(self, prefix: str = "") -> list[QueueStatistics]:
         """Statistics of every queue whose name starts with ``prefix``, sorted by name."""
         return [self._queues[n].statistics() for n in self.list_queues(prefix)]

@@ -325,3 +325,63 @@ async def test_a_warning_of_the_store_is_one_line_of_the_command(tmp_path: Path)
     assert done.stderr.decode().splitlines() == [
         f"corda-trio: warning: broker directory {tmp_path}: ignoring stray\\xff (not written by the store)"
     ]
+
+
+async def test_repair_of_a_queue_whose_only_segment_is_deleted_reports_the_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the corruption harness (tests/node/corruption.py, a node's dead letters): the one segment of a
+    queue deleted, ``store check`` named it, but ``--repair`` said ``OK ... 0 messages``: the eight
+    messages were gone without a word (the salvage looked only for segments between the first and the last
+    one present, and none was). Now the missing segment is reported with the ids it may have held, and no
+    id is handed out again."""
+    await _fill(tmp_path)
+    qdir = str(tmp_path / QUEUE)
+    (only,) = list_segment_numbers(qdir)
+    victim = segment_path(qdir, only)
+    os.unlink(victim)
+    assert main(["store", "check", str(tmp_path)]) == 1
+    assert f"{victim} at offset 0: segment file missing" in capsys.readouterr().out
+    assert main(["store", "check", str(tmp_path), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert f"REPAIRED {QUEUE}: 0 messages" in out, out
+    assert f"{victim} at offset 0: segment file missing" in out and "their message ids lie in 0.." in out, out
+    async with store.open_broker(tmp_path) as broker:
+        assert await broker.get_queue(QUEUE).enqueue(b"new") > 7  # ids 0-7 are never handed out again
+
+
+def _contents(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_compact_covers_the_keyed_logs_and_refuses_a_damaged_one_before_compacting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the corruption harness (tests/node/corruption.py): with the flow checkpoints' manifest
+    damaged (one bit), ``store compact`` compacted the queues and said nothing, exit 0, for a store the
+    node then refused to open: it never opened the keyed logs (nor compacted them). Now they are opened
+    first: a damaged one stops it, naming the file, before anything is compacted; a sound one is compacted."""
+    await _fill(tmp_path)
+    await _ack_first(tmp_path, 6)
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("flows.checkpoints")
+        for i in range(20):
+            await log.put(b"flow", b"state-%d" % i)  # each put supersedes the one before
+    manifest = tmp_path / store.KEYED_DIR / "flows.checkpoints" / "manifest"
+    data = bytearray(manifest.read_bytes())
+    data[35] ^= 0x80
+    manifest.write_bytes(bytes(data))
+    before = _contents(tmp_path)
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "", out
+    assert f"corrupt segment {manifest} at offset 0: manifest: manifest checksum mismatch" in err, err
+    assert _contents(tmp_path) == before
+    data[35] ^= 0x80
+    manifest.write_bytes(bytes(data))
+    assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (keyed_line,) = [line for line in out.splitlines() if line.startswith("keyed/flows.checkpoints: ")]
+    assert "(reclaimed " in keyed_line, out
+    async with store.open_broker(tmp_path) as broker:
+        assert (await broker.open_keyed_log("flows.checkpoints")).items() == [(b"flow", b"state-19")]
