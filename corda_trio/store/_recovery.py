@@ -652,8 +652,15 @@ def _salvage_and_rebuild(queue_dir: str, removed: list[str]) -> tuple[list[Repai
             if header.number != number:
                 raise ValueError(f"header says segment {header.number}, file name says {number}")
         except ValueError as exc:
-            is_new = number == numbers[-1] and (len(data) < SEGMENT_HEADER_BYTES or not data.strip(b"\x00"))
-            if not is_new:
+            # (a segment the manifest lists had its header synced before it was listed: one cut or zeroed
+            # there is damage, its records lost; only one beyond the manifest can be a rotation's crash)
+            unlisted = manifest is None or number > manifest[1]
+            blank = len(data) < SEGMENT_HEADER_BYTES or not data.strip(b"\x00")
+            if blank and not unlisted:
+                floor = max(found.next_id, last_max_id + 1)
+                ids = (floor, floor + _MAX_SEGMENT_RECORDS - 1) if number == expected[-1] else (floor, -1)
+                repairs.append(_gap(path, f"segment header: {exc} (its records are lost)", 0, ids))
+            elif not (blank and number == numbers[-1]):
                 repairs.append(_quarantined(queue_dir, path, data, 0, f"segment header: {exc}"))
             next_seq = None
             continue

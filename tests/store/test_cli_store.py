@@ -385,3 +385,25 @@ async def test_compact_covers_the_keyed_logs_and_refuses_a_damaged_one_before_co
     assert "(reclaimed " in keyed_line, out
     async with store.open_broker(tmp_path) as broker:
         assert (await broker.open_keyed_log("flows.checkpoints")).items() == [(b"flow", b"state-19")]
+
+
+async def test_repair_of_a_listed_segment_emptied_reports_the_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the corruption harness (a node's dedup generation, its one segment emptied): ``store check``
+    called it corrupt, ``--repair`` took the empty file for a segment a crash had just created and said
+    ``OK ... 0 messages``, the eight messages gone without a word. The manifest lists only segments whose
+    header was synced, so it is damage: reported, with the ids its records may have held."""
+    await _fill(tmp_path)
+    qdir = str(tmp_path / QUEUE)
+    (only,) = list_segment_numbers(qdir)
+    victim = segment_path(qdir, only)
+    os.truncate(victim, 0)
+    assert main(["store", "check", str(tmp_path)]) == 1
+    capsys.readouterr()
+    assert main(["store", "check", str(tmp_path), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert f"REPAIRED {QUEUE}: 0 messages" in out, out
+    assert f"{victim} at offset 0: segment header: segment header is 0 bytes" in out, out
+    async with store.open_broker(tmp_path) as broker:
+        assert await broker.get_queue(QUEUE).enqueue(b"new") > 7
