@@ -22,7 +22,8 @@ it with ``Delivery.reject(condition, description)``; to refuse a link, ``LinkReq
 Every close we decide on reaches the wire before the socket shuts: a graceful close waits for the peer's at
 most ``CLOSE_TIMEOUT_SECONDS``; when the connection's owner is cancelled, the goodbye (our close out, the
 peer's read back) takes at most ``CANCELLED_CLOSE_TIMEOUT_SECONDS``; over TLS a ``close_notify`` follows
-(``CLOSE_NOTIFY_TIMEOUT_SECONDS``).
+(``CLOSE_NOTIFY_TIMEOUT_SECONDS``). A peer that our idle timeout found silent is not waited for: our close
+goes out if the socket takes it, and the connection ends within ``SILENT_PEER_CLOSE_TIMEOUT_SECONDS``.
 
 For the HTTP servers (network map, ``/metrics``): ``receive_http_event`` reads h11 events with the request
 head bounded however it arrives (431 beyond) and ``100 Continue`` sent before a body is read;
@@ -38,6 +39,7 @@ from ._connect import secure_stream as secure_stream
 from ._driver import CANCELLED_CLOSE_TIMEOUT_SECONDS as CANCELLED_CLOSE_TIMEOUT_SECONDS
 from ._driver import CLOSE_NOTIFY_TIMEOUT_SECONDS as CLOSE_NOTIFY_TIMEOUT_SECONDS
 from ._driver import CLOSE_TIMEOUT_SECONDS as CLOSE_TIMEOUT_SECONDS
+from ._driver import SILENT_PEER_CLOSE_TIMEOUT_SECONDS as SILENT_PEER_CLOSE_TIMEOUT_SECONDS
 from ._driver import AmqpConnection as AmqpConnection
 from ._driver import Delivery as Delivery
 from ._driver import LinkRequest as LinkRequest
@@ -78,6 +80,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
     "REFUSE_TIMEOUT_SECONDS",
+    "SILENT_PEER_CLOSE_TIMEOUT_SECONDS",
     "AmqpConnection",
     "AmqpConnectionError",
     "AmqpTransportError",

@@ -27,7 +27,11 @@ discards what arrives) until the peer's ``close`` or EOF, or until the goodbye's
 (:data:`CLOSE_TIMEOUT_SECONDS` after it started, for all of it); only then is the stream closed, over TLS
 with a ``close_notify`` first (bounded by :data:`CLOSE_NOTIFY_TIMEOUT_SECONDS`). Reading to the end matters:
 a socket closed with unread input answers with a RST, and a RST can destroy our last frames before the peer
-reads them.
+reads them. A peer that our idle timeout found silent is not waited for: it is frozen or gone, and its
+close would not come. Our ``close`` (and over TLS the ``close_notify``) go out if the stream takes them at
+once, within :data:`SILENT_PEER_CLOSE_TIMEOUT_SECONDS` (the socket's buffer may be full: the peer stopped
+reading too), and the connection ends then, so a silent peer is noticed after the idle timeout, not after
+the idle timeout plus the graceful goodbye.
 
 Closing under cancellation. When the task that owns the connection is cancelled, the reader is cancelled
 with it, so nobody would read the peer's reply: :meth:`AmqpConnection.aclose` then gives the goodbye
@@ -76,6 +80,10 @@ RECEIVE_SIZE_BYTES: Final = 256 * 1024
 CLOSE_TIMEOUT_SECONDS: Final = 2.0
 #: Bound on sending the TLS close_notify once the goodbye is over.
 CLOSE_NOTIFY_TIMEOUT_SECONDS: Final = 0.5
+#: Bound on the goodbye to a peer that our idle timeout found silent: our close (and the close_notify) go out
+#: if the socket takes them now; a full send buffer (the peer stopped reading) is not waited on, nor is the
+#: peer's close (best effort: the connection ends within this bound).
+SILENT_PEER_CLOSE_TIMEOUT_SECONDS: Final = 0.1
 #: Bound on the goodbye (our close out, the peer's in) when the connection's owner was cancelled: a peer on
 #: a working network answers our close within a round trip; a silent one is not waited for longer.
 CANCELLED_CLOSE_TIMEOUT_SECONDS: Final = 0.5
@@ -654,6 +662,8 @@ class AmqpConnection:
         self._timer_wake = trio.Event()
         self._deadline: float | None = None
         self._stall_grace = False  # the engine's timers were put off once after a stall of this process
+        self._peer_silent = False  # our idle timeout fired: the goodbye does not wait for the peer
+        self._write_scope: trio.CancelScope | None = None  # around the send_all in flight (_send_all)
         self._broken: AmqpConnectionError | None = None
         self._ended_cleanly = False
         self._stream_dead = False
@@ -917,13 +927,13 @@ class AmqpConnection:
                 try:
                     send_nowait = self._send_nowait if just_yielded else None
                     if send_nowait is None:
-                        await self._stream.send_all(data)
+                        await self._send_all(data)
                     else:
                         try:
                             if not send_nowait(data):
-                                await self._stream.send_all(b"")  # the rest of what it took
+                                await self._send_all(b"")  # the rest of what it took
                         except trio.WouldBlock:  # nothing taken
-                            await self._stream.send_all(data)
+                            await self._send_all(data)
                 except BaseException as exc:
                     # Part of a frame may be on the wire: the connection cannot continue.
                     self._set_broken(AmqpConnectionError(f"write failed or was interrupted: {exc!r}"))
@@ -935,6 +945,22 @@ class AmqpConnection:
             self._tick()
         finally:
             lock.release()
+
+    async def _send_all(self, data: bytes) -> None:
+        """``send_all`` (under the write lock), abandoned once the peer is found silent: a frozen peer stops
+        reading, so a write may wait for room in its buffer for ever, and with it every later write, our
+        close included. It gets :data:`SILENT_PEER_CLOSE_TIMEOUT_SECONDS` from the idle timeout (or from its
+        start, after it); abandoned, it raises ``trio.BrokenResourceError``: part of it may be out."""
+        with trio.CancelScope() as scope:
+            if self._peer_silent:
+                scope.deadline = trio.current_time() + SILENT_PEER_CLOSE_TIMEOUT_SECONDS
+            self._write_scope = scope
+            try:
+                await self._stream.send_all(data)
+            finally:
+                self._write_scope = None
+        if scope.cancelled_caught:
+            raise trio.BrokenResourceError("the peer found silent took no more data")
 
     def _finish_drains(self) -> None:
         """Give back the credit of draining receivers that our woken senders did not use (spec 2.6.7).
@@ -977,9 +1003,16 @@ class AmqpConnection:
             deadline = self._engine.tick(now)
         except amqp.RemoteProtocolError as exc:
             self._handle_events(exc.events)
-            if not isinstance(exc, amqp.IdleTimeoutError):
+            if isinstance(exc, amqp.IdleTimeoutError):
                 # (a silent peer is gone or frozen, not misbehaving: the connection's end, whose error
-                # names the timeout, is what its owner logs, once; it is no refusal of the peer)
+                # names the timeout, is what its owner logs, once; it is no refusal of the peer; nor is
+                # its close waited for: see _goodbye)
+                self._peer_silent = True
+                if self._write_scope is not None:  # a write in flight waits for room the peer won't make
+                    self._write_scope.deadline = min(
+                        self._write_scope.deadline, now + SILENT_PEER_CLOSE_TIMEOUT_SECONDS
+                    )
+            else:
                 self._peer_violated(exc)
             self._flush_wanted.set()
             return
@@ -1082,7 +1115,9 @@ class AmqpConnection:
         """The engine is closed: send what it queued (our close), half-close, and let the reader linger.
 
         Runs once, in whichever task noticed first; shielded, and bounded by ``deadline`` (by default
-        :data:`CLOSE_TIMEOUT_SECONDS` from now), which also ends the reader's wait for the peer's close.
+        :data:`CLOSE_TIMEOUT_SECONDS` from now), which also ends the reader's wait for the peer's close. A
+        peer found silent (our idle timeout) gets :data:`SILENT_PEER_CLOSE_TIMEOUT_SECONDS` for our last
+        frames, and its close is not waited for.
         """
         if self._closing:
             await trio.lowlevel.checkpoint()
@@ -1090,6 +1125,8 @@ class AmqpConnection:
         self._closing = True
         if deadline is None:
             deadline = trio.current_time() + CLOSE_TIMEOUT_SECONDS
+        if self._peer_silent:
+            deadline = min(deadline, trio.current_time() + SILENT_PEER_CLOSE_TIMEOUT_SECONDS)
         error = self._engine.close_error
         if self._broken is None:
             if error is None:
@@ -1110,7 +1147,7 @@ class AmqpConnection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                     pass
         self._writes_done = True
-        self._linger_until(deadline)
+        self._linger_until(trio.current_time() if self._peer_silent else deadline)
 
     def _linger_until(self, deadline: float) -> None:
         """The reader waits for the peer's close (or EOF) until ``deadline`` at the latest."""
@@ -1142,7 +1179,10 @@ class AmqpConnection:
         stream = self._stream
         with trio.CancelScope(shield=True):
             if isinstance(stream, trio.SSLStream | TlsStream) and not self._stream_dead:
-                with trio.move_on_after(CLOSE_NOTIFY_TIMEOUT_SECONDS):
+                bound = (
+                    SILENT_PEER_CLOSE_TIMEOUT_SECONDS if self._peer_silent else CLOSE_NOTIFY_TIMEOUT_SECONDS
+                )
+                with trio.move_on_after(bound):
                     async with self._write_lock:
                         self._writes_done = True
                         try:

@@ -263,6 +263,45 @@ async def test_silent_peer_is_closed_with_resource_limit_exceeded(
     assert peer.close_error is not None and peer.close_error.condition == C.RESOURCE_LIMIT_EXCEEDED
 
 
+@pytest.mark.parametrize("full", [False, True], ids=["peer-buffer-free", "peer-buffer-full"])
+async def test_a_peer_found_silent_is_not_waited_for(
+    nursery: trio.Nursery, autojump_clock: object, full: bool
+) -> None:
+    """Once our idle timeout found the peer silent, the connection ends at once: our close goes out if the
+    stream takes it (best effort) and nobody waits for the silent peer's close. It used to wait the
+    graceful CLOSE_TIMEOUT_SECONDS (2 s) for it, so a frozen peer was noticed after 12 s, not the 10 s of
+    the idle timeout. With the peer's receive buffer full (it stopped reading too) our close cannot go out
+    at all, and the end is as prompt."""
+    client_raw, server_stream = trio.testing.memory_stream_pair()
+    client_stream = FreezableStream(client_raw)
+    peer = amqp.Connection(amqp.ConnectionConfig(idle_timeout_ms=None, sasl=False), client=False)
+    mute = False
+
+    async def mute_peer() -> None:  # answers the handshake, then only reads (never a heartbeat or close)
+        while data := await server_stream.receive_some(65536):
+            try:
+                peer.receive_data(data)
+            except amqp.RemoteProtocolError:
+                pass
+            if not mute and (out := peer.data_to_send()):
+                await server_stream.send_all(out)
+
+    nursery.start_soon(mute_peer)
+    cfg = amqp.ConnectionConfig(idle_timeout_ms=3000, sasl=False)
+    with trio.fail_after(30):
+        async with transport.open_amqp_over_stream(client_stream, config=cfg) as conn:
+            mute = True  # (the handshake is over: the peer's last frame came just now)
+            client_stream.frozen = full
+            start = trio.current_time()
+            await conn.wait_closed()
+            took = trio.current_time() - start
+            assert isinstance(conn.close_error, transport.AmqpConnectionError)
+            assert conn.close_error.condition == "amqp:resource-limit-exceeded"
+    assert 3.0 <= took <= 3.0 + transport.SILENT_PEER_CLOSE_TIMEOUT_SECONDS
+    if not full:  # our close reached the peer
+        assert peer.close_error is not None and peer.close_error.condition == C.RESOURCE_LIMIT_EXCEEDED
+
+
 async def test_a_stalled_process_reads_what_the_peer_sent_before_it_judges_the_peer_silent(
     nursery: trio.Nursery, mock_clock: trio.testing.MockClock
 ) -> None:
