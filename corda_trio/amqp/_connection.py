@@ -305,10 +305,10 @@ class Connection(TransferMixin, SettlementMixin):
         if timeout_ms and state in _OPEN_SENT_STATES:
             limit = self._last_rx + timeout_ms / 1000
             if now >= limit:
+                # (the description goes into our close: worded so that it is true on either side)
                 description = (
-                    f"no frame received for {now - self._last_rx:.3f} s; "
-                    f"our idle timeout is {timeout_ms} ms (advertised "
-                    f"{self.config.idle_time_out_field} ms)"
+                    f"no frame received for {now - self._last_rx:.3f} s (idle timeout {timeout_ms} ms, "
+                    f"advertised {self.config.idle_time_out_field} ms)"
                 )
                 self._events = []
                 self._fail(Condition.RESOURCE_LIMIT_EXCEEDED, description)
@@ -838,7 +838,9 @@ class Connection(TransferMixin, SettlementMixin):
             self._machine.process(_CI.SEND_CLOSE)
             self._out.append(encode_frame(P.Close()))
             self.close_error = frame.error
-            self._events.append(ConnectionClosed(error=frame.error, by_peer=True))
+            self._events.append(
+                ConnectionClosed(error=frame.error, by_peer=True, error_from_peer=frame.error is not None)
+            )
         else:  # our close is answered
             self._events.append(ConnectionClosed(error=self.close_error, by_peer=False))
         self._phase = _Phase.CLOSED

@@ -66,10 +66,14 @@ class ConnectionClosed(Event):
         error: the ``amqp.ErrorCondition`` carried by the ``close`` (or the one we sent); ``None``: a clean
             close.
         by_peer: ``True`` when the peer closed (or vanished), ``False`` when we closed.
+        error_from_peer: ``error`` came in the peer's ``close``: its description is the peer's words, about
+            the peer (``no frame received ...`` means the peer received none from us). ``False`` when we
+            wrote it (our close, or the end we noticed: EOF without a close, a failed SASL outcome).
     """
 
     error: Any = None
     by_peer: bool = True
+    error_from_peer: bool = False
 
 
 @final

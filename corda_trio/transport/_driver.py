@@ -1300,6 +1300,7 @@ class AmqpConnection:
             error_cls = AuthenticationError if sasl is not None and not sasl.ok else AmqpConnectionError
             default = "the peer closed the connection" if event.by_peer else "we closed the connection"
             clean = event.by_peer and event.error is None
-            self._set_broken(error_cls.from_error(event.error, default), clean=clean)  # type: ignore[arg-type]
+            closed = error_cls.from_error(event.error, default, by_peer=event.error_from_peer)
+            self._set_broken(closed, clean=clean)  # type: ignore[arg-type]
         elif isinstance(event, amqp.DeliveryStateChanged | amqp.TransferAborted | amqp.SaslCompleted):
             log.debug("%s: %s", self.id, event)

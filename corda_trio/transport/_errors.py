@@ -30,18 +30,25 @@ class AmqpTransportError(amqp.AmqpError):
     """
 
     condition: Any = None
+    #: the error came in the peer's ``close``: ``description`` is the peer's words, about the peer
+    by_peer: bool = False
 
-    def __init__(self, description: str, *, condition: str | None = None) -> None:
-        Exception.__init__(self, f"{condition}: {description}" if condition else description)
+    def __init__(self, description: str, *, condition: str | None = None, by_peer: bool = False) -> None:
+        text = f"{condition}: {description}" if condition else description
+        # The one place a peer's close reads as the peer's: quoted as ours, a resumed process said 'no frame
+        # received for 10.003 s' of the node that had received none from it.
+        Exception.__init__(self, f"the peer closed the connection: {text}" if by_peer else text)
         self.description = description
         self.condition = condition
+        self.by_peer = by_peer
 
     @classmethod
-    def from_error(cls, error: Any, default: str) -> AmqpTransportError:
-        """Build from an ``amqp.ErrorCondition`` (or ``None``: then ``default`` is the description)."""
+    def from_error(cls, error: Any, default: str, *, by_peer: bool = False) -> AmqpTransportError:
+        """Build from an ``amqp.ErrorCondition`` (or ``None``: then ``default`` is the description).
+        ``by_peer``: the error came in the peer's ``close`` (the message then says so)."""
         if error is None:
             return cls(default)
-        return cls(error.description or default, condition=str(error.condition))
+        return cls(error.description or default, condition=str(error.condition), by_peer=by_peer)
 
 
 class AmqpConnectionError(AmqpTransportError):

@@ -302,6 +302,65 @@ async def test_a_peer_found_silent_is_not_waited_for(
         assert peer.close_error is not None and peer.close_error.condition == C.RESOURCE_LIMIT_EXCEEDED
 
 
+class PausableReads(trio.abc.Stream):
+    """Wraps a stream; while ``paused``, ``receive_some`` waits (a process that stopped reading: SIGSTOP)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.paused = False
+        self.resumed = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self.paused:
+            await self.resumed.wait()
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_close_from_the_peer_reads_as_the_peers_on_both_sides(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    """The node's idle timeout ends the connection to a frozen bridge; resumed, the bridge reads the node's
+    close. Its error used to quote the node's words as its own ('session with the node ended: ...
+    no frame received for 10.003 s; our idle timeout is ...': the bridge had received frames all along).
+    The side that closed reports its own error; the other reads it as the peer's."""
+    node_raw, bridge_raw = trio.testing.memory_stream_pair()
+    bridge_stream = PausableReads(bridge_raw)
+    # the node asks for no heartbeats (advertises none), so the frozen bridge owes it nothing but reads
+    node_cfg = amqp.ConnectionConfig(idle_timeout_ms=1000, advertised_idle_timeout_ms=0, sasl=False)
+    bridge_cfg = amqp.ConnectionConfig(idle_timeout_ms=None, sasl=False, allow_bare_amqp=True)
+    node_closed = trio.Event()
+    node_errors: list[str] = []
+
+    async def node() -> None:
+        async with transport.open_amqp_over_stream(node_raw, client=False, config=node_cfg) as conn:
+            await conn.wait_closed()
+            node_errors.append(str(conn.close_error))
+        node_closed.set()
+
+    nursery.start_soon(node)
+    with trio.fail_after(30):
+        async with transport.open_amqp_over_stream(bridge_stream, config=bridge_cfg) as conn:
+            bridge_stream.paused = True  # SIGSTOP
+            await node_closed.wait()
+            bridge_stream.resumed.set()  # SIGCONT
+            await conn.wait_closed()
+            error = conn.close_error
+    expected = "amqp:resource-limit-exceeded: no frame received for 1.000 s (idle timeout 1000 ms, advertised"
+    assert node_errors[0].startswith(expected), node_errors
+    assert isinstance(error, transport.AmqpConnectionError) and error.by_peer
+    assert str(error).startswith(f"the peer closed the connection: {expected}"), str(error)
+    assert error.condition == "amqp:resource-limit-exceeded"
+
+
 async def test_a_stalled_process_reads_what_the_peer_sent_before_it_judges_the_peer_silent(
     nursery: trio.Nursery, mock_clock: trio.testing.MockClock
 ) -> None:
