@@ -94,6 +94,9 @@ class EndpointConfig:
     #: Messages handed to a consuming bridge unacked at once (and the inbox link's credit).
     credit: int = attrs.field(default=DEFAULT_BRIDGE_CREDIT, validator=attrs.validators.ge(1))
     max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
+    #: How long a bridge process may send no frame before its connection is closed (node.toml ``[p2p]
+    #: idle_timeout_seconds``: a frozen bridge process is given up after it, its messages released).
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
 
 
 def wanted_bridges(messaging: MessagingService, resolver: PeerResolver) -> dict[str, BridgeEntry]:
@@ -140,7 +143,11 @@ class LocalEndpoint:
                 given.encode(), password
             )
 
-        return amqp.ConnectionConfig(sasl_mechanisms=("PLAIN",), sasl_plain_check=check)
+        return amqp.ConnectionConfig(
+            sasl_mechanisms=("PLAIN",),
+            sasl_plain_check=check,
+            idle_timeout_ms=transport.idle_timeout_ms(self.config.idle_timeout_seconds),
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the bound port through ``task_status``."""

@@ -334,7 +334,10 @@ class ExternalBridge:
     async def _session(self, backoff: Backoff, outer: trio.Nursery) -> None:
         cfg = self.config
         amqp_config = amqp.ConnectionConfig(
-            sasl_mechanisms=("PLAIN",), sasl_username=cfg.username, sasl_password=cfg.password
+            sasl_mechanisms=("PLAIN",),
+            sasl_username=cfg.username,
+            sasl_password=cfg.password,
+            idle_timeout_ms=transport.idle_timeout_ms(cfg.bridges.idle_timeout_seconds),  # bridge.toml [p2p]
         )
         async with (
             transport.open_amqp_connection(cfg.node_host, cfg.node_port, config=amqp_config) as conn,

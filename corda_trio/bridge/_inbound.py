@@ -206,6 +206,8 @@ class AcceptorConfig:
     credit: int = attrs.field(default=DEFAULT_INBOUND_CREDIT, validator=attrs.validators.ge(1))
     max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: How long a peer may send no frame before its connection is closed (advertised to it halved).
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
 
 
 @attrs.define(eq=False)
@@ -250,6 +252,10 @@ class InboundAcceptor:
                     host=self.config.host,
                     ssl_context=self.ssl_context,
                     peer_check=pki.check_peer_is_network_node,
+                    config=amqp.ConnectionConfig(
+                        sasl_mechanisms=transport.SERVER_SASL_MECHANISMS,
+                        idle_timeout_ms=transport.idle_timeout_ms(self.config.idle_timeout_seconds),
+                    ),
                     handshake_timeout=self.config.handshake_timeout_seconds,
                     refusals=self.refusals,
                     task_status=task_status,

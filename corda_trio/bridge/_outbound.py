@@ -125,8 +125,11 @@ class BridgeConfig:
     #: How long an address whose TLS identity check failed is left alone.
     parked_retry_seconds: float = 300.0
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: How long a peer may send no frame before its connection is closed (advertised to it halved): node.toml
+    #: and bridge.toml ``[p2p] idle_timeout_seconds``. Not used when ``amqp_config`` is given.
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
     #: AMQP settings of the bridge's connections (``None``: the engine's defaults, SASL PLAIN
-    #: ``SystemUsers/Peer``).
+    #: ``SystemUsers/Peer``, with ``idle_timeout_seconds``).
     amqp_config: amqp.ConnectionConfig | None = None
     #: Prepended to the peer's inbox address: ``""`` for corda-trio peers; e.g. ``"/queue/"`` when the
     #: "peer" is a broker such as RabbitMQ that names queues that way.
@@ -288,7 +291,10 @@ class Bridge:
             address[1],
             ssl_context=self.ssl_context,
             peer_check=(lambda tls: pki.check_peer_legal_name(tls, expected)) if self.ssl_context else None,
-            config=self.config.amqp_config,
+            config=self.config.amqp_config
+            or amqp.ConnectionConfig(
+                idle_timeout_ms=transport.idle_timeout_ms(self.config.idle_timeout_seconds)
+            ),
             handshake_timeout=self.config.handshake_timeout_seconds,
             proxy=self.config.proxy,
         ) as conn:

@@ -12,6 +12,8 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     [p2p]
     listen = "0.0.0.0:10002"                        # the node's P2P address as published in the map
     max_message_size = 10485760                     # optional: the network parameter
+    idle_timeout_seconds = 10                       # optional: a peer's connection, or the one to the node,
+                                                    # that brings no frame this long is closed; 1..3600
     [tls]                                           # the node's TLS material
     cert_chain = "certificates/tls.chain.pem"
     key = "certificates/tls.key.pem"
@@ -27,6 +29,9 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     tunnel_key = "tunnel/bridge.key"
     tunnel_ca = "tunnel/tunnel-ca.pem"
     tls_ref = "node"                                # which [tls.NAME] of float.toml the float presents
+    idle_timeout_seconds = 10                       # optional: a float silent this long is given up; 1..3600
+    handshake_timeout_seconds = 3                   # optional: a float not through the control link's
+                                                    # handshake by then is skipped; 0.5..300
 
 With ``[float]`` the bridge listens for no peer (no ``p2p.listen``): it activates a float, as the node's
 in-process bridge does (``docs/float.md``), and prints ``corda-trio bridge: float HOST:PORT active, public
@@ -47,11 +52,12 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import bridge, network, pki
+from corda_trio import bridge, network, pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
 from ._config import (
+    FLOAT_KEYS,
     BridgeMode,
     ConfigError,
     FloatSettings,
@@ -86,6 +92,8 @@ class BridgeProcessConfig:
     max_backoff_seconds: float
     #: ``[float]``: the floats this bridge activates instead of listening itself.
     floats: FloatSettings | None = None
+    #: ``[p2p] idle_timeout_seconds``: peers' connections and the one to the node.
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
 
 
 #: Upper bounds of the numbers in bridge.toml: beyond them a value is a typo (credit is also what a link
@@ -147,10 +155,10 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
     if bridge_id is not None and (not isinstance(bridge_id, str) or not bridge_id):
         raise r.fail("bridge_id", f"must be a non-empty string, got {bridge_id!r}")
     node = r.section("node", {"endpoint", "username", "password_env", "password_file"})
-    p2p = r.section("p2p", {"listen", "max_message_size"})
+    p2p = r.section("p2p", {"listen", "max_message_size", "idle_timeout_seconds"})
     tls = r.section("tls", {"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"})
     tuning = r.section("tuning", {"credit", "initial_backoff_seconds", "max_backoff_seconds"})
-    float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
+    float_table = r.section("float", FLOAT_KEYS)
     r.finish()
     # the same [float] keys as node.toml's; this process is the bridge manager that dials the floats
     floats = _float_settings(r, float_table, p2p, BridgeMode.IN_PROCESS, base)
@@ -184,6 +192,9 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         initial_backoff_seconds=float(initial),
         max_backoff_seconds=float(maximum),
         floats=floats,
+        idle_timeout_seconds=r.seconds(
+            p2p, "idle_timeout_seconds", "p2p.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
     )
 
 
@@ -223,6 +234,7 @@ def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.Externa
         credit=cfg.credit,
         initial_backoff_seconds=cfg.initial_backoff_seconds,
         max_backoff_seconds=cfg.max_backoff_seconds,
+        idle_timeout_seconds=cfg.idle_timeout_seconds,
     )
     extra: dict[str, Any] = {"bridge_id": cfg.bridge_id} if cfg.bridge_id else {}
     tunnel_context = None
@@ -235,7 +247,11 @@ def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.Externa
         username=cfg.username,
         password=password,
         p2p=bridge.AcceptorConfig(
-            host=listen[0], port=listen[1], credit=cfg.credit, max_message_size=cfg.max_message_size
+            host=listen[0],
+            port=listen[1],
+            credit=cfg.credit,
+            max_message_size=cfg.max_message_size,
+            idle_timeout_seconds=cfg.idle_timeout_seconds,
         ),
         bridges=bridges,
         **extra,
@@ -260,6 +276,8 @@ def _tunnel(cfg: BridgeProcessConfig, floats: FloatSettings) -> tuple[Any, Any]:
         max_message_size=cfg.max_message_size,
         initial_backoff_seconds=cfg.initial_backoff_seconds,
         max_backoff_seconds=cfg.max_backoff_seconds,
+        idle_timeout_seconds=floats.idle_timeout_seconds,
+        handshake_timeout_seconds=floats.handshake_timeout_seconds,
     )
     return creds.client_context(), config
 

@@ -13,6 +13,8 @@ Examples::
     cert = "tunnel/float-a.pem"
     key = "tunnel/float-a.key"
     ca = "tunnel/tunnel-ca.pem"
+    idle_timeout_seconds = 10      # optional: an inside silent this long on the control link is given up
+                                   # (and the public port closed); 1..3600
 
     [public]                       # opened only while activated
     host = "0.0.0.0"
@@ -20,6 +22,8 @@ Examples::
     max_message_size = 10485760    # optional (the network parameter)
     peer_link_window = 64          # optional: share of the end-to-end window one peer link reserves
     max_handshakes_per_address = 16  # optional: peer connections one address may have in their handshake
+    idle_timeout_seconds = 10      # optional: a peer's connection that brings no frame this long is closed;
+                                   # 1..3600
 
     [tls.node]                     # node TLS material an activation may name ("tls_ref" = "node")
     cert_chain = "node/tls.pem"
@@ -53,7 +57,7 @@ from corda_trio import pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
-from ._config import ConfigError, KeyPassphrase, _read_toml
+from ._config import ConfigError, KeyPassphrase, _read_toml, seconds_problem
 from ._heap import freeze_startup_heap
 
 __all__ = ["load_float_config", "register"]
@@ -121,9 +125,16 @@ _KINDS = {int: "an integer", str: "a string", float: "a number", dict: "a table"
 
 #: float.toml: section -> its keys (``tls``: the keys of each ``[tls.<ref>]``); docs/float.md section 3.
 _SECTIONS: Final[Mapping[str, frozenset[str]]] = {
-    "control": frozenset({"host", "port", "cert", "key", "ca"}),
+    "control": frozenset({"host", "port", "cert", "key", "ca", "idle_timeout_seconds"}),
     "public": frozenset(
-        {"host", "port", "max_message_size", "peer_link_window", "max_handshakes_per_address"}
+        {
+            "host",
+            "port",
+            "max_message_size",
+            "peer_link_window",
+            "max_handshakes_per_address",
+            "idle_timeout_seconds",
+        }
     ),
     "tls": frozenset({"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"}),
     "audit": frozenset({"path", "max_bytes", "backups", "latency_summary_seconds"}),
@@ -195,6 +206,14 @@ class _Toml:
         except ConfigError as exc:
             raise self._fail(key, str(exc)) from None
 
+    def seconds(self, key: str, bounds: tuple[float, float]) -> float:
+        """A number of seconds in ``bounds`` (default: the transport's idle timeout)."""
+        value = self.get(key, object, transport.DEFAULT_IDLE_TIMEOUT_SECONDS)
+        problem = seconds_problem(value, bounds)
+        if problem is not None:
+            raise self._fail(key, problem)
+        return float(value)
+
     def port(self, key: str) -> int:
         port = self.get(key, int)
         if not 0 <= port < 65536:
@@ -262,6 +281,12 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         max_message_size=max_size,
         peer_link_window=window,
         max_handshakes_per_address=handshakes,
+        control_idle_timeout_seconds=t.seconds(
+            "control.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
+        public_idle_timeout_seconds=t.seconds(
+            "public.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
         latency_summary_seconds=t.get("audit.latency_summary_seconds", float, 60.0),
     )
     audit = {

@@ -18,6 +18,8 @@ Theory of operation
                                          # optional: what the NodeInfo lists instead of `address`, in this
                                          # order (peers' bridges dial them round-robin); 1..16 "HOST:PORT",
                                          # no duplicates, no 0.0.0.0 / [::]. Default: [address]
+    idle_timeout_seconds = 10            # a peer's connection (or a bridge process's) that brings no frame
+                                         # this long is closed (advertised to it as half); 1..3600
 
     [rpc]
     address = "127.0.0.1:40002"          # the RPC websocket (ws://HOST:PORT); port 0: any free port
@@ -75,6 +77,11 @@ Theory of operation
     tunnel_key = "tunnel/bridge.key"
     tunnel_ca = "tunnel/tunnel-ca.pem"
     tls_ref = "node"                     # which [tls.NAME] of float.toml the float presents to peers
+    idle_timeout_seconds = 10            # the control link's idle timeout: a float silent this long (frozen,
+                                         # cut off) is given up for the next; 1..3600
+    handshake_timeout_seconds = 3        # a float that has not completed the control link's TLS and AMQP
+                                         # handshake by then is skipped (a frozen one's kernel still
+                                         # completes the TCP connect); 0.5..300
     # With [float] the node opens no p2p listener of its own: p2p.address must be the floats' public
     # address (what peers dial; it is advertised in the NodeInfo) and p2p.listen is not allowed. Floats on
     # two hosts with two public addresses and no DNS name / virtual IP that follows the active one: list
@@ -123,6 +130,7 @@ from typing import Any, Final, TypeVar, final
 import attrs
 
 from corda_trio import flows, network, pki, rpc, store, transport
+from corda_trio.bridge import float as float_
 from corda_trio.files import read_small_file
 
 __all__ = [
@@ -212,6 +220,11 @@ class FloatSettings:
     tunnel_key: Path
     tunnel_ca: Path
     tls_ref: str = "node"
+    #: ``[float] idle_timeout_seconds``: a float silent this long on the control link is given up.
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+    #: ``[float] handshake_timeout_seconds``: a float that has not completed the control link's handshake
+    #: within this is skipped for the next (a frozen standby's kernel completes the TCP connect).
+    handshake_timeout_seconds: float = float_.DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS
 
 
 class LogFormat(enum.Enum):
@@ -266,6 +279,8 @@ class NodeConfig:
     bridge_proxy_password: KeyPassphrase | None = None
     #: ``None``: the node listens for peers itself; else peers reach it through these floats.
     floats: FloatSettings | None = None
+    #: ``[p2p] idle_timeout_seconds``: a peer (or a bridge process) silent this long is given up.
+    p2p_idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
     #: ``[p2p] advertise``: the addresses the NodeInfo lists, in order; ``()``: ``(p2p_address,)``.
     p2p_advertise: tuple[network.NetworkHostAndPort, ...] = ()
     log_format: LogFormat = LogFormat.TEXT
@@ -369,9 +384,42 @@ class _Reader:
             choices = " or ".join(f'"{member.value}"' for member in kind)  # type: ignore[attr-defined]
             raise self.fail(where, f"must be {choices}, got {value!r}") from None
 
+    def seconds(
+        self,
+        table: dict[str, Any],
+        key: str,
+        where: str,
+        bounds: tuple[float, float],
+        default: float | None = None,
+    ) -> float:
+        """A number of seconds within ``bounds`` (``default``: the transport's idle timeout if omitted)."""
+        if default is None:
+            default = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+        value = table.get(key, default)
+        problem = seconds_problem(value, bounds)
+        if problem is not None:
+            raise self.fail(where, problem)
+        return float(value)
+
     def finish(self) -> None:
         if self.data:
             raise self.fail(sorted(self.data)[0], "unknown setting")
+
+
+def seconds_problem(value: object, bounds: tuple[float, float]) -> str | None:
+    """What is wrong with ``value`` as a number of seconds in ``bounds`` (``None``: nothing); the one wording
+    of node.toml, bridge.toml and float.toml."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        return f"must be a number of seconds in {low:g}..{high:g}, got {value!r}"
+    return None
+
+
+#: ``[float]`` of node.toml and bridge.toml.
+FLOAT_KEYS: Final = frozenset(
+    {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref", "idle_timeout_seconds",
+     "handshake_timeout_seconds"}
+)  # fmt: skip
 
 
 def _join(base: Path, relative: str) -> Path:
@@ -425,7 +473,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     if not isinstance(base_text, str) or not base_text or "\x00" in base_text:
         raise r.fail("base_directory", f"must be a non-empty path without NUL characters, got {base_text!r}")
     base = (path.parent / base_text).resolve()
-    p2p = r.section("p2p", {"address", "listen", "advertise"})
+    p2p = r.section("p2p", {"address", "listen", "advertise", "idle_timeout_seconds"})
     rpc = r.section("rpc", {"address", "users"})
     metrics = r.section("metrics", {"address", "enabled"})
     bridge_table = r.section(
@@ -433,7 +481,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         {"mode", "endpoint", "username", "password_env", "password_file", "proxy", "proxy_password_env",
          "proxy_password_file"},
     )  # fmt: skip
-    float_table = r.section("float", {"control", "tunnel_cert", "tunnel_key", "tunnel_ca", "tls_ref"})
+    float_table = r.section("float", FLOAT_KEYS)
     logging_table = r.section("logging", {"format", "level", "file"})
     shutdown = r.section("shutdown", {"timeout_seconds"})
     flows_table = r.section("flows", {"max_responders_per_peer", "modules"})
@@ -538,6 +586,9 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         bridge_proxy_password=proxy_password,
         floats=floats,
         p2p_advertise=advertise,
+        p2p_idle_timeout_seconds=r.seconds(
+            p2p, "idle_timeout_seconds", "p2p.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
         log_format=log_format,
         log_level=log_level,
         log_file=log_file,
@@ -701,6 +752,16 @@ def _float_settings(
         tunnel_key=_join(base, r.string(table, "tunnel_key", "float.tunnel_key")),
         tunnel_ca=_join(base, r.string(table, "tunnel_ca", "float.tunnel_ca")),
         tls_ref=r.string(table, "tls_ref", "float.tls_ref", "node"),
+        idle_timeout_seconds=r.seconds(
+            table, "idle_timeout_seconds", "float.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
+        handshake_timeout_seconds=r.seconds(
+            table,
+            "handshake_timeout_seconds",
+            "float.handshake_timeout_seconds",
+            transport.HANDSHAKE_TIMEOUT_RANGE_SECONDS,
+            float_.DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS,
+        ),
     )
 
 
@@ -815,6 +876,8 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         lines.append(f"listen = {_toml_str(str(config.p2p_listen))}")
     if config.p2p_advertise:
         lines.append(f"advertise = [{', '.join(_toml_str(str(a)) for a in config.p2p_advertise)}]")
+    if config.p2p_idle_timeout_seconds != transport.DEFAULT_IDLE_TIMEOUT_SECONDS:
+        lines.append(f"idle_timeout_seconds = {config.p2p_idle_timeout_seconds:g}")
     lines += ["", "[rpc]", f"address = {_toml_str(str(config.rpc_address))}"]
     for user in config.rpc_users:
         perms = ", ".join(_toml_str(p) for p in sorted(user.permissions))
@@ -914,6 +977,8 @@ def _float_lines(config: NodeConfig, base: Path) -> list[str]:
         f"tunnel_key = {_toml_str(_rel(f.tunnel_key, base))}",
         f"tunnel_ca = {_toml_str(_rel(f.tunnel_ca, base))}",
         f"tls_ref = {_toml_str(f.tls_ref)}",
+        f"idle_timeout_seconds = {f.idle_timeout_seconds:g}",
+        f"handshake_timeout_seconds = {f.handshake_timeout_seconds:g}",
     ]
 
 

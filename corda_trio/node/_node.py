@@ -434,7 +434,9 @@ class Node:
             messaging=service,
             resolver=self.peers,
             ssl_context=material.client_context,
-            config=bridge.BridgeConfig(proxy=self._bridge_proxy()),
+            config=bridge.BridgeConfig(
+                proxy=self._bridge_proxy(), idle_timeout_seconds=self.config.p2p_idle_timeout_seconds
+            ),
         )
         await nursery.start(self.bridges.run)
 
@@ -469,6 +471,8 @@ class Node:
                 floats=[(a.host, a.port) for a in floats.control],
                 tls_ref=floats.tls_ref,
                 max_message_size=max_size,
+                idle_timeout_seconds=floats.idle_timeout_seconds,
+                handshake_timeout_seconds=floats.handshake_timeout_seconds,
             ),
             resolver=self.peers,
             on_checked=service.remember_received,
@@ -483,7 +487,10 @@ class Node:
             inbox=service.inbox,
             ssl_context=material.server_context,
             config=bridge.AcceptorConfig(
-                host=cfg.p2p_listen.host, port=cfg.p2p_listen.port, max_message_size=max_size
+                host=cfg.p2p_listen.host,
+                port=cfg.p2p_listen.port,
+                max_message_size=max_size,
+                idle_timeout_seconds=cfg.p2p_idle_timeout_seconds,
             ),
             on_checked=service.remember_received,
         )
@@ -513,6 +520,7 @@ class Node:
                 host=host,
                 port=port,
                 max_message_size=max_size,
+                idle_timeout_seconds=cfg.p2p_idle_timeout_seconds,
             ),
         )
         try:

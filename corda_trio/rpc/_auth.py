@@ -62,9 +62,7 @@ def check_password_hash(password_hash: str) -> None:
     try:
         params = argon2.extract_parameters(password_hash)
     except argon2.exceptions.InvalidHashError:
-        raise ValueError(
-            "is not a valid argon2 hash (`corda-trio node hash-password` makes one)"
-        ) from None
+        raise ValueError("is not a valid argon2 hash (`corda-trio node hash-password` makes one)") from None
     if params.memory_cost > MAX_HASH_MEMORY_KIB or params.memory_cost * params.time_cost > MAX_HASH_WORK:
         raise ValueError(
             f"asks m={params.memory_cost} KiB and t={params.time_cost} passes per check: at most "

@@ -32,7 +32,11 @@ writes an answer with its standard reason phrase, and ``protocol_error_text`` sa
 """
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+from ._connect import DEFAULT_IDLE_TIMEOUT_SECONDS as DEFAULT_IDLE_TIMEOUT_SECONDS
+from ._connect import HANDSHAKE_TIMEOUT_RANGE_SECONDS as HANDSHAKE_TIMEOUT_RANGE_SECONDS
+from ._connect import IDLE_TIMEOUT_RANGE_SECONDS as IDLE_TIMEOUT_RANGE_SECONDS
 from ._connect import PeerCheck as PeerCheck
+from ._connect import idle_timeout_ms as idle_timeout_ms
 from ._connect import open_amqp_connection as open_amqp_connection
 from ._connect import open_amqp_over_stream as open_amqp_over_stream
 from ._connect import secure_stream as secure_stream
@@ -61,6 +65,7 @@ from ._serve import ACCEPT_ERROR_LOG_INTERVAL_SECONDS as ACCEPT_ERROR_LOG_INTERV
 from ._serve import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._serve import DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as DEFAULT_MAX_HANDSHAKES_PER_ADDRESS
 from ._serve import REFUSE_TIMEOUT_SECONDS as REFUSE_TIMEOUT_SECONDS
+from ._serve import SERVER_SASL_MECHANISMS as SERVER_SASL_MECHANISMS
 from ._serve import HandshakeLimit as HandshakeLimit
 from ._serve import InboundRefusals as InboundRefusals
 from ._serve import listener_port as listener_port
@@ -77,9 +82,13 @@ __all__ = [
     "CLOSE_NOTIFY_TIMEOUT_SECONDS",
     "CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
+    "DEFAULT_IDLE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HANDSHAKES_PER_ADDRESS",
+    "HANDSHAKE_TIMEOUT_RANGE_SECONDS",
+    "IDLE_TIMEOUT_RANGE_SECONDS",
     "REFUSE_TIMEOUT_SECONDS",
+    "SERVER_SASL_MECHANISMS",
     "SILENT_PEER_CLOSE_TIMEOUT_SECONDS",
     "AmqpConnection",
     "AmqpConnectionError",
@@ -100,6 +109,7 @@ __all__ = [
     "SocksProxy",
     "drain_before_close",
     "http_response",
+    "idle_timeout_ms",
     "listener_port",
     "open_amqp_connection",
     "open_amqp_over_stream",

@@ -17,12 +17,36 @@ from ._errors import HandshakeError
 from ._socks import SocksProxy, open_socks_stream
 from ._tls import TlsStream, tls_over
 
-__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_SECONDS", "PeerCheck", "open_amqp_connection", "open_amqp_over_stream"]
+__all__ = [
+    "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
+    "DEFAULT_IDLE_TIMEOUT_SECONDS",
+    "HANDSHAKE_TIMEOUT_RANGE_SECONDS",
+    "IDLE_TIMEOUT_RANGE_SECONDS",
+    "PeerCheck",
+    "idle_timeout_ms",
+    "open_amqp_connection",
+    "open_amqp_over_stream",
+]
 
 log = logging.getLogger("corda_trio.transport")
 
 # TLS + SASL + open on loopback take a few ms; 10 s leaves room for a loaded machine and a slow peer.
 DEFAULT_HANDSHAKE_TIMEOUT_SECONDS: Final = 10.0
+#: What an operator may configure as a handshake timeout (``handshake_timeout_seconds``): below 0.5 s a
+#: loaded machine fails healthy handshakes; beyond 5 minutes a silent peer holds its slot too long.
+HANDSHAKE_TIMEOUT_RANGE_SECONDS: Final = (0.5, 300.0)
+#: The engine's idle timeout (``amqp.ConnectionConfig.idle_timeout_ms``: 10 s, advertised to the peer as 5 s).
+DEFAULT_IDLE_TIMEOUT_SECONDS: Final = 10.0
+#: What an operator may configure as ``idle_timeout_seconds``: at least 1 s (it is advertised halved, and a
+#: stall of our own process must stay well below it: the driver's STALL_GRACE_SECONDS is 0.5 s), at most an
+#: hour (a dead peer is noticed only by it).
+IDLE_TIMEOUT_RANGE_SECONDS: Final = (1.0, 3600.0)
+
+
+def idle_timeout_ms(seconds: float) -> int:
+    """``amqp.ConnectionConfig.idle_timeout_ms`` for a configured ``idle_timeout_seconds``."""
+    return round(seconds * 1000)
+
 
 PeerCheck = Callable[[Any], Any]
 """``(ssl_object) -> identity``: inspects ``getpeercert(binary_form=True)`` after the TLS handshake and

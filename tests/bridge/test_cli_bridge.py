@@ -38,6 +38,15 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def test_the_idle_timeout_is_a_p2p_setting(tmp_path: Path) -> None:
+    """``[p2p] idle_timeout_seconds`` (as in node.toml): the peers' connections and the one to the node."""
+    cfg = load_bridge_config(
+        write(tmp_path, GOOD.format(port=5).replace("[p2p]", "[p2p]\nidle_timeout_seconds = 4"))
+    )
+    assert cfg.idle_timeout_seconds == 4.0
+    assert load_bridge_config(write(tmp_path, GOOD.format(port=5))).idle_timeout_seconds == 10.0
+
+
 def test_a_good_file_loads(tmp_path: Path) -> None:
     cfg = load_bridge_config(write(tmp_path, GOOD.format(port=5)))
     assert cfg.endpoint.port == 5 and cfg.p2p_listen == ("127.0.0.1", 0)
@@ -59,6 +68,8 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
         (lambda t: t + "[tuning]\ncredit = 65537\n", "tuning.credit"),
         (lambda t: t + "[tuning]\ninitial_backoff_seconds = nan\n", "tuning.initial_backoff_seconds"),
         (lambda t: t + "[tuning]\nmax_backoff_seconds = inf\n", "tuning.max_backoff_seconds"),
+        (lambda t: t.replace("[p2p]", "[p2p]\nidle_timeout_seconds = 0"), "p2p.idle_timeout_seconds"),
+        (lambda t: t.replace("[p2p]", "[p2p]\nidle_timeout_seconds = 1e9"), "p2p.idle_timeout_seconds"),
         (lambda t: t.replace("[p2p]", "[p2p]\nmax_message_size = 4294967296"), "p2p.max_message_size"),
         (lambda t: t.replace("[tls]", "[tls]\ncolour = 1"), "tls.colour"),
         (lambda t: "extra = 1\n" + t, "extra"),

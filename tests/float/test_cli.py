@@ -14,6 +14,7 @@ import pytest
 from corda_trio import pki
 from corda_trio.bridge import float as fl
 from corda_trio.node._cli_bridge import _build, load_bridge_config
+from corda_trio.node._cli_float import load_float_config
 from tests.p2p_harness import NOW
 
 from .test_processes import ENV
@@ -83,6 +84,17 @@ def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCred
     return tmp_path
 
 
+def test_idle_timeouts_of_the_control_link_and_of_peers_are_settings(float_dir: Path) -> None:
+    """float.toml ``[control] idle_timeout_seconds`` (the inside's link) and ``[public]`` (each peer's)."""
+    text = CONFIG.replace("{port}", "0").replace("[public]", "[public]\nidle_timeout_seconds = 3")
+    (float_dir / "float.toml").write_text(text.replace("[control]", "[control]\nidle_timeout_seconds = 2"))
+    config, _ = load_float_config(float_dir / "float.toml")
+    assert (config.control_idle_timeout_seconds, config.public_idle_timeout_seconds) == (2.0, 3.0)
+    (float_dir / "float.toml").write_text(CONFIG.replace("{port}", "0"))
+    config, _ = load_float_config(float_dir / "float.toml")
+    assert config.control_idle_timeout_seconds == config.public_idle_timeout_seconds == 10.0
+
+
 ENCRYPTED = 'key = "enc.key"\n'
 
 
@@ -101,8 +113,8 @@ ENCRYPTED = 'key = "enc.key"\n'
         # A misspelt optional key is refused, not silently left at its default (as in node.toml).
         (
             ("[public]", "[public]\npeer_link_windw = 8"),
-            "key 'public.peer_link_windw': unknown setting (allowed: host, max_handshakes_per_address, "
-            "max_message_size, peer_link_window, port)",
+            "key 'public.peer_link_windw': unknown setting (allowed: host, idle_timeout_seconds, "
+            "max_handshakes_per_address, max_message_size, peer_link_window, port)",
         ),
         (("[audit]", "[audit]\nbackup = 2"), "key 'audit.backup': unknown setting (allowed: backups, "),
         (('trust_root = "root.pem"', 'trust_root = "root.pem"\npassphrase = "x"'), "'tls.node.passphrase'"),
@@ -111,6 +123,14 @@ ENCRYPTED = 'key = "enc.key"\n'
         (("[public]", "[public]\nmax_handshakes_per_address = 0"), "max_handshakes_per_address': must be at"),
         (("[public]", '[public]\nmax_handshakes_per_address = "x"'), "'public.max_handshakes_per_address'"),
         (("[control]", "[control"), "not valid TOML"),
+        (
+            ("[public]", "[public]\nidle_timeout_seconds = 0"),
+            "key 'public.idle_timeout_seconds': must be a number of seconds in 1..3600, got 0",
+        ),
+        (
+            ("[control]", "[control]\nidle_timeout_seconds = 'x'"),
+            "'control.idle_timeout_seconds': must be a num",
+        ),
         (('key = "tls.key"', ENCRYPTED), "key 'tls.node.key': private key"),
         (('key = "tls.key"', ENCRYPTED + 'passphrase_file = "wrong"'), "(wrong passphrase?)"),
         (
@@ -232,6 +252,18 @@ def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
     assert ext.config.floats is not None and ext.tunnel_ssl_context is not None
     assert ext.config.floats.floats == (("127.0.0.1", 10010), ("127.0.0.1", 10011))
     assert ext.config.floats.tls_ref == "node"
+    # the tunnel's timeouts: a frozen standby float is skipped within 3 s, not the peers' 10 s
+    assert ext.config.floats.handshake_timeout_seconds == fl.DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS == 3.0
+    assert ext.config.floats.idle_timeout_seconds == 10.0
+    (d / "bridge.toml").write_text(
+        BRIDGE_TOML.replace(
+            "[float]", "[float]\nidle_timeout_seconds = 2\nhandshake_timeout_seconds = 0.5"
+        ).replace("[tls]", "[p2p]\nidle_timeout_seconds = 5\n[tls]")
+    )
+    ext = _build(load_bridge_config(d / "bridge.toml"))
+    assert ext.config.floats is not None
+    assert (ext.config.floats.idle_timeout_seconds, ext.config.floats.handshake_timeout_seconds) == (2.0, 0.5)
+    assert ext.config.bridges.idle_timeout_seconds == ext.config.p2p.idle_timeout_seconds == 5.0
 
 
 @pytest.mark.parametrize(
@@ -246,6 +278,11 @@ def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
             "float.control",
         ),
         (lambda t: t.replace("[float]", "[float]\ncolour = 1"), "float.colour"),
+        (
+            lambda t: t.replace("[float]", "[float]\nhandshake_timeout_seconds = 301"),
+            "float.handshake_timeout_seconds: must be a number of seconds in 0.5..300, got 301",
+        ),
+        (lambda t: t.replace("[float]", "[float]\nidle_timeout_seconds = 0.9"), "float.idle_timeout_seconds"),
         (
             lambda t: t.replace("tunnel/br.pem", "tunnel/fa.pem").replace("tunnel/br.key", "tunnel/fa.key"),
             "a 'float' tunnel certificate, not a bridge's",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from corda_trio import flows, rpc
+from corda_trio import flows, rpc, transport
+from corda_trio.bridge import float as float_
 from corda_trio.node import _config
 
 HASH = rpc.hash_password("correct horse")
@@ -114,6 +115,24 @@ def test_float_and_proxy_settings_load_and_round_trip(tmp_path: Path) -> None:
     assert plain.floats is None and plain.bridge_proxy is None
 
 
+def test_idle_and_tunnel_handshake_timeouts_load_round_trip_and_default(tmp_path: Path) -> None:
+    """``[p2p] idle_timeout_seconds`` and ``[float] idle_timeout_seconds`` / ``handshake_timeout_seconds``:
+    an operator with a WAN or DMZ sets how soon a silent peer or float is given up (they were fixed at 10 s,
+    and a frozen standby float cost every failover the peers' 10 s handshake timeout)."""
+    text = _replace("[p2p]", "[p2p]\nidle_timeout_seconds = 2.5") + FLOAT + "idle_timeout_seconds = 30\n"
+    text += "handshake_timeout_seconds = 1.5\n"
+    cfg = _config.load_node_config(_write(tmp_path, text))
+    assert cfg.p2p_idle_timeout_seconds == 2.5
+    assert cfg.floats is not None
+    assert (cfg.floats.idle_timeout_seconds, cfg.floats.handshake_timeout_seconds) == (30.0, 1.5)
+    again = _write(tmp_path, _config.dump_node_config(cfg, tmp_path))
+    assert _config.load_node_config(again) == cfg
+    plain = _config.load_node_config(_write(tmp_path, GOOD + FLOAT))
+    assert plain.p2p_idle_timeout_seconds == transport.DEFAULT_IDLE_TIMEOUT_SECONDS == 10.0
+    assert plain.floats is not None and plain.floats.idle_timeout_seconds == 10.0
+    assert plain.floats.handshake_timeout_seconds == float_.DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS == 3.0
+
+
 def test_p2p_advertise_lists_the_nodeinfo_addresses_in_order_and_round_trips(tmp_path: Path) -> None:
     """``[p2p] advertise``: several public addresses (two floats on two hosts), with or without ``[float]``;
     left out, the NodeInfo lists ``p2p.address`` alone."""
@@ -143,6 +162,21 @@ BAD = [
     (_replace("O=Alice, L=London, C=GB", "Alice"), "legal_name:"),
     (GOOD + "\ncolour = 1\n", "colour: unknown setting"),
     (_replace("[p2p]", "[p2p]\nport = 1"), "p2p.port: unknown setting"),
+    (
+        _replace("[p2p]", "[p2p]\nidle_timeout_seconds = 0.5"),
+        "p2p.idle_timeout_seconds: must be a number of seconds in 1..3600, got 0.5",
+    ),
+    (_replace("[p2p]", '[p2p]\nidle_timeout_seconds = "10"'), "p2p.idle_timeout_seconds: must be a number"),
+    (_replace("[p2p]", "[p2p]\nidle_timeout_seconds = true"), "p2p.idle_timeout_seconds: must be a number"),
+    (
+        GOOD + FLOAT + "idle_timeout_seconds = 3601\n",
+        "float.idle_timeout_seconds: must be a number of seconds",
+    ),
+    (
+        GOOD + FLOAT + "handshake_timeout_seconds = 0\n",
+        "float.handshake_timeout_seconds: must be a number of ",
+    ),
+    (GOOD + FLOAT + "handshake_timeout_seconds = nan\n", "float.handshake_timeout_seconds: must be a number"),
     (_replace('address = "127.0.0.1:40001"', 'address = "127.0.0.1"'), "p2p.address: expected HOST:PORT"),
     (_replace('address = "127.0.0.1:40002"', 'address = "127.0.0.1:99999"'), "rpc.address: port must be"),
     (_replace('username = "app"', 'username = "ops"'), "rpc.users[1].username: user 'ops' is defined twice"),
@@ -226,7 +260,7 @@ BAD = [
     (_replace("[p2p]", '[p2p]\nadvertise = ["a:1", "b"]'), "p2p.advertise[1]: expected HOST:PORT, got 'b'"),
     (_replace("[p2p]", '[p2p]\nadvertise = ["a:1", "b:2", "A:1"]'), "p2p.advertise[2]: A:1 is listed twice"),
     (_replace("[p2p]", '[p2p]\nadvertise = ["a:0"]'), "p2p.advertise[0]: port must be in 1..65535"),
-    (_replace("[p2p]", "[p2p]\nadvertise = [10002]"), "p2p.advertise[0]: must be a \"HOST:PORT\" string"),
+    (_replace("[p2p]", "[p2p]\nadvertise = [10002]"), 'p2p.advertise[0]: must be a "HOST:PORT" string'),
     (
         _replace("[p2p]", '[p2p]\nadvertise = ["a:1", "0.0.0.0:10002"]'),
         "p2p.advertise[1]: 0.0.0.0:10002 is not an address peers can dial",

@@ -38,6 +38,7 @@ from ._float import Float as Float
 from ._float import FloatConfig as FloatConfig
 from ._float import NodeTls as NodeTls
 from ._guard import install_outbound_guard as install_outbound_guard
+from ._inside import DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS
 from ._inside import FloatActivationError as FloatActivationError
 from ._inside import FloatTunnel as FloatTunnel
 from ._inside import TunnelConfig as TunnelConfig
@@ -49,6 +50,7 @@ __all__ = [
     "CONTROL_ADDRESS",
     "DEFAULT_AUDIT_BACKUPS",
     "DEFAULT_AUDIT_MAX_BYTES",
+    "DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS",
     "EVENTS_ADDRESS",
     "FLOAT_TRANSITIONS",
     "INBOUND_ADDRESS",

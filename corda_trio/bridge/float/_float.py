@@ -116,6 +116,11 @@ class FloatConfig:
         default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
     )
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: float.toml ``[control] idle_timeout_seconds``: how long the inside may send no frame on the control
+    #: link before the float gives it up (and closes its public port); advertised to it halved.
+    control_idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+    #: float.toml ``[public] idle_timeout_seconds``: the same for each peer's connection.
+    public_idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
     #: once half of ``max_connections`` are in their handshake (TLS, AMQP open), an address with this many in
     #: theirs gets no more (``None``: no limit). Idle sockets hold a public slot until the handshake timeout:
     #: without it, one address could take all ``max_connections``.
@@ -182,6 +187,10 @@ class Float:
                     host=c.control_host,
                     ssl_context=c.tunnel.server_context(),
                     peer_check=lambda tls: check_tunnel_peer(tls, "bridge"),
+                    config=amqp.ConnectionConfig(
+                        sasl_mechanisms=_SERVER_SASL,
+                        idle_timeout_ms=transport.idle_timeout_ms(c.control_idle_timeout_seconds),
+                    ),
                     handshake_timeout=c.handshake_timeout_seconds,
                     max_connections=2,
                     task_status=task_status,
@@ -414,7 +423,11 @@ class Float:
             return
         user = str(name)
         self.audit.write("tls", peer=peer, outcome="ok", legal_name=user)
-        config = amqp.ConnectionConfig(sasl_mechanisms=_SERVER_SASL, max_credit_overrun=0)
+        config = amqp.ConnectionConfig(
+            sasl_mechanisms=_SERVER_SASL,
+            max_credit_overrun=0,
+            idle_timeout_ms=transport.idle_timeout_ms(self.config.public_idle_timeout_seconds),
+        )
         condition: str | None = None
         try:
             async with transport.open_amqp_over_stream(

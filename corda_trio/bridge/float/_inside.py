@@ -90,7 +90,7 @@ from ._control import (
 )
 from ._tunnel import check_tunnel_peer
 
-__all__ = ["FloatActivationError", "FloatTunnel", "TunnelConfig"]
+__all__ = ["DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS", "FloatActivationError", "FloatTunnel", "TunnelConfig"]
 
 log = logging.getLogger("corda_trio.bridge.float")
 
@@ -101,6 +101,10 @@ DEFAULT_TUNNEL_CREDIT: Final = 1024
 ENVELOPE_OVERHEAD_BYTES: Final = 64 * 1024
 #: At most this many checked senders and released peer links (module docstring) are remembered.
 _REMEMBERED: Final = 4096
+#: TCP + TLS + SASL + open of the control link. A frozen standby float's kernel still completes the TCP
+#: connect, and nothing answers above it: with the peers' 10 s this delayed every failover past it by 10 s.
+#: The tunnel runs between the node's network and its DMZ, where the handshake takes milliseconds.
+DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS: Final = 3.0
 
 
 class FloatActivationError(Exception):
@@ -120,7 +124,12 @@ class TunnelConfig:
     initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS
     max_backoff_seconds: float = MAX_BACKOFF_SECONDS
     backoff_jitter: float = 0.2
-    handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
+    #: ``[float] handshake_timeout_seconds``: how long a float may take to complete the control link's
+    #: handshake before the next one is tried.
+    handshake_timeout_seconds: float = DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS
+    #: ``[float] idle_timeout_seconds``: how long the float may send no frame on the control link before it
+    #: is given up (and the next float activated); advertised to it halved.
+    idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
     activation_timeout_seconds: float = 10.0
 
     def __attrs_post_init__(self) -> None:
@@ -234,6 +243,7 @@ class FloatTunnel:
             address[1],
             ssl_context=self.tunnel_context,
             peer_check=lambda tls: check_tunnel_peer(tls, "float"),
+            config=amqp.ConnectionConfig(idle_timeout_ms=transport.idle_timeout_ms(c.idle_timeout_seconds)),
             handshake_timeout=c.handshake_timeout_seconds,
         ) as conn:
             control = await conn.open_sender(CONTROL_ADDRESS)
