@@ -30,6 +30,11 @@ pytestmark = pytest.mark.slow
 REPO = str(Path(__file__).resolve().parents[2])
 #: PingPong round trips per flow: enough that flows are still running when a peer freezes.
 ROUNDS = 200
+#: node.toml ``[p2p] idle_timeout_seconds`` where a peer is frozen: short, so that the test need not wait the
+#: default 10 s; the nodes still heartbeat every 0.5 s (a quarter of it), so a live one is not given up.
+IDLE_TIMEOUT_SECONDS = 2.0
+#: room, beyond the idle timeout, for a loaded 2-core machine to notice and log it
+IDLE_MARGIN_SECONDS = 3.0
 
 
 async def test_sigterm_stops_a_node_whose_commit_helper_is_frozen_and_a_restart_keeps_what_was_acked(
@@ -94,8 +99,9 @@ def _ended(lines: list[str]) -> list[str]:
 async def test_a_frozen_peer_is_given_up_after_the_idle_timeout_in_one_line_and_its_flows_complete(
     tmp_path: Path,
 ) -> None:
-    nodes = make_network(tmp_path / "net", [ALICE, BOB])
+    nodes = make_network(tmp_path / "net", [ALICE, BOB], p2p_idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
     (alice_path, alice_cfg), (bob_path, bob_cfg) = nodes
+    assert alice_cfg.p2p_idle_timeout_seconds == IDLE_TIMEOUT_SECONDS  # it went through node.toml
     alice = await start_node_process(alice_path, alice_cfg)
     bob = await start_node_process(bob_path, bob_cfg)
     try:
@@ -104,20 +110,25 @@ async def test_a_frozen_peer_is_given_up_after_the_idle_timeout_in_one_line_and_
             assert await a.start_flow("PingPong", recipient=BOB, rounds=2) == 2  # the bridge is up
             flows = [await a.launch_flow("PingPong", recipient=BOB, rounds=ROUNDS) for _ in range(4)]
             mark = len(alice_cfg.log_path.read_text().splitlines())
-            # 1. Frozen: its sockets stay open (half-open), so only the AMQP idle timeout (10 s) can tell.
+            # 1. Frozen: its sockets stay open (half-open), so only the AMQP idle timeout (2 s here) can tell.
             os.kill(bob.process.pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
             try:
                 running = {f["flow_id"] for f in await a.list_flows("running")}
                 assert running & set(flows), "the flows ended before the freeze: nothing was tested"
-                with trio.fail_after(20):
+                with trio.fail_after(IDLE_TIMEOUT_SECONDS + IDLE_MARGIN_SECONDS):
                     while not _ended(_log_lines_since(alice_cfg.log_path, mark)):
                         assert await a.list_flows() is not None  # RPC answers meanwhile
-                        await trio.sleep(0.2)
+                        await trio.sleep(0.1)
+                noticed_after = time.monotonic() - frozen_at
             finally:
                 os.kill(bob.process.pid, signal.SIGCONT)
             during = _log_lines_since(alice_cfg.log_path, mark)
             ended = _ended(during)
             assert len(ended) == 1 and "no frame received" in ended[0] and " INFO " in ended[0], during
+            # the configured timeout is the one the live connection used (not the default 10 s)
+            assert f"(idle timeout {IDLE_TIMEOUT_SECONDS * 1000:.0f} ms," in ended[0], ended[0]
+            assert noticed_after >= IDLE_TIMEOUT_SECONDS - 0.5, noticed_after  # by the timeout, not by chance
             # a silent peer is no protocol violation: no warning, no refusal counted (it was two warnings)
             assert not [ln for ln in during if "protocol violation" in ln or " WARNING " in ln], during
 
