@@ -4,7 +4,10 @@
 NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``, ``root.pem`` and optionally ``send.json``
 (``{"to": legal name, "count": N, "start": K, "batch": B, "expect": M,
 "interval": seconds between batches, "trace": print ``handled ID`` on each handler call, "body_size":
-bytes of each body (default: just ``I``; else ``I|`` then filler, see :func:`body`)}``); the peers come
+bytes of each body (default: just ``I``; else ``I|`` then filler, see :func:`body`), "idle_timeout_seconds":
+the AMQP idle timeout of its acceptor, bridges and local endpoint (default 10; the test writes it into the
+bridge process's bridge.toml too), "log": print the ``corda_trio`` log (INFO and up) as ``log LEVEL
+LOGGER: MESSAGE`` lines}``); the peers come
 from ``../peers.json`` (``corda_trio.testing.write_peer_file``, followed by ``follow_peer_file``: the test's
 stand-in for the network map cache).
 Prints ``ready PORT`` once listening, ``sent I`` after message I (and all before it) is durable, and ``done``
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -57,6 +61,15 @@ async def run(node_dir: Path, external: bool = False) -> None:
     client_ctx = pki.client_ssl_context(**tls)  # type: ignore[arg-type]
     key_hash = pki.key_hash(pki.read_certificates(node_dir / "identity.pem")[0].public_key())
     plan = json.loads((node_dir / "send.json").read_text()) if (node_dir / "send.json").exists() else {}
+    if plan.get("log"):
+        logging.basicConfig(
+            stream=sys.stdout, level=logging.INFO, format="log %(levelname)s %(name)s: %(message)s"
+        )
+    idle = (
+        {"idle_timeout_seconds": float(plan["idle_timeout_seconds"])}
+        if "idle_timeout_seconds" in plan
+        else {}
+    )
     peers = messaging.PeerDirectory()
     async with store.open_broker(node_dir / "store") as broker, trio.open_nursery() as nursery:
         config = messaging.MessagingConfig(legal_name=name, key_hash=key_hash)
@@ -76,19 +89,22 @@ async def run(node_dir: Path, external: bool = False) -> None:
                 messaging=service,
                 resolver=peers,
                 config=bridge.EndpointConfig(
-                    username="bridge", password=(node_dir / "bridge.password").read_text().strip()
+                    username="bridge", password=(node_dir / "bridge.password").read_text().strip(), **idle
                 ),
             )
             port = await nursery.start(endpoint.run)
         else:
             acceptor = bridge.InboundAcceptor(
-                inbox=service.inbox, ssl_context=server_ctx, on_checked=service.remember_received
+                inbox=service.inbox,
+                ssl_context=server_ctx,
+                on_checked=service.remember_received,
+                config=bridge.AcceptorConfig(**idle),
             )
             manager = bridge.BridgeManager(
                 messaging=service,
                 resolver=peers,
                 ssl_context=client_ctx,
-                config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
+                config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0, **idle),
             )
             port = await nursery.start(acceptor.run)
             await nursery.start(manager.run)

@@ -93,6 +93,12 @@ class Child:
 
     async def _start_bridge(self, nursery: trio.Nursery, env: dict[str, str]) -> None:
         config = self.directory / "bridge.toml"
+        plan = json.loads((self.directory / "send.json").read_text())
+        idle = (
+            f"idle_timeout_seconds = {plan['idle_timeout_seconds']}\n"
+            if "idle_timeout_seconds" in plan
+            else ""
+        )
         config.write_text(
             f"""bridge_id = "{self.creds.legal_name.organisation}-bridge"
 [node]
@@ -101,7 +107,7 @@ username = "bridge"
 password_file = "bridge.password"
 [p2p]
 listen = "127.0.0.1:0"
-[tls]
+{idle}[tls]
 cert_chain = "tls.pem"
 key = "tls.key"
 trust_root = "root.pem"
