@@ -4,7 +4,9 @@
 acceptor (its own P2P port) or, when NODE_DIR has ``tunnel.json`` (``{"floats": [[host, port], ...],
 "credit": N}`` plus ``tunnel.pem`` / ``tunnel.key`` / ``tunnel-ca.pem``), no listener at all and a
 :class:`FloatTunnel` to the floats. NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``,
-``root.pem`` and optionally ``send.json`` (``{"to", "count", "start", "batch", "interval", "expect"}``).
+``root.pem`` and optionally ``send.json`` (``{"to", "count", "start", "batch", "interval", "expect"}``;
+``"idle_timeout_seconds"`` there or in ``tunnel.json``: the AMQP idle timeout of its bridges, acceptor and
+tunnel, default 10).
 Peers come from ``../peers.json`` (``corda_trio.testing.write_peer_file`` / ``follow_peer_file``). Prints
 ``ready PORT`` (``ready -`` behind a float), ``active HOST PORT`` on every activation,
 ``sent I`` once message I is durable, and ``done`` when everything was sent and ``expect`` messages handled.
@@ -49,6 +51,13 @@ async def run(node_dir: Path) -> None:
     tunnel_plan = (
         json.loads((node_dir / "tunnel.json").read_text()) if (node_dir / "tunnel.json").exists() else None
     )
+    # (``idle_timeout_seconds`` in either: the AMQP idle timeout of its bridges, acceptor and tunnel)
+    timeouts = {**plan, **(tunnel_plan or {})}
+    idle = (
+        {"idle_timeout_seconds": float(timeouts["idle_timeout_seconds"])}
+        if "idle_timeout_seconds" in timeouts
+        else {}
+    )
     peers = messaging.PeerDirectory()
     async with store.open_broker(node_dir / "store") as broker, trio.open_nursery() as nursery:
         config = messaging.MessagingConfig(legal_name=name, key_hash=key_hash)
@@ -57,7 +66,7 @@ async def run(node_dir: Path) -> None:
             messaging=service,
             resolver=peers,
             ssl_context=pki.client_ssl_context(**tls),  # type: ignore[arg-type]
-            config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0),
+            config=bridge.BridgeConfig(initial_backoff_seconds=0.1, max_backoff_seconds=1.0, **idle),
         )
 
         async def handler(message: messaging.ReceivedMessage) -> bytes:
@@ -68,6 +77,7 @@ async def run(node_dir: Path) -> None:
             acceptor = bridge.InboundAcceptor(
                 inbox=service.inbox,
                 ssl_context=pki.server_ssl_context(**tls),  # type: ignore[arg-type]
+                config=bridge.AcceptorConfig(**idle),
             )
             port = str(await nursery.start(acceptor.run))
         else:
@@ -82,6 +92,7 @@ async def run(node_dir: Path) -> None:
                     credit=int(tunnel_plan.get("credit", 256)),
                     initial_backoff_seconds=0.1,
                     max_backoff_seconds=1.0,
+                    **idle,
                 ),
                 resolver=peers,
             )

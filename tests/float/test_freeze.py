@@ -1,11 +1,13 @@
 """Real processes frozen with SIGSTOP (and killed with SIGKILL) under a running sender: a float, its inside.
 
 A frozen process keeps its sockets: the kernel still completes TCP handshakes on its listeners and buffers
-what peers send, but nothing answers. So a frozen peer is seen only through the AMQP idle timeout (ours is
-10 s, advertised as 5 s): the inside fails over from a frozen float, and a float whose inside is frozen
-closes its public port. Nothing a frozen process held was settled, so the sender's bridge sends it again,
-and the ledger (``test_processes.dump``: the receiver's committed handler receipts) must still be exactly
-messages 0..N-1, each once, in order.
+what peers send, but nothing answers. So a frozen peer is seen only through the AMQP idle timeout (set to
+``IDLE_TIMEOUT_SECONDS`` here, in float.toml ``[control]`` / ``[public]`` and in the nodes' bridges and
+tunnel, instead of the default 10 s; advertised halved): the inside fails over from a frozen float, and a
+float whose inside is frozen closes its public port, each within that timeout and a margin. Nothing a
+frozen process held was settled, so the sender's bridge sends it again, and the ledger
+(``test_processes.dump``: the receiver's committed handler receipts) must still be exactly messages
+0..N-1, each once, in order.
 
 Knob: ``FLOAT_FREEZE_ROUNDS`` (default 20) for the loop of random kills and freezes.
 """
@@ -40,8 +42,11 @@ from .test_processes import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
-#: the engine's idle timeout (10 s) plus its close timeout (2 s) plus room for a loaded machine
-NOTICED_WITHIN_SECONDS = 30
+#: the AMQP idle timeout of every connection here (the default is 10 s): heartbeats every 0.5 s
+IDLE_TIMEOUT_SECONDS = 2.0
+#: a freeze is noticed within the idle timeout plus room for a loaded 2-core machine (the silent side's
+#: close is not waited for)
+NOTICED_WITHIN_SECONDS = IDLE_TIMEOUT_SECONDS + 3.0
 
 
 def freeze(proc: Proc) -> None:
@@ -67,7 +72,13 @@ async def start_sender(
     floats: list[FloatProc],
     plan: dict[str, object],
 ) -> Proc:
-    a = write_node(tmp_path, alice, root, send={"to": str(bob.legal_name), **plan})
+    a = write_node(
+        tmp_path,
+        alice,
+        root,
+        send={"to": str(bob.legal_name), **plan},
+        idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+    )
     await a.start(nursery)
     alice_port = int((await a.wait_line(lambda x: x.startswith("ready "))).split()[1])
     await publish_sender_first(
@@ -87,12 +98,20 @@ async def test_a_frozen_inside_closes_the_public_port_and_reactivation_reopens_i
     timeout, closes its public port and says why; SIGCONT: the node activates it again, and it reopens."""
     n = 3000
     root = network.root.cert
-    fa = write_float(tmp_path, "float-a", tunnel, bob, root)
+    fa = write_float(tmp_path, "float-a", tunnel, bob, root, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
     b = a = Proc([])
     async with trio.open_nursery() as nursery:
         try:
             await start_float(fa, nursery)
-            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=[fa], expect=n)
+            b = write_node(
+                tmp_path,
+                bob,
+                root,
+                tunnel=tunnel,
+                floats=[fa],
+                expect=n,
+                idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+            )
             await b.start(nursery)
             await b.wait_line(lambda x: x.startswith("active "))
             plan = {"count": n, "batch": 50, "interval": 0.05}
@@ -107,6 +126,9 @@ async def test_a_frozen_inside_closes_the_public_port_and_reactivation_reopens_i
             assert not listening(fa.public_port)
             # the reason names the silent inside, not "ExceptionGroup: Exceptions from Trio nursery"
             assert "no frame received" in line, line
+            assert f"(idle timeout {IDLE_TIMEOUT_SECONDS * 1000:.0f} ms," in line, (
+                line
+            )  # float.toml's, not 10 s
             assert "no frame received" in closed_reasons(fa)[-1]
             seen = len(b.lines)
             thaw(b)
@@ -135,14 +157,22 @@ async def test_a_frozen_active_float_is_replaced_and_closes_its_public_port_when
     finds its control link gone and closes its public port, having settled nothing it could not forward."""
     n = 3000
     root = network.root.cert
-    fa = write_float(tmp_path, "float-a", tunnel, bob, root)
-    fb = write_float(tmp_path, "float-b", tunnel, bob, root)
+    fa = write_float(tmp_path, "float-a", tunnel, bob, root, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
+    fb = write_float(tmp_path, "float-b", tunnel, bob, root, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
     b = a = Proc([])
     async with trio.open_nursery() as nursery:
         try:
             await start_float(fa, nursery)
             await start_float(fb, nursery)
-            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=[fa, fb], expect=n)
+            b = write_node(
+                tmp_path,
+                bob,
+                root,
+                tunnel=tunnel,
+                floats=[fa, fb],
+                expect=n,
+                idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+            )
             await b.start(nursery)
             line = await b.wait_line(lambda x: x.startswith("active "))
             assert int(line.split()[2]) == fa.public_port
@@ -187,14 +217,33 @@ async def test_random_kills_and_freezes_of_the_floats_and_the_inside_lose_and_re
     rng = random.Random(seed)
     n = 400 * rounds
     root = network.root.cert
-    floats = [write_float(tmp_path, f"float-{i}", tunnel, bob, root, control=free_port()) for i in (0, 1)]
+    floats = [
+        write_float(
+            tmp_path,
+            f"float-{i}",
+            tunnel,
+            bob,
+            root,
+            control=free_port(),
+            idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+        )
+        for i in (0, 1)
+    ]
     b = a = Proc([])
     done: list[str] = []
     async with trio.open_nursery() as nursery:
         try:
             for f in floats:
                 await start_float(f, nursery)
-            b = write_node(tmp_path, bob, root, tunnel=tunnel, floats=floats, expect=n)
+            b = write_node(
+                tmp_path,
+                bob,
+                root,
+                tunnel=tunnel,
+                floats=floats,
+                expect=n,
+                idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+            )
             await b.start(nursery)
             await b.wait_line(lambda x: x.startswith("active "))
             plan = {"count": n, "batch": 10, "interval": 0.12}  # sending outlasts the rounds
@@ -217,9 +266,9 @@ async def test_random_kills_and_freezes_of_the_floats_and_the_inside_lose_and_re
                 freeze(victim)
                 if action == "stop-long":
                     long_left -= 1
-                    await trio.sleep(rng.uniform(10.5, 13.0))
-                else:
-                    await trio.sleep(rng.uniform(0.2, 3.0))
+                    await trio.sleep(rng.uniform(IDLE_TIMEOUT_SECONDS + 0.5, NOTICED_WITHIN_SECONDS))
+                else:  # below the idle timeout less the heartbeat interval (half the advertised half)
+                    await trio.sleep(rng.uniform(0.2, IDLE_TIMEOUT_SECONDS - 0.8))
                 thaw(victim)
             await b.wait_line(lambda x: x == "done", within=300)
             await a.wait_line(lambda x: x == "done", within=120)

@@ -109,8 +109,18 @@ class FloatProc(Proc):
 
 
 def write_float(
-    base: Path, name: str, tunnel: fl.TunnelPki, receiver: pki.NodeCredentials, root: object, control: int = 0
+    base: Path,
+    name: str,
+    tunnel: fl.TunnelPki,
+    receiver: pki.NodeCredentials,
+    root: object,
+    control: int = 0,
+    *,
+    idle_timeout_seconds: float | None = None,
 ) -> FloatProc:
+    """A float's directory and float.toml; ``idle_timeout_seconds``: its ``[control]`` and ``[public]``
+    ``idle_timeout_seconds`` (default: not set, 10 s)."""
+    idle = "" if idle_timeout_seconds is None else f"idle_timeout_seconds = {idle_timeout_seconds}\n"
     d = base / name
     d.mkdir(parents=True)
     tunnel.issue("float", name, now=NOW).write(d, "tunnel")
@@ -127,11 +137,11 @@ port = {control}
 cert = "tunnel.pem"
 key = "tunnel.key"
 ca = "tunnel-ca.pem"
-
+{idle}
 [public]
 host = "127.0.0.1"
 port = {public}
-
+{idle}
 [tls.node]
 cert_chain = "tls.pem"
 key = "tls.key"
@@ -162,7 +172,12 @@ def write_node(
     tunnel: fl.TunnelPki | None = None,
     floats: list[FloatProc] = (),  # type: ignore[assignment]
     expect: int = 0,
+    idle_timeout_seconds: float | None = None,
 ) -> Proc:
+    """A ``node_child.py`` node's directory; ``idle_timeout_seconds``: the AMQP idle timeout of its bridges,
+    acceptor and float tunnel (default: not set, 10 s; it goes into send.json and tunnel.json, so a node
+    with neither keeps the default)."""
+    idle = {} if idle_timeout_seconds is None else {"idle_timeout_seconds": idle_timeout_seconds}
     d = base / creds.legal_name.organisation
     d.mkdir(parents=True)
     (d / "name").write_text(str(creds.legal_name))
@@ -171,11 +186,11 @@ def write_node(
     pki.write_certificates(d / "identity.pem", creds.identity_chain)
     pki.write_certificates(d / "root.pem", [root])  # type: ignore[list-item]
     if send is not None:
-        (d / "send.json").write_text(json.dumps(send))
+        (d / "send.json").write_text(json.dumps({**send, **idle}))
     if tunnel is not None:
         tunnel.issue("bridge", "bridge-" + creds.legal_name.organisation, now=NOW).write(d, "tunnel")
         pki.write_certificates(d / "tunnel-ca.pem", [tunnel.ca.cert])
-        plan = {"floats": [["127.0.0.1", f.control_port] for f in floats], "expect": expect}
+        plan = {"floats": [["127.0.0.1", f.control_port] for f in floats], "expect": expect, **idle}
         (d / "tunnel.json").write_text(json.dumps(plan))
     return Proc([sys.executable, str(CHILD), str(d), "run"])
 
