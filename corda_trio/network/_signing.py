@@ -128,7 +128,9 @@ def verify_node_info(
         MalformedPayloadError: not a NodeInfo in canonical wire form (HTTP 400).
         PayloadRejectedError: a certificate path does not chain to ``trust_root`` with Corda's rules
             (``reason`` from :class:`pki.CertificateValidationError`), a signature is wrong
-            (``bad-signature``), or the platform version is too low (``platform-version``) (HTTP 403).
+            (``bad-signature``), an address is a wildcard no peer can dial (``invalid-address``:
+            :attr:`NetworkHostAndPort.is_unspecified`), or the platform version is too low
+            (``platform-version``) (HTTP 403).
     """
     if isinstance(signed, bytes):
         signed = decode_signed_node_info(signed)
@@ -157,6 +159,13 @@ def verify_node_info(
                 f"signature {index} is not by the key of legal identity {str(name)!r}", reason="bad-signature"
             )
         names.append(name)
+    undialable = [str(a) for a in node_info.addresses if a.is_unspecified]
+    if undialable:  # (dialling 0.0.0.0 or :: reaches the dialler's own host, not this node)
+        raise PayloadRejectedError(
+            f"address {', '.join(undialable)} of {str(names[0])!r} is a wildcard to bind to, which no peer "
+            "can dial (it reaches the dialler's own host); advertise a host name or IP address peers reach",
+            reason="invalid-address",
+        )
     if node_info.platform_version < minimum_platform_version:
         raise PayloadRejectedError(
             f"platform version {node_info.platform_version} is below the network's minimum "

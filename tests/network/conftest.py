@@ -44,9 +44,16 @@ def der_path(certs: list) -> tuple[bytes, ...]:  # type: ignore[type-arg]
     return tuple(c.public_bytes(serialization.Encoding.DER) for c in certs)
 
 
-def signed_node_info(node: pki.NodeCredentials, port: int = 10000, serial: int | None = None) -> bytes:
+def signed_node_info(
+    node: pki.NodeCredentials,
+    port: int = 10000,
+    serial: int | None = None,
+    *,
+    hosts: tuple[str, ...] = ("127.0.0.1",),
+) -> bytes:
+    """``node``'s NodeInfo listing ``host:port`` for each of ``hosts``, signed by its identity key."""
     info = network.NodeInfo(
-        addresses=(network.NetworkHostAndPort(host="127.0.0.1", port=port),),
+        addresses=tuple(network.NetworkHostAndPort(host=host, port=port) for host in hosts),
         legal_identities=(der_path(node.identity_chain),),
         platform_version=1,
         serial=time.time_ns() // 1000 if serial is None else serial,

@@ -11,7 +11,7 @@ import trio
 
 from corda_trio import network, pki
 
-from .conftest import signed_node_info
+from .conftest import NOW, signed_node_info
 from .test_server import http_call
 
 LIMIT = 16 * 1024
@@ -181,3 +181,34 @@ async def test_a_body_too_large_sent_at_once_still_reads_its_413(
         writes = [head, *chunks, b"0\r\n\r\n"]
     answer = await trio.to_thread.run_sync(_exchange, port, writes)
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [("0.0.0.0",), ("::",), ("::ffff:0.0.0.0",), ("0",), ("0x0",), ("10.0.0.5", "0.0.0.0")],
+    ids=["0.0.0.0", "::", "v4-mapped", "0", "0x0", "good-and-wildcard"],
+)
+async def test_a_node_info_listing_a_wildcard_address_is_refused_403_invalid_address(
+    map_server: tuple[network.NetworkMapService, int],
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    hosts: tuple[str, ...],
+) -> None:
+    """A NodeInfo signed by a member (an older build, a hand-made one) listing 0.0.0.0 was added and served:
+    a peer dialling 0.0.0.0 reaches its own host, so its bridge connected to whatever listened there."""
+    service, port = map_server
+    status, _, body = await http_call(
+        port, "POST", "/network-map/publish", signed_node_info(alice, 10002, hosts=hosts)
+    )
+    assert status == 403, body
+    wildcard = hosts[-1]
+    assert body.startswith(b"invalid-address: address "), body
+    assert f"{'[' + wildcard + ']' if ':' in wildcard else wildcard}:10002".encode() in body
+    assert b"no peer can dial" in body and b"O=Alice, L=London, C=GB" in body
+    assert service.store.node_info_hashes() == []
+    status, _, signed_map = await http_call(port, "GET", "/network-map")
+    assert status == 200
+    assert network.verify_network_map(signed_map, trust_root=creds.root.cert, now=NOW).node_info_hashes == ()
+    # The same node with a dialable address is taken.
+    status, _, body = await http_call(port, "POST", "/network-map/publish", signed_node_info(alice, 10002))
+    assert status == 200 and body.startswith(b"added "), body
