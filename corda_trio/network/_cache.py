@@ -6,8 +6,9 @@ Theory of operation
 The updater owns ``nodes``: legal name -> :class:`VerifiedNodeInfo`.  Its sources are the map service
 (``GET /network-map``, then the NodeInfos whose hashes it does not know yet) and, optionally, a directory of
 signed NodeInfo files (``additional-node-infos/``) for networks without a map service.  Every NodeInfo is
-verified against the pinned network root before it is believed; one that fails is logged and ignored, never
-fatal.  When both sources know a legal name, the higher serial wins.
+verified against the pinned network root before it is believed; one that fails is logged (each distinct
+reason for each file or hash once, not at every poll) and ignored, never fatal.  When both sources know a
+legal name, the higher serial wins.
 
 Each poll computes the new ``nodes`` and diffs it against the old one by legal name: a new name is
 :class:`NodeAdded`, a vanished one :class:`NodeRemoved`, a different hash :class:`NodeChanged` (new addresses,
@@ -85,6 +86,9 @@ RETRY_MAX_SECONDS: Final[float] = 60.0
 NODE_INFO_FILE_PREFIX: Final[str] = "nodeInfo-"
 #: The warning about other nodes' NodeInfos in the node-info directory names at most this many of them.
 DIRECTORY_NAMES_QUOTED: Final = 3
+#: How many distinct "ignoring <NodeInfo>: <why>" lines the updater remembers having logged (each is logged
+#: once, not at every poll; past this many the memory is cleared and they may be logged again).
+IGNORED_LINES_REMEMBERED: Final = 1024
 
 
 def node_info_file_name(legal_name: pki.CordaX500Name) -> str:
@@ -289,6 +293,8 @@ class NetworkMapUpdater:
     _publishing: bool = attrs.field(default=False, init=False)
     #: The node-info directory was checked for other nodes' NodeInfos (with a map service: once).
     _directory_checked: bool = attrs.field(default=False, init=False)
+    #: The "ignoring ..." lines :meth:`_verify` logged (each once; at most IGNORED_LINES_REMEMBERED).
+    _ignored_logged: set[str] = attrs.field(factory=set, init=False)
 
     def nodes(self) -> dict[str, VerifiedNodeInfo]:
         """Snapshot: canonical legal name -> verified NodeInfo."""
@@ -488,7 +494,12 @@ class NetworkMapUpdater:
         try:
             return verify_node_info(data, trust_root=self.trust_root, now=self.clock())
         except (MalformedPayloadError, PayloadRejectedError) as exc:
-            log.warning("ignoring %s: %s", what, exc)
+            line = f"ignoring {what}: {exc}"
+            if line not in self._ignored_logged:  # (the same file or map entry fails at every poll)
+                if len(self._ignored_logged) >= IGNORED_LINES_REMEMBERED:
+                    self._ignored_logged.clear()
+                self._ignored_logged.add(line)
+                log.warning("%s", line)
             return None
 
     @staticmethod

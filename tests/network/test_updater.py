@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from corda_trio import network, pki
+from corda_trio.network import _codec
 
 from .conftest import ALICE, BOB, NOW, signed_node_info
 
@@ -238,3 +239,49 @@ async def test_a_frozen_map_service_is_reported_when_the_first_publish_times_out
 
 def _failed_publications(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "publishing our NodeInfo failed" in r.getMessage()]
+
+
+def _stored_as_an_older_service_did(service: network.NetworkMapService, data: bytes) -> None:
+    """Put ``data`` into the map's store unverified, as a map service of an older build took it."""
+    signed = network.decode_signed_node_info(data)
+    node_info = network.NodeInfo.from_wire(_codec.decode(signed.raw, what="node info"))
+    name = pki.load_der_certificate(node_info.legal_identities[0][0]).subject
+    node = network.VerifiedNodeInfo(
+        signed=signed, node_info=node_info, legal_name=pki.CordaX500Name.from_x509_name(name),
+        identity_key_hash=network.identity_key_hash(signed), hash=signed.hash,
+    )  # fmt: skip
+    assert service.store.put_node_info(node) == "added"
+
+
+async def test_a_node_info_with_a_wildcard_address_is_ignored_and_logged_once(
+    map_server: tuple[network.NetworkMapService, int],
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A NodeInfo listing 0.0.0.0 (in the map of an older service, or copied into additional-node-infos/)
+    was taken, and the bridge dialled 0.0.0.0: the node's own host.  Now it is ignored like any NodeInfo that
+    does not verify, and logged once, not at every poll."""
+    service, port = map_server
+    _stored_as_an_older_service_did(service, signed_node_info(bob, 10003, serial=1, hosts=("::",)))
+    infos = tmp_path / "additional-node-infos"
+    infos.mkdir()
+    (infos / "nodeInfo-alice").write_bytes(signed_node_info(alice, 10002, serial=1, hosts=("0.0.0.0",)))
+    u, _ = _updater(creds, tmp_path / "c.db", port=port, directory=infos)
+    caplog.set_level(logging.WARNING, logger="corda_trio.network")
+    for _ in range(3):
+        events, _ = await u.poll_once()
+        assert all(isinstance(e, network.NetworkParametersChanged) for e in events), _summary(events)
+    assert u.nodes() == {}
+    ignored = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ignoring ")]
+    assert len(ignored) == 2, ignored
+    assert any("nodeInfo-alice" in m and "address 0.0.0.0:10002 of 'O=Alice" in m for m in ignored), ignored
+    assert any("address [::]:10003 of 'O=Bob" in m for m in ignored), ignored
+    assert all("no peer can dial" in m for m in ignored), ignored
+    # The same nodes with dialable addresses are taken.
+    (infos / "nodeInfo-alice").write_bytes(signed_node_info(alice, 10002, serial=2))
+    (infos / "nodeInfo-bob").write_bytes(signed_node_info(bob, 10003, serial=2))
+    events, _ = await u.poll_once()
+    assert _summary(events) == [("NodeAdded", str(ALICE)), ("NodeAdded", str(BOB))]
