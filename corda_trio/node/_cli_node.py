@@ -104,7 +104,7 @@ def _start(args: argparse.Namespace) -> int:
     try:  # (first: a start refused for a key, a certificate or the store record creates nothing on disk)
         node.check_start()
     except (NodeStartError, store.MissingPartError, store.PartListError) as exc:
-        raise _start_error(exc, config) from None
+        raise _start_error(exc, config, started=False) from None
     try:
         log_path = configure_logging(config)
     except OSError as exc:
@@ -118,13 +118,14 @@ def _start(args: argparse.Namespace) -> int:
         leaf: BaseException = reason or group
         while isinstance(leaf, BaseExceptionGroup) and (reason or len(leaf.exceptions) == 1):
             leaf = leaf.exceptions[0]
-        raise _start_error(leaf, config) from None
+        raise _start_error(leaf, config, started=node.addresses is not None) from None
     except (NodeStartError, store.StoreError, OSError) as exc:
-        raise _start_error(exc, config) from None
+        raise _start_error(exc, config, started=node.addresses is not None) from None
     return 130 if signum == signal.SIGINT else 0
 
 
-def _start_error(exc: BaseException, config: NodeConfig) -> BaseException:
+def _start_error(exc: BaseException, config: NodeConfig, *, started: bool) -> BaseException:
+    """The one line ``node start`` ends with for ``exc``; ``started``: the node had got up (was ready)."""
     from corda_trio import store
 
     from ._node import NodeStartError
@@ -144,6 +145,20 @@ def _start_error(exc: BaseException, config: NodeConfig) -> BaseException:
         return CliError(
             f"{config.legal_name}: cannot start, {exc}. `corda-trio store check "
             f"{os.path.dirname(exc.path)} --repair` writes it anew, listing the parts that are there",
+            1,
+        )
+    if isinstance(exc, store.CorruptSegmentError) and not started:
+        where = config.store_directory
+        return CliError(
+            f"{config.legal_name}: cannot start, the store is damaged: {exc}. Restore the store from a "
+            f"backup, or run `corda-trio store check {where}` to see what is damaged and `corda-trio store "
+            f"check {where} --repair` to salvage what is intact (its report lists what is lost)",
+            1,
+        )
+    if isinstance(exc, store.StoreError) and not started:
+        return CliError(
+            f"{config.legal_name}: cannot start, store error (what was durable is kept; "
+            f"`corda-trio store check {config.store_directory}` inspects the store): {exc}",
             1,
         )
     if isinstance(exc, store.StoreError):
