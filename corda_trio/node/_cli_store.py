@@ -396,7 +396,7 @@ def _compact(args: argparse.Namespace) -> int:
                 # the keyed logs (flow checkpoints) too, opened first: opening one recovers it, so a damaged
                 # one is refused before anything is compacted, as the node would refuse it, not passed over
                 prefix = f"{store.KEYED_DIR}/"
-                keyed = {f"{prefix}{k}": await broker.open_keyed_log(k) for k in broker.list_keyed_logs()}
+                keyed = {f"{prefix}{k}": log for k, log in (await broker.open_keyed_logs()).items()}
                 names = [args.queue] if args.queue else [*broker.list_queues(), *keyed]
                 for name in names:
                     try:

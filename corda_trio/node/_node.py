@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 :meth:`Node.run` takes the base directory's lock (a second node on the same directory is refused), reads the
-keys, certificates and network parameters, opens the store, and then starts, in one nursery and in this
-order:
+keys, certificates and network parameters, opens the store and recovers every part of it (the durable queues,
+then the keyed logs: the flow checkpoints), and then starts, in one nursery and in this order:
 
 1. the messaging service (inbox dispatcher, deduplicator) over the broker's durable queues;
 2. the inbound acceptor (AMQP 1.0 over mutual TLS, peers may only send to our inbox) or, with ``[float]``,
@@ -16,6 +16,11 @@ order:
    :class:`~corda_trio.messaging.PeerDirectory` the messaging service and the bridges read;
 5. the flow manager (which resumes checkpointed flows), when the flow framework is installed;
 6. the RPC server and the ``/metrics`` endpoint.
+
+A damaged store (a corrupt record, a manifest deleted) thus refuses the start before anything
+network-facing runs or any file but the lock and the log is written: no NodeInfo signed, no map cache
+opened, nothing published, no port bound. ``corda-trio node start`` says so in one line naming the file
+(``cannot start, the store is damaged: ...``, exit 1), not as a fatal error of a node that ran.
 
 Then it reports :class:`NodeAddresses` through ``task_status`` (the CLI prints the ready line) and waits.
 :meth:`Node.request_stop` (SIGTERM, Ctrl-C) stops it gracefully: the node drains (no new RPC connections, no
@@ -339,6 +344,9 @@ class Node:
                 ) from None
             async with store.open_broker(cfg.store_directory, config=broker_config) as broker:
                 self.broker = broker
+                # The keyed logs (flow checkpoints) are recovered now, as the queues were: a damaged one
+                # refuses the start before anything is written or anyone hears of the node.
+                await broker.open_keyed_logs()
                 if recorded is not _Recorded.STORE_WITH_PARTS:  # (the store has its part list now)
                     _write_store_record(cfg)
                 async with trio.open_nursery() as nursery:

@@ -999,6 +999,21 @@ class Broker:
         """Names of the queues starting with ``prefix``, sorted."""
         return sorted(n for n in self._queues if n.startswith(prefix))
 
+    async def open_keyed_logs(self) -> dict[str, KeyedLog]:
+        """Open every keyed log the store holds (its part list), recovering each: an owner that needs its
+        whole store sound before it goes on (the node, before anything network-facing; ``store compact``)
+        calls it right after :func:`open_broker`, so that a damaged keyed log is refused then, as a damaged
+        queue is.
+        Later :meth:`open_keyed_log` calls return the same objects.
+
+        Returns:
+            name -> keyed log, sorted by name.
+
+        Raises:
+            CorruptSegmentError: a keyed log holds a corrupt record (or its manifest is damaged or gone).
+        """
+        return {name: await self.open_keyed_log(name) for name in self.list_keyed_logs()}
+
     def list_keyed_logs(self) -> list[str]:
         """Names of the keyed logs the store holds (its part list: opened or not), sorted."""
         return sorted(self._parts.keyed)

@@ -70,11 +70,11 @@ class Snapshot:
     depths: dict[str, int]
 
 
-#: A start refused for a store that turns out corrupt while it opens (after the part list check: the keyed
-#: logs open after the network map has started) has by then written its lock file and log, its NodeInfo file
-#: (the same content signed again, with a higher serial) and may have opened the map cache (SQLite's -wal and
-#: -shm files); the store itself is left as it was. Prefixes of paths relative to the node's directory.
-WRITTEN_BEFORE_THE_STORE_OPENS = ("logs/node.log", "node.lock", "nodeInfo-", "network-map-cache.db")
+#: A start refused for a store that turns out corrupt while it opens (after the part list check: the queues
+#: and keyed logs are recovered when the store opens, before anything network-facing starts or any other file
+#: is written) has by then written its lock file and log only; the store itself is left as it was. Prefixes
+#: of paths relative to the node's directory.
+WRITTEN_BEFORE_THE_STORE_OPENS = ("logs/node.log", "node.lock")
 
 
 def _written_before_the_store_opens(path: str) -> bool:
