@@ -90,18 +90,39 @@ DEFAULT_DRIVER_MEMORY: Final = "4g"
 EXECUTOR_WAIT_SECONDS: Final = 60.0
 
 
-#: How long the report tries to open a TCP connection to a ``spark://`` master before Spark starts.
+#: How long the report tries to open a TCP connection to a ``spark://`` master before Spark starts, and then
+#: waits for the master's answer to its probe (:func:`check_master`).
 MASTER_CONNECT_SECONDS: Final = 10.0
+#: The probe: a frame of Spark's RPC transport (``org.apache.spark.network.protocol``: 8-byte frame length,
+#: 1-byte message type, the message) asking for a stream no Spark process serves. Every Spark RPC endpoint
+#: (a master, a standby master) answers it at once with a ``StreamFailure`` frame ("Stream ... was not
+#: found."), and logs nothing above INFO.
+_PROBE_STREAM: Final = b"/files/corda-trio-probe"
+_STREAM_REQUEST: Final = 6
+_PROBE: Final = (
+    (8 + 1 + 4 + len(_PROBE_STREAM)).to_bytes(8, "big")
+    + bytes([_STREAM_REQUEST])
+    + len(_PROBE_STREAM).to_bytes(4, "big")
+    + _PROBE_STREAM
+)
+#: The message types of Spark's RPC transport (``Message.Type``: 0 ChunkFetchRequest .. 12
+#: MergedBlockMetaSuccess); a frame header is 8 bytes of length (itself included) and 1 of type.
+_SPARK_MESSAGE_TYPES: Final = range(13)
+_SPARK_HEADER_BYTES: Final = 9
 
 
 def check_master(master: str) -> None:
-    """A ``spark://`` master that accepts no connection is one error at once: Spark's own client tries 3
-    times, 20 s each, and then only says "All masters are unresponsive! Giving up." (70 s measured). Any one
-    reachable master of a list (``spark://h1:7077,h2:7077``, standby masters) will do; a URL that is not
-    ``host:port`` is left to Spark, which names what is wrong with it.
+    """A ``spark://`` master that accepts no connection, or a port that accepts one but does not speak
+    Spark's RPC protocol (another program's), is one error within :data:`MASTER_CONNECT_SECONDS`: Spark's own
+    client tries 3 times, 20 s each, and then only says "All masters are unresponsive! Giving up." (70 s
+    measured, for either). Any one master of a list (``spark://h1:7077,h2:7077``, standby masters) that
+    answers will do; a URL that is not ``host:port`` is left to Spark, which names what is wrong with it. So
+    is a port that closes the connection or answers in a few bytes (a master that requires authentication
+    or TLS may), rather than risk refusing a real master.
 
     Raises:
-        ReportEnvironmentError: no master of the URL accepts a connection (each one's reason).
+        ReportEnvironmentError: no master of the URL accepts a connection and answers as Spark does (each
+            one's reason).
     """
     if not master.startswith("spark://"):
         return
@@ -111,12 +132,41 @@ def check_master(master: str) -> None:
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
             return
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=MASTER_CONNECT_SECONDS):
-                return
+            problem = _probe(host.strip("[]"), int(port))
         except OSError as exc:
-            problems.append((address, exc.strerror or str(exc)))
+            problem = exc.strerror or str(exc)
+        if problem is None:
+            return
+        problems.append((address, problem))
     said = problems[0][1] if len(problems) == 1 else "; ".join(f"{a}: {why}" for a, why in problems)
     raise ReportEnvironmentError(f"cannot connect to Spark master {master}: {said}")
+
+
+def _probe(host: str, port: int) -> str | None:
+    """Connect to ``host:port`` and send :data:`_PROBE`: ``None`` if the answer may be Spark's, else why
+    not. Raises :class:`OSError` if no connection is made."""
+    deadline = time.monotonic() + MASTER_CONNECT_SECONDS
+    with socket.create_connection((host, port), timeout=MASTER_CONNECT_SECONDS) as sock:
+        answer = b""
+        try:
+            sock.sendall(_PROBE)
+            while len(answer) < _SPARK_HEADER_BYTES:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                chunk = sock.recv(_SPARK_HEADER_BYTES - len(answer))
+                if not chunk:
+                    return None  # closed without a full answer: left to Spark (see check_master)
+                answer += chunk
+        except TimeoutError:
+            return (
+                f"it accepts connections but gave no answer in Spark's RPC protocol within "
+                f"{MASTER_CONNECT_SECONDS:g} s (is it a Spark master's port?)"
+            )
+        except OSError:  # reset: left to Spark
+            return None
+    length, kind = int.from_bytes(answer[:8], "big"), answer[8]
+    if _SPARK_HEADER_BYTES <= length < 2**31 and kind in _SPARK_MESSAGE_TYPES:
+        return None
+    return f"it answered, but not in Spark's RPC protocol (is it a Spark master's port?): {answer!r}"
 
 
 def is_local(master: str) -> bool:

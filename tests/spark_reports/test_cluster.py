@@ -10,6 +10,7 @@ workers do not, as on a cluster without a shared mount. The report itself runs a
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -17,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ import pyspark
 import pytest
 
 import spark_reports
+from spark_reports import _session
 from tests.interop.conftest import free_port, port_open
 from tests.node.cli_helpers import CLI, descendants, still_running
 from tests.spark_reports.test_spark_report import _generate
@@ -256,23 +259,91 @@ def test_a_master_that_accepts_no_connection_is_one_line_at_once(tmp_path: Path)
     assert not (tmp_path / "r.html").exists()
 
 
-def test_any_one_reachable_master_of_a_list_will_do() -> None:
-    """Standby masters (``spark://h1:P1,h2:P2``): one that accepts a connection is enough; when none does,
-    each one's reason is named; a URL that is not host:port is left to Spark (it names the problem)."""
-    from spark_reports import _session
-
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        up = listening.getsockname()[1]
-        down = free_port()
-        _session.check_master(f"spark://127.0.0.1:{down},127.0.0.1:{up}")
-    both = f"spark://127.0.0.1:{down},127.0.0.1:{up}"
+def test_any_one_reachable_master_of_a_list_will_do(cluster: Cluster) -> None:
+    """Standby masters (``spark://h1:P1,h2:P2``): one that answers as a Spark master is enough; when none
+    does, each one's reason is named; a URL that is not host:port is left to Spark (it names the problem)."""
+    up = cluster.master.removeprefix("spark://")
+    down, also_down = free_port(), free_port()
+    _session.check_master(f"spark://127.0.0.1:{down},{up}")
+    both = f"spark://127.0.0.1:{down},127.0.0.1:{also_down}"
     with pytest.raises(spark_reports.ReportEnvironmentError) as refused:
         _session.check_master(both)
     assert str(refused.value) == (
         f"cannot connect to Spark master {both}: 127.0.0.1:{down}: Connection refused; "
-        f"127.0.0.1:{up}: Connection refused"
+        f"127.0.0.1:{also_down}: Connection refused"
     )
     for left_to_spark in ("spark://", "spark://host", "spark://:7077", "spark://h:99999", "local[2]"):
         _session.check_master(left_to_spark)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts TCP connections and never says a word (another program's, not a Spark master)."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(16)
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):  # (closed at the end)
+                while True:
+                    accepted.append(listening.accept()[0])
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            yield listening.getsockname()[1]
+        finally:
+            listening.shutdown(socket.SHUT_RDWR)
+            for conn in accepted:
+                conn.close()
+
+
+def test_a_port_that_is_no_spark_master_is_one_line_in_bounded_time(silent_port: int, tmp_path: Path) -> None:
+    """A ``spark://`` URL whose port accepts connections but is not a Spark master: Spark's client asked it
+    3 x 20 s and then said only "All masters are unresponsive! Giving up." (67 s measured). Now the report
+    probes the port in Spark's RPC protocol first: one line naming the master after 10 s, before any JVM."""
+    _generate(tmp_path / "in", "gen-g", slowdown=1.0, seed=9, t0_ns=1_800_000_000_000_000_000)
+    master = f"spark://127.0.0.1:{silent_port}"
+    mark = uuid.uuid4().hex
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*CLI, "report", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "r.html"), "--master", master],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "CORDA_TRIO_TEST_PROCESS": mark},
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"corda-trio: error: cannot connect to Spark master {master}: it accepts connections but gave no "
+        "answer in Spark's RPC protocol within 10 s (is it a Spark master's port?)"
+    ]
+    assert _session.MASTER_CONNECT_SECONDS <= elapsed < _session.MASTER_CONNECT_SECONDS + 15, elapsed
+    assert _marked(mark) == [], "a process of the report outlived it"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_port_that_answers_but_not_as_spark_is_named() -> None:
+    """A port whose program answers at once, but not as Spark does (here an HTTP server's reply): the probe
+    says so without waiting; a master of the list that is a Spark master would still do."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+
+        def answer() -> None:
+            conn, _ = listening.accept()
+            with conn:
+                conn.recv(100)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        master = f"spark://127.0.0.1:{listening.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(spark_reports.ReportEnvironmentError) as raised:
+            _session.check_master(master)
+        thread.join()
+    assert str(raised.value) == (
+        f"cannot connect to Spark master {master}: it answered, but not in Spark's RPC protocol (is it a "
+        "Spark master's port?): b'HTTP/1.1 '"
+    )
+    assert time.monotonic() - started < 5
