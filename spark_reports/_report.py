@@ -24,7 +24,7 @@ from ._errors import ReportInputError, ReportOutputError
 from ._html import ReportContext, render_html
 from ._job import JobResult, Sketch, compute
 from ._schema import InputSet, discover_inputs, load_records
-from ._session import SparkSettings, open_spark
+from ._session import SparkSettings, is_local, open_spark
 from ._tables import REPORT_FILE_MODE, build_tables, write_tables
 
 if TYPE_CHECKING:
@@ -48,9 +48,13 @@ class ReportResult:
     job: JobResult
     #: seconds per phase: spark start, input schema, aggregate, series, errors, tables
     phases: dict[str, float] = attrs.field(factory=dict)
-    #: CPU seconds of the Spark JVM (in local mode it runs the tasks too) until the report was written, or
-    #: ``None`` if the JVM does not say; on a shared machine a steadier measure of the work than wall time
+    #: CPU seconds of the driver's Spark JVM (in local mode it runs the tasks too) until the report was
+    #: written, or ``None`` if the JVM does not say; on a shared machine a steadier measure of the work than
+    #: wall time
     jvm_cpu_seconds: float | None = None
+    #: on a cluster, the CPU seconds of the report's tasks in the executors (:func:`_executor_cpu_seconds`),
+    #: which ``jvm_cpu_seconds`` does not count there; ``None`` in local mode (counted in the driver's)
+    executor_cpu_seconds: float | None = None
 
 
 def tables_dir_for(html_path: Path) -> Path:
@@ -85,6 +89,34 @@ def _jvm_cpu_seconds(session: SparkSession) -> float | None:
         return int(total.get().toNanos()) / 1e9 if total.isPresent() else None
     except Exception:  # a cluster driver or Spark Connect without a local JVM: the figure is optional
         return None
+
+
+def _executor_cpu_seconds(session: SparkSession) -> float | None:
+    """On a cluster, the CPU time of the session's tasks in the executors so far: Spark's per-stage
+    ``executorCpuTime`` plus ``executorDeserializeCpuTime`` (each task's thread, as the executors report it),
+    summed over the stages its status store holds. The executor JVMs' own threads (JIT compilers, garbage
+    collector, start) are not in it. ``None`` in local mode, where the tasks run in the driver JVM and its CPU
+    figure holds them, or if Spark does not say.
+    """
+    context = session.sparkContext
+    if is_local(context.master):
+        return None
+    try:
+        spark_context = context._jsc.sc()
+        # (task metrics reach the status store through the listener bus, after the task has ended)
+        spark_context.listenerBus().waitUntilEmpty(10_000)
+        store = spark_context.statusStore()
+        # stageList(statuses, details, withSummaries, unsortedQuantiles, taskStatus): Scala's defaults
+        # (all stages, no details) are methods of their own for a Java caller
+        defaults = [getattr(store, f"stageList$default${i}")() for i in range(2, 6)]
+        stages = store.stageList(None, *defaults).iterator()
+        total_ns = 0
+        while stages.hasNext():
+            stage = stages.next()
+            total_ns += int(stage.executorCpuTime()) + int(stage.executorDeserializeCpuTime())
+    except Exception:  # a Spark without this status API, or Spark Connect: the figure is optional
+        return None
+    return total_ns / 1e9
 
 
 def _unlike(job: JobResult, runs: Sequence[str]) -> list[str]:
@@ -263,6 +295,7 @@ def _build(
             job=job,
             phases=dict(phases),
             jvm_cpu_seconds=_jvm_cpu_seconds(session),
+            executor_cpu_seconds=_executor_cpu_seconds(session),
         )
 
     if spark is not None:

@@ -5,7 +5,10 @@ Theory of operation: PySpark starts a JVM through ``spark-submit``, which needs 
 openjdk-17-jre-headless). Everything the JVM must know at launch (driver memory, log4j2 configuration) is set
 on the builder *before* the first ``getOrCreate()``; afterwards it cannot change. Logs are kept to errors by
 our own ``log4j2.properties`` plus ``setLogLevel("ERROR")``; the console progress bar is off. The same code
-runs against a cluster when ``master`` is a cluster URL.
+runs against a cluster when ``master`` is a cluster URL. A cluster's executors log as the cluster is set up
+to (into each worker's work directory): they are not given our file's path, which exists only where the
+driver runs (an executor given a path its worker lacks logged log4j's "ERROR Reconfiguration failed: No
+configuration found" twice and then ran with Spark's default INFO profile anyway).
 
 Local and cluster masters differ in two ways. A local driver binds to 127.0.0.1 (``SPARK_LOCAL_IP``, given to
 its JVM only): nothing outside this machine needs it. A cluster's executors connect to the driver at the
@@ -253,7 +256,6 @@ def open_spark(settings: SparkSettings) -> Iterator[SparkSession]:
         "spark.app.name": settings.app_name,
         "spark.driver.memory": settings.driver_memory,
         "spark.driver.extraJavaOptions": driver_opts,
-        "spark.executor.extraJavaOptions": log_opt,
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),

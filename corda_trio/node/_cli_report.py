@@ -110,7 +110,12 @@ def _run(args: argparse.Namespace) -> int:
     if job.duplicates:
         print(f"  warning: {job.duplicates:,} duplicate record(s) dropped (same run, scenario, link and seq)")
     print("  time: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items()))
-    if result.jvm_cpu_seconds is not None:
+    if result.jvm_cpu_seconds is not None and result.executor_cpu_seconds is not None:  # (a cluster)
+        print(
+            f"  cpu: Spark driver JVM {result.jvm_cpu_seconds:.1f} s, executors' tasks "
+            f"{result.executor_cpu_seconds:.1f} s"
+        )
+    elif result.jvm_cpu_seconds is not None:  # (local mode: the tasks ran in that JVM)
         print(f"  cpu: Spark JVM {result.jvm_cpu_seconds:.1f} s")
     return 0
 

@@ -3,9 +3,11 @@
 A module fixture starts a master and one worker (1 core, 1g) on 127.0.0.1 from the installed PySpark's own
 ``bin/spark-class``, in process groups of their own, and at the end stops them and checks that none of their
 processes (the executors the worker started) is left. Where the test runs as root, the worker runs in a
-mount namespace of its own in which one directory is hidden (a tmpfs over it): a path the driver sees and the
-workers do not, as on a cluster without a shared mount. The report itself runs as the operator runs it: a
-``corda-trio report`` process, its environment marked so that any process of it left behind is found.
+mount namespace of its own in which two directories are hidden (a tmpfs over each): one for records the
+driver sees and the workers do not, as on a cluster without a shared mount, and the ``spark_reports`` package
+(which a worker on another machine does not have either; the executors need none of its files). The report
+itself runs as the operator runs it: a ``corda-trio report`` process, its environment marked so that any
+process of it left behind is found.
 """
 
 from __future__ import annotations
@@ -116,8 +118,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if _can_hide():
             hidden = d / "not-on-the-worker"
             hidden.mkdir()
-            hide = 'mount -t tmpfs tmpfs "$0" && exec "$@"'
-            worker_args = ["unshare", "--mount", "sh", "-c", hide, str(hidden), *worker_args]
+            package = _session.LOG4J2_PROPERTIES.parent
+            hide = 'mount -t tmpfs tmpfs "$1" && mount -t tmpfs tmpfs "$2" && shift 2 && exec "$@"'
+            hidden_dirs = [str(hidden), str(package)]
+            worker_args = ["unshare", "--mount", "sh", "-c", hide, "sh", *hidden_dirs, *worker_args]
         log = d / "worker.log"
         worker = _start(worker_args, log, env)
         procs.append(worker)
@@ -175,13 +179,21 @@ def test_report_on_a_cluster_equals_the_local_report(cluster: Cluster, spark: An
     """The same records, reported in local mode and on the cluster: the same tables, byte for byte. The
     executors were told to reach the driver at an address other machines can reach: it told them
     ``localhost`` (it bound to 127.0.0.1 for every master), and executors on other machines failed to
-    connect, one after another, while the report waited without a word."""
+    connect, one after another, while the report waited without a word.
+
+    The same run checks two more things. The ``cpu:`` line counts the executors' tasks besides the driver JVM
+    (it named only the driver's JVM, which on a cluster does none of the tasks). And the executors are not
+    told to read the driver's ``log4j2.properties``, a path their worker does not have here: each executor
+    logged log4j's "ERROR Reconfiguration failed: No configuration found" twice on its start."""
     _generate(tmp_path / "in", "gen-c", slowdown=1.0, seed=5, t0_ns=1_800_000_000_000_000_000)
     local = spark_reports.build_report([tmp_path / "in"], tmp_path / "local" / "r.html", spark=spark)
     proc, _ = _report(cluster, "--in", str(tmp_path / "in"), "--out", str(tmp_path / "cluster" / "r.html"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout.startswith(f"report {tmp_path / 'cluster' / 'r.html'} (3,000 records, 1 run(s))")
+    cpu = re.search(r"^  cpu: Spark driver JVM ([0-9.]+) s, executors' tasks ([0-9.]+) s$", proc.stdout, re.M)
+    assert cpu is not None, proc.stdout
+    assert float(cpu.group(1)) > 0 and float(cpu.group(2)) > 0, cpu.group(0)
     tables = sorted(p.name for p in local.tables_dir.glob("*.csv"))
     assert tables == ["errors.csv", "groups.csv", "stages.csv", "throughput.csv"]
     for name in tables:
@@ -191,6 +203,8 @@ def test_report_on_a_cluster_equals_the_local_report(cluster: Cluster, spark: An
     assert f"master {cluster.master}, driver memory 1g" in html
     launched = sorted(cluster.work_dir.glob("app-*/*/stderr"), key=lambda p: p.stat().st_mtime)
     command = launched[-1].read_text(errors="replace")
+    assert "log4j2.configurationFile" not in command
+    assert "Reconfiguration failed" not in command, command[:2000]
     driver = re.search(r'"--driver-url" "spark://CoarseGrainedScheduler@([^"]+):\d+"', command)
     assert driver is not None, command[:2000]
     if _outward_address() is not None:  # (a machine with only loopback has nothing else to offer)
