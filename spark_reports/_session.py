@@ -108,9 +108,9 @@ _PROBE: Final = (
     + len(_PROBE_STREAM).to_bytes(4, "big")
     + _PROBE_STREAM
 )
-#: The message types of Spark's RPC transport (``Message.Type``: 0 ChunkFetchRequest .. 12
-#: MergedBlockMetaSuccess); a frame header is 8 bytes of length (itself included) and 1 of type.
-_SPARK_MESSAGE_TYPES: Final = range(13)
+#: A frame header of Spark's RPC transport: 8 bytes of length (itself included) and 1 of message type. Only
+#: the length is judged: a later Spark may add message types (4.x has 0 ChunkFetchRequest .. 12
+#: MergedBlockMetaSuccess), and no text protocol's first 8 bytes read as a length below 2**31.
 _SPARK_HEADER_BYTES: Final = 9
 
 
@@ -166,8 +166,8 @@ def _probe(host: str, port: int) -> str | None:
             )
         except OSError:  # reset: left to Spark
             return None
-    length, kind = int.from_bytes(answer[:8], "big"), answer[8]
-    if _SPARK_HEADER_BYTES <= length < 2**31 and kind in _SPARK_MESSAGE_TYPES:
+    length = int.from_bytes(answer[:8], "big")
+    if _SPARK_HEADER_BYTES <= length < 2**31:
         return None
     return f"it answered, but not in Spark's RPC protocol (is it a Spark master's port?): {answer!r}"
 
