@@ -6,7 +6,8 @@ acceptor (its own P2P port) or, when NODE_DIR has ``tunnel.json`` (``{"floats": 
 :class:`FloatTunnel` to the floats. NODE_DIR holds ``name``, ``tls.pem``, ``tls.key``, ``identity.pem``,
 ``root.pem`` and optionally ``send.json`` (``{"to", "count", "start", "batch", "interval", "expect"}``;
 ``"idle_timeout_seconds"`` there or in ``tunnel.json``: the AMQP idle timeout of its bridges, acceptor and
-tunnel, default 10).
+tunnel, default 10). ``tunnel.json`` may also hold ``"backoff": [initial, max]``, the tunnel's round backoff
+(absent: ``TunnelConfig``'s defaults, as in a node), and ``"handshake_timeout_seconds"``.
 Peers come from ``../peers.json`` (``corda_trio.testing.write_peer_file`` / ``follow_peer_file``). Prints
 ``ready PORT`` (``ready -`` behind a float), ``active HOST PORT`` on every activation,
 ``sent I`` once message I is durable, and ``done`` when everything was sent and ``expect`` messages handled.
@@ -20,6 +21,7 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -40,6 +42,17 @@ async def _report_activations(tunnel: fl.FloatTunnel) -> None:
     while True:
         seen, (host, port) = await tunnel.wait_activation(seen)
         _say(f"active {host} {port}")
+
+
+def tunnel_options(tunnel_plan: dict[str, Any]) -> dict[str, float]:
+    """``TunnelConfig`` keywords from ``tunnel.json``'s ``backoff`` and ``handshake_timeout_seconds``."""
+    options = {}
+    if "backoff" in tunnel_plan:
+        initial, maximum = tunnel_plan["backoff"]
+        options["initial_backoff_seconds"], options["max_backoff_seconds"] = float(initial), float(maximum)
+    if "handshake_timeout_seconds" in tunnel_plan:
+        options["handshake_timeout_seconds"] = float(tunnel_plan["handshake_timeout_seconds"])
+    return options
 
 
 async def run(node_dir: Path) -> None:
@@ -90,8 +103,7 @@ async def run(node_dir: Path) -> None:
                 config=fl.TunnelConfig(
                     floats=tunnel_plan["floats"],
                     credit=int(tunnel_plan.get("credit", 256)),
-                    initial_backoff_seconds=0.1,
-                    max_backoff_seconds=1.0,
+                    **tunnel_options(tunnel_plan),
                     **idle,
                 ),
                 resolver=peers,

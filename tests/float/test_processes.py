@@ -173,10 +173,13 @@ def write_node(
     floats: list[FloatProc] = (),  # type: ignore[assignment]
     expect: int = 0,
     idle_timeout_seconds: float | None = None,
+    tunnel_backoff: tuple[float, float] | None = (0.1, 1.0),
+    handshake_timeout_seconds: float | None = None,
 ) -> Proc:
     """A ``node_child.py`` node's directory; ``idle_timeout_seconds``: the AMQP idle timeout of its bridges,
     acceptor and float tunnel (default: not set, 10 s; it goes into send.json and tunnel.json, so a node
-    with neither keeps the default)."""
+    with neither keeps the default). ``tunnel_backoff``: the tunnel's round backoff (initial, max), ``None``
+    for a node's defaults; ``handshake_timeout_seconds``: the tunnel's (default: not set, 3 s)."""
     idle = {} if idle_timeout_seconds is None else {"idle_timeout_seconds": idle_timeout_seconds}
     d = base / creds.legal_name.organisation
     d.mkdir(parents=True)
@@ -191,6 +194,10 @@ def write_node(
         tunnel.issue("bridge", "bridge-" + creds.legal_name.organisation, now=NOW).write(d, "tunnel")
         pki.write_certificates(d / "tunnel-ca.pem", [tunnel.ca.cert])
         plan = {"floats": [["127.0.0.1", f.control_port] for f in floats], "expect": expect, **idle}
+        if tunnel_backoff is not None:
+            plan["backoff"] = list(tunnel_backoff)
+        if handshake_timeout_seconds is not None:
+            plan["handshake_timeout_seconds"] = handshake_timeout_seconds
         (d / "tunnel.json").write_text(json.dumps(plan))
     return Proc([sys.executable, str(CHILD), str(d), "run"])
 
