@@ -22,7 +22,7 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     [tuning]                                        # optional
     credit = 256
     initial_backoff_seconds = 1.0
-    max_backoff_seconds = 60.0
+    max_backoff_seconds = 60.0                      # (the float tunnel's rounds: at most 5 s)
     [float]                                         # optional: peers reach the node through floats
     control = ["10.0.0.5:10010", "10.0.0.6:10010"]  # their control ports, in order (one active at a time)
     tunnel_cert = "tunnel/bridge.pem"               # `corda-trio float tunnel-pki` makes these three
@@ -275,7 +275,8 @@ def _tunnel(cfg: BridgeProcessConfig, floats: FloatSettings) -> tuple[Any, Any]:
         tls_ref=floats.tls_ref,
         max_message_size=cfg.max_message_size,
         initial_backoff_seconds=cfg.initial_backoff_seconds,
-        max_backoff_seconds=cfg.max_backoff_seconds,
+        # (a float is a DMZ host of our own: its rounds wait at most 5 s, see corda_trio.bridge.float)
+        max_backoff_seconds=min(cfg.max_backoff_seconds, fl.TUNNEL_MAX_BACKOFF_SECONDS),
         idle_timeout_seconds=floats.idle_timeout_seconds,
         handshake_timeout_seconds=floats.handshake_timeout_seconds,
     )

@@ -255,6 +255,9 @@ def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
     # the tunnel's timeouts: a frozen standby float is skipped within 3 s, not the peers' 10 s
     assert ext.config.floats.handshake_timeout_seconds == fl.DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS == 3.0
     assert ext.config.floats.idle_timeout_seconds == 10.0
+    # the tunnel's rounds wait at most 5 s (floats are DMZ hosts of the node's own), the peers' bridges 60 s
+    assert ext.config.floats.max_backoff_seconds == fl.TUNNEL_MAX_BACKOFF_SECONDS == 5.0
+    assert ext.config.bridges.max_backoff_seconds == 60.0
     (d / "bridge.toml").write_text(
         BRIDGE_TOML.replace(
             "[float]", "[float]\nidle_timeout_seconds = 2\nhandshake_timeout_seconds = 0.5"

@@ -36,6 +36,7 @@ from .test_processes import (
     listening,
     publish_sender_first,
     start_float,
+    tcp_sockets,
     write_float,
     write_node,
 )
@@ -200,6 +201,66 @@ async def test_a_frozen_active_float_is_replaced_and_closes_its_public_port_when
             nursery.cancel_scope.cancel()
     assert await dump(b) == [[f"Alice-{i}", str(i)] for i in range(n)]
     assert any(e["event"] == "link-attached" for e in fb.audit())  # the sender did reach the standby
+
+
+async def test_a_standby_thawed_after_a_long_freeze_is_activated_within_the_tunnels_short_backoff(
+    tmp_path: Path,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    tunnel: fl.TunnelPki,
+) -> None:
+    """kill -9 of the active float while the standby is frozen: every round of the node's tunnel fails (the
+    frozen float's kernel completes the TCP connect, nothing answers TLS, so each costs the handshake
+    timeout) and the rounds back off. SIGCONT of the standby after the fifth failed round: it is activated
+    within one capped backoff (``TUNNEL_MAX_BACKOFF_SECONDS``) and a round, not after the 16 s (then 32 s,
+    then 60 s) the bridges' backoff would wait by then. The node's tunnel keeps its default backoff here; its
+    handshake timeout is 1 s (``[float] handshake_timeout_seconds``) to keep the rounds short."""
+    handshake = 1.0
+    root = network.root.cert
+    fa = write_float(tmp_path, "float-a", tunnel, bob, root, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
+    fb = write_float(tmp_path, "float-b", tunnel, bob, root, idle_timeout_seconds=IDLE_TIMEOUT_SECONDS)
+    b = Proc([])
+    async with trio.open_nursery() as nursery:
+        try:
+            await start_float(fa, nursery)
+            await start_float(fb, nursery)
+            b = write_node(
+                tmp_path,
+                bob,
+                root,
+                tunnel=tunnel,
+                floats=[fa, fb],
+                idle_timeout_seconds=IDLE_TIMEOUT_SECONDS,
+                tunnel_backoff=None,
+                handshake_timeout_seconds=handshake,
+            )
+            await b.start(nursery)
+            line = await b.wait_line(lambda x: x.startswith("active "))
+            assert int(line.split()[2]) == fa.public_port
+            assert b.process is not None
+            freeze(fb)
+            seen = len(b.lines)
+            await fa.kill()
+            # each attempt on the frozen standby is a connected socket of the node (a local port of its own)
+            # to its control port, held for the handshake timeout
+            attempts: set[int] = set()
+            with trio.fail_after(60):
+                while True:
+                    now = {here for here, there, _ in tcp_sockets(b.process.pid) if there == fb.control_port}
+                    attempts |= now
+                    if len(attempts) >= 5 and not now:
+                        break
+                    await trio.sleep(0.02)
+            assert not any(x.startswith("active ") for x in b.lines[seen:])
+            thaw(fb)
+            within = fl.TUNNEL_MAX_BACKOFF_SECONDS + handshake + 2.0  # + a loaded 2-core machine
+            line = await b.wait_line(lambda x: x.startswith("active "), after=seen, within=within)
+            assert int(line.split()[2]) == fb.public_port
+            assert listening(fb.public_port)
+        finally:
+            for p in (b, fa, fb):
+                await p.kill()
+            nursery.cancel_scope.cancel()
 
 
 async def test_random_kills_and_freezes_of_the_floats_and_the_inside_lose_and_repeat_nothing(

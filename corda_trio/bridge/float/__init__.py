@@ -39,6 +39,7 @@ from ._float import FloatConfig as FloatConfig
 from ._float import NodeTls as NodeTls
 from ._guard import install_outbound_guard as install_outbound_guard
 from ._inside import DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS as DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS
+from ._inside import TUNNEL_MAX_BACKOFF_SECONDS as TUNNEL_MAX_BACKOFF_SECONDS
 from ._inside import FloatActivationError as FloatActivationError
 from ._inside import FloatTunnel as FloatTunnel
 from ._inside import TunnelConfig as TunnelConfig
@@ -55,6 +56,7 @@ __all__ = [
     "FLOAT_TRANSITIONS",
     "INBOUND_ADDRESS",
     "PROTOCOL_VERSION",
+    "TUNNEL_MAX_BACKOFF_SECONDS",
     "ActivateFloat",
     "AuditLog",
     "AuditLogError",

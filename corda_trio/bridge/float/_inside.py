@@ -38,9 +38,13 @@ process (``ExternalBridgeConfig.floats``). Observers count activations (:meth:`F
 a failover can be over within milliseconds, faster than any poll of ``public_address`` would notice.
 
 When the active float's control link fails (or the float deactivates itself), the tunnel fails over to the
-next float at once; after a whole round of floats failed without an activation it waits with the bridge's
-backoff (1 s doubling to 60 s by default). Deliveries in flight when a link dies were never settled: the
-peer sends them again through the next float, and the node's deduplicator drops what was already stored.
+next float at once; after a whole round of floats failed without an activation it waits with a backoff of
+1 s doubling to :data:`TUNNEL_MAX_BACKOFF_SECONDS` (5 s), not the peers' 60 s: a float is a host of the
+node's own DMZ, a round costs a TCP connect per float, and a float that is ready again (a standby resumed
+after a freeze, a float restarted) must not wait out a minute of backoff: with a 60 s cap a standby resumed
+30 s after the active float died was activated 11 s after it came back (15 s after 60 s; docs/float.md §4).
+Deliveries in flight when a link dies were never settled: the peer sends them again through the next
+float, and the node's deduplicator drops what was already stored.
 Cancellation at any checkpoint acks nothing that is not durable.
 """
 
@@ -64,7 +68,7 @@ from corda_trio.messaging import (
     stamped_payload,
 )
 
-from .._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
+from .._backoff import INITIAL_BACKOFF_SECONDS, Backoff
 from .._inbound import (
     Inbox,
     OnChecked,
@@ -90,7 +94,13 @@ from ._control import (
 )
 from ._tunnel import check_tunnel_peer
 
-__all__ = ["DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS", "FloatActivationError", "FloatTunnel", "TunnelConfig"]
+__all__ = [
+    "DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS",
+    "TUNNEL_MAX_BACKOFF_SECONDS",
+    "FloatActivationError",
+    "FloatTunnel",
+    "TunnelConfig",
+]
 
 log = logging.getLogger("corda_trio.bridge.float")
 
@@ -105,6 +115,9 @@ _REMEMBERED: Final = 4096
 #: connect, and nothing answers above it: with the peers' 10 s this delayed every failover past it by 10 s.
 #: The tunnel runs between the node's network and its DMZ, where the handshake takes milliseconds.
 DEFAULT_TUNNEL_HANDSHAKE_TIMEOUT_SECONDS: Final = 3.0
+#: The longest wait between two rounds of floats (module docstring): a float that is ready again is
+#: activated at most this long (plus one round) after it is.
+TUNNEL_MAX_BACKOFF_SECONDS: Final = 5.0
 
 
 class FloatActivationError(Exception):
@@ -122,7 +135,7 @@ class TunnelConfig:
     credit: int = attrs.field(default=DEFAULT_TUNNEL_CREDIT, validator=attrs.validators.ge(2))
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS
-    max_backoff_seconds: float = MAX_BACKOFF_SECONDS
+    max_backoff_seconds: float = TUNNEL_MAX_BACKOFF_SECONDS
     backoff_jitter: float = 0.2
     #: ``[float] handshake_timeout_seconds``: how long a float may take to complete the control link's
     #: handshake before the next one is tried.
