@@ -68,7 +68,7 @@ from corda_trio.messaging import (
     stamped_payload,
 )
 
-from .._backoff import INITIAL_BACKOFF_SECONDS, Backoff
+from .._backoff import INITIAL_BACKOFF_SECONDS, Backoff, Outage
 from .._inbound import (
     Inbox,
     OnChecked,
@@ -194,6 +194,13 @@ class FloatTunnel:
     )
     _rejected_log: logs.PeerWarnings = attrs.field(factory=rejected_messages_log, init=False)
     _envelopes: EnvelopeReader = attrs.field(factory=EnvelopeReader)
+    #: per float: the lines of its failed attempts while it is away (its first failure, then a line a minute
+    #: at most, and one when it is activated again), as a bridge logs its peer's outage
+    _outages: dict[tuple[str, int], Outage] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        floats = self.config.floats
+        self._outages = {a: Outage(log, f"float {a[0]}:{a[1]}", level=logging.INFO) for a in floats}
 
     def _notify(self) -> None:
         self._changed.set()
@@ -232,7 +239,11 @@ class FloatTunnel:
             except BaseException as raised:
                 # (the session's tasks fail together: the line names the first failure)
                 self.last_error = logs.failure_text(_failure_unless_cancelled(raised))
-                log.info("float %s:%d: %s", *address, self.last_error)
+                if self.active is not None:  # the active float's link ended: said each time
+                    log.info("float %s:%d: %s", *address, self.last_error)
+                else:  # an attempt failed: bounded while the float stays away (rounds come every 5 s)
+                    outage = self._outages[address]
+                    outage.failed(self.last_error, "float %s:%d: %s", *address, self.last_error)
             finally:
                 if self.active is not None:
                     activated = True
@@ -282,6 +293,7 @@ class FloatTunnel:
             self.public_address = self.latest_public_address = (report.public_host, report.public_port)
             self.activations += 1
             self._held_links.clear()  # links of an earlier activation cannot forward anything any more
+            self._outages[address].connected()
             log.info("float %s:%d active, public port %d", *address, report.public_port)
             self._notify()
             async with trio.open_nursery() as nursery:
