@@ -33,6 +33,8 @@ from ._keystore import write_certificates as write_certificates
 from ._keystore import write_private_key as write_private_key
 from ._names import ISO_3166_COUNTRY_CODES as ISO_3166_COUNTRY_CODES
 from ._names import CordaX500Name as CordaX500Name
+from ._names import confusable_names_message as confusable_names_message
+from ._names import find_confusable as find_confusable
 from ._roles import CERT_ROLE_OID as CERT_ROLE_OID
 from ._roles import CertRole as CertRole
 from ._roles import get_cert_role as get_cert_role
@@ -65,8 +67,10 @@ __all__ = [
     "check_peer_is_network_node",
     "check_peer_legal_name",
     "client_ssl_context",
+    "confusable_names_message",
     "create_certificate",
     "create_root_certificate",
+    "find_confusable",
     "generate_ec_key",
     "generate_ed25519_key",
     "get_cert_role",

@@ -10,6 +10,12 @@ none of ``, = $ " ' \\`` (plus ``+ ; < > #`` which RFC 4514 would otherwise have
 form never needs escaping.  Length limits (in characters) are Corda's: O 2..128, L 2..64, ST/OU/CN 1..64,
 C exactly two upper-case letters of ISO 3166-1 alpha-2 (or ``ZZ``, Corda's "unspecified").
 
+Values are written in the Latin script, as Corda's legal-name validator requires "to avoid character
+confusability attacks": every letter is a Latin letter, every digit an ASCII digit, every combining mark a
+generic ``COMBINING …`` mark, the only space U+0020, and punctuation and symbols come from the Latin blocks
+(below U+0370) or the general punctuation and symbol blocks (U+2000..U+2BFF).  So ``O=\u0410lice``
+(U+0410 CYRILLIC CAPITAL LETTER A, which looks like "A") is refused, not a second "Alice".
+
 The *canonical string form* is Corda's ``toString``: ``"CN=…, OU=…, O=…, L=…, ST=…, C=…"`` with absent
 attributes omitted, in that order, separated by comma + space.  Parsing accepts any order, optional spaces
 around separators and lower-case attribute keys, and reports the first rule broken.
@@ -17,11 +23,23 @@ around separators and lower-case attribute keys, and reports the first rule brok
 In certificates the name is encoded as one single-valued RDN per attribute in the order
 C, ST, L, O, OU, CN (the order Corda's ``X500NameBuilder`` produces; RFC 4514 prints it reversed, which
 gives the canonical form again).  Equality is by attribute values, so two encodings of one name compare equal.
+
+Sameness and confusability
+--------------------------
+Two spellings are *the same name* when they parse to equal attribute values: attribute order, spaces around
+``,`` and ``=`` and the case of the keys do not matter; the values are compared exactly.  ``O=alice`` is
+therefore a different name from ``O=Alice``, and a certificate, a NodeInfo or a TLS peer with one is never
+taken for the other.  Because people read names, two different names that differ only in letter case or
+accents (``O=ALICE`` / ``O=Alice`` / ``O=Alicé``) are *confusable*: they have the same :attr:`confusable_key`
+(each value decomposed (NFKD), combining marks dropped, case-folded).  A network holds at most one name per
+key: ``network bootstrap`` and the network map service refuse the second (see protocol_spec/network-map.md).
 """
 
 from __future__ import annotations
 
+import functools
 import unicodedata
+from collections.abc import Iterable
 from typing import Final, final
 
 import attrs
@@ -30,7 +48,7 @@ from cryptography.x509.oid import NameOID
 
 from ._errors import InvalidNameError
 
-__all__ = ["ISO_3166_COUNTRY_CODES", "CordaX500Name"]
+__all__ = ["ISO_3166_COUNTRY_CODES", "CordaX500Name", "confusable_names_message", "find_confusable"]
 
 #: ISO 3166-1 alpha-2 officially assigned codes (249), plus ``ZZ`` which Corda accepts as "unspecified".
 ISO_3166_COUNTRY_CODES: Final[frozenset[str]] = frozenset(
@@ -59,6 +77,28 @@ _ATTRIBUTES: Final[tuple[tuple[str, str, x509.ObjectIdentifier, int, int], ...]]
 _BY_KEY: Final = {a[0]: a for a in _ATTRIBUTES}
 _BY_OID: Final = {a[2]: a for a in _ATTRIBUTES}
 _FORBIDDEN_CHARS: Final[str] = ",=$\"'\\+;<>#"
+#: Where punctuation and symbols may come from: the Latin blocks (Basic Latin to Spacing Modifier Letters)
+#: and General Punctuation .. Miscellaneous Symbols and Arrows (dashes, currency, letterlike, maths).
+_SYMBOL_RANGES: Final = ((0x20, 0x36F), (0x2000, 0x2BFF))
+
+
+def _script_problem(char: str) -> str | None:
+    """Why ``char`` is not allowed by the Latin-script rule (see the module docstring), or None."""
+    category = unicodedata.category(char)
+    name = unicodedata.name(char, "")
+    if category[0] == "L":
+        ok = name.startswith("LATIN ")
+    elif category[0] == "N":
+        ok = "0" <= char <= "9"
+    elif category[0] == "M":
+        ok = name.startswith("COMBINING ")
+    elif category[0] == "Z":
+        ok = char == " "
+    else:
+        ok = any(low <= ord(char) <= high for low, high in _SYMBOL_RANGES)
+    if ok:
+        return None
+    return f"{char!r} (U+{ord(char):04X} {name or 'unnamed'}) is not of the Latin script"
 
 
 def _check_value(key: str, value: str) -> None:
@@ -84,6 +124,12 @@ def _check_value(key: str, value: str) -> None:
         raise InvalidNameError(f"{key}={value!r}: consecutive spaces are not allowed")
     if unicodedata.normalize("NFKC", value) != value:
         raise InvalidNameError(f"{key}={value!r}: must be in Unicode NFKC normal form")
+    problem = next(filter(None, map(_script_problem, value)), None)
+    if problem is not None:
+        raise InvalidNameError(
+            f"{key}={value!r}: {problem}; a legal name uses Latin letters, ASCII digits and common "
+            "punctuation only (a letter of another script can look like a Latin one)"
+        )
     if key == "C" and value not in ISO_3166_COUNTRY_CODES:
         raise InvalidNameError(f"C={value!r}: not an ISO 3166-1 alpha-2 country code (e.g. GB, US, DE)")
 
@@ -185,7 +231,46 @@ class CordaX500Name:
         ]
         return x509.Name(rdns)
 
+    @property
+    def confusable_key(self) -> str:
+        """The form two confusable names share: canonical attribute order, values decomposed (NFKD) with
+        combining marks dropped and case-folded. ``O=ALICE, L=London, C=GB`` and ``O=Alicé, L=london,
+        C=GB`` have the key of ``O=Alice, L=London, C=GB``; a network holds at most one name per key.
+        """
+        return _confusable_key(self)
+
+    def is_confusable_with(self, other: CordaX500Name) -> bool:
+        """Whether ``other`` is a *different* name that reads like this one (same :attr:`confusable_key`)."""
+        return self != other and self.confusable_key == other.confusable_key
+
     def __str__(self) -> str:
         return ", ".join(
             f"{key}={getattr(self, field)}" for key, field, _, _, _ in _ATTRIBUTES if getattr(self, field)
         )
+
+
+def find_confusable(name: CordaX500Name, names: Iterable[CordaX500Name]) -> CordaX500Name | None:
+    """The first of ``names`` that is a different name confusable with ``name`` (see the module docstring)."""
+    return next((other for other in names if name.is_confusable_with(other)), None)
+
+
+def confusable_names_message(name: CordaX500Name, existing: CordaX500Name) -> str:
+    """The one-line refusal of ``name`` because ``existing`` (a different, confusable name) came first."""
+    return (
+        f"legal name {str(name)!r} is confusable with {str(existing)!r}: they differ only in letter case or "
+        "accents, and a network holds one of them"
+    )
+
+
+def _fold_value(value: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", value)
+    return "".join(c for c in decomposed if unicodedata.category(c)[0] != "M").casefold()
+
+
+@functools.lru_cache(maxsize=4096)
+def _confusable_key(name: CordaX500Name) -> str:
+    return ", ".join(
+        f"{key}={_fold_value(getattr(name, field))}"
+        for key, field, _, _, _ in _ATTRIBUTES
+        if getattr(name, field) is not None
+    )

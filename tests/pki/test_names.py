@@ -16,6 +16,7 @@ GOOD = [
     ("cn=Notary Service, ou=Ops, o=R3 HoldCo LLC, l=New York, st=NY, c=US",
      "CN=Notary Service, OU=Ops, O=R3 HoldCo LLC, L=New York, ST=NY, C=US"),
     ("O=Zürich Versicherung, L=Zürich, C=CH", "O=Zürich Versicherung, L=Zürich, C=CH"),
+    ("O=Ålesund Øl & Co (Norge) – 2€, L=Tromsø, C=NO", "O=Ålesund Øl & Co (Norge) – 2€, L=Tromsø, C=NO"),
     ("O=Unspecified Land, L=Nowhere, C=ZZ", "O=Unspecified Land, L=Nowhere, C=ZZ"),
     ("O=" + "x" * 128 + ", L=" + "y" * 64 + ", C=GB", "O=" + "x" * 128 + ", L=" + "y" * 64 + ", C=GB"),
 ]  # fmt: skip
@@ -47,6 +48,15 @@ BAD = [
     ("O=Alice\x00, L=London, C=GB", "control or unassigned characters"),
     ("O=Alice\u200b, L=London, C=GB", "control or unassigned characters"),
     ("O=Ａlice, L=London, C=GB", "NFKC"),  # fullwidth A
+    # Latin script only (Corda's rule against look-alikes): a Cyrillic or Greek capital A is not "A".
+    (
+        "O=\u0410lice, L=London, C=GB",
+        "'\u0410' (U+0410 CYRILLIC CAPITAL LETTER A) is not of the Latin script",
+    ),
+    ("O=Alice, L=L\u03bfndon, C=GB", "L='L\u03bfndon': '\u03bf' (U+03BF GREEK SMALL LETTER OMICRON) is not"),
+    ("O=Alice \u0661, L=London, C=GB", "U+0661 ARABIC-INDIC DIGIT ONE) is not of the Latin script"),
+    ("O=Alice\u02bcs, L=London, C=GB", "U+02BC MODIFIER LETTER APOSTROPHE) is not of the Latin script"),
+    ("O=Alice\u3002, L=London, C=GB", "U+3002 IDEOGRAPHIC FULL STOP) is not of the Latin script"),
     ("O=, L=London, C=GB", "O: must not be empty"),
     ("CN=, O=Alice, L=London, C=GB", "CN: must not be empty"),
 ]
@@ -134,3 +144,25 @@ def test_parse_and_print_round_trip(o: str, loc: str, c: str) -> None:
         return  # e.g. not NFKC: refusing is fine, the round trip below is the property
     assert CordaX500Name.parse(str(name)) == name
     assert CordaX500Name.from_x509_name(name.to_x509_name()) == name
+
+
+def test_spellings_of_one_name_are_equal_and_case_or_accents_make_a_confusable_other_name() -> None:
+    """One canonical form: attribute order, spaces around separators and key case do not matter; values are
+    compared exactly, and names that differ only in value case or accents are different but confusable."""
+    alice = CordaX500Name.parse("O=Alice, L=London, C=GB")
+    for same in ("C=GB, L=London, O=Alice", "o=Alice,l=London,c=GB", " O = Alice ,L= London, C=GB "):
+        assert CordaX500Name.parse(same) == alice and str(CordaX500Name.parse(same)) == str(alice)
+        assert not alice.is_confusable_with(CordaX500Name.parse(same))
+    for other in ("O=alice, L=London, C=GB", "O=ALICE, L=LONDON, C=GB", "O=Alicé, L=London, C=GB",
+                  "O=Ålice, L=london, C=GB"):  # fmt: skip
+        name = CordaX500Name.parse(other)
+        assert name != alice and name.confusable_key == alice.confusable_key == "O=alice, L=london, C=gb"
+        assert name.is_confusable_with(alice) and alice.is_confusable_with(name)
+        assert pki.find_confusable(name, [CordaX500Name.parse("O=Bob, L=London, C=GB"), alice]) == alice
+    # An added attribute is another name, not a look-alike (Corda allows OU/CN variants of one company).
+    unit = CordaX500Name.parse("OU=Ops, O=Alice, L=London, C=GB")
+    assert not unit.is_confusable_with(alice) and pki.find_confusable(unit, [alice]) is None
+    assert pki.confusable_names_message(CordaX500Name.parse("O=ALICE, L=London, C=GB"), alice) == (
+        "legal name 'O=ALICE, L=London, C=GB' is confusable with 'O=Alice, L=London, C=GB': they differ only "
+        "in letter case or accents, and a network holds one of them"
+    )
