@@ -177,8 +177,8 @@ def bootstrap_network(
         max_message_size: network parameter ``max_message_size``.
 
     Raises:
-        BootstrapError: no names, duplicate names, a non-empty directory, a host this machine cannot
-            listen on or that no peer can dial (``0.0.0.0``, ``::``), or a message size outside
+        BootstrapError: no names, duplicate or confusable names, a non-empty directory, a host this machine
+            cannot listen on or that no peer can dial (``0.0.0.0``, ``::``), or a message size outside
             :data:`MESSAGE_SIZE_RANGE_BYTES`.
     """
     root_dir = Path(directory).absolute()
@@ -187,6 +187,10 @@ def bootstrap_network(
     if len(set(legal_names)) != len(legal_names):
         dup = next(str(n) for n in legal_names if legal_names.count(n) > 1)
         raise BootstrapError(f"legal name {dup!r} is given more than once")
+    for i, name in enumerate(legal_names):
+        earlier = pki.find_confusable(name, legal_names[:i])
+        if earlier is not None:
+            raise BootstrapError(pki.confusable_names_message(name, earlier))
     if (passphrase is None) != (passphrase_env is None):
         raise ValueError("give both passphrase and passphrase_env, or neither")
     low, high = MESSAGE_SIZE_RANGE_BYTES

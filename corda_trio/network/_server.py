@@ -179,6 +179,15 @@ class NetworkMapService:
                 ),
                 refusal=f"{node.legal_name}: removed by the operator",
             )
+        if result == "confusable":
+            self.refused_publications += 1
+            held = self.store.confusable_with(node.legal_name)
+            message = (
+                pki.confusable_names_message(node.legal_name, held)
+                if held is not None
+                else f"legal name {str(node.legal_name)!r} is confusable with a name in the map"
+            )
+            return attrs.evolve(HttpResponse.text(403, f"confusable-name: {message}"), refusal=message)
         if result == "stale":
             current = self.store.current_serial(str(node.legal_name))
             return HttpResponse.text(

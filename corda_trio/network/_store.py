@@ -5,6 +5,9 @@ one marked current.  Every write is one transaction, so a crash leaves either th
 
 An operator's removal sticks: the removed node's identity key goes on a deny-list (with its legal name), and a
 NodeInfo signed by a denied key, or for a denied legal name, is refused until ``readmit`` lifts the entry.
+A new legal name confusable with a different one already in the map or on the deny-list (the same but for
+letter case or accents: ``pki.CordaX500Name.confusable_key``) is refused: the first holds it (a name the
+map already holds may always publish again, also one a map of an older build admitted beside a look-alike).
 The map serial counts changes to the set of nodes (added, replaced, removed, readmitted); it moves with
 every change that clients must see.
 Methods are blocking: the server calls them through ``trio.to_thread.run_sync`` with one thread at a time.
@@ -17,14 +20,14 @@ import threading
 from pathlib import Path
 from typing import Literal
 
-from corda_trio import files
+from corda_trio import files, pki
 
 from ._model import SignedWithCert
 from ._signing import VerifiedNodeInfo, decode_signed_node_info, identity_key_hash
 
 __all__ = ["NetworkMapStore", "NetworkMapStoreError", "PutResult"]
 
-PutResult = Literal["added", "replaced", "unchanged", "stale", "denied"]
+PutResult = Literal["added", "replaced", "unchanged", "stale", "denied", "confusable"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_infos (
@@ -107,7 +110,9 @@ class NetworkMapStore:
 
         Returns:
             ``added`` (new legal name), ``replaced`` (newer serial), ``unchanged`` (the same bytes again),
-            or ``stale`` (an older or equal serial with different content: refused).
+            ``stale`` (an older or equal serial with different content: refused), ``denied`` (its key or
+            name is on the deny-list) or ``confusable`` (a different, confusable name is in the map or on the
+            deny-list: :meth:`confusable_with` names it).
         """
         name = str(node.legal_name)
         with self._lock:
@@ -122,6 +127,8 @@ class NetworkMapStore:
                 ).fetchone()
                 if denied is not None:
                     result: PutResult = "denied"
+                elif row is None and self._confusable_with(node.legal_name) is not None:
+                    result = "confusable"
                 elif row is not None and row[0] == node.hash:
                     result = "unchanged"
                 elif row is not None and row[1] >= node.node_info.serial:
@@ -139,6 +146,22 @@ class NetworkMapStore:
                 self._db.execute("ROLLBACK")
                 raise
         return result
+
+    def confusable_with(self, name: pki.CordaX500Name) -> pki.CordaX500Name | None:
+        """A different legal name in the map or on the deny-list that ``name`` is confusable with, or None."""
+        with self._lock:
+            return self._confusable_with(name)
+
+    def _confusable_with(self, name: pki.CordaX500Name) -> pki.CordaX500Name | None:
+        rows = self._db.execute("SELECT legal_name FROM node_infos UNION SELECT legal_name FROM denied")
+        for (text,) in rows:
+            try:
+                held = pki.CordaX500Name.parse(text)
+            except pki.InvalidNameError:  # (held before a rule it breaks existed: it is no one's look-alike)
+                continue
+            if name.is_confusable_with(held):
+                return held
+        return None
 
     def current_serial(self, legal_name: str) -> int | None:
         with self._lock:

@@ -51,7 +51,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     boot.add_argument("--dir", type=Path, required=True, help="network directory to create")
     boot.add_argument(
         "--node", action="append", required=True, metavar="LEGAL_NAME",
-        help='legal name of a node, e.g. "O=Alice,L=London,C=GB" (repeat for each node)',
+        help='legal name of a node, e.g. "O=Alice,L=London,C=GB" (repeat for each node; Latin script; no two '
+        "may differ only in letter case or accents)",
     )  # fmt: skip
     where = boot.add_mutually_exclusive_group()
     where.add_argument(

@@ -1,0 +1,141 @@
+"""Legal names that read alike: one spelling of a name is one identity, and a network holds at most one name
+per confusable key (the same but for letter case or accents), whether the second comes from the operator's
+bootstrap or is published to the map by a member whose doorman-issued certificate carries it."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import network, pki
+from corda_trio.node._cli_network import create_network
+from tests.node.cli_helpers import CLI, run_cli
+from tests.node.netutil import open_map_process
+
+from .conftest import ALICE, NOW, make_service, signed_node_info
+from .test_server import http_call
+
+ALICE_CASE = pki.CordaX500Name.parse("O=ALICE, L=London, C=GB")
+ALICE_ACCENT = pki.CordaX500Name.parse("o=Alicé, l=london, c=GB")
+ALICE_OPS = pki.CordaX500Name.parse("OU=Ops, O=Alice, L=London, C=GB")
+
+
+async def test_the_map_refuses_a_name_confusable_with_one_it_holds_or_has_denied(
+    map_server: tuple[network.NetworkMapService, int],
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+) -> None:
+    """Over HTTP: Alice holds her name; a member with a valid certificate for ``O=ALICE`` or ``O=Alicé`` (the
+    doorman issued it) is refused with ``confusable-name``, also after the operator removed Alice."""
+    service, port = map_server
+    status, _, body = await http_call(port, "POST", "/network-map/publish", signed_node_info(alice, 10001, 1))
+    assert status == 200 and body.startswith(b"added "), body
+    for name in (ALICE_CASE, ALICE_ACCENT):
+        shadow = creds.issue_node(name, now=NOW)
+        status, _, body = await http_call(
+            port, "POST", "/network-map/publish", signed_node_info(shadow, 10009)
+        )
+        assert (status, body.decode().rstrip("\n")) == (
+            403,
+            f"confusable-name: legal name {str(name)!r} is confusable with 'O=Alice, L=London, C=GB': they "
+            "differ only in letter case or accents, and a network holds one of them",
+        )
+    # Alice herself may publish again, and another name of her company (an OU) is no look-alike.
+    status, _, _ = await http_call(port, "POST", "/network-map/publish", signed_node_info(alice, 10001, 2))
+    assert status == 200
+    ops = creds.issue_node(ALICE_OPS, now=NOW)
+    status, _, _ = await http_call(port, "POST", "/network-map/publish", signed_node_info(ops, 10002))
+    assert status == 200
+    assert service.store.legal_names() == sorted([str(ALICE), str(ALICE_OPS)])
+
+    # The operator removes Alice: her name stays hers (deny-list), and so do its look-alikes.
+    assert service.store.remove_node(str(ALICE))
+    shadow = creds.issue_node(ALICE_CASE, now=NOW)
+    status, _, body = await http_call(port, "POST", "/network-map/publish", signed_node_info(shadow, 10009))
+    assert status == 403 and body.startswith(b"confusable-name: legal name 'O=ALICE, "), body
+    assert service.store.legal_names() == [str(ALICE_OPS)]
+    assert service.refused_publications == 3
+
+
+def test_bootstrap_refuses_confusable_and_non_latin_names_in_one_line(tmp_path: Path) -> None:
+    """``corda-trio network bootstrap`` (a real process): two names that differ only in case or accents, or a
+    name with a Cyrillic look-alike letter, are a one-line error (exit 2) and no network is created."""
+    for nodes, message in (
+        (["O=Alice, L=London, C=GB", "O=Bob, L=London, C=GB", "o=ALICE,l=London,c=GB"],
+         "corda-trio: error: legal name 'O=ALICE, L=London, C=GB' is confusable with "
+         "'O=Alice, L=London, C=GB': they differ only in letter case or accents, and a network holds one "
+         "of them"),
+        (["O=Alice, L=London, C=GB", "O=Alicé, L=London, C=GB"],
+         "corda-trio: error: legal name 'O=Alicé, L=London, C=GB' is confusable with "
+         "'O=Alice, L=London, C=GB'"),
+        (["O=Alice, L=London, C=GB", "O=\u0410lice, L=London, C=GB"],
+         "corda-trio: error: --node 'O=\u0410lice, L=London, C=GB': O='\u0410lice': '\u0410' (U+0410 "
+         "CYRILLIC CAPITAL LETTER A) is not of the Latin script; a legal name uses Latin letters, ASCII "
+         "digits and common punctuation only (a letter of another script can look like a Latin one)"),
+    ):  # fmt: skip
+        net = tmp_path / "net"
+        done = run_cli("network", "bootstrap", "--dir", str(net), *(a for n in nodes for a in ("--node", n)))
+        assert done.returncode == 2, done
+        assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
+        assert not net.exists() or not any(net.iterdir())
+
+
+@pytest.mark.slow
+async def test_a_real_map_process_keeps_a_look_alike_out_of_the_map_it_serves(tmp_path: Path) -> None:
+    """Real processes: ``networkmap serve`` of a bootstrapped network (Alice, Bob). A certificate for
+    ``O=ALICE`` minted with that network's doorman key (a careless operator) is valid, but the map refuses its
+    NodeInfo, and ``networkmap list`` shows the two bootstrapped names only."""
+    net = tmp_path / "net"
+    built = create_network(net, [ALICE, pki.CordaX500Name.parse("O=Bob, L=London, C=GB")], map_port=0)
+    assert built.map_address is not None
+    doorman_dir = net / "doorman"
+    doorman = pki.CertAndKey(
+        cert=pki.read_certificate(doorman_dir / "doorman.cert.pem"),
+        key=pki.read_private_key(
+            doorman_dir / "doorman.key.pem", (doorman_dir / "passphrase").read_text().strip().encode()
+        ),
+    )
+    root = pki.read_certificate(net / "network-root" / "root.cert.pem")
+    # (only ``issue_node`` is used, which signs with the doorman)
+    issuer = pki.NetworkCredentials(root=pki.CertAndKey(cert=root, key=doorman.key), doorman=doorman,
+                                    network_map=doorman)  # fmt: skip
+    shadow = issuer.issue_node(ALICE_CASE, now=NOW)
+    async with open_map_process(net, max_age_seconds=1):
+        for node in built.nodes:  # the bootstrapped nodes publish their NodeInfos
+            data = (node.directory / network.node_info_file_name(node.legal_name)).read_bytes()
+            status, _, _ = await http_call(built.map_address.port, "POST", "/network-map/publish", data)
+            assert status == 200
+        status, _, body = await http_call(
+            built.map_address.port, "POST", "/network-map/publish", signed_node_info(shadow, 10009)
+        )
+        refusal = b"confusable-name: legal name 'O=ALICE, L=London, C=GB' is confusable with 'O=Alice, "
+        assert status == 403 and body.startswith(refusal), body
+    listed = await trio.run_process(
+        [*CLI, "networkmap", "list", "--dir", str(net)], capture_stdout=True, stderr=subprocess.DEVNULL
+    )
+    assert listed.stdout.decode().splitlines() == ["O=Alice, L=London, C=GB", "O=Bob, L=London, C=GB"]
+
+
+def test_names_a_map_already_holds_beside_a_look_alike_may_still_publish(
+    creds: pki.NetworkCredentials, alice: pki.NodeCredentials, tmp_path: Path
+) -> None:
+    """A map database of an older build may hold ``O=Alice`` and ``O=ALICE`` both: neither is shut out when
+    it publishes again (a new address, say); the operator decides with ``networkmap remove``."""
+    service = make_service(creds, tmp_path / "map.db")
+    assert service.handle("POST", "/network-map/publish", signed_node_info(alice, 10001, 1)).status == 200
+    shadow = creds.issue_node(ALICE_CASE, now=NOW)
+    old = network.verify_node_info(signed_node_info(shadow, 10009, 1), trust_root=creds.root.cert, now=NOW)
+    with sqlite3.connect(tmp_path / "map.db") as db:  # (what an older build stored)
+        db.execute(
+            "INSERT INTO node_infos (legal_name, hash, serial, signed) VALUES (?, ?, ?, ?)",
+            (str(ALICE_CASE), old.hash, 1, old.serialize()),
+        )
+    for node, port in ((alice, 10001), (shadow, 10009)):
+        response = service.handle("POST", "/network-map/publish", signed_node_info(node, port, 2))
+        assert response.status == 200 and response.body.startswith(b"replaced "), response
+    assert service.store.legal_names() == sorted([str(ALICE_CASE), str(ALICE)])
+    service.store.close()
