@@ -269,7 +269,10 @@ class MessagingService:
             return self.config.key_hash
         peer = self.resolver.peer_named(recipient)
         if peer is None:
-            raise UnknownRecipientError(f"{recipient} is not in the network map")
+            # A look-alike of a name in the map is a typo, never a node to come: the map refuses it.
+            held = pki.find_confusable(recipient, (p.legal_name for p in self.resolver.peers()))
+            hint = f"; did you mean {str(held)!r} (it differs only in case or accents)?" if held else ""
+            raise UnknownRecipientError(f"{recipient} is not in the network map{hint}")
         return peer.key_hash
 
     async def send(self, message: OutgoingMessage, recipient: pki.CordaX500Name | Peer | str) -> None:

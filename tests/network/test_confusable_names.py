@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from corda_trio import network, pki
+from corda_trio import network, pki, rpc
 from corda_trio.node._cli_network import create_network
+from corda_trio.node._processes import open_node_processes
 from tests.node.cli_helpers import CLI, run_cli
-from tests.node.netutil import open_map_process
+from tests.node.netutil import PASSWORD, make_network, open_map_process
 
 from .conftest import ALICE, NOW, make_service, signed_node_info
 from .test_server import http_call
@@ -118,6 +119,38 @@ async def test_a_real_map_process_keeps_a_look_alike_out_of_the_map_it_serves(tm
         [*CLI, "networkmap", "list", "--dir", str(net)], capture_stdout=True, stderr=subprocess.DEVNULL
     )
     assert listed.stdout.decode().splitlines() == ["O=Alice, L=London, C=GB", "O=Bob, L=London, C=GB"]
+
+
+@pytest.mark.slow
+async def test_a_flow_reaches_the_node_whatever_the_spelling_and_says_which_name_a_look_alike_means(
+    tmp_path: Path,
+) -> None:
+    """Real processes (map service, Alice, Bob): ``PingPong`` started over RPC with Bob's name in another
+    attribute order and key case reaches Bob through the one outbound queue; with ``O=bob`` (not in the map,
+    and never admitted to it) the flow waits, and ``list_flows`` says which name it reads like."""
+    net = tmp_path / "net"
+    nodes = make_network(net, ["O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"], with_map=True)
+    async with open_map_process(net, max_age_seconds=1), open_node_processes(nodes) as (alice_node, _):
+        async with rpc.connect(alice_node.rpc_url, "ops", PASSWORD) as alice:
+            with trio.fail_after(30):
+                while len(await alice.network_map()) < 2:  # noqa: ASYNC110 (another process's state)
+                    await trio.sleep(0.1)
+                for spelling in ("O=Bob, L=Paris, C=FR", "c=FR, l=Paris, o=Bob", " O = Bob ,L=Paris,C=FR "):
+                    assert await alice.start_flow("PingPong", recipient=spelling, rounds=1) == 1
+            queues = [q for q in await alice.queue_statistics() if q["name"].startswith("internal.peers.")]
+            assert len(queues) == 1, queues  # one peer, one queue, whatever the spelling
+
+            flow_id = await alice.launch_flow("PingPong", recipient="O=bob, L=Paris, C=FR", rounds=1)
+            with trio.fail_after(15):
+                while True:
+                    (info,) = [f for f in await alice.list_flows() if f["flow_id"] == flow_id]
+                    if info["status"] == "retrying":
+                        break
+                    await trio.sleep(0.1)
+            assert info["error"] == (
+                "O=bob, L=Paris, C=FR is not in the network map; did you mean 'O=Bob, L=Paris, C=FR' (it "
+                "differs only in case or accents)?"
+            )
 
 
 def test_names_a_map_already_holds_beside_a_look_alike_may_still_publish(
