@@ -56,7 +56,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                 f"(default {network.DEFAULT_MAX_MAP_CONNECTIONS})",
             )  # fmt: skip
         if name in ("remove", "readmit"):
-            p.add_argument("--node", required=True, metavar="LEGAL_NAME", help=f"legal name to {name}")
+            p.add_argument(
+                "--node", required=True, metavar="LEGAL_NAME",
+                help=f"legal name to {name} (any spelling; one that breaks a rule newer than its entry: as "
+                "`networkmap list` prints it)",
+            )  # fmt: skip
         p.set_defaults(func=func)
 
 
@@ -192,17 +196,21 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _node_name(args: argparse.Namespace) -> str:
+def _node_name(args: argparse.Namespace, store: network.NetworkMapStore) -> str:
+    """``--node`` in canonical form; or, spelled as ``networkmap list`` prints it, a name the map holds
+    that breaks a rule added since an older build admitted it (so the operator can still remove it)."""
     try:
         return str(pki.CordaX500Name.parse(args.node))
     except pki.InvalidNameError as exc:
+        if args.node in store.legal_names() or args.node in (n for n, _ in store.denied()):
+            return str(args.node)
         raise CliError(f"--node {args.node!r}: {exc}", 2) from None
 
 
 def _remove(args: argparse.Namespace) -> int:
-    name = _node_name(args)
     store = _open_store(_config(args))
     try:
+        name = _node_name(args, store)
         if not store.remove_node(name):
             raise CliError(f"{name} is not in the map", 1)
         serial = store.map_serial()
@@ -213,9 +221,9 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _readmit(args: argparse.Namespace) -> int:
-    name = _node_name(args)
     store = _open_store(_config(args))
     try:
+        name = _node_name(args, store)
         if not store.readmit_node(name):
             raise CliError(f"{name} was not removed from the map", 1)
     finally:

@@ -172,3 +172,32 @@ def test_names_a_map_already_holds_beside_a_look_alike_may_still_publish(
         assert response.status == 200 and response.body.startswith(b"replaced "), response
     assert service.store.legal_names() == sorted([str(ALICE_CASE), str(ALICE)])
     service.store.close()
+
+
+def test_the_operator_can_remove_a_name_an_older_build_admitted_that_breaks_a_rule_added_since(
+    tmp_path: Path,
+) -> None:
+    """``networkmap remove`` / ``readmit`` (real processes) take a name the map holds spelled as ``networkmap
+    list`` prints it, also one with a Cyrillic letter that an older build admitted (the Latin-script rule is
+    newer): before, ``--node`` was refused as an invalid name and the entry could not be removed."""
+    net = tmp_path / "net"
+    built = create_network(net, [ALICE], map_port=0)
+    db = net / "network-map" / "networkmap.db"
+    network.NetworkMapStore(db).close()
+    own = (built.nodes[0].directory / network.node_info_file_name(ALICE)).read_bytes()
+    old_name = "O=\u0410lice, L=London, C=GB"  # (Cyrillic A)
+    with sqlite3.connect(db) as conn:  # what an older build stored (its NodeInfo gives the identity key)
+        conn.execute(
+            "INSERT INTO node_infos (legal_name, hash, serial, signed) VALUES (?, ?, 1, ?)",
+            (old_name, "0" * 64, own),
+        )
+    listed = run_cli("networkmap", "list", "--dir", str(net))
+    assert listed.stdout.splitlines() == [old_name], listed
+    removed = run_cli("networkmap", "remove", "--dir", str(net), "--node", old_name)
+    assert removed.returncode == 0 and removed.stdout.startswith(f"removed {old_name} (map serial "), removed
+    readmitted = run_cli("networkmap", "readmit", "--dir", str(net), "--node", old_name)
+    assert readmitted.returncode == 0 and readmitted.stdout.startswith(f"readmitted {old_name}: "), readmitted
+    # A name the map does not hold is still checked: one line, exit 2.
+    other = run_cli("networkmap", "remove", "--dir", str(net), "--node", "O=\u0412ob, L=London, C=GB")
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other
+    assert "(U+0412 CYRILLIC CAPITAL LETTER VE) is not of the Latin script" in other.stderr
