@@ -34,8 +34,12 @@ from ._model import NetworkParameters as NetworkParameters
 from ._model import NodeInfo as NodeInfo
 from ._model import SignedNodeInfo as SignedNodeInfo
 from ._model import SignedWithCert as SignedWithCert
+from ._model import check_host as check_host
+from ._model import host_port_text as host_port_text
 from ._model import next_serial as next_serial
+from ._model import parse_host as parse_host
 from ._model import sha256_hex as sha256_hex
+from ._model import split_host_port as split_host_port
 from ._server import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_MAP_CONNECTIONS
 from ._server import HttpResponse as HttpResponse
 from ._server import NetworkMapService as NetworkMapService
@@ -88,15 +92,19 @@ __all__ = [
     "SignedWithCert",
     "VerifiedNodeInfo",
     "bootstrap_network",
+    "check_host",
     "decode_signed_node_info",
+    "host_port_text",
     "identity_key_hash",
     "next_serial",
     "node_info_file_name",
+    "parse_host",
     "serve_network_map",
     "sha256_hex",
     "sign_network_map",
     "sign_network_parameters",
     "sign_node_info",
+    "split_host_port",
     "verify_network_map",
     "verify_network_parameters",
     "verify_node_info",

@@ -60,7 +60,14 @@ from corda_trio import pki
 from . import _codec
 from ._cache import node_info_file_name
 from ._errors import NetworkMapError
-from ._model import MESSAGE_SIZE_RANGE_BYTES, NetworkHostAndPort, NetworkParameters, NodeInfo, sha256_hex
+from ._model import (
+    MESSAGE_SIZE_RANGE_BYTES,
+    NetworkHostAndPort,
+    NetworkParameters,
+    NodeInfo,
+    check_host,
+    sha256_hex,
+)
 from ._signing import sign_network_parameters, sign_node_info
 
 __all__ = [
@@ -198,6 +205,10 @@ def bootstrap_network(
         raise BootstrapError(f"max message size {max_message_size} is outside {low}..{high} bytes")
     if root_dir.exists() and (not root_dir.is_dir() or any(root_dir.iterdir())):
         raise BootstrapError(f"{root_dir} exists and is not an empty directory")
+    try:
+        check_host(host)
+    except ValueError as exc:
+        raise BootstrapError(str(exc)) from None
     if NetworkHostAndPort(host=host, port=1).is_unspecified:  # (every NodeInfo and the map URL carry it)
         raise BootstrapError(
             f"host {host!r} is not an address peers can dial (it goes into every NodeInfo and the map URL): "

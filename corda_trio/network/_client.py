@@ -18,6 +18,7 @@ import h11
 import trio
 
 from ._errors import NetworkMapHttpError
+from ._model import check_host
 
 __all__ = ["MapResponse", "NetworkMapClient"]
 
@@ -44,14 +45,25 @@ class NetworkMapClient:
     _host: str = attrs.field(init=False)
     _port: int = attrs.field(init=False)
     _prefix: str = attrs.field(init=False)
+    #: The ``Host`` header: the URL's authority as written, so an IPv6 host keeps its brackets
+    #: (``[::1]:10000``, RFC 9110 section 7.2 and RFC 3986 section 3.2.2).
+    _authority: str = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        """Raises ``ValueError`` naming what is wrong with the URL (a bad host, port or scheme)."""
         parts = urllib.parse.urlsplit(self.base_url)
-        if parts.scheme != "http" or not parts.hostname:
+        if parts.netloc.count(":") > 1 and not parts.netloc.startswith("["):
+            raise ValueError(f"IPv6 address in {self.base_url!r} must be in brackets: http://[addr]:port")
+        if parts.scheme != "http" or not parts.hostname or "@" in parts.netloc:
             raise ValueError(f"network map URL must be http://HOST[:PORT], got {self.base_url!r}")
-        self._host = parts.hostname
+        host = parts.hostname
+        if ":" in host:  # (a zone in a URL is written %25, RFC 6874: [fe80::1%25eth0])
+            host = host.replace("%25", "%", 1)
+        check_host(host)
+        self._host = host
         self._port = parts.port or 80
         self._prefix = parts.path.rstrip("/")
+        self._authority = parts.netloc
 
     async def publish(self, signed_node_info: bytes) -> str:
         """POST a signed NodeInfo; returns the server's message (``added <hash>`` etc.).
@@ -95,7 +107,7 @@ class NetworkMapClient:
     ) -> tuple[int, dict[bytes, bytes], bytes]:
         conn = h11.Connection(h11.CLIENT)
         headers = [
-            (b"host", f"{self._host}:{self._port}".encode()),
+            (b"host", self._authority.encode()),
             (b"connection", b"close"),
             (b"content-length", str(len(body)).encode()),
             (b"user-agent", b"corda-trio"),

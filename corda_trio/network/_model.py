@@ -42,8 +42,12 @@ __all__ = [
     "NodeInfo",
     "SignedNodeInfo",
     "SignedWithCert",
+    "check_host",
+    "host_port_text",
     "next_serial",
+    "parse_host",
     "sha256_hex",
+    "split_host_port",
 ]
 
 #: Allowed ``max_message_size`` / ``max_transaction_size`` (bytes): at least one 1 KiB message, at most what
@@ -132,11 +136,93 @@ def _valid_port(instance: object, attribute: attrs.Attribute[int], value: int) -
         raise ValueError(f"port must be in 1..65535, got {value!r}")
 
 
+#: One label of a host name (RFC 1123 section 2.1): letters, digits and '-', not at either end, 1..63
+#: characters (RFC 1035 section 2.3.4), plus '_', which DNS carries and names in /etc/hosts and container
+#: networks (Docker Compose service names) use.  A name is labels joined by '.', with an optional final '.'
+#: (a fully qualified name).
+_HOST_LABEL: Final = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def check_host(host: object) -> None:
+    """Check that ``host`` is an IPv4 address, an IPv6 address (no brackets; a zone such as ``%eth0`` is
+    allowed) or an ASCII host name: what a node may bind to, dial and advertise.
+
+    The resolver would refuse the rest only when it is asked (an empty or over-long label fails IDNA
+    encoding inside ``getaddrinfo`` with a ``UnicodeError``, not an ``OSError``), or pass it on to DNS.
+
+    Raises:
+        ValueError: why not, naming the host.
+    """
+    if not isinstance(host, str) or not host or len(host) > MAX_HOST_LENGTH:
+        raise ValueError(f"host must be 1..{MAX_HOST_LENGTH} characters, got {host!r}")
+    if any(c.isspace() or not c.isprintable() for c in host):  # (NUL, other controls)
+        raise ValueError(f"host {host!r} contains characters not allowed in a host name or address")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"host {host!r} is not an IPv6 address") from None
+        return
+    if not host.isascii():
+        raise ValueError(f"host {host!r} is not ASCII: write an internationalised name in its xn-- form")
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    bad = next((label for label in labels if not _HOST_LABEL.fullmatch(label)), None)
+    if bad is not None:
+        raise ValueError(
+            f"host {host!r} is not a host name: label {bad!r} must be 1..63 letters, digits, '-' or '_'"
+            " and not start or end with '-'"
+        )
+
+
+def parse_host(text: str) -> str:
+    """A host given on its own (a command-line option, a ``host`` key): as :func:`check_host`, but an IPv6
+    address may also be written in brackets, as in a URL (``[::1]``); returns it without them.
+
+    Raises:
+        ValueError: see :func:`check_host`.
+    """
+    host = text[1:-1] if text.startswith("[") and text.endswith("]") and ":" in text else text
+    check_host(host)
+    return host
+
+
+def split_host_port(text: str, *, lowest_port: int = 0) -> tuple[str, int]:
+    """Split ``HOST:PORT`` or ``[IPV6]:PORT`` into a checked host (:func:`check_host`, brackets removed)
+    and a port in ``lowest_port``..65535 (the default 0, any free port, suits an address to listen on).
+
+    Raises:
+        ValueError: no port, a bad port, an IPv6 address without brackets, brackets around something that
+            is not an IPv6 address, or a bad host.
+    """
+    if text.startswith("["):
+        host, close, rest = text[1:].partition("]")
+        if not close or not rest.startswith(":"):
+            raise ValueError(f"expected [IPV6]:PORT, got {text!r}")
+        if ":" not in host:
+            raise ValueError(f"brackets in {text!r} are only for IPv6 addresses: write HOST:PORT")
+        port = rest[1:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        if ":" in host:
+            raise ValueError(f"IPv6 address in {text!r} must be in brackets: [addr]:port")
+    if not (port.isascii() and port.isdigit()):  # (isdigit alone takes '²' and full-width digits)
+        raise ValueError(f"port in {text!r} is not a number")
+    if not lowest_port <= int(port) <= 65535:
+        raise ValueError(f"port must be in {lowest_port}..65535, got {int(port)}")
+    check_host(host)
+    return host, int(port)
+
+
+def host_port_text(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets (``[::1]:10002``): the one way an address is written
+    in a config file, a URL, a console line and ``str(NetworkHostAndPort)``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _valid_host(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_HOST_LENGTH:
-        raise ValueError(f"host must be 1..{MAX_HOST_LENGTH} characters, got {value!r}")
-    if any(c.isspace() or not c.isprintable() or c in "/?#@" for c in value):  # (NUL, other controls)
-        raise ValueError(f"host {value!r} contains characters not allowed in a host name or address")
+    check_host(value)
 
 
 @final
@@ -149,21 +235,13 @@ class NetworkHostAndPort:
 
     @classmethod
     def parse(cls, text: str) -> NetworkHostAndPort:
-        """Parse ``host:port`` or ``[ipv6]:port``.
+        """Parse ``host:port`` or ``[ipv6]:port`` (see :func:`split_host_port`; the port is 1..65535).
 
         Raises:
-            ValueError: no port, a port out of range, or an empty host.
+            ValueError: no port, a port out of range, or a bad host.
         """
-        host, sep, port = text.rpartition(":")
-        if not sep or not host:
-            raise ValueError(f"expected HOST:PORT, got {text!r}")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        elif ":" in host:
-            raise ValueError(f"IPv6 address in {text!r} must be in brackets: [addr]:port")
-        if not (port.isascii() and port.isdigit()):  # (isdigit alone takes '²' and full-width digits)
-            raise ValueError(f"port in {text!r} is not a number")
-        return cls(host=host, port=int(port))
+        host, port = split_host_port(text, lowest_port=1)
+        return cls(host=host, port=port)
 
     @property
     def is_unspecified(self) -> bool:
@@ -180,7 +258,7 @@ class NetworkHostAndPort:
         return address.is_unspecified
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port_text(self.host, self.port)
 
 
 @final

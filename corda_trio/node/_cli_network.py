@@ -65,8 +65,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--host",
         default="127.0.0.1",
         help="host the nodes and the map listen on and peers dial (it is in every NodeInfo and the map URL; "
-        "default 127.0.0.1); not a wildcard such as 0.0.0.0: to listen on every interface, set p2p.listen "
-        "in each node.toml afterwards",
+        "default 127.0.0.1): a name or an IPv4 or IPv6 address, an IPv6 one with or without brackets (::1 "
+        "or [::1]); not a wildcard such as 0.0.0.0: to listen on every interface, set p2p.listen in each "
+        "node.toml afterwards",
     )
     boot.add_argument(
         "--passphrase-env", default=DEFAULT_PASSPHRASE_ENV, metavar="VAR",
@@ -102,10 +103,14 @@ def _bootstrap(args: argparse.Namespace) -> int:
         raise CliError(f"--max-message-size {args.max_message_size}: must be in {low}..{high} bytes", 2)
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
+    try:
+        host = network.parse_host(args.host)
+    except ValueError as exc:
+        raise CliError(f"--host {args.host!r}: {exc}", 2) from None
     result = create_network(
         args.dir,
         names,
-        host=args.host,
+        host=host,
         map_port=None if args.no_map else args.map_port,
         passphrase=passphrase,
         passphrase_env=args.passphrase_env if passphrase else None,

@@ -766,14 +766,12 @@ def _float_settings(
 
 
 def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
-    """``HOST:PORT`` where port 0 (any free port) is allowed."""
+    """``HOST:PORT`` or ``[IPV6]:PORT`` where port 0 (any free port) is allowed."""
     text = r.string(table, key, where, default)
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
-        raise r.fail(where, f"expected HOST:PORT with a port in 0..65535, got {text!r}")
-    return host, int(port)
+    try:
+        return network.split_host_port(text)
+    except ValueError as exc:
+        raise r.fail(where, str(exc)) from None
 
 
 def _rpc_users(r: _Reader, users: object) -> tuple[rpc.RpcUser, ...]:
@@ -893,7 +891,7 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
         lines.append("enabled = false")
     else:
         host, port = config.metrics_address
-        lines.append(f"address = {_toml_str(f'[{host}]:{port}' if ':' in host else f'{host}:{port}')}")
+        lines.append(f"address = {_toml_str(network.host_port_text(host, port))}")
     lines += ["", "[network]"]
     if config.network_map_url is not None:
         lines.append(f"map_url = {_toml_str(config.network_map_url)}")
@@ -941,7 +939,10 @@ def _bridge_lines(config: NodeConfig, base: Path) -> list[str]:
     if config.bridge_mode is BridgeMode.IN_PROCESS and config.bridge_password is None:
         return []
     host, port = config.bridge_endpoint
-    lines = [f"endpoint = {_toml_str(f'{host}:{port}')}", f"username = {_toml_str(config.bridge_username)}"]
+    lines = [
+        f"endpoint = {_toml_str(network.host_port_text(host, port))}",
+        f"username = {_toml_str(config.bridge_username)}",
+    ]
     source = config.bridge_password
     if source is not None and source.env is not None:
         lines.append(f"password_env = {_toml_str(source.env)}")

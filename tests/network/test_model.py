@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgpack
 import pytest
 from hypothesis import given
@@ -137,7 +139,8 @@ def test_bad_node_info_fields(creds: pki.NetworkCredentials, alice: pki.NodeCred
     for index, value, message in [
         (2, [], "addresses"),
         (2, [["h", 0]], "port must be in 1..65535"),
-        (2, [["h/x", 1]], "not allowed in a host"),
+        (2, [["h/x", 1]], "is not a host name"),
+        (2, [["[::1]", 1]], "is not an IPv6 address"),
         (3, [[b"not der"]], "not valid DER"),
         (4, 0, "platform version"),
         (5, -1, "serial"),
@@ -213,3 +216,65 @@ def test_next_serial_is_the_time_but_always_above_the_last_one() -> None:
     assert network.next_serial(1_000, 1_000) == 1_001
     with pytest.raises(ValueError, match="the highest a NodeInfo may carry"):
         network.next_serial(1_000, network.MAX_SERIAL)
+
+
+# Hosts an operator writes for IPv6 or DNS-named networks: accepted as the resolver would take them.
+GOOD_HOSTS = [
+    "::1", "fe80::1%eth0", "::ffff:127.0.0.1", "2001:db8::10", "127.0.0.1", "localhost", "node_1.corp",
+    "alice.example.com.", "x" * 63 + ".example", "xn--bcher-kva.example",
+]  # fmt: skip
+# (host, what the error says): each was accepted before and failed only when dialled or bound, the
+# empty and over-long labels with a UnicodeError out of getaddrinfo (not an OSError)
+BAD_HOSTS = [
+    ("[::1]", "is not an IPv6 address"),
+    ("::1:x", "is not an IPv6 address"),
+    ("a..b", "label ''"),
+    ("x" * 64 + ".example", "must be 1..63"),
+    ("-bad.example", "label '-bad'"),
+    ("b\u00fccher.example", "write an internationalised name in its xn-- form"),
+    ("ho]st", "label 'ho]st'"),
+    ("h/x", "is not a host name"),
+    ("example..", "label ''"),
+    (".", "label ''"),
+]
+
+
+@pytest.mark.parametrize("host", GOOD_HOSTS)
+def test_a_valid_host_is_accepted_in_an_address(host: str) -> None:
+    network.check_host(host)
+    address = network.NetworkHostAndPort(host=host, port=10002)
+    assert network.NetworkHostAndPort.parse(str(address)) == address
+
+
+@pytest.mark.parametrize(("host", "message"), BAD_HOSTS, ids=[h for h, _ in BAD_HOSTS])
+def test_an_invalid_host_is_refused_naming_it(host: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        network.check_host(host)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        network.NetworkHostAndPort(host=host, port=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[host]:1", "brackets in '[host]:1' are only for IPv6 addresses"),
+        ("[127.0.0.1]:1", "are only for IPv6 addresses"),
+        ("[]:1", "are only for IPv6 addresses"),
+        ("[::1]", "expected [IPV6]:PORT"),
+        ("[::1:5", "expected [IPV6]:PORT"),
+        ("[::1]x:5", "expected [IPV6]:PORT"),
+        ("[[::1]]:5", "expected [IPV6]:PORT"),
+        ("fe80::1%eth0:5", "must be in brackets"),
+        ("[::1]:70000", "port must be in 0..65535, got 70000"),
+    ],
+)
+def test_split_host_port_refuses_misplaced_brackets(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        network.split_host_port(text)
+
+
+def test_split_host_port_takes_port_zero_and_a_zone() -> None:
+    assert network.split_host_port("[::]:0") == ("::", 0)
+    assert network.split_host_port("[fe80::1%eth0]:5") == ("fe80::1%eth0", 5)
+    assert network.split_host_port("node_1.corp.:5") == ("node_1.corp.", 5)
+    assert network.parse_host("[::1]") == network.parse_host("::1") == "::1"

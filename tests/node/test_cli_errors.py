@@ -34,6 +34,12 @@ CASES: list[tuple[str, str, str, int]] = [
        f"host {host!r} is not an address peers can dial (it goes into every NodeInfo and the map URL): give "
        "the host they reach; to listen on every interface, set p2p.listen in each node.toml afterwards", 2)
       for host in ("0.0.0.0", "::", "0")),
+    # a host that is no host name (an empty label): getaddrinfo's IDNA step raised UnicodeError, a traceback
+    ("bootstrap-host-empty-label", f"network bootstrap --dir {{d}}/new6 --node {ALICE} --host a..b",
+     "--host 'a..b': host 'a..b' is not a host name: label '' must be 1..63 letters", 2),
+    ("bootstrap-host-ipv4-in-brackets",
+     f"network bootstrap --dir {{d}}/new7 --node {ALICE} --host [127.0.0.1]",
+     "--host '[127.0.0.1]': host '[127.0.0.1]' is not a host name", 2),
     ("bootstrap-parent-is-a-file", f"network bootstrap --dir {{d}}/afile/net --node {ALICE}",
      "afile is a file", 2),
     ("bootstrap-dir-is-a-file", f"network bootstrap --dir {{d}}/afile --node {ALICE}",
@@ -46,6 +52,10 @@ CASES: list[tuple[str, str, str, int]] = [
      "--max-message-size 999999999999999999999: must be in 1024..2147483647 bytes", 2),
     ("bootstrap-bad-name", "network bootstrap --dir {d}/new4 --node O=Alice,L=London,C=XX",
      "not an ISO 3166-1 alpha-2 country code", 2),
+    # a map URL whose host is no host name: the node started, then died of a UnicodeError traceback at its
+    # first publish
+    ("node-map-url-empty-label", "node start --config {d}/badmap-net/nodes/alice/node.toml",
+     "network.map_url: host 'a..b' is not a host name", 2),
     # network map service
     ("networkmap-corrupt-db-list", "networkmap list --dir {d}/corrupt-net",
      "networkmap.db is not a usable network map database", 1),
@@ -142,6 +152,9 @@ def _prepare(d: Path) -> None:
         ),
         encoding="utf-8",
     )
+    # A node whose map URL names a host with an empty label.
+    shutil.copytree(d / "net", d / "badmap-net")
+    _set(d / "badmap-net" / "nodes" / "alice" / "node.toml", "map_url", '"http://a..b:40000"')
     # A node whose network map cache is a directory.
     shutil.copytree(d / "net", d / "cache-dir-net")
     (d / "cache-dir-net" / "nodes" / "alice" / "network-map-cache.db").mkdir()
