@@ -302,12 +302,16 @@ def _start(args: argparse.Namespace) -> int:
             if ext.tunnel is not None and ext.tunnel.active is not None:
                 host, control = ext.tunnel.active
                 print(
-                    f"corda-trio bridge: float {host}:{control} active, public port {port}, for {inbox}",
+                    f"corda-trio bridge: float {network.host_port_text(host, control)} active, "
+                    f"public port {port}, for {inbox}",
                     flush=True,
                 )
             else:
                 host = cfg.p2p_listen[0] if cfg.p2p_listen else "?"
-                print(f"corda-trio bridge: listening on {host}:{port} for {inbox}", flush=True)
+                print(
+                    f"corda-trio bridge: listening on {network.host_port_text(host, port)} for {inbox}",
+                    flush=True,
+                )
 
     try:
         run_trio(main)

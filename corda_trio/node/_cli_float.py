@@ -53,7 +53,7 @@ from typing import Any, Final
 
 import trio
 
-from corda_trio import pki, transport
+from corda_trio import network, pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
@@ -214,6 +214,14 @@ class _Toml:
             raise self._fail(key, problem)
         return float(value)
 
+    def host(self, key: str, default: str) -> str:
+        """A host to listen on: a name, an IPv4 address or an IPv6 address (with or without brackets)."""
+        text = self.get(key, str, default)
+        try:
+            return network.parse_host(text)
+        except ValueError as exc:
+            raise self._fail(key, str(exc)) from None
+
     def port(self, key: str) -> int:
         port = self.get(key, int)
         if not 0 <= port < 65536:
@@ -273,9 +281,9 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         raise CliError(f"{path}: key 'public.max_handshakes_per_address': must be at least 1", 2)
     config = fl.FloatConfig(
         tunnel=tunnel,
-        control_host=t.get("control.host", str, "127.0.0.1"),
+        control_host=t.host("control.host", "127.0.0.1"),
         control_port=t.port("control.port"),
-        public_host=t.get("public.host", str, "0.0.0.0"),
+        public_host=t.host("public.host", "0.0.0.0"),
         public_port=t.port("public.port"),
         tls=tls,
         max_message_size=max_size,
@@ -300,10 +308,10 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
 
 
 _SHOWN = {
-    "control-listening": "control port listening on {host}:{port}",
+    "control-listening": "control port listening on {address}",
     "control-up": "control link up from {bridge}",
     "control-down": "control link down ({reason})",
-    "public-open": "public listener open on {host}:{port}",
+    "public-open": "public listener open on {address}",
     "public-closed": "public listener closed ({reason})",
     "activation-failed": "activation failed: {condition}: {description}",
     "outbound-refused": "outbound connection refused: {event} to {destination}",
@@ -313,6 +321,8 @@ _SHOWN = {
 def _echo(record: dict[str, Any]) -> None:
     template = _SHOWN.get(record["event"])
     if template is not None:
+        if "host" in record and "port" in record:
+            record = {**record, "address": network.host_port_text(record["host"], record["port"])}
         sys.stdout.write("float: " + template.format_map(record) + "\n")
         sys.stdout.flush()
 
@@ -339,7 +349,7 @@ def _start(args: argparse.Namespace) -> int:
         error = grouped_error(exc, OSError)  # the control port cannot be bound
         if error is None:
             raise
-        where = f"{config.control_host}:{config.control_port}"
+        where = network.host_port_text(config.control_host, config.control_port)
         raise CliError(f"cannot listen on {where}: {getattr(error, 'strerror', None) or error}") from None
     finally:
         audit.close()

@@ -158,7 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
             port = listeners[0].socket.getsockname()[1]
             count = len(service.store.legal_names())
             print(
-                f"corda-trio networkmap: serving http://{cfg.address.host}:{port} "
+                f"corda-trio networkmap: serving http://{network.host_port_text(cfg.address.host, port)} "
                 f"({count} node{'' if count == 1 else 's'})",
                 flush=True,
             )

@@ -419,11 +419,11 @@ class Node:
                 metrics_port = await nursery.start(serve_metrics, self.metrics.exposition, host, port)
             except (OSError, ExceptionGroup) as exc:
                 raise _listen_error(exc, _listen_text("metrics", host, port)) from None
-            metrics_at = f"http://{_host_port(host, metrics_port)}/metrics"
+            metrics_at = f"http://{network.host_port_text(host, metrics_port)}/metrics"
         return NodeAddresses(
             legal_name=str(cfg.legal_name),
             p2p=str(cfg.p2p_address),
-            rpc=f"ws://{_host_port(cfg.rpc_address.host, rpc_port)}",
+            rpc=f"ws://{network.host_port_text(cfg.rpc_address.host, rpc_port)}",
             metrics=metrics_at,
             key_hash=material.key_hash,
             bridge_endpoint=bridge_endpoint,
@@ -535,7 +535,7 @@ class Node:
             bound = await nursery.start(endpoint.run)
         except (OSError, ExceptionGroup) as exc:
             raise _listen_error(exc, _listen_text("bridge", host, port)) from None
-        return _host_port(host, bound)
+        return network.host_port_text(host, bound)
 
     async def _run_rpc(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         assert self.rpc_server is not None
@@ -866,10 +866,6 @@ def _write_store_record(config: NodeConfig) -> None:
     write_file_atomically(config.base_directory / STORE_RECORD_NAME, data.encode(), 0o644)
 
 
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and the exception, if any)."""
 
@@ -890,7 +886,7 @@ _LISTENER_NAMES: Final = {"p2p": "peers", "rpc": "RPC", "metrics": "/metrics", "
 
 
 def _listen_text(what: str, host: str, port: int) -> str:
-    return f"cannot listen for {_LISTENER_NAMES[what]} on {_host_port(host, port)}"
+    return f"cannot listen for {_LISTENER_NAMES[what]} on {network.host_port_text(host, port)}"
 
 
 def _listeners(config: NodeConfig) -> list[tuple[str, str, int]]:

@@ -95,6 +95,14 @@ def test_idle_timeouts_of_the_control_link_and_of_peers_are_settings(float_dir: 
     assert config.control_idle_timeout_seconds == config.public_idle_timeout_seconds == 10.0
 
 
+def test_hosts_may_be_ipv6_with_or_without_brackets(float_dir: Path) -> None:
+    """``[control] host = "[::1]"`` made ``float start`` exit at once (getaddrinfo of '[::1]')."""
+    text = CONFIG.replace("{port}", "0").replace("[control]", '[control]\nhost = "[::1]"')
+    (float_dir / "float.toml").write_text(text.replace("[public]", '[public]\nhost = "::"'))
+    config, _ = load_float_config(float_dir / "float.toml")
+    assert (config.control_host, config.public_host) == ("::1", "::")
+
+
 ENCRYPTED = 'key = "enc.key"\n'
 
 
@@ -123,6 +131,9 @@ ENCRYPTED = 'key = "enc.key"\n'
         (("[public]", "[public]\nmax_handshakes_per_address = 0"), "max_handshakes_per_address': must be at"),
         (("[public]", '[public]\nmax_handshakes_per_address = "x"'), "'public.max_handshakes_per_address'"),
         (("[control]", "[control"), "not valid TOML"),
+        # (a host that is no host name failed when the listener was opened: a UnicodeError traceback)
+        (("[control]", "[control]\nhost = 'a..b'"), "key 'control.host': host 'a..b' is not a host name"),
+        (("[public]", "[public]\nhost = '[10.0.0.5]'"), "key 'public.host': host '[10.0.0.5]' is not a host"),
         (
             ("[public]", "[public]\nidle_timeout_seconds = 0"),
             "key 'public.idle_timeout_seconds': must be a number of seconds in 1..3600, got 0",

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ ALICE, BOB, CAROL = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR", "O=Carol,L=Ne
 async def scrape(node: NodeProcess) -> dict[str, float]:
     """The node's /metrics parsed with prometheus_client's text parser: {name{labels}: value}."""
     assert node.metrics_url is not None
-    port = int(node.metrics_url.rsplit(":", 1)[1].split("/")[0])
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    url = urllib.parse.urlsplit(node.metrics_url)
+    assert url.hostname is not None and url.port is not None
+    stream = await trio.open_tcp_stream(url.hostname, url.port)
     async with stream:
         await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
         data = b""
