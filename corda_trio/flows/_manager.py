@@ -35,9 +35,11 @@ receivers drop copies (dedup id, sequence number).
 *Receiving.* The manager's handler for ``platform.session`` decodes the message (refusing malformed ones with
 the reason), routes it by recipient session id to its runner and returns a *deferred receipt*: the messaging
 service acks the inbox message only when the runner has made the transition that consumed it durable. A
-message for an unknown session is acked and dropped (logged). A session init starts the responder registered
-with ``@initiated_by`` (flow id derived from the init, so a copy of an init maps to the same flow and is
-dropped); an init for an unknown flow is answered with a reject carrying the reason.
+message for an unknown session is acked and dropped (logged and counted as refused; an end for one only
+at debug, uncounted: it is the peer's end crossing ours after our flow ended, a normal event). A session
+init starts the responder registered with ``@initiated_by`` (flow id derived from the init, so a copy of an
+init maps to the same flow and is dropped); an init for an unknown flow is answered with a reject carrying
+the reason.
 
 *Responders per peer.* Every init a peer sends starts a responder, which lives until its flow ends: a
 member of the network could send thousands of inits and never go on (each responder waits for ever for its
@@ -905,11 +907,17 @@ class FlowManager:
             return await self._on_init(sender, decoded, dedup_id, data)
         runner = self._sessions.get(decoded.recipient_session_id)
         if runner is None:
-            self._refuse(
-                sender,
-                f"unknown session {decoded.recipient_session_id}",
-                quiet=isinstance(decoded.payload, EndPayload),
-            )
+            if isinstance(decoded.payload, EndPayload):
+                # the peer's end crossed ours and our flow has ended (and left memory): what the state
+                # machine does for a finished flow still loaded. Not a refusal: every flow whose two sides end
+                # together sends one, and counting it made the refusal counter rise with healthy traffic.
+                log.debug(
+                    "end from %s for session %s dropped: its flow has ended",
+                    sender,
+                    decoded.recipient_session_id,
+                )
+                return None
+            self._refuse(sender, f"unknown session {decoded.recipient_session_id}")
             return None
         receipt = _Receipt(size=len(data))
         runner.post(MessageArrived(sender=sender, message=decoded, token=receipt, now=time.time()))

@@ -592,7 +592,10 @@ async def test_bundles_from_a_peer_are_taken_part_by_part_or_refused_whole(net: 
     assert service is not None
     bundles = [
         flows.encode_session_bundle(
-            [msgpack.packb([1, 2, 777, 0, msgpack.packb("x")]), msgpack.packb([1, 5, 778, 0])]
+            [
+                msgpack.packb([1, 2, 777, 0, msgpack.packb("x")]),
+                msgpack.packb([1, 2, 778, 0, msgpack.packb("y")]),
+            ]
         ),
         flows.encode_session_bundle([msgpack.packb([1, 5, 779, 0]), b"\xff\x00"]),
     ]
@@ -611,6 +614,26 @@ async def test_bundles_from_a_peer_are_taken_part_by_part_or_refused_whole(net: 
         assert not any("779" in reason for _p, reason in alice.flows.refusals())
         handle = await alice.flows.start_flow("PingPong", recipient=CAROL, rounds=2)
         assert await handle.result() == 2
+
+
+async def test_an_end_for_a_session_whose_flow_has_gone_is_dropped_not_counted_as_refused(
+    net: testing.FlowNetwork,
+) -> None:
+    """The peer's end crossing ours after our flow ended and left memory is normal (one per flow whose two
+    sides end together): it was counted in ``statistics().refused`` (``/metrics``
+    ``corda_trio_flows_session_messages_refused_total``), which so rose with every healthy PingPong."""
+    alice, carol = net["Alice"], net["Carol"]
+    service = carol.messaging
+    assert service is not None
+    before = alice.flows.statistics().refused
+    with trio.fail_after(30):
+        for i, data in enumerate([msgpack.packb([1, 5, 424243, 3]), msgpack.packb([1, 2, 424244, 0, b"x"])]):
+            await service.send(
+                service.create_message(flows.SESSION_TOPIC, data, dedup_id=f"e-{i}"), alice.name
+            )
+        await _wait_refused(alice.flows, [(CAROL, "unknown session 424244")])  # (after the end, in order)
+    assert not any("424243" in reason for _p, reason in alice.flows.refusals())
+    assert alice.flows.statistics().refused == before + 1
 
 
 @flows.initiating_flow

@@ -29,6 +29,21 @@ ALICE, BOB, CAROL = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR", "O=Carol,L=Ne
 
 async def scrape(node: NodeProcess) -> dict[str, float]:
     """The node's /metrics parsed with prometheus_client's text parser: {name{labels}: value}."""
+    return parse_exposition(await scrape_text(node))
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    """An exposition parsed with prometheus_client's text parser: {name{labels}: value}."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+async def scrape_text(node: NodeProcess) -> str:
+    """The body of the node's ``GET /metrics`` (asserting a 200 in the text format)."""
     assert node.metrics_url is not None
     url = urllib.parse.urlsplit(node.metrics_url)
     assert url.hostname is not None and url.port is not None
@@ -40,12 +55,7 @@ async def scrape(node: NodeProcess) -> dict[str, float]:
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"text/plain" in head, head
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}"] = s.value
-    return out
+    return body.decode()
 
 
 def total(samples: dict[str, float], name: str) -> float:

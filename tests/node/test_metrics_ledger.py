@@ -1,0 +1,142 @@
+"""/metrics of real node processes against a ledger of what they were made to do, and checked by Prometheus'
+own linter (``promtool check metrics``, from the ``prometheus`` Debian package).
+
+The ledger: Alice starts ``PINGS`` PingPong flows of ``ROUNDS`` rounds with Bob, Bob starts ``CASTS``
+Broadcasts to Alice, all at once over RPC. Once both nodes are quiet, every count on /metrics must equal
+what that traffic is, not merely have moved: per PingPong the initiator sends its ``ROUNDS`` pings and its
+end, the responder its ``ROUNDS`` pongs (the last one with its end); per Broadcast the initiator sends the
+message and its end, the responder its answer (with its end).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio import rpc
+from corda_trio.node._processes import NodeProcess, open_node_processes
+
+from .netutil import PASSWORD, make_network
+from .test_flows_e2e import ALICE, BOB, parse_exposition, scrape_text, total, wait_for_peers
+
+pytestmark = pytest.mark.slow
+
+PINGS, ROUNDS, CASTS = 6, 3, 4
+ALICE_NAME, BOB_NAME = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
+
+
+def promtool_problems(text: str) -> str:
+    """What ``promtool check metrics`` says about ``text`` (empty: nothing); skips the test without it."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
+    return f"exit {done.returncode}: {done.stdout}{done.stderr}" if done.returncode else ""
+
+
+async def run_the_ledger(alice: NodeProcess, bob: NodeProcess) -> None:
+    """The ledger's flows, all at once, each checked for its result; then until both nodes are quiet."""
+    async with (
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+        rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+    ):
+        await wait_for_peers(a, 2)
+        await wait_for_peers(b, 2)
+
+        async def ping() -> None:
+            assert await a.start_flow("PingPong", recipient=BOB, rounds=ROUNDS) == ROUNDS
+
+        async def cast() -> None:
+            assert await b.start_flow("Broadcast", recipients=[ALICE], message="hi") == [
+                f"{ALICE_NAME} got hi"
+            ]
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for _ in range(PINGS):
+                    nursery.start_soon(ping)
+                for _ in range(CASTS):
+                    nursery.start_soon(cast)
+            while not (await _quiet(alice) and await _quiet(bob)):  # noqa: ASYNC110 (other processes)
+                await trio.sleep(0.1)
+
+
+async def _quiet(node: NodeProcess) -> bool:
+    """No flow running and nothing waiting in an outbound queue or the inbox."""
+    m = parse_exposition(await scrape_text(node))
+    pending = total(m, "corda_trio_p2p_messages_pending")
+    inbox = sum(v for k, v in m.items() if k.startswith("corda_trio_queue_depth_messages{queue=p2p.inbound."))
+    return m["corda_trio_flows_running{}"] == 0 and pending == 0 and inbox == 0
+
+
+def queue(m: dict[str, float], name: str, prefix: str) -> float:
+    """``name{queue=<prefix>...}``: the one queue whose name starts with ``prefix``."""
+    (value,) = [v for k, v in m.items() if k.startswith(f"{name}{{queue={prefix}")]
+    return value
+
+
+async def test_counters_equal_the_ledger_exactly(tmp_path: Path) -> None:
+    """Found with a real Prometheus scraping two nodes: ``corda_trio_flows_session_messages_refused_total``
+    rose by one for every flow that ended normally (the initiator's end reached a responder that had
+    finished and left memory), so an alert on refusals fired on healthy traffic."""
+    async with open_node_processes(make_network(tmp_path / "net", [ALICE, BOB])) as (alice, bob):
+        await run_the_ledger(alice, bob)
+        a = parse_exposition(await scrape_text(alice))
+        b = parse_exposition(await scrape_text(bob))
+
+    a_to_b = PINGS * (ROUNDS + 1) + CASTS * 1
+    b_to_a = PINGS * ROUNDS + CASTS * 2
+    assert a[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == a_to_b
+    assert b[f"corda_trio_p2p_messages_received_total{{peer={ALICE_NAME}}}"] == a_to_b
+    assert b[f"corda_trio_p2p_messages_sent_total{{peer={ALICE_NAME}}}"] == b_to_a
+    assert a[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"] == b_to_a
+    for m, sent, received in ((a, a_to_b, b_to_a), (b, b_to_a, a_to_b)):
+        # the queues under the P2P counters: everything enqueued was acknowledged, nothing left or redelivered
+        for prefix, count in (("internal.peers.", sent), ("p2p.inbound.", received)):
+            for name in ("corda_trio_queue_enqueued_messages_total", "corda_trio_queue_acked_messages_total"):
+                assert queue(m, name, prefix) == count, (name, prefix)
+            assert queue(m, "corda_trio_queue_depth_messages", prefix) == 0
+            assert queue(m, "corda_trio_queue_released_messages_total", prefix) == 0
+        assert total(m, "corda_trio_p2p_messages_redelivered_total") == 0
+        assert total(m, "corda_trio_p2p_messages_pending") == 0
+        assert m["corda_trio_p2p_messages_rejected_total{}"] == 0
+        # flows: each side initiated its own and answered the other's; none refused anything
+        assert m["corda_trio_flows_started_total{}"] == PINGS + CASTS
+        assert m["corda_trio_flows_finished_total{outcome=finished}"] == PINGS + CASTS
+        assert m["corda_trio_flows_finished_total{outcome=failed}"] == 0
+        assert m["corda_trio_flows_running{}"] == 0 and m["corda_trio_flows_responders{}"] == 0
+        assert m["corda_trio_flows_session_messages_refused_total{}"] == 0
+        # the summary's count is the counter it summarises
+        for k, v in m.items():
+            if k.startswith("corda_trio_store_group_commit_duration_seconds_count{"):
+                assert v == m[k.replace("_duration_seconds_count", "s_total")], k
+    # the flow latency histogram counts the flows started over RPC, each once, in its +Inf bucket too
+    for m, flow, count in ((a, "PingPong", PINGS), (b, "Broadcast", CASTS)):
+        assert m[f"corda_trio_flow_duration_seconds_count{{flow={flow}}}"] == count
+        assert m[f"corda_trio_flow_duration_seconds_bucket{{flow={flow},le=+Inf}}"] == count
+        assert m[f"corda_trio_flow_duration_seconds_sum{{flow={flow}}}"] > 0
+        assert total(m, "corda_trio_flow_duration_seconds_count") == count  # (and no other flow)
+        assert m["corda_trio_rpc_calls_total{method=start_flow,outcome=ok}"] == count
+
+
+async def test_promtool_accepts_the_exposition_idle_under_load_and_after(tmp_path: Path) -> None:
+    """Every family has HELP and TYPE, counters end in _total, units are base units: promtool's lint, on
+    scrapes taken before, during and after the ledger's traffic."""
+    async with open_node_processes(make_network(tmp_path / "net", [ALICE, BOB])) as (alice, bob):
+        texts = [await scrape_text(alice)]
+        under_load: list[str] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_the_ledger, alice, bob)
+            for _ in range(4):
+                await trio.sleep(0.2)
+                under_load += [await scrape_text(alice), await scrape_text(bob)]
+        texts += [*under_load, await scrape_text(alice), await scrape_text(bob)]
+    assert 'corda_trio_flow_duration_seconds_bucket{flow="PingPong",le="+Inf"} 6.0' in texts[-2]
+    for text in texts:
+        assert promtool_problems(text) == "", text
