@@ -38,6 +38,11 @@ STATES: Final[dict[str, tuple[str, ...]]] = {
 _ENDED: Final = ("completed", "failed")
 
 
+def _short_name(flow_name: str) -> str:
+    """How RPC and /metrics name a flow: the last part of its ``flow_name`` (``PingPong``)."""
+    return flow_name.rsplit(".", 1)[-1]
+
+
 def _state(status: str) -> str:
     for state, statuses in STATES.items():
         if status in statuses:
@@ -86,7 +91,7 @@ class FlowHost:
         }
 
     def registered(self) -> list[str]:
-        return sorted(name.rsplit(".", 1)[-1] for name in flows.registry.initiating)
+        return sorted(_short_name(name) for name in flows.registry.initiating)
 
     def rpc_handlers(self) -> dict[str, rpc.Handler]:
         return {
@@ -103,11 +108,13 @@ class FlowHost:
 
     async def _start_flow(self, call: rpc.Call) -> Any:
         # (the server checked the arguments' names and types against the protocol's table)
-        name = call.args["flow"]
         args = call.args.get("args", {})
         try:
+            # the flow's own short name, however the caller spelled it (its class or full flow_name): the
+            # duration histogram's ``flow`` label and ``flow list`` name one flow one way
+            name = _short_name(flows.registry.startable(call.args["flow"]).flow_name)
             handle = await self.manager.start_flow(
-                name, args, client_id=call.args.get("client_id"), started_by=call.user.username
+                call.args["flow"], args, client_id=call.args.get("client_id"), started_by=call.user.username
             )
         except flows.ClientIdTakenError as exc:  # (neither its id nor anything of it goes to this caller)
             log.info("RPC user %s refused a client id: %s", call.user.username, exc)
@@ -164,7 +171,7 @@ class FlowHost:
         started = self._started.get(info.flow_id)
         out: dict[str, Any] = {
             "flow_id": info.flow_id,
-            "flow": info.flow_name.rsplit(".", 1)[-1],
+            "flow": _short_name(info.flow_name),
             "flow_class": info.flow_name,
             "state": _state(info.status),
             "status": info.status,
