@@ -135,6 +135,12 @@ class LocalEndpoint:
     _consuming: set[str] = attrs.field(factory=set)
     _inbox: InboundAcceptor | None = None
 
+    @property
+    def inbound(self) -> InboundAcceptor | None:
+        """What stores the messages the bridge forwards to the inbox; its counters (``accepted_by_peer``,
+        ``rejected``) are what the node received from its peers. ``None`` until :meth:`run` has started."""
+        return self._inbox
+
     def _amqp_config(self) -> amqp.ConnectionConfig:
         user, password = self.config.username.encode(), self.config.password.encode()
 

@@ -315,12 +315,14 @@ class InboundAcceptor:
             check_p2p_message(message, max_size=max_size, encoded_size=len(payload))
             if user is not None:
                 return user, message, stamped_payload(payload, message, user)
-            if not (message.application_properties or {}).get(HEADER_VALIDATED_USER):
+            stamp = (message.application_properties or {}).get(HEADER_VALIDATED_USER)
+            if not stamp:
                 raise InvalidMessageError(
                     "amqp:unauthorized-access",
                     f"a bridge must stamp {HEADER_VALIDATED_USER} with the peer's TLS subject",
                 )
-            return None, message, payload
+            # (the stamp names the sender, so accepted_by_peer counts per peer behind a bridge process too)
+            return str(stamp), message, payload
 
         who = user or "local bridge"
         batch: list[transport.Delivery] = []

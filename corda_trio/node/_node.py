@@ -262,6 +262,8 @@ class Node:
     #: Filled in while running (read by the metrics collector and the RPC handlers).
     broker: store.Broker | None = None
     service: messaging.MessagingService | None = None
+    #: What stores the messages peers send: the P2P acceptor, or with an external bridge the one behind the
+    #: local endpoint (what the bridge process forwards).
     acceptor: bridge.InboundAcceptor | None = None
     #: Behind floats (``[float]``): the tunnel that activates one of them, instead of the acceptor.
     float_tunnel: float_.FloatTunnel | None = None
@@ -535,6 +537,7 @@ class Node:
             bound = await nursery.start(endpoint.run)
         except (OSError, ExceptionGroup) as exc:
             raise _listen_error(exc, _listen_text("bridge", host, port)) from None
+        self.acceptor = endpoint.inbound  # (its counts are what the bridge process forwarded from peers)
         return network.host_port_text(host, bound)
 
     async def _run_rpc(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import urllib.parse
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +297,10 @@ async def test_a_flow_id_the_rpc_answered_survives_a_kill_9_right_after(tmp_path
             await again.stop()
 
 
-async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def external_bridge_network(tmp_path: Path) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
+    """Alice with her bridge in its own ``corda-trio bridge start`` process, and Bob (in-process bridge),
+    both knowing each other; every process is stopped on the way out."""
     (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
     alice_cfg = attrs.evolve(
         alice_cfg,
@@ -328,9 +333,7 @@ async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path)
         ):
             await wait_for_peers(a, 2)
             await wait_for_peers(b, 2)
-            with trio.fail_after(60):
-                assert await a.start_flow("PingPong", recipient=BOB, rounds=3) == 3
-                assert await b.start_flow("PingPong", recipient=ALICE, rounds=2) == 2
+        yield alice, bob
     finally:
         bridge.send_signal(signal.SIGTERM)
         with trio.move_on_after(30):
@@ -340,6 +343,17 @@ async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path)
         await bridge.wait()
         for n in (alice, bob):
             assert await n.stop() == 0
+
+
+async def test_a_node_with_an_external_bridge_process_runs_flows(tmp_path: Path) -> None:
+    async with external_bridge_network(tmp_path) as (alice, bob):
+        async with (
+            rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+            rpc.connect(bob.rpc_url, "ops", PASSWORD) as b,
+        ):
+            with trio.fail_after(60):
+                assert await a.start_flow("PingPong", recipient=BOB, rounds=3) == 3
+                assert await b.start_flow("PingPong", recipient=ALICE, rounds=2) == 2
 
 
 async def test_second_ctrl_c_stops_at_once_and_the_flows_survive(tmp_path: Path) -> None:

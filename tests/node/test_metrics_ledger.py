@@ -21,11 +21,21 @@ from corda_trio import rpc
 from corda_trio.node._processes import NodeProcess, open_node_processes
 
 from .netutil import PASSWORD, make_network
-from .test_flows_e2e import ALICE, BOB, parse_exposition, scrape_text, total, wait_for_peers
+from .test_flows_e2e import (
+    ALICE,
+    BOB,
+    external_bridge_network,
+    parse_exposition,
+    scrape_text,
+    total,
+    wait_for_peers,
+)
 
 pytestmark = pytest.mark.slow
 
 PINGS, ROUNDS, CASTS = 6, 3, 4
+#: Messages the ledger's flows send each way (see the module docstring).
+A_TO_B, B_TO_A = PINGS * (ROUNDS + 1) + CASTS * 1, PINGS * ROUNDS + CASTS * 2
 ALICE_NAME, BOB_NAME = "O=Alice, L=London, C=GB", "O=Bob, L=Paris, C=FR"
 
 
@@ -90,8 +100,7 @@ async def test_counters_equal_the_ledger_exactly(tmp_path: Path) -> None:
         a = parse_exposition(await scrape_text(alice))
         b = parse_exposition(await scrape_text(bob))
 
-    a_to_b = PINGS * (ROUNDS + 1) + CASTS * 1
-    b_to_a = PINGS * ROUNDS + CASTS * 2
+    a_to_b, b_to_a = A_TO_B, B_TO_A
     assert a[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == a_to_b
     assert b[f"corda_trio_p2p_messages_received_total{{peer={ALICE_NAME}}}"] == a_to_b
     assert b[f"corda_trio_p2p_messages_sent_total{{peer={ALICE_NAME}}}"] == b_to_a
@@ -141,3 +150,16 @@ async def test_promtool_accepts_the_exposition_idle_under_load_and_after(tmp_pat
     assert 'corda_trio_flow_duration_seconds_bucket{flow="PingPong",le="+Inf"} 6.0' in texts[-2]
     for text in texts:
         assert promtool_problems(text) == "", text
+
+
+async def test_a_node_whose_bridge_runs_in_its_own_process_counts_what_it_receives(tmp_path: Path) -> None:
+    """With ``[bridge] mode = "external"`` the node's /metrics had no ``p2p_messages_received_total`` (nor
+    ``p2p_messages_rejected_total``): those were the in-process acceptor's counters, and the bridge process
+    serves no metrics, so what the node received from its peers was nowhere to be read."""
+    async with external_bridge_network(tmp_path) as (alice, bob):
+        await run_the_ledger(alice, bob)
+        a = parse_exposition(await scrape_text(alice))
+    assert a[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"] == B_TO_A
+    assert a["corda_trio_p2p_messages_rejected_total{}"] == 0
+    assert a[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == A_TO_B
+    assert queue(a, "corda_trio_queue_acked_messages_total", "p2p.inbound.") == B_TO_A
