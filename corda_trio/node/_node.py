@@ -274,6 +274,9 @@ class Node:
     addresses: NodeAddresses | None = None
     peers: messaging.PeerDirectory = attrs.field(factory=messaging.PeerDirectory)
     draining: bool = False
+    #: Each peer's legal name by identity key hash, as the network map first named it since the start, kept
+    #: when the peer leaves the map: the ``peer`` label of its /metrics series (see :meth:`peer_links`).
+    _peer_names: dict[str, str] = attrs.field(factory=dict)
     _material: _Material | None = None
     _started: float = attrs.field(factory=time.monotonic)
     _stop: trio.Event = attrs.field(factory=trio.Event)
@@ -592,6 +595,7 @@ class Node:
                 info = event.node if isinstance(event, network.NodeAdded) else event.new
                 if info.identity_key_hash == own:
                     continue
+                self._peer_names.setdefault(info.identity_key_hash, str(info.legal_name))
                 self.peers.put(
                     messaging.Peer(
                         legal_name=info.legal_name,
@@ -641,14 +645,19 @@ class Node:
         return self.updater.nodes() if self.updater is not None else {}
 
     def peer_links(self) -> Iterator[tuple[str, store.QueueStatistics | None, bridge.Bridge | None, int]]:
-        """Per outbound queue: the peer's name, the queue's statistics, its bridge and bridge restarts."""
+        """Per outbound queue: the peer's legal name, the queue's statistics, its bridge and bridge restarts.
+
+        The name is the one the network map gave the peer (:attr:`_peer_names`), so a peer's series keep one
+        label while it is away from the map; a queue whose peer the map has not named since the start (one
+        left from before a restart, for a node gone from the map) is left out: its depth is on its queue's
+        series. A message can only be sent once the bridge has the peer's NodeInfo, which names it."""
         if self.service is None:
             return
         running = self.bridges.bridges() if self.bridges is not None else {}
         for name, queue in sorted(self.service.outbound_queues().items()):
-            key_hash = messaging.key_hash_of_address(name)
-            peer = self.peers.peer(key_hash)
-            label = str(peer.legal_name) if peer is not None else key_hash
+            label = self._peer_names.get(messaging.key_hash_of_address(name))
+            if label is None:
+                continue
             restarts = self.bridges.restarts(name) if self.bridges is not None else 0
             yield label, queue.statistics(), running.get(name), restarts
 
