@@ -16,8 +16,9 @@ Names follow Prometheus conventions: ``corda_trio_`` prefix, base units in the n
 from __future__ import annotations
 
 import functools
+import gzip
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -56,6 +57,9 @@ FLOW_DURATION_BUCKETS: Final = (
     60,
     300,
 )
+#: zlib level of a gzip answer: a node with a few peers' 13 KB exposition becomes about 2 KB in well under a
+#: millisecond (level 9 saves a few bytes more for several times the CPU).
+GZIP_LEVEL: Final[int] = 6
 #: A scrape request head larger than this is answered 431, however it arrives (a GET with a few headers).
 MAX_REQUEST_BYTES: Final[int] = 16 * 1024
 #: Time a client has to send its request.
@@ -345,7 +349,34 @@ async def _serve_one(stream: trio.SocketStream, exposition: Callable[[], bytes])
         status, body, ctype = 404, b"see /metrics\n", b"text/plain"
     else:
         status, body, ctype = 200, exposition(), CONTENT_TYPE_LATEST.encode()
+        extra = ((b"vary", b"accept-encoding"),)  # (a cache must not give a gzip answer to a plain request)
+        if accepts_gzip(event.headers):
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+            extra += ((b"content-encoding", b"gzip"),)
     await _answer(stream, conn, status, body, ctype, event.method != b"HEAD", extra)
+
+
+def accepts_gzip(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the request's ``Accept-Encoding`` (h11's lower-cased header names) accepts ``gzip``: named
+    with a non-zero weight, or ``*`` with one and ``gzip`` not named (RFC 9110 §12.5.3). Prometheus sends
+    ``Accept-Encoding: gzip``; ``gzip;q=0`` refuses it; without the header the answer is plain."""
+    weights: dict[bytes, float] = {}
+    for name, value in headers:
+        if name != b"accept-encoding":
+            continue
+        for item in value.split(b","):
+            coding, *params = (part.strip() for part in item.split(b";"))
+            weight = 1.0
+            for param in params:
+                key, _, q = param.partition(b"=")
+                if key.strip().lower() == b"q":
+                    try:
+                        weight = float(q)
+                    except ValueError:
+                        weight = 0.0
+            if coding:
+                weights[coding.lower()] = weight
+    return weights.get(b"gzip", weights.get(b"x-gzip", weights.get(b"*", 0.0))) > 0
 
 
 async def _answer(

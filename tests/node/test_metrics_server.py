@@ -1,23 +1,31 @@
-"""The /metrics endpoint's own limits: connections at once (503 beyond), time to send a request."""
+"""The /metrics endpoint's own limits (connections at once, 503 beyond; time to send a request) and its
+answers (status lines, gzip when the scraper asks for it)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import gzip
+import urllib.request
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio.node import _metrics
 
 
 @contextlib.asynccontextmanager
-async def serving(monkeypatch: pytest.MonkeyPatch, **limits: float) -> AsyncIterator[int]:
-    """A metrics server whose exposition is ``up 1`` with these module limits; yields its port."""
+async def serving(
+    monkeypatch: pytest.MonkeyPatch, exposition: Callable[[], bytes] = lambda: b"up 1\n", **limits: float
+) -> AsyncIterator[int]:
+    """A metrics server of ``exposition`` (``up 1``) with these module limits; yields its port."""
     for name, value in limits.items():
         monkeypatch.setattr(_metrics, name, value)
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(_metrics.serve_metrics, lambda: b"up 1\n", "127.0.0.1", 0)
+        yield await nursery.start(_metrics.serve_metrics, exposition, "127.0.0.1", 0)
         nursery.cancel_scope.cancel()
 
 
@@ -70,10 +78,16 @@ def _head(size: int) -> bytes:
     ("request_bytes", "status", "body"),
     [
         (b"GARBAGE\r\n\r\n", b"400", b"not an HTTP request; see /metrics\n"),
-        (b"GET /metrics HTTP/1.1\r\nhost: x\r\nx: " + b"a" * 100_000 + b"\r\n\r\n", b"431",
-         b"request headers too large; see /metrics\n"),
-        (b"GET /metrics?" + b"q" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", b"431",
-         b"request headers too large; see /metrics\n"),
+        (
+            b"GET /metrics HTTP/1.1\r\nhost: x\r\nx: " + b"a" * 100_000 + b"\r\n\r\n",
+            b"431",
+            b"request headers too large; see /metrics\n",
+        ),
+        (
+            b"GET /metrics?" + b"q" * 100_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",
+            b"431",
+            b"request headers too large; see /metrics\n",
+        ),
         (_head(16 * 1024 + 1), b"431", b"request headers too large; see /metrics\n"),
     ],
     ids=["not-http", "huge-header", "huge-target", "limit+1"],
@@ -116,3 +130,63 @@ async def test_every_answer_has_its_standard_reason_phrase(
         answer = await _get(port, request_bytes)
         assert answer.startswith(status_line), answer[:100]
         assert extra in answer.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+
+
+def _peers_exposition(peers: int = 20) -> bytes:
+    """An exposition the size of a node's with ``peers`` peers: per-peer counters and a histogram."""
+    registry = CollectorRegistry()
+    sent = Counter("corda_trio_p2p_messages_sent", "sent", ["peer"], registry=registry)
+    duration = Histogram("corda_trio_flow_duration_seconds", "duration", ["flow"], registry=registry)
+    for i in range(peers):
+        sent.labels(f"O=Peer {i}, L=London, C=GB").inc(i)
+        duration.labels(f"Flow{i}").observe(i / 100)
+    return generate_latest(registry)
+
+
+def _fetch(port: int, method: str = "GET", **headers: str) -> tuple[dict[str, str], bytes]:
+    """urllib's answer (lower-cased headers, raw body: urllib decodes no content-encoding)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return {k.lower(): v for k, v in answer.headers.items()}, answer.read()
+
+
+def _samples(text: bytes) -> list[object]:
+    return [s for family in text_string_to_metric_families(text.decode()) for s in family.samples]
+
+
+async def test_a_scraper_that_accepts_gzip_gets_gzip_and_others_plain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prometheus sends ``Accept-Encoding: gzip``; the node answered uncompressed (13 KB a scrape for a few
+    peers, 22 lines more per peer)."""
+    text = _peers_exposition()
+    async with serving(monkeypatch, lambda: text) as port:
+        headers, body = await trio.to_thread.run_sync(
+            lambda: _fetch(port, **{"Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.45.0"})
+        )
+        assert headers["content-encoding"] == "gzip" and headers["vary"] == "accept-encoding", headers
+        assert int(headers["content-length"]) == len(body) < len(text) / 4
+        assert _samples(gzip.decompress(body)) == _samples(text)
+        for asked in ({}, {"Accept-Encoding": "gzip;q=0"}, {"Accept-Encoding": "identity, br"}):
+            headers, body = await trio.to_thread.run_sync(lambda: _fetch(port, **asked))  # noqa: B023
+            assert "content-encoding" not in headers, (asked, headers)
+            assert headers["vary"] == "accept-encoding"
+            assert body == text
+        star = {"Accept-Encoding": "br;q=1, *;q=0.5"}  # (any coding: gzip is one)
+        headers, _ = await trio.to_thread.run_sync(lambda: _fetch(port, **star))
+        assert headers["content-encoding"] == "gzip"
+        # HEAD: the headers of the GET it stands for, the length of the gzip body, and no body
+        get_headers, get_body = await trio.to_thread.run_sync(
+            lambda: _fetch(port, **{"Accept-Encoding": "gzip"})
+        )
+        headers, body = await trio.to_thread.run_sync(
+            lambda: _fetch(port, "HEAD", **{"Accept-Encoding": "gzip"})
+        )
+        assert body == b"" and headers == get_headers and int(headers["content-length"]) == len(get_body)
+        # curl --compressed decodes what it asked for
+        done = await trio.run_process(
+            ["curl", "-sS", "--compressed", "--max-time", "10", f"http://127.0.0.1:{port}/metrics"],
+            capture_stdout=True,
+            check=False,
+        )
+        assert done.returncode == 0 and done.stdout == text
