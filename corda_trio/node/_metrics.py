@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import h11
+import prometheus_client
 import trio
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -78,6 +79,11 @@ class NodeMetrics:
 
     @classmethod
     def create(cls, node: Node) -> NodeMetrics:
+        # The client library adds a ``<name>_created`` series (a start timestamp) to each histogram, which
+        # Prometheus stores as a separate untyped series nobody asked for; the text format's counters need
+        # none (a restart is seen by the value dropping). The switch is the library's, for the process: the
+        # node's is the only registry in it that matters.
+        prometheus_client.disable_created_metrics()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(NodeCollector(node))
         flow_duration = Histogram(
