@@ -58,8 +58,8 @@ FLOW_DURATION_BUCKETS: Final = (
     60,
     300,
 )
-#: zlib level of a gzip answer: a node with a few peers' 13 KB exposition becomes about 2 KB in well under a
-#: millisecond (level 9 saves a few bytes more for several times the CPU).
+#: zlib level of a gzip answer: a node with two peers' 14.7 KB exposition becomes 2.7 KB; an 84 KB one takes
+#: 0.5 ms here (level 9: 4 ms, for 2% fewer bytes).
 GZIP_LEVEL: Final[int] = 6
 #: A scrape request head larger than this is answered 431, however it arrives (a GET with a few headers).
 MAX_REQUEST_BYTES: Final[int] = 16 * 1024
