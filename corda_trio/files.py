@@ -26,7 +26,9 @@ a plain ``open()`` for writing for ever; it is refused at once (``ENXIO``, ``a n
 reads``), while a pipe a log collector reads, a device such as ``/dev/null`` and a regular file are opened.
 
 An ``OSError`` reaches the operator as the system says it and the file it concerns
-(:func:`os_error_text`: ``No space left on device: /x/y``). A write or sync on a descriptor fails without a
+(:func:`os_error_text`: ``No space left on device: /x/y``); ``EMFILE`` adds the limit it ran into (``Too
+many open files (the limit, ulimit -n, is 64): /x/y``), which the system's text does not say.
+A write or sync on a descriptor fails without a
 file name (the disk is full); :func:`name_file` gives it the name of the file the descriptor is for.
 """
 
@@ -42,6 +44,7 @@ __all__ = [
     "MAX_OPERATOR_FILE_BYTES",
     "check_regular_file",
     "name_file",
+    "open_files_limit",
     "open_for_appending",
     "os_error_text",
     "read_small_file",
@@ -179,7 +182,18 @@ def os_error_text(exc: OSError) -> str:
     ``[Errno 28] No space left on device: '/x/y'`` (its ``str`` when it has no system text)."""
     if not exc.strerror:
         return str(exc) or type(exc).__name__
-    return f"{exc.strerror}: {os.fsdecode(exc.filename)}" if exc.filename else exc.strerror
+    text = exc.strerror
+    if exc.errno == errno.EMFILE and (limit := open_files_limit()) is not None:
+        text = f"{text} (the limit, ulimit -n, is {limit})"
+    return f"{text}: {os.fsdecode(exc.filename)}" if exc.filename else text
+
+
+def open_files_limit() -> int | None:
+    """This process's soft limit on open file descriptors (``ulimit -n``), ``None`` when unlimited."""
+    import resource  # (POSIX only, like the rest of corda-trio)
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def temporary_prefix(name: str) -> str:

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-from corda_trio import store
+from corda_trio import files, store
 
 from ._cli import CliError, error_text, run_trio
 
@@ -136,10 +136,7 @@ MAX_NODES: Final = 64
 
 
 def _fd_limit() -> int:
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return files.open_files_limit() or 1 << 20
 
 
 def _max_peers() -> int:

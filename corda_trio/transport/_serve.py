@@ -22,7 +22,8 @@ that finished its handshake no longer counts.
 When ``accept`` itself fails for lack of resources (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), the
 loop waits until one of our connections ends (which frees a descriptor) or a short poll interval passes,
 whichever is first, and tries again: accepting resumes as soon as descriptors come back. The failure is
-logged once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS` with the count of failures since, never per try.
+logged once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS` with the count of failures since, never per try,
+and ``EMFILE`` with the process's limit (``EMFILE (Too many open files (the limit, ulimit -n, is 64))``).
 
 What a remote makes the server log is bounded (:class:`InboundRefusals`): anyone who can open a TCP
 connection can fail a TLS handshake, present a certificate of another network or send a bad AMQP header,
@@ -48,7 +49,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, logs
+from corda_trio import amqp, files, logs
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_over_stream, secure_stream
 from ._driver import AmqpConnection
@@ -299,7 +300,7 @@ class _Slots:
                 where,
                 count,
                 errno.errorcode.get(exc.errno or 0, exc.errno),
-                exc.strerror,
+                files.os_error_text(exc),
                 self.active,
             )
 
