@@ -208,6 +208,10 @@ class AcceptorConfig:
     handshake_timeout_seconds: float = transport.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS
     #: How long a peer may send no frame before its connection is closed (advertised to it halved).
     idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+    #: Connections served at once, handshakes included (``transport.serve_amqp``); one more is closed.
+    max_connections: int = attrs.field(
+        default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
+    )
 
 
 @attrs.define(eq=False)
@@ -257,6 +261,7 @@ class InboundAcceptor:
                         idle_timeout_ms=transport.idle_timeout_ms(self.config.idle_timeout_seconds),
                     ),
                     handshake_timeout=self.config.handshake_timeout_seconds,
+                    max_connections=self.config.max_connections,
                     refusals=self.refusals,
                     task_status=task_status,
                 )

@@ -300,21 +300,26 @@ async def serve_metrics(
     host: str,
     port: int,
     *,
+    max_connections: int | None = None,
+    max_refusing: int | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``GET /metrics`` (``exposition()``) on ``host:port`` until cancelled; reports the bound port.
 
-    At most :data:`MAX_CONNECTIONS` at once, each for at most :data:`REQUEST_TIMEOUT_SECONDS`; one more is
-    answered ``503`` (``transport.serve_listeners``: refusals and a lack of descriptors are logged at most
-    once per ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``)."""
+    At most ``max_connections`` (default :data:`MAX_CONNECTIONS`; the node shrinks it under a low open-file
+    limit) at once, each for at most :data:`REQUEST_TIMEOUT_SECONDS`; one more is answered ``503`` (at most
+    ``max_refusing`` at once, default ``transport.MAX_REFUSING``)
+    (``transport.serve_listeners``: refusals and a lack of descriptors are logged at most once per
+    ``transport.ACCEPT_ERROR_LOG_INTERVAL_SECONDS``)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     async with trio.open_nursery() as nursery:
         serve = functools.partial(
             transport.serve_listeners,
             _handler(exposition),
             listeners,
-            max_connections=MAX_CONNECTIONS,
+            max_connections=MAX_CONNECTIONS if max_connections is None else max_connections,
             refuse=transport.refuse_with_http_503,
+            max_refusing=max_refusing,
         )
         await nursery.start(serve)
         task_status.started(transport.listener_port(listeners))

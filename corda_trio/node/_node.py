@@ -39,6 +39,7 @@ import contextlib
 import datetime as dt
 import enum
 import fcntl
+import functools
 import importlib
 import json
 import logging
@@ -62,6 +63,7 @@ from corda_trio.bridge import float as float_
 from corda_trio.files import open_for_appending, read_small_file, write_file_atomically
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
+from ._descriptors import ListenerCaps, plan_descriptors
 from ._metrics import NodeMetrics, serve_metrics
 
 __all__ = [
@@ -271,6 +273,8 @@ class Node:
     updater: network.NetworkMapUpdater | None = None
     rpc_server: rpc.RpcServer | None = None
     metrics: NodeMetrics | None = None
+    #: the listeners' connection caps, planned for the open-file limit at start (``._descriptors``)
+    caps: ListenerCaps | None = None
     addresses: NodeAddresses | None = None
     peers: messaging.PeerDirectory = attrs.field(factory=messaging.PeerDirectory)
     draining: bool = False
@@ -395,6 +399,13 @@ class Node:
             self.peers,
         )
         self.service = service
+        # (before anything listens: the caps fit the open-file limit, see ._descriptors)
+        self.caps = caps = plan_descriptors(
+            p2p=cfg.bridge_mode is not BridgeMode.EXTERNAL and cfg.floats is None,
+            metrics=cfg.metrics_address is not None,
+        )
+        if caps.warning is not None:
+            log.warning(caps.warning)
         bridge_endpoint = None
         if cfg.bridge_mode is BridgeMode.EXTERNAL:
             bridge_endpoint = await self._start_endpoint(nursery, service, max_size)
@@ -409,6 +420,8 @@ class Node:
             users=rpc.UserDatabase.of(cfg.rpc_users),
             host=cfg.rpc_address.host,
             port=cfg.rpc_address.port,
+            max_connections=caps.rpc,
+            max_refusing=caps.rpc_refusing,
             going_away_reason=RPC_STOPPING_REASON,
         )
         try:
@@ -421,7 +434,14 @@ class Node:
         if cfg.metrics_address is not None:
             host, port = cfg.metrics_address
             try:
-                metrics_port = await nursery.start(serve_metrics, self.metrics.exposition, host, port)
+                metrics_port = await nursery.start(
+                    functools.partial(
+                        serve_metrics, max_connections=caps.metrics, max_refusing=caps.metrics_refusing
+                    ),
+                    self.metrics.exposition,
+                    host,
+                    port,
+                )
             except (OSError, ExceptionGroup) as exc:
                 raise _listen_error(exc, _listen_text("metrics", host, port)) from None
             metrics_at = f"http://{network.host_port_text(host, metrics_port)}/metrics"
@@ -504,6 +524,7 @@ class Node:
                 port=cfg.p2p_listen.port,
                 max_message_size=max_size,
                 idle_timeout_seconds=cfg.p2p_idle_timeout_seconds,
+                max_connections=self.caps.p2p or transport.DEFAULT_MAX_CONNECTIONS,
             ),
             on_checked=service.remember_received,
         )

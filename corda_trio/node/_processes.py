@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -84,16 +85,19 @@ async def start_node_process(
     env: Mapping[str, str] | None = None,
     ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
     console: Path | None = None,
+    open_files_limit: int | None = None,
 ) -> NodeProcess:
     """Start one node and wait for its ready line.
 
     Args:
         console: where its stderr goes (appended), default ``console.log`` beside its log file.
+        open_files_limit: run it with this soft and hard ``RLIMIT_NOFILE`` (as ``ulimit -n`` would).
 
     Raises:
         NodeProcessError: it exited first, or was not ready in time (it is then killed).
     """
     console = console or config.log_path.parent / "console.log"
+    limit = None if open_files_limit is None else functools.partial(_limit_files, open_files_limit)
     console.parent.mkdir(parents=True, exist_ok=True)
     with open(console, "ab") as err:  # noqa: ASYNC230 (a local file, opened once per process)
         process = await trio.lowlevel.open_process(
@@ -102,6 +106,7 @@ async def start_node_process(
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, **(env or {})},
+            preexec_fn=limit,
         )
     node = NodeProcess(config=config, process=process, addresses={}, console_log=console)
     try:
@@ -122,6 +127,11 @@ async def start_node_process(
         with trio.CancelScope(shield=True):
             await node.stop(signal.SIGKILL, timeout_seconds=5)
         raise
+
+
+def _limit_files(limit: int) -> None:
+    """(In the child, before exec.)"""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 @contextlib.asynccontextmanager

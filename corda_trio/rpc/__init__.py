@@ -25,6 +25,7 @@ from ._protocol import PERMISSION_READ as PERMISSION_READ
 from ._protocol import ErrorCode as ErrorCode
 from ._protocol import allowed as allowed
 from ._protocol import parse_permission as parse_permission
+from ._server import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from ._server import Call as Call
 from ._server import Handler as Handler
 from ._server import ImmediateHandler as ImmediateHandler
@@ -33,6 +34,7 @@ from ._server import RpcServer as RpcServer
 from ._server import RpcServerStatistics as RpcServerStatistics
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "MAX_HASH_MEMORY_KIB",
     "MAX_HASH_PARALLELISM",
     "MAX_HASH_WORK",

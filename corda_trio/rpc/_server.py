@@ -171,6 +171,9 @@ class RpcServer:
     #: Handlers that answer at once (see the module docstring); a method is in ``handlers`` or here.
     immediate: Mapping[str, ImmediateHandler] = attrs.field(factory=dict)
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: Over-cap clients answered 503 at once (each for at most a second; more get a closed socket): ``None``
+    #: is ``transport.MAX_REFUSING`` (32). A node under a low open-file limit answers fewer.
+    max_refusing: int | None = None
     login_timeout_seconds: float = DEFAULT_LOGIN_TIMEOUT_SECONDS
     #: The close reason of the connections the server closes when it goes down (cancelled): why it goes
     #: down (``"node stopping: the store failed: ..."``), cut to :data:`MAX_CLOSE_REASON_BYTES`. Set it
@@ -224,6 +227,7 @@ class RpcServer:
                 listeners,
                 max_connections=self.max_connections,
                 refuse=self._refuse,
+                max_refusing=self.max_refusing,
             )
             await nursery.start(serve)
             nursery.start_soon(self._failed_log.report_due)

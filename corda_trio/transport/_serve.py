@@ -7,7 +7,8 @@ A connection takes a slot from ``accept`` until its handler and goodbye are done
 when all ``max_connections`` slots are taken gets a closed socket at once (its descriptor is needed only
 for that instant), so a flood of clients cannot take the descriptors the running connections need. A server
 that answers such a client (HTTP's 503, ``refuse``) does so in a task of its own, at most
-:data:`MAX_REFUSING` at once for at most :data:`REFUSE_TIMEOUT_SECONDS` each (beyond that: a closed socket),
+:data:`MAX_REFUSING` at once (or the ``max_refusing`` it is given) for at most
+:data:`REFUSE_TIMEOUT_SECONDS` each (beyond that: a closed socket),
 so the accept loop never waits for a refused client.
 
 A connection still in its handshake (TCP accepted; TLS, SASL and the AMQP ``open`` exchange not done yet)
@@ -85,7 +86,7 @@ REFUSE_TIMEOUT_SECONDS: Final = 1.0
 #: Of which, at most this long waiting for its request before answering (``refuse_with_http_503``).
 REFUSE_REQUEST_WAIT_SECONDS: Final = 0.1
 #: Over-cap clients being told why at once; one more gets a closed socket at once (bounds the descriptors
-#: a flood of over-cap clients can hold).
+#: a flood of over-cap clients can hold); ``serve_listeners(max_refusing=...)`` sets another bound.
 MAX_REFUSING: Final = 32
 # The request head a refusal waits for, at most (h11's default bound on an incomplete head).
 _REFUSE_HEAD_BYTES: Final = 16 * 1024
@@ -219,19 +220,22 @@ async def serve_listeners(
     *,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     refuse: Callable[[trio.abc.Stream], Awaitable[None]] | None = None,
+    max_refusing: int | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept on ``listeners`` and run ``await serve_one(stream)`` per connection, until cancelled.
 
     The listeners share one cap of ``max_connections`` running connections. A client over the cap gets
-    ``await refuse(stream)`` (bounded to :data:`REFUSE_TIMEOUT_SECONDS`; an HTTP server answers 503 there)
-    and then a closed socket; refusals and ``accept`` failures for lack of descriptors are logged at most once
-    per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`, and accepting resumes as soon as a descriptor is free.
+    ``await refuse(stream)`` (bounded to :data:`REFUSE_TIMEOUT_SECONDS`; an HTTP server answers 503 there),
+    at most ``max_refusing`` (default :data:`MAX_REFUSING`) at once, and then a closed socket: a server
+    holds at most ``max_connections + max_refusing`` descriptors for its clients. Refusals and ``accept``
+    failures for lack of descriptors are logged at most once per :data:`ACCEPT_ERROR_LOG_INTERVAL_SECONDS`,
+    and accepting resumes as soon as a descriptor is free.
     The stream is closed after ``serve_one`` returns or raises.
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
-    slots = _Slots(max_connections)
+    slots = _Slots(max_connections, MAX_REFUSING if max_refusing is None else max_refusing)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
             nursery.start_soon(_accept_loop, listener, serve_one, slots, nursery, refuse)
@@ -270,10 +274,11 @@ async def refuse_with_http_503(stream: trio.abc.Stream) -> None:
 class _Slots:
     """The connection count of one ``serve_amqp`` and the wake-up for accept loops waiting on descriptors."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_refusing: int = MAX_REFUSING) -> None:
         self.limit = limit
         self.active = 0
         self.refusing = 0  # over-cap clients being told so (``_refuse_one``)
+        self.max_refusing = max_refusing
         self.freed = trio.Event()
         self.refusals = _Throttled()
         self.accept_failures = _Throttled()
@@ -407,7 +412,7 @@ async def _accept_loop(
                 continue
             if slots.active >= slots.limit:
                 slots.note_refusal(where)
-                if refuse is not None and slots.refusing < MAX_REFUSING:
+                if refuse is not None and slots.refusing < slots.max_refusing:
                     slots.refusing += 1
                     nursery.start_soon(_refuse_one, stream, refuse, slots)
                 else:

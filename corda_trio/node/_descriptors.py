@@ -1,0 +1,119 @@
+"""How many connections the node's listeners may hold, given the process's open-file limit (``ulimit -n``).
+
+Theory of operation
+-------------------
+Every connection a listener accepts takes a file descriptor, and so does everything else the node does:
+each durable queue holds its directory and its tail segment open (more while it keeps sealed segments or is
+compacted), a queue is created for each new peer, each outbound bridge holds a socket, and the log file,
+the map cache (SQLite), the commit helper's pipes and Trio's own wake-up take a few. The listeners' caps
+(p2p :data:`transport.DEFAULT_MAX_CONNECTIONS`, RPC :data:`rpc.DEFAULT_MAX_CONNECTIONS`, ``/metrics``
+:data:`METRICS_MAX_CONNECTIONS`) were fixed numbers: under a soft limit below their sum (``ulimit -n 64``,
+or 256 as some systems set it), anyone who can open TCP connections to the RPC or p2p port could take every
+descriptor, and the node's next new queue (a flow to a peer it had not sent to yet) failed with ``EMFILE``:
+the node stopped (found by holding 70 idle TCP connections to the RPC port of a node under
+``prlimit --nofile=64:64`` and starting a flow to a new peer).
+
+So before it listens, :func:`plan_descriptors` compares the soft limit with what the caps, the over-cap
+clients the HTTP listeners may be answering ``503`` at once (``transport.MAX_REFUSING`` each: 32 refusals in
+flight took as many descriptors as the shrunk caps allowed connections) and :data:`RESERVED_DESCRIPTORS` need
+together (1120 by default). Below it, the soft limit is first raised towards that figure, as far as the hard
+limit allows (what the JVM does for a Corda node). If it is still short, the node says so in one warning line
+at start (the limit, the figure, the caps it uses) and shrinks the caps in proportion so that a share of the
+limit stays for the store and the bridges (:func:`reserve_for` of it), an HTTP listener answering at most an
+eighth of its shrunk cap at once (at least one). A client over a shrunk cap is refused like any over the cap
+(a closed socket, ``503`` from RPC and ``/metrics``, a line at most every 10 s), while the store keeps its
+descriptors.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+from typing import Final
+
+import attrs
+
+from corda_trio import rpc, transport
+
+from ._metrics import MAX_CONNECTIONS as METRICS_MAX_CONNECTIONS
+
+__all__ = ["RESERVED_DESCRIPTORS", "ListenerCaps", "plan_descriptors", "reserve_for"]
+
+#: Descriptors kept free of the listeners' connections when the limit allows: the store (two a queue, a
+#: queue per peer and per dedup generation), the outbound bridges (a socket per peer), the log file, the
+#: map cache, the commit helper's pipes. A node at start holds about 25; 256 leaves room for ~100 peers.
+RESERVED_DESCRIPTORS: Final[int] = 256
+
+
+def reserve_for(soft_limit: int) -> int:
+    """What stays for the store and the bridges under a soft limit too low for every default: half of it
+    (at most :data:`RESERVED_DESCRIPTORS`)."""
+    return min(RESERVED_DESCRIPTORS, soft_limit // 2)
+
+
+@attrs.frozen(kw_only=True)
+class ListenerCaps:
+    """The connection caps of the node's listeners, and the open-file limit they were planned for.
+
+    The HTTP listeners (RPC, ``/metrics``) also answer over-cap clients ``503`` in tasks of their own, each
+    holding a descriptor up to a second: ``*_refusing`` bounds them (``None``: the transport's default,
+    :data:`transport.MAX_REFUSING`). The p2p listener closes an over-cap client at once."""
+
+    p2p: int | None  # None: the node runs no p2p listener of its own (a float, an external bridge)
+    rpc: int
+    rpc_refusing: int | None = None
+    metrics: int | None  # None: no ``/metrics``
+    metrics_refusing: int | None = None
+    soft_limit: int | None  # None: unlimited
+    #: the warning to log at start when the limit is too low for the defaults (``None``: it is not)
+    warning: str | None = None
+
+
+def plan_descriptors(*, p2p: bool, metrics: bool) -> ListenerCaps:
+    """Plan the listeners' caps for this process's ``RLIMIT_NOFILE`` (raising its soft limit if it is below
+    what the defaults need and the hard limit allows). ``p2p`` / ``metrics``: whether the node runs them."""
+    defaults = {"p2p": transport.DEFAULT_MAX_CONNECTIONS} if p2p else {}
+    defaults["rpc"] = rpc.DEFAULT_MAX_CONNECTIONS
+    if metrics:
+        defaults["metrics"] = METRICS_MAX_CONNECTIONS
+    # each HTTP listener holds up to its cap plus the over-cap clients it is answering
+    held = {name: cap + (0 if name == "p2p" else transport.MAX_REFUSING) for name, cap in defaults.items()}
+    needed = sum(held.values()) + RESERVED_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (OSError, ValueError):
+                pass
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return ListenerCaps(
+            p2p=defaults.get("p2p"),
+            rpc=defaults["rpc"],
+            metrics=defaults.get("metrics"),
+            soft_limit=None if soft == resource.RLIM_INFINITY else soft,
+        )
+    # Shrunk in proportion, an HTTP listener answering at most an eighth of its cap (at least one) at once.
+    scale = (soft - reserve_for(soft)) / sum(held.values())
+    caps = {name: max(1, math.floor(cap * scale)) for name, cap in defaults.items()}
+    refusing = {name: max(1, cap // 8) for name, cap in caps.items() if name != "p2p"}
+    used = ", ".join(f"{name} {cap}" for name, cap in caps.items())
+    asked = " + ".join(f"{name} {cap}" for name, cap in held.items())
+    warning = (
+        f"the open-file limit (ulimit -n) is {soft}, below the {needed} this node needs ({asked} "
+        f"connections + {RESERVED_DESCRIPTORS} for its store and bridges), and the hard limit is "
+        f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}: its listeners take at most {used} "
+        f"connections, so that {reserve_for(soft)} stay for the store and bridges; raise the limit "
+        "(ulimit -n, systemd LimitNOFILE=) to serve more"
+    )
+    return ListenerCaps(
+        p2p=caps.get("p2p"),
+        rpc=caps["rpc"],
+        rpc_refusing=refusing["rpc"],
+        metrics=caps.get("metrics"),
+        metrics_refusing=refusing.get("metrics"),
+        soft_limit=soft,
+        warning=warning,
+    )

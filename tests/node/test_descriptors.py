@@ -1,0 +1,50 @@
+"""The node's plan of its listeners' caps for the open-file limit (``corda_trio.node._descriptors``), in a
+child process whose ``RLIMIT_NOFILE`` is set first (the plan may raise the soft limit)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PLAN = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
+from corda_trio.node._descriptors import plan_descriptors
+caps = plan_descriptors(p2p=True, metrics=True)
+print(json.dumps({"p2p": caps.p2p, "rpc": caps.rpc, "rpc_refusing": caps.rpc_refusing,
+                  "metrics": caps.metrics, "metrics_refusing": caps.metrics_refusing,
+                  "soft_limit": caps.soft_limit, "warning": caps.warning,
+                  "soft_after": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+"""
+
+
+def _plan(soft: int, hard: int) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN, str(soft), str(hard)], capture_output=True, text=True, check=True
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize("limit", [64, 256])
+def test_a_hard_limit_too_low_shrinks_the_caps_to_leave_half_and_warns(limit: int) -> None:
+    plan = _plan(limit, limit)
+    held = sum(plan[k] for k in ("p2p", "rpc", "rpc_refusing", "metrics", "metrics_refusing"))  # type: ignore[misc]
+    assert held <= limit // 2, plan
+    assert plan["rpc_refusing"] == max(1, plan["rpc"] // 8), plan  # type: ignore[operator]
+    warning = plan["warning"]
+    assert isinstance(warning, str)
+    assert warning.startswith(
+        f"the open-file limit (ulimit -n) is {limit}, below the 1120 this node needs"
+    ), warning
+    assert f"p2p {plan['p2p']}, rpc {plan['rpc']}, metrics {plan['metrics']} connections" in warning, warning
+
+
+def test_a_low_soft_limit_is_raised_as_far_as_needed_and_the_defaults_kept() -> None:
+    plan = _plan(64, 4096)
+    assert plan["soft_after"] == 1120, plan
+    assert (plan["p2p"], plan["rpc"], plan["metrics"], plan["warning"]) == (512, 256, 32, None), plan
+    assert plan["rpc_refusing"] is None  # (the transport's default)
