@@ -27,7 +27,9 @@ reads``), while a pipe a log collector reads, a device such as ``/dev/null`` and
 
 An ``OSError`` reaches the operator as the system says it and the file it concerns
 (:func:`os_error_text`: ``No space left on device: /x/y``); ``EMFILE`` adds the limit it ran into (``Too
-many open files (the limit, ulimit -n, is 64): /x/y``), which the system's text does not say.
+many open files (the limit, ulimit -n, is 64): /x/y``), and ``ENOSPC`` on a file system with bytes free but
+no inode left says so (``No space left on device (no free inodes: all 60 are used, 199 MiB free): /x/y``),
+which the system's text does not say.
 A write or sync on a descriptor fails without a
 file name (the disk is full); :func:`name_file` gives it the name of the file the descriptor is for.
 """
@@ -185,7 +187,27 @@ def os_error_text(exc: OSError) -> str:
     text = exc.strerror
     if exc.errno == errno.EMFILE and (limit := open_files_limit()) is not None:
         text = f"{text} (the limit, ulimit -n, is {limit})"
+    elif exc.errno == errno.ENOSPC and exc.filename and (inodes := _no_free_inodes(exc.filename)):
+        text = f"{text} ({inodes})"
     return f"{text}: {os.fsdecode(exc.filename)}" if exc.filename else text
+
+
+def _no_free_inodes(path: str | bytes | os.PathLike[str]) -> str | None:
+    """Why ``ENOSPC`` came when the file system of ``path`` has bytes free but no inode left (``df -i``):
+    ``no free inodes: all 60 are used, 199 MiB free``; ``None`` when it is not so (or cannot be told)."""
+    directory = os.fsdecode(path)
+    while True:  # (the file that could not be created is not there: ask the nearest directory that is)
+        try:
+            st = os.statvfs(directory)
+            break
+        except OSError:
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                return None
+            directory = parent
+    if st.f_files == 0 or st.f_favail > 0 or st.f_bavail == 0:
+        return None
+    return f"no free inodes: all {st.f_files} are used, {st.f_bavail * st.f_frsize >> 20} MiB free"
 
 
 def open_files_limit() -> int | None:

@@ -830,6 +830,8 @@ class Broker:
             InvalidQueueNameError: bad name.
             QueueExistsError: it exists with the other durability, or a directory of that name holds
                 files the store did not write (it is never written to).
+            StoreFailedError: its directory or first segment could not be created (no inode left, no
+                descriptor, ...): the store failed (``wait_failed``).
         """
         self._check_open()
         validate_queue_name(name)
@@ -853,20 +855,35 @@ class Broker:
                 return queue
             path = os.path.join(self.directory, name)
             parts = attrs.evolve(self._parts, queues=self._parts.queues | {name})
-            recovered = await trio.to_thread.run_sync(
-                self._create_part,
-                create_queue_dir,
-                self.directory,
-                path,
-                _changed(parts, self._parts),
-                limiter=self._limiter,
-            )
+            recovered = await self._create_part_in_thread(f"queue {name}", create_queue_dir, path, parts)
             self._parts = parts
             queue = self._start_durable(name, recovered, policy or FsyncPolicy.ALWAYS)
             if queue._log is not None and early_delivery:
                 queue._log.early_delivery = True
             logger.info("created durable queue %s", name)
             return queue
+
+    async def _create_part_in_thread(
+        self, what: str, create: Callable[[str, str], RecoveredLog], path: str, parts: PartList
+    ) -> RecoveredLog:
+        """:meth:`_create_part` in a worker thread. A file it cannot create or write (``ENOSPC`` with the
+        inodes used up, ``EMFILE``, ``EACCES``) fails the store like a failed write: its owner (the node)
+        stops with ``fatal store error ... queue <name>: cannot create it: <why>``, said in its log too,
+        instead of a bare ``OSError`` from whichever task wanted the queue (which the node reported without
+        saying it was the store, and only on stderr). Whatever was created is left for the next open."""
+        try:
+            return await trio.to_thread.run_sync(
+                self._create_part,
+                create,
+                self.directory,
+                path,
+                _changed(parts, self._parts),
+                limiter=self._limiter,
+            )
+        except OSError as exc:
+            failure = StoreFailedError(f"{what}: cannot create it: {write_failure_text(exc)}")
+            self._note_failure(what, failure)
+            raise failure from exc
 
     @staticmethod
     def _create_part(
@@ -946,6 +963,7 @@ class Broker:
         Raises:
             InvalidQueueNameError: bad name.
             CorruptSegmentError: the log holds a corrupt record.
+            StoreFailedError: its files could not be created or read (the store failed).
         """
         self._check_open()
         validate_queue_name(name)
@@ -956,14 +974,7 @@ class Broker:
                 return keyed
             path = os.path.join(self.directory, KEYED_DIR, name)
             parts = attrs.evolve(self._parts, keyed=self._parts.keyed | {name})
-            recovered = await trio.to_thread.run_sync(
-                self._create_part,
-                _open_keyed_dir,
-                self.directory,
-                path,
-                _changed(parts, self._parts),
-                limiter=self._limiter,
-            )
+            recovered = await self._create_part_in_thread(f"keyed log {name}", _open_keyed_dir, path, parts)
             self._parts = parts
             _log_recovery(f"keyed log {name}", recovered.report)
             keyed = KeyedLog(name=name)
