@@ -16,13 +16,13 @@ the node stopped (found by holding 70 idle TCP connections to the RPC port of a 
 So before it listens, :func:`plan_descriptors` compares the soft limit with what the caps, the over-cap
 clients the HTTP listeners may be answering ``503`` at once (``transport.MAX_REFUSING`` each: 32 refusals in
 flight took as many descriptors as the shrunk caps allowed connections) and :data:`RESERVED_DESCRIPTORS` need
-together (1120 by default). Below it, the soft limit is first raised towards that figure, as far as the hard
-limit allows (what the JVM does for a Corda node). If it is still short, the node says so in one warning line
-at start (the limit, the figure, the caps it uses) and shrinks the caps in proportion so that a share of the
-limit stays for the store and the bridges (:func:`reserve_for` of it), an HTTP listener answering at most an
-eighth of its shrunk cap at once (at least one). A client over a shrunk cap is refused like any over the cap
-(a closed socket, ``503`` from RPC and ``/metrics``, a line at most every 10 s), while the store keeps its
-descriptors.
+together (1120 by default). Below it, the soft limit is first raised to the hard limit (what the JVM does for
+a Corda node; the store takes three more descriptors for each peer the node sends to, so more is better). If
+it is still short, the node says so in one warning line at start (the limit, the figure, the caps it uses) and
+shrinks the caps in proportion so that a share of the limit stays for the store and the bridges
+(:func:`reserve_for` of it), an HTTP listener answering at most an eighth of its shrunk cap at once (at least
+one). A client over a shrunk cap is refused like any over the cap (a closed socket, ``503`` from RPC and
+``/metrics``, a line at most every 10 s), while the store keeps its descriptors.
 """
 
 from __future__ import annotations
@@ -41,8 +41,12 @@ __all__ = ["RESERVED_DESCRIPTORS", "ListenerCaps", "plan_descriptors", "reserve_
 
 #: Descriptors kept free of the listeners' connections when the limit allows: the store (two a queue, a
 #: queue per peer and per dedup generation), the outbound bridges (a socket per peer), the log file, the
-#: map cache, the commit helper's pipes. A node at start holds about 25; 256 leaves room for ~100 peers.
+#: map cache, the commit helper's pipes. A node at start holds about 27, and three more per peer it sends to
+#: (its queue's directory and segment, its bridge's socket; measured with 40 peers: 27 -> 187 descriptors
+#: with the 40 inbound connections): 256 leaves room for about 75 peers with every listener full.
 RESERVED_DESCRIPTORS: Final[int] = 256
+#: How far a low soft limit is raised at most (Linux's default ``fs.nr_open``: no soft limit may pass it).
+MAX_RAISED_LIMIT: Final[int] = 1 << 20
 
 
 def reserve_for(soft_limit: int) -> int:
@@ -81,7 +85,8 @@ def plan_descriptors(*, p2p: bool, metrics: bool) -> ListenerCaps:
     needed = sum(held.values()) + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        # as far as the hard limit allows, as the JVM does: the store takes more descriptors with each peer
+        target = MAX_RAISED_LIMIT if hard == resource.RLIM_INFINITY else min(hard, MAX_RAISED_LIMIT)
         if target > soft:
             try:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -43,8 +43,16 @@ def test_a_hard_limit_too_low_shrinks_the_caps_to_leave_half_and_warns(limit: in
     assert f"p2p {plan['p2p']}, rpc {plan['rpc']}, metrics {plan['metrics']} connections" in warning, warning
 
 
-def test_a_low_soft_limit_is_raised_as_far_as_needed_and_the_defaults_kept() -> None:
+def test_a_low_soft_limit_is_raised_to_the_hard_limit_and_the_defaults_kept() -> None:
     plan = _plan(64, 4096)
-    assert plan["soft_after"] == 1120, plan
+    assert plan["soft_after"] == 4096, plan
     assert (plan["p2p"], plan["rpc"], plan["metrics"], plan["warning"]) == (512, 256, 32, None), plan
     assert plan["rpc_refusing"] is None  # (the transport's default)
+
+
+def test_a_hard_limit_just_above_the_soft_one_is_used_and_still_too_low_warns() -> None:
+    plan = _plan(64, 200)
+    assert plan["soft_after"] == 200, plan
+    warning = plan["warning"]
+    assert isinstance(warning, str), plan
+    assert warning.startswith("the open-file limit (ulimit -n) is 200, below the 1120"), warning
