@@ -63,7 +63,7 @@ from corda_trio.bridge import float as float_
 from corda_trio.files import open_for_appending, read_small_file, write_file_atomically
 
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
-from ._descriptors import ListenerCaps, plan_descriptors
+from ._descriptors import ListenerCaps, open_descriptors, plan_descriptors
 from ._metrics import NodeMetrics, serve_metrics
 
 __all__ = [
@@ -403,6 +403,7 @@ class Node:
         self.caps = caps = plan_descriptors(
             p2p=cfg.bridge_mode is not BridgeMode.EXTERNAL and cfg.floats is None,
             metrics=cfg.metrics_address is not None,
+            in_use=open_descriptors(),
         )
         if caps.warning is not None:
             log.warning(caps.warning)

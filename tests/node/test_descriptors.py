@@ -13,7 +13,7 @@ PLAN = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
 from corda_trio.node._descriptors import plan_descriptors
-caps = plan_descriptors(p2p=True, metrics=True)
+caps = plan_descriptors(p2p=True, metrics=True, in_use=int(sys.argv[3]))
 print(json.dumps({"p2p": caps.p2p, "rpc": caps.rpc, "rpc_refusing": caps.rpc_refusing,
                   "metrics": caps.metrics, "metrics_refusing": caps.metrics_refusing,
                   "soft_limit": caps.soft_limit, "warning": caps.warning,
@@ -21,25 +21,29 @@ print(json.dumps({"p2p": caps.p2p, "rpc": caps.rpc, "rpc_refusing": caps.rpc_ref
 """
 
 
-def _plan(soft: int, hard: int) -> dict[str, object]:
+def _plan(soft: int, hard: int, in_use: int = 0) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-c", PLAN, str(soft), str(hard)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", PLAN, str(soft), str(hard), str(in_use)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
 
-@pytest.mark.parametrize("limit", [64, 256])
-def test_a_hard_limit_too_low_shrinks_the_caps_to_leave_half_and_warns(limit: int) -> None:
-    plan = _plan(limit, limit)
+@pytest.mark.parametrize(("limit", "in_use"), [(64, 0), (64, 25), (256, 0), (256, 100)])
+def test_a_hard_limit_too_low_shrinks_the_caps_to_leave_half_of_what_is_free_and_warns(
+    limit: int, in_use: int
+) -> None:
+    plan = _plan(limit, limit, in_use)
     held = sum(plan[k] for k in ("p2p", "rpc", "rpc_refusing", "metrics", "metrics_refusing"))  # type: ignore[misc]
-    assert held <= limit // 2, plan
+    assert held <= (limit - in_use) // 2, plan
     assert plan["rpc_refusing"] == max(1, plan["rpc"] // 8), plan  # type: ignore[operator]
     warning = plan["warning"]
     assert isinstance(warning, str)
-    assert warning.startswith(
-        f"the open-file limit (ulimit -n) is {limit}, below the 1120 this node needs"
-    ), warning
+    needs = f"below the {in_use + 1120} this node needs ({in_use} open at start"
+    assert warning.startswith(f"the open-file limit (ulimit -n) is {limit}, {needs}"), warning
     assert f"p2p {plan['p2p']}, rpc {plan['rpc']}, metrics {plan['metrics']} connections" in warning, warning
 
 
@@ -56,3 +60,12 @@ def test_a_hard_limit_just_above_the_soft_one_is_used_and_still_too_low_warns() 
     warning = plan["warning"]
     assert isinstance(warning, str), plan
     assert warning.startswith("the open-file limit (ulimit -n) is 200, below the 1120"), warning
+
+
+def test_a_store_holding_most_of_the_limit_leaves_the_listeners_half_of_the_rest() -> None:
+    """Restarted after sending to 40 peers under ulimit -n 128, a node held 107 descriptors at start (two
+    for each of its 42 queues) and its listeners were planned as if it held none: p2p 37, rpc 18: its 40
+    peers' connections took the rest, its own bridges got EMFILE and no flow finished in 40 s."""
+    plan = _plan(128, 128, 107)
+    assert (plan["p2p"], plan["rpc"], plan["metrics"]) == (6, 3, 1), plan  # 21 free: 10 for them
+    assert "(107 open at start, its store's among them" in str(plan["warning"]), plan
