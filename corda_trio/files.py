@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource  # (at import: at EMFILE the import of its extension module itself would fail)
 import stat
 from pathlib import Path
 from typing import Final
@@ -212,8 +213,6 @@ def _no_free_inodes(path: str | bytes | os.PathLike[str]) -> str | None:
 
 def open_files_limit() -> int | None:
     """This process's soft limit on open file descriptors (``ulimit -n``), ``None`` when unlimited."""
-    import resource  # (POSIX only, like the rest of corda-trio)
-
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return None if soft == resource.RLIM_INFINITY else soft
 

@@ -425,7 +425,10 @@ class NetworkMapUpdater:
                         self._publishing = True
                         nursery.start_soon(self._publish_with_retry)
                 except (NetworkMapError, OSError) as exc:
-                    log.warning("network map poll failed (retry in %.0f s): %s", retry, exc)
+                    # (an OSError as the system says it and the file: `Too many open files (the limit,
+                    # ulimit -n, is 64): <dir>`, not `[Errno 24] Too many open files: '<dir>'`)
+                    why = files.os_error_text(exc) if isinstance(exc, OSError) else exc
+                    log.warning("network map poll failed (retry in %.0f s): %s", retry, why)
                     interval, retry = retry, min(retry * 2, RETRY_MAX_SECONDS)
                 just_published = False
                 await trio.sleep(interval)

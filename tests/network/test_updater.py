@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -285,3 +288,47 @@ async def test_a_node_info_with_a_wildcard_address_is_ignored_and_logged_once(
     (infos / "nodeInfo-bob").write_bytes(signed_node_info(bob, 10003, serial=2))
     events, _ = await u.poll_once()
     assert _summary(events) == [("NodeAdded", str(ALICE)), ("NodeAdded", str(BOB))]
+
+
+OUT_OF_DESCRIPTORS = """
+import logging, os, sys, trio
+from pathlib import Path
+from corda_trio import network, pki
+from tests.network.conftest import NOW
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+send, _ = trio.open_memory_channel(100)
+updater = network.NetworkMapUpdater(
+    trust_root=pki.NetworkCredentials.create(now=NOW).root.cert,
+    cache=network.NodeInfoCache(Path(sys.argv[2])), events=send, node_infos_dir=Path(sys.argv[1]),
+    poll_interval_seconds=0.2,
+)
+async def main():
+    async with trio.open_nursery() as nursery:
+        await nursery.start(updater.run)
+        held = []
+        try:  # every descriptor taken: the next poll cannot open the directory (EMFILE)
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+trio.run(main)
+"""
+
+
+def test_a_poll_without_descriptors_is_logged_as_the_system_says_it_with_the_limit(tmp_path: Path) -> None:
+    """The warning read ``[Errno 24] Too many open files: '<dir>'`` under a node out of descriptors (found
+    under ulimit -n 64): now as every other one-line OSError, naming the limit (``files.os_error_text``)."""
+    infos = tmp_path / "additional-node-infos"
+    infos.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(infos), str(tmp_path / "c.db")],
+        capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)),
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if "network map poll failed" in line]
+    assert lines, done.stderr
+    assert lines[0] == (
+        f"network map poll failed (retry in 1 s): Too many open files (the limit, ulimit -n, is 64): {infos}"
+    ), lines
