@@ -103,7 +103,7 @@ def _start(args: argparse.Namespace) -> int:
     node = Node(config)
     try:  # (first: a start refused for a key, a certificate or the store record creates nothing on disk)
         node.check_start()
-    except (NodeStartError, store.MissingPartError, store.PartListError) as exc:
+    except (NodeStartError, store.NewerFormatError, store.MissingPartError, store.PartListError) as exc:
         raise _start_error(exc, config, started=False) from None
     try:
         log_path = configure_logging(config)
@@ -134,6 +134,8 @@ def _start_error(exc: BaseException, config: NodeConfig, *, started: bool) -> Ba
         return CliError(f"{config.legal_name}: {exc}", 1)
     if isinstance(exc, store.BrokerLockedError):
         return CliError(f"{config.legal_name}: the store is in use by another process: {exc}", 1)
+    if isinstance(exc, store.NewerFormatError):
+        return CliError(f"{config.legal_name}: cannot start, {exc}", 1)
     if isinstance(exc, store.MissingPartError):
         return CliError(
             f"{config.legal_name}: cannot start, {exc}. Restore what is missing (from a backup), or run "

@@ -90,6 +90,7 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
         name = os.path.basename(os.path.normpath(directory))
         if only is not None and only != name:
             raise CliError(f"{directory} is the directory of queue {name!r}, not of {only!r}", 2)
+        _refuse_newer_format(lambda: store.check_queue_format(directory))
         return os.path.dirname(os.path.abspath(directory)), [(name, directory)]
     queues = [(name, os.path.join(directory, name)) for name in store.list_root(directory)[0]]
     # the keyed logs (flow checkpoints) are laid out like queues, under keyed/: checked the same way
@@ -101,7 +102,17 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
         queues = [(name, full) for name, full in queues if name == only]
     if only is not None and not queues and not _recorded(directory, only):
         raise CliError(f"{directory}: no queue named {only!r}", 1)
+    _refuse_newer_format(lambda: store.check_store_format(directory))
     return directory, queues
+
+
+def _refuse_newer_format(check: Any) -> None:
+    """Run ``check``; a store (or queue) a newer build wrote is one line, exit 1, before anything is read
+    further or changed (``--repair`` would take the newer records for damage and drop them)."""
+    try:
+        check()
+    except store.NewerFormatError as exc:
+        raise CliError(str(exc), 1) from None
 
 
 def _recorded(root: str, name: str) -> bool:
@@ -412,6 +423,8 @@ def _compact(args: argparse.Namespace) -> int:
                         print(f"{name}: {before} -> {after} bytes (reclaimed {reclaimed})")
         except store.BrokerLockedError as exc:
             raise CliError(f"{exc}: stop the node first", 1) from None
+        except store.NewerFormatError as exc:
+            raise CliError(str(exc), 1) from None
         except (store.CorruptSegmentError, store.MissingPartError, store.PartListError) as exc:
             raise CliError(f"{exc}; run 'corda-trio store check --repair' first", 1) from None
         except store.StoreFailedError as exc:  # (a write failed: a directory where a new segment goes, say)

@@ -307,15 +307,18 @@ class Node:
         Raises:
             NodeStartError: one of them is missing or unusable (the message names it).
             store.MissingPartError / store.PartListError: the store lost a part it had created, or its list.
+            store.NewerFormatError: a newer build wrote the store.
         """
         _check_base_directory_free(self.config.base_directory)
         _import_flow_modules(self.config)
         self._material = _load_material(self.config)
         recorded = _check_store_record(self.config)
-        if recorded is not _Recorded.NOTHING:  # (the store is there: its parts must be too)
+        if recorded is not _Recorded.NOTHING:  # (the store is there: its parts must be too; and its formats)
             store.check_parts(
                 str(self.config.store_directory), require_part_list=recorded is _Recorded.STORE_WITH_PARTS
             )
+        elif self.config.store_directory.is_dir():  # (an older build's store: no record; a newer one's?)
+            store.check_store_format(str(self.config.store_directory))
         for what, host, port in _listeners(self.config):
             if port != 0:  # (a port of its own choosing cannot be taken)
                 try:

@@ -38,6 +38,7 @@ from ._errors import BrokerLockedError as BrokerLockedError
 from ._errors import CorruptSegmentError as CorruptSegmentError
 from ._errors import InvalidQueueNameError as InvalidQueueNameError
 from ._errors import MissingPartError as MissingPartError
+from ._errors import NewerFormatError as NewerFormatError
 from ._errors import PartListError as PartListError
 from ._errors import QueueExistsError as QueueExistsError
 from ._errors import QueueNotFoundError as QueueNotFoundError
@@ -50,6 +51,7 @@ from ._keyed import KeyedLogStatistics as KeyedLogStatistics
 from ._parts import MissingPart as MissingPart
 from ._parts import PartList as PartList
 from ._parts import check_parts as check_parts
+from ._parts import check_store_format as check_store_format
 from ._parts import find_missing_parts as find_missing_parts
 from ._parts import read_part_list as read_part_list
 from ._parts import write_part_list as write_part_list
@@ -63,6 +65,7 @@ from ._recovery import TornTail as TornTail
 from ._recovery import recover_queue as recover_queue
 from ._segment import PARTS_FILE as PARTS_FILE
 from ._segment import QUARANTINE_DIR as QUARANTINE_DIR
+from ._segment import check_queue_format as check_queue_format
 from ._segment import validate_queue_name as validate_queue_name
 
 __all__ = [
@@ -83,6 +86,7 @@ __all__ = [
     "LostRecords",
     "MissingPart",
     "MissingPartError",
+    "NewerFormatError",
     "PartList",
     "PartListError",
     "Queue",
@@ -99,6 +103,8 @@ __all__ = [
     "UnknownDeliveryError",
     "append_enqueue",
     "check_parts",
+    "check_queue_format",
+    "check_store_format",
     "find_missing_parts",
     "list_keyed",
     "list_root",

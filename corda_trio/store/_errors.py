@@ -15,6 +15,7 @@ __all__ = [
     "CorruptSegmentError",
     "InvalidQueueNameError",
     "MissingPartError",
+    "NewerFormatError",
     "PartListError",
     "QueueExistsError",
     "QueueNotFoundError",
@@ -125,3 +126,26 @@ class PartListError(StoreError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class NewerFormatError(StoreError):
+    """A file of the store claims a format version above the one this build writes: a newer build of
+    corda-trio wrote it. This build neither reads nor changes such a store (not even ``store check
+    --repair``, which would take the newer records for damage): run the newer build on it.
+
+    Attributes:
+        path: the file.
+        what: which format (``"segment"``, ``"manifest"``, ``"part list"``).
+        found: the version the file claims.
+        supported: the newest version this build reads.
+    """
+
+    def __init__(self, path: str, what: str, found: int, supported: int) -> None:
+        super().__init__(
+            f"{path}: {what} format {found} was written by a newer build of corda-trio (this build reads "
+            f"format {supported} and older); nothing was read or changed: run the newer build on this store"
+        )
+        self.path = path
+        self.what = what
+        self.found = found
+        self.supported = supported

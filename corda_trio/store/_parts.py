@@ -39,13 +39,14 @@ import attrs
 
 from corda_trio import files
 
-from ._errors import MissingPartError, PartListError
+from ._errors import MissingPartError, NewerFormatError, PartListError
 from ._record import SEGMENT_HEADER_BYTES, peek_format_version
 from ._segment import (
     DELETED_PREFIX,
     KEYED_DIR,
     MANIFEST_NAME,
     PARTS_FILE,
+    check_queue_format,
     list_segment_numbers,
     segment_path,
     validate_queue_name,
@@ -55,13 +56,14 @@ __all__ = [
     "PARTS_FILE",
     "MissingPart",
     "PartList",
+    "check_store_format",
     "find_missing_parts",
     "is_part_list_leftover",
     "read_part_list",
     "write_part_list",
 ]
 
-#: The format this version writes (and the only one it reads).
+#: The format this version writes (and the only one it reads; a newer one is refused as such).
 PARTS_FORMAT: Final = 1
 #: Far above any real list (a name is at most 200 bytes; a node has one queue per peer).
 _MAX_PARTS_FILE_BYTES: Final = 64 * 1024 * 1024
@@ -120,7 +122,10 @@ def read_part_list(root: str) -> PartList | None:
         raise PartListError(path, f"cannot be read: {exc.strerror or exc}") from None
     try:
         doc = json.loads(data)
-        if not isinstance(doc, dict) or doc.get("format") != PARTS_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        if type(found) is int and found > PARTS_FORMAT:  # (not a bool: True == 1)
+            raise NewerFormatError(path, "part list", found, PARTS_FORMAT)
+        if type(found) is not int or found != PARTS_FORMAT:
             raise ValueError(f"not a part list of format {PARTS_FORMAT}")
         queues, keyed = doc["queues"], doc["keyed"]
         if not isinstance(queues, list) or not isinstance(keyed, list):
@@ -155,9 +160,11 @@ def check_parts(root: str, *, require_part_list: bool = False) -> PartList | Non
     before it changes anything; a node's start does it first of all, before it writes anything anywhere.
 
     Raises:
+        NewerFormatError: a newer build wrote the part list or a part (:func:`check_store_format`).
         MissingPartError: a recorded part is gone or emptied.
         PartListError: the part list is damaged, or missing although ``require_part_list``.
     """
+    check_store_format(root)
     recorded = read_part_list(root)
     if recorded is None and require_part_list:
         raise PartListError(
@@ -168,6 +175,29 @@ def check_parts(root: str, *, require_part_list: bool = False) -> PartList | Non
     if recorded is not None and (missing := find_missing_parts(root, recorded)):
         raise MissingPartError(root, missing)
     return recorded
+
+
+def check_store_format(root: str) -> None:
+    """Refuse a broker directory that a newer build wrote: its part list, or the manifest or a segment of
+    any queue or keyed log, claims a format above this build's (reads only; see ``check_queue_format``).
+
+    Raises:
+        NewerFormatError: the first such file (nothing was changed).
+    """
+    try:
+        read_part_list(root)  # (raises NewerFormatError for a list of a newer format)
+    except PartListError:
+        pass  # (damage, not a newer format: check_parts reports it)
+    keyed = os.path.join(root, KEYED_DIR)
+    for parent in (root, keyed):
+        if os.path.islink(parent) or not os.path.isdir(parent):
+            continue
+        for entry in sorted(os.listdir(parent)):
+            path = os.path.join(parent, entry)
+            if parent == root and entry == KEYED_DIR:
+                continue
+            if not os.path.islink(path) and os.path.isdir(path):
+                check_queue_format(path)
 
 
 def find_missing_parts(root: str, parts: PartList) -> list[MissingPart]:

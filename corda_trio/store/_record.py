@@ -179,9 +179,11 @@ def encode_segment_header(segment_number: int, base_id: int, first_seq: int = 0,
     return body + _pack_u32(zlib.crc32(body))
 
 
-def peek_format_version(data: bytes | bytearray | memoryview) -> int | None:
-    """The format version a segment file claims (``None``: too short or not a segment)."""
-    if len(data) < 12 or bytes(data[:8]) != SEGMENT_MAGIC:
+def peek_format_version(data: bytes | bytearray | memoryview, magic: bytes = SEGMENT_MAGIC) -> int | None:
+    """The format version a segment file (or, with ``magic=MANIFEST_MAGIC``, a manifest) claims in its first
+    12 bytes (``None``: too short or not one). Every format so far starts with its magic and a ``u32``
+    version, and a newer one must too: that is how a build tells a file written by a newer build."""
+    if len(data) < 12 or bytes(data[:8]) != magic:
         return None
     return int(_U32.unpack_from(data, 8)[0])
 

@@ -68,6 +68,7 @@ from ._segment import (
     MANIFEST_NAME,
     MANIFEST_TMP,
     QUARANTINE_DIR,
+    check_queue_format,
     create_segment,
     fsync_dir,
     is_compaction_leftover,
@@ -367,11 +368,13 @@ def recover_queue(queue_dir: str, mode: RecoveryMode = RecoveryMode.OPEN) -> Rec
         The recovered log; its ``report`` says what was found and done.
 
     Raises:
+        NewerFormatError: a newer build wrote the manifest or a segment (in every mode: nothing changed).
         CorruptSegmentError: a record, header, seal or the manifest is invalid, a segment is missing or
             the sequence has a gap: anything a crash cannot explain (not in ``REPAIR`` mode, which
             salvages instead and reports what was lost).
         OSError: the directory could not be read or written.
     """
+    check_queue_format(queue_dir)  # (before anything is removed or salvaged: a newer build's files stay)
     started = time.perf_counter()
     writable = mode is not RecoveryMode.CHECK
     strays = tuple(stray_entries(queue_dir))

@@ -25,8 +25,17 @@ from typing import Final
 
 from corda_trio import files
 
-from ._errors import CorruptSegmentError, InvalidQueueNameError
-from ._record import MANIFEST_READ_LIMIT, SEGMENT_HEADER_BYTES, encode_manifest, encode_segment_header
+from ._errors import CorruptSegmentError, InvalidQueueNameError, NewerFormatError
+from ._record import (
+    FORMAT_VERSION,
+    MANIFEST_MAGIC,
+    MANIFEST_READ_LIMIT,
+    SEGMENT_HEADER_BYTES,
+    SEGMENT_MAGIC,
+    encode_manifest,
+    encode_segment_header,
+    peek_format_version,
+)
 
 __all__ = [
     "COMPACT_SUFFIX",
@@ -38,6 +47,7 @@ __all__ = [
     "PARTS_FILE",
     "QUARANTINE_DIR",
     "SEGMENT_SUFFIX",
+    "check_queue_format",
     "create_segment",
     "fsync_dir",
     "is_compaction_leftover",
@@ -120,6 +130,25 @@ def validate_queue_name(name: str) -> str:
 def segment_path(queue_dir: str, number: int) -> str:
     """Path of segment ``number`` (20 decimal digits, so that names sort like numbers)."""
     return os.path.join(queue_dir, f"{number:020d}{SEGMENT_SUFFIX}")
+
+
+def check_queue_format(queue_dir: str) -> None:
+    """Refuse a queue (or keyed log) directory that a newer build wrote: its manifest or a segment claims a
+    format version above :data:`FORMAT_VERSION`. Reads the first 12 bytes of each regular file, nothing
+    else; what is not the store's (or is damaged) is left for recovery to judge.
+
+    Raises:
+        NewerFormatError: the first such file, in name order (nothing was changed).
+    """
+    paths = [(os.path.join(queue_dir, MANIFEST_NAME), MANIFEST_MAGIC, "manifest")]
+    paths += [(segment_path(queue_dir, n), SEGMENT_MAGIC, "segment") for n in list_segment_numbers(queue_dir)]
+    for path, magic, what in paths:
+        if not os.path.isfile(path):  # (a regular file only: never open a pipe a stranger put there)
+            continue
+        with open(path, "rb", buffering=0) as f:
+            version = peek_format_version(f.read(12), magic)
+        if version is not None and version > FORMAT_VERSION:
+            raise NewerFormatError(path, what, version, FORMAT_VERSION)
 
 
 def list_segment_numbers(queue_dir: str) -> list[int]:

@@ -201,7 +201,8 @@ async def test_a_store_without_a_part_list_opens_and_gets_one(tmp_path: Path) ->
     "text, reason",
     [
         ("", "Expecting value"),
-        ('{"format": 2, "queues": [], "keyed": []}', "not a part list of format 1"),
+        ('{"format": 0, "queues": [], "keyed": []}', "not a part list of format 1"),
+        ('{"format": true, "queues": [], "keyed": []}', "not a part list of format 1"),  # (format 2: newer)
         ('{"format": 1, "queues": []}', "missing key 'keyed'"),
         ('{"format": 1, "queues": ["../etc"], "keyed": []}', "path separator"),
         ('{"format": 1, "queues": "q", "keyed": []}', "must be lists"),
@@ -280,3 +281,29 @@ async def test_a_recorded_queue_with_records_left_is_salvaged_by_a_repair_not_dr
     assert "DROPPED" not in capsys.readouterr().out
     async with store.open_broker(tmp_path) as broker:
         assert [m.payload async for m in broker.get_queue(OUTBOUND).browse()] == [b"unsent-1", b"unsent-2"]
+
+
+async def test_a_part_list_of_a_newer_format_is_refused_as_such_and_never_rewritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newer build's part list (format 2) is neither "damaged" nor rebuilt: before, ``store check
+    --repair`` wrote a format-1 list over it, and the open refused it as "not the part list the store
+    writes"."""
+    root = tmp_path / "store"
+    await _build(root)
+    doc = _parts(root)
+    (root / store.PARTS_FILE).write_text(json.dumps({**doc, "format": 2}))
+    before = _tree(root)
+    expected = (
+        f"{root / store.PARTS_FILE}: part list format 2 was written by a newer build of corda-trio (this "
+        "build reads format 1 and older); nothing was read or changed: run the newer build on this store"
+    )
+    with pytest.raises(store.NewerFormatError, match="part list format 2") as caught:
+        async with store.open_broker(root):
+            pass
+    assert str(caught.value) == expected
+    capsys.readouterr()
+    for args in (["store", "check", str(root), "--repair"], ["store", "list", str(root)]):
+        assert main(args) == 1
+        assert capsys.readouterr().err == f"corda-trio: error: {expected}\n"
+    assert _tree(root) == before
