@@ -501,9 +501,14 @@ def decode_checkpoint(data: bytes) -> FlowState:
     Raises:
         PayloadError: not a checkpoint of this format, or it names an unknown flow class / version / type.
     """
-    value = _unpack(data, True)
+    try:
+        value = _unpack(data, True)
+    except PayloadError:
+        _refuse_newer_checkpoint(data)
+        raise
     if not isinstance(value, list) or len(value) not in (11, 12) or value[0] != CHECKPOINT_FORMAT:
-        raise PayloadError("not a flow checkpoint of format 1")
+        _refuse_newer_checkpoint(data)
+        raise PayloadError(f"not a flow checkpoint of format {CHECKPOINT_FORMAT}")
     (_, flow_id, status, suspends, next_session, stack, sessions, outbox, result, error,
      flow_class) = value[:11]  # fmt: skip
     started_by = value[11] if len(value) == 12 else None
@@ -540,14 +545,32 @@ def decode_checkpoint(data: bytes) -> FlowState:
     return state
 
 
+def _refuse_newer_checkpoint(data: bytes) -> None:
+    """Raise the error of a checkpoint that a newer build wrote (its format number above this code's), if
+    ``data`` is one: the flow is then listed with it and its checkpoint kept, not taken for a damaged one."""
+    found = _peek_checkpoint(data)
+    if isinstance(found, list) and found and type(found[0]) is int and found[0] > CHECKPOINT_FORMAT:
+        raise PayloadError(
+            f"flow checkpoint format {found[0]} was written by a newer build of corda-trio (this build reads "
+            f"format {CHECKPOINT_FORMAT}): the checkpoint is kept as it is; run the newer build to resume it"
+        )
+
+
+def _peek_checkpoint(data: bytes) -> Any:
+    """A checkpoint's top level with its flows and payloads (ext types) left undecoded as ``None``: what can
+    be read of one this code cannot decode (a newer build's, or a flow class it lacks); ``None`` when it is
+    not msgpack at all."""
+    try:
+        return msgpack.unpackb(data, ext_hook=lambda _code, _data: None, raw=False, strict_map_key=False)
+    except Exception:  # (msgpack raises several types for malformed input)
+        return None
+
+
 def checkpoint_started_by(data: bytes) -> str | None:
     """The starter recorded in a checkpoint, read without decoding its flow or payloads (for a checkpoint
     :func:`decode_checkpoint` refuses: a flow class or version this code lacks); ``None`` when it records
     none or cannot be read."""
-    try:
-        value = msgpack.unpackb(data, ext_hook=lambda _code, _data: None, raw=False, strict_map_key=False)
-    except Exception:  # (msgpack raises several types for malformed input)
-        return None
+    value = _peek_checkpoint(data)
     if isinstance(value, list) and len(value) == 12 and value[0] == CHECKPOINT_FORMAT:
         return value[11] if isinstance(value[11], str) else None
     return None
