@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from corda_trio import files, pki
 
@@ -26,6 +26,10 @@ from ._model import SignedWithCert
 from ._signing import VerifiedNodeInfo, decode_signed_node_info, identity_key_hash
 
 __all__ = ["NetworkMapStore", "NetworkMapStoreError", "PutResult"]
+
+#: The format of the map database (SQLite's ``user_version``: 0 in a database of a build from before it
+#: was recorded, whose tables are the same). A newer build's (higher) is refused, never read or changed.
+MAP_DB_FORMAT: Final = 1
 
 PutResult = Literal["added", "replaced", "unchanged", "stale", "denied", "confusable"]
 
@@ -85,9 +89,20 @@ class NetworkMapStore:
         except sqlite3.Error as exc:
             raise NetworkMapStoreError(f"cannot open the network map database {path}: {exc}") from None
         try:
+            # (first, before journal_mode or the schema change the file: a newer build's is left as it is)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > MAP_DB_FORMAT:
+                self._db.close()
+                raise NetworkMapStoreError(
+                    f"{path}: network map database format {version} was written by a newer build of "
+                    f"corda-trio (this build reads format {MAP_DB_FORMAT} and older); nothing was read or "
+                    "changed: run the newer build on it"
+                )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            if version < MAP_DB_FORMAT:  # (new, or written before the format was recorded: the same tables)
+                self._db.execute(f"PRAGMA user_version = {MAP_DB_FORMAT}")
             problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if problem != "ok":
                 raise sqlite3.DatabaseError(problem)

@@ -6,6 +6,7 @@ The commands run as real processes against a prepared directory (``{d}`` in a co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -61,6 +62,12 @@ CASES: list[tuple[str, str, str, int]] = [
      "networkmap.db is not a usable network map database", 1),
     ("networkmap-corrupt-db-serve", "networkmap serve --dir {d}/corrupt-net",
      "networkmap.db is not a usable network map database", 1),
+    # a map database a newer build wrote (SQLite user_version above this build's): refused, left unread
+    *((f"networkmap-newer-db-{cmd}", f"networkmap {cmd} --dir {{d}}/newer-net",
+       "{d}/newer-net/network-map/networkmap.db: network map database format 2 was written by a newer "
+       "build of corda-trio (this build reads format 1 and older); nothing was read or changed: run the "
+       "newer build on it", 1)
+      for cmd in ("list", "serve")),
     ("networkmap-remove-unknown", f"networkmap remove --dir {{d}}/net --node {BOB.replace('Bob', 'Carol')}",
      "O=Carol, L=Paris, C=FR is not in the map", 1),
     ("networkmap-readmit-not-removed", f"networkmap readmit --dir {{d}}/net --node {BOB}",
@@ -142,6 +149,11 @@ def _prepare(d: Path) -> None:
     # A map database that is not one.
     shutil.copytree(d / "net", d / "corrupt-net")
     (d / "corrupt-net" / "network-map" / "networkmap.db").write_bytes(b"\x00garbage, not SQLite\n" * 64)
+    # A map database of a newer build's format (the bootstrap's has one: list opens it).
+    shutil.copytree(d / "net", d / "newer-net")
+    assert run_cli("networkmap", "list", "--dir", str(d / "newer-net")).returncode == 0
+    with contextlib.closing(sqlite3.connect(d / "newer-net" / "network-map" / "networkmap.db")) as db:
+        db.execute("PRAGMA user_version = 2")
     # A node.toml whose legal name is not the one in its certificates.
     shutil.copytree(d / "net", d / "renamed-net")
     toml = d / "renamed-net" / "nodes" / "alice" / "node.toml"
@@ -459,6 +471,15 @@ def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> No
     assert db.read_bytes() == before
     with pytest.raises(sqlite3.DatabaseError):
         sqlite3.connect(db).execute("SELECT 1 FROM sqlite_master").fetchall()
+
+
+def test_a_newer_builds_map_database_is_left_as_it_is(playground: Path) -> None:
+    """Its format (SQLite's user_version) is above this build's: before, the build opened it as its own
+    (journal mode, schema) and read it with its own rules."""
+    db = playground / "newer-net" / "network-map" / "networkmap.db"
+    before = {p.name: p.read_bytes() for p in db.parent.glob("networkmap.db*")}
+    assert run_cli("networkmap", "list", "--dir", str(playground / "newer-net")).returncode == 1
+    assert {p.name: p.read_bytes() for p in db.parent.glob("networkmap.db*")} == before
 
 
 def test_a_benchmark_stopped_by_the_machine_says_why_without_an_errno() -> None:
