@@ -8,8 +8,9 @@ rounds with herself mid-way. This build, as real ``node start`` processes, must 
 it, deliver each queued message once (Bob's responders: one each), and leave stores ``store check`` passes.
 
 A store that a NEWER build wrote (a format version above this build's, in a segment or a manifest) is
-refused in one line by ``node start``, ``store check`` and ``store check --repair``, which change nothing:
-before, it was "damaged" and the repair the message advised dropped every message of the newer segment.
+refused in one line by ``node start``, ``store check`` (also ``--repair``), ``store list`` and ``store
+compact``, which change nothing: before, it was "damaged" and the repair the message advised dropped every
+message of the newer segment.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ async def test_a_store_a_newer_build_wrote_is_refused_in_one_line_and_left_alone
     started = run_cli("node", "start", "--config", str(alice_path))
     assert started.returncode == 1
     assert started.stderr == f"corda-trio: error: {alice_cfg.legal_name}: cannot start, {expected}\n"
-    for args in (["store", "check"], ["store", "check", "--repair"], ["store", "list"]):
+    for args in (["store", "check"], ["store", "check", "--repair"], ["store", "list"], ["store", "compact"]):
         result = run_cli(*args, str(alice_cfg.store_directory))
         assert (result.returncode, result.stderr) == (1, f"corda-trio: error: {expected}\n"), args
     result = run_cli("store", "check", "--repair", str(checkpoints))  # (one queue's directory)
