@@ -76,6 +76,9 @@ __all__ = [
 
 log = logging.getLogger("corda_trio.network.cache")
 
+#: The cache file's format (SQLite's ``user_version``; 0 in a file of a build from before it was
+#: recorded, whose tables are the same). A newer build's (higher) is moved aside unread, like a damaged one.
+CACHE_FORMAT: Final = 1
 #: Poll interval when the server sends no ``max-age``, and the longest we ever wait between polls.
 DEFAULT_POLL_SECONDS: Final[float] = 30.0
 MAX_POLL_SECONDS: Final[float] = 600.0
@@ -160,8 +163,20 @@ class NodeInfoCache:
         files.check_regular_file(path, missing_ok=True)  # (SQLite: "disk I/O error" of a pipe or /dev/zero)
         try:
             self._db = _open_cache(path)
+        except _NewerCacheError as exc:
+            aside = _move_aside(Path(path), "newer")
+            log.warning(
+                "network map cache %s was written by a newer build of corda-trio (format %d; this build "
+                "reads format %d and older): moved aside, unread, to %s; it is rebuilt from the network map "
+                "and the node-info directory",
+                path,
+                exc.args[0],
+                CACHE_FORMAT,
+                aside,
+            )
+            self._db = _open_cache(path)
         except _DamagedCacheError as exc:
-            aside = _move_aside(Path(path))
+            aside = _move_aside(Path(path), "damaged")
             log.warning(
                 "network map cache %s is damaged (%s): moved aside to %s; it is rebuilt from the network map "
                 "and the node-info directory",
@@ -211,6 +226,10 @@ class _DamagedCacheError(Exception):
     """The cache's file is not a database, or a damaged one."""
 
 
+class _NewerCacheError(Exception):
+    """The cache's file is of a newer build's format (``args[0]``)."""
+
+
 def _open_cache(path: str | Path) -> sqlite3.Connection:
     """Open (or create) the cache database.
 
@@ -220,6 +239,9 @@ def _open_cache(path: str | Path) -> sqlite3.Connection:
     """
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]  # (first: before anything changes the file)
+        if version > CACHE_FORMAT:
+            raise _NewerCacheError(version)  # (closed below)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(
@@ -240,13 +262,16 @@ def _open_cache(path: str | Path) -> sqlite3.Connection:
     if problems != ["ok"]:
         db.close()
         raise _DamagedCacheError(f"quick check: {'; '.join(problems[:3])}")
+    if version < CACHE_FORMAT:
+        db.execute(f"PRAGMA user_version = {CACHE_FORMAT}")
     return db
 
 
-def _move_aside(path: Path) -> Path:
-    """Rename the damaged database ``path`` (and its write-ahead log files); returns its new name."""
+def _move_aside(path: Path, why: str) -> Path:
+    """Rename the database ``path`` (and its write-ahead log files) to ``<name>.<why>-<UTC time>``; returns
+    its new name."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
     for suffix in ("-wal", "-shm"):
         extra = path.with_name(path.name + suffix)
         if extra.exists():

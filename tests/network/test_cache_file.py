@@ -3,7 +3,9 @@ is a cache: the network map and the node-info directory fill it again); other fa
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,31 @@ def test_a_cache_path_that_cannot_be_opened_is_an_error_and_nothing_is_moved(tmp
     with pytest.raises(IsADirectoryError):  # (refused before SQLite: it said "unable to open database file")
         network.NodeInfoCache(path)
     assert path.is_dir() and _aside(tmp_path) == []
+
+
+def test_a_cache_a_newer_build_wrote_is_moved_aside_unread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its format (SQLite's user_version) is above this build's: before, this build read it (and wrote to it)
+    as its own; now it is kept as it was, under another name, and the cache starts empty."""
+    path = tmp_path / "network-map-cache.db"
+    cache = network.NodeInfoCache(path)
+    cache.set_parameters("ab", b"signed by a newer build")
+    cache.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (1,)  # (this build records its format)
+        db.execute("PRAGMA user_version = 2")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    newer = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="corda_trio.network.cache"):
+        cache = network.NodeInfoCache(path)
+    try:
+        assert cache.load() == {} and cache.parameters() is None
+    finally:
+        cache.close()
+    (moved,) = [p.name for p in tmp_path.iterdir() if ".newer-" in p.name and not p.name.endswith("-wal")]
+    assert (tmp_path / moved).read_bytes() == newer
+    assert (
+        f"network map cache {path} was written by a newer build of corda-trio (format 2; this build reads "
+        f"format 1 and older): moved aside, unread, to {tmp_path / moved}"
+    ) in caplog.text
