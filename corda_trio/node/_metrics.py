@@ -137,6 +137,15 @@ class NodeCollector:
         peers = _gauge("network_map_nodes", "Nodes in the network map (including this one)")
         peers.add_metric([], len(node.network_nodes()))
         yield peers
+        certs = _gauge(
+            "certificate_not_after_timestamp_seconds",
+            "When each of the node's own certificates (TLS and identity chains, network root) expires "
+            "(Unix time; peers refuse the node from then on)",
+            ("role", "subject"),
+        )
+        for own in node.own_certificates():
+            certs.add_metric([own.role, own.subject], own.not_after.timestamp())
+        yield certs
 
     def _queues(self, node: Node) -> Iterator[Metric]:
         broker = node.broker

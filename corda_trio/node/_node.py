@@ -62,6 +62,13 @@ from corda_trio import __version__, bridge, logs, messaging, network, pki, rpc, 
 from corda_trio.bridge import float as float_
 from corda_trio.files import open_for_appending, read_small_file, write_file_atomically
 
+from ._certificates import (
+    OwnCertificate,
+    check_own_certificates,
+    expiry_warning,
+    own_certificates,
+    watch_expiry,
+)
 from ._config import BridgeMode, ConfigError, LogFormat, NodeConfig
 from ._descriptors import ListenerCaps, open_descriptors, plan_descriptors
 from ._metrics import NodeMetrics, serve_metrics
@@ -175,6 +182,8 @@ class _Material:
     identity_key: Any
     parameters: network.NetworkParameters
     parameters_hash: str
+    #: the node's own certificates (TLS and identity chains, trust root), each once
+    certificates: tuple[OwnCertificate, ...] = ()
 
 
 def _import_flow_modules(config: NodeConfig) -> None:
@@ -225,6 +234,17 @@ def _load_material(config: NodeConfig) -> _Material:
         identity_key = pki.read_private_key(config.identity_key, passphrase)
     except (ConfigError, pki.KeyStoreError) as exc:
         raise NodeStartError(str(exc)) from None
+    certificates = own_certificates(
+        [
+            (config.tls_cert_chain, tls_chain),
+            (config.identity_cert_chain, identity_chain),
+            (config.trust_root, [root]),
+        ]
+    )
+    try:
+        check_own_certificates(certificates, now=dt.datetime.now(dt.UTC))
+    except pki.CertificateValidationError as exc:
+        raise NodeStartError(str(exc)) from None
     if identity_chain[0].public_key() != identity_key.public_key():
         raise NodeStartError(f"{config.identity_key} is not the key of {config.identity_cert_chain}")
     if pki.CordaX500Name.from_x509_name(identity_chain[0].subject) != config.legal_name:
@@ -252,6 +272,7 @@ def _load_material(config: NodeConfig) -> _Material:
         identity_key=identity_key,
         parameters=params,
         parameters_hash=params_hash,
+        certificates=certificates,
     )
 
 
@@ -291,6 +312,10 @@ class Node:
     _flow_host: Any = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
+
+    def own_certificates(self) -> tuple[OwnCertificate, ...]:
+        """The node's own certificates (empty until its keys are read)."""
+        return () if self._material is None else self._material.certificates
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop gracefully (idempotent; safe from any task)."""
@@ -363,6 +388,11 @@ class Node:
                     _write_store_record(cfg)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_store, broker)
+                    if (
+                        warning := expiry_warning(material.certificates, now=dt.datetime.now(dt.UTC))
+                    ) is not None:
+                        log.warning(warning)
+                    nursery.start_soon(watch_expiry, material.certificates)
                     addresses = await self._start(nursery, broker, material)
                     self.addresses = addresses
                     runtime_file.write_text(json.dumps(attrs.asdict(addresses)) + "\n")

@@ -8,6 +8,7 @@ from ._certs import DEFAULT_VALIDITY as DEFAULT_VALIDITY
 from ._certs import CaKey as CaKey
 from ._certs import PublicKey as PublicKey
 from ._certs import check_chain_roles as check_chain_roles
+from ._certs import check_validity_period as check_validity_period
 from ._certs import create_certificate as create_certificate
 from ._certs import create_root_certificate as create_root_certificate
 from ._certs import generate_ec_key as generate_ec_key
@@ -66,6 +67,7 @@ __all__ = [
     "check_chain_roles",
     "check_peer_is_network_node",
     "check_peer_legal_name",
+    "check_validity_period",
     "client_ssl_context",
     "confusable_names_message",
     "create_certificate",

@@ -50,6 +50,7 @@ __all__ = [
     "CaKey",
     "PublicKey",
     "check_chain_roles",
+    "check_validity_period",
     "create_certificate",
     "create_root_certificate",
     "generate_ec_key",
@@ -244,6 +245,28 @@ def _within(subject: x509.Name, base: x509.Name) -> bool:
     return list(subject.rdns[: len(base.rdns)]) == list(base.rdns)
 
 
+def check_validity_period(cert: x509.Certificate, *, now: dt.datetime) -> None:
+    """Check that ``now`` lies within ``cert``'s validity period (both ends included, as RFC 5280 §4.1.2.5).
+
+    Args:
+        now: the time to check at (timezone-aware UTC; never read from a clock here).
+
+    Raises:
+        CertificateValidationError: ``reason`` ``expired`` (the message gives the not-after time) or
+            ``not-yet-valid`` (it gives the not-before time); the message names the certificate's subject.
+    """
+    if now < cert.not_valid_before_utc:
+        raise CertificateValidationError(
+            f"certificate {_describe(cert)} is not valid before {cert.not_valid_before_utc.isoformat()}",
+            reason="not-yet-valid",
+        )
+    if now > cert.not_valid_after_utc:
+        raise CertificateValidationError(
+            f"certificate {_describe(cert)} expired at {cert.not_valid_after_utc.isoformat()}",
+            reason="expired",
+        )
+
+
 def validate_cert_path(
     path: Sequence[x509.Certificate],
     *,
@@ -284,16 +307,7 @@ def validate_cert_path(
         )
     full = [*certs, trust_root]
     for cert in full:
-        if now < cert.not_valid_before_utc:
-            raise CertificateValidationError(
-                f"certificate {_describe(cert)} is not valid before {cert.not_valid_before_utc.isoformat()}",
-                reason="not-yet-valid",
-            )
-        if now > cert.not_valid_after_utc:
-            raise CertificateValidationError(
-                f"certificate {_describe(cert)} expired at {cert.not_valid_after_utc.isoformat()}",
-                reason="expired",
-            )
+        check_validity_period(cert, now=now)
     for index, child in enumerate(certs):
         parent = full[index + 1]
         if child.issuer != parent.subject:

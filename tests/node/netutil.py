@@ -4,14 +4,18 @@ node process tests."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import attrs
 import trio
+from cryptography import x509
+from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import pki, rpc
+from corda_trio.pki import _certs as pki_certs
 from corda_trio.node import _config
 from corda_trio.node._cli_network import create_network
 
@@ -69,3 +73,46 @@ async def open_map_process(net: Path, *, max_age_seconds: int) -> AsyncIterator[
             await proc.wait()
         if proc.returncode is None:
             proc.kill()
+
+
+async def scrape_metrics(url: str) -> dict[str, float]:
+    """GET a node's ``/metrics``: ``{"name,label=value,...": value}``."""
+    stream = await trio.open_tcp_stream("127.0.0.1", int(url.split(":")[2].split("/")[0]))
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
+            samples[key] = s.value
+    return samples
+
+
+def reissue_tls_certificate(
+    node_dir: Path, *, not_after: dt.datetime, not_before: dt.datetime | None = None
+) -> x509.Certificate:
+    """Replace a bootstrapped node's TLS certificate (same key, issued by its node CA through ``pki``) by one
+    valid from ``not_before`` (default: the node CA's; never earlier) to ``not_after``; returns it."""
+    certs = node_dir / "certificates"
+    passphrase = (certs / "passphrase").read_text().strip().encode()
+    node_ca = pki.read_certificates(certs / "node-ca.chain.pem")[0]
+    not_before = not_before or node_ca.not_valid_before_utc
+    chain = pki.read_certificates(certs / "tls.chain.pem")
+    issued_at = not_before + pki_certs.BACKDATE  # (create_certificate backdates by BACKDATE)
+    cert = pki.create_certificate(
+        role=pki.CertRole.TLS,
+        subject=chain[0].subject,
+        public_key=pki.read_private_key(certs / "tls.key.pem", passphrase).public_key(),
+        issuer_cert=node_ca,
+        issuer_key=pki.read_private_key(certs / "node-ca.key.pem", passphrase),
+        now=issued_at,
+        validity=not_after - issued_at,
+    )
+    assert cert.not_valid_before_utc == not_before.replace(microsecond=0), cert.not_valid_before_utc
+    pki.write_certificates(certs / "tls.chain.pem", [cert, *chain[1:]])
+    return cert

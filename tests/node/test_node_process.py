@@ -14,32 +14,14 @@ import msgpack
 import pytest
 import trio
 import trio_websocket
-from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import rpc, store
 from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 
-from .netutil import PASSWORD, make_network
+from .netutil import PASSWORD, make_network, scrape_metrics
 
 pytestmark = pytest.mark.slow
-
-
-async def _scrape(url: str) -> dict[str, float]:
-    stream = await trio.open_tcp_stream("127.0.0.1", int(url.split(":")[2].split("/")[0]))
-    async with stream:
-        await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-        data = b""
-        while chunk := await stream.receive_some(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    samples = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
-            samples[key] = s.value
-    return samples
 
 
 async def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -100,14 +82,14 @@ async def test_two_nodes_start_see_each_other_and_stop_cleanly(tmp_path: Path) -
                 await client.drain()
             assert denied.value.code == "forbidden"
 
-        before = await _scrape(alice.metrics_url)
+        before = await scrape_metrics(alice.metrics_url)
         assert before["corda_trio_node_info,legal_name=O=Alice, L=London, C=GB,version=0.1.0"] == 1
         async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as client:
             for _ in range(5):
                 await client.ping()
             assert (await client.drain())["draining"] is True
             assert (await client.node_info())["draining"] is True
-        after = await _scrape(alice.metrics_url)
+        after = await scrape_metrics(alice.metrics_url)
         assert after["corda_trio_rpc_calls_total,method=ping,outcome=ok"] >= 5 + before.get(
             "corda_trio_rpc_calls_total,method=ping,outcome=ok", 0
         )

@@ -1,0 +1,72 @@
+"""The node's own certificates over time, with real ``corda-trio node start`` processes: a start with an
+expired or not-yet-valid certificate is refused in one line; one that expires soon gives a warning at start,
+one error line when it expires while the node runs, and its not-after time is on ``/metrics``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+import trio
+
+from corda_trio.node._processes import start_node_process
+
+from .cli_helpers import run_cli
+from .netutil import make_network, reissue_tls_certificate, scrape_metrics
+
+pytestmark = pytest.mark.slow
+
+ALICE = "O=Alice,L=London,C=GB"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+@pytest.mark.parametrize("when", ["expired", "not-yet-valid"])
+def test_start_with_an_out_of_date_tls_certificate_is_refused_in_one_line(tmp_path: Path, when: str) -> None:
+    [(path, config)] = make_network(tmp_path / "net", [ALICE])
+    node_dir = path.parent
+    if when == "expired":
+        cert = reissue_tls_certificate(node_dir, not_after=_now() - dt.timedelta(seconds=30))
+        expected = f"expired at {cert.not_valid_after_utc.isoformat()}"
+    else:  # this machine's clock is a minute behind the issuer's
+        cert = reissue_tls_certificate(
+            node_dir, not_before=_now() + dt.timedelta(seconds=60), not_after=_now() + dt.timedelta(days=1)
+        )
+        expected = f"is not valid before {cert.not_valid_before_utc.isoformat()}"
+    done = run_cli("node", "start", "--config", str(path), timeout=60)
+    assert done.returncode == 1, done
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert str(config.tls_cert_chain) in lines[0] and expected in lines[0], lines[0]
+    assert "'O=Alice,L=London,C=GB'" in lines[0]
+    assert not config.store_directory.exists()  # refused before anything was written
+
+
+async def test_a_certificate_expiring_while_the_node_runs(tmp_path: Path) -> None:
+    [(path, config)] = make_network(tmp_path / "net", [ALICE])
+    cert = reissue_tls_certificate(path.parent, not_after=_now() + dt.timedelta(seconds=6))
+    not_after = cert.not_valid_after_utc.isoformat()
+    node = await start_node_process(path, config)
+    try:
+        console = node.console_log.read_text()
+        assert "WARNING" in console and f"expires at {not_after}" in console, console
+        assert str(config.tls_cert_chain) in console
+        assert (metrics_url := node.metrics_url) is not None
+        samples = await scrape_metrics(metrics_url)
+        key = "corda_trio_certificate_not_after_timestamp_seconds,role=TLS,subject=O=Alice,L=London,C=GB"
+        assert samples[key] == cert.not_valid_after_utc.timestamp(), samples
+        roles = {k.split(",")[1] for k in samples if k.startswith("corda_trio_certificate_not_after")}
+        assert roles == {"role=TLS", "role=NODE_CA", "role=DOORMAN_CA", "role=LEGAL_IDENTITY", "role=ROOT"}
+        with trio.fail_after(20):
+            while f"expired at {not_after}" not in node.console_log.read_text():  # noqa: ASYNC110
+                await trio.sleep(0.2)
+        await trio.sleep(1)  # (one line, not one per second)
+        errors = [line for line in node.console_log.read_text().splitlines() if "ERROR" in line]
+        assert len(errors) == 1, errors
+        assert str(config.tls_cert_chain) in errors[0] and "peers refuse" in errors[0], errors
+    finally:
+        await node.stop()
