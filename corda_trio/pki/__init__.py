@@ -44,6 +44,7 @@ from ._tls import check_peer_legal_name as check_peer_legal_name
 from ._tls import client_ssl_context as client_ssl_context
 from ._tls import peer_certificate as peer_certificate
 from ._tls import peer_chain as peer_chain
+from ._tls import presented_chain as presented_chain
 from ._tls import server_ssl_context as server_ssl_context
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "load_pem_certificates",
     "peer_certificate",
     "peer_chain",
+    "presented_chain",
     "read_certificate",
     "read_certificates",
     "read_private_key",

@@ -53,6 +53,7 @@ __all__ = [
     "client_ssl_context",
     "peer_certificate",
     "peer_chain",
+    "presented_chain",
     "server_ssl_context",
 ]
 
@@ -230,18 +231,31 @@ def peer_chain(ssl_object: object) -> list[x509.Certificate]:
     Raises:
         PeerIdentityError: the chain cannot be read (no handshake yet, or an ``ssl`` without the method).
     """
+    return _chain(ssl_object, "get_verified_chain", "verified certificate chain")
+
+
+def presented_chain(ssl_object: object) -> list[x509.Certificate]:
+    """The certificates the peer sent, *not verified*: only to say why a handshake failed (which of them
+    expired, say).  A client sees the server's even when it refused them; a server keeps none of a client's
+    it refused (OpenSSL drops them), so this is then empty.
+
+    Raises:
+        PeerIdentityError: the certificates cannot be read (an ``ssl`` without ``get_unverified_chain``).
+    """
+    return _chain(ssl_object, "get_unverified_chain", "certificates")
+
+
+def _chain(ssl_object: object, method: str, what: str) -> list[x509.Certificate]:
     # the transport's TLS stream shows its SSLObject as ssl_object; trio.SSLStream keeps it in _ssl_object
     inner = getattr(ssl_object, "ssl_object", None) or getattr(ssl_object, "_ssl_object", ssl_object)
-    getter = getattr(inner, "get_verified_chain", None) or getattr(
-        getattr(inner, "_sslobj", None), "get_verified_chain", None
-    )
+    getter = getattr(inner, method, None) or getattr(getattr(inner, "_sslobj", None), method, None)
     if getter is None:
-        raise PeerIdentityError("cannot read the TLS peer's verified certificate chain")
+        raise PeerIdentityError(f"cannot read the TLS peer's {what}")
     try:
         raw = getter() or []
         return [load_der_certificate(c if isinstance(c, bytes) else c.public_bytes(_DER)) for c in raw]
     except (ValueError, ssl.SSLError) as exc:
-        raise PeerIdentityError(f"cannot read the TLS peer's verified certificate chain: {exc}") from exc
+        raise PeerIdentityError(f"cannot read the TLS peer's {what}: {exc}") from exc
 
 
 #: ``_ssl.ENCODING_DER`` (``public_bytes`` of the certificates ``get_verified_chain`` returns).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,7 @@ from ._driver import AmqpConnection
 from ._errors import HandshakeError
 from ._socks import SocksProxy, open_socks_stream
 from ._tls import TlsStream, tls_over
+from ._tls_failures import describe_tls_failure
 
 __all__ = [
     "DEFAULT_HANDSHAKE_TIMEOUT_SECONDS",
@@ -92,7 +94,8 @@ async def secure_stream(
         await _send_pending_alert(tls, stream)
         await trio.aclose_forcefully(tls)
         cause = exc.__cause__ or exc
-        raise HandshakeError(f"TLS handshake failed: {_one_line(cause)}") from exc
+        why = describe_tls_failure(exc, tls, now=dt.datetime.now(dt.UTC)) or _one_line(cause)
+        raise HandshakeError(f"TLS handshake failed: {why}") from exc
     except BaseException:
         await trio.aclose_forcefully(tls)
         raise

@@ -52,6 +52,7 @@ overrunning peer slows the peer instead of growing memory.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 import math
@@ -70,6 +71,7 @@ from ._errors import (
     LinkDetachedError,
 )
 from ._tls import TlsStream
+from ._tls_failures import describe_tls_failure
 
 __all__ = ["AmqpConnection", "Delivery", "LinkRequest", "PendingDelivery", "Receiver", "Sender"]
 
@@ -1103,7 +1105,9 @@ class AmqpConnection:
                         if not data:
                             break
         except (trio.BrokenResourceError, trio.ClosedResourceError, AmqpConnectionError) as exc:
-            self._set_broken(AmqpConnectionError(f"transport failed: {exc!r}"))
+            # (with TLS 1.3 a peer that refuses our certificate says so in an alert read only now)
+            why = describe_tls_failure(exc, None, now=dt.datetime.now(dt.UTC)) or repr(exc)
+            self._set_broken(AmqpConnectionError(f"transport failed: {why}"))
             with trio.CancelScope(shield=True):
                 await self._drop_stream()
             return

@@ -15,9 +15,9 @@ from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
 from corda_trio import pki, rpc
-from corda_trio.pki import _certs as pki_certs
 from corda_trio.node import _config
 from corda_trio.node._cli_network import create_network
+from corda_trio.pki import _certs as pki_certs
 
 from .cli_helpers import CLI
 

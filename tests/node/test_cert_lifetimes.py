@@ -55,7 +55,8 @@ async def test_a_certificate_expiring_while_the_node_runs(tmp_path: Path) -> Non
         console = node.console_log.read_text()
         assert "WARNING" in console and f"expires at {not_after}" in console, console
         assert str(config.tls_cert_chain) in console
-        assert (metrics_url := node.metrics_url) is not None
+        metrics_url = node.metrics_url
+        assert metrics_url is not None
         samples = await scrape_metrics(metrics_url)
         key = "corda_trio_certificate_not_after_timestamp_seconds,role=TLS,subject=O=Alice,L=London,C=GB"
         assert samples[key] == cert.not_valid_after_utc.timestamp(), samples

@@ -113,3 +113,86 @@ async def test_a_node_ca_minting_another_name_is_refused_with_one_log_line(
     assert seen == b"", seen
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("inbound 127.0.0.1:") and "(name-mismatch)" in line and "\n" not in line
+
+
+# --- certificates out of their validity period: both sides say whose, which and when -----------------------
+
+EXPIRED = "expired"
+NOT_YET_VALID = "not-yet-valid"
+
+
+def _out_of_date(network: pki.NetworkCredentials, name: pki.CordaX500Name, when: str) -> pki.NodeCredentials:
+    if when == EXPIRED:  # expired twenty minutes ago
+        return network.issue_node(name, now=NOW, validity=dt.timedelta(minutes=10))
+    # valid from a minute from now on (the issuer's clock is ahead of ours; create_certificate backdates 1 h)
+    return network.issue_node(name, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1, minutes=1))
+
+
+async def _refused_dial(port: int, ctx: ssl.SSLContext) -> str:
+    with trio.fail_after(10):
+        try:
+            async with transport.open_amqp_connection("127.0.0.1", port, ssl_context=ctx):
+                pass
+        except (transport.HandshakeError, transport.AmqpConnectionError) as exc:
+            return str(exc)
+    raise AssertionError("the connection was not refused")
+
+
+@pytest.mark.parametrize("when", [EXPIRED, NOT_YET_VALID])
+@pytest.mark.parametrize("tls12", [False, True], ids=["tls1.3", "tls1.2"])
+async def test_a_client_certificate_out_of_date_is_named_on_both_sides(
+    nursery: trio.Nursery,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    caplog: pytest.LogCaptureFixture,
+    when: str,
+    tls12: bool,
+) -> None:
+    port = await _serve(nursery, network, bob)
+    alice = _out_of_date(network, ALICE, when)
+    ctx = _context(alice.tls_chain, alice.tls.key, network.root, server=False, tls12=tls12)
+    with caplog.at_level(logging.WARNING, logger="corda_trio.transport"):
+        client_says = await _refused_dial(port, ctx)
+        await trio.testing.wait_all_tasks_blocked()
+    (server_says,) = [r.getMessage() for r in caplog.records]
+    assert server_says.startswith("inbound 127.0.0.1:") and "\n" not in server_says
+    if when == EXPIRED:  # (a server keeps none of the certificates of a client it refused: no name)
+        assert "a certificate of the peer's chain has expired (this machine's clock: " in server_says
+        assert "the peer refused our certificate: it has expired by the peer's clock" in client_says
+    else:
+        assert "a certificate of the peer's chain is not valid yet" in server_says
+        assert "is one of the clocks wrong?" in server_says
+        assert "the peer refused our certificate: TLS alert bad_certificate" in client_says
+        assert "not valid yet by the peer's clock" in client_says
+
+
+@pytest.mark.parametrize("when", [EXPIRED, NOT_YET_VALID])
+async def test_a_server_certificate_out_of_date_is_named_on_both_sides(
+    nursery: trio.Nursery,
+    network: pki.NetworkCredentials,
+    caplog: pytest.LogCaptureFixture,
+    when: str,
+) -> None:
+    stale = _out_of_date(network, BOB, when)
+    port = await _serve(nursery, network, stale)
+    alice = network.issue_node(ALICE, now=NOW)
+    ctx = _context(alice.tls_chain, alice.tls.key, network.root, server=False)
+    with caplog.at_level(logging.WARNING, logger="corda_trio.transport"):
+        client_says = await _refused_dial(port, ctx)
+        await trio.testing.wait_all_tasks_blocked()
+    (server_says,) = [r.getMessage() for r in caplog.records]
+    leaf = stale.tls.cert
+    if when == EXPIRED:
+        expected = (
+            "the peer's certificate 'O=Bob,L=New York,C=US' expired at "
+            + leaf.not_valid_after_utc.isoformat()
+        )
+        assert expected in client_says, client_says
+        assert "the peer refused our certificate: it has expired by the peer's clock" in server_says
+    else:
+        expected = (
+            f"the peer's certificate 'O=Bob,L=New York,C=US' is not valid before "
+            f"{leaf.not_valid_before_utc.isoformat()} (this machine's clock: "
+        )
+        assert expected in client_says and "is one of the clocks wrong?" in client_says, client_says
+        assert "the peer refused our certificate: TLS alert bad_certificate" in server_says

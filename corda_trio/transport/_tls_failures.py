@@ -1,0 +1,92 @@
+"""What a failed TLS handshake means, in words an operator can act on, for the certificate faults that come
+with time: a certificate that expired, or one not valid yet because two machines' clocks disagree.
+
+Theory of operation
+-------------------
+OpenSSL checks every certificate's dates while it verifies a chain and fails the handshake with a verify
+code (``X509_V_ERR_CERT_HAS_EXPIRED`` = 10, ``X509_V_ERR_CERT_NOT_YET_VALID`` = 9); it then sends the
+peer an alert (``certificate_expired`` for the first; ``bad_certificate`` for the second, which OpenSSL
+also sends for other faults). Its own text, ``certificate verify failed: certificate has expired``, says
+neither whose certificate nor which one of the chain nor when, and the refused side sees only
+``SSLV3_ALERT_CERTIFICATE_EXPIRED``. :func:`describe_tls_failure` says:
+
+* on the refusing side: which certificate and when it expired or becomes valid, with this machine's clock
+  (a client still holds the server's certificates after refusing them; a server keeps none of a refused
+  client's, so it says the client's chain and the clock only);
+* on the refused side: that the peer refused *our* certificate, and why the alert says.
+
+Anything else is left to the caller's generic text (``None``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ssl
+from typing import TYPE_CHECKING, Final
+
+from corda_trio import pki
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+__all__ = ["describe_tls_failure"]
+
+#: OpenSSL's X509_V_ERR_* codes for a certificate outside its validity period.
+_NOT_YET_VALID: Final = 9
+_EXPIRED: Final = 10
+
+#: Alerts the peer sends when it refuses our certificate (OpenSSL's reason names for them).
+_REFUSED_OURS: Final = {
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "it has expired by the peer's clock (TLS alert certificate_expired)",
+    "SSLV3_ALERT_BAD_CERTIFICATE": (
+        "TLS alert bad_certificate, which OpenSSL sends for a certificate not valid yet by the peer's clock "
+        "(is one of the clocks wrong?), among other faults"
+    ),
+}
+
+
+def describe_tls_failure(exc: BaseException, tls: object | None, *, now: dt.datetime) -> str | None:
+    """One line for a TLS failure caused by a certificate's dates, or ``None`` for any other failure.
+
+    Args:
+        exc: the ``ssl.SSLError`` (or an exception whose ``__cause__`` chain holds one).
+        tls: the TLS stream or ``ssl.SSLObject`` the handshake ran on (for the certificates the peer sent), or
+            ``None``.
+        now: this machine's time (timezone-aware UTC).
+    """
+    error = _ssl_error(exc)
+    if error is None:
+        return None
+    clock = f"this machine's clock: {now.isoformat(timespec='seconds')}"
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in (_EXPIRED, _NOT_YET_VALID):
+        for cert in _presented(tls):
+            try:
+                pki.check_validity_period(cert, now=now)
+            except pki.CertificateValidationError as why:
+                hint = "" if why.reason == "expired" else "; is one of the clocks wrong?"
+                return f"the peer's {why} ({clock}{hint})"
+        if error.verify_code == _EXPIRED:
+            return f"a certificate of the peer's chain has expired ({clock})"
+        return f"a certificate of the peer's chain is not valid yet ({clock}; is one of the clocks wrong?)"
+    why = _REFUSED_OURS.get(getattr(error, "reason", None) or "")
+    if why is not None:
+        return f"the peer refused our certificate: {why}"
+    return None
+
+
+def _ssl_error(exc: BaseException | None) -> ssl.SSLError | None:
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, ssl.SSLError):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _presented(tls: object | None) -> list[x509.Certificate]:
+    if tls is None:
+        return []
+    try:
+        return pki.presented_chain(tls)
+    except pki.PeerIdentityError:
+        return []
