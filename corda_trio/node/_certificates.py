@@ -1,5 +1,6 @@
-"""The lifetimes of the node's own certificates: refused at start when out of date, a warning when they
-expire soon, one error line when one expires while the node runs, and their not-after times for ``/metrics``.
+"""The lifetimes of a process's own certificates (a node's, the network map service's): refused at start when
+out of date, a warning when they expire soon, one error line when one expires while it runs, and (a node)
+their not-after times for ``/metrics``.
 
 Theory of operation
 -------------------
@@ -104,7 +105,7 @@ def check_own_certificates(certs: Sequence[OwnCertificate], *, now: dt.datetime)
             pki.check_validity_period(own.cert, now=now)
         except pki.CertificateValidationError as exc:
             hint = (
-                "peers refuse it: have it renewed"
+                "have it renewed"
                 if exc.reason == "expired"
                 else "peers whose clock agrees with this one refuse it: is this machine's clock behind?"
             )
@@ -125,12 +126,15 @@ def expiry_warning(
         return None
     return (
         f"{first.describe()} expires at {_iso(first.not_after)} (in {_span(left)}): have it renewed before "
-        "then; peers refuse an expired certificate"
+        "then"
     )
 
 
-async def watch_expiry(certs: Sequence[OwnCertificate]) -> None:
-    """Log one error line as each of ``certs`` expires, earliest first (returns when all have expired).
+async def watch_expiry(
+    certs: Sequence[OwnCertificate], *, consequence: str, logger: logging.Logger = log
+) -> None:
+    """Log one error line as each of ``certs`` expires, earliest first (returns when all have expired):
+    ``<file>: certificate '<subject>' expired at <time>: <consequence>``.
 
     The wait is measured on the wall clock, re-read after each sleep: trio's clock does not move while the
     machine is suspended, and the wall clock may be stepped.
@@ -138,11 +142,7 @@ async def watch_expiry(certs: Sequence[OwnCertificate]) -> None:
     for own in sorted(certs, key=lambda c: c.not_after):
         while (left := (own.not_after - dt.datetime.now(dt.UTC)).total_seconds()) >= 0:  # noqa: ASYNC110
             await trio.sleep(min(left + 0.001, 3600.0))
-        log.error(
-            "%s expired at %s: peers refuse this node's connections until it is renewed and the node "
-            "restarted",
-            own.describe(), _iso(own.not_after),
-        )  # fmt: skip
+        logger.error("%s expired at %s: %s", own.describe(), _iso(own.not_after), consequence)
 
 
 def _iso(when: dt.datetime) -> str:

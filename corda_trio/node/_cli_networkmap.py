@@ -21,8 +21,23 @@ import trio
 from corda_trio import network, pki
 from corda_trio.files import read_small_file
 
+from ._certificates import (
+    OwnCertificate,
+    check_own_certificates,
+    expiry_warning,
+    own_certificates,
+    watch_expiry,
+)
 from ._cli import CliError, run_trio
 from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
+
+log = logging.getLogger("corda_trio.network.server")
+
+#: What the error line says when the map's signing certificate (or the root) expires while it serves.
+MAP_EXPIRED_TEXT = (
+    "nodes refuse the network map and the network parameters it signs until it is renewed and the service "
+    "restarted"
+)
 
 __all__ = ["register"]
 
@@ -105,7 +120,7 @@ def _no_map_service(directory: Path, command: str) -> None:
         )
 
 
-def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
+def _service(cfg: NetworkMapServiceConfig) -> tuple[network.NetworkMapService, tuple[OwnCertificate, ...]]:
     try:
         passphrase = cfg.key_passphrase.read()
         root = pki.read_certificate(cfg.trust_root)
@@ -119,6 +134,11 @@ def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
     if map_chain[0].public_key() != map_key.public_key():
         raise CliError(f"{cfg.map_key} is not the key of the certificate in {cfg.map_cert_chain}", 2)
     now = dt.datetime.now(dt.UTC)
+    certificates = own_certificates([(cfg.map_cert_chain, map_chain), (cfg.trust_root, [root])])
+    try:  # (first: an expired certificate named with its file, not as a path that does not verify)
+        check_own_certificates(certificates, now=now)
+    except pki.CertificateValidationError as exc:
+        raise CliError(str(exc), 2) from None
     try:
         pki.validate_cert_path(map_chain, trust_root=root, now=now, leaf_role=pki.CertRole.NETWORK_MAP)
         _, params_hash = network.verify_network_parameters(params_bytes, trust_root=root, now=now)
@@ -127,24 +147,30 @@ def _service(cfg: NetworkMapServiceConfig) -> network.NetworkMapService:
     store = _open_store(cfg)
     if store.current_parameters_hash() != params_hash:
         store.set_current_parameters(params_hash, params_bytes)
-    return network.NetworkMapService(
+    service = network.NetworkMapService(
         store=store,
         trust_root=root,
         map_key=map_key,
         map_cert_path=map_chain,
         max_age_seconds=cfg.max_age_seconds,
     )
+    return service, certificates
 
 
 def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.max_connections <= 1_000_000:
         raise CliError(f"--max-connections {args.max_connections}: must be in 1..1000000", 2)
     cfg = _config(args)
-    service = _service(cfg)
+    service, certificates = _service(cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if (warning := expiry_warning(certificates, now=dt.datetime.now(dt.UTC))) is not None:
+        log.warning(warning)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                functools.partial(watch_expiry, certificates, consequence=MAP_EXPIRED_TEXT, logger=log)
+            )
             try:
                 listeners = await nursery.start(
                     functools.partial(

@@ -104,6 +104,10 @@ FLOW_MODULE_IMPORT_SECONDS: Final[float] = 20.0
 #: The close reason (code 1001) of the RPC connections of a node that stops; a fatal error adds why
 #: (``node stopping: the store failed: ...``).
 RPC_STOPPING_REASON: Final[str] = "node stopping"
+#: What the error line says when one of the node's own certificates expires while it runs.
+OWN_EXPIRED_TEXT: Final[str] = (
+    "peers refuse this node's connections until it is renewed and the node restarted"
+)
 #: Closing the store waits ``[shutdown] timeout_seconds``, but at least this long, for its commit helper
 #: process to confirm the pending group commits; a helper frozen longer is killed (``BrokerConfig``).
 MIN_STORE_CLOSE_SECONDS: Final[float] = 1.0
@@ -392,7 +396,9 @@ class Node:
                         warning := expiry_warning(material.certificates, now=dt.datetime.now(dt.UTC))
                     ) is not None:
                         log.warning(warning)
-                    nursery.start_soon(watch_expiry, material.certificates)
+                    nursery.start_soon(
+                        functools.partial(watch_expiry, material.certificates, consequence=OWN_EXPIRED_TEXT)
+                    )
                     addresses = await self._start(nursery, broker, material)
                     self.addresses = addresses
                     runtime_file.write_text(json.dumps(attrs.asdict(addresses)) + "\n")

@@ -116,3 +116,25 @@ def reissue_tls_certificate(
     assert cert.not_valid_before_utc == not_before.replace(microsecond=0), cert.not_valid_before_utc
     pki.write_certificates(certs / "tls.chain.pem", [cert, *chain[1:]])
     return cert
+
+
+def reissue_map_certificate(net: Path, *, not_after: dt.datetime) -> x509.Certificate:
+    """Replace a bootstrapped network's map signing certificate (same key, issued by the root) by one valid
+    from the root's not-before to ``not_after``; returns it."""
+    root_dir, map_dir = net / "network-root", net / "network-map"
+    root = pki.read_certificate(root_dir / "root.cert.pem")
+    old = pki.read_certificates(map_dir / "map.chain.pem")[0]
+    issued_at = root.not_valid_before_utc + pki_certs.BACKDATE
+    cert = pki.create_certificate(
+        role=pki.CertRole.NETWORK_MAP,
+        subject=old.subject,
+        public_key=old.public_key(),
+        issuer_cert=root,
+        issuer_key=pki.read_private_key(
+            root_dir / "root.key.pem", (root_dir / "passphrase").read_text().strip().encode()
+        ),
+        now=issued_at,
+        validity=not_after - issued_at,
+    )
+    pki.write_certificates(map_dir / "map.chain.pem", [cert])
+    return cert

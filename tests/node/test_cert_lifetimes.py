@@ -1,10 +1,12 @@
-"""The node's own certificates over time, with real ``corda-trio node start`` processes: a start with an
-expired or not-yet-valid certificate is refused in one line; one that expires soon gives a warning at start,
-one error line when it expires while the node runs, and its not-after time is on ``/metrics``."""
+"""Own certificates over time, with real ``corda-trio node start`` and ``networkmap serve`` processes: a start
+with an expired or not-yet-valid certificate is refused in one line; one that expires soon gives a warning at
+start, one error line when it expires while the process runs, and (a node) its not-after time is on
+``/metrics``."""
 
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,8 @@ import trio
 
 from corda_trio.node._processes import start_node_process
 
-from .cli_helpers import run_cli
-from .netutil import make_network, reissue_tls_certificate, scrape_metrics
+from .cli_helpers import CLI, run_cli
+from .netutil import make_network, reissue_map_certificate, reissue_tls_certificate, scrape_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -71,3 +73,46 @@ async def test_a_certificate_expiring_while_the_node_runs(tmp_path: Path) -> Non
         assert str(config.tls_cert_chain) in errors[0] and "peers refuse" in errors[0], errors
     finally:
         await node.stop()
+
+
+def test_networkmap_serve_with_an_expired_signing_certificate_is_refused_in_one_line(tmp_path: Path) -> None:
+    net = tmp_path / "net"
+    make_network(net, [ALICE], with_map=True)
+    cert = reissue_map_certificate(net, not_after=_now() - dt.timedelta(seconds=30))
+    done = run_cli("networkmap", "serve", "--dir", str(net), timeout=60)
+    assert done.returncode == 2, done
+    (line,) = done.stderr.splitlines()
+    assert str(net / "network-map" / "map.chain.pem") in line, line
+    assert f"expired at {cert.not_valid_after_utc.isoformat()}" in line, line
+
+
+async def test_networkmap_serve_says_when_its_signing_certificate_expires(tmp_path: Path) -> None:
+    net = tmp_path / "net"
+    make_network(net, [ALICE], with_map=True)
+    cert = reissue_map_certificate(net, not_after=_now() + dt.timedelta(seconds=4))
+    not_after = cert.not_valid_after_utc.isoformat()
+    proc = await trio.lowlevel.open_process(
+        [*CLI, "networkmap", "serve", "--dir", str(net)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    said = b""
+    try:
+        with trio.fail_after(30):
+            while f"expired at {not_after}".encode() not in said:
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, said
+                said += chunk
+        with trio.move_on_after(1):  # (one line, not one per request or second)
+            while chunk := await proc.stderr.receive_some(4096):
+                said += chunk
+    finally:
+        proc.terminate()
+        await proc.wait()
+    lines = said.decode().splitlines()
+    (warning,) = [line for line in lines if "WARNING" in line]
+    assert (
+        "map.chain.pem: certificate 'CN=Corda Trio Network Map" in warning
+        and f"expires at {not_after}" in warning
+    )
+    (error,) = [line for line in lines if "ERROR" in line]
+    assert "nodes refuse the network map" in error and "map.chain.pem" in error, error
