@@ -56,6 +56,7 @@ import trio
 from corda_trio import network, pki, transport
 from corda_trio.bridge import float as fl
 
+from ._certificates import check_own_certificates, own_certificates
 from ._cli import CliError, grouped_error, run_trio
 from ._config import ConfigError, KeyPassphrase, _read_toml, seconds_problem
 from ._heap import freeze_startup_heap
@@ -253,6 +254,10 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
         raise CliError(f"{path}: [control]: {exc}", 2) from None
     except pki.PeerIdentityError as exc:
         raise CliError(f"{path}: key 'control.cert': {exc}", 2) from None
+    now = dt.datetime.now(dt.UTC)
+    _check_dates(
+        path, "control", [(t.file("control.cert"), [tunnel.cert]), (t.file("control.ca"), [tunnel.ca])], now
+    )
     tls_entries = t.get("tls", dict, {})
     tls = {}
     for ref in tls_entries:
@@ -262,6 +267,15 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
             pki.read_private_key(key, passphrase)
         except pki.KeyStoreError as exc:
             raise CliError(f"{path}: key 'tls.{ref}.key': {exc}", 2) from None
+        files = []
+        for name in ("cert_chain", "trust_root"):
+            try:
+                files.append(
+                    (t.file(f"tls.{ref}.{name}"), pki.read_certificates(t.file(f"tls.{ref}.{name}")))
+                )
+            except pki.KeyStoreError as exc:
+                raise CliError(f"{path}: key 'tls.{ref}.{name}': {exc}", 2) from None
+        _check_dates(path, f"tls.{ref}", files, now)
         tls[ref] = fl.NodeTls(
             cert_chain=t.file(f"tls.{ref}.cert_chain"),
             key=key,
@@ -305,6 +319,15 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     if audit["max_bytes"] < 256 or audit["backups"] < 0:
         raise CliError(f"{path}: [audit]: max_bytes must be at least 256 and backups at least 0", 2)
     return config, audit
+
+
+def _check_dates(path: Path, section: str, files: list[tuple[Path, list[Any]]], now: dt.datetime) -> None:
+    """Refuse a certificate of ``files`` that is expired or not valid yet (one line naming the file, the
+    certificate and the time): a float would otherwise listen and then fail every handshake with it."""
+    try:
+        check_own_certificates(own_certificates(files), now=now)
+    except pki.CertificateValidationError as exc:
+        raise CliError(f"{path}: [{section}]: {exc}", 2) from None
 
 
 _SHOWN = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -318,3 +319,33 @@ def test_bridge_float_section_errors_are_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("which", ["tls.node", "control"])
+def test_an_expired_certificate_is_refused_at_start_in_one_line(
+    float_dir: Path, network: pki.NetworkCredentials, which: str
+) -> None:
+    """The node TLS material a float presents, or its tunnel certificate, expired: refused before it listens
+    (it would otherwise fail every peer's or the bridge's handshake)."""
+    if which == "tls.node":  # expired fifty minutes ago
+        stale = network.issue_node(
+            pki.CordaX500Name.parse("O=Bob,L=Paris,C=FR"), now=NOW, validity=TEN_MINUTES
+        )
+        pki.write_certificates(float_dir / "tls.pem", stale.tls_chain)
+        pki.write_private_key(float_dir / "tls.key", stale.tls.key, None)
+        cert, file = stale.tls.cert, float_dir / "tls.pem"
+    else:
+        creds = fl.TunnelPki.create(now=NOW).issue("float", "fa", now=NOW, validity=TEN_MINUTES)
+        creds.write(float_dir / "t", "fa")
+        pki.write_certificates(float_dir / "t" / "tunnel-ca.pem", [creds.ca])
+        cert, file = creds.cert, float_dir / "t" / "fa.pem"
+    (float_dir / "float.toml").write_text(CONFIG.replace("{port}", "0"))
+    done = cli("float", "start", "--config", str(float_dir / "float.toml"))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"[{which}]: {file}: certificate " in line, line
+    assert f"expired at {cert.not_valid_after_utc.isoformat()}" in line, line
+    assert not (float_dir / "audit.jsonl").exists()
+
+
+TEN_MINUTES = dt.timedelta(minutes=10)
