@@ -5,6 +5,7 @@ Wire contract: ``protocol_spec/network-map.md``.
 """
 
 from ._bootstrap import DEFAULT_MAX_MESSAGE_SIZE_BYTES as DEFAULT_MAX_MESSAGE_SIZE_BYTES
+from ._bootstrap import NODE_VALIDITY_RANGE as NODE_VALIDITY_RANGE
 from ._bootstrap import PLATFORM_VERSION as PLATFORM_VERSION
 from ._bootstrap import BootstrapError as BootstrapError
 from ._bootstrap import BootstrappedNetwork as BootstrappedNetwork
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_SERIAL",
     "MESSAGE_SIZE_RANGE_BYTES",
+    "NODE_VALIDITY_RANGE",
     "PLATFORM_VERSION",
     "BootstrapError",
     "BootstrappedNetwork",

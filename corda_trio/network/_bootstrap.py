@@ -71,6 +71,7 @@ from ._model import (
 from ._signing import sign_network_parameters, sign_node_info
 
 __all__ = [
+    "NODE_VALIDITY_RANGE",
     "PLATFORM_VERSION",
     "BootstrapError",
     "BootstrappedNetwork",
@@ -82,6 +83,10 @@ __all__ = [
 PLATFORM_VERSION: Final[int] = 1
 #: Default maximum P2P message size (network parameter ``max_message_size``; Corda's default too).
 DEFAULT_MAX_MESSAGE_SIZE_BYTES: Final[int] = 10 * 1024 * 1024
+#: What a node's certificates may be valid for: at least a day (a node refuses to start with an expired
+#: certificate, and warns when one expires within 30 days), at most as long as the network's CAs, which
+#: issue them.
+NODE_VALIDITY_RANGE: Final[tuple[dt.timedelta, dt.timedelta]] = (dt.timedelta(days=1), pki.DEFAULT_VALIDITY)
 #: Corda's default event horizon: 30 days.
 DEFAULT_EVENT_HORIZON_SECONDS: Final[int] = 30 * 86400
 
@@ -169,6 +174,7 @@ def bootstrap_network(
     passphrase: bytes | None = None,
     passphrase_env: str | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+    node_validity: dt.timedelta = pki.DEFAULT_VALIDITY,
 ) -> BootstrappedNetwork:
     """Create a network with one node per legal name in ``directory`` (which must not exist or be empty).
 
@@ -182,11 +188,14 @@ def bootstrap_network(
             generate random passphrases stored in 0600 files.
         passphrase_env: name of the environment variable ``passphrase`` came from.
         max_message_size: network parameter ``max_message_size``.
+        node_validity: how long each node's certificates (node CA, TLS, legal identity) are valid from
+            ``now``: :data:`NODE_VALIDITY_RANGE` (the network's CAs are valid for ``pki.DEFAULT_VALIDITY``,
+            ten years, and a node's certificates never outlive them).
 
     Raises:
         BootstrapError: no names, duplicate or confusable names, a non-empty directory, a host this machine
-            cannot listen on or that no peer can dial (``0.0.0.0``, ``::``), or a message size outside
-            :data:`MESSAGE_SIZE_RANGE_BYTES`.
+            cannot listen on or that no peer can dial (``0.0.0.0``, ``::``), a message size outside
+            :data:`MESSAGE_SIZE_RANGE_BYTES`, or a ``node_validity`` outside :data:`NODE_VALIDITY_RANGE`.
     """
     root_dir = Path(directory).absolute()
     if not legal_names:
@@ -203,6 +212,11 @@ def bootstrap_network(
     low, high = MESSAGE_SIZE_RANGE_BYTES
     if not low <= max_message_size <= high:
         raise BootstrapError(f"max message size {max_message_size} is outside {low}..{high} bytes")
+    if not NODE_VALIDITY_RANGE[0] <= node_validity <= NODE_VALIDITY_RANGE[1]:
+        raise BootstrapError(
+            f"node certificate validity {node_validity} is outside {NODE_VALIDITY_RANGE[0].days}.."
+            f"{NODE_VALIDITY_RANGE[1].days} days"
+        )
     if root_dir.exists() and (not root_dir.is_dir() or any(root_dir.iterdir())):
         raise BootstrapError(f"{root_dir} exists and is not an empty directory")
     try:
@@ -268,7 +282,7 @@ def bootstrap_network(
         certs_dir = node_dir / "certificates"
         certs_dir.mkdir(parents=True)
         node_pass, pass_file = new_passphrase(certs_dir / "passphrase")
-        node = creds.issue_node(name, now=now)
+        node = creds.issue_node(name, now=now, validity=node_validity)
         pki.write_certificates(certs_dir / "network-root.cert.pem", [creds.root.cert])
         pki.write_certificates(certs_dir / "node-ca.chain.pem", [node.node_ca.cert, creds.doorman.cert])
         pki.write_private_key(certs_dir / "node-ca.key.pem", node.node_ca.key, node_pass)

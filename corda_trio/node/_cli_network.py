@@ -81,6 +81,16 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=network.DEFAULT_MAX_MESSAGE_SIZE_BYTES,
         help="network parameter (bytes, 1024..2147483647, default 10 MiB)",
     )
+    boot.add_argument(
+        "--node-cert-days",
+        type=int,
+        default=network.NODE_VALIDITY_RANGE[1].days,
+        metavar="DAYS",
+        help="how long each node's certificates (node CA, TLS, legal identity) are valid, in days "
+        f"({network.NODE_VALIDITY_RANGE[0].days}..{network.NODE_VALIDITY_RANGE[1].days}, default "
+        f"{network.NODE_VALIDITY_RANGE[1].days}: as long as the network's CAs); a node refuses to start "
+        "with an expired certificate and warns when one expires within 30 days",
+    )
     boot.set_defaults(func=_bootstrap)
 
     show = sub.add_parser("show", help="list the nodes of a bootstrapped network")
@@ -101,6 +111,9 @@ def _bootstrap(args: argparse.Namespace) -> int:
     low, high = network.MESSAGE_SIZE_RANGE_BYTES
     if not low <= args.max_message_size <= high:
         raise CliError(f"--max-message-size {args.max_message_size}: must be in {low}..{high} bytes", 2)
+    low_days, high_days = (d.days for d in network.NODE_VALIDITY_RANGE)
+    if not low_days <= args.node_cert_days <= high_days:
+        raise CliError(f"--node-cert-days {args.node_cert_days}: must be in {low_days}..{high_days}", 2)
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
     try:
@@ -115,6 +128,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
         passphrase=passphrase,
         passphrase_env=args.passphrase_env if passphrase else None,
         max_message_size=args.max_message_size,
+        node_validity=dt.timedelta(days=args.node_cert_days),
     )
     elapsed = time.perf_counter() - started
     print(f"created network in {result.directory} ({len(result.nodes)} nodes, {elapsed:.2f} s)")
@@ -140,6 +154,7 @@ def create_network(
     passphrase: bytes | None = None,
     passphrase_env: str | None = None,
     max_message_size: int = network.DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+    node_validity: dt.timedelta = pki.DEFAULT_VALIDITY,
 ) -> network.BootstrappedNetwork:
     """``network.bootstrap_network`` plus the ``node.toml`` files and the map's ``networkmap.toml``.
 
@@ -175,6 +190,7 @@ def create_network(
                 passphrase=passphrase,
                 passphrase_env=passphrase_env,
                 max_message_size=max_message_size,
+                node_validity=node_validity,
             )
         except (network.BootstrapError, ValueError) as exc:
             raise CliError(str(exc).replace(str(work), str(final)), 2) from None

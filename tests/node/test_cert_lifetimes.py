@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from corda_trio import pki
+from corda_trio.node import _config
 from corda_trio.node._processes import start_node_process
 
 from .cli_helpers import CLI, run_cli
@@ -116,3 +118,35 @@ async def test_networkmap_serve_says_when_its_signing_certificate_expires(tmp_pa
     )
     (error,) = [line for line in lines if "ERROR" in line]
     assert "nodes refuse the network map" in error and "map.chain.pem" in error, error
+
+
+async def test_bootstrap_chooses_how_long_node_certificates_are_valid(tmp_path: Path) -> None:
+    net = tmp_path / "net"
+    for days in ("0", "3651"):
+        refused = run_cli(
+            "network", "bootstrap", "--dir", str(net), "--node", ALICE, "--node-cert-days", days
+        )
+        assert refused.returncode == 2, refused
+        assert refused.stderr.splitlines() == [
+            f"corda-trio: error: --node-cert-days {days}: must be in 1..3650"
+        ]
+        assert not net.exists()
+    before = _now()
+    done = run_cli(
+        "network", "bootstrap", "--dir", str(net), "--node", ALICE, "--no-map", "--node-cert-days", "20"
+    )
+    assert done.returncode == 0, done
+    node_dir = net / "nodes" / "alice"
+    certs = node_dir / "certificates"
+    for name in ("tls.chain.pem", "identity.chain.pem", "node-ca.chain.pem"):
+        leaf = pki.read_certificates(certs / name)[0]
+        assert before + dt.timedelta(days=20) <= leaf.not_valid_after_utc <= _now() + dt.timedelta(days=20)
+    doorman = pki.read_certificates(certs / "node-ca.chain.pem")[1]  # (the network's CAs keep ten years)
+    assert doorman.not_valid_after_utc - before > dt.timedelta(days=3649)
+    config = _config.load_node_config(node_dir / "node.toml")
+    node = await start_node_process(node_dir / "node.toml", config)
+    try:
+        console = node.console_log.read_text()
+        assert "WARNING" in console and "(in 19 days): have it renewed before then" in console, console
+    finally:
+        await node.stop()
