@@ -48,6 +48,8 @@ def _free_address() -> network.NetworkHostAndPort:
 def _copy_golden(tmp_path: Path) -> dict[str, tuple[Path, _config.NodeConfig]]:
     """The golden nodes copied to ``tmp_path``, each given free ports (the golden's may be taken here)."""
     shutil.copytree(GOLDEN, tmp_path / "golden", symlinks=True)
+    for secret in (tmp_path / "golden").glob("net/nodes/*/certificates/*"):
+        secret.chmod(0o600)  # (git keeps no file modes: a checkout leaves keys and passphrases 0644)
     nodes = {}
     for name in ("alice", "bob"):
         path = tmp_path / "golden" / "net" / "nodes" / name / "node.toml"
