@@ -24,6 +24,13 @@ party per window:
 Only the log lines are bounded: callers count every event in their statistics and metrics themselves. The
 clock is Trio's (``trio.current_time``), so tests run on ``autojump_clock``.
 
+:class:`Outage` is the other bounded pattern: a connection of ours retried with backoff while the other end
+is away (a bridge's node or peer, a float, the network map). An attempt per backoff for as long as the
+outage lasts would be one line each for ever; an :class:`Outage` logs the first failure with its reason,
+then at most one line per :data:`PEER_WARNING_SECONDS` saying it is still retrying (the count of failed
+attempts and the latest reason; every failure is at debug), and one info line when an attempt succeeds again
+(``... reconnected after 7 failed attempts / 95 s``).
+
 :func:`failure_text` is how a log line names a failure, an exception group included: by its cause, not by
 ``Exceptions from Trio nursery (1 sub-exception)``.
 """
@@ -32,12 +39,22 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from typing import Any, Final
 
 import attrs
 import trio
 
-__all__ = ["FILE_ONLY", "PEER_WARNING_SECONDS", "PeerWarnings", "failure_text", "remote_host", "remote_name"]
+__all__ = [
+    "FILE_ONLY",
+    "PEER_WARNING_SECONDS",
+    "Outage",
+    "PeerWarnings",
+    "error_message",
+    "failure_text",
+    "remote_host",
+    "remote_name",
+]
 
 #: A log record's ``extra`` key: the record goes to the log file only, not to the console (stderr), because
 #: the failure it records reaches the operator there another way: the command's own last line. The store
@@ -166,6 +183,55 @@ class PeerWarnings:
         return len(self._windows)
 
 
+@attrs.define(eq=False)
+class Outage:
+    """The log lines of one connection retried with backoff: bounded however long the other end is away.
+
+    ``name`` starts every line (``"bridge b1: the node at 127.0.0.1:10005"``); ``level`` is that of the first
+    failure and the still-retrying lines (the reconnection is at info). The clock is Trio's.
+    """
+
+    logger: logging.Logger
+    name: str
+    level: int = logging.WARNING
+    interval_seconds: float = PEER_WARNING_SECONDS
+    #: Failed attempts since the last success (0: connected, or never tried).
+    failures: int = 0
+    _started: float = 0.0
+    _last_line: float = 0.0
+
+    def failed(self, reason: str, msg: str, *args: Any) -> None:
+        """One attempt failed for ``reason`` (``logs.failure_text``); ``msg % args`` is the full line of the
+        first failure of an outage."""
+        now = trio.current_time()
+        self.failures += 1
+        if self.failures == 1:
+            self._started = self._last_line = now
+            self.logger.log(self.level, msg, *args)
+        elif now - self._last_line >= self.interval_seconds:
+            self._last_line = now
+            self.logger.log(
+                self.level, "%s: still retrying, %d failed attempts in %.0f s, latest: %s",
+                self.name, self.failures, now - self._started, reason,
+            )  # fmt: skip
+        else:
+            self.logger.debug(msg, *args)
+
+    def connected(self) -> None:
+        """An attempt succeeded: say so if it ends an outage, and start afresh."""
+        if self.failures:
+            plural = "s" if self.failures > 1 else ""
+            elapsed = trio.current_time() - self._started
+            self.logger.info(
+                "%s: reconnected after %d failed attempt%s / %.0f s",
+                self.name,
+                self.failures,
+                plural,
+                elapsed,
+            )
+        self.failures = 0
+
+
 def remote_name(stream: trio.abc.Stream) -> str:
     """``host:port`` of the other end of a socket ``stream`` (``<unknown peer>`` when it has none)."""
     try:
@@ -201,9 +267,31 @@ def failure_text(exc: BaseException) -> str:
     if not leaves:  # (a group always holds one; for the type checker)
         leaves = [exc]
     cause = next((leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)), leaves[0])
-    message = " ".join(str(cause).split())
+    message = error_message(cause)
     text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
     others = len(leaves) - 1
     if others:
         text += f" (and {others} more error{'s' if others > 1 else ''})"
     return text
+
+
+def error_message(exc: BaseException) -> str:
+    """``str(exc)`` on one line, with the reasons of a connection that could not be made.
+
+    ``trio.open_tcp_stream`` fails with ``OSError("all attempts to connect to HOST:PORT failed")`` and keeps
+    each attempt's error (one per address the name resolved to) in an exception group as its
+    ``__cause__``: the reasons are added, each once (``... failed (Connection refused)``), so a log line
+    says why, not only that (trio writes an IPv6 address there in brackets, as we do).
+    """
+    message = " ".join(str(exc).split())
+    cause = exc.__cause__
+    if isinstance(exc, OSError) and isinstance(cause, BaseExceptionGroup):
+        reasons: dict[str, None] = {}
+        for attempt in cause.exceptions:
+            if isinstance(attempt, OSError) and attempt.errno:
+                reasons[os.strerror(attempt.errno)] = None
+            else:
+                reasons[" ".join(str(attempt).split()) or type(attempt).__name__] = None
+        if reasons:
+            message += f" ({'; '.join(reasons)})"
+    return message

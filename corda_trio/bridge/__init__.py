@@ -31,7 +31,6 @@ Running the bridges from a node (the two modes behave the same; pick one per nod
 from ._backoff import INITIAL_BACKOFF_SECONDS as INITIAL_BACKOFF_SECONDS
 from ._backoff import MAX_BACKOFF_SECONDS as MAX_BACKOFF_SECONDS
 from ._backoff import Backoff as Backoff
-from ._backoff import Outage as Outage
 from ._control import CONTROL_ADDRESS as CONTROL_ADDRESS
 from ._control import NOTIFY_ADDRESS as NOTIFY_ADDRESS
 from ._control import QUERY_INTERVAL_SECONDS as QUERY_INTERVAL_SECONDS
@@ -101,7 +100,6 @@ __all__ = [
     "ListenError",
     "LocalEndpoint",
     "MultipleInboxesError",
-    "Outage",
     "OutboundConsumer",
     "OutboundQueues",
     "OutboundSource",

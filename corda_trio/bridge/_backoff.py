@@ -1,25 +1,17 @@
-"""Reconnect backoff: 1 s doubling to 60 s, with jitter, reset after a successful handshake; and
-:class:`Outage`, what a connection retried so logs while the other end is away.
+"""Reconnect backoff: 1 s doubling to 60 s, with jitter, reset after a successful handshake.
 
-A bridge whose node or peer is down fails an attempt per backoff for as long as the outage lasts: one line
-each would fill the log. :class:`Outage` logs the first failure with its reason, then at most one line per
-:data:`~corda_trio.logs.PEER_WARNING_SECONDS` saying it is still retrying (the count of failed attempts and
-the latest reason; every failure is at debug), and one info line when a connection succeeds again
-(``... reconnected after 7 failed attempts / 95 s``).
+What a connection retried so logs while the other end is away is :class:`corda_trio.logs.Outage`, shared
+with the network map client.
 """
 
 from __future__ import annotations
 
-import logging
 import random
-from typing import Any, Final
+from typing import Final
 
 import attrs
-import trio
 
-from corda_trio import logs
-
-__all__ = ["INITIAL_BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "Backoff", "Outage"]
+__all__ = ["INITIAL_BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "Backoff"]
 
 INITIAL_BACKOFF_SECONDS: Final = 1.0
 MAX_BACKOFF_SECONDS: Final = 60.0
@@ -48,53 +40,4 @@ class Backoff:
 
     def reset(self) -> None:
         """A handshake succeeded: the next failure waits ``initial`` again."""
-        self.failures = 0
-
-
-@attrs.define(eq=False)
-class Outage:
-    """The log lines of one connection retried with backoff: bounded however long the other end is away.
-
-    ``name`` starts every line (``"bridge b1: the node at 127.0.0.1:10005"``); ``level`` is that of the first
-    failure and the still-retrying lines (the reconnection is at info). The clock is Trio's.
-    """
-
-    logger: logging.Logger
-    name: str
-    level: int = logging.WARNING
-    interval_seconds: float = logs.PEER_WARNING_SECONDS
-    #: Failed attempts since the last success (0: connected, or never tried).
-    failures: int = 0
-    _started: float = 0.0
-    _last_line: float = 0.0
-
-    def failed(self, reason: str, msg: str, *args: Any) -> None:
-        """One attempt failed for ``reason`` (``logs.failure_text``); ``msg % args`` is the full line of the
-        first failure of an outage."""
-        now = trio.current_time()
-        self.failures += 1
-        if self.failures == 1:
-            self._started = self._last_line = now
-            self.logger.log(self.level, msg, *args)
-        elif now - self._last_line >= self.interval_seconds:
-            self._last_line = now
-            self.logger.log(
-                self.level, "%s: still retrying, %d failed attempts in %.0f s, latest: %s",
-                self.name, self.failures, now - self._started, reason,
-            )  # fmt: skip
-        else:
-            self.logger.debug(msg, *args)
-
-    def connected(self) -> None:
-        """An attempt succeeded: say so if it ends an outage, and start afresh."""
-        if self.failures:
-            plural = "s" if self.failures > 1 else ""
-            elapsed = trio.current_time() - self._started
-            self.logger.info(
-                "%s: reconnected after %d failed attempt%s / %.0f s",
-                self.name,
-                self.failures,
-                plural,
-                elapsed,
-            )
         self.failures = 0

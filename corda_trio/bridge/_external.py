@@ -23,7 +23,7 @@ Theory of operation
 5. If the connection to the node ends, the session ends: the manager, its bridges and the acceptor are
    cancelled (the node releases what they held; peers resend what was not settled), then back off, go to 1.
    While the node stays away its first failure is a warning, then a line a minute at most says the bridge is
-   still retrying, and one line says when it reconnected (:class:`Outage`).
+   still retrying, and one line says when it reconnected (:class:`corda_trio.logs.Outage`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from corda_trio.messaging import (
     key_hash_of_address,
 )
 
-from ._backoff import Backoff, Outage
+from ._backoff import Backoff
 from ._control import (
     CONTROL_ADDRESS,
     NOTIFY_ADDRESS,
@@ -290,12 +290,14 @@ class ExternalBridge:
     _serving: trio.Event = attrs.field(factory=trio.Event, init=False)
     _query_ids: Any = attrs.field(factory=itertools.count, init=False)
     #: the node down: its first failure a warning, then a line a minute at most, and one when it is back
-    _outage: Outage = attrs.field(init=False)
+    _outage: logs.Outage = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.control = ControlClient(bridge_id=self.config.bridge_id)
         cfg = self.config
-        self._outage = Outage(log, f"bridge {cfg.bridge_id}: the node at {cfg.node_host}:{cfg.node_port}")
+        self._outage = logs.Outage(
+            log, f"bridge {cfg.bridge_id}: the node at {cfg.node_host}:{cfg.node_port}"
+        )
         if self.config.floats is not None and self.tunnel_ssl_context is None:
             raise ValueError("config.floats needs tunnel_ssl_context (the bridge's tunnel certificate)")
 

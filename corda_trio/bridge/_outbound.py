@@ -17,7 +17,8 @@ Theory of operation
 4. Any failure (dial, TLS, link or connection loss, refusal, a change of the peer's addresses) ends the
    session; leaving the consumer releases every message still held, in order, so they are sent again (the
    receiver deduplicates). Then wait ``Backoff.next_delay()`` and go to 1. A peer that stays away is logged
-   by an :class:`Outage`: its first failure, then a line a minute at most, and one when it is back.
+   by a :class:`corda_trio.logs.Outage`: its first failure, then a line a minute at most, and one when it is
+   back.
 
 Cancellation at any checkpoint is the same as a failure: nothing is acked unless its ``accepted`` arrived.
 """
@@ -38,7 +39,7 @@ import trio
 from corda_trio import amqp, logs, pki, store, transport
 from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_address
 
-from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff, Outage
+from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
 
 __all__ = [
     "Bridge",
@@ -211,10 +212,10 @@ class Bridge:
     _parked: dict[tuple[str, int], float] = attrs.field(factory=dict)
     _connected: trio.Event = attrs.field(factory=trio.Event)
     #: a peer away for hours: its first failure logged, then a line a minute at most, and one when it is back
-    _outage: Outage = attrs.field(init=False)
+    _outage: logs.Outage = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._outage = Outage(log, f"bridge {self.queue.name}", level=logging.INFO)
+        self._outage = logs.Outage(log, f"bridge {self.queue.name}", level=logging.INFO)
         if self.backoff is None:
             c = self.config
             self.backoff = Backoff(c.initial_backoff_seconds, c.max_backoff_seconds, c.backoff_jitter)

@@ -26,6 +26,17 @@ as at start.  A refusal (400, 403 such as ``removed-by-operator``, 409) is not r
 poll asks again, so a removed node knocks once per poll interval, and each distinct refusal is logged once,
 not at every poll.
 
+While the map service cannot be reached (or fails: a 5xx, a timeout, a map that does not verify), polls and
+publications are retried with backoff up to a minute, and their failures are logged together as one outage
+(:class:`corda_trio.logs.Outage`, as a bridge logs a peer that is away): the first failure in full with its
+cause (``publishing our NodeInfo failed (retry in 1 s): ...``, or the poll's), then at most one line a minute
+(``network map http://...: still retrying, 129 failed attempts in 3543 s, latest: ...``), and one line when
+a poll or publication reaches the map again (``network map http://...: reconnected after 130 failed attempts
+/ 3603 s``). They share one outage because they fail for the same reason, the map away; a map that answers
+polls but fails publications (a 5xx) ends an outage at each poll and starts one at each failed publication,
+so it writes two lines per publication attempt (the failure with its cause, the reconnection), bounded by the
+publication backoff (one attempt a minute once it has grown).
+
 With a map service, a NodeInfo in the node-info directory is still believed, and the map cannot take it
 away: a node the operator removes from the map stays in this node's view while its file is there. A network
 bootstrapped by an older build wrote every node's NodeInfo there even with a map service, so the first poll
@@ -48,7 +59,7 @@ import attrs
 import trio
 from cryptography import x509
 
-from corda_trio import files, pki
+from corda_trio import files, logs, pki
 
 from ._client import NetworkMapClient
 from ._codec import MAX_PAYLOAD_BYTES
@@ -320,6 +331,13 @@ class NetworkMapUpdater:
     _directory_checked: bool = attrs.field(default=False, init=False)
     #: The "ignoring ..." lines :meth:`_verify` logged (each once; at most IGNORED_LINES_REMEMBERED).
     _ignored_logged: set[str] = attrs.field(factory=set, init=False)
+    #: The map service away: the failed polls and publications together (its first failure, then a line a
+    #: minute at most, and one when the map answers again).
+    _outage: logs.Outage = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        url = self.client.base_url if self.client is not None else "(none)"
+        self._outage = logs.Outage(log, f"network map {url}")
 
     def nodes(self) -> dict[str, VerifiedNodeInfo]:
         """Snapshot: canonical legal name -> verified NodeInfo."""
@@ -446,6 +464,7 @@ class NetworkMapUpdater:
                 try:
                     _, interval = await self.poll_once()
                     retry = RETRY_INITIAL_SECONDS
+                    self._outage.connected()  # the map answered: an outage of it is over
                     if self._own_missing(own_hash) and not self._publishing and not just_published:
                         self._publishing = True
                         nursery.start_soon(self._publish_with_retry)
@@ -453,7 +472,9 @@ class NetworkMapUpdater:
                     # (an OSError as the system says it and the file: `Too many open files (the limit,
                     # ulimit -n, is 64): <dir>`, not `[Errno 24] Too many open files: '<dir>'`)
                     why = files.os_error_text(exc) if isinstance(exc, OSError) else exc
-                    log.warning("network map poll failed (retry in %.0f s): %s", retry, why)
+                    self._outage.failed(
+                        logs.failure_text(exc), "network map poll failed (retry in %.0f s): %s", retry, why
+                    )
                     interval, retry = retry, min(retry * 2, RETRY_MAX_SECONDS)
                 just_published = False
                 await trio.sleep(interval)
@@ -477,10 +498,12 @@ class NetworkMapUpdater:
         except NetworkMapHttpError as exc:
             if exc.status not in (400, 403, 409):
                 raise
+            self._outage.connected()  # the map answered: an outage of it is over
             if str(exc) != self._refusal:
                 log.error("the network map refused our NodeInfo (asking again at each poll): %s", exc)
             self._refusal = str(exc)
             return
+        self._outage.connected()  # the map answered: an outage of it is over
         if self._refusal is not None:
             log.info("the network map takes our NodeInfo again (%s)", outcome)
         else:
@@ -496,7 +519,12 @@ class NetworkMapUpdater:
         try:
             while True:
                 if failed is not None:
-                    log.warning("publishing our NodeInfo failed (retry in %.0f s): %s", delay, failed)
+                    self._outage.failed(
+                        logs.failure_text(failed),
+                        "publishing our NodeInfo failed (retry in %.0f s): %s",
+                        delay,
+                        failed,
+                    )
                     await trio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_SECONDS)
                 try:

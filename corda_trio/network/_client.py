@@ -17,6 +17,8 @@ import attrs
 import h11
 import trio
 
+from corda_trio import logs
+
 from ._errors import NetworkMapHttpError
 from ._model import check_host
 
@@ -100,7 +102,7 @@ class NetworkMapClient:
                 f"{method} {url}: no answer within {self.timeout_seconds} s", status=0
             ) from None
         except (OSError, trio.BrokenResourceError) as exc:
-            raise NetworkMapHttpError(f"{method} {url}: {exc}", status=0) from None
+            raise NetworkMapHttpError(f"{method} {url}: {logs.error_message(exc)}", status=0) from None
 
     async def _exchange(
         self, stream: trio.SocketStream, method: str, target: str, body: bytes, url: str

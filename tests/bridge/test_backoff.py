@@ -9,7 +9,7 @@ import ssl
 import pytest
 import trio
 
-from corda_trio import bridge, messaging, pki, store, transport
+from corda_trio import bridge, logs, messaging, pki, store, transport
 from corda_trio.bridge._outbound import _is_identity_failure
 
 
@@ -76,7 +76,7 @@ async def test_an_outage_logs_its_first_failure_then_a_line_a_minute_then_the_re
 ) -> None:
     log = logging.getLogger("tests.outage")
     caplog.set_level(logging.DEBUG, logger="tests.outage")
-    outage = bridge.Outage(log, "bridge b1: the node at 127.0.0.1:5")
+    outage = logs.Outage(log, "bridge b1: the node at 127.0.0.1:5")
     outage.connected()  # connected before any failure: nothing to say
     for attempt in range(1, 61):  # an attempt every 5 s for 5 minutes
         outage.failed(f"OSError: refused {attempt}", "bridge b1: session with the node ended: %s", attempt)

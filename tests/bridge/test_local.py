@@ -499,7 +499,8 @@ async def test_an_external_bridge_whose_node_is_down_logs_one_warning_and_one_li
     ]
     assert lines[0] == (
         logging.WARNING,
-        f"{name}: session with the node ended: OSError: all attempts to connect to 127.0.0.1:{port} failed",
+        f"{name}: session with the node ended: OSError: all attempts to connect to 127.0.0.1:{port} failed"
+        " (Connection refused)",
     )
     (level, back) = lines[1]
     assert len(lines) == 2 and level == logging.INFO, lines

@@ -3,6 +3,7 @@ cache, and directory mode."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -18,7 +19,7 @@ import trio
 from corda_trio import network, pki
 from corda_trio.network import _codec
 
-from .conftest import ALICE, BOB, NOW, signed_node_info
+from .conftest import ALICE, BOB, NOW, make_service, signed_node_info
 
 
 def _updater(
@@ -332,3 +333,52 @@ def test_a_poll_without_descriptors_is_logged_as_the_system_says_it_with_the_lim
     assert lines[0] == (
         f"network map poll failed (retry in 1 s): Too many open files (the limit, ulimit -n, is 64): {infos}"
     ), lines
+
+
+async def test_a_map_outage_of_an_hour_is_logged_as_one_outage(
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node whose map service is down for an hour: the publication and the poll each logged every failed
+    attempt (backoff up to 60 s), two lines a minute for as long as the outage lasted. Now the outage is
+    logged as a bridge logs a peer's: the first failure with its cause, at most a line a minute for both
+    together, and one line when the map answers again, with the count of failed attempts."""
+    autojump_clock.autojump_threshold = 0.05  # (real seconds: a refused connect is not a timeout)
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        caplog.set_level(logging.INFO, logger="corda_trio.network")
+        updater, events = _updater(creds, tmp_path / "a.db", port=port, own=signed_node_info(alice, 10002))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(updater.run)
+            await trio.sleep(3600)
+            during = [r for r in caplog.records if r.name == "corda_trio.network.cache"]
+            closed.close()
+            service = make_service(creds, tmp_path / "map.db")
+            autojump_clock.autojump_threshold = 0.5  # (the map's store works in threads, in real time)
+            await nursery.start(functools.partial(network.serve_network_map, service, port))
+            with trio.fail_after(300):
+                while ("NodeAdded", str(ALICE)) not in _summary([await events.receive()]):
+                    pass
+            nursery.cancel_scope.cancel()
+    first, *rest = during
+    assert first.levelname == "WARNING", first.getMessage()
+    assert first.getMessage().startswith("publishing our NodeInfo failed (retry in 1 s): "), (
+        first.getMessage()
+    )
+    assert first.getMessage().endswith(
+        f"all attempts to connect to 127.0.0.1:{port} failed (Connection refused)"
+    )
+    name = f"network map http://127.0.0.1:{port}"
+    assert all(r.getMessage().startswith(f"{name}: still retrying, ") for r in rest), [
+        r.getMessage() for r in rest
+    ]
+    assert 55 <= len(rest) <= 61, len(rest)  # one a minute for both kinds together
+    back = [r.getMessage() for r in caplog.records if "reconnected after" in r.getMessage()]
+    assert len(back) == 1, back
+    assert back[0].startswith(f"{name}: reconnected after "), back[0]
+    failed = int(back[0].split("reconnected after ")[1].split()[0])
+    assert failed > 100, back[0]  # the publications' and the polls' failed attempts, counted together

@@ -68,7 +68,7 @@ from corda_trio.messaging import (
     stamped_payload,
 )
 
-from .._backoff import INITIAL_BACKOFF_SECONDS, Backoff, Outage
+from .._backoff import INITIAL_BACKOFF_SECONDS, Backoff
 from .._inbound import (
     Inbox,
     OnChecked,
@@ -196,11 +196,11 @@ class FloatTunnel:
     _envelopes: EnvelopeReader = attrs.field(factory=EnvelopeReader)
     #: per float: the lines of its failed attempts while it is away (its first failure, then a line a minute
     #: at most, and one when it is activated again), as a bridge logs its peer's outage
-    _outages: dict[tuple[str, int], Outage] = attrs.field(init=False)
+    _outages: dict[tuple[str, int], logs.Outage] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         floats = self.config.floats
-        self._outages = {a: Outage(log, f"float {a[0]}:{a[1]}", level=logging.INFO) for a in floats}
+        self._outages = {a: logs.Outage(log, f"float {a[0]}:{a[1]}", level=logging.INFO) for a in floats}
 
     def _notify(self) -> None:
         self._changed.set()
@@ -243,7 +243,7 @@ class FloatTunnel:
                     log.info("float %s:%d: %s", *address, self.last_error)
                 else:  # an attempt failed: bounded while the float stays away (rounds come every 5 s)
                     outage = self._outages[address]
-                    outage.failed(self.last_error, "float %s:%d: %s", *address, self.last_error)
+                    outage.failed(self.last_error, "%s: %s", outage.name, self.last_error)
             finally:
                 if self.active is not None:
                     activated = True
