@@ -32,7 +32,8 @@ attempts and the latest reason; every failure is at debug), and one info line wh
 (``... reconnected after 7 failed attempts / 95 s``).
 
 :func:`failure_text` is how a log line names a failure, an exception group included: by its cause, not by
-``Exceptions from Trio nursery (1 sub-exception)``.
+``Exceptions from Trio nursery (1 sub-exception)``. :func:`remote_name` names the other end of a socket as
+every address is written (``[::1]:42401``, :func:`corda_trio.hostport.host_port_text`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from typing import Any, Final
 
 import attrs
 import trio
+
+from corda_trio.hostport import host_port_text
 
 __all__ = [
     "FILE_ONLY",
@@ -233,10 +236,11 @@ class Outage:
 
 
 def remote_name(stream: trio.abc.Stream) -> str:
-    """``host:port`` of the other end of a socket ``stream`` (``<unknown peer>`` when it has none)."""
+    """``host:port`` of the other end of a socket ``stream``, an IPv6 host in brackets (``[::1]:42401``, as
+    :func:`~corda_trio.hostport.host_port_text` writes it); ``<unknown peer>`` when it has none."""
     try:
         host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
-        return f"{host}:{port}"
+        return host_port_text(host, port)
     except (AttributeError, OSError, TypeError, ValueError):
         return "<unknown peer>"
 

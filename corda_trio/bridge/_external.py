@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, logs, pki, transport
+from corda_trio import amqp, hostport, logs, pki, transport
 from corda_trio.messaging import (
     InvalidMessageError,
     Peer,
@@ -295,9 +295,8 @@ class ExternalBridge:
     def __attrs_post_init__(self) -> None:
         self.control = ControlClient(bridge_id=self.config.bridge_id)
         cfg = self.config
-        self._outage = logs.Outage(
-            log, f"bridge {cfg.bridge_id}: the node at {cfg.node_host}:{cfg.node_port}"
-        )
+        where = hostport.host_port_text(cfg.node_host, cfg.node_port)
+        self._outage = logs.Outage(log, f"bridge {cfg.bridge_id}: the node at {where}")
         if self.config.floats is not None and self.tunnel_ssl_context is None:
             raise ValueError("config.floats needs tunnel_ssl_context (the bridge's tunnel certificate)")
 
@@ -434,8 +433,8 @@ class ExternalBridge:
                 inbox=self.inbox, tunnel_context=self.tunnel_ssl_context, config=self.config.floats
             )
             await outer.start(self.tunnel.run)
-            log.info("bridge %s: peers reach %s through floats %s", self.config.bridge_id, name,
-                     ", ".join(f"{h}:{p}" for h, p in self.config.floats.floats))  # fmt: skip
+            floats = ", ".join(hostport.host_port_text(h, p) for h, p in self.config.floats.floats)
+            log.info("bridge %s: peers reach %s through floats %s", self.config.bridge_id, name, floats)
             self._serving.set()
         elif self.inbox is None:
             self.inbox = RemoteInbox(name, conn)
@@ -451,7 +450,8 @@ class ExternalBridge:
                 if bind_error is None:
                     raise
                 p2p = self.config.p2p
-                what = f"cannot listen on {p2p.host}:{p2p.port}: {bind_error.strerror or bind_error}"
+                where = hostport.host_port_text(p2p.host, p2p.port)
+                what = f"cannot listen on {where}: {bind_error.strerror or bind_error}"
                 raise ListenError(bind_error.errno, what) from None
             log.info(
                 "bridge %s: accepting peers on port %s for %s",

@@ -36,7 +36,7 @@ from typing import Any, Final, Protocol
 import attrs
 import trio
 
-from corda_trio import amqp, logs, pki, store, transport
+from corda_trio import amqp, hostport, logs, pki, store, transport
 from corda_trio.messaging import Peer, PeerResolver, inbox_address, key_hash_of_address
 
 from ._backoff import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, Backoff
@@ -271,14 +271,15 @@ class Bridge:
                 if _is_identity_failure(exc):
                     self._parked[picked] = trio.current_time() + self.config.parked_retry_seconds
                     log.warning(
-                        "bridge %s: %s:%d failed the TLS identity check for %s, parked for %.0f s: %s",
-                        self.queue.name, *picked, peer.legal_name, self.config.parked_retry_seconds,
-                        self.last_error,
+                        "bridge %s: %s failed the TLS identity check for %s, parked for %.0f s: %s",
+                        self.queue.name, hostport.host_port_text(*picked), peer.legal_name,
+                        self.config.parked_retry_seconds, self.last_error,
                     )  # fmt: skip
                 else:
+                    where = hostport.host_port_text(*picked)
                     self._outage.failed(
-                        f"{picked[0]}:{picked[1]}: {self.last_error}",
-                        "bridge %s: session with %s:%d ended: %s", self.queue.name, *picked, self.last_error,
+                        f"{where}: {self.last_error}",
+                        "bridge %s: session with %s ended: %s", self.queue.name, where, self.last_error,
                     )  # fmt: skip
             self.state = BridgeState.BACKING_OFF
             await trio.sleep(self.backoff.next_delay())
@@ -337,7 +338,7 @@ class Bridge:
             now = self.resolver.peer(peer.key_hash)
             if now is None or address not in now.addresses or now.legal_name != peer.legal_name:
                 raise PeerChangedError(
-                    f"{peer.legal_name} is no longer reachable at {address[0]}:{address[1]}"
+                    f"{peer.legal_name} is no longer reachable at {hostport.host_port_text(*address)}"
                 )
 
 

@@ -24,6 +24,8 @@ from typing import Any, Final, final
 
 import attrs
 
+from corda_trio.hostport import host_port_text
+
 from ._errors import MalformedPayloadError
 
 __all__ = [
@@ -213,12 +215,6 @@ def split_host_port(text: str, *, lowest_port: int = 0) -> tuple[str, int]:
         raise ValueError(f"port must be in {lowest_port}..65535, got {int(port)}")
     check_host(host)
     return host, int(port)
-
-
-def host_port_text(host: str, port: int) -> str:
-    """``host:port``, with an IPv6 host in brackets (``[::1]:10002``): the one way an address is written
-    in a config file, a URL, a console line and ``str(NetworkHostAndPort)``."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _valid_host(instance: object, attribute: attrs.Attribute[str], value: str) -> None:

@@ -956,8 +956,8 @@ def _proxy_lines(config: NodeConfig, base: Path) -> list[str]:
     if proxy is None:
         return []
     user = f"{proxy.username}@" if proxy.username else ""
-    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
-    lines = [f"proxy = {_toml_str(f'{proxy.version}://{user}{host}:{proxy.port}')}"]
+    where = network.host_port_text(proxy.host, proxy.port)
+    lines = [f"proxy = {_toml_str(f'{proxy.version}://{user}{where}')}"]
     source = config.bridge_proxy_password
     if source is not None and source.env is not None:
         lines.append(f"proxy_password_env = {_toml_str(source.env)}")

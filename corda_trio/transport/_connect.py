@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import trio
 
-from corda_trio import amqp
+from corda_trio import amqp, hostport
 
 from ._driver import AmqpConnection
 from ._errors import HandshakeError
@@ -217,7 +217,9 @@ async def open_amqp_connection(
         OSError: the TCP connection failed.
         HandshakeError / AuthenticationError / AmqpConnectionError: see :func:`open_amqp_over_stream`.
     """
-    with _handshake_deadline(handshake_timeout, f"TCP/TLS connection to {host}:{port}"):
+    with _handshake_deadline(
+        handshake_timeout, f"TCP/TLS connection to {hostport.host_port_text(host, port)}"
+    ):
         if proxy is not None:
             tcp = await open_socks_stream(proxy, host, port)
         else:

@@ -50,7 +50,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, files, logs
+from corda_trio import amqp, files, hostport, logs
 
 from ._connect import DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, PeerCheck, open_amqp_over_stream, secure_stream
 from ._driver import AmqpConnection
@@ -449,7 +449,7 @@ async def _serve_slot(
 def _listener_name(listener: trio.SocketListener) -> str:
     try:
         host, port = listener.socket.getsockname()[:2]
-        return f"{host}:{port}"
+        return hostport.host_port_text(host, port)
     except OSError:
         return "<listener>"
 

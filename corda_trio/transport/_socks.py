@@ -20,6 +20,8 @@ import attrs
 import trio
 from socksio import ProtocolError, socks4, socks5
 
+from corda_trio import hostport
+
 __all__ = ["SocksError", "SocksProxy", "open_socks_stream"]
 
 _VERSIONS: Final = ("socks5", "socks4")
@@ -41,6 +43,11 @@ class SocksProxy:
     )
     username: str | None = None
     password: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``SOCKS proxy HOST:PORT``, as error lines name it (an IPv6 host in brackets)."""
+        return f"SOCKS proxy {hostport.host_port_text(self.host, self.port)}"
 
 
 async def _exactly(stream: trio.SocketStream, n: int) -> bytes:
@@ -68,7 +75,7 @@ async def open_socks_stream(proxy: SocksProxy, host: str, port: int) -> trio.Soc
             await _socks4(stream, proxy, host, port)
     except ProtocolError as exc:
         await trio.aclose_forcefully(stream)
-        raise SocksError(f"SOCKS proxy {proxy.host}:{proxy.port}: {exc}") from exc
+        raise SocksError(f"{proxy.name}: {exc}") from exc
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
@@ -86,16 +93,16 @@ async def _socks5(stream: trio.SocketStream, proxy: SocksProxy, host: str, port:
     assert isinstance(auth, socks5.SOCKS5AuthReply)
     if auth.method == socks5.SOCKS5AuthMethod.USERNAME_PASSWORD:
         if proxy.username is None:
-            raise SocksError(f"SOCKS proxy {proxy.host}:{proxy.port} wants a username and password")
+            raise SocksError(f"{proxy.name} wants a username and password")
         conn.send(
             socks5.SOCKS5UsernamePasswordRequest(proxy.username.encode(), (proxy.password or "").encode())
         )
         await stream.send_all(conn.data_to_send())
         answer = conn.receive_data(await _exactly(stream, 2))
         if not getattr(answer, "success", False):
-            raise SocksError(f"SOCKS proxy {proxy.host}:{proxy.port} refused the username and password")
+            raise SocksError(f"{proxy.name} refused the username and password")
     elif auth.method != socks5.SOCKS5AuthMethod.NO_AUTH_REQUIRED:
-        raise SocksError(f"SOCKS proxy {proxy.host}:{proxy.port} accepts none of our authentication methods")
+        raise SocksError(f"{proxy.name} accepts none of our authentication methods")
     conn.send(socks5.SOCKS5CommandRequest.from_address(socks5.SOCKS5Command.CONNECT, (host, port)))
     await stream.send_all(conn.data_to_send())
     head = await _exactly(stream, 4)
@@ -108,12 +115,12 @@ async def _socks5(stream: trio.SocketStream, proxy: SocksProxy, host: str, port:
         size = await _exactly(stream, 1)
         rest = size + await _exactly(stream, size[0] + 2)
     else:
-        raise SocksError(f"SOCKS proxy {proxy.host}:{proxy.port} sent address type {atype!r}")
+        raise SocksError(f"{proxy.name} sent address type {atype!r}")
     reply = conn.receive_data(head + rest)
     assert isinstance(reply, socks5.SOCKS5Reply)
     if reply.reply_code != socks5.SOCKS5ReplyCode.SUCCEEDED:
         raise SocksError(
-            f"SOCKS proxy {proxy.host}:{proxy.port}: no connection to {host}:{port}: {reply.reply_code.name}"
+            f"{proxy.name}: no connection to {hostport.host_port_text(host, port)}: {reply.reply_code.name}"
         )
 
 
@@ -131,5 +138,5 @@ async def _socks4(stream: trio.SocketStream, proxy: SocksProxy, host: str, port:
     reply = conn.receive_data(await _exactly(stream, 8))
     if reply.reply_code != socks4.SOCKS4ReplyCode.REQUEST_GRANTED:
         raise SocksError(
-            f"SOCKS proxy {proxy.host}:{proxy.port}: no connection to {host}:{port}: {reply.reply_code.name}"
+            f"{proxy.name}: no connection to {hostport.host_port_text(host, port)}: {reply.reply_code.name}"
         )

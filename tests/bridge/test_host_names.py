@@ -130,3 +130,32 @@ async def test_a_peer_name_that_does_not_resolve_is_one_line_a_minute_with_backo
     # the first, then one at the first attempt a minute or more after the last line: every 64 s
     assert len(lines) == 10, lines
     assert all("still retrying" in line and "bob.example:10002: gaierror" in line for line in lines[1:])
+
+
+@needs_ipv6
+async def test_an_ipv6_peer_is_named_in_brackets(
+    tmp_path: object,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer at ``::1`` that refuses: the line said ``session with ::1:42401 ended``, where config files and
+    console lines write ``[::1]:42401``; now the bridge's line and the failure it quotes write it so."""
+    caplog.set_level(logging.INFO, logger="corda_trio.bridge")
+    with socket.socket(socket.AF_INET6) as closed:  # bound, not listening: connections are refused
+        closed.bind(("::1", 0))
+        port = closed.getsockname()[1]
+        key_hash = pki.key_hash(bob.identity.cert.public_key())
+        resolver = messaging.PeerDirectory()
+        resolver.put(messaging.Peer(legal_name=bob.legal_name, key_hash=key_hash, addresses=[("::1", port)]))
+        ctx = pki.client_ssl_context(cert_chain=bob.tls_chain, key=bob.tls.key, trust_root=network.root.cert)
+        async with store.open_broker(tmp_path, config=store.BrokerConfig(commit_process=False)) as broker:  # type: ignore[arg-type]
+            queue = await broker.declare_queue(messaging.outbound_queue(key_hash), durable=False)
+            b = bridge.Bridge(queue=queue, resolver=resolver, ssl_context=ctx, config=bridge.BridgeConfig())
+            with trio.move_on_after(0.5):
+                await b.run()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines == [
+        f"bridge {queue.name}: session with [::1]:{port} ended: "
+        f"OSError: all attempts to connect to [::1]:{port} failed (Connection refused)"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -12,6 +13,8 @@ import trio
 import trio.testing
 
 from corda_trio import pki, transport
+
+from ..ipv6 import needs_ipv6
 
 NOW = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
 ALICE = pki.CordaX500Name.parse("O=Alice, L=London, C=GB")
@@ -38,7 +41,9 @@ def _context(
     return ctx
 
 
-async def _serve(nursery: trio.Nursery, network: pki.NetworkCredentials, bob: pki.NodeCredentials) -> int:
+async def _serve(
+    nursery: trio.Nursery, network: pki.NetworkCredentials, bob: pki.NodeCredentials, host: str = "127.0.0.1"
+) -> int:
     async def handler(conn: transport.AmqpConnection) -> None:
         await trio.sleep_forever()
 
@@ -48,6 +53,7 @@ async def _serve(nursery: trio.Nursery, network: pki.NetworkCredentials, bob: pk
             transport.serve_amqp,
             handler,
             0,
+            host=host,
             ssl_context=server_ctx,
             peer_check=pki.check_peer_is_network_node,
         )
@@ -196,3 +202,26 @@ async def test_a_server_certificate_out_of_date_is_named_on_both_sides(
         )
         assert expected in client_says and "is one of the clocks wrong?" in client_says, client_says
         assert "the peer refused our certificate: TLS alert bad_certificate" in server_says
+
+
+@needs_ipv6
+async def test_a_refused_ipv6_peer_is_named_in_brackets(
+    nursery: trio.Nursery,
+    network: pki.NetworkCredentials,
+    bob: pki.NodeCredentials,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The line named an IPv6 peer ``::1:42401``, where config files and console lines write
+    ``[::1]:42401``: now every log line writes an address so."""
+    port = await _serve(nursery, network, bob, host="::1")
+    with caplog.at_level(logging.WARNING, logger="corda_trio.transport"), trio.fail_after(10):
+        raw = await trio.open_tcp_stream("::1", port)
+        client_port = raw.socket.getsockname()[1]
+        await raw.send_all(b"GET / HTTP/1.1\r\n\r\n")  # not TLS
+        with contextlib.suppress(trio.BrokenResourceError):  # (answered, then closed: by us, or reset)
+            while await raw.receive_some(100):
+                pass
+        await raw.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"inbound [::1]:{client_port} refused: TLS handshake failed: "), line

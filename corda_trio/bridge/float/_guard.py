@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from corda_trio import hostport
+
 __all__ = ["install_outbound_guard"]
 
 _GUARDED_EVENTS = frozenset({"socket.connect", "socket.sendto", "socket.sendmsg"})
@@ -36,7 +38,9 @@ def install_outbound_guard(on_refused: Callable[[str, str], None] | None = None)
         if getattr(sock, "family", None) not in _INET or address is None:
             return
         where = (
-            f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else str(address)
+            hostport.host_port_text(address[0], address[1])
+            if isinstance(address, tuple) and len(address) >= 2
+            else str(address)
         )
         if on_refused is not None:
             on_refused(event, where)

@@ -58,7 +58,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import amqp, logs, pki, transport
+from corda_trio import amqp, hostport, logs, pki, transport
 from corda_trio.messaging import (
     DEFAULT_MAX_MESSAGE_SIZE,
     InvalidMessageError,
@@ -200,7 +200,9 @@ class FloatTunnel:
 
     def __attrs_post_init__(self) -> None:
         floats = self.config.floats
-        self._outages = {a: logs.Outage(log, f"float {a[0]}:{a[1]}", level=logging.INFO) for a in floats}
+        self._outages = {
+            a: logs.Outage(log, f"float {hostport.host_port_text(*a)}", level=logging.INFO) for a in floats
+        }
 
     def _notify(self) -> None:
         self._changed.set()
@@ -240,7 +242,7 @@ class FloatTunnel:
                 # (the session's tasks fail together: the line names the first failure)
                 self.last_error = logs.failure_text(_failure_unless_cancelled(raised))
                 if self.active is not None:  # the active float's link ended: said each time
-                    log.info("float %s:%d: %s", *address, self.last_error)
+                    log.info("float %s: %s", hostport.host_port_text(*address), self.last_error)
                 else:  # an attempt failed: bounded while the float stays away (rounds come every 5 s)
                     outage = self._outages[address]
                     outage.failed(self.last_error, "%s: %s", outage.name, self.last_error)
@@ -294,7 +296,7 @@ class FloatTunnel:
             self.activations += 1
             self._held_links.clear()  # links of an earlier activation cannot forward anything any more
             self._outages[address].connected()
-            log.info("float %s:%d active, public port %d", *address, report.public_port)
+            log.info("float %s active, public port %d", hostport.host_port_text(*address), report.public_port)
             self._notify()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_reports, events)
