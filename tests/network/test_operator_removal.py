@@ -117,9 +117,11 @@ async def test_a_removed_node_asks_again_once_per_poll_logs_it_once_and_is_back_
 
     assert service.store.remove_node(str(BOB))
     refused_before = service.refused_publications
-    await trio.sleep(4.5)
+    await trio.sleep(6.5)
     asked = service.refused_publications - refused_before
-    assert 3 <= asked <= 5, asked  # once per 1 s poll (a backoff would be 1+2 s: 2; a busy loop: hundreds)
+    # once per 1 s poll: ~6 (a backoff of 1, 2, 4 s: 2; a busy loop: hundreds); the window is wide enough
+    # for a loaded machine's late polls (4.5 s and 3..5 failed once under load)
+    assert 4 <= asked <= 7, asked
     refusals = [r for r in caplog.records if "removed-by-operator" in r.getMessage()]
     assert len(refusals) == 1 and refusals[0].levelno == logging.ERROR, refusals
     assert str(BOB) not in updater.nodes() and service.store.legal_names() == [str(ALICE)]
