@@ -31,10 +31,15 @@ receiving deliveries, link credit and its overrun, session windows, flows) and `
 share is on :class:`Session` (``_session.py``) and :class:`Link` (``_link.py``).
 
 Idle timeout (spec 2.4.5): we advertise half our real threshold; we send an empty frame when we have sent
-nothing for half the peer's advertised value; a peer that completes no frame for our full threshold gets
-``close`` with ``amqp:resource-limit-exceeded`` (bytes of an unfinished frame do not count: a peer
-dribbling one byte at a time cannot hold the connection). Activity is sampled by ``tick``: the driver calls
-it right after each ``receive_data`` and each write, so the timestamps are exact to within one call.
+nothing for half the peer's advertised value; a peer that sends us nothing for our full threshold gets
+``close`` with ``amqp:resource-limit-exceeded``. What counts as hearing from the peer: a whole frame, or
+:data:`RX_PROGRESS_BYTES` (an empty frame's size) more bytes of one still arriving. A frame can take longer
+than the idle timeout to cross a slow link (a 128 KiB transfer frame needs 2.6 s at 400 kbit/s), and no
+keep-alive can overtake it: counting whole frames only, a 2 s timeout closed such a connection in the
+middle of every large message, for ever (found with two node processes on a 400 kbit/s link). A peer
+dribbling bytes still cannot hold the connection more cheaply than with the empty frames the spec asks for:
+fewer than 8 bytes per idle period is silence. Activity is sampled by ``tick``: the driver calls it right
+after each ``receive_data`` and each write, so the timestamps are exact to within one call.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from ._events import (
 )
 from ._frames import (
     AMQP_HEADER,
+    EMPTY_FRAME,
     SASL_HEADER,
     FrameBuffer,
     encode_empty_frame,
@@ -94,6 +100,9 @@ _OPEN_SENT_STATES: Final = frozenset({_CS.OPEN_PIPE, _CS.OPEN_SENT, _CS.OPENED})
 _TERMINAL_STATES: Final = frozenset({_CS.END, _CS.DISCARDING})
 #: Default of the per-link ``max_message_size`` arguments: take ``ConnectionConfig.max_message_size``.
 FROM_CONFIG: Final[Any] = object()
+#: Bytes of a frame still arriving that count as hearing from the peer (idle timeout): as many as the empty
+#: frame a keep-alive costs (spec 2.4.5), so that dribbling is no cheaper way to hold a connection open.
+RX_PROGRESS_BYTES: Final = len(EMPTY_FRAME)
 MAX_ULONG: Final = 2**64 - 1
 
 
@@ -143,6 +152,8 @@ class Connection(TransferMixin, SettlementMixin):
         self.close_error: Any = None
         # idle-timeout bookkeeping (seconds, the driver's clock)
         self._rx_flag = False
+        #: bytes received since _rx_flag was last raised by bytes (RX_PROGRESS_BYTES raise it)
+        self._rx_progress = 0
         self._tx_flag = False
         self._last_rx: float | None = None
         self._last_tx: float | None = None
@@ -252,6 +263,10 @@ class Connection(TransferMixin, SettlementMixin):
             if self._machine.state is _CS.DISCARDING:
                 self._discard(data)
             return events
+        self._rx_progress += len(data)
+        if self._rx_progress >= RX_PROGRESS_BYTES:  # a frame still arriving is no silence (see the top)
+            self._rx_flag = True
+            self._rx_progress = 0
         try:
             self._buffer.feed(data)
             self._process()
@@ -678,7 +693,7 @@ class Connection(TransferMixin, SettlementMixin):
                 frame = buffer.next_frame()
                 if frame is None:
                     return
-                self._rx_flag = True  # whole frames only: a peer dribbling bytes is still idle
+                self._rx_flag = True  # (a heartbeat split across reads counts once whole)
                 if frame.type != 0:
                     raise LocalProtocolError(
                         f"SASL frame (type {frame.type}) after the AMQP header",

@@ -478,6 +478,34 @@ def test_heartbeats_at_half_the_peer_value_and_timeout_when_silent() -> None:
     assert "4000 ms" in info.value.description
 
 
+def test_a_large_frame_still_arriving_over_a_slow_link_is_no_silence() -> None:
+    # A 128 KiB transfer frame crossing a 400 kbit/s link takes 2.6 s, longer than a 2 s idle timeout, and
+    # no keep-alive can overtake it: its bytes arriving (16 KiB TLS records, ~0.33 s apart) keep the
+    # connection. Found with two node processes: counting whole frames only, the receiver closed the
+    # connection in the middle of every large message, for ever.
+    idle = {"idle_timeout_ms": 2000}
+    _pair, L = opened_link("client", "client", client_config=cfg(**idle), server_config=cfg(**idle))
+    receiver = L["receiver"]
+    transfer = amqp.Transfer(handle=L["sh"], delivery_id=0, delivery_tag=b"t", more=True)
+    frame = amqp.encode_frame(transfer, L["sch"], b"x" * 130_000)
+    now = 0.0
+    receiver.tick(now)
+    for start in range(0, 7 * 16_384, 16_384):
+        now += 0.33
+        receiver.receive_data(frame[start : start + 16_384])
+        receiver.tick(now)
+    assert now > 2.0
+    # Fewer bytes than an empty frame per idle period are silence: a byte every 0.3 s times out.
+    quiet_since = now
+    with pytest.raises(amqp.IdleTimeoutError) as info:
+        for byte in frame[7 * 16_384 :]:
+            now += 0.3
+            receiver.receive_data(bytes([byte]))
+            receiver.tick(now)
+    assert 2.0 <= now - quiet_since < 2.4
+    assert info.value.condition == C.RESOURCE_LIMIT_EXCEEDED
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         cfg(max_frame_size=100)
