@@ -13,7 +13,8 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     listen = "0.0.0.0:10002"                        # the node's P2P address as published in the map
     max_message_size = 10485760                     # optional: the network parameter
     idle_timeout_seconds = 10                       # optional: a peer's connection, or the one to the node,
-                                                    # that brings no frame this long is closed; 1..3600
+                                                    # that brings nothing this long (no frame, nor 8
+                                                    # bytes of a frame still arriving) is closed; 1..3600
     [tls]                                           # the node's TLS material
     cert_chain = "certificates/tls.chain.pem"
     key = "certificates/tls.key.pem"

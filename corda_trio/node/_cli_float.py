@@ -22,8 +22,8 @@ Examples::
     max_message_size = 10485760    # optional (the network parameter)
     peer_link_window = 64          # optional: share of the end-to-end window one peer link reserves
     max_handshakes_per_address = 16  # optional: peer connections one address may have in their handshake
-    idle_timeout_seconds = 10      # optional: a peer's connection that brings no frame this long is closed;
-                                   # 1..3600
+    idle_timeout_seconds = 10      # optional: a peer's connection that brings nothing this long (no frame,
+                                   # nor 8 bytes of a frame still arriving) is closed; 1..3600
 
     [tls.node]                     # node TLS material an activation may name ("tls_ref" = "node")
     cert_chain = "node/tls.pem"

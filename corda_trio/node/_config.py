@@ -18,8 +18,9 @@ Theory of operation
                                          # optional: what the NodeInfo lists instead of `address`, in this
                                          # order (peers' bridges dial them round-robin); 1..16 "HOST:PORT",
                                          # no duplicates, no 0.0.0.0 / [::]. Default: [address]
-    idle_timeout_seconds = 10            # a peer's connection (or a bridge process's) that brings no frame
-                                         # this long is closed (advertised to it as half); 1..3600
+    idle_timeout_seconds = 10            # a peer's connection (or a bridge process's) that brings nothing
+                                         # this long (no frame, nor 8 bytes of a frame still arriving) is
+                                         # closed (advertised to it as half); 1..3600
 
     [rpc]
     address = "127.0.0.1:40002"          # the RPC websocket (ws://HOST:PORT); port 0: any free port
