@@ -86,12 +86,15 @@ async def start_node_process(
     ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
     console: Path | None = None,
     open_files_limit: int | None = None,
+    command_prefix: Sequence[str] = (),
 ) -> NodeProcess:
     """Start one node and wait for its ready line.
 
     Args:
         console: where its stderr goes (appended), default ``console.log`` beside its log file.
         open_files_limit: run it with this soft and hard ``RLIMIT_NOFILE`` (as ``ulimit -n`` would).
+        command_prefix: a command that runs the node in turn and execs it, keeping its pid (for example
+            ``("ip", "netns", "exec", "ns1")`` to start it in a network namespace).
 
     Raises:
         NodeProcessError: it exited first, or was not ready in time (it is then killed).
@@ -99,9 +102,10 @@ async def start_node_process(
     console = console or config.log_path.parent / "console.log"
     limit = None if open_files_limit is None else functools.partial(_limit_files, open_files_limit)
     console.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(config_path)]
     with open(console, "ab") as err:  # noqa: ASYNC230 (a local file, opened once per process)
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "corda_trio", "node", "start", "--config", str(config_path)],
+            [*command_prefix, *command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=err,

@@ -5,7 +5,8 @@ repository is on its Python path (``parking_flows.node_env()``).
 
 ``Stream`` sends ``count`` P2P messages ``[i, flag]`` (``i`` = 0..count-1) to ``recipient`` in batches of
 ``batch``, sleeping ``pause`` seconds after each acknowledgement (so that a test can act mid-stream); the
-last of each batch asks for an acknowledgement. ``StreamResponder`` is the ledger: it takes
+last of each batch asks for an acknowledgement. With ``pad`` each message carries that many more bytes
+(``[i, flag, b"\\0" * pad]``: large messages). ``StreamResponder`` is the ledger: it takes
 each message once, in order (anything else, a number missing, repeated or out of order, fails it with the
 number it expected), answers each acknowledgement with how many it has taken, and finishes after the last.
 ``Stream`` returns the responder's final count, so ``count`` back means every message was handled exactly
@@ -35,6 +36,7 @@ class Stream(flows.FlowLogic[int]):
     count: int = 2000
     batch: int = 100
     pause: float = 0.0
+    pad: int = 0
     sent: int = attrs.field(default=0, init=False)
     session: flows.FlowSession | None = attrs.field(default=None, init=False)
 
@@ -54,8 +56,9 @@ class Stream(flows.FlowLogic[int]):
     def send_batch(self, ctx: Any, _: None) -> Any:
         n = min(self.batch, self.count - self.sent)
         last = self.sent + n == self.count
-        pairs = [(self.session, [self.sent + i, MORE]) for i in range(n - 1)]
-        pairs.append((self.session, [self.sent + n - 1, LAST if last else ACK]))
+        extra = [bytes(self.pad)] if self.pad else []
+        pairs = [(self.session, [self.sent + i, MORE, *extra]) for i in range(n - 1)]
+        pairs.append((self.session, [self.sent + n - 1, LAST if last else ACK, *extra]))
         self.sent += n
         return ctx.send_all(pairs, then=self.wait_ack)
 
@@ -74,8 +77,8 @@ class StreamResponder(flows.FlowLogic[int]):
     def call(self, ctx: Any) -> Any:
         return ctx.receive(self.session, list, then=self.got)
 
-    def got(self, ctx: Any, message: list[int]) -> Any:
-        number, flag = message
+    def got(self, ctx: Any, message: list[Any]) -> Any:
+        number, flag = message[:2]
         if number != self.taken:
             raise flows.FlowException(f"expected message {self.taken}, got {number}")
         self.taken += 1
