@@ -10,7 +10,8 @@ replaces the link's settings (both directions), all optional:
   delay altogether, netem's ``reorder``), ``loss`` (probability that a packet is dropped);
 * ``rate`` (bits per second; 0: unlimited) with ``queue`` (seconds of backlog the sender's side holds before
   it drops at the tail, as tbf's ``latency``);
-* ``cut`` (true: a black hole both ways; nothing is queued, nothing answered).
+* ``cut`` (true: a black hole; nothing is queued, nothing answered);
+* ``a_to_b`` / ``b_to_a``: an object of these settings for that direction alone (over the others).
 
 It prints ``ok`` after applying each line. Why not ``tc qdisc ... netem``: kernels without ``sch_netem``
 (this test machine's is one) refuse it, while TUN devices are everywhere namespaces are. Packets are whole
@@ -90,21 +91,22 @@ def main() -> None:
                     packet = os.read(fd, 65536)
                 except BlockingIOError:
                     break
-                if settings.get("cut") or rng.random() < settings.get("loss", 0.0):
+                own = {**settings, **settings.get(("a_to_b", "b_to_a")[direction], {})}
+                if own.get("cut") or rng.random() < own.get("loss", 0.0):
                     continue
                 start = now
-                rate = settings.get("rate", 0.0)
+                rate = own.get("rate", 0.0)
                 if rate:
                     start = max(now, free_at[direction])
-                    if start - now > settings.get("queue", 1.0):
+                    if start - now > own.get("queue", 1.0):
                         continue  # tail drop: the backlog is full
                     free_at[direction] = start + len(packet) * 8 / rate
                     start = free_at[direction]
-                delay = settings.get("delay", 0.0)
-                if rng.random() < settings.get("reorder", 0.0):
+                delay = own.get("delay", 0.0)
+                if rng.random() < own.get("reorder", 0.0):
                     delay = 0.0
-                elif settings.get("jitter"):
-                    delay = max(0.0, delay + rng.uniform(-settings["jitter"], settings["jitter"]))
+                elif own.get("jitter"):
+                    delay = max(0.0, delay + rng.uniform(-own["jitter"], own["jitter"]))
                 seq += 1
                 heapq.heappush(pending, (start + delay, seq, out, packet))
 
