@@ -38,8 +38,9 @@ than the idle timeout to cross a slow link (a 128 KiB transfer frame needs 2.6 s
 keep-alive can overtake it: counting whole frames only, a 2 s timeout closed such a connection in the
 middle of every large message, for ever (found with two node processes on a 400 kbit/s link). A peer
 dribbling bytes still cannot hold the connection more cheaply than with the empty frames the spec asks for:
-fewer than 8 bytes per idle period is silence. Activity is sampled by ``tick``: the driver calls it right
-after each ``receive_data`` and each write, so the timestamps are exact to within one call.
+fewer than 8 bytes per idle period is silence. A layer below that hands over whole units only (TLS records)
+reports the bytes it has read of one with ``receive_progress``. Activity is sampled by ``tick``: the driver
+calls it right after each ``receive_data`` and each write, so the timestamps are exact to within one call.
 """
 
 from __future__ import annotations
@@ -263,10 +264,7 @@ class Connection(TransferMixin, SettlementMixin):
             if self._machine.state is _CS.DISCARDING:
                 self._discard(data)
             return events
-        self._rx_progress += len(data)
-        if self._rx_progress >= RX_PROGRESS_BYTES:  # a frame still arriving is no silence (see the top)
-            self._rx_flag = True
-            self._rx_progress = 0
+        self.receive_progress(len(data))
         try:
             self._buffer.feed(data)
             self._process()
@@ -276,6 +274,16 @@ class Connection(TransferMixin, SettlementMixin):
             self._fail(condition, description)
             raise RemoteProtocolError(description, condition=condition, events=events) from exc
         return events
+
+    def receive_progress(self, nbytes: int) -> None:
+        """Count ``nbytes`` that arrived for us without being fed yet against the idle timeout, as bytes of a
+        frame still arriving (see the top): a layer below that hands over only whole units of its own (TLS
+        records, up to 16 KiB: 2.6 s at 50 kbit/s) reports what it has read of one. ``receive_data`` counts
+        its bytes itself."""
+        self._rx_progress += nbytes
+        if self._rx_progress >= RX_PROGRESS_BYTES:  # a frame still arriving is no silence
+            self._rx_flag = True
+            self._rx_progress = 0
 
     @property
     def wants_write(self) -> bool:

@@ -77,6 +77,8 @@ class TlsStream(trio.abc.Stream):
             self._incoming, self._outgoing, server_side=server_side, server_hostname=server_hostname
         )
         self._raw = bytearray(_RAW_READ_BYTES)
+        #: bytes read from the socket so far (records, whole or not): a record still arriving is progress
+        self.bytes_received = 0
         self._handshook = False
         self._broken: BaseException | None = None
         self._closed = False
@@ -168,6 +170,7 @@ class TlsStream(trio.abc.Stream):
             except OSError as exc:
                 raise self._break(exc) from exc
             if n:
+                self.bytes_received += n
                 self._incoming.write(memoryview(raw)[:n])
             else:
                 self._incoming.write_eof()

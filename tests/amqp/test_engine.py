@@ -506,6 +506,21 @@ def test_a_large_frame_still_arriving_over_a_slow_link_is_no_silence() -> None:
     assert info.value.condition == C.RESOURCE_LIMIT_EXCEEDED
 
 
+def test_progress_reported_by_the_layer_below_is_no_silence() -> None:
+    # TLS hands over whole records only (16 KiB: 2.6 s at 50 kbit/s); the driver reports the bytes of one
+    # still arriving with receive_progress, which counts as bytes of a frame still arriving do.
+    pair = ConnectionPair(cfg(idle_timeout_ms=2000))
+    pair.open()
+    client = pair.client
+    client.tick(0.0)
+    for now in (1.5, 3.0, 4.5):
+        client.receive_progress(8)
+        client.tick(now)
+    client.receive_progress(7)  # fewer than an empty frame's bytes: silence
+    with pytest.raises(amqp.IdleTimeoutError):
+        client.tick(6.5)
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         cfg(max_frame_size=100)

@@ -56,17 +56,27 @@ async def test_exactly_once_in_order_under_delay_loss_and_reordering_with_a_shor
         assert "no frame received" not in nodes.log(i)
 
 
+@pytest.mark.parametrize(
+    ("rate", "pad"),
+    [
+        # a 128 KiB transfer frame takes 2.6 s to cross: the receiver counted whole frames only
+        pytest.param(400_000, 400_000, id="400kbit-frames"),
+        # a 16 KiB TLS record takes 2.6 s to cross, and TLS hands over whole records only: the node counted
+        # none of its bytes until the record was whole
+        pytest.param(50_000, 40_000, id="50kbit-tls-records"),
+    ],
+)
 async def test_large_messages_over_a_narrow_link_are_not_cut_by_the_peers_idle_timeout(
-    tmp_path: Path,
+    tmp_path: Path, rate: int, pad: int
 ) -> None:
-    """400 kbit/s, a 2 s idle timeout, a 400 kB message: a 128 KiB transfer frame takes 2.6 s to cross, longer
-    than the timeout, and no keep-alive can overtake it. The receiver used to count whole frames only and
-    closed the connection in the middle of every such message; the bridge sent it again, for ever."""
+    """A narrow link, a 2 s idle timeout, a message whose frames (or TLS records) take longer than that to
+    cross; no keep-alive can overtake them. The receiver used to close the connection in the middle of every
+    such message, and the bridge sent it again, for ever."""
     with netns_pair() as pair:
         async with open_netns_nodes(tmp_path / "net", pair, p2p_idle_timeout_seconds=2.0) as nodes:
-            pair.shape(rate=400_000, queue=1.0, delay=0.01)
-            with trio.fail_after(30):  # (400 kB at 400 kbit/s: 8 s)
-                assert await stream(nodes, flows=1, count=1, pad=400_000) == [1]
+            pair.shape(rate=rate, queue=1.0, delay=0.01)
+            with trio.fail_after(30):  # (8 s, 6.4 s on the wire)
+                assert await stream(nodes, flows=1, count=1, pad=pad) == [1]
             assert (await scrape(nodes.node(0)))[CONNECTS] == 1
     for i in (0, 1):
         assert "no frame received" not in nodes.log(i)
