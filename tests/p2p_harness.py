@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -75,13 +76,19 @@ async def running_node(
     fsync: str = "always",
     run_service: bool = True,
     external: bool = False,
+    max_tls_version: ssl.TLSVersion | None = None,
 ) -> AsyncIterator[P2PNode]:
     """Run a node until the block exits (cancelling everything).
+
+    ``max_tls_version``: cap what the node's acceptor speaks (``TLSv1_2``: a peer refusing a client's
+    certificate then says so in the handshake, where TLS 1.3 says it on the first read after it).
 
     ``external``: instead of an in-node acceptor and bridge manager, run the node's local endpoint and an
     :class:`bridge.ExternalBridge` connected to it (what ``corda-trio bridge start`` runs in its own process).
     """
     server_ctx, client_ctx = contexts(creds, root)
+    if max_tls_version is not None:
+        server_ctx.maximum_version = max_tls_version  # type: ignore[attr-defined]
     peers = peers if peers is not None else messaging.PeerDirectory()
     key_hash = pki.key_hash(creds.identity.cert.public_key())
     async with store.open_broker(directory) as broker, trio.open_nursery() as nursery:

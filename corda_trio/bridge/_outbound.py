@@ -9,7 +9,8 @@ Theory of operation
 2. Pick the next address round-robin, skipping *parked* ones (an address whose TLS identity check failed
    is parked for ``parked_retry_seconds`` and then tried again); dial it over mutual TLS, requiring the peer's
    TLS subject to be the legal name the map gives for the key-hash. A completed AMQP handshake resets the
-   backoff.
+   backoff. A handshake refused for a certificate's dates (expired, or not valid yet: clock skew, a renewed
+   certificate) is no identity failure: it is retried with the backoff of step 4, not parked.
 3. Attach one sender to ``p2p.inbound.<key-hash>`` and stream: a store consumer hands out queued messages (at
    most ``credit`` unacknowledged at once), each is sent unsettled as soon as the link has credit, and a
    settle task per message waits for the peer's outcome: ``accepted`` acks it in the WAL, anything else
@@ -142,13 +143,19 @@ class BridgeConfig:
 def _is_identity_failure(exc: BaseException) -> bool:
     """A TLS handshake refused for the peer's identity (wrong root, wrong name), not a network failure:
     ``exc``, what caused it, or any leaf of a group among them (a session's nursery groups the failures of
-    its tasks, several at once when they fail together)."""
+    its tasks, several at once when they fail together).
+
+    A refusal for a certificate's dates (the peer's expired or not valid yet by our clock, or ours by the
+    peer's) is not one: that peer may be accepted seconds later (a clock put right, a renewed certificate
+    becoming valid), so it is retried with the usual backoff like an unreachable peer, not parked."""
     todo, seen = [exc], set()
     while todo:
         current = todo.pop()
         if id(current) in seen:  # (a chain of contexts can loop)
             continue
         seen.add(id(current))
+        if isinstance(current, ssl.SSLError) and transport.is_certificate_date_failure(current):
+            continue
         if isinstance(current, pki.PeerIdentityError | ssl.SSLCertVerificationError):
             return True
         if isinstance(current, ssl.SSLError) and "CERTIFICATE" in str(current).upper():

@@ -76,6 +76,7 @@ from ._serve import serve_listeners as serve_listeners
 from ._socks import SocksError as SocksError
 from ._socks import SocksProxy as SocksProxy
 from ._socks import open_socks_stream as open_socks_stream
+from ._tls_failures import is_certificate_date_failure as is_certificate_date_failure
 
 __all__ = [
     "ACCEPT_ERROR_LOG_INTERVAL_SECONDS",
@@ -112,6 +113,7 @@ __all__ = [
     "drain_before_close",
     "http_response",
     "idle_timeout_ms",
+    "is_certificate_date_failure",
     "listener_port",
     "open_amqp_connection",
     "open_amqp_over_stream",

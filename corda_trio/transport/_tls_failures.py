@@ -16,6 +16,14 @@ neither whose certificate nor which one of the chain nor when, and the refused s
 * on the refused side: that the peer refused *our* certificate, and why the alert says.
 
 Anything else is left to the caller's generic text (``None``).
+
+:func:`is_certificate_date_failure` tells such a failure from the others, for a caller that retries: a
+certificate's dates are a matter of time (a clock that is behind, a renewed certificate not valid yet), so
+the same peer may well be accepted a few seconds later, where a foreign root or another name will not be.
+It counts the ``bad_certificate`` alert in, since OpenSSL sends it for a certificate not valid yet; OpenSSL
+also sends it for rarer chain faults (a CA key too small, a path too long), which are then retried with the
+caller's usual backoff too. A foreign root gets ``unknown_ca`` and a certificate with another name passes
+the handshake (our peer check refuses it after), so neither counts.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from corda_trio import pki
 if TYPE_CHECKING:
     from cryptography import x509
 
-__all__ = ["describe_tls_failure"]
+__all__ = ["describe_tls_failure", "is_certificate_date_failure"]
 
 #: OpenSSL's X509_V_ERR_* codes for a certificate outside its validity period.
 _NOT_YET_VALID: Final = 9
@@ -58,7 +66,7 @@ def describe_tls_failure(exc: BaseException, tls: object | None, *, now: dt.date
     if error is None:
         return None
     clock = f"this machine's clock: {now.isoformat(timespec='seconds')}"
-    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_code in (_EXPIRED, _NOT_YET_VALID):
+    if _verify_code(error) in (_EXPIRED, _NOT_YET_VALID):
         for cert in _presented(tls):
             try:
                 pki.check_validity_period(cert, now=now)
@@ -72,6 +80,23 @@ def describe_tls_failure(exc: BaseException, tls: object | None, *, now: dt.date
     if why is not None:
         return f"the peer refused our certificate: {why}"
     return None
+
+
+def is_certificate_date_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the ``ssl.SSLError`` in its ``__cause__`` chain) is a TLS handshake refused for a
+    certificate's dates: the peer's, by our clock, or ours, by the peer's (its alert)."""
+    error = _ssl_error(exc)
+    if error is None:
+        return False
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return _verify_code(error) in (_EXPIRED, _NOT_YET_VALID)
+    return (getattr(error, "reason", None) or "") in _REFUSED_OURS
+
+
+def _verify_code(error: ssl.SSLError) -> int | None:
+    """OpenSSL's verify code of a failed chain verification (``ssl`` sets it on the errors it raises; one
+    built by hand has none)."""
+    return getattr(error, "verify_code", None) if isinstance(error, ssl.SSLCertVerificationError) else None
 
 
 def _ssl_error(exc: BaseException | None) -> ssl.SSLError | None:

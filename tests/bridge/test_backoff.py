@@ -150,6 +150,12 @@ def test_an_identity_failure_is_seen_among_the_errors_of_a_group() -> None:
     verify = ssl.SSLCertVerificationError(1, "certificate verify failed: unable to get local issuer")
     assert _is_identity_failure(ExceptionGroup("session", [other, verify]))
     assert not _is_identity_failure(ExceptionGroup("session", [other, OSError("connection refused")]))
+    # a certificate's dates are no identity failure (retried with the backoff, not parked): OpenSSL's
+    # X509_V_ERR_CERT_NOT_YET_VALID (9) behind the HandshakeError the transport raises
+    not_yet = ssl.SSLCertVerificationError(1, "certificate verify failed: certificate is not yet valid")
+    not_yet.verify_code = 9
+    date = _raised(transport.HandshakeError("TLS handshake failed"), not_yet)
+    assert not _is_identity_failure(ExceptionGroup("session", [other, date]))
     looped = RuntimeError("a")
     looped.__context__ = RuntimeError("b")
     looped.__context__.__context__ = looped

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import socket
+import ssl
 from collections import defaultdict
 from pathlib import Path
 
@@ -421,3 +423,54 @@ async def test_a_peer_rejected_again_and_again_is_one_warning_a_minute(
         assert b.acceptor.rejected == 200
     lines = [r.getMessage() for r in caplog.records if "rejected a message" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith(str(alice.legal_name)), lines
+
+
+@pytest.mark.parametrize(
+    ("whose", "tls"), [("peer's", None), ("ours", None), ("ours", ssl.TLSVersion.TLSv1_2)],
+    ids=["peer's", "ours-tls1.3", "ours-tls1.2"],
+)  # fmt: skip
+async def test_a_certificate_not_valid_yet_is_retried_with_the_backoff_not_parked(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    whose: str,
+    tls: ssl.TLSVersion | None,
+) -> None:
+    """Bob's (or Alice's own) certificates become valid 3 s from now, as after a renewal or with the issuer's
+    clock ahead. Alice's bridge treated the refused handshake as a failed identity check and parked Bob's
+    address for 5 minutes, so delivery waited that long after the certificate was valid (Bob's certificate;
+    Alice's when Bob speaks TLS 1.2, whose alert comes in the handshake); now it is retried with the usual
+    backoff (1 s, doubling) and the message arrives seconds after."""
+    valid_from = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=3)
+    # (create_certificate backdates not-before by an hour for clock skew: issue an hour ahead)
+    fresh = network.issue_node(
+        (bob if whose == "peer's" else alice).legal_name, now=valid_from + dt.timedelta(hours=1)
+    )
+    assert fresh.tls.cert.not_valid_before_utc == valid_from
+    if whose == "peer's":
+        bob = fresh
+    else:
+        alice = fresh
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    async with (
+        running_node(alice, root, tmp_path / "a", peers=peers) as a,
+        running_node(bob, root, tmp_path / "b", peers=peers, max_tls_version=tls) as b,
+    ):
+        peers.put(a.as_peer())
+        peers.put(b.as_peer())
+        got: dict[str, list[bytes]] = defaultdict(list)
+        done = trio.Event()
+        collect(b, got, (1, done))
+        await a.service.send(a.service.create_message(TOPIC, b"when valid"), bob.legal_name)
+        with trio.fail_after(30):
+            await done.wait()
+        arrived = dt.datetime.now(dt.UTC)
+    assert got == {str(alice.legal_name): [b"when valid"]}
+    (sender,) = a.manager.bridges().values()
+    assert sender.failures >= 1 and sender.connects == 1 and not sender.parked()
+    # at most one backoff step (1, 2, 4 s ...: about the time since the first attempt) after it became valid
+    assert arrived - valid_from < dt.timedelta(seconds=8), arrived - valid_from
+    assert not [r for r in caplog.records if "parked for" in r.getMessage()]
