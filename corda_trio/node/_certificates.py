@@ -1,6 +1,6 @@
-"""The lifetimes of a process's own certificates (a node's, the network map service's): refused at start when
-out of date, a warning when they expire soon, one error line when one expires while it runs, and (a node)
-their not-after times for ``/metrics``.
+"""The lifetimes of a process's own certificates (a node's, the network map service's, a float's): refused at
+start when out of date, a warning when they expire soon, one error line when one expires while it runs, and
+(a node) their not-after times for ``/metrics``.
 
 Theory of operation
 -------------------

@@ -46,22 +46,45 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
+import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
 import trio
 
 from corda_trio import network, pki, transport
 from corda_trio.bridge import float as fl
 
-from ._certificates import check_own_certificates, own_certificates
+from ._certificates import (
+    OwnCertificate,
+    check_own_certificates,
+    expiry_warning,
+    own_certificates,
+    watch_expiry,
+)
 from ._cli import CliError, grouped_error, run_trio
 from ._config import ConfigError, KeyPassphrase, _read_toml, seconds_problem
 from ._heap import freeze_startup_heap
 
-__all__ = ["load_float_config", "register"]
+__all__ = ["FloatCertificates", "load_float_config", "register"]
+
+log = logging.getLogger("corda_trio.bridge.float")
+
+#: What the error line says when a certificate of ``[control]`` expires while the float runs (the tunnel
+#: context is made once, at start).
+CONTROL_EXPIRED_TEXT: Final = (
+    "the node's bridge and this float refuse each other's control link until it is renewed and the float "
+    "restarted"
+)
+#: ... and one of a ``[tls.<ref>]`` chain or trust root (read again at each activation).
+TLS_EXPIRED_TEXT: Final = (
+    "peers refuse this float's TLS handshakes until the file is renewed and the node activates the float "
+    "again"
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -230,8 +253,19 @@ class _Toml:
         return int(port)
 
 
-def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
-    """Read float.toml: the float's configuration and the audit settings.
+@attrs.frozen
+class FloatCertificates:
+    """The float's own certificates, each once with the file it was read from: the float warns at start about
+    one that expires within 30 days and logs one error line when one expires while it runs."""
+
+    #: the ``[control]`` tunnel certificate and CA
+    control: tuple[OwnCertificate, ...]
+    #: the ``[tls.<ref>]`` chains and trust roots
+    tls: tuple[OwnCertificate, ...]
+
+
+def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any], FloatCertificates]:
+    """Read float.toml: the float's configuration, the audit settings and its certificates.
 
     Raises:
         CliError: (exit 2) the file is missing or not TOML, or a key is missing or wrong; one line naming it.
@@ -255,11 +289,11 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     except pki.PeerIdentityError as exc:
         raise CliError(f"{path}: key 'control.cert': {exc}", 2) from None
     now = dt.datetime.now(dt.UTC)
-    _check_dates(
-        path, "control", [(t.file("control.cert"), [tunnel.cert]), (t.file("control.ca"), [tunnel.ca])], now
-    )
+    control_files = [(t.file("control.cert"), [tunnel.cert]), (t.file("control.ca"), [tunnel.ca])]
+    _check_dates(path, "control", control_files, now)
     tls_entries = t.get("tls", dict, {})
     tls = {}
+    tls_files = []
     for ref in tls_entries:
         key = t.file(f"tls.{ref}.key")
         passphrase = t.passphrase(f"tls.{ref}")
@@ -276,6 +310,7 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
             except pki.KeyStoreError as exc:
                 raise CliError(f"{path}: key 'tls.{ref}.{name}': {exc}", 2) from None
         _check_dates(path, f"tls.{ref}", files, now)
+        tls_files += files
         tls[ref] = fl.NodeTls(
             cert_chain=t.file(f"tls.{ref}.cert_chain"),
             key=key,
@@ -318,7 +353,7 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any]]:
     }
     if audit["max_bytes"] < 256 or audit["backups"] < 0:
         raise CliError(f"{path}: [audit]: max_bytes must be at least 256 and backups at least 0", 2)
-    return config, audit
+    return config, audit, FloatCertificates(own_certificates(control_files), own_certificates(tls_files))
 
 
 def _check_dates(path: Path, section: str, files: list[tuple[Path, list[Any]]], now: dt.datetime) -> None:
@@ -351,7 +386,7 @@ def _echo(record: dict[str, Any]) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    config, audit_settings = load_float_config(args.config)
+    config, audit_settings, certificates = load_float_config(args.config)
     try:
         audit = fl.AuditLog(
             audit_settings["path"], audit_settings["max_bytes"], audit_settings["backups"], echo=_echo
@@ -363,8 +398,12 @@ def _start(args: argparse.Namespace) -> int:
     fl.install_outbound_guard(
         lambda event, where: audit.write("outbound-refused", event=event, destination=where)
     )
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    everything = certificates.control + certificates.tls
+    if (warning := expiry_warning(everything, now=dt.datetime.now(dt.UTC))) is not None:
+        log.warning(warning)
     try:
-        run_trio(_run, config, audit)
+        run_trio(_run, config, audit, certificates)
     except (fl.AuditLogError, OSError, BaseExceptionGroup) as exc:
         audit_error = grouped_error(exc, fl.AuditLogError)
         if audit_error is not None:  # the float does not run without its audit log
@@ -379,7 +418,12 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run(config: fl.FloatConfig, audit: fl.AuditLog) -> None:
+async def _run(config: fl.FloatConfig, audit: fl.AuditLog, certificates: FloatCertificates) -> None:
     async with trio.open_nursery() as nursery:
+        for certs, consequence in (
+            (certificates.control, CONTROL_EXPIRED_TEXT),
+            (certificates.tls, TLS_EXPIRED_TEXT),
+        ):
+            nursery.start_soon(functools.partial(watch_expiry, certs, consequence=consequence, logger=log))
         await nursery.start(fl.Float(config, audit=audit).run)
         freeze_startup_heap()

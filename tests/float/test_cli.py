@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio
 
 from corda_trio import pki
 from corda_trio.bridge import float as fl
@@ -89,10 +90,10 @@ def test_idle_timeouts_of_the_control_link_and_of_peers_are_settings(float_dir: 
     """float.toml ``[control] idle_timeout_seconds`` (the inside's link) and ``[public]`` (each peer's)."""
     text = CONFIG.replace("{port}", "0").replace("[public]", "[public]\nidle_timeout_seconds = 3")
     (float_dir / "float.toml").write_text(text.replace("[control]", "[control]\nidle_timeout_seconds = 2"))
-    config, _ = load_float_config(float_dir / "float.toml")
+    config, *_ = load_float_config(float_dir / "float.toml")
     assert (config.control_idle_timeout_seconds, config.public_idle_timeout_seconds) == (2.0, 3.0)
     (float_dir / "float.toml").write_text(CONFIG.replace("{port}", "0"))
-    config, _ = load_float_config(float_dir / "float.toml")
+    config, *_ = load_float_config(float_dir / "float.toml")
     assert config.control_idle_timeout_seconds == config.public_idle_timeout_seconds == 10.0
 
 
@@ -100,7 +101,7 @@ def test_hosts_may_be_ipv6_with_or_without_brackets(float_dir: Path) -> None:
     """``[control] host = "[::1]"`` made ``float start`` exit at once (getaddrinfo of '[::1]')."""
     text = CONFIG.replace("{port}", "0").replace("[control]", '[control]\nhost = "[::1]"')
     (float_dir / "float.toml").write_text(text.replace("[public]", '[public]\nhost = "::"'))
-    config, _ = load_float_config(float_dir / "float.toml")
+    config, *_ = load_float_config(float_dir / "float.toml")
     assert (config.control_host, config.public_host) == ("::1", "::")
 
 
@@ -349,3 +350,54 @@ def test_an_expired_certificate_is_refused_at_start_in_one_line(
 
 
 TEN_MINUTES = dt.timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("which", ["tls.node", "control"])
+async def test_float_start_says_when_a_certificate_expires(
+    float_dir: Path, network: pki.NetworkCredentials, bob: pki.NodeCredentials, which: str
+) -> None:
+    """A certificate of the float expiring soon gave no warning at start and no line when it expired while the
+    float ran (the node and the map service say both): now a warning at start names the file, the certificate
+    and when, and one error line at expiry says what stops working."""
+    now = dt.datetime.now(dt.UTC)
+    if which == "tls.node":  # Bob's TLS certificate re-issued by his node CA, for 5 s
+        cert = pki.create_certificate(
+            role=pki.CertRole.TLS, subject=bob.tls.cert.subject, public_key=bob.tls.key.public_key(),
+            issuer_cert=bob.node_ca.cert, issuer_key=bob.node_ca.key, now=now, validity=FIVE_SECONDS,
+        )  # fmt: skip
+        pki.write_certificates(float_dir / "tls.pem", [cert, *bob.tls_chain[1:]])
+        file, consequence = float_dir / "tls.pem", "peers refuse this float's TLS"
+    else:
+        creds = fl.TunnelPki.create(now=NOW).issue("float", "fa", now=now, validity=FIVE_SECONDS)
+        creds.write(float_dir / "t", "fa")
+        pki.write_certificates(float_dir / "t" / "tunnel-ca.pem", [creds.ca])
+        cert, file, consequence = creds.cert, float_dir / "t" / "fa.pem", "refuse each other's control link"
+    not_after = cert.not_valid_after_utc.isoformat()
+    (float_dir / "float.toml").write_text(CONFIG.replace("{port}", "0"))
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "corda_trio", "float", "start", "--config", str(float_dir / "float.toml")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    said = b""
+    try:
+        with trio.fail_after(30):
+            while f"expired at {not_after}".encode() not in said:
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, said
+                said += chunk
+        with trio.move_on_after(1):  # (one line, not one per second)
+            while chunk := await proc.stderr.receive_some(4096):
+                said += chunk
+    finally:
+        proc.terminate()
+        await proc.wait()
+    lines = said.decode().splitlines()
+    (warning,) = [line for line in lines if "WARNING" in line]
+    assert f"{file}: certificate {cert.subject.rfc4514_string()!r} expires at {not_after}" in warning, lines
+    assert "have it renewed before then" in warning, warning
+    (error,) = [line for line in lines if "ERROR" in line]
+    assert f"{file}: certificate " in error and consequence in error, error
+
+
+FIVE_SECONDS = dt.timedelta(seconds=5)
