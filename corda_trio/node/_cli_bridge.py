@@ -19,7 +19,8 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     cert_chain = "certificates/tls.chain.pem"
     key = "certificates/tls.key.pem"
     trust_root = "certificates/network-root.cert.pem"
-    passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"    # optional (or passphrase_file); none: key not encrypted
+    passphrase_env = "CORDA_TRIO_KEY_PASSPHRASE"    # optional; none: the key is not encrypted
+    # passphrase_file = "certificates/passphrase"   # instead of passphrase_env (mode 0600)
     [tuning]                                        # optional
     credit = 256
     initial_backoff_seconds = 1.0
@@ -160,7 +161,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
     tls = r.section("tls", {"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"})
     tuning = r.section("tuning", {"credit", "initial_backoff_seconds", "max_backoff_seconds"})
     float_table = r.section("float", FLOAT_KEYS)
-    r.finish()
+    r.finish("bridge_id")
     # the same [float] keys as node.toml's; this process is the bridge manager that dials the floats
     floats = _float_settings(r, float_table, p2p, BridgeMode.IN_PROCESS, base)
     endpoint = r.address(node, "endpoint", "node.endpoint")

@@ -70,7 +70,7 @@ Theory of operation
     # in-process only: dial peers through a SOCKS proxy (socks5:// or socks4://, optional USER@; the
     # SOCKS5 password from proxy_password_env or proxy_password_file, never in the URL)
     # proxy = "socks5://corda@10.0.0.9:1080"
-    # proxy_password_env = "CORDA_TRIO_PROXY_PASSWORD"
+    # proxy_password_env = "CORDA_TRIO_PROXY_PASSWORD"   # or proxy_password_file = "proxy.password" (0600)
 
     [float]                              # optional (in-process bridge): peers reach us through floats
     control = ["10.0.0.5:10010", "10.0.0.6:10010"]  # their control ports, in order (one active at a time)
@@ -115,7 +115,27 @@ Theory of operation
 Only ``legal_name``, ``p2p.address``, ``rpc.address`` and ``keys.passphrase_*`` are required; the rest
 default to the values shown.  Unknown sections or keys are errors (a typo must not silently fall back to a
 default), and every error names the file, the key and what is wrong.  Paths in the loaded object are
-absolute.  ``networkmap.toml`` works the same way for ``corda-trio networkmap serve``.
+absolute.
+
+``networkmap.toml`` (written by ``corda-trio network bootstrap`` into ``<dir>/network-map/``, read by
+``corda-trio networkmap serve``) works the same way; its paths are relative to the file::
+
+    [service]
+    address = "127.0.0.1:40000"          # where the map serves HTTP: the nodes' network.map_url
+    max_age_seconds = 30                 # the max-age of the map it serves, so how often nodes poll it
+                                         # (a new or removed node reaches its peers within it); 1..86400
+    database = "networkmap.db"           # the published NodeInfos and the removed names (SQLite)
+
+    [files]
+    trust_root = "../network-root/root.cert.pem"
+    map_cert_chain = "map.chain.pem"     # the map's signing certificate, issued by the network root
+    map_key = "map.key.pem"
+    network_parameters = "network-parameters"   # the signed network parameters it serves
+
+    [keys]
+    passphrase_file = "passphrase"       # of map_key; or passphrase_env = "VAR" (exactly one of the two)
+
+Only ``database`` and ``max_age_seconds`` have defaults (shown).
 """
 
 from __future__ import annotations
@@ -343,11 +363,13 @@ class _Reader:
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path = path
         self.data = data
+        self._sections: list[str] = []  # (named in the unknown-setting error of :meth:`finish`)
 
     def fail(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.path}: {key}: {message}")
 
     def section(self, name: str, allowed: set[str]) -> dict[str, Any]:
+        self._sections.append(name)
         value = self.data.pop(name, {})
         if not isinstance(value, dict):
             raise self.fail(name, "must be a table ([" + name + "])")
@@ -402,9 +424,12 @@ class _Reader:
             raise self.fail(where, problem)
         return float(value)
 
-    def finish(self) -> None:
+    def finish(self, *top_level: str) -> None:
+        """Refuse what is left at the top level, naming what the file may hold there: the ``top_level``
+        keys and the tables read with :meth:`section` (a misspelt ``[metric]`` names ``[metrics]``)."""
         if self.data:
-            raise self.fail(sorted(self.data)[0], "unknown setting")
+            allowed = [*sorted(top_level), *(f"[{name}]" for name in sorted(self._sections))]
+            raise self.fail(sorted(self.data)[0], f"unknown setting (allowed: {', '.join(allowed)})")
 
 
 def seconds_problem(value: object, bounds: tuple[float, float]) -> str | None:
@@ -495,7 +520,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
          "identity_key", "passphrase_env", "passphrase_file"},
     )  # fmt: skip
     store_table = r.section("store", {"directory", "fsync", "commit_process"})
-    r.finish()
+    r.finish("legal_name", "base_directory")
     p2p_address = r.address(p2p, "address", "p2p.address")
     if p2p_address.is_unspecified:  # (what the NodeInfo advertises unless p2p.advertise is given)
         bind = "" if float_table else f'; to listen on every interface, set p2p.listen = "{p2p_address}"'

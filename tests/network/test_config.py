@@ -83,7 +83,11 @@ def test_passphrase_file(tmp_path: Path) -> None:
         (("http://127.0.0.1:40000", "https://map"), "network.map_url: must be an http:// URL"),
         (("fsync = \"none\"", "fsync = \"sometimes\""), "store.fsync: must be \"always\" or \"none\""),
         (("fsync = \"none\"", "fsync = \"none\"\nfsynk = 1"), "store.fsynk: unknown setting"),
-        (("[store]", "[storage]"), "storage: unknown setting"),
+        (  # a misspelt table: the error names the tables and top-level keys a node.toml may have
+            ("[store]", "[storage]"),
+            "storage: unknown setting (allowed: base_directory, legal_name, [bridge], [float], [flows], "
+            "[keys], [logging], [metrics], [network], [p2p], [rpc], [shutdown], [store])",
+        ),
         (("passphrase_env = \"ALICE_PASS\"", ""), "exactly one of keys.passphrase_env and keys.passphrase_"),
         (("passphrase_env = \"ALICE_PASS\"", "passphrase_env = \"A\"\npassphrase_file = \"f\""), "one of"),
         (("passphrase_env = \"ALICE_PASS\"", "passphrase_env = \"NOT A VAR\""), "environment variable name"),
