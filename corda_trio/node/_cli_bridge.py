@@ -132,7 +132,8 @@ def _secret(
         raise r.fail(f"{where}.{file_key}", "must be a non-empty path")
     if (env is None) == (file is None):
         raise r.fail(where, f"exactly one of {where}.{env_key} and {where}.{file_key} must be set")
-    return KeyPassphrase(env=env, file=_join(base, file) if file else None)
+    what = "key passphrase" if where == "tls" else f"{where} endpoint password"
+    return KeyPassphrase(env=env, file=_join(base, file) if file else None, what=what)
 
 
 def _listen(r: _Reader, table: dict[str, Any]) -> tuple[str, int]:
@@ -219,12 +220,9 @@ def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.Externa
     key = "node.password_env" if cfg.password.env is not None else "node.password_file"
     key = f"{Path(path).absolute()}: {key}" if path is not None else key
     try:
-        password = cfg.password.read().decode()
-    except ConfigError as exc:  # (KeyPassphrase words its errors for a key passphrase)
-        text = str(exc).replace(" (the key passphrase)", "").replace("passphrase", "password")
-        raise CliError(f"{key}: {text}", 2) from None
-    except UnicodeDecodeError as exc:  # an environment variable's bytes are not checked when read
-        raise CliError(f"{key}: the bridge password is not UTF-8 text (byte {exc.start})", 2) from None
+        password = cfg.password.read_text()
+    except ConfigError as exc:
+        raise CliError(f"{key}: {exc}", 2) from None
     try:
         passphrase = cfg.key_passphrase.read() if cfg.key_passphrase is not None else None
         tls = {"cert_chain": cfg.tls_cert_chain, "key": cfg.tls_key, "trust_root": cfg.trust_root}

@@ -181,10 +181,13 @@ class ConfigError(Exception):
 @final
 @attrs.frozen(kw_only=True)
 class KeyPassphrase:
-    """Where the passphrase of the private keys comes from: an environment variable or a file."""
+    """Where a secret comes from, an environment variable or a file: the passphrase of the private keys, or
+    (``what``) a password the node or bridge process needs, which its errors then name."""
 
     env: str | None = None
     file: Path | None = None
+    #: What the secret is, as its errors say it; the last word also names its file ("password file ...").
+    what: str = "key passphrase"
 
     def __attrs_post_init__(self) -> None:
         if (self.env is None) == (self.file is None):
@@ -197,10 +200,11 @@ class KeyPassphrase:
             ConfigError: the variable is unset or empty, or the file is unreadable, empty or readable by
                 group or others.
         """
+        noun = self.what.rsplit(" ", 1)[-1]
         if self.env is not None:
             value = (os.environ if environ is None else environ).get(self.env, "")
             if not value:
-                raise ConfigError(f"environment variable {self.env} (the key passphrase) is not set")
+                raise ConfigError(f"environment variable {self.env} (the {self.what}) is not set")
             # (bytes that are not UTF-8 reach os.environ as surrogate escapes: the passphrase's own bytes)
             return value.encode("utf-8", "surrogateescape")
         assert self.file is not None
@@ -208,20 +212,31 @@ class KeyPassphrase:
             mode = self.file.stat().st_mode
             value = read_small_file(self.file).decode("utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"cannot read passphrase file {str(self.file)!r}: {exc.strerror}") from None
+            raise ConfigError(f"cannot read {noun} file {str(self.file)!r}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(
-                f"passphrase file {str(self.file)!r} is not UTF-8 text (byte {exc.start})"
+                f"{noun} file {str(self.file)!r} is not UTF-8 text (byte {exc.start})"
             ) from None
         except ValueError:  # a NUL in the path (open() and stat() raise ValueError, not OSError)
-            raise ConfigError(
-                f"passphrase file {str(self.file)!r}: a path cannot hold a NUL character"
-            ) from None
+            raise ConfigError(f"{noun} file {str(self.file)!r}: a path cannot hold a NUL character") from None
         if mode & 0o077:
-            raise ConfigError(f"passphrase file {str(self.file)!r} must not be readable by group or others")
+            raise ConfigError(f"{noun} file {str(self.file)!r} must not be readable by group or others")
         if not value:
-            raise ConfigError(f"passphrase file {str(self.file)!r} is empty")
+            raise ConfigError(f"{noun} file {str(self.file)!r} is empty")
         return value.encode()
+
+    def read_text(self, environ: Mapping[str, str] | None = None) -> str:
+        """The secret as text (a password), as :meth:`read` reads it.
+
+        Raises:
+            ConfigError: as :meth:`read`, or the variable's bytes are not UTF-8.
+        """
+        try:
+            return self.read(environ).decode()
+        except UnicodeDecodeError as exc:  # (a file's text is checked when read; a variable's is not)
+            raise ConfigError(
+                f"environment variable {self.env} (the {self.what}) is not UTF-8 text (byte {exc.start})"
+            ) from None
 
 
 class BridgeMode(enum.Enum):
@@ -706,7 +721,9 @@ def _secret_source(r: _Reader, table: dict[str, Any], section: str, base: Path) 
     if file is not None and (not isinstance(file, str) or not file):
         raise r.fail(f"{section}.password_file", "must be a non-empty path")
     try:
-        return KeyPassphrase(env=env, file=_join(base, file) if file else None)
+        return KeyPassphrase(
+            env=env, file=_join(base, file) if file else None, what=f"{section} endpoint password"
+        )
     except ConfigError:
         raise r.fail(section, "give exactly one of password_env and password_file") from None
 
@@ -748,7 +765,9 @@ def _proxy_settings(
         if file is not None and (not isinstance(file, str) or not file):
             raise r.fail("bridge.proxy_password_file", "must be a non-empty path")
         try:
-            password = KeyPassphrase(env=env, file=_join(base, file) if file else None)
+            password = KeyPassphrase(
+                env=env, file=_join(base, file) if file else None, what="SOCKS proxy password"
+            )
         except ConfigError:
             raise r.fail("bridge", "give exactly one of proxy_password_env and proxy_password_file") from None
     proxy = transport.SocksProxy(

@@ -186,6 +186,10 @@ class _Material:
     identity_key: Any
     parameters: network.NetworkParameters
     parameters_hash: str
+    #: ``[bridge] password_*`` (external mode) and ``proxy_password_*``, read with the rest: an unset one
+    #: refuses the start before anything is written.
+    bridge_password: str | None
+    proxy_password: str | None
     #: the node's own certificates (TLS and identity chains, trust root), each once
     certificates: tuple[OwnCertificate, ...] = ()
 
@@ -228,6 +232,12 @@ def _import_flow_modules(config: NodeConfig) -> None:
 def _load_material(config: NodeConfig) -> _Material:
     try:
         passphrase = config.key_passphrase.read()
+        bridge_password = None
+        if config.bridge_mode is BridgeMode.EXTERNAL and config.bridge_password is not None:
+            bridge_password = config.bridge_password.read_text()  # (what the local endpoint asks for)
+        proxy_password = (
+            config.bridge_proxy_password.read_text() if config.bridge_proxy_password is not None else None
+        )
         root = pki.read_certificate(config.trust_root)
         tls_key = pki.read_private_key(config.tls_key, passphrase)
         tls_chain = pki.read_certificates(config.tls_cert_chain)
@@ -276,6 +286,8 @@ def _load_material(config: NodeConfig) -> _Material:
         identity_key=identity_key,
         parameters=params,
         parameters_hash=params_hash,
+        bridge_password=bridge_password,
+        proxy_password=proxy_password,
         certificates=certificates,
     )
 
@@ -516,13 +528,10 @@ class Node:
     def _bridge_proxy(self) -> transport.SocksProxy | None:
         """``bridge.proxy`` with its password read (``None``: dial peers directly)."""
         cfg = self.config
-        if cfg.bridge_proxy is None or cfg.bridge_proxy_password is None:
+        assert self._material is not None
+        if cfg.bridge_proxy is None or self._material.proxy_password is None:
             return cfg.bridge_proxy
-        try:
-            password = cfg.bridge_proxy_password.read().decode()
-        except ConfigError as exc:
-            raise NodeStartError(f"bridge proxy password: {exc}") from None
-        return attrs.evolve(cfg.bridge_proxy, password=password)
+        return attrs.evolve(cfg.bridge_proxy, password=self._material.proxy_password)
 
     async def _start_float_tunnel(
         self, nursery: trio.Nursery, service: messaging.MessagingService, max_size: int
@@ -579,11 +588,8 @@ class Node:
     ) -> str:
         """External bridge mode: serve the local endpoint a ``corda-trio bridge start`` process uses."""
         cfg = self.config
-        assert cfg.bridge_password is not None
-        try:
-            password = cfg.bridge_password.read().decode()
-        except ConfigError as exc:
-            raise NodeStartError(f"bridge endpoint password: {exc}") from None
+        assert self._material is not None and self._material.bridge_password is not None
+        password = self._material.bridge_password
         host, port = cfg.bridge_endpoint
         endpoint = bridge.LocalEndpoint(
             messaging=service,

@@ -229,7 +229,10 @@ def test_a_config_file_that_is_not_utf8_is_one_line(
 
 @pytest.mark.parametrize(
     ("env", "text"),
-    [({}, "environment variable CT_BRIDGE_PW is not set"), ({"CT_BRIDGE_PW": "\udcff"}, "not UTF-8 text")],
+    [
+        ({}, "environment variable CT_BRIDGE_PW (the node endpoint password) is not set"),
+        ({"CT_BRIDGE_PW": "\udcff"}, "CT_BRIDGE_PW (the node endpoint password) is not UTF-8 text (byte 0)"),
+    ],
 )
 def test_an_unreadable_bridge_password_is_one_line_naming_file_and_key(
     tmp_path: Path,

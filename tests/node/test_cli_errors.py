@@ -560,6 +560,12 @@ def _set(toml: Path, key: str, value: str) -> None:
     toml.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _replace(toml: Path, old: str, new: str) -> None:
+    text = toml.read_text(encoding="utf-8")
+    assert old in text, old
+    toml.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
 IN_USE = "Address already in use"
 # (id, how to break a node that never ran (its directory and node.toml), expected text of the one line, code)
 REFUSED_STARTS: list[tuple[str, object, str, int]] = [
@@ -572,6 +578,16 @@ REFUSED_STARTS: list[tuple[str, object, str, int]] = [
      lambda n, t: (t.write_text(t.read_text().replace('passphrase_file = "certificates/passphrase"',
                                                       'passphrase_env = "H4_NO_SUCH_VARIABLE"')),),
      "environment variable H4_NO_SUCH_VARIABLE (the key passphrase) is not set", 1),
+    # the passwords of [bridge] were read only once the store and log were written, and the first was
+    # called "the key passphrase"
+    ("bridge-password-env-unset",
+     lambda n, t: _replace(t, 'mode = "in-process"',
+                           'mode = "external"\npassword_env = "H10_NO_SUCH_VARIABLE"'),
+     "environment variable H10_NO_SUCH_VARIABLE (the bridge endpoint password) is not set", 1),
+    ("proxy-password-file-missing",
+     lambda n, t: _replace(t, 'mode = "in-process"',
+                           'proxy = "socks5://corda@127.0.0.1:1080"\nproxy_password_file = "nowhere"'),
+     "cannot read password file '{n}/nowhere': No such file or directory", 1),
     ("wrong-passphrase", lambda n, t: (n / "certificates" / "passphrase").write_text("wrong\n"),
      "cannot be decrypted or parsed (wrong passphrase?)", 1),
     ("passphrase-readable-by-others", lambda n, t: (n / "certificates" / "passphrase").chmod(0o644),
