@@ -670,7 +670,8 @@ class Node:
                         addresses=[(a.host, a.port) for a in info.node_info.addresses],
                     )
                 )
-                log.info("network map: %s at %s", info.legal_name, info.node_info.addresses)
+                addresses = ", ".join(str(a) for a in info.node_info.addresses)  # (HOST:PORT, as dialled)
+                log.info("network map: %s at %s", info.legal_name, addresses)
             elif isinstance(event, network.NodeRemoved):
                 self.peers.remove(event.node.identity_key_hash)
                 log.info("network map: %s left", event.node.legal_name)

@@ -115,6 +115,11 @@ async def test_directory_mode_a_moved_node_writes_its_nodeinfo_and_a_copy_reache
             await _wait_bob_at(alice, bob_cfg.p2p_address, 30)
             with trio.fail_after(60):
                 assert await alice.start_flow("PingPong", recipient=BOB, rounds=2) == 2
+        # Alice's log says where she knows Bob, at each move, as peers dial it (it was a tuple's repr:
+        # "at (NetworkHostAndPort(host='127.0.0.1', port=...),)")
+        log = alice_cfg.log_file.read_text(encoding="utf-8")
+        for address in (first.addresses[0], bob_cfg.p2p_address):
+            assert f"INFO corda_trio.node: network map: O=Bob, L=Paris, C=FR at {address}\n" in log, log
     finally:
         with trio.CancelScope(shield=True):
             for node in nodes:
