@@ -65,7 +65,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     check.set_defaults(func=_check)
 
     listing = sub.add_parser("list", help="list queues with depth, bytes and oldest message")
-    listing.add_argument("directory", metavar="DIR")
+    listing.add_argument("directory", metavar="DIR", help="broker directory (of a stopped node)")
     listing.add_argument("--prefix", default="", help="only queues whose name starts with this")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(func=_list)
