@@ -10,6 +10,7 @@ message and its end, the responder its answer (with its end).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,8 +98,19 @@ async def test_counters_equal_the_ledger_exactly(tmp_path: Path) -> None:
     finished and left memory), so an alert on refusals fired on healthy traffic."""
     async with open_node_processes(make_network(tmp_path / "net", [ALICE, BOB])) as (alice, bob):
         await run_the_ledger(alice, bob)
-        a = parse_exposition(await scrape_text(alice))
+        a_text = await scrape_text(alice)
+        a = parse_exposition(a_text)
         b = parse_exposition(await scrape_text(bob))
+
+    # docs/metrics.md "Label values and cardinality": the lines one peer and one flow class add (it said 20
+    # per class after the *_created series had gone: 19)
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    found = re.search(r"\((\d+) lines per peer: .*\((\d+) lines per class\)", doc)
+    assert found, "docs/metrics.md no longer gives the lines per peer and per flow class"
+    lines = a_text.splitlines()
+    peer_lines = [line for line in lines if 'peer="' in line or 'queue="internal.peers.' in line]
+    assert len(peer_lines) == int(found[1]), peer_lines  # (Alice has one peer)
+    assert len([line for line in lines if 'flow="PingPong"' in line]) == int(found[2])
 
     # no ``*_created`` series (the client library's; Prometheus stored them as untyped series of their own)
     assert [k for m in (a, b) for k in m if "_created{" in k] == []
