@@ -200,3 +200,15 @@ async def test_every_metric_in_metrics_md_is_on_a_live_nodes_metrics(tmp_path: P
         for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition, flags=re.M)
     }
     assert documented == served
+
+
+def test_the_package_maps_name_every_package() -> None:
+    """docs/architecture.md's package map names every package and top-level module of ``corda_trio``;
+    README's layout names every package (it lacked messaging, bridge, flows, records and testing)."""
+    code = ROOT / "corda_trio"
+    packages = {p.name for p in code.iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.name for p in code.glob("*.py") if not p.name.startswith("_")}
+    section = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split("## 5. Package map", 1)[1]
+    assert set(re.findall(r"^\| `corda_trio/([a-z_.]+?)/?` \|", section, flags=re.M)) == packages | modules
+    layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1]
+    assert set(re.findall(r"^\| `corda_trio/([a-z_]+)/` \|", layout, flags=re.M)) == packages
