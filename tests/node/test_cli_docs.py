@@ -212,3 +212,13 @@ def test_the_package_maps_name_every_package() -> None:
     assert set(re.findall(r"^\| `corda_trio/([a-z_.]+?)/?` \|", section, flags=re.M)) == packages | modules
     layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1]
     assert set(re.findall(r"^\| `corda_trio/([a-z_]+)/` \|", layout, flags=re.M)) == packages
+
+
+def test_the_float_audit_events_in_float_md_are_the_ones_written() -> None:
+    """docs/float.md section 5 lists every event of the float's audit log: the names its code writes."""
+    text = (ROOT / "docs" / "float.md").read_text(encoding="utf-8")
+    section = text.split("## 5.", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.M))
+    sources = [*(ROOT / "corda_trio/bridge/float").glob("*.py"), ROOT / "corda_trio/node/_cli_float.py"]
+    code = "".join(path.read_text(encoding="utf-8") for path in sources)
+    assert documented == set(re.findall(r"\bwrite\(\s*\"([a-z-]+)\"", code))
