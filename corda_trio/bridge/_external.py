@@ -315,14 +315,26 @@ class ExternalBridge:
         async with trio.open_nursery() as outer:
             task_status.started()
             while True:
+                sessions = self.sessions
                 try:
                     await self._session(backoff, outer)
                 except Exception as exc:
                     _reraise_fatal(exc)
                     why = logs.failure_text(exc)
-                    self._outage.failed(
-                        why, "bridge %s: session with the node ended: %s", self.config.bridge_id, why
-                    )
+                    if self.sessions == sessions:  # the handshake never completed: there was no session
+                        cfg = self.config
+                        where = hostport.host_port_text(cfg.node_host, cfg.node_port)
+                        self._outage.failed(
+                            why,
+                            "bridge %s: could not connect to the node at %s: %s",
+                            cfg.bridge_id,
+                            where,
+                            why,
+                        )
+                    else:
+                        self._outage.failed(
+                            why, "bridge %s: session with the node ended: %s", self.config.bridge_id, why
+                        )
                 finally:
                     if self.inbox is not None:
                         self.inbox.conn = None

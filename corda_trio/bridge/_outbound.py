@@ -19,7 +19,8 @@ Theory of operation
    session; leaving the consumer releases every message still held, in order, so they are sent again (the
    receiver deduplicates). Then wait ``Backoff.next_delay()`` and go to 1. A peer that stays away is logged
    by a :class:`corda_trio.logs.Outage`: its first failure, then a line a minute at most, and one when it is
-   back.
+   back. A failure names what failed: ``could not connect to HOST:PORT`` for an attempt that never completed
+   its TLS and AMQP handshake, ``session with HOST:PORT ended`` for a session that was up.
 
 Cancellation at any checkpoint is the same as a failure: nothing is acked unless its ``accepted`` arrived.
 """
@@ -218,6 +219,8 @@ class Bridge:
     _next_address: int = 0
     _parked: dict[tuple[str, int], float] = attrs.field(factory=dict)
     _connected: trio.Event = attrs.field(factory=trio.Event)
+    #: whether the current attempt completed its TLS and AMQP handshake (a session was up)
+    _session_up: bool = False
     #: a peer away for hours: its first failure logged, then a line a minute at most, and one when it is back
     _outage: logs.Outage = attrs.field(init=False)
 
@@ -266,6 +269,7 @@ class Bridge:
             if isinstance(picked, float):
                 await trio.sleep_until(picked)
                 continue
+            self._session_up = False
             try:
                 await self._session(peer, picked)
             except BaseException as raised:
@@ -284,9 +288,11 @@ class Bridge:
                     )  # fmt: skip
                 else:
                     where = hostport.host_port_text(*picked)
+                    # an attempt that never completed its handshake had no session to end
+                    what = "session with %s ended" if self._session_up else "could not connect to %s"
                     self._outage.failed(
                         f"{where}: {self.last_error}",
-                        "bridge %s: session with %s ended: %s", self.queue.name, where, self.last_error,
+                        f"bridge %s: {what}: %s", self.queue.name, where, self.last_error,
                     )  # fmt: skip
             self.state = BridgeState.BACKING_OFF
             await trio.sleep(self.backoff.next_delay())
@@ -307,6 +313,7 @@ class Bridge:
             handshake_timeout=self.config.handshake_timeout_seconds,
             proxy=self.config.proxy,
         ) as conn:
+            self._session_up = True
             self.backoff.reset()
             self._outage.connected()
             sender = await conn.open_sender(self.config.target_prefix + inbox_address(peer.key_hash))

@@ -123,7 +123,7 @@ async def test_a_bridge_to_an_unreachable_peer_logs_a_line_a_minute_not_one_per_
             await b.run()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert b.failures >= 590
-    assert lines[0].startswith(f"bridge {queue.name}: session with 127.0.0.1:{dead_port} ended: OSError")
+    assert lines[0].startswith(f"bridge {queue.name}: could not connect to 127.0.0.1:{dead_port}: OSError")
     assert len(lines) == 11, lines  # the first, then one a minute
     assert all("still retrying" in line and f"127.0.0.1:{dead_port}: OSError" in line for line in lines[1:])
 

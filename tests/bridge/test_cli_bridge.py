@@ -117,7 +117,7 @@ async def test_signals_stop_the_bridge(
     assert process.stderr is not None
     with trio.fail_after(30):
         seen = b""
-        while b"session with the node ended" not in seen:
+        while b"could not connect to the node at" not in seen:
             chunk = await process.stderr.receive_some()
             assert chunk, seen
             seen += chunk

@@ -126,7 +126,7 @@ async def test_a_peer_name_that_does_not_resolve_is_one_line_a_minute_with_backo
     assert gaps[:4] == pytest.approx([1.0, 2.0, 4.0, 8.0]) and min(gaps[4:]) == pytest.approx(8.0)
     assert b.failures == len(names.asked) == 78  # 1 + 2 + 4 + 8 s, then every 8 s for the rest of 600 s
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
-    assert lines[0] == f"bridge {queue.name}: session with bob.example:10002 ended: " + NONAME
+    assert lines[0] == f"bridge {queue.name}: could not connect to bob.example:10002: " + NONAME
     # the first, then one at the first attempt a minute or more after the last line: every 64 s
     assert len(lines) == 10, lines
     assert all("still retrying" in line and "bob.example:10002: gaierror" in line for line in lines[1:])
@@ -156,6 +156,6 @@ async def test_an_ipv6_peer_is_named_in_brackets(
                 await b.run()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert lines == [
-        f"bridge {queue.name}: session with [::1]:{port} ended: "
+        f"bridge {queue.name}: could not connect to [::1]:{port}: "
         f"OSError: all attempts to connect to [::1]:{port} failed (Connection refused)"
     ]

@@ -457,8 +457,8 @@ async def test_an_external_bridge_whose_node_is_down_logs_one_warning_and_one_li
 ) -> None:
     """Over real sockets: the bridge starts with nothing listening on the node's endpoint, retrying every
     ~0.05 s. It logged a warning per attempt (``session with the node ended: OSError: all attempts to
-    connect ... failed``) for as long as the node was down; now the first, and an info line once the
-    endpoint is up and the bridge reconnected."""
+    connect ... failed``) for as long as the node was down; now the first (``could not connect to the node
+    at ...``: no session had been up), and an info line once the endpoint is up and the bridge reconnected."""
     caplog.set_level(logging.INFO, logger="corda_trio.bridge.external")
     with trio.socket.socket() as s:
         await s.bind(("127.0.0.1", 0))
@@ -499,8 +499,8 @@ async def test_an_external_bridge_whose_node_is_down_logs_one_warning_and_one_li
     ]
     assert lines[0] == (
         logging.WARNING,
-        f"{name}: session with the node ended: OSError: all attempts to connect to 127.0.0.1:{port} failed"
-        " (Connection refused)",
+        f"{name}: could not connect to the node at 127.0.0.1:{port}: OSError: all attempts to connect to"
+        f" 127.0.0.1:{port} failed (Connection refused)",
     )
     (level, back) = lines[1]
     assert len(lines) == 2 and level == logging.INFO, lines

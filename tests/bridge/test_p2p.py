@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 import socket
 import ssl
 from collections import defaultdict
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -474,3 +476,55 @@ async def test_a_certificate_not_valid_yet_is_retried_with_the_backoff_not_parke
     # at most one backoff step (1, 2, 4 s ...: about the time since the first attempt) after it became valid
     assert arrived - valid_from < dt.timedelta(seconds=8), arrived - valid_from
     assert not [r for r in caplog.records if "parked for" in r.getMessage()]
+
+
+async def test_a_session_that_ends_and_an_attempt_that_never_connected_are_told_apart(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A dial that never completed its handshake was logged ``session with HOST:PORT ended: HandshakeError:
+    ... did not complete``, as if a session had been up. Now it says ``could not connect to HOST:PORT``, and
+    ``session with HOST:PORT ended`` is kept for a session that was up (here: Bob stops under it)."""
+    caplog.set_level(logging.DEBUG, logger="corda_trio.bridge")
+    root = network.root.cert
+    peers = messaging.PeerDirectory()
+    fast = bridge.BridgeConfig(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nobody listens there
+    async with running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a:
+        got: dict[str, list[bytes]] = defaultdict(list)
+        async with running_node(bob, root, tmp_path / "b", peers=peers) as b:
+            collect(b, got)
+            bob_peer = b.as_peer()
+            peers.put(bob_peer)
+            await a.service.send(a.service.create_message(TOPIC, b"one"), bob.legal_name)
+            with trio.fail_after(30):
+                await wait_until(lambda: len(got[str(alice.legal_name)]) == 1)
+        where = f"127.0.0.1:{bob_peer.addresses[0][1]}"
+        (b1,) = a.manager.bridges().values()
+        with trio.fail_after(30):
+            await wait_until(lambda: b1.failures >= 2)
+        # Bob back at a dead port: the bridge's next outage starts with an attempt that never connected
+        peers.put(attrs.evolve(bob_peer, addresses=[("127.0.0.1", dead)]))
+        with trio.fail_after(30):
+            await wait_until(lambda: any(f"to 127.0.0.1:{dead}: " in r.getMessage() for r in caplog.records))
+    lines = [r.getMessage() for r in caplog.records if r.name == "corda_trio.bridge"]
+    # the outage's first line (a warning-level summary of the outage) is the session that was up
+    first = [
+        r.getMessage() for r in caplog.records if r.name == "corda_trio.bridge" and r.levelno >= logging.INFO
+    ]
+    assert any(ln.startswith(f"bridge {b1.queue.name}: session with {where} ended: ") for ln in first), first
+    # the retries while Bob was down (debug: within the same outage) never had a session
+    assert any(ln.startswith(f"bridge {b1.queue.name}: could not connect to {where}: ") for ln in lines), (
+        lines
+    )
+    refused = [ln for ln in lines if f"to 127.0.0.1:{dead}: " in ln]
+    assert refused[0] == (
+        f"bridge {b1.queue.name}: could not connect to 127.0.0.1:{dead}: OSError: all attempts to connect to"
+        f" 127.0.0.1:{dead} failed (Connection refused)"
+    ), refused
+    assert not any(f"session with 127.0.0.1:{dead}" in ln for ln in lines), lines
