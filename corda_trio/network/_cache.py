@@ -22,9 +22,11 @@ A node stays in the map only while the map holds its NodeInfo, so each poll also
 the node's own current NodeInfo (its hash: the map's list, not the merged view, since a copy in the
 node-info directory says nothing about the map).  When it does not (the operator removed the node and then
 readmitted it, or the service lost its database), the node publishes again, with the same retry and backoff
-as at start.  A refusal (400, 403 such as ``removed-by-operator``, 409) is not retried by backoff: the next
-poll asks again, so a removed node knocks once per poll interval, and each distinct refusal is logged once,
-not at every poll.
+as at start. A poll counts for this only if it asked for the map after the last publication got its answer:
+one that asked while a publication was in flight says nothing of it (a map back from an outage meets the
+retried publication and the retried poll together).  A refusal (400, 403 such as ``removed-by-operator``,
+409) is not retried by backoff: the next poll asks again, so a removed node knocks once per poll interval,
+and each distinct refusal is logged once, not at every poll.
 
 While the map service cannot be reached (or fails: a 5xx, a timeout, a map that does not verify), polls and
 publications are retried with backoff up to a minute, and their failures are logged together as one outage
@@ -323,6 +325,10 @@ class NetworkMapUpdater:
     _parameters_hash: str | None = attrs.field(default=None, init=False)
     #: NodeInfo hashes the map listed at its last successful poll (``None``: not polled yet).
     _map_hashes: frozenset[str] | None = attrs.field(default=None, init=False)
+    #: Publications of our NodeInfo that got an answer (taken or refused) ...
+    _answered_publications: int = attrs.field(default=0, init=False)
+    #: ... and how many had when the request for ``_map_hashes`` was sent.
+    _map_asked_after: int = attrs.field(default=0, init=False)
     #: The map's last refusal of our NodeInfo (logged once), ``None`` once it takes it.
     _refusal: str | None = attrs.field(default=None, init=False)
     #: A publication (with its retries) is under way.
@@ -413,11 +419,13 @@ class NetworkMapUpdater:
         into ``events``; returns the seconds until the next poll."""
         assert self.client is not None
         interval = self.poll_interval_seconds
+        asked_after = self._answered_publications
         response = await self.client.fetch_map()
         network_map = verify_network_map(response.signed_map, trust_root=self.trust_root, now=self.clock())
         if response.max_age_seconds is not None:
             interval = min(max(float(response.max_age_seconds), 1.0), MAX_POLL_SECONDS)
         self._map_hashes = frozenset(network_map.node_info_hashes)
+        self._map_asked_after = asked_after
         if network_map.network_parameters_hash != self._parameters_hash:
             events.append(await self._fetch_parameters(network_map.network_parameters_hash))
         known = {n.hash: n for n in self._nodes.values()}
@@ -480,8 +488,16 @@ class NetworkMapUpdater:
                 await trio.sleep(interval)
 
     def _own_missing(self, own_hash: str | None) -> bool:
-        """The map, at its last poll, did not list our current NodeInfo (which we publish)."""
-        return own_hash is not None and self._map_hashes is not None and own_hash not in self._map_hashes
+        """The map, at its last poll, did not list our current NodeInfo (which we publish), and that poll
+        asked after our last publication got its answer: a listing sent before that says nothing about it.
+
+        (Without the second condition, a poll that asked while a publication was in flight and returned
+        after it landed published the same NodeInfo again: ``added``, then ``unchanged`` 50 ms later, each
+        time the map came back from an outage.)
+        """
+        if own_hash is None or self._map_hashes is None or own_hash in self._map_hashes:
+            return False
+        return self._map_asked_after == self._answered_publications
 
     async def _publish_once(self) -> None:
         """Publish ``own_node_info`` once and log the outcome.
@@ -498,11 +514,13 @@ class NetworkMapUpdater:
         except NetworkMapHttpError as exc:
             if exc.status not in (400, 403, 409):
                 raise
+            self._answered_publications += 1
             self._outage.connected()  # the map answered: an outage of it is over
             if str(exc) != self._refusal:
                 log.error("the network map refused our NodeInfo (asking again at each poll): %s", exc)
             self._refusal = str(exc)
             return
+        self._answered_publications += 1
         self._outage.connected()  # the map answered: an outage of it is over
         if self._refusal is not None:
             log.info("the network map takes our NodeInfo again (%s)", outcome)

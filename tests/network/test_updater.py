@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -382,3 +383,67 @@ async def test_a_map_outage_of_an_hour_is_logged_as_one_outage(
     assert back[0].startswith(f"{name}: reconnected after "), back[0]
     failed = int(back[0].split("reconnected after ")[1].split()[0])
     assert failed > 100, back[0]  # the publications' and the polls' failed attempts, counted together
+
+
+@attrs.define(eq=False)
+class _SlowLinkClient(network.NetworkMapClient):
+    """The map client over a slow link: a publication takes 0.2 s to reach the map, a map 5 s to come back."""
+
+    async def publish(self, signed_node_info: bytes) -> str:
+        await trio.sleep(0.2)
+        return await super().publish(signed_node_info)
+
+    async def fetch_map(self) -> network.MapResponse:
+        response = await super().fetch_map()
+        await trio.sleep(5.0)
+        return response
+
+
+async def test_the_node_info_is_published_once_when_the_map_comes_back_and_again_when_the_map_lost_it(
+    creds: pki.NetworkCredentials,
+    alice: pki.NodeCredentials,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After an outage, the node published its NodeInfo twice (the map's log: ``added``, then ``unchanged``
+    50 ms later): the publication and the poll retry on the same backoff, so they meet the map as it comes
+    back, and the poll had asked for the map before the publication landed, missed the NodeInfo there and
+    published again. Now only a poll asked after the publication's answer may publish again: once here; and
+    a map that lost its database gets the NodeInfo again at the next poll."""
+    autojump_clock.autojump_threshold = 0.05  # (real seconds: a refused connect is not a timeout)
+    caplog.set_level(logging.INFO, logger="corda_trio.network")
+
+    def published() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"NodeInfo of {ALICE} ")]
+
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        send, _events = trio.open_memory_channel[network.MapEvent](1000)
+        updater = network.NetworkMapUpdater(
+            trust_root=creds.root.cert,
+            cache=network.NodeInfoCache(tmp_path / "a.db"),
+            events=send,
+            client=_SlowLinkClient(f"http://127.0.0.1:{port}"),
+            own_node_info=signed_node_info(alice, 10002),
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(updater.run)
+            await trio.sleep(100)  # both retry every 60 s by now, the poll 0.2 s ahead of the publication
+            closed.close()
+            autojump_clock.autojump_threshold = 0.5  # (the map's store works in threads, in real time)
+            async with trio.open_nursery() as map_nursery:
+                service = make_service(creds, tmp_path / "map.db")
+                await map_nursery.start(functools.partial(network.serve_network_map, service, port))
+                await trio.sleep(120)  # the map back, and polls every 7 + 5 s
+                assert [m.split(" (")[0] for m in published()] == [f"NodeInfo of {ALICE} added"]
+                map_nursery.cancel_scope.cancel()
+            # the map's database lost: a new one on the same port; the next poll misses our NodeInfo
+            async with trio.open_nursery() as map_nursery:
+                service = make_service(creds, tmp_path / "map2.db")
+                await map_nursery.start(functools.partial(network.serve_network_map, service, port))
+                await trio.sleep(120)
+                map_nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+    assert [m.split(" (")[0] for m in published()] == [f"NodeInfo of {ALICE} added"] * 2
