@@ -97,6 +97,10 @@ class EndpointConfig:
     #: How long a bridge process may send no frame before its connection is closed (node.toml ``[p2p]
     #: idle_timeout_seconds``: a frozen bridge process is given up after it, its messages released).
     idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+    #: Connections served at once (a bridge process needs one; the node sizes it to its open-file limit).
+    max_connections: int = attrs.field(
+        default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
+    )
 
 
 def wanted_bridges(messaging: MessagingService, resolver: PeerResolver) -> dict[str, BridgeEntry]:
@@ -169,6 +173,7 @@ class LocalEndpoint:
                     self.config.port,
                     host=self.config.host,
                     config=self._amqp_config(),
+                    max_connections=self.config.max_connections,
                     task_status=task_status,
                 )
             )

@@ -69,9 +69,12 @@ from ._config import (
     _read_toml,
     _Reader,
 )
+from ._descriptors import open_descriptors, plan_descriptors
 from ._heap import freeze_startup_heap
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
+
+log = logging.getLogger("corda_trio.bridge")
 
 
 @attrs.frozen(kw_only=True)
@@ -216,7 +219,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_start)
 
 
-def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.ExternalBridge:
+def _build(
+    cfg: BridgeProcessConfig,
+    path: Path | None = None,
+    *,
+    max_connections: int = transport.DEFAULT_MAX_CONNECTIONS,
+) -> bridge.ExternalBridge:
+    """The bridge of ``cfg`` (read from ``path``), its acceptor taking at most ``max_connections`` peers."""
     key = "node.password_env" if cfg.password.env is not None else "node.password_file"
     key = f"{Path(path).absolute()}: {key}" if path is not None else key
     try:
@@ -252,6 +261,7 @@ def _build(cfg: BridgeProcessConfig, path: Path | None = None) -> bridge.Externa
             credit=cfg.credit,
             max_message_size=cfg.max_message_size,
             idle_timeout_seconds=cfg.idle_timeout_seconds,
+            max_connections=max_connections,
         ),
         bridges=bridges,
         **extra,
@@ -290,8 +300,19 @@ def _start(args: argparse.Namespace) -> int:
         cfg = load_bridge_config(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
-    ext = _build(cfg, args.config)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # (before anything listens: the acceptor's cap fits the open-file limit, as a node's listeners do)
+    # (with [float], peers reach the float: this process listens to none)
+    caps = plan_descriptors(
+        p2p=cfg.floats is None,
+        metrics=False,
+        rpc_listener=False,
+        in_use=open_descriptors(),
+        process="bridge process",
+    )
+    if caps.warning is not None:
+        log.warning(caps.warning)
+    ext = _build(cfg, args.config, max_connections=caps.p2p or transport.DEFAULT_MAX_CONNECTIONS)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -26,6 +26,11 @@ eighth of its shrunk cap at once (at least one). A client over a shrunk cap is r
 descriptors. Restarted after sending to 40 peers under ``ulimit -n 128``, a node held 107 descriptors at start
 (two for each of its 42 queues); planned as if it held none (p2p 37, RPC 18) its peers' connections took the
 rest and no flow finished in 40 s; planned with them (p2p 8, RPC 4), 32 did.
+
+The same plan sizes the other AMQP listeners: in ``[bridge] mode = "external"`` the node's local bridge
+endpoint (``bridge``, :data:`transport.DEFAULT_MAX_CONNECTIONS` by default, in place of the p2p listener),
+and in a ``corda-trio bridge start`` process its acceptor of peers (``p2p``; that process runs no RPC,
+``/metrics`` or store, and says ``this bridge process`` in its warning).
 """
 
 from __future__ import annotations
@@ -75,10 +80,12 @@ class ListenerCaps:
     :data:`transport.MAX_REFUSING`). The p2p listener closes an over-cap client at once."""
 
     p2p: int | None  # None: the node runs no p2p listener of its own (a float, an external bridge)
-    rpc: int
+    rpc: int | None  # None: no RPC (a bridge process)
     rpc_refusing: int | None = None
     metrics: int | None  # None: no ``/metrics``
     metrics_refusing: int | None = None
+    #: the local endpoint a bridge process connects to (``[bridge] mode = "external"``; ``None``: not served)
+    bridge_endpoint: int | None = None
     soft_limit: int | None  # None: unlimited
     #: the warning to log at start when the limit is too low for the defaults (``None``: it is not)
     warning: str | None = None
@@ -94,17 +101,31 @@ def open_descriptors() -> int:
     return 0
 
 
-def plan_descriptors(*, p2p: bool, metrics: bool, in_use: int = 0) -> ListenerCaps:
+def plan_descriptors(
+    *,
+    p2p: bool,
+    metrics: bool,
+    rpc_listener: bool = True,
+    bridge_endpoint: bool = False,
+    in_use: int = 0,
+    process: str = "node",
+) -> ListenerCaps:
     """Plan the listeners' caps for this process's ``RLIMIT_NOFILE`` (raising its soft limit if it is below
-    what the defaults need and the hard limit allows). ``p2p`` / ``metrics``: whether the node runs them;
-    ``in_use``: the descriptors it holds already (:func:`open_descriptors` once its store is open: two for
-    each queue, so a node that sent to many peers holds many)."""
+    what the defaults need and the hard limit allows). ``p2p`` / ``metrics`` / ``rpc_listener`` /
+    ``bridge_endpoint``: whether the process runs them; ``in_use``: the descriptors it holds already
+    (:func:`open_descriptors` once its store is open: two for each queue, so a node that sent to many peers
+    holds many); ``process``: what the warning calls it (``node``, ``bridge process``)."""
     defaults = {"p2p": transport.DEFAULT_MAX_CONNECTIONS} if p2p else {}
-    defaults["rpc"] = rpc.DEFAULT_MAX_CONNECTIONS
+    if bridge_endpoint:
+        defaults["bridge"] = transport.DEFAULT_MAX_CONNECTIONS
+    if rpc_listener:
+        defaults["rpc"] = rpc.DEFAULT_MAX_CONNECTIONS
     if metrics:
         defaults["metrics"] = METRICS_MAX_CONNECTIONS
-    # each HTTP listener holds up to its cap plus the over-cap clients it is answering
-    held = {name: cap + (0 if name == "p2p" else transport.MAX_REFUSING) for name, cap in defaults.items()}
+    # each HTTP listener holds up to its cap plus the over-cap clients it is answering (the AMQP ones, p2p
+    # and the bridge endpoint, close an over-cap client at once)
+    http = ("rpc", "metrics")
+    held = {name: cap + (transport.MAX_REFUSING if name in http else 0) for name, cap in defaults.items()}
     needed = in_use + sum(held.values()) + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
@@ -116,11 +137,12 @@ def plan_descriptors(*, p2p: bool, metrics: bool, in_use: int = 0) -> ListenerCa
                 soft = target
             except (OSError, ValueError):
                 pass
-    if soft == resource.RLIM_INFINITY or soft >= needed:
+    if soft == resource.RLIM_INFINITY or soft >= needed or not held:
         return ListenerCaps(
             p2p=defaults.get("p2p"),
-            rpc=defaults["rpc"],
+            rpc=defaults.get("rpc"),
             metrics=defaults.get("metrics"),
+            bridge_endpoint=defaults.get("bridge"),
             soft_limit=None if soft == resource.RLIM_INFINITY else soft,
         )
     # Shrunk in proportion, an HTTP listener answering at most an eighth of its cap (at least one) at once.
@@ -128,23 +150,28 @@ def plan_descriptors(*, p2p: bool, metrics: bool, in_use: int = 0) -> ListenerCa
     reserve = reserve_for(free)
     scale = (free - reserve) / sum(held.values())
     caps = {name: max(1, math.floor(cap * scale)) for name, cap in defaults.items()}
-    refusing = {name: max(1, cap // 8) for name, cap in caps.items() if name != "p2p"}
+    refusing = {name: max(1, cap // 8) for name, cap in caps.items() if name in http}
     used = ", ".join(f"{name} {cap}" for name, cap in caps.items())
     asked = " + ".join(f"{name} {cap}" for name, cap in held.items())
     hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    # a node holds a store; a bridge process only the bridges' sockets
+    node = process == "node"
+    held_at_start = ", its store's among them" if node else ""
+    new_peers = "queues and bridges" if node else "bridges"
+    kept = "store and bridges" if node else "bridges"
     warning = (
-        f"the open-file limit (ulimit -n) is {soft}, below the {needed} this node needs ({in_use} open at "
-        f"start, its store's among them + {asked} connections + {RESERVED_DESCRIPTORS} for new peers' "
-        f"queues and bridges), and the hard limit is {hard_text}: its listeners take at most {used} "
-        f"connections, so that {reserve} stay for the store and bridges; raise the limit (ulimit -n, "
-        "systemd LimitNOFILE=) to serve more"
+        f"the open-file limit (ulimit -n) is {soft}, below the {needed} this {process} needs ({in_use} open "
+        f"at start{held_at_start} + {asked} connections + {RESERVED_DESCRIPTORS} for new peers' "
+        f"{new_peers}), and the hard limit is {hard_text}: its listeners take at most {used} connections, so "
+        f"that {reserve} stay for the {kept}; raise the limit (ulimit -n, systemd LimitNOFILE=) to serve more"
     )
     return ListenerCaps(
         p2p=caps.get("p2p"),
-        rpc=caps["rpc"],
-        rpc_refusing=refusing["rpc"],
+        rpc=caps.get("rpc"),
+        rpc_refusing=refusing.get("rpc"),
         metrics=caps.get("metrics"),
         metrics_refusing=refusing.get("metrics"),
+        bridge_endpoint=caps.get("bridge"),
         soft_limit=soft,
         warning=warning,
     )

@@ -454,8 +454,10 @@ class Node:
         self.caps = caps = plan_descriptors(
             p2p=cfg.bridge_mode is not BridgeMode.EXTERNAL and cfg.floats is None,
             metrics=cfg.metrics_address is not None,
+            bridge_endpoint=cfg.bridge_mode is BridgeMode.EXTERNAL,
             in_use=open_descriptors(),
         )
+        assert caps.rpc is not None  # (a node always serves RPC)
         if caps.warning is not None:
             log.warning(caps.warning)
         bridge_endpoint = None
@@ -601,6 +603,7 @@ class Node:
                 port=port,
                 max_message_size=max_size,
                 idle_timeout_seconds=cfg.p2p_idle_timeout_seconds,
+                max_connections=self.caps.bridge_endpoint or transport.DEFAULT_MAX_CONNECTIONS,
             ),
         )
         try:

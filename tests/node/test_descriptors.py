@@ -69,3 +69,29 @@ def test_a_store_holding_most_of_the_limit_leaves_the_listeners_half_of_the_rest
     plan = _plan(128, 128, 107)
     assert (plan["p2p"], plan["rpc"], plan["metrics"]) == (6, 3, 1), plan  # 21 free: 10 for them
     assert "(107 open at start, its store's among them" in str(plan["warning"]), plan
+
+
+EXTERNAL = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from corda_trio.node._descriptors import plan_descriptors
+node = plan_descriptors(p2p=False, metrics=False, bridge_endpoint=True, in_use=10)
+process = plan_descriptors(p2p=True, metrics=False, rpc_listener=False, in_use=10, process="bridge process")
+print(json.dumps([[c.p2p, c.rpc, c.bridge_endpoint, c.warning] for c in (node, process)]))
+"""
+
+
+def test_the_bridge_endpoint_and_a_bridge_process_are_planned_as_the_listeners_are() -> None:
+    """In ``[bridge] mode = "external"`` the node's bridge endpoint kept the transport's 512 whatever the
+    limit, and ``corda-trio bridge start`` planned nothing for its acceptor of peers."""
+    done = subprocess.run([sys.executable, "-c", EXTERNAL], capture_output=True, text=True, check=True)
+    (p2p, rpc, endpoint, warning), (acceptor, no_rpc, no_endpoint, process_warning) = json.loads(done.stdout)
+    assert p2p is None and endpoint is not None and rpc is not None
+    assert endpoint + rpc + max(1, rpc // 8) <= (64 - 10) // 2, (endpoint, rpc)
+    assert f"bridge {endpoint}, rpc {rpc} connections" in warning, warning
+    assert (no_rpc, no_endpoint) == (None, None) and acceptor <= (64 - 10) // 2, acceptor
+    needs = f"below the {10 + 512 + 256} this bridge process needs (10 open at start + p2p 512 connections"
+    assert needs in process_warning and f"at most p2p {acceptor} connections" in process_warning, (
+        process_warning
+    )
+    assert "store" not in process_warning, process_warning
