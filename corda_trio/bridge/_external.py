@@ -32,7 +32,7 @@ import itertools
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -60,13 +60,14 @@ from ._control import (
 )
 from ._inbound import AcceptorConfig, InboundAcceptor
 from ._manager import BridgeManager
-from ._outbound import BridgeConfig
+from ._outbound import Bridge, BridgeConfig
 
 if TYPE_CHECKING:
     from .float import FloatTunnel, TunnelConfig
 
 __all__ = [
     "AnnouncedQueues",
+    "BridgeTotals",
     "ExternalBridge",
     "ExternalBridgeConfig",
     "ListenError",
@@ -263,6 +264,25 @@ class AnnouncedQueues:
             self._changed = trio.Event()
 
 
+@attrs.frozen
+class BridgeTotals:
+    """A peer's bridge counters summed over the bridge process's sessions with the node (each session runs
+    new :class:`Bridge` objects, whose counters start at 0)."""
+
+    delivered: int = 0
+    connects: int = 0
+    failures: int = 0
+    restarts: int = 0
+
+    def plus(self, bridge: Bridge, restarts: int) -> BridgeTotals:
+        return BridgeTotals(
+            delivered=self.delivered + bridge.delivered,
+            connects=self.connects + bridge.connects,
+            failures=self.failures + bridge.failures,
+            restarts=self.restarts + restarts,
+        )
+
+
 @attrs.define(eq=False)
 class ExternalBridge:
     """See the module docstring. ``await nursery.start(bridge.run)``; :meth:`wait_serving` gives the P2P port.
@@ -291,6 +311,10 @@ class ExternalBridge:
     _query_ids: Any = attrs.field(factory=itertools.count, init=False)
     #: the node down: its first failure a warning, then a line a minute at most, and one when it is back
     _outage: logs.Outage = attrs.field(init=False)
+    #: Per outbound queue: the peer's legal name as the node last announced it (kept when the peer leaves, so
+    #: its /metrics series keep one label) and the counters of the bridges of ended sessions.
+    _peer_names: dict[str, str] = attrs.field(factory=dict, init=False)
+    _ended: dict[str, BridgeTotals] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.control = ControlClient(bridge_id=self.config.bridge_id)
@@ -338,11 +362,33 @@ class ExternalBridge:
                 finally:
                     if self.inbox is not None:
                         self.inbox.conn = None
-                    self.manager = None
+                    self._end_manager()
                     if self.control.state is not ControlState.DISCONNECTED:
                         self.control.disconnected()
                     self._mirror(None)
                 await trio.sleep(backoff.next_delay())
+
+    def peer_links(self) -> Iterator[tuple[str, Bridge | None, BridgeTotals]]:
+        """Per outbound queue the node announced since this process started: the peer's legal name, its
+        running bridge (``None`` between sessions with the node) and its counters since the process started
+        (ended sessions' bridges plus the running one's)."""
+        manager = self.manager
+        running = manager.bridges() if manager is not None else {}
+        for name, peer in sorted(self._peer_names.items()):
+            totals = self._ended.get(name, BridgeTotals())
+            bridge = running.get(name)
+            if bridge is not None:
+                assert manager is not None
+                totals = totals.plus(bridge, manager.restarts(name))
+            yield peer, bridge, totals
+
+    def _end_manager(self) -> None:
+        """Fold the session's bridges' counters into :attr:`_ended` (a new session starts new bridges)."""
+        manager, self.manager = self.manager, None
+        if manager is None:
+            return
+        for name, bridge in manager.bridges().items():
+            self._ended[name] = self._ended.get(name, BridgeTotals()).plus(bridge, manager.restarts(name))
 
     async def _session(self, backoff: Backoff, outer: trio.Nursery) -> None:
         cfg = self.config
@@ -405,6 +451,7 @@ class ExternalBridge:
         """Make the directory and the queues match the control table (empty without a connection)."""
         table = self.control.bridges if conn is not None else {}
         for name, entry in table.items():
+            self._peer_names[name] = entry.legal_name
             self.peers.put(
                 Peer(
                     legal_name=pki.CordaX500Name.parse(entry.legal_name),

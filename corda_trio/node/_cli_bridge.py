@@ -34,18 +34,22 @@ acceptor on the node's P2P address. Configuration (TOML; relative paths are rela
     idle_timeout_seconds = 10                       # optional: a float silent this long is given up; 1..3600
     handshake_timeout_seconds = 3                   # optional: a float not through the control link's
                                                     # handshake by then is skipped; 0.5..300
+    [metrics]                                       # optional: this process's Prometheus /metrics
+    address = "127.0.0.1:10006"                     # (port 0: any free port); none: no /metrics
 
 With ``[float]`` the bridge listens for no peer (no ``p2p.listen``): it activates a float, as the node's
 in-process bridge does (``docs/float.md``), and prints ``corda-trio bridge: float HOST:PORT active, public
 port PORT, for INBOX``. Otherwise it prints ``corda-trio bridge: listening on HOST:PORT for INBOX`` once the
-acceptor is up. SIGTERM stops it
+acceptor is up; with ``[metrics]`` the line ends with ``  metrics http://HOST:PORT/metrics`` (served by
+the node's metrics server, series in ``docs/metrics.md``). SIGTERM stops it
 cleanly (``terminated``, exit 0); Ctrl-C prints ``interrupted`` and exits 130. A configuration problem is one
-line naming the file and the key (exit 2); a P2P address that cannot be bound, one line (exit 1).
+line naming the file and the key (exit 2); a P2P or metrics address that cannot be bound, one line (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 from pathlib import Path
@@ -53,8 +57,9 @@ from typing import Any, Final
 
 import attrs
 import trio
+from prometheus_client.exposition import generate_latest
 
-from corda_trio import bridge, network, pki, transport
+from corda_trio import __version__, bridge, network, pki, transport
 from corda_trio.bridge import float as fl
 
 from ._cli import CliError, grouped_error, run_trio
@@ -66,11 +71,14 @@ from ._config import (
     KeyPassphrase,
     _float_settings,
     _join,
+    _listen_address,
     _read_toml,
     _Reader,
 )
 from ._descriptors import open_descriptors, plan_descriptors
 from ._heap import freeze_startup_heap
+from ._metrics import BridgeProcessCollector, new_registry, serve_metrics
+from ._node import _listen_text
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
 
@@ -99,6 +107,8 @@ class BridgeProcessConfig:
     floats: FloatSettings | None = None
     #: ``[p2p] idle_timeout_seconds``: peers' connections and the one to the node.
     idle_timeout_seconds: float = transport.DEFAULT_IDLE_TIMEOUT_SECONDS
+    #: ``[metrics] address``: where this process serves its /metrics (port 0: any free port); ``None``: not.
+    metrics_address: tuple[str, int] | None = None
 
 
 #: Upper bounds of the numbers in bridge.toml: beyond them a value is a typo (credit is also what a link
@@ -165,6 +175,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
     tls = r.section("tls", {"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"})
     tuning = r.section("tuning", {"credit", "initial_backoff_seconds", "max_backoff_seconds"})
     float_table = r.section("float", FLOAT_KEYS)
+    metrics = r.section("metrics", {"address"})
     r.finish("bridge_id")
     # the same [float] keys as node.toml's; this process is the bridge manager that dials the floats
     floats = _float_settings(r, float_table, p2p, BridgeMode.IN_PROCESS, base)
@@ -200,6 +211,9 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         floats=floats,
         idle_timeout_seconds=r.seconds(
             p2p, "idle_timeout_seconds", "p2p.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
+        ),
+        metrics_address=(
+            _listen_address(r, metrics, "address", "metrics.address", "") if "address" in metrics else None
         ),
     )
 
@@ -293,6 +307,24 @@ def _tunnel(cfg: BridgeProcessConfig, floats: FloatSettings) -> tuple[Any, Any]:
     return creds.client_context(), config
 
 
+async def _serve_metrics(nursery: trio.Nursery, ext: bridge.ExternalBridge, host: str, port: int) -> str:
+    """Serve the process's /metrics with the node's server (``_metrics.serve_metrics``); returns its URL.
+
+    Raises:
+        bridge.ListenError: the address cannot be bound (one line, exit 1, as for ``[p2p] listen``).
+    """
+    registry = new_registry(BridgeProcessCollector(ext, __version__))
+    try:
+        bound = await nursery.start(serve_metrics, functools.partial(generate_latest, registry), host, port)
+    except (OSError, ExceptionGroup) as exc:
+        leaf = grouped_error(exc, OSError)
+        if leaf is None:
+            raise
+        what = f"{_listen_text('metrics', host, port)}: {leaf.strerror or leaf}"
+        raise bridge.ListenError(leaf.errno, what) from None
+    return f"http://{network.host_port_text(host, bound)}/metrics"
+
+
 def _start(args: argparse.Namespace) -> int:
     """Run until interrupted: Ctrl-C and SIGTERM unwind through the CLI's common handling (one line; exit
     130 and 0), which cancels the bridge, so every message held is released to the node unacked."""
@@ -316,6 +348,9 @@ def _start(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
+            metrics = ""
+            if cfg.metrics_address is not None:  # (before the node is dialled: a busy port fails at once)
+                metrics = f"  metrics {await _serve_metrics(nursery, ext, *cfg.metrics_address)}"
             await nursery.start(ext.run)
             port = await ext.wait_serving()
             freeze_startup_heap()
@@ -324,13 +359,14 @@ def _start(args: argparse.Namespace) -> int:
                 host, control = ext.tunnel.active
                 print(
                     f"corda-trio bridge: float {network.host_port_text(host, control)} active, "
-                    f"public port {port}, for {inbox}",
+                    f"public port {port}, for {inbox}{metrics}",
                     flush=True,
                 )
             else:
                 host = cfg.p2p_listen[0] if cfg.p2p_listen else "?"
+                where = network.host_port_text(host, port)
                 print(
-                    f"corda-trio bridge: listening on {network.host_port_text(host, port)} for {inbox}",
+                    f"corda-trio bridge: listening on {where} for {inbox}{metrics}",
                     flush=True,
                 )
 

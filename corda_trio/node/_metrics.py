@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import gzip
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,12 +30,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from corda_trio import transport
+from corda_trio import bridge, transport
 
 if TYPE_CHECKING:
     from ._node import Node
 
-__all__ = ["NodeCollector", "NodeMetrics", "serve_metrics"]
+__all__ = ["BridgeProcessCollector", "NodeCollector", "NodeMetrics", "new_registry", "serve_metrics"]
 
 log = logging.getLogger("corda_trio.node.metrics")
 
@@ -79,13 +80,7 @@ class NodeMetrics:
 
     @classmethod
     def create(cls, node: Node) -> NodeMetrics:
-        # The client library adds a ``<name>_created`` series (a start timestamp) to each histogram, which
-        # Prometheus stores as a separate untyped series nobody asked for; the text format's counters need
-        # none (a restart is seen by the value dropping). The switch is the library's, for the process: the
-        # node's is the only registry in it that matters.
-        prometheus_client.disable_created_metrics()
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(NodeCollector(node))
+        registry = new_registry(NodeCollector(node))
         flow_duration = Histogram(
             "corda_trio_flow_duration_seconds",
             "Time from a flow's start over RPC to its end (finished or failed)",
@@ -97,6 +92,18 @@ class NodeMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def new_registry(collector: Any) -> CollectorRegistry:
+    """A registry of ``collector`` (a node's or a bridge process's), with no ``*_created`` series."""
+    # The client library adds a ``<name>_created`` series (a start timestamp) to each histogram, which
+    # Prometheus stores as a separate untyped series nobody asked for; the text format's counters need
+    # none (a restart is seen by the value dropping). The switch is the library's, for the process: the
+    # registry made here is the only one in it that matters.
+    prometheus_client.disable_created_metrics()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
@@ -185,66 +192,15 @@ class NodeCollector:
         yield from (depth, size, age, enq, acked, released, commits, fsyncs, batch, latency)
 
     def _p2p(self, node: Node) -> Iterator[Metric]:
-        labels = ("peer",)
-        sent = _counter(
-            "p2p_messages_sent", "Messages the peer accepted (acked from its outbound queue)", labels
+        yield from _peer_families(
+            (
+                peer,
+                *((s.acked, s.released, s.depth) if s is not None else (None, None, None)),
+                _BridgeCounts.of(running, restarts),
+            )
+            for peer, s, running, restarts in node.peer_links()
         )
-        redelivered = _counter(
-            "p2p_messages_redelivered", "Messages to the peer handed back for another attempt", labels
-        )
-        pending = _gauge("p2p_messages_pending", "Messages waiting in the peer's outbound queue", labels)
-        state = _gauge("bridge_state", "1 for the bridge's current state", ("peer", "state"))
-        connects = _counter("bridge_connects", "Sessions the bridge established", labels)
-        failures = _counter(
-            "bridge_failures", "Sessions that ended in a failure (each is a reconnect)", labels
-        )
-        restarts = _counter("bridge_restarts", "Times the bridge manager restarted a crashed bridge", labels)
-        for peer, queue_stats, bridge, restart_count in node.peer_links():
-            if queue_stats is not None:
-                sent.add_metric([peer], queue_stats.acked)
-                redelivered.add_metric([peer], queue_stats.released)
-                pending.add_metric([peer], queue_stats.depth)
-            if bridge is not None:
-                for member in type(bridge.state):
-                    state.add_metric([peer, member.value], 1 if bridge.state is member else 0)
-                connects.add_metric([peer], bridge.connects)
-                failures.add_metric([peer], bridge.failures)
-                restarts.add_metric([peer], restart_count)
-        yield from (sent, redelivered, pending, state, connects, failures, restarts)
-        acceptor = node.acceptor
-        received = _counter(
-            "p2p_messages_received", "Messages from the peer stored in our inbox and accepted", labels
-        )
-        rejected = _counter("p2p_messages_rejected", "Messages from peers rejected (malformed, too large)")
-        refused = _counter("p2p_links_refused", "Links peers tried to attach to anything but our inbox")
-        connections_refused = _counter(
-            "p2p_connections_refused",
-            "Inbound P2P connections refused before they were served, by reason (tls, handshake_timeout, "
-            "amqp, address_limit, capacity); logged per source address at most once a minute",
-            ("reason",),
-        )
-        if acceptor is not None:
-            for reason, n in sorted(acceptor.refusals.counts.items()):
-                connections_refused.add_metric([reason], n)
-            by_peer = dict(acceptor.accepted_by_peer)
-            for peer, n in sorted(by_peer.items()):
-                received.add_metric([peer], n)
-            if acceptor.accepted > sum(by_peer.values()):  # delivered without a TLS peer (a local endpoint)
-                received.add_metric(["unknown"], acceptor.accepted - sum(by_peer.values()))
-            rejected.add_metric([], acceptor.rejected)
-            refused.add_metric([], acceptor.refused_links)
-        tunnel = node.float_tunnel
-        released = _counter(
-            "p2p_messages_released",
-            "Messages from peers released, not stored: the sender is not in our network map yet (it sends "
-            "them again; behind floats only)",
-        )
-        if tunnel is not None:  # behind floats: what the active float forwarded (instead of the acceptor)
-            for peer, n in sorted(tunnel.stored_by_peer.items()):
-                received.add_metric([peer], n)
-            rejected.add_metric([], tunnel.rejected)
-            released.add_metric([], tunnel.released)
-        yield from (received, rejected, refused, connections_refused, released)
+        yield from _inbound_families(node.acceptor, node.float_tunnel)
         service = node.service
         if service is not None:
             dedup = _gauge("p2p_dedup_ids", "Message ids the deduplicator remembers")
@@ -302,6 +258,153 @@ class NodeCollector:
         logins = _counter("rpc_failed_logins", "RPC logins refused (wrong user or password)")
         logins.add_metric([], s.failed_logins_total)
         yield from (calls, conns, refused, logins)
+
+
+@attrs.define(eq=False)
+class BridgeProcessCollector:
+    """The series of a ``corda-trio bridge start`` process: its bridges and acceptor (or float tunnel) under
+    the node's names for the same things, and ``bridge_process_*`` for the process and its link to the node.
+    Counters count since this process started (its bridges of ended sessions with the node included)."""
+
+    external: bridge.ExternalBridge
+    version: str
+    _started: float = attrs.field(factory=time.monotonic, init=False)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        ext = self.external
+        info = _gauge(
+            "bridge_process_info", "The bridge process's identity (value 1)", ("bridge_id", "version")
+        )
+        info.add_metric([ext.config.bridge_id, self.version], 1)
+        up = _gauge("bridge_process_uptime_seconds", "Seconds since the bridge process started")
+        up.add_metric([], time.monotonic() - self._started)
+        connected = _gauge(
+            "bridge_process_node_connected", "1 while the bridge process has a session with its node"
+        )
+        connected.add_metric([], 1 if ext.manager is not None else 0)
+        sessions = _counter(
+            "bridge_process_node_sessions",
+            "Sessions with the node's local endpoint that completed the handshake",
+        )
+        sessions.add_metric([], ext.sessions)
+        yield from (info, up, connected, sessions)
+        yield from _peer_families(
+            (
+                peer,
+                totals.delivered,
+                None,  # (redelivery and pending are the node's queues': on the node's /metrics)
+                None,
+                _BridgeCounts(
+                    running.state if running is not None else None,
+                    len(running.parked()) if running is not None else 0,
+                    totals.connects,
+                    totals.failures,
+                    totals.restarts,
+                ),
+            )
+            for peer, running, totals in ext.peer_links()
+        )
+        yield from _inbound_families(ext.acceptor, ext.tunnel)
+
+
+@attrs.frozen
+class _BridgeCounts:
+    """What the ``bridge_*`` series of one peer show: a running bridge's state and parked addresses
+    (``state`` ``None``: none runs now) and its counters."""
+
+    state: bridge.BridgeState | None
+    parked: int
+    connects: int
+    failures: int
+    restarts: int
+
+    @classmethod
+    def of(cls, running: bridge.Bridge | None, restarts: int) -> _BridgeCounts | None:
+        if running is None:
+            return None
+        return cls(running.state, len(running.parked()), running.connects, running.failures, restarts)
+
+
+#: Per peer: legal name, messages sent (acked), redelivered, pending (``None``: not counted in this process),
+#: and its bridge's series (``None``: no bridge).
+_PeerLink = tuple[str, int | None, int | None, int | None, _BridgeCounts | None]
+
+
+def _peer_families(links: Iterable[_PeerLink]) -> Iterator[Metric]:
+    """The per-peer ``p2p_messages_*`` and ``bridge_*`` families of what we send: the node's (from its
+    outbound queues and in-process bridges) and a bridge process's (from its bridges) have the same names."""
+    labels = ("peer",)
+    sent = _counter("p2p_messages_sent", "Messages the peer accepted (acked from its outbound queue)", labels)
+    redelivered = _counter(
+        "p2p_messages_redelivered", "Messages to the peer handed back for another attempt", labels
+    )
+    pending = _gauge("p2p_messages_pending", "Messages waiting in the peer's outbound queue", labels)
+    state = _gauge("bridge_state", "1 for the bridge's current state", ("peer", "state"))
+    parked = _gauge(
+        "bridge_parked_addresses",
+        "The peer's addresses the bridge parked: they failed the TLS identity check (tried again later)",
+        labels,
+    )
+    connects = _counter("bridge_connects", "Sessions the bridge established", labels)
+    failures = _counter("bridge_failures", "Sessions that ended in a failure (each is a reconnect)", labels)
+    restarts = _counter("bridge_restarts", "Times the bridge manager restarted a crashed bridge", labels)
+    for peer, n_sent, n_redelivered, n_pending, counts in links:
+        for family, value in ((sent, n_sent), (redelivered, n_redelivered), (pending, n_pending)):
+            if value is not None:
+                family.add_metric([peer], value)
+        if counts is None:
+            continue
+        if counts.state is not None:
+            for member in bridge.BridgeState:
+                state.add_metric([peer, member.value], 1 if counts.state is member else 0)
+            parked.add_metric([peer], counts.parked)
+        connects.add_metric([peer], counts.connects)
+        failures.add_metric([peer], counts.failures)
+        restarts.add_metric([peer], counts.restarts)
+    yield from (sent, redelivered, pending, state, parked, connects, failures, restarts)
+
+
+def _inbound_families(
+    acceptor: bridge.InboundAcceptor | None, tunnel: bridge.float.FloatTunnel | None
+) -> Iterator[Metric]:
+    """What peers sent us: the acceptor's counters, or behind floats the tunnel's (in the node, or in the
+    bridge process that runs them)."""
+    labels = ("peer",)
+    received = _counter(
+        "p2p_messages_received", "Messages from the peer stored in our inbox and accepted", labels
+    )
+    rejected = _counter("p2p_messages_rejected", "Messages from peers rejected (malformed, too large)")
+    refused = _counter("p2p_links_refused", "Links peers tried to attach to anything but our inbox")
+    connections_refused = _counter(
+        "p2p_connections_refused",
+        "Inbound P2P connections refused before they were served, by reason (tls, handshake_timeout, "
+        "amqp, address_limit, capacity); logged per source address at most once a minute",
+        ("reason",),
+    )
+    if acceptor is not None:
+        for reason, n in sorted(acceptor.refusals.counts.items()):
+            connections_refused.add_metric([reason], n)
+        by_peer = dict(acceptor.accepted_by_peer)
+        for peer, n in sorted(by_peer.items()):
+            received.add_metric([peer], n)
+        if acceptor.accepted > sum(by_peer.values()):  # delivered without a TLS peer (a local endpoint)
+            received.add_metric(["unknown"], acceptor.accepted - sum(by_peer.values()))
+        rejected.add_metric([], acceptor.rejected)
+        refused.add_metric([], acceptor.refused_links)
+    released = _counter(
+        "p2p_messages_released",
+        "Messages from peers released, not stored: the sender is not in our network map yet (it sends "
+        "them again; behind floats only)",
+    )
+    if tunnel is not None:  # behind floats: what the active float forwarded (instead of the acceptor)
+        for peer, n in sorted(tunnel.stored_by_peer.items()):
+            received.add_metric([peer], n)
+        rejected.add_metric([], tunnel.rejected)
+        released.add_metric([], tunnel.released)
+    yield from (received, rejected, refused, connections_refused, released)
 
 
 async def serve_metrics(

@@ -54,9 +54,20 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
     assert cfg.credit == 256 and cfg.key_passphrase is None
 
 
+def test_metrics_address_is_optional(tmp_path: Path) -> None:
+    """``[metrics] address`` (as in node.toml; port 0: any free port): without it, no /metrics."""
+    assert load_bridge_config(write(tmp_path, GOOD.format(port=5))).metrics_address is None
+    cfg = load_bridge_config(write(tmp_path, GOOD.format(port=5) + '[metrics]\naddress = "[::1]:0"\n'))
+    assert cfg.metrics_address == ("::1", 0)
+
+
 @pytest.mark.parametrize(
     ("change", "key"),
     [
+        (lambda t: t + '[metrics]\naddress = "nowhere"\n', "metrics.address"),
+        (lambda t: t + '[metrics]\naddress = "127.0.0.1:70000"\n', "metrics.address"),
+        (lambda t: t + "[metrics]\naddress = 9100\n", "metrics.address"),
+        (lambda t: t + "[metrics]\nenabled = true\n", "metrics.enabled"),
         (lambda t: t.replace('endpoint = "127.0.0.1', 'endpoint = "10.1.2.3'), "node.endpoint"),
         (lambda t: t.replace('username = "bridge"\n', ""), "node.username"),
         (lambda t: t.replace('password_file = "pw"', 'password_env = "A"\npassword_file = "pw"'), "node"),
@@ -166,8 +177,9 @@ async def test_a_node_with_several_inboxes_is_one_line_and_exit_1(
     assert "Traceback" not in err, err
 
 
-async def test_a_p2p_address_in_use_is_one_line_and_exit_1(
-    tmp_path: Path, network: object, alice: object
+@pytest.mark.parametrize("in_use", ["p2p", "metrics"])
+async def test_an_address_in_use_is_one_line_and_exit_1(
+    tmp_path: Path, network: object, alice: object, in_use: str
 ) -> None:
     """The acceptor cannot bind p2p.listen (another process has the port): the bridge stops at once with one
     line naming the address (it logged "Exceptions from Trio nursery (1 sub-exception)" and retried forever:
@@ -198,9 +210,12 @@ async def test_a_p2p_address_in_use_is_one_line_and_exit_1(
                     task_status=task_status,
                 )
             )
-            text = GOOD.format(port=transport.listener_port(listeners)).replace(
-                'listen = "127.0.0.1:0"', f'listen = "127.0.0.1:{busy}"'
-            )
+            text = GOOD.format(port=transport.listener_port(listeners))
+            if in_use == "p2p":
+                text = text.replace('listen = "127.0.0.1:0"', f'listen = "127.0.0.1:{busy}"')
+            else:
+                text += f'[metrics]\naddress = "127.0.0.1:{busy}"\n'
+
             path = write(tmp_path, text)
             with trio.fail_after(60):
                 done = await trio.run_process(
@@ -210,7 +225,8 @@ async def test_a_p2p_address_in_use_is_one_line_and_exit_1(
             nursery.cancel_scope.cancel()
     err = done.stderr.decode()
     assert done.returncode == 1, err
-    expected = f"corda-trio: error: cannot listen on 127.0.0.1:{busy}: Address already in use"
+    where = "" if in_use == "p2p" else "for /metrics "
+    expected = f"corda-trio: error: cannot listen {where}on 127.0.0.1:{busy}: Address already in use"
     assert err.strip().splitlines()[-1] == expected, err
     assert "Traceback" not in err and "sub-exception" not in err, err
 

@@ -44,10 +44,11 @@ def parse_exposition(text: str) -> dict[str, float]:
     return out
 
 
-async def scrape_text(node: NodeProcess) -> str:
-    """The body of the node's ``GET /metrics`` (asserting a 200 in the text format)."""
-    assert node.metrics_url is not None
-    url = urllib.parse.urlsplit(node.metrics_url)
+async def scrape_text(node: NodeProcess | str) -> str:
+    """The body of the node's (or this URL's) ``GET /metrics`` (asserting a 200 in the text format)."""
+    metrics_url = node if isinstance(node, str) else node.metrics_url
+    assert metrics_url is not None
+    url = urllib.parse.urlsplit(metrics_url)
     assert url.hostname is not None and url.port is not None
     stream = await trio.open_tcp_stream(url.hostname, url.port)
     async with stream:
@@ -298,9 +299,12 @@ async def test_a_flow_id_the_rpc_answered_survives_a_kill_9_right_after(tmp_path
 
 
 @contextlib.asynccontextmanager
-async def external_bridge_network(tmp_path: Path) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
+async def external_bridge_network(
+    tmp_path: Path, *, bridge_metrics: list[str] | None = None
+) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
     """Alice with her bridge in its own ``corda-trio bridge start`` process, and Bob (in-process bridge),
-    both knowing each other; every process is stopped on the way out."""
+    both knowing each other; every process is stopped on the way out. With ``bridge_metrics`` (a list), the
+    bridge process serves /metrics on a free port and its URL is appended to the list."""
     (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
     alice_cfg = attrs.evolve(
         alice_cfg,
@@ -318,14 +322,25 @@ async def external_bridge_network(tmp_path: Path) -> AsyncIterator[tuple[NodePro
         'password_env = "TEST_BRIDGE_PASSWORD"\n'
         f'[p2p]\nlisten = "{alice_cfg.p2p_address}"\n'
         f'[tls]\ncert_chain = "{certs / "tls.chain.pem"}"\nkey = "{certs / "tls.key.pem"}"\n'
-        f'trust_root = "{certs / "network-root.cert.pem"}"\npassphrase_file = "{certs / "passphrase"}"\n',
+        f'trust_root = "{certs / "network-root.cert.pem"}"\npassphrase_file = "{certs / "passphrase"}"\n'
+        + ('[metrics]\naddress = "127.0.0.1:0"\n' if bridge_metrics is not None else ""),
         encoding="utf-8",
     )
     bridge = await trio.lowlevel.open_process(
         [sys.executable, "-m", "corda_trio", "bridge", "start", "--config", str(bridge_toml)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env},
+        stdout=subprocess.DEVNULL if bridge_metrics is None else subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env={**os.environ, **env},
     )  # fmt: skip
     try:
+        if bridge_metrics is not None:  # the ready line: "... for INBOX  metrics http://HOST:PORT/metrics"
+            assert bridge.stdout is not None
+            line = b""
+            with trio.fail_after(60):
+                while not line.endswith(b"\n"):
+                    chunk = await bridge.stdout.receive_some(1)
+                    assert chunk, line
+                    line += chunk
+            bridge_metrics.append(line.decode().split("  metrics ")[1].strip())
         assert alice.addresses["bridge_endpoint"].startswith("127.0.0.1:")
         async with (
             rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,

@@ -177,3 +177,35 @@ async def test_a_node_whose_bridge_runs_in_its_own_process_counts_what_it_receiv
     assert a["corda_trio_p2p_messages_rejected_total{}"] == 0
     assert a[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == A_TO_B
     assert queue(a, "corda_trio_queue_acked_messages_total", "p2p.inbound.") == B_TO_A
+
+
+async def test_the_bridge_process_serves_its_own_series_under_the_nodes_names(tmp_path: Path) -> None:
+    """``bridge start`` with ``[metrics] address``: the bridge process's bridges and acceptor on its own
+    /metrics, under the names the node uses for the same things, equal to the ledger (before, the process
+    served no /metrics: its bridges' states, what it sent and received, were only in its log)."""
+    urls: list[str] = []
+    async with external_bridge_network(tmp_path, bridge_metrics=urls) as (alice, bob):
+        await run_the_ledger(alice, bob)
+        (url,) = urls
+        text = await scrape_text(url)
+        a = parse_exposition(await scrape_text(alice))
+    b = parse_exposition(text)
+    assert b[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == A_TO_B
+    assert b[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"] == B_TO_A
+    assert b["corda_trio_p2p_messages_rejected_total{}"] == 0
+    assert b["corda_trio_p2p_links_refused_total{}"] == 0
+    # what the node counts of the same traffic (its outbound queue's acks, its endpoint's stores) agrees
+    assert a[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == A_TO_B
+    assert a[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"] == B_TO_A
+    states = {
+        s: b[f"corda_trio_bridge_state{{peer={BOB_NAME},state={s}}}"] for s in ("connected", "resolving")
+    }
+    assert states == {"connected": 1, "resolving": 0}
+    assert b[f"corda_trio_bridge_connects_total{{peer={BOB_NAME}}}"] == 1
+    assert b[f"corda_trio_bridge_failures_total{{peer={BOB_NAME}}}"] == 0
+    assert b[f"corda_trio_bridge_parked_addresses{{peer={BOB_NAME}}}"] == 0
+    assert b["corda_trio_bridge_process_node_connected{}"] == 1
+    assert b["corda_trio_bridge_process_node_sessions_total{}"] == 1
+    (info,) = [k for k in b if k.startswith("corda_trio_bridge_process_info{")]
+    assert b[info] == 1 and "bridge_id=bridge-" in info
+    assert promtool_problems(text) == "", text
