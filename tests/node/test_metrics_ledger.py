@@ -187,9 +187,23 @@ async def test_the_bridge_process_serves_its_own_series_under_the_nodes_names(tm
     async with external_bridge_network(tmp_path, bridge_metrics=urls) as (alice, bob):
         await run_the_ledger(alice, bob)
         (url,) = urls
-        text = await scrape_text(url)
+        # an outsider on the P2P port the bridge process serves: not TLS, refused before it is served
+        host, _, port = str(alice.addresses["p2p"]).rpartition(":")
+        stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+        async with stream:
+            await stream.send_all(b"GET / HTTP/1.0\r\n\r\n")
+            with trio.fail_after(30):
+                while await stream.receive_some():  # (until the bridge closes it)
+                    pass
+        refused = "corda_trio_p2p_connections_refused_total{reason=tls}"
+        with trio.fail_after(30):
+            text = await scrape_text(url)
+            while refused not in parse_exposition(text):
+                await trio.sleep(0.1)
+                text = await scrape_text(url)
         a = parse_exposition(await scrape_text(alice))
     b = parse_exposition(text)
+    assert b[refused] == 1
     assert b[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == A_TO_B
     assert b[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"] == B_TO_A
     assert b["corda_trio_p2p_messages_rejected_total{}"] == 0
