@@ -300,16 +300,18 @@ async def test_a_flow_id_the_rpc_answered_survives_a_kill_9_right_after(tmp_path
 
 @contextlib.asynccontextmanager
 async def external_bridge_network(
-    tmp_path: Path, *, bridge_metrics: list[str] | None = None
+    tmp_path: Path, *, bridge_metrics: list[str] | None = None, endpoint_port: int = 0
 ) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
     """Alice with her bridge in its own ``corda-trio bridge start`` process, and Bob (in-process bridge),
     both knowing each other; every process is stopped on the way out. With ``bridge_metrics`` (a list), the
-    bridge process serves /metrics on a free port and its URL is appended to the list."""
+    bridge process serves /metrics on a free port and its URL is appended to the list. ``endpoint_port``:
+    Alice's bridge endpoint (0: any free one; a fixed one lets a restarted Alice meet the same bridge)."""
     (alice_path, alice_cfg), (bob_path, bob_cfg) = make_network(tmp_path / "net", [ALICE, BOB])
     alice_cfg = attrs.evolve(
         alice_cfg,
         bridge_mode=_config.BridgeMode.EXTERNAL,
         bridge_password=_config.KeyPassphrase(env="TEST_BRIDGE_PASSWORD"),
+        bridge_endpoint=("127.0.0.1", endpoint_port),
     )
     alice_path.write_text(_config.dump_node_config(alice_cfg, alice_cfg.base_directory), encoding="utf-8")
     env = {"TEST_BRIDGE_PASSWORD": "bridge-secret"}

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from corda_trio import rpc
-from corda_trio.node._processes import NodeProcess, open_node_processes
+from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
 from .test_flows_e2e import (
@@ -74,8 +74,14 @@ async def run_the_ledger(alice: NodeProcess, bob: NodeProcess) -> None:
                     nursery.start_soon(ping, "corda_trio.flows.PingPong" if i % 2 else "PingPong")
                 for _ in range(CASTS):
                     nursery.start_soon(cast)
-            while not (await _quiet(alice) and await _quiet(bob)):  # noqa: ASYNC110 (other processes)
-                await trio.sleep(0.1)
+        await _wait_quiet(alice, bob)
+
+
+async def _wait_quiet(alice: NodeProcess, bob: NodeProcess) -> None:
+    """Until both nodes are quiet at once (see :func:`_quiet`)."""
+    with trio.fail_after(120):
+        while not (await _quiet(alice) and await _quiet(bob)):  # noqa: ASYNC110 (other processes)
+            await trio.sleep(0.1)
 
 
 async def _quiet(node: NodeProcess) -> bool:
@@ -223,3 +229,51 @@ async def test_the_bridge_process_serves_its_own_series_under_the_nodes_names(tm
     (info,) = [k for k in b if k.startswith("corda_trio_bridge_process_info{")]
     assert b[info] == 1 and "bridge_id=bridge-" in info
     assert promtool_problems(text) == "", text
+
+
+async def test_the_bridge_process_counts_across_its_sessions_with_a_restarted_node(tmp_path: Path) -> None:
+    """Each session with the node runs new bridges, whose counters start at 0: the process's series sum its
+    sessions, so a node restart under a running bridge process does not take its counters back."""
+    with trio.socket.socket() as probe:  # a free port for Alice's endpoint, the same after her restart
+        await probe.bind(("127.0.0.1", 0))
+        endpoint_port = probe.getsockname()[1]
+    urls: list[str] = []
+    async with external_bridge_network(tmp_path, bridge_metrics=urls, endpoint_port=endpoint_port) as (
+        alice,
+        bob,
+    ):
+        (url,) = urls
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            assert await a.start_flow("PingPong", recipient=BOB, rounds=2) == 2
+        await _wait_quiet(alice, bob)  # (Alice's end may still be on its way when her flow returns)
+        assert await alice.stop() == 0
+        restarted = await start_node_process(
+            alice.config.base_directory / "node.toml",
+            alice.config,
+            env={"TEST_BRIDGE_PASSWORD": "bridge-secret"},
+        )
+        alice.process, alice.addresses = restarted.process, restarted.addresses  # (the fixture stops it)
+        with trio.fail_after(60):
+            b = parse_exposition(await scrape_text(url))
+            while (
+                b["corda_trio_bridge_process_node_sessions_total{}"],
+                b["corda_trio_bridge_process_node_connected{}"],
+            ) != (2, 1):
+                await trio.sleep(0.1)
+                b = parse_exposition(await scrape_text(url))
+        async with rpc.connect(alice.rpc_url, "ops", PASSWORD) as a:
+            await wait_for_peers(a, 2)
+            assert await a.start_flow("PingPong", recipient=BOB, rounds=3) == 3
+        await _wait_quiet(alice, bob)
+        b = parse_exposition(await scrape_text(url))
+        at_bob = parse_exposition(await scrape_text(bob))
+    # The ledger across the processes: what the bridge process counts as accepted by Bob is what Bob counts
+    # as received from Alice, and the other way round. Per PingPong of r rounds Alice sends r + 1 messages
+    # and receives r; Bob may have received a message twice (the restarted node sends again what it had
+    # not written as acked: Bob's deduplicator drops the copy), never fewer.
+    sent = b[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"]
+    assert sent == at_bob[f"corda_trio_p2p_messages_received_total{{peer={ALICE_NAME}}}"] >= (2 + 1) + (3 + 1)
+    received = b[f"corda_trio_p2p_messages_received_total{{peer={BOB_NAME}}}"]
+    assert received == at_bob[f"corda_trio_p2p_messages_sent_total{{peer={ALICE_NAME}}}"] == 2 + 3
+    assert b[f"corda_trio_bridge_connects_total{{peer={BOB_NAME}}}"] == 2
+    assert b[f"corda_trio_bridge_failures_total{{peer={BOB_NAME}}}"] == 0
