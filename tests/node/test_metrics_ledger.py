@@ -207,6 +207,11 @@ async def test_the_bridge_process_serves_its_own_series_under_the_nodes_names(tm
             while refused not in parse_exposition(text):
                 await trio.sleep(0.1)
                 text = await scrape_text(url)
+        # the node's server: HEAD, gzip as Prometheus asks for it
+        head = await trio.run_process(
+            ["curl", "-sS", "-I", "-H", "Accept-Encoding: gzip", "--max-time", "10", url], capture_stdout=True
+        )
+        assert b"HTTP/1.1 200" in head.stdout and b"content-encoding: gzip" in head.stdout, head.stdout
         a = parse_exposition(await scrape_text(alice))
     b = parse_exposition(text)
     assert b[refused] == 1
