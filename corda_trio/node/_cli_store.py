@@ -187,14 +187,20 @@ def _not_a_directory(path: str) -> str:
     return "not a directory (a file)" if os.path.exists(path) else "no such directory"
 
 
+def _in_use(exc: BaseException) -> CliError:
+    """The one line every store command refuses a store another process holds with: the lock's own
+    words (the directory and the holder's pid, state and command, when /proc tells them) and what to do."""
+    return CliError(f"{exc}: stop it first", 1)
+
+
 @contextlib.contextmanager
 def _offline(root: str, *, write: bool) -> Iterator[None]:
     """Lock the broker directory so that no node opens it meanwhile: shared and read-only to read
     (works for a read-only user), exclusive to change anything."""
     try:
         fd = store.lock_directory(root, exclusive=write)
-    except store.BrokerLockedError:
-        raise CliError(f"{root} is in use by a running node: stop it first", 1) from None
+    except store.BrokerLockedError as exc:
+        raise _in_use(exc) from None
     except PermissionError as exc:
         raise CliError(f"{root}: {exc.strerror}", 1) from None
     try:
@@ -422,7 +428,7 @@ def _compact(args: argparse.Namespace) -> int:
                     else:
                         print(f"{name}: {before} -> {after} bytes (reclaimed {reclaimed})")
         except store.BrokerLockedError as exc:
-            raise CliError(f"{exc}: stop the node first", 1) from None
+            raise _in_use(exc) from None
         except store.NewerFormatError as exc:
             raise CliError(str(exc), 1) from None
         except (store.CorruptSegmentError, store.MissingPartError, store.PartListError) as exc:

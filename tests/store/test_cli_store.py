@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -92,6 +93,39 @@ async def test_check_a_single_queue_directory_reports_a_torn_tail(
     assert "torn tail" not in capsys.readouterr().out
 
 
+async def test_every_store_command_refuses_a_held_store_with_one_line_naming_the_pid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """store list / check / compact on a store another process holds (a real process taking the node's
+    lock) give the same line, naming that pid and saying to stop it; before, compact named the pid and
+    list / check said only 'is in use by a running node: stop it first'."""
+    await _fill(tmp_path)
+    holder = await trio.lowlevel.open_process(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        said = b""
+        while not said.endswith(b"\n"):
+            said += await holder.stdout.receive_some(16)
+        assert said == b"held\n"
+        lines = []
+        for command in (["list"], ["check"], ["compact"]):
+            code = await trio.to_thread.run_sync(main, ["store", *command, str(tmp_path)])
+            assert code == 1, command
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0 and "Traceback" not in err, err
+            lines.append(err)
+    finally:
+        holder.kill()
+        await holder.wait()
+    assert lines[0] == lines[1] == lines[2], lines
+    assert f"is in use by another process (pid {holder.pid}, " in lines[0], lines[0]
+    assert lines[0].endswith(": stop it first"), lines[0]
+
+
 async def test_compact_and_refusal_while_the_broker_is_open(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -102,7 +136,7 @@ async def test_compact_and_refusal_while_the_broker_is_open(
             for _ in range(9):
                 await consumer.ack((await consumer.receive()).message_id)
         assert main(["store", "check", str(tmp_path)]) == 1
-        assert "in use by a running node" in capsys.readouterr().err
+        assert "is in use by another process" in capsys.readouterr().err
     assert await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path)]) == 0  # runs its own trio
     assert f"{QUEUE}: " in capsys.readouterr().out
     assert main(["store", "list", str(tmp_path), "--json"]) == 0
