@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import Final, final
+from collections.abc import Sequence
+from typing import Final
 
-import attrs
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
-from corda_trio import pki
+from corda_trio.pki import OwnCertificate, check_own_certificates, own_certificates
+from corda_trio.pki._lifetimes import iso as _iso
 
 __all__ = [
     "EXPIRY_WARNING_DAYS",
@@ -51,67 +48,6 @@ log = logging.getLogger("corda_trio.node")
 #: A certificate that expires within this many days gives a warning line at start (Corda's doorman renews
 #: nothing by itself either; a month leaves an operator time to have a certificate issued and rolled out).
 EXPIRY_WARNING_DAYS: Final[int] = 30
-
-
-@final
-@attrs.frozen(kw_only=True)
-class OwnCertificate:
-    """One of the node's own certificates and the file it was read from."""
-
-    path: Path
-    cert: x509.Certificate
-
-    @property
-    def role(self) -> str:
-        """``TLS``, ``NODE_CA``, ``DOORMAN_CA``, ``LEGAL_IDENTITY``, or ``ROOT`` (the network root)."""
-        role = pki.get_cert_role(self.cert)
-        return "ROOT" if role is None else role.name
-
-    @property
-    def subject(self) -> str:
-        return self.cert.subject.rfc4514_string()
-
-    @property
-    def not_after(self) -> dt.datetime:
-        return self.cert.not_valid_after_utc
-
-    def describe(self) -> str:
-        return f"{self.path}: certificate {self.subject!r}"
-
-
-def own_certificates(files: Iterable[tuple[Path, Sequence[x509.Certificate]]]) -> tuple[OwnCertificate, ...]:
-    """Each distinct certificate of ``files`` ((path, certificates) pairs) once, with the first file that
-    holds it (the node CA and doorman CA are in both the TLS and the identity chain)."""
-    seen: set[bytes] = set()
-    out = []
-    for path, certs in files:
-        for cert in certs:
-            der = cert.public_bytes(serialization.Encoding.DER)
-            if der not in seen:
-                seen.add(der)
-                out.append(OwnCertificate(path=path, cert=cert))
-    return tuple(out)
-
-
-def check_own_certificates(certs: Sequence[OwnCertificate], *, now: dt.datetime) -> None:
-    """Check that every one of ``certs`` is valid at ``now``.
-
-    Raises:
-        pki.CertificateValidationError: one is expired or not valid yet; the message starts with its file
-            and says which certificate and when (``reason`` ``expired`` or ``not-yet-valid``).
-    """
-    for own in certs:
-        try:
-            pki.check_validity_period(own.cert, now=now)
-        except pki.CertificateValidationError as exc:
-            hint = (
-                "have it renewed"
-                if exc.reason == "expired"
-                else "peers whose clock agrees with this one refuse it: is this machine's clock behind?"
-            )
-            raise pki.CertificateValidationError(
-                f"{own.path}: {exc} (this machine's clock: {_iso(now)}; {hint})", reason=exc.reason
-            ) from None
 
 
 def expiry_warning(
@@ -143,10 +79,6 @@ async def watch_expiry(
         while (left := (own.not_after - dt.datetime.now(dt.UTC)).total_seconds()) >= 0:  # noqa: ASYNC110
             await trio.sleep(min(left + 0.001, 3600.0))
         logger.error("%s expired at %s: %s", own.describe(), _iso(own.not_after), consequence)
-
-
-def _iso(when: dt.datetime) -> str:
-    return when.isoformat(timespec="seconds")
 
 
 def _span(delta: dt.timedelta) -> str:

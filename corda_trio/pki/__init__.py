@@ -32,6 +32,9 @@ from ._keystore import read_certificates as read_certificates
 from ._keystore import read_private_key as read_private_key
 from ._keystore import write_certificates as write_certificates
 from ._keystore import write_private_key as write_private_key
+from ._lifetimes import OwnCertificate as OwnCertificate
+from ._lifetimes import check_own_certificates as check_own_certificates
+from ._lifetimes import own_certificates as own_certificates
 from ._names import ISO_3166_COUNTRY_CODES as ISO_3166_COUNTRY_CODES
 from ._names import CordaX500Name as CordaX500Name
 from ._names import confusable_names_message as confusable_names_message
@@ -60,12 +63,14 @@ __all__ = [
     "KeyStoreError",
     "NetworkCredentials",
     "NodeCredentials",
+    "OwnCertificate",
     "PeerIdentityError",
     "PkiError",
     "PublicKey",
     "base58_decode",
     "base58_encode",
     "check_chain_roles",
+    "check_own_certificates",
     "check_peer_is_network_node",
     "check_peer_legal_name",
     "check_validity_period",
@@ -80,6 +85,7 @@ __all__ = [
     "key_hash",
     "load_der_certificate",
     "load_pem_certificates",
+    "own_certificates",
     "peer_certificate",
     "peer_chain",
     "presented_chain",

@@ -4,6 +4,7 @@ the public side, the end-to-end window, the single control link, the audit log."
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import json
 import logging
@@ -109,6 +110,51 @@ async def test_activation_deactivation_and_bad_commands(
     kinds = [e["event"] for e in events]
     assert kinds.count("public-open") == 2 and kinds.count("public-closed") == 2
     assert "activation-failed" in kinds and "control-error" in kinds and kinds[-1] == "control-down"
+
+
+@pytest.mark.parametrize("dates", ["expired", "not-yet-valid"])
+async def test_an_activation_on_tls_material_replaced_by_an_out_of_date_chain_is_refused(
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    dates: str,
+) -> None:
+    """The [tls.<ref>] files are read anew at each activation; a chain replaced on disk by one that has
+    expired (or is not valid yet) was activated anyway, and every peer's handshake then failed. Now the
+    activation is refused with FloatActivationFailed amqp:precondition-failed, the reason in the words of
+    'float start' (file, certificate, time), audited 'activation-failed'; the port stays closed, and the
+    good files put back activate again."""
+    if dates == "expired":  # ended fifty minutes ago
+        stale = network.issue_node(bob.legal_name, now=NOW, validity=dt.timedelta(minutes=10))
+        when = f"expired at {stale.tls.cert.not_valid_after_utc.isoformat()}"
+    else:  # from tomorrow on
+        stale = network.issue_node(bob.legal_name, now=NOW + dt.timedelta(days=1, hours=1))
+        when = "is not valid before"
+    async with running_float(float_creds, bob, network.root.cert, tmp_path) as (flt, port):
+        chain, key = tmp_path / "tls" / "tls.pem", tmp_path / "tls" / "tls.key"
+        good_chain, good_key = chain.read_bytes(), key.read_bytes()
+        pki.write_certificates(chain, stale.tls_chain)
+        pki.write_private_key(key, stale.tls.key, None)
+        with trio.fail_after(30):
+            async with control(port, bridge_creds) as (commands, reports, _):
+                report = await command(commands, reports, activate(inbox_of(bob)))
+                assert isinstance(report, fl.FloatActivationFailed), report
+                assert report.condition == "amqp:precondition-failed", report
+                subject = stale.tls.cert.subject.rfc4514_string()
+                said = f"TLS material 'node': {chain}: certificate {subject!r} "
+                assert report.description.startswith(said), report
+                assert when in report.description and "this machine's clock" in report.description, report
+                assert flt.state is fl.FloatState.CONNECTED and flt.public_port is None
+                chain.write_bytes(good_chain)
+                key.write_bytes(good_key)
+                report = await command(commands, reports, activate(inbox_of(bob)))
+                assert isinstance(report, fl.FloatActivated), report
+    events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    (refused,) = [e for e in events if e["event"] == "activation-failed"]
+    assert refused["condition"] == "amqp:precondition-failed" and when in refused["description"], refused
+    assert [e["event"] for e in events].count("public-open") == 1
 
 
 async def test_a_command_in_another_message_format_is_rejected_and_not_acted_on(

@@ -36,6 +36,7 @@ and the peer sends it again when its link or connection ends.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import ssl
@@ -95,6 +96,17 @@ class NodeTls:
     key: Path
     trust_root: Path
     passphrase: bytes | None = None
+
+    def check_dates(self, now: dt.datetime) -> None:
+        """Read the chain and the trust root as they are on disk now and check each certificate's dates.
+
+        Raises:
+            pki.CertificateValidationError: one is expired or not valid yet (the message names its file,
+                the certificate and the time, as ``float start`` refuses it).
+            pki.KeyStoreError: a file cannot be read.
+        """
+        files = [(path, pki.read_certificates(path)) for path in (self.cert_chain, self.trust_root)]
+        pki.check_own_certificates(pki.own_certificates(files), now=now)
 
     def server_context(self) -> ssl.SSLContext:
         return pki.server_ssl_context(
@@ -325,7 +337,12 @@ class Float:
                 "amqp:not-found", f"no TLS material {command.tls_ref!r} is configured on this float"
             )
         try:
+            # the files are read anew at each activation (they may have been replaced since the start):
+            # a chain out of date would be served, and every peer would refuse the handshake
+            tls.check_dates(dt.datetime.now(dt.UTC))
             context = tls.server_context()
+        except pki.CertificateValidationError as exc:
+            return failed("amqp:precondition-failed", f"TLS material {command.tls_ref!r}: {exc}")
         except pki.KeyStoreError as exc:
             return failed("amqp:internal-error", f"TLS material {command.tls_ref!r}: {exc}")
         activation = _Activation(command=command, forward=forward, window_left=command.credit)
