@@ -12,7 +12,9 @@ What it does, with nothing simulated:
    Carol -> Alice, ``--concurrency`` at a time per node, and a Broadcast from each node to the other two;
    a progress bar counts finished flows.
 4. Prints the results, flow latency percentiles and throughput, and each node's P2P counters read from its
-   ``/metrics``; stops every node (SIGTERM, then waits) and the map, whatever happened, Ctrl-C included.
+   ``/metrics`` once they have settled (:func:`_settled_counters`; a line says so if they did not within
+   :data:`SETTLE_TIMEOUT_SECONDS`); stops every node (SIGTERM, then waits) and the map, whatever happened,
+   Ctrl-C included.
 
 ``--records DIR`` writes one benchmark record per flow (``protocol_spec/bench-records.md``) for
 ``corda-trio report``.
@@ -60,6 +62,12 @@ PASSWORD_FILE: Final[str] = "rpc-password"
 MAP_MAX_AGE_SECONDS: Final[int] = 1
 DISCOVERY_TIMEOUT_SECONDS: Final[float] = 30.0
 FLOWS_TIMEOUT_SECONDS: Final[float] = 120.0
+#: How long the summary waits, after the last flow, for the nodes' P2P counters to settle (see
+#: :func:`_settled_counters`) before it prints them as they are, saying so.
+SETTLE_TIMEOUT_SECONDS: Final[float] = 10.0
+_SENT: Final = "corda_trio_p2p_messages_sent_total"
+_RECEIVED: Final = "corda_trio_p2p_messages_received_total"
+_PENDING: Final = "corda_trio_p2p_messages_pending"
 
 
 #: The demo's bounds: beyond them it would not end in a sitting (``corda-trio bench run flows`` is the load
@@ -109,6 +117,8 @@ class DemoResult:
     finished_at: dt.datetime
     #: node -> metric name -> value (from each node's /metrics after the flows)
     counters: dict[str, dict[str, float]]
+    #: the counters had settled when read (no message in flight); else read at SETTLE_TIMEOUT_SECONDS
+    counters_settled: bool = True
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -309,7 +319,9 @@ async def _drive(
                         _one_flow, clients[i], limits[i], names[i], flow, target, args, clock, runs, advance
                     )
         elapsed = time.perf_counter() - started
-        counters = {name: await _scrape(n.metrics_url) for name, n in zip(names, nodes, strict=True)}
+        counters, settled = await _settled_counters(
+            {name: n.metrics_url for name, n in zip(names, nodes, strict=True)}
+        )
         nursery.cancel_scope.cancel()
     return DemoResult(
         runs=tuple(runs),
@@ -317,7 +329,34 @@ async def _drive(
         started_at=started_at,
         finished_at=dt.datetime.now(dt.UTC),
         counters=counters,
+        counters_settled=settled,
     )
+
+
+async def _settled_counters(
+    urls: dict[str, str | None],
+) -> tuple[dict[str, dict[str, float]], bool]:
+    """Every node's counters (node -> its /metrics URL) once the traffic has settled, and whether it did
+    within :data:`SETTLE_TIMEOUT_SECONDS` (if not: the last read).
+
+    A flow's result reaches RPC before the last messages of its sessions are acknowledged (a session's
+    end, the peers' acks), so counters read at once catch the nodes mid-conversation, a message counted
+    received by one node and not yet sent (acked) by the other. Settled: no message waits in any outbound
+    queue, all the nodes sent what all received (the demo's network is closed), and two reads in a row
+    agree. One node's own two counts may still differ: its peers' flows need not send it what it sends.
+    """
+    previous: dict[str, dict[str, float]] | None = None
+    with trio.move_on_after(SETTLE_TIMEOUT_SECONDS):
+        while True:
+            counters = {name: await _scrape(url) for name, url in urls.items()}
+            quiet = all(c.get(_PENDING, 0) == 0 for c in counters.values()) and sum(
+                c.get(_SENT, 0) for c in counters.values()
+            ) == sum(c.get(_RECEIVED, 0) for c in counters.values())
+            if quiet and counters == previous:
+                return counters, True
+            previous = counters
+            await trio.sleep(0.1)
+    return previous or {}, False
 
 
 async def _enter(nursery: trio.Nursery, url: str, password: str) -> rpc.RpcClient:
@@ -410,8 +449,9 @@ async def _scrape(url: str | None) -> dict[str, float]:
             while chunk := await stream.receive_some(65536):
                 data += chunk
         wanted = {
-            "corda_trio_p2p_messages_sent_total",
-            "corda_trio_p2p_messages_received_total",
+            _SENT,
+            _RECEIVED,
+            _PENDING,
             "corda_trio_p2p_messages_redelivered_total",
             "corda_trio_flows_started_total",
         }
@@ -467,11 +507,24 @@ def _print(console: Console, result: DemoResult, rounds: int) -> None:
             f"p50 {_percentile(lat, 0.5):.1f} ms, p90 {_percentile(lat, 0.9):.1f} ms, "
             f"p99 {_percentile(lat, 0.99):.1f} ms, max {lat[-1]:.1f} ms"
         )
+    if result.counters_settled and result.counters:
+        sent = sum(c.get(_SENT, 0) for c in result.counters.values())
+        received = sum(c.get(_RECEIVED, 0) for c in result.counters.values())
+        console.print(
+            f"  P2P counters read once settled: {sent:,.0f} messages sent and {received:,.0f} received "
+            f"across the {len(result.counters)} nodes"
+        )
+    if not result.counters_settled:
+        console.print(
+            f"  [yellow]P2P counters still moving {SETTLE_TIMEOUT_SECONDS:g} s after the last "
+            "flow[/yellow] (messages in flight, or a peer not acknowledging): read as they were, sent and "
+            "received may differ"
+        )
     for name, c in result.counters.items():
         console.print(
             f"  {_short(name)} /metrics: P2P messages sent "
-            f"{c.get('corda_trio_p2p_messages_sent_total', 0):,.0f}, received "
-            f"{c.get('corda_trio_p2p_messages_received_total', 0):,.0f}, redelivered "
+            f"{c.get(_SENT, 0):,.0f}, received "
+            f"{c.get(_RECEIVED, 0):,.0f}, redelivered "
             f"{c.get('corda_trio_p2p_messages_redelivered_total', 0):,.0f}; flows started "
             f"{c.get('corda_trio_flows_started_total', 0):,.0f}"
         )

@@ -40,10 +40,17 @@ def test_demo_runs_flows_on_three_node_processes_and_writes_records(tmp_path: Pa
     assert "created a network of 3 nodes" in out
     assert "every node sees all 3 nodes in the network map" in out
     assert re.search(r"33 flows finished, 0 failed, in [\d.]+ s", out), out
+    ledger = {"sent": 0, "received": 0}
     for name in ("Alice", "Bob", "Carol"):
         assert re.search(rf"{name} Broadcast answers: \[", out), out
         sent = re.search(rf"{name} /metrics: P2P messages sent ([\d,]+), received ([\d,]+)", out)
         assert sent and int(sent.group(1).replace(",", "")) > 0, out
+        ledger["sent"] += int(sent.group(1).replace(",", ""))
+        ledger["received"] += int(sent.group(2).replace(",", ""))
+    # read once settled: every message one node sent (its peer acknowledged) another received, none in flight
+    assert ledger["sent"] == ledger["received"], out
+    total = f"{ledger['sent']:,} messages sent and {ledger['received']:,} received across the 3 nodes"
+    assert f"P2P counters read once settled: {total}" in out, out
     pids = [int(p) for p in re.findall(r"pid (\d+)", out)]
     assert len(pids) == 3 and not any(_alive(p) for p in pids)
 
