@@ -31,8 +31,8 @@ from typing import Final
 
 import trio
 
+from corda_trio import pki
 from corda_trio.pki import OwnCertificate, check_own_certificates, own_certificates
-from corda_trio.pki._lifetimes import iso as _iso
 
 __all__ = [
     "EXPIRY_WARNING_DAYS",
@@ -61,8 +61,8 @@ def expiry_warning(
     if left > dt.timedelta(days=days):
         return None
     return (
-        f"{first.describe()} expires at {_iso(first.not_after)} (in {_span(left)}): have it renewed before "
-        "then"
+        f"{first.describe()} expires at {pki.format_time(first.not_after)} (in {_span(left)}): have it "
+        "renewed before then"
     )
 
 
@@ -78,7 +78,7 @@ async def watch_expiry(
     for own in sorted(certs, key=lambda c: c.not_after):
         while (left := (own.not_after - dt.datetime.now(dt.UTC)).total_seconds()) >= 0:  # noqa: ASYNC110
             await trio.sleep(min(left + 0.001, 3600.0))
-        logger.error("%s expired at %s: %s", own.describe(), _iso(own.not_after), consequence)
+        logger.error("%s expired at %s: %s", own.describe(), pki.format_time(own.not_after), consequence)
 
 
 def _span(delta: dt.timedelta) -> str:

@@ -34,6 +34,7 @@ from ._keystore import write_certificates as write_certificates
 from ._keystore import write_private_key as write_private_key
 from ._lifetimes import OwnCertificate as OwnCertificate
 from ._lifetimes import check_own_certificates as check_own_certificates
+from ._lifetimes import format_time as format_time
 from ._lifetimes import own_certificates as own_certificates
 from ._names import ISO_3166_COUNTRY_CODES as ISO_3166_COUNTRY_CODES
 from ._names import CordaX500Name as CordaX500Name
@@ -79,6 +80,7 @@ __all__ = [
     "create_certificate",
     "create_root_certificate",
     "find_confusable",
+    "format_time",
     "generate_ec_key",
     "generate_ed25519_key",
     "get_cert_role",

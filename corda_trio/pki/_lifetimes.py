@@ -22,7 +22,7 @@ from ._certs import check_validity_period
 from ._errors import CertificateValidationError
 from ._roles import get_cert_role
 
-__all__ = ["OwnCertificate", "check_own_certificates", "iso", "own_certificates"]
+__all__ = ["OwnCertificate", "check_own_certificates", "format_time", "own_certificates"]
 
 
 @final
@@ -82,10 +82,10 @@ def check_own_certificates(certs: Sequence[OwnCertificate], *, now: dt.datetime)
                 else "peers whose clock agrees with this one refuse it: is this machine's clock behind?"
             )
             raise CertificateValidationError(
-                f"{own.path}: {exc} (this machine's clock: {iso(now)}; {hint})", reason=exc.reason
+                f"{own.path}: {exc} (this machine's clock: {format_time(now)}; {hint})", reason=exc.reason
             ) from None
 
 
-def iso(when: dt.datetime) -> str:
+def format_time(when: dt.datetime) -> str:
     """``when`` as the lifetime messages give it (ISO 8601, to the second)."""
     return when.isoformat(timespec="seconds")
