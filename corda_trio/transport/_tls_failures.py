@@ -32,10 +32,13 @@ import datetime as dt
 import ssl
 from typing import TYPE_CHECKING, Final
 
-from corda_trio import pki
-
 if TYPE_CHECKING:
     from cryptography import x509
+
+# ``corda_trio.pki`` (and with it cryptography's x509) is imported where a refusal is described, not
+# here: the transport is imported by every process that moves messages, and x509's ~7,000 objects made
+# each of their garbage collections longer (an AMQP sender's CPU per message went from ~52 to ~57 us,
+# bench.amqp_link).
 
 __all__ = ["describe_tls_failure", "is_certificate_date_failure"]
 
@@ -67,6 +70,8 @@ def describe_tls_failure(exc: BaseException, tls: object | None, *, now: dt.date
         return None
     clock = f"this machine's clock: {now.isoformat(timespec='seconds')}"
     if _verify_code(error) in (_EXPIRED, _NOT_YET_VALID):
+        from corda_trio import pki  # (see the top)
+
         for cert in _presented(tls):
             try:
                 pki.check_validity_period(cert, now=now)
@@ -111,6 +116,8 @@ def _ssl_error(exc: BaseException | None) -> ssl.SSLError | None:
 def _presented(tls: object | None) -> list[x509.Certificate]:
     if tls is None:
         return []
+    from corda_trio import pki  # (see the top)
+
     try:
         return pki.presented_chain(tls)
     except pki.PeerIdentityError:
