@@ -41,6 +41,8 @@ from ._model import next_serial as next_serial
 from ._model import parse_host as parse_host
 from ._model import sha256_hex as sha256_hex
 from ._model import split_host_port as split_host_port
+from ._ports import ephemeral_port_range as ephemeral_port_range
+from ._ports import free_ports as free_ports
 from ._server import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_MAP_CONNECTIONS
 from ._server import HttpResponse as HttpResponse
 from ._server import NetworkMapService as NetworkMapService
@@ -96,6 +98,8 @@ __all__ = [
     "bootstrap_network",
     "check_host",
     "decode_signed_node_info",
+    "ephemeral_port_range",
+    "free_ports",
     "host_port_text",
     "identity_key_hash",
     "next_serial",

@@ -47,7 +47,6 @@ import datetime as dt
 import os
 import re
 import secrets
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, final
@@ -68,6 +67,7 @@ from ._model import (
     check_host,
     sha256_hex,
 )
+from ._ports import free_ports
 from ._signing import sign_network_parameters, sign_node_info
 
 __all__ = [
@@ -139,19 +139,6 @@ def _slug(name: pki.CordaX500Name, taken: set[str]) -> str:
         slug, n = f"{base}-{n}", n + 1
     taken.add(slug)
     return slug
-
-
-def _free_ports(host: str, count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(s)
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _write_private_text(path: Path, text: str) -> None:
@@ -230,7 +217,7 @@ def bootstrap_network(
             "afterwards"
         )
     try:  # before anything is written: the host must be one this machine can listen on
-        ports = _free_ports(host, 2 * len(legal_names) + (1 if map_port == 0 else 0))
+        ports = free_ports(host, 2 * len(legal_names) + (1 if map_port == 0 else 0))
     except OSError as exc:
         raise BootstrapError(f"host {host!r} cannot be listened on here: {exc.strerror or exc}") from None
     for sub in ("network-root", "doorman", "network-map", "nodes"):

@@ -26,12 +26,12 @@ import trio
 from corda_trio import pki
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import wait_until
+from tests.ports import free_port
 
 from .test_processes import (
     FloatProc,
     Proc,
     dump,
-    free_port,
     last_sent,
     listening,
     publish_sender_first,

@@ -27,17 +27,11 @@ import trio
 from corda_trio import messaging, pki, testing
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import NOW, wait_until
+from tests.ports import free_port
 
 CHILD = Path(__file__).with_name("node_child.py")
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (the float's public port must be known before it opens)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tcp_sockets(pid: int) -> list[tuple[int, int, str]]:

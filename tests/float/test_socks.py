@@ -14,8 +14,9 @@ import trio
 
 from corda_trio import bridge, messaging, pki, transport
 from tests.p2p_harness import running_node, wait_until
+from tests.ports import free_port
 
-from .test_processes import ENV, free_port, listening
+from .test_processes import ENV, listening
 
 TOPIC = "test.p2p"
 

@@ -29,6 +29,7 @@ import pytest
 import trustme
 
 from corda_trio import amqp, transport
+from tests.ports import free_port
 
 PEERS = Path(__file__).resolve().parent / "peers"
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
@@ -37,13 +38,6 @@ NODE_PATH_CANDIDATES = [
     str(Path.home() / ".cache/corda-trio/node/node_modules"),
     "/tmp/peers-node/node_modules",
 ]
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int) -> bool:

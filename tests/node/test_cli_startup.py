@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 
 import pytest
 
 from tests.node.cli_helpers import CLI
+from tests.ports import free_port
 
 HEAVY = ("corda_trio.amqp", "corda_trio.store", "corda_trio.transport", "corda_trio.network")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("command", [["node", "info"], ["flow", "list"], ["flow", "kill", "some-flow-id"]])
 def test_rpc_commands_do_not_import_the_engine_or_the_store(command: list[str]) -> None:
-    url = f"ws://127.0.0.1:{_free_port()}"  # nothing listens there: the command fails as an operator sees it
+    url = f"ws://127.0.0.1:{free_port()}"  # nothing listens there: the command fails as an operator sees it
     env = dict(os.environ, CORDA_TRIO_RPC_PASSWORD="secret", PYTHONPROFILEIMPORTTIME="1")
     proc = subprocess.run(
         [*CLI, *command, "--node", url, "--user", "ops"],

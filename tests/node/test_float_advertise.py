@@ -24,11 +24,12 @@ from corda_trio import network, rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, start_node_process
 from tests.float.test_processes import Proc
+from tests.ports import free_port
 
 from .netutil import PASSWORD, make_network, open_map_process
 from .parking_flows import node_env
 from .stream_flows import MODULE
-from .test_float_e2e import CLI, free_port, write_float_toml
+from .test_float_e2e import CLI, write_float_toml
 from .test_flows_e2e import scrape
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import trio
 from corda_trio import network, rpc, transport
 from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
+from tests.ports import free_port
 
 from .netutil import PASSWORD, make_network
 from .test_flows_e2e import scrape
@@ -48,13 +48,6 @@ def listening_ports(pid: int) -> set[int]:
                 if cols[9] in inodes and cols[3] == "0A":
                     ports.add(int(cols[1].split(":")[1], 16))
     return ports
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (pproxy takes its port on the command line)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def stop(process: trio.Process) -> None:

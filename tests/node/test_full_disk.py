@@ -25,9 +25,10 @@ import trio
 from corda_trio import rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import start_node_process
+from tests.ports import free_port
 
 from .netutil import PASSWORD, make_network
-from .test_float_e2e import free_port, stop
+from .test_float_e2e import stop
 from .test_flows_e2e import ALICE, BOB, wait_for_peers
 
 pytestmark = pytest.mark.slow

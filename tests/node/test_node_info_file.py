@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -32,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from corda_trio import network, pki, rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, start_node_process
+from tests.ports import free_port
 
 from .netutil import PASSWORD, make_network, open_map_process
 
@@ -40,15 +40,9 @@ pytestmark = pytest.mark.slow
 ALICE, BOB = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _move(path: Path, cfg: _config.NodeConfig) -> _config.NodeConfig:
     """Give the node of ``path`` a new p2p port (listen and advertise) in its node.toml."""
-    moved = network.NetworkHostAndPort(host="127.0.0.1", port=_free_port())
+    moved = network.NetworkHostAndPort(host="127.0.0.1", port=free_port())
     new = attrs.evolve(cfg, p2p_address=moved, p2p_listen=moved)
     path.write_text(_config.dump_node_config(new, path.parent), encoding="utf-8")
     return _config.load_node_config(path)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import socket
 import struct
 import zlib
 from pathlib import Path
@@ -29,6 +28,7 @@ import trio
 from corda_trio import network, pki, rpc, store
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, start_node_process
+from tests.ports import free_port
 
 from .cli_helpers import run_cli
 from .make_upgrade_golden import ALICE, BOB, SELF_ROUNDS, TO_BOB
@@ -37,12 +37,6 @@ from .netutil import PASSWORD
 pytestmark = pytest.mark.slow
 
 GOLDEN = Path(__file__).parent / "golden" / "upgrade-86ac193"
-
-
-def _free_address() -> network.NetworkHostAndPort:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return network.NetworkHostAndPort(host="127.0.0.1", port=int(s.getsockname()[1]))
 
 
 def _copy_golden(tmp_path: Path) -> dict[str, tuple[Path, _config.NodeConfig]]:
@@ -54,8 +48,8 @@ def _copy_golden(tmp_path: Path) -> dict[str, tuple[Path, _config.NodeConfig]]:
     for name in ("alice", "bob"):
         path = tmp_path / "golden" / "net" / "nodes" / name / "node.toml"
         cfg = _config.load_node_config(path)
-        p2p = _free_address()
-        cfg = attrs.evolve(cfg, p2p_address=p2p, p2p_listen=p2p, rpc_address=_free_address())
+        p2p, rpc_ = (network.NetworkHostAndPort(host="127.0.0.1", port=free_port()) for _ in "pr")
+        cfg = attrs.evolve(cfg, p2p_address=p2p, p2p_listen=p2p, rpc_address=rpc_)
         path.write_text(_config.dump_node_config(cfg, path.parent), encoding="utf-8")
         nodes[name] = (path, _config.load_node_config(path))
     return nodes

@@ -33,8 +33,9 @@ import pytest
 
 import spark_reports
 from spark_reports import _session
-from tests.interop.conftest import free_port, port_open
+from tests.interop.conftest import port_open
 from tests.node.cli_helpers import CLI, descendants, still_running
+from tests.ports import free_port
 from tests.spark_reports.test_spark_report import _generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
