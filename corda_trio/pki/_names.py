@@ -38,6 +38,7 @@ key: ``network bootstrap`` and the network map service refuse the second (see pr
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Final, final
@@ -77,6 +78,7 @@ _ATTRIBUTES: Final[tuple[tuple[str, str, x509.ObjectIdentifier, int, int], ...]]
 _BY_KEY: Final = {a[0]: a for a in _ATTRIBUTES}
 _BY_OID: Final = {a[2]: a for a in _ATTRIBUTES}
 _FORBIDDEN_CHARS: Final[str] = ",=$\"'\\+;<>#"
+_ESCAPED_OR_QUOTED: Final = re.compile(r'\\|=\s*"')  # a backslash escape, or a value in double quotes
 #: Where punctuation and symbols may come from: the Latin blocks (Basic Latin to Spacing Modifier Letters)
 #: and General Punctuation .. Miscellaneous Symbols and Arrows (dashes, currency, letterlike, maths).
 _SYMBOL_RANGES: Final = ((0x20, 0x36F), (0x2000, 0x2BFF))
@@ -172,6 +174,11 @@ class CordaX500Name:
             raise InvalidNameError(f"a legal name must be a string, not {type(text).__name__}")
         if not text.strip():
             raise InvalidNameError("empty legal name (expected e.g. 'O=Alice, L=London, C=GB')")
+        if _ESCAPED_OR_QUOTED.search(text):  # RFC 4514 escapes and quotes carry characters that are refused
+            raise InvalidNameError(
+                f"{text!r}: escaped or quoted values are not allowed: a legal name may not contain any of "
+                f"{' '.join(_FORBIDDEN_CHARS)} (e.g. write O=Alice Inc, not O=Alice\\, Inc)"
+            )
         values: dict[str, str] = {}
         for raw_component in text.split(","):
             component = raw_component.strip()
@@ -179,7 +186,10 @@ class CordaX500Name:
                 raise InvalidNameError(f"empty component in {text!r} (stray comma?)")
             key, sep, value = component.partition("=")
             if not sep:
-                raise InvalidNameError(f"component {component!r} in {text!r} is not of the form KEY=VALUE")
+                hint = " (a comma inside a value is not allowed in a legal name)" if values else ""
+                raise InvalidNameError(
+                    f"component {component!r} in {text!r} is not of the form KEY=VALUE{hint}"
+                )
             key = key.strip().upper()
             if key not in _BY_KEY:
                 raise InvalidNameError(
