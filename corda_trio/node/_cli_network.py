@@ -306,6 +306,8 @@ def _write_node_config(result: network.BootstrappedNetwork, node: network.Bootst
         identity_key=certs / "identity.key.pem",
         key_passphrase=_passphrase_source(result, node.passphrase_file),
         store_directory=d / "store",
+        # /metrics stays on the loopback, of the family the network was bootstrapped on (IPv6-only hosts)
+        metrics_address=("::1" if ":" in node.p2p_address.host else "127.0.0.1", 0),
     )
     (d / "node.toml").write_text(dump_node_config(config, d), encoding="utf-8")
 
