@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -94,9 +95,22 @@ class NetnsPair:
         self.shape(cut=True)
 
 
+_OURS = re.compile(r"ct(\d+)x\d+[ab]")
+
+
+def _remove_stale_namespaces() -> None:
+    """Delete the namespaces of test runs that were killed before they could (their veths go with them)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (line.split()[0] for line in listed.splitlines() if line.strip()):
+        match = _OURS.fullmatch(name)
+        if match and not Path(f"/proc/{match[1]}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 @contextlib.contextmanager
 def netns_pair() -> Iterator[NetnsPair]:
-    tag = f"{os.getpid() % 100_000}{next(_runs)}"
+    _remove_stale_namespaces()
+    tag = f"{os.getpid()}x{next(_runs)}"  # (interface names m<tag>a: at most 15 characters)
     names = (f"ct{tag}a", f"ct{tag}b")
     mgmt_root = (f"m{tag}a", f"m{tag}b")
     mgmt_ns = (f"n{tag}a", f"n{tag}b")
