@@ -15,16 +15,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
 from corda_trio import rpc
+from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
 from .netutil import PASSWORD, make_network
 from .test_flows_e2e import (
     ALICE,
     BOB,
+    CAROL,
     external_bridge_network,
     parse_exposition,
     scrape_text,
@@ -282,3 +285,31 @@ async def test_the_bridge_process_counts_across_its_sessions_with_a_restarted_no
     assert received == at_bob[f"corda_trio_p2p_messages_sent_total{{peer={ALICE_NAME}}}"] == 2 + 3
     assert b[f"corda_trio_bridge_connects_total{{peer={BOB_NAME}}}"] == 2
     assert b[f"corda_trio_bridge_failures_total{{peer={BOB_NAME}}}"] == 0
+
+
+async def test_an_address_answered_by_another_node_is_parked_and_counted_until_its_node_answers(
+    tmp_path: Path,
+) -> None:
+    """``bridge_parked_addresses`` at 1: Bob's address is answered by Carol (she listens on Bob's port and
+    advertises her own), so Alice's bridge to Bob parks it, and the flow's message stays in her queue."""
+    (alice_path, alice_cfg), (_, bob_cfg), (carol_path, carol_cfg) = make_network(
+        tmp_path / "net", [ALICE, BOB, CAROL]
+    )
+    carol_path.write_text(
+        _config.dump_node_config(attrs.evolve(carol_cfg, p2p_listen=bob_cfg.p2p_address), carol_path.parent),
+        encoding="utf-8",
+    )
+    nodes = [(alice_path, alice_cfg), (carol_path, _config.load_node_config(carol_path))]
+    async with (
+        open_node_processes(nodes) as (alice, _carol),
+        rpc.connect(alice.rpc_url, "ops", PASSWORD) as a,
+    ):
+        await a.launch_flow("PingPong", recipient=BOB, rounds=1)
+        parked = f"corda_trio_bridge_parked_addresses{{peer={BOB_NAME}}}"
+        with trio.fail_after(30):
+            while (m := parse_exposition(await scrape_text(alice))).get(parked) != 1:  # noqa: ASYNC110
+                await trio.sleep(0.2)
+        assert m[f"corda_trio_p2p_messages_pending{{peer={BOB_NAME}}}"] == 1
+        assert m[f"corda_trio_p2p_messages_sent_total{{peer={BOB_NAME}}}"] == 0
+        assert m[f"corda_trio_bridge_connects_total{{peer={BOB_NAME}}}"] == 0
+        assert f"{bob_cfg.p2p_address} failed the TLS identity check" in alice.config.log_path.read_text()
