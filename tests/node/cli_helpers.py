@@ -51,6 +51,15 @@ def still_running(snapshot: dict[int, int]) -> set[int]:
     return left
 
 
+def still_running_after(snapshot: dict[int, int], timeout: float) -> set[int]:
+    """:func:`still_running`, once none is left or ``timeout`` seconds have passed: a process sent SIGKILL
+    is not gone at once (the kernel still frees its memory: a JVM's takes a while on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while (left := still_running(snapshot)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def wait_for(
     condition: Callable[[], bool], proc: subprocess.Popen[str], *, what: str, timeout: float = 60
 ) -> None:

@@ -34,7 +34,7 @@ import pytest
 import spark_reports
 from spark_reports import _session
 from tests.interop.conftest import port_open
-from tests.node.cli_helpers import CLI, descendants, still_running
+from tests.node.cli_helpers import CLI, descendants, still_running_after
 from tests.ports import free_port
 from tests.spark_reports.test_spark_report import _generate
 
@@ -83,10 +83,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    deadline = time.monotonic() + 20
-    while still_running(started) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert still_running(started) == set()
+    assert still_running_after(started, 20) == set()
 
 
 def _can_hide() -> bool:
