@@ -13,6 +13,7 @@ import trio
 from corda_trio import amqp, bridge, messaging, pki, store, transport
 from corda_trio.bridge._endpoint import NOTIFY_BACKLOG
 from tests.p2p_harness import contexts, running_node, wait_until
+from tests.ports import free_port
 
 from .test_p2p import TOPIC, collect
 
@@ -460,9 +461,7 @@ async def test_an_external_bridge_whose_node_is_down_logs_one_warning_and_one_li
     connect ... failed``) for as long as the node was down; now the first (``could not connect to the node
     at ...``: no session had been up), and an info line once the endpoint is up and the bridge reconnected."""
     caplog.set_level(logging.INFO, logger="corda_trio.bridge.external")
-    with trio.socket.socket() as s:
-        await s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there yet
+    port = free_port()  # nothing listens there yet (the endpoint does later)
     peers = messaging.PeerDirectory()
     server_ctx, client_ctx = contexts(alice, network.root.cert)
     async with store.open_broker(tmp_path / "a") as broker, trio.open_nursery() as nursery:

@@ -22,6 +22,7 @@ import trio
 from corda_trio import rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
+from tests.ports import free_port
 
 from .netutil import PASSWORD, make_network
 from .test_flows_e2e import (
@@ -242,9 +243,7 @@ async def test_the_bridge_process_serves_its_own_series_under_the_nodes_names(tm
 async def test_the_bridge_process_counts_across_its_sessions_with_a_restarted_node(tmp_path: Path) -> None:
     """Each session with the node runs new bridges, whose counters start at 0: the process's series sum its
     sessions, so a node restart under a running bridge process does not take its counters back."""
-    with trio.socket.socket() as probe:  # a free port for Alice's endpoint, the same after her restart
-        await probe.bind(("127.0.0.1", 0))
-        endpoint_port = probe.getsockname()[1]
+    endpoint_port = free_port()  # for Alice's endpoint, the same after her restart
     urls: list[str] = []
     async with external_bridge_network(tmp_path, bridge_metrics=urls, endpoint_port=endpoint_port) as (
         alice,
