@@ -208,7 +208,9 @@ async def test_a_frozen_rpc_client_costs_bounded_memory_and_does_not_hold_up_a_s
             await client.wait()
         await alice.stop(signal.SIGKILL)
     assert grown_kib < 50 * 1024, f"the node grew by {grown_kib} KiB for a client that reads nothing"
-    assert code == 0 and stopped_after < 1.0 + 3, (code, stopped_after)
+    # (held up by the client, the stop would run into its 15 s; 8 s of margin over the 1 s shutdown timeout
+    # leave a busy machine room to close the store and exit)
+    assert code == 0 and stopped_after < 1.0 + 8, (code, stopped_after)
 
 
 async def test_a_node_killed_while_its_commit_helper_is_frozen_names_the_helper_at_the_next_start(
