@@ -11,6 +11,7 @@ import trio
 
 from corda_trio import bridge, logs, messaging, pki, store, transport
 from corda_trio.bridge._outbound import _is_identity_failure
+from tests.ports import refused_port
 
 
 def test_backoff_doubles_to_the_cap_with_jitter_and_resets() -> None:
@@ -43,9 +44,7 @@ async def test_bridge_redials_within_the_backoff_bound(
     network: pki.NetworkCredentials,
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    with trio.socket.socket() as s:
-        await s.bind(("127.0.0.1", 0))
-        dead_port = s.getsockname()[1]  # nobody listens there
+    dead_port = refused_port()  # nobody listens there
     resolver = RecordingResolver()
     key_hash = pki.key_hash(bob.identity.cert.public_key())
     resolver.put(
@@ -106,9 +105,7 @@ async def test_a_bridge_to_an_unreachable_peer_logs_a_line_a_minute_not_one_per_
 ) -> None:
     """A peer down for 10 minutes, retried every second: 600 "session ... ended" lines before."""
     caplog.set_level(logging.INFO, logger="corda_trio.bridge")
-    with trio.socket.socket() as s:
-        await s.bind(("127.0.0.1", 0))
-        dead_port = s.getsockname()[1]  # nobody listens there
+    dead_port = refused_port()  # nobody listens there
     key_hash = pki.key_hash(bob.identity.cert.public_key())
     resolver = messaging.PeerDirectory()
     resolver.put(

@@ -13,6 +13,7 @@ import trio
 
 from corda_trio.node._cli import main
 from corda_trio.node._cli_bridge import load_bridge_config
+from tests.ports import refused_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,10 +115,7 @@ async def test_signals_stop_the_bridge(
     pki.write_certificates(tmp_path / "tls.pem", creds.tls_chain)
     pki.write_private_key(tmp_path / "tls.key", creds.tls.key, None)
     pki.write_certificates(tmp_path / "root.pem", [network.root.cert])  # type: ignore[attr-defined]
-    listener = trio.socket.socket()
-    await listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    listener.close()  # nothing listens there: the bridge backs off and retries
+    port = refused_port()  # nothing listens there: the bridge backs off and retries
     path = write(tmp_path, GOOD.format(port=port))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     process = await trio.lowlevel.open_process(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
-import socket
 import ssl
 from collections import defaultdict
 from pathlib import Path
@@ -16,6 +15,7 @@ import trio
 
 from corda_trio import amqp, bridge, messaging, pki, transport
 from tests.p2p_harness import P2PNode, contexts, running_node, wait_until
+from tests.ports import refused_port
 
 TOPIC = "test.p2p"
 
@@ -250,9 +250,7 @@ async def test_a_peer_with_several_addresses_is_dialled_in_turn_past_an_impostor
     root = network.root.cert
     peers = messaging.PeerDirectory()
     fast = bridge.BridgeConfig(initial_backoff_seconds=0.05, max_backoff_seconds=0.05, backoff_jitter=0.0)
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = refused_port()  # a port nobody listens on
     async with (
         running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a,
         running_node(bob, root, tmp_path / "b", peers=peers) as b,
@@ -335,9 +333,7 @@ async def test_address_change_reconnects_and_crashed_bridge_restarts(
         got: dict[str, list[bytes]] = defaultdict(list)
         collect(b, got)
         # Bob first advertised at a dead port, then at the real one: the bridge follows the change.
-        with trio.socket.socket() as s:
-            await s.bind(("127.0.0.1", 0))
-            dead = s.getsockname()[1]
+        dead = refused_port()
         bob_peer = b.as_peer()
         peers.put(
             messaging.Peer(
@@ -492,9 +488,7 @@ async def test_a_session_that_ends_and_an_attempt_that_never_connected_are_told_
     root = network.root.cert
     peers = messaging.PeerDirectory()
     fast = bridge.BridgeConfig(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
-    with trio.socket.socket() as s:
-        await s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]  # nobody listens there
+    dead = refused_port()  # nobody listens there
     async with running_node(alice, root, tmp_path / "a", peers=peers, bridge_config=fast) as a:
         got: dict[str, list[bytes]] = defaultdict(list)
         async with running_node(bob, root, tmp_path / "b", peers=peers) as b:

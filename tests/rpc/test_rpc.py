@@ -20,6 +20,7 @@ import trio
 import trio_websocket
 
 from corda_trio import rpc
+from tests.ports import refused_port
 
 PASSWORD = "s3cret-pass"
 HASH = rpc.hash_password(PASSWORD)
@@ -624,9 +625,7 @@ async def test_a_reader_cancelled_hands_the_reading_over() -> None:
 
 
 async def test_connecting_to_nothing_is_a_clear_error() -> None:
-    with trio.socket.socket() as s:
-        await s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = refused_port()
     with pytest.raises(rpc.RpcConnectionError) as info:
         async with rpc.connect(f"ws://127.0.0.1:{port}", "admin", PASSWORD):
             pass
