@@ -17,6 +17,7 @@ from corda_trio import pki
 from corda_trio.bridge import float as fl
 from corda_trio.node._cli_bridge import _build, load_bridge_config
 from corda_trio.node._cli_float import load_float_config
+from tests.node.cli_helpers import read_past
 from tests.p2p_harness import NOW
 
 from .test_processes import ENV
@@ -379,20 +380,11 @@ async def test_float_start_says_when_a_certificate_expires(
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
     )  # fmt: skip
     assert proc.stderr is not None
-    said = b""
-    try:
-        with trio.fail_after(30):
-            while f"expired at {not_after}".encode() not in said:
-                chunk = await proc.stderr.receive_some(4096)
-                assert chunk, said
-                said += chunk
-        with trio.move_on_after(1):  # (one line, not one per second)
-            while chunk := await proc.stderr.receive_some(4096):
-                said += chunk
+    try:  # (one line, not one per second)
+        lines = (await read_past(proc.stderr, f"expired at {not_after}")).splitlines()
     finally:
         proc.terminate()
         await proc.wait()
-    lines = said.decode().splitlines()
     (warning,) = [line for line in lines if "WARNING" in line]
     assert f"{file}: certificate {cert.subject.rfc4514_string()!r} expires at {not_after}" in warning, lines
     assert "have it renewed before then" in warning, warning

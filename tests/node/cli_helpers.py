@@ -8,6 +8,8 @@ import sys
 import time
 from collections.abc import Callable
 
+import trio
+
 # The console script's entry point (pyproject.toml): its early SIGTERM handler, then the command line.
 CLI = [sys.executable, "-c", "import sys; from corda_trio.__main__ import main; sys.exit(main())"]
 
@@ -72,3 +74,18 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} after {timeout} s")
         time.sleep(0.05)
+
+
+async def read_past(stream: trio.abc.ReceiveStream, text: str, *, then: float = 1) -> str:
+    """What ``stream`` (a process's stderr, say) says until ``text`` appears, and for ``then`` seconds more
+    (to see a line said once and not again); fails if it ends first or 30 s pass."""
+    said = b""
+    with trio.fail_after(30):
+        while text.encode() not in said:
+            chunk = await stream.receive_some(4096)
+            assert chunk, said
+            said += chunk
+    with trio.move_on_after(then):
+        while chunk := await stream.receive_some(4096):
+            said += chunk
+    return said.decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -138,3 +139,15 @@ def reissue_map_certificate(net: Path, *, not_after: dt.datetime) -> x509.Certif
     )
     pki.write_certificates(map_dir / "map.chain.pem", [cert])
     return cert
+
+
+async def stop(process: trio.Process, timeout_seconds: float = 10) -> None:
+    """SIGTERM ``process`` (unless it has exited), SIGKILL if it still runs ``timeout_seconds`` later, and
+    reap it."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(timeout_seconds):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+    await process.wait()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ import trio
 from corda_trio.node import _config
 from corda_trio.node._processes import _limit_files, start_node_process
 
-from .netutil import make_network
+from .netutil import make_network, stop
 from .test_flows_e2e import ALICE
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="sets the children's RLIMIT_NOFILE")
@@ -117,12 +116,7 @@ async def test_the_bridge_endpoint_and_the_bridge_process_are_capped_for_ulimit_
         assert bridge.returncode is None and alice.process.returncode is None
     finally:
         if bridge is not None:
-            bridge.send_signal(signal.SIGTERM)
-            with trio.move_on_after(30):
-                await bridge.wait()
-            if bridge.returncode is None:
-                bridge.kill()
-            await bridge.wait()
+            await stop(bridge, timeout_seconds=30)
         code = await alice.stop()
     assert code == 0, console.read_text()
     assert "Traceback" not in console.read_text()

@@ -16,7 +16,7 @@ from corda_trio import pki
 from corda_trio.node import _config
 from corda_trio.node._processes import start_node_process
 
-from .cli_helpers import CLI, run_cli
+from .cli_helpers import CLI, read_past, run_cli
 from .netutil import make_network, reissue_map_certificate, reissue_tls_certificate, scrape_metrics
 
 pytestmark = pytest.mark.slow
@@ -97,20 +97,11 @@ async def test_networkmap_serve_says_when_its_signing_certificate_expires(tmp_pa
         [*CLI, "networkmap", "serve", "--dir", str(net)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     assert proc.stderr is not None
-    said = b""
-    try:
-        with trio.fail_after(30):
-            while f"expired at {not_after}".encode() not in said:
-                chunk = await proc.stderr.receive_some(4096)
-                assert chunk, said
-                said += chunk
-        with trio.move_on_after(1):  # (one line, not one per request or second)
-            while chunk := await proc.stderr.receive_some(4096):
-                said += chunk
+    try:  # (one line, not one per request or second)
+        lines = (await read_past(proc.stderr, f"expired at {not_after}")).splitlines()
     finally:
         proc.terminate()
         await proc.wait()
-    lines = said.decode().splitlines()
     (warning,) = [line for line in lines if "WARNING" in line]
     assert (
         "map.chain.pem: certificate 'CN=Corda Trio Network Map" in warning

@@ -44,6 +44,21 @@ async def _serve(nursery: trio.Nursery, reads: list[bytes]) -> str:
     return f"http://127.0.0.1:{listener.socket.getsockname()[1]}/metrics"
 
 
+def _summary(counters: dict[str, dict[str, float]], *, settled: bool) -> str:
+    """What the demo's summary prints for these counters."""
+    out = io.StringIO()
+    result = _cli_demo.DemoResult(
+        runs=(),
+        elapsed_seconds=1.0,
+        started_at=None,
+        finished_at=None,
+        counters=counters,
+        counters_settled=settled,
+    )  # type: ignore[arg-type]
+    _cli_demo._print(Console(file=out, width=200), result, 3)
+    return out.getvalue()
+
+
 async def test_the_summary_waits_for_the_acknowledgements_in_flight() -> None:
     """Read at once, Alice showed 'sent 425, received 423' while Bob's acknowledgements of her last
     messages and his last two messages were in flight; the summary now waits until no message is pending,
@@ -58,17 +73,7 @@ async def test_the_summary_waits_for_the_acknowledgements_in_flight() -> None:
     for name in (ALICE, BOB):
         assert counters[name]["corda_trio_p2p_messages_sent_total"] == 426, counters
         assert counters[name]["corda_trio_p2p_messages_received_total"] == 426, counters
-    out = io.StringIO()
-    result = _cli_demo.DemoResult(
-        runs=(),
-        elapsed_seconds=1.0,
-        started_at=None,
-        finished_at=None,
-        counters=counters,
-        counters_settled=True,
-    )  # type: ignore[arg-type]
-    _cli_demo._print(Console(file=out, width=200), result, 3)
-    text = out.getvalue()
+    text = _summary(counters, settled=True)
     assert "P2P counters read once settled: 852 messages sent and 852 received across the 2 nodes" in text
     assert "Alice /metrics: P2P messages sent 426, received 426" in text, text
 
@@ -85,16 +90,6 @@ async def test_the_summary_says_when_the_counters_did_not_settle(monkeypatch: py
         nursery.cancel_scope.cancel()
     assert not settled
     assert counters[ALICE]["corda_trio_p2p_messages_pending"] == 1
-    out = io.StringIO()
-    result = _cli_demo.DemoResult(
-        runs=(),
-        elapsed_seconds=1.0,
-        started_at=None,
-        finished_at=None,
-        counters=counters,
-        counters_settled=False,
-    )  # type: ignore[arg-type]
-    _cli_demo._print(Console(file=out, width=200), result, 3)
-    text = out.getvalue()
+    text = _summary(counters, settled=False)
     assert "P2P counters still moving 0.5 s after the last flow" in text, text
     assert "read once settled" not in text and "sent and received may differ" in text, text

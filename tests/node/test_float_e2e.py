@@ -7,7 +7,6 @@ p2p port."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from corda_trio.node import _config
 from corda_trio.node._processes import open_node_processes
 from tests.ports import free_port
 
-from .netutil import PASSWORD, make_network
+from .netutil import PASSWORD, make_network, stop
 from .test_flows_e2e import scrape
 
 pytestmark = pytest.mark.slow
@@ -48,16 +47,6 @@ def listening_ports(pid: int) -> set[int]:
                 if cols[9] in inodes and cols[3] == "0A":
                     ports.add(int(cols[1].split(":")[1], 16))
     return ports
-
-
-async def stop(process: trio.Process) -> None:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-    await process.wait()
 
 
 def write_float_toml(

@@ -22,7 +22,7 @@ from corda_trio import rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
-from .netutil import PASSWORD, make_network
+from .netutil import PASSWORD, make_network, stop
 
 pytestmark = pytest.mark.slow
 
@@ -352,12 +352,7 @@ async def external_bridge_network(
             await wait_for_peers(b, 2)
         yield alice, bob
     finally:
-        bridge.send_signal(signal.SIGTERM)
-        with trio.move_on_after(30):
-            await bridge.wait()
-        if bridge.returncode is None:
-            bridge.kill()
-        await bridge.wait()
+        await stop(bridge, timeout_seconds=30)
         for n in (alice, bob):
             assert await n.stop() == 0
 

@@ -27,8 +27,7 @@ from corda_trio.node import _config
 from corda_trio.node._processes import start_node_process
 from tests.ports import free_port
 
-from .netutil import PASSWORD, make_network
-from .test_float_e2e import stop
+from .netutil import PASSWORD, make_network, stop
 from .test_flows_e2e import ALICE, BOB, wait_for_peers
 
 pytestmark = pytest.mark.slow

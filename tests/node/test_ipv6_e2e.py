@@ -18,8 +18,8 @@ from corda_trio.node._processes import open_node_processes
 from tests.ipv6 import needs_ipv6
 
 from .cli_helpers import CLI
-from .netutil import PASSWORD, USERS, open_map_process
-from .test_float_e2e import stop, write_float_toml
+from .netutil import PASSWORD, USERS, open_map_process, stop
+from .test_float_e2e import write_float_toml
 from .test_flows_e2e import scrape
 
 pytestmark = [pytest.mark.slow, needs_ipv6]
