@@ -210,7 +210,13 @@ def run_trio(async_fn: Callable[..., Awaitable[_R]], *args: Any) -> _R:
     ready line, the process idle and deaf to every later signal)."""
     import trio  # (not at the top: commands that never run Trio start faster)
 
-    return trio.run(async_fn, *args, restrict_keyboard_interrupt_to_checkpoints=True)
+    from corda_trio import dns
+
+    async def main() -> _R:
+        dns.use_own_dns_threads()  # (a DNS server that never answers cannot take the store's threads)
+        return await async_fn(*args)
+
+    return trio.run(main, restrict_keyboard_interrupt_to_checkpoints=True)
 
 
 def error_text(exc: BaseException) -> str:

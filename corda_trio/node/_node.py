@@ -58,7 +58,7 @@ import attrs
 import trio
 from cryptography.hazmat.primitives import serialization
 
-from corda_trio import __version__, bridge, logs, messaging, network, pki, rpc, store, transport
+from corda_trio import __version__, bridge, dns, logs, messaging, network, pki, rpc, store, transport
 from corda_trio.bridge import float as float_
 from corda_trio.files import open_for_appending, read_small_file, write_file_atomically
 
@@ -376,6 +376,7 @@ class Node:
             store.StoreError: the store cannot be opened, or failed while running (fatal).
         """
         cfg = self.config
+        dns.use_own_dns_threads()  # a DNS server that never answers cannot take the store's threads
         lock_fd = _lock_base_directory(cfg.base_directory)
         runtime_file = cfg.base_directory / RUNTIME_FILE_NAME
         try:
