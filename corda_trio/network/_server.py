@@ -25,6 +25,7 @@ response carries ``Cache-Control: max-age=N``, which clients use as their pollin
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
 import re
@@ -44,7 +45,14 @@ from ._model import NetworkMap
 from ._signing import sign_network_map, verify_network_parameters, verify_node_info
 from ._store import NetworkMapStore
 
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "HttpResponse", "NetworkMapService", "serve_network_map"]
+__all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "ENDPOINTS",
+    "HttpResponse",
+    "NetworkMapService",
+    "endpoint_of",
+    "serve_network_map",
+]
 
 log = logging.getLogger("corda_trio.network.server")
 
@@ -81,6 +89,29 @@ class HttpResponse:
         return cls(status=status, body=(message + "\n").encode())
 
 
+#: The endpoints responses are counted under (:func:`endpoint_of`).
+ENDPOINTS: Final = (
+    "/network-map",
+    "/network-map/publish",
+    "/network-map/node-info",
+    "/network-map/network-parameters",
+)
+
+
+def endpoint_of(target: str | None) -> str:
+    """The endpoint of a request target, one of :data:`ENDPOINTS`; ``other`` for any other path (a client
+    chooses the path: it is never a label as it is) and ``none`` when no request could be read."""
+    if target is None:
+        return "none"
+    path = target.partition("?")[0]
+    if path in ENDPOINTS[:2]:
+        return path
+    for endpoint in ENDPOINTS[2:]:
+        if path.startswith(endpoint + "/"):
+            return endpoint
+    return "other"
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -106,6 +137,18 @@ class NetworkMapService:
     clock: Callable[[], dt.datetime] = _utcnow
     #: publications refused with 403 (each is logged, per client at most once a minute)
     refused_publications: int = 0
+    #: publications stored, by what the store did (``added``, ``replaced``, ``unchanged``)
+    accepted_publications: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: publications not stored, by reason: the 403s' (a ``PayloadRejectedError`` reason,
+    #: ``removed-by-operator``, ``confusable-name``; ``refused_publications`` in all), ``malformed`` (400)
+    #: and ``stale-serial`` (409)
+    publication_refusals: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: responses sent, by endpoint (:func:`endpoint_of`) and status (see :meth:`count_response`)
+    responses: collections.Counter[tuple[str, int]] = attrs.field(factory=collections.Counter)
+
+    def count_response(self, target: str | None, status: int) -> None:
+        """Count a response to a request for ``target`` (``None``: no request could be read)."""
+        self.responses[(endpoint_of(target), status)] += 1
 
     def minimum_platform_version(self) -> int:
         current = self.store.current_parameters_hash()
@@ -155,6 +198,7 @@ class NetworkMapService:
 
     def _publish(self, body: bytes) -> HttpResponse:
         if not body:
+            self.publication_refusals["malformed"] += 1
             return HttpResponse.text(400, "empty body: expected a signed NodeInfo")
         try:
             node = verify_node_info(
@@ -164,13 +208,16 @@ class NetworkMapService:
                 minimum_platform_version=self.minimum_platform_version(),
             )
         except MalformedPayloadError as exc:
+            self.publication_refusals["malformed"] += 1
             return HttpResponse.text(400, f"malformed NodeInfo: {exc}")
         except PayloadRejectedError as exc:
             self.refused_publications += 1
+            self.publication_refusals[exc.reason] += 1
             return attrs.evolve(HttpResponse.text(403, f"{exc.reason}: {exc}"), refusal=str(exc))
         result = self.store.put_node_info(node)
         if result == "denied":
             self.refused_publications += 1
+            self.publication_refusals["removed-by-operator"] += 1
             return attrs.evolve(
                 HttpResponse.text(
                     403,
@@ -181,6 +228,7 @@ class NetworkMapService:
             )
         if result == "confusable":
             self.refused_publications += 1
+            self.publication_refusals["confusable-name"] += 1
             held = self.store.confusable_with(node.legal_name)
             message = (
                 pki.confusable_names_message(node.legal_name, held)
@@ -189,12 +237,14 @@ class NetworkMapService:
             )
             return attrs.evolve(HttpResponse.text(403, f"confusable-name: {message}"), refusal=message)
         if result == "stale":
+            self.publication_refusals["stale-serial"] += 1
             current = self.store.current_serial(str(node.legal_name))
             return HttpResponse.text(
                 409,
                 f"stale-serial: the map holds serial {current} for {node.legal_name}; "
                 f"publish a higher serial than {node.node_info.serial}",
             )
+        self.accepted_publications[result] += 1
         log.info("NodeInfo of %s %s (%s)", node.legal_name, result, node.hash)
         return HttpResponse.text(200, f"{result} {node.hash}")
 
@@ -282,6 +332,8 @@ async def _serve_connection(
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     while True:
+        request: h11.Request | None = None  # (of this cycle; ``None`` until its head is read)
+        target = ""
         try:
             with trio.move_on_after(IDLE_TIMEOUT_SECONDS) as idle:
                 event = await _next_event(stream, conn)
@@ -293,7 +345,9 @@ async def _serve_connection(
                 raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}", 400)
             request = event
             length = dict(request.headers).get(b"content-length")
+            target = request.target.decode("ascii", "replace")
             if length is not None and int(length) > MAX_BODY_BYTES:
+                service.count_response(target, 413)
                 await _send(stream, conn, HttpResponse.text(413, f"body larger than {MAX_BODY_BYTES} bytes"),
                             head=False)  # fmt: skip
                 return
@@ -304,6 +358,7 @@ async def _serve_connection(
                     if isinstance(event, h11.Data):
                         body += event.data
                         if len(body) > MAX_BODY_BYTES:
+                            service.count_response(target, 413)
                             await _send(stream, conn, HttpResponse.text(413, "body too large"), head=False)
                             return
                     elif isinstance(event, h11.EndOfMessage):
@@ -322,13 +377,14 @@ async def _serve_connection(
                     if status == 431
                     else f"bad request: {transport.protocol_error_text(exc)}"
                 )
+                service.count_response(None if request is None else target, status)
                 await _send(stream, conn, HttpResponse.text(status, reason), head=False)
                 await transport.drain_before_close(stream)
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        assert request is not None
         method = request.method.decode("ascii", "replace")
-        target = request.target.decode("ascii", "replace")
         try:
             response = await trio.to_thread.run_sync(
                 service.handle, method, target, bytes(body), limiter=limiter
@@ -345,6 +401,7 @@ async def _serve_connection(
                 client,
                 response.refusal,
             )
+        service.count_response(target, response.status)
         await _send(stream, conn, response, head=method == "HEAD")
         if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
             return

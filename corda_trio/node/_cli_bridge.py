@@ -49,7 +49,6 @@ line naming the file and the key (exit 2); a P2P or metrics address that cannot 
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
 from pathlib import Path
@@ -57,7 +56,6 @@ from typing import Any, Final
 
 import attrs
 import trio
-from prometheus_client.exposition import generate_latest
 
 from corda_trio import __version__, bridge, network, pki, transport
 from corda_trio.bridge import float as fl
@@ -71,14 +69,13 @@ from ._config import (
     KeyPassphrase,
     _float_settings,
     _join,
-    _listen_address,
     _read_toml,
     _Reader,
+    metrics_address,
 )
 from ._descriptors import open_descriptors, plan_descriptors
 from ._heap import freeze_startup_heap
-from ._metrics import BridgeProcessCollector, new_registry, serve_metrics
-from ._node import _listen_text
+from ._metrics import BridgeProcessCollector, start_process_metrics
 
 __all__ = ["BridgeProcessConfig", "load_bridge_config", "register"]
 
@@ -212,9 +209,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         idle_timeout_seconds=r.seconds(
             p2p, "idle_timeout_seconds", "p2p.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS
         ),
-        metrics_address=(
-            _listen_address(r, metrics, "address", "metrics.address", "") if "address" in metrics else None
-        ),
+        metrics_address=metrics_address(r, metrics),
     )
 
 
@@ -307,24 +302,6 @@ def _tunnel(cfg: BridgeProcessConfig, floats: FloatSettings) -> tuple[Any, Any]:
     return creds.client_context(), config
 
 
-async def _serve_metrics(nursery: trio.Nursery, ext: bridge.ExternalBridge, host: str, port: int) -> str:
-    """Serve the process's /metrics with the node's server (``_metrics.serve_metrics``); returns its URL.
-
-    Raises:
-        bridge.ListenError: the address cannot be bound (one line, exit 1, as for ``[p2p] listen``).
-    """
-    registry = new_registry(BridgeProcessCollector(ext, __version__))
-    try:
-        bound = await nursery.start(serve_metrics, functools.partial(generate_latest, registry), host, port)
-    except (OSError, ExceptionGroup) as exc:
-        leaf = grouped_error(exc, OSError)
-        if leaf is None:
-            raise
-        what = f"{_listen_text('metrics', host, port)}: {leaf.strerror or leaf}"
-        raise bridge.ListenError(leaf.errno, what) from None
-    return f"http://{network.host_port_text(host, bound)}/metrics"
-
-
 def _start(args: argparse.Namespace) -> int:
     """Run until interrupted: Ctrl-C and SIGTERM unwind through the CLI's common handling (one line; exit
     130 and 0), which cancels the bridge, so every message held is released to the node unacked."""
@@ -350,7 +327,9 @@ def _start(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             metrics = ""
             if cfg.metrics_address is not None:  # (before the node is dialled: a busy port fails at once)
-                metrics = f"  metrics {await _serve_metrics(nursery, ext, *cfg.metrics_address)}"
+                collector = BridgeProcessCollector(ext, __version__)
+                url = await start_process_metrics(nursery, collector, *cfg.metrics_address)
+                metrics = f"  metrics {url}"
             await nursery.start(ext.run)
             port = await ext.wait_serving()
             freeze_startup_heap()

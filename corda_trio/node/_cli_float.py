@@ -38,6 +38,12 @@ Examples::
     backups = 5                    # optional
     latency_summary_seconds = 60   # optional
 
+    [metrics]                      # optional: this process's Prometheus /metrics (docs/metrics.md)
+    address = "127.0.0.1:10011"    # HOST:PORT (port 0: any free port); none: no /metrics
+
+With ``[metrics]`` the float's first line, ``float: control port listening on HOST:PORT``, ends with
+``  metrics http://HOST:PORT/metrics``; an address that cannot be bound is one line (exit 1).
+
 The float refuses every outbound connection of its own process (a socket-level guard); each refusal is an
 ``outbound-refused`` audit line.
 """
@@ -56,7 +62,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import network, pki, transport
+from corda_trio import bridge, network, pki, transport
 from corda_trio.bridge import float as fl
 
 from ._certificates import (
@@ -67,8 +73,9 @@ from ._certificates import (
     watch_expiry,
 )
 from ._cli import CliError, grouped_error, run_trio
-from ._config import ConfigError, KeyPassphrase, _read_toml, seconds_problem
+from ._config import ConfigError, KeyPassphrase, _read_toml, _Reader, metrics_address, seconds_problem
 from ._heap import freeze_startup_heap
+from ._metrics import FloatCollector, start_process_metrics
 
 __all__ = ["FloatCertificates", "load_float_config", "register"]
 
@@ -162,6 +169,7 @@ _SECTIONS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "tls": frozenset({"cert_chain", "key", "trust_root", "passphrase_env", "passphrase_file"}),
     "audit": frozenset({"path", "max_bytes", "backups", "latency_summary_seconds"}),
+    "metrics": frozenset({"address"}),
 }
 
 
@@ -264,8 +272,11 @@ class FloatCertificates:
     tls: tuple[OwnCertificate, ...]
 
 
-def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any], FloatCertificates]:
-    """Read float.toml: the float's configuration, the audit settings and its certificates.
+def load_float_config(
+    path: Path,
+) -> tuple[fl.FloatConfig, dict[str, Any], FloatCertificates, tuple[str, int] | None]:
+    """Read float.toml: the float's configuration, the audit settings, its certificates and its ``[metrics]
+    address`` (``None``: no /metrics; port 0: any free port).
 
     Raises:
         CliError: (exit 2) the file is missing or not TOML, or a key is missing or wrong; one line naming it.
@@ -353,7 +364,12 @@ def load_float_config(path: Path) -> tuple[fl.FloatConfig, dict[str, Any], Float
     }
     if audit["max_bytes"] < 256 or audit["backups"] < 0:
         raise CliError(f"{path}: [audit]: max_bytes must be at least 256 and backups at least 0", 2)
-    return config, audit, FloatCertificates(own_certificates(control_files), own_certificates(tls_files))
+    try:  # (the wording of bridge.toml's and networkmap.toml's [metrics])
+        metrics = metrics_address(_Reader(path, {}), t.get("metrics", dict, {}))
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
+    certificates = FloatCertificates(own_certificates(control_files), own_certificates(tls_files))
+    return config, audit, certificates, metrics
 
 
 def _check_dates(path: Path, section: str, files: list[tuple[Path, list[Any]]], now: dt.datetime) -> None:
@@ -376,20 +392,29 @@ _SHOWN = {
 }
 
 
-def _echo(record: dict[str, Any]) -> None:
-    template = _SHOWN.get(record["event"])
-    if template is not None:
-        if "host" in record and "port" in record:
-            record = {**record, "address": network.host_port_text(record["host"], record["port"])}
-        sys.stdout.write("float: " + template.format_map(record) + "\n")
-        sys.stdout.flush()
+@attrs.define
+class _Echo:
+    """Prints the audit events of :data:`_SHOWN`; the control port's line ends with ``metrics``."""
+
+    #: ``"  metrics http://HOST:PORT/metrics"`` once /metrics is served
+    metrics: str = ""
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        template = _SHOWN.get(record["event"])
+        if template is not None:
+            if "host" in record and "port" in record:
+                record = {**record, "address": network.host_port_text(record["host"], record["port"])}
+            extra = self.metrics if record["event"] == "control-listening" else ""
+            sys.stdout.write("float: " + template.format_map(record) + extra + "\n")
+            sys.stdout.flush()
 
 
 def _start(args: argparse.Namespace) -> int:
-    config, audit_settings, certificates = load_float_config(args.config)
+    config, audit_settings, certificates, metrics = load_float_config(args.config)
+    echo = _Echo()
     try:
         audit = fl.AuditLog(
-            audit_settings["path"], audit_settings["max_bytes"], audit_settings["backups"], echo=_echo
+            audit_settings["path"], audit_settings["max_bytes"], audit_settings["backups"], echo=echo
         )
     except OSError as exc:
         raise CliError(
@@ -403,11 +428,14 @@ def _start(args: argparse.Namespace) -> int:
     if (warning := expiry_warning(everything, now=dt.datetime.now(dt.UTC))) is not None:
         log.warning(warning)
     try:
-        run_trio(_run, config, audit, certificates)
+        run_trio(_run, config, audit, certificates, metrics, echo)
     except (fl.AuditLogError, OSError, BaseExceptionGroup) as exc:
         audit_error = grouped_error(exc, fl.AuditLogError)
         if audit_error is not None:  # the float does not run without its audit log
             raise CliError(f"{audit_error}; the float stopped") from None
+        metrics_error = grouped_error(exc, bridge.ListenError)  # the metrics address cannot be bound
+        if metrics_error is not None:
+            raise CliError(str(metrics_error)) from None
         error = grouped_error(exc, OSError)  # the control port cannot be bound
         if error is None:
             raise
@@ -418,12 +446,21 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run(config: fl.FloatConfig, audit: fl.AuditLog, certificates: FloatCertificates) -> None:
+async def _run(
+    config: fl.FloatConfig,
+    audit: fl.AuditLog,
+    certificates: FloatCertificates,
+    metrics: tuple[str, int] | None,
+    echo: _Echo,
+) -> None:
+    flt = fl.Float(config, audit=audit)
     async with trio.open_nursery() as nursery:
         for certs, consequence in (
             (certificates.control, CONTROL_EXPIRED_TEXT),
             (certificates.tls, TLS_EXPIRED_TEXT),
         ):
             nursery.start_soon(functools.partial(watch_expiry, certs, consequence=consequence, logger=log))
-        await nursery.start(fl.Float(config, audit=audit).run)
+        if metrics is not None:  # (first: a busy address fails before the control port listens)
+            echo.metrics = f"  metrics {await start_process_metrics(nursery, FloatCollector(flt), *metrics)}"
+        await nursery.start(flt.run)
         freeze_startup_heap()

@@ -6,6 +6,9 @@ Examples::
     corda-trio networkmap list --dir net
     corda-trio networkmap remove --dir net --node "O=Bob,L=New York,C=US"    # stays out when it republishes
     corda-trio networkmap readmit --dir net --node "O=Bob,L=New York,C=US"   # back at its next poll
+
+``serve`` prints ``corda-trio networkmap: serving http://HOST:PORT (N nodes)``; with ``[metrics] address``
+in networkmap.toml the line ends with ``  metrics http://HOST:PORT/metrics`` (series in docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from corda_trio import network, pki
+from corda_trio import bridge, network, pki
 from corda_trio.files import read_small_file
 
 from ._certificates import (
@@ -30,6 +33,7 @@ from ._certificates import (
 )
 from ._cli import CliError, run_trio
 from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
+from ._metrics import NetworkMapCollector, start_process_metrics
 
 log = logging.getLogger("corda_trio.network.server")
 
@@ -183,9 +187,17 @@ def _serve(args: argparse.Namespace) -> int:
                 raise CliError(f"cannot listen on {cfg.address}: {exc.strerror}", 1) from None
             port = listeners[0].socket.getsockname()[1]
             count = len(service.store.legal_names())
+            metrics = ""
+            if cfg.metrics_address is not None:
+                collector = NetworkMapCollector(service)
+                try:
+                    url = await start_process_metrics(nursery, collector, *cfg.metrics_address)
+                except bridge.ListenError as exc:
+                    raise CliError(str(exc), 1) from None
+                metrics = f"  metrics {url}"
             print(
                 f"corda-trio networkmap: serving http://{network.host_port_text(cfg.address.host, port)} "
-                f"({count} node{'' if count == 1 else 's'})",
+                f"({count} node{'' if count == 1 else 's'}){metrics}",
                 flush=True,
             )
             # Ctrl-C and SIGTERM unwind through main() (one line; 130 or 0); the store closes below.

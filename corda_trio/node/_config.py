@@ -135,7 +135,11 @@ absolute.
     [keys]
     passphrase_file = "passphrase"       # of map_key; or passphrase_env = "VAR" (exactly one of the two)
 
-Only ``database`` and ``max_age_seconds`` have defaults (shown).
+    [metrics]                            # optional: the service's Prometheus /metrics (docs/metrics.md)
+    address = "127.0.0.1:40001"          # HOST:PORT (port 0: any free port); none: no /metrics
+
+Only ``database`` and ``max_age_seconds`` have defaults (shown); without ``[metrics]`` the service serves no
+/metrics.
 """
 
 from __future__ import annotations
@@ -360,6 +364,8 @@ class NetworkMapServiceConfig:
     network_parameters: Path
     database: Path
     key_passphrase: KeyPassphrase
+    #: ``[metrics] address``: where the service serves its /metrics (port 0: any free port); ``None``: not.
+    metrics_address: tuple[str, int] | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_absolute(self)
@@ -810,6 +816,12 @@ def _float_settings(
     )
 
 
+def metrics_address(r: _Reader, table: dict[str, Any]) -> tuple[str, int] | None:
+    """``[metrics] address`` of a process that serves /metrics only when it is set (bridge.toml,
+    networkmap.toml, float.toml): ``HOST:PORT`` (port 0: any free port), or ``None``."""
+    return _listen_address(r, table, "address", "metrics.address", "") if "address" in table else None
+
+
 def _listen_address(r: _Reader, table: dict[str, Any], key: str, where: str, default: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[IPV6]:PORT`` where port 0 (any free port) is allowed."""
     text = r.string(table, key, where, default)
@@ -864,6 +876,7 @@ def load_network_map_config(path: str | os.PathLike[str]) -> NetworkMapServiceCo
     service = r.section("service", {"address", "max_age_seconds", "database"})
     files = r.section("files", {"trust_root", "map_cert_chain", "map_key", "network_parameters"})
     keys = r.section("keys", {"passphrase_env", "passphrase_file"})
+    metrics = r.section("metrics", {"address"})
     r.finish()
     max_age = service.get("max_age_seconds", 30)
     if isinstance(max_age, bool) or not isinstance(max_age, int) or not 1 <= max_age <= 86400:
@@ -877,6 +890,7 @@ def load_network_map_config(path: str | os.PathLike[str]) -> NetworkMapServiceCo
         map_key=_join(base, r.string(files, "map_key", "files.map_key")),
         network_parameters=_join(base, r.string(files, "network_parameters", "files.network_parameters")),
         key_passphrase=_passphrase(r, keys, base),
+        metrics_address=metrics_address(r, metrics),
     )
 
 

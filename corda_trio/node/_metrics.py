@@ -27,15 +27,34 @@ import h11
 import prometheus_client
 import trio
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.utils import floatToGoString
 
-from corda_trio import bridge, transport
+from corda_trio import bridge, network, transport
+from corda_trio.bridge import float as fl
+
+from ._cli import grouped_error
 
 if TYPE_CHECKING:
     from ._node import Node
 
-__all__ = ["BridgeProcessCollector", "NodeCollector", "NodeMetrics", "new_registry", "serve_metrics"]
+__all__ = [
+    "BridgeProcessCollector",
+    "FloatCollector",
+    "NetworkMapCollector",
+    "NodeCollector",
+    "NodeMetrics",
+    "new_registry",
+    "serve_metrics",
+    "start_process_metrics",
+]
 
 log = logging.getLogger("corda_trio.node.metrics")
 
@@ -310,6 +329,124 @@ class BridgeProcessCollector:
         yield from _inbound_families(ext.acceptor, ext.tunnel)
 
 
+@attrs.define(eq=False)
+class FloatCollector:
+    """The series of a ``corda-trio float start`` process (``float_*``), read from the float's counters."""
+
+    float: fl.Float
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        f = self.float
+        command = f.activation
+        control = _gauge("float_control_connected", "1 while a bridge manager's control link is up")
+        control.add_metric([], 1 if f.control_connected else 0)
+        activated = _gauge("float_activated", "1 while the float is activated (its public port open)")
+        activated.add_metric([], 1 if command is not None else 0)
+        inboxes = _gauge("float_activated_inboxes", "Inboxes peers may send to through the float now")
+        inboxes.add_metric([], len(command.inboxes) if command is not None else 0)
+        tls = _gauge(
+            "float_activation_tls_info",
+            "1 for the [tls.<ref>] of float.toml the float presents to peers now (none: not activated)",
+            ("tls_ref",),
+        )
+        if command is not None:
+            tls.add_metric([command.tls_ref], 1)
+        yield from (control, activated, inboxes, tls)
+        open_now = _gauge("float_public_connections", "Peer connections open on the public port")
+        open_now.add_metric([], f.open_connections)
+        accepted = _counter(
+            "float_public_connections_accepted",
+            "Peer connections taken for their TLS handshake (past the connection and per-address limits)",
+        )
+        accepted.add_metric([], f.accepted_connections)
+        refused = _counter(
+            "float_public_connections_refused",
+            "Peer connections refused, by reason (capacity, address_limit, tls, handshake_timeout, amqp)",
+            ("reason",),
+        )
+        for reason, n in sorted(dict.copy(f.refusals.counts).items()):
+            refused.add_metric([reason], n)
+        attached = _counter("float_peer_links_attached", "Peer links to an activated inbox attached")
+        attached.add_metric([], f.attached_links)
+        links_refused = _counter(
+            "float_peer_links_refused", "Peer links refused, by the AMQP condition sent", ("condition",)
+        )
+        for condition, n in sorted(dict.copy(f.refused_links_by_condition).items()):
+            links_refused.add_metric([condition], n)
+        yield from (open_now, accepted, refused, attached, links_refused)
+        forwarded = _counter("float_deliveries_forwarded", "Peer deliveries forwarded to the inside")
+        forwarded.add_metric([], f.forwarded)
+        settled = _counter(
+            "float_deliveries_accepted", "Peer deliveries settled accepted (the inside stored them)"
+        )
+        settled.add_metric([], f.accepted)
+        rejected = _counter(
+            "float_deliveries_refused",
+            "Peer deliveries settled with another outcome: refused at the float or by the inside",
+        )
+        rejected.add_metric([], f.refused_deliveries)
+        latency = f.latency
+        buckets, total = [], 0
+        for bound, n in zip((*fl.LATENCY_BUCKETS, float("inf")), latency.buckets, strict=True):
+            total += n
+            buckets.append((floatToGoString(bound), total))
+        duration = HistogramMetricFamily(
+            "corda_trio_float_forward_duration_seconds",
+            "Time from a peer's delivery arriving at the float to the inside's outcome for it",
+            buckets=buckets,
+            sum_value=latency.sum_seconds,
+        )
+        yield from (forwarded, settled, rejected, duration)
+
+
+@attrs.define(eq=False)
+class NetworkMapCollector:
+    """The series of ``corda-trio networkmap serve`` (``networkmap_*``), read from the service and its store
+    at scrape time."""
+
+    service: network.NetworkMapService
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        service = self.service
+        store = service.store
+        nodes = _gauge("networkmap_nodes", "Nodes in the map (their NodeInfos are served)")
+        nodes.add_metric([], len(store.legal_names()))
+        removed = _gauge(
+            "networkmap_removed_nodes",
+            "Nodes the operator removed (`corda-trio networkmap remove`) and has not readmitted",
+        )
+        removed.add_metric([], len(store.denied()))
+        serial = _gauge("networkmap_serial", "The map's serial (it grows with each change of the map)")
+        serial.add_metric([], store.map_serial())
+        yield from (nodes, removed, serial)
+        accepted = _counter(
+            "networkmap_publications_accepted",
+            "NodeInfo publications stored, by result (added, replaced, unchanged)",
+            ("result",),
+        )
+        for result, n in sorted(dict.copy(service.accepted_publications).items()):
+            accepted.add_metric([result], n)
+        refused = _counter(
+            "networkmap_publications_refused",
+            "NodeInfo publications refused, by reason (each 403's reason, malformed, stale-serial)",
+            ("reason",),
+        )
+        for reason, n in sorted(dict.copy(service.publication_refusals).items()):
+            refused.add_metric([reason], n)
+        requests = _counter(
+            "networkmap_requests", "Responses sent, by endpoint and HTTP status", ("endpoint", "status")
+        )
+        for (endpoint, status), n in sorted(dict.copy(service.responses).items()):
+            requests.add_metric([endpoint, str(status)], n)
+        yield from (accepted, refused, requests)
+
+
 @attrs.frozen
 class _BridgeCounts:
     """What the ``bridge_*`` series of one peer show: a running bridge's state and parked addresses
@@ -405,6 +542,25 @@ def _inbound_families(
         rejected.add_metric([], tunnel.rejected)
         released.add_metric([], tunnel.released)
     yield from (received, rejected, refused, connections_refused, released)
+
+
+async def start_process_metrics(nursery: trio.Nursery, collector: Any, host: str, port: int) -> str:
+    """Serve a process's /metrics (``collector``'s, with :func:`serve_metrics`) in ``nursery``, for a bridge
+    process, a float or the map service; returns its URL, which the process's ready line names.
+
+    Raises:
+        bridge.ListenError: the address cannot be bound (its text is the one line the process exits with).
+    """
+    registry = new_registry(collector)
+    try:
+        bound = await nursery.start(serve_metrics, functools.partial(generate_latest, registry), host, port)
+    except (OSError, ExceptionGroup) as exc:
+        leaf = grouped_error(exc, OSError)
+        if leaf is None:
+            raise
+        what = f"cannot listen for /metrics on {network.host_port_text(host, port)}: {leaf.strerror or leaf}"
+        raise bridge.ListenError(leaf.errno, what) from None
+    return f"http://{network.host_port_text(host, bound)}/metrics"
 
 
 async def serve_metrics(

@@ -12,6 +12,7 @@
 
 from ._audit import DEFAULT_AUDIT_BACKUPS as DEFAULT_AUDIT_BACKUPS
 from ._audit import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_AUDIT_MAX_BYTES
+from ._audit import LATENCY_BUCKETS as LATENCY_BUCKETS
 from ._audit import AuditLog as AuditLog
 from ._audit import AuditLogError as AuditLogError
 from ._audit import LatencySummary as LatencySummary
@@ -55,6 +56,7 @@ __all__ = [
     "EVENTS_ADDRESS",
     "FLOAT_TRANSITIONS",
     "INBOUND_ADDRESS",
+    "LATENCY_BUCKETS",
     "PROTOCOL_VERSION",
     "TUNNEL_MAX_BACKOFF_SECONDS",
     "ActivateFloat",

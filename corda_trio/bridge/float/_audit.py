@@ -26,6 +26,7 @@ p50, p99, max in milliseconds) and starts over. The float calls it once a minute
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import os
@@ -38,7 +39,14 @@ import attrs
 
 from corda_trio.files import open_for_appending
 
-__all__ = ["DEFAULT_AUDIT_BACKUPS", "DEFAULT_AUDIT_MAX_BYTES", "AuditLog", "AuditLogError", "LatencySummary"]
+__all__ = [
+    "DEFAULT_AUDIT_BACKUPS",
+    "DEFAULT_AUDIT_MAX_BYTES",
+    "LATENCY_BUCKETS",
+    "AuditLog",
+    "AuditLogError",
+    "LatencySummary",
+]
 
 #: 10 MiB per file and 5 old files: a week of a busy float's connection events fits.
 DEFAULT_AUDIT_MAX_BYTES: Final = 10 * 1024 * 1024
@@ -155,14 +163,27 @@ class AuditLog:
                 pass
 
 
+#: Upper bounds (seconds) of :attr:`LatencySummary.buckets`: a delivery stored by the inside takes about a
+#: millisecond on one host, one waiting for an inside's fsync or credit far longer.
+LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
 @attrs.define(eq=False)
 class LatencySummary:
-    """Forwarding latencies (seconds) per peer legal name, summarised and reset by :meth:`drain`."""
+    """Forwarding latencies (seconds) per peer legal name, summarised and reset by :meth:`drain`; and, never
+    reset, their count, sum and histogram over all peers (:data:`LATENCY_BUCKETS`, for a metrics scrape)."""
 
     _samples: dict[str, list[float]] = attrs.field(factory=dict)
+    count: int = 0
+    sum_seconds: float = 0.0
+    #: samples at most each bound of :data:`LATENCY_BUCKETS` (not cumulative: one bucket per sample)
+    buckets: list[int] = attrs.field(factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
 
     def add(self, peer: str, seconds: float) -> None:
         self._samples.setdefault(peer, []).append(seconds)
+        self.count += 1
+        self.sum_seconds += seconds
+        self.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
     def drain(self) -> dict[str, dict[str, float | int]]:
         out: dict[str, dict[str, float | int]] = {}

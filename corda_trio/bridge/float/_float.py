@@ -36,6 +36,7 @@ and the peer sends it again when its link or connection ends.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import functools
 import logging
@@ -165,14 +166,31 @@ class Float:
     accepted: int = 0
     refused_deliveries: int = 0
     refused_links: int = 0
-    #: AMQP protocol violations of public peers: counted, and logged per source address at most once a
-    #: minute (each is in the audit log too, as the condition of its ``close``)
+    #: peer links attached (served), and the refused ones by their condition (``refused_links`` in all)
+    attached_links: int = 0
+    refused_links_by_condition: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: public connections taken past the accept loop's and the per-address handshake limits, and open now
+    accepted_connections: int = 0
+    open_connections: int = 0
+    #: public connections refused, by reason (``transport.InboundRefusals``' reasons: ``capacity``,
+    #: ``address_limit``, ``tls``, ``handshake_timeout``; ``amqp``: AMQP protocol violations, which are also
+    #: logged per source address at most once a minute). Each is in the audit log too.
     refusals: transport.InboundRefusals = attrs.field(factory=transport.InboundRefusals)
     latency: LatencySummary = attrs.field(factory=LatencySummary)
     #: a member's links that ended with an error: an info line per member a minute (as the acceptor's)
     _ended_log: logs.PeerWarnings = attrs.field(factory=lambda: ended_links_log(log), init=False)
     _control_busy: bool = False
     _activation: _Activation | None = None
+
+    @property
+    def control_connected(self) -> bool:
+        """Whether a control link from the bridge manager is up now."""
+        return self._control_busy
+
+    @property
+    def activation(self) -> ActivateFloat | None:
+        """The command this float is activated with now (``None``: not activated)."""
+        return self._activation.command if self._activation is not None else None
 
     def _step(self, event: FloatInput) -> str:
         effect, self.state = float_transition(self.state, event)
@@ -372,6 +390,7 @@ class Float:
         async def serve_one(stream: trio.abc.Stream) -> None:
             handshake_done = handshakes.admit(stream)
             if handshake_done is None:
+                self.refusals.counts["address_limit"] += 1
                 self.audit.write(
                     "connection-refused",
                     peer=logs.remote_name(stream),
@@ -385,6 +404,7 @@ class Float:
                 handshake_done()
 
         async def refuse(stream: trio.abc.Stream) -> None:
+            self.refusals.counts["capacity"] += 1
             self.audit.write(
                 "connection-refused", peer=logs.remote_name(stream), reason="max_connections reached"
             )
@@ -415,11 +435,15 @@ class Float:
     ) -> None:
         peer = logs.remote_name(stream)
         self.audit.write("connection", peer=peer)
+        self.accepted_connections += 1
+        self.open_connections += 1
         try:
             await self._serve_peer(stream, peer, activation, context, handshake_done)
         except Exception:  # supervision boundary: one broken peer connection must not close the listener
             log.exception("peer %s: connection failed", peer)
             self.audit.write("close", peer=peer, condition="amqp:internal-error")
+        finally:
+            self.open_connections -= 1
 
     async def _serve_peer(
         self,
@@ -436,6 +460,8 @@ class Float:
                     stream, context, pki.check_peer_is_network_node, server_side=True
                 )
         except (transport.HandshakeError, trio.TooSlowError) as exc:
+            timed_out = not isinstance(exc, transport.HandshakeError)
+            self.refusals.counts["handshake_timeout" if timed_out else "tls"] += 1
             self.audit.write("tls", peer=peer, outcome="refused", reason=str(exc) or "handshake timed out")
             return
         user = str(name)
@@ -471,6 +497,7 @@ class Float:
     ) -> None:
         async def refuse(condition: str, description: str) -> None:
             self.refused_links += 1
+            self.refused_links_by_condition[condition] += 1
             self.audit.write(
                 "link-refused", peer=peer, legal_name=user, address=request.address, condition=condition
             )
@@ -497,6 +524,7 @@ class Float:
         activation.window_left -= reserve
         credit = reserve // 2
         receiver = await request.accept_receiver(credit=credit, max_message_size=self.config.max_message_size)
+        self.attached_links += 1
         self.audit.write("link-attached", peer=peer, legal_name=user, address=request.address, credit=credit)
         nursery.start_soon(self._pump, receiver, activation, user, peer, reserve)
 
