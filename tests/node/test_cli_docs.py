@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 import tempfile
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio
 
-from corda_trio import rpc
+from corda_trio import pki, rpc
 from corda_trio.node import _cli_bridge, _cli_float, _config
 from corda_trio.node._cli import CliError
 from corda_trio.node._processes import open_node_processes
@@ -151,7 +153,7 @@ def test_float_toml_tables_in_float_md_are_the_loaders() -> None:
     documented: dict[str, set[str]] = {}
     for table, body in re.findall(r"^### `\[([a-z]+)[^`]*\]`[^\n]*\n(.*?)(?=^### |\Z)", section, re.M | re.S):
         documented[table] = set(re.findall(r"^\| `([a-z_]+)` \|", body, flags=re.M))
-    assert set(documented) == {"control", "public", "tls", "audit"}, documented
+    assert set(documented) == {"control", "public", "tls", "audit", "metrics"}, documented
 
     def load(path: Path) -> object:
         # (a [tls] table's keys are those of each [tls.<ref>]: the probe goes into one of those)
@@ -201,6 +203,59 @@ async def test_every_metric_in_metrics_md_is_on_a_live_nodes_metrics(tmp_path: P
         for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition, flags=re.M)
     }
     assert documented == served
+
+
+def _documented_families(section: str) -> dict[str, str]:
+    """The families in the tables of docs/metrics.md's ``## section`` (names without ``corda_trio_``)."""
+    text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| `([a-z_0-9]+)` \| ([a-z]+)\b", body, flags=re.M))
+
+
+def _served_families(exposition: str) -> dict[str, str]:
+    return {
+        name.removeprefix("corda_trio_"): kind
+        for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition, flags=re.M)
+    }
+
+
+async def test_every_metric_of_the_float_section_is_on_a_live_floats_metrics(tmp_path: Path) -> None:
+    """docs/metrics.md "The float" against a real ``corda-trio float start`` process's /metrics (idle: not
+    activated, every family already listed)."""
+    from corda_trio.bridge import float as fl
+    from tests.float.test_processes import write_float
+    from tests.p2p_harness import NOW
+
+    network = pki.NetworkCredentials.create(now=NOW)
+    bob = network.issue_node(pki.CordaX500Name.parse("O=Bob,L=Paris,C=FR"), now=NOW)
+    flt = write_float(tmp_path, "float-a", fl.TunnelPki.create(now=NOW), bob, network.root.cert)
+    config = flt.directory / "float.toml"
+    config.write_text(config.read_text(encoding="utf-8") + '[metrics]\naddress = "127.0.0.1:0"\n')
+    async with trio.open_nursery() as nursery:
+        try:
+            await flt.start(nursery)
+            line = await flt.wait_line(lambda x: "control port listening" in x)
+            exposition = await scrape_text(line.rsplit(" ", 1)[1])
+        finally:
+            await flt.kill()
+            nursery.cancel_scope.cancel()
+    documented = _documented_families("The float")
+    assert documented and all(name.startswith("float_") for name in documented)
+    assert documented == _served_families(exposition)
+
+
+def test_every_metric_of_the_map_section_is_on_a_live_map_services_metrics(tmp_path: Path) -> None:
+    """docs/metrics.md "The network map service" against a real ``corda-trio networkmap serve``'s /metrics."""
+    from tests.network.test_metrics import ALICE, add_metrics, bootstrap, serving
+
+    net = tmp_path / "net"
+    bootstrap(net, ALICE)
+    add_metrics(net, "127.0.0.1:0")
+    with serving(net) as (_, metrics), urllib.request.urlopen(metrics, timeout=10) as response:
+        exposition = response.read().decode()
+    documented = _documented_families("The network map service")
+    assert documented and all(name.startswith("networkmap_") for name in documented)
+    assert documented == _served_families(exposition)
 
 
 def test_the_package_maps_name_every_package() -> None:
