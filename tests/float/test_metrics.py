@@ -15,6 +15,7 @@ import trio
 from corda_trio import pki, transport
 from corda_trio.bridge import float as fl
 from tests.node.test_flows_e2e import parse_exposition, scrape_text
+from tests.node.test_metrics_ledger import promtool_problems
 from tests.p2p_harness import contexts
 
 from .test_processes import ENV, FloatProc, publish_sender_first, write_float, write_node
@@ -90,8 +91,10 @@ async def test_the_float_counts_what_it_forwarded_and_refused_and_its_activation
             ) as conn:  # fmt: skip
                 with pytest.raises(transport.LinkDetachedError, match="unauthorized-access"):
                     await conn.open_sender("internal.peers.DLx")
-            s = await scrape(metrics)
+            text = await scrape_text(metrics)
+            s = parse_exposition(text)
             assert s["corda_trio_float_peer_links_refused_total{condition=amqp:unauthorized-access}"] == 1
+            assert promtool_problems(text) == ""
             # the node behind the float goes away: the control link and the activation with it
             before = len(flt.lines)
             await b.kill()

@@ -18,6 +18,7 @@ from corda_trio import network
 from corda_trio.node import _config
 from tests.network.test_cli import ALICE, BOB, CLI, _cli, _env_without_passphrase
 from tests.node.test_flows_e2e import parse_exposition
+from tests.node.test_metrics_ledger import promtool_problems
 
 CAROL = "O=Carol,L=Paris,C=FR"
 
@@ -36,9 +37,12 @@ def add_metrics(net: Path, address: str) -> Path:
 
 
 def scrape(url: str) -> dict[str, float]:
+    """The exposition at ``url``, parsed, after ``promtool check metrics`` found nothing wrong with it."""
     with urllib.request.urlopen(url, timeout=10) as response:
         assert response.status == 200
-        return parse_exposition(response.read().decode())
+        text = response.read().decode()
+    assert promtool_problems(text) == ""
+    return parse_exposition(text)
 
 
 def publish(url: str, node_dir: Path) -> int:
