@@ -19,6 +19,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
@@ -26,6 +28,7 @@ import attrs
 import trio
 import trio_websocket
 
+from ..hostport import host_port_text
 from ._codec import pack, unpack
 from ._protocol import ErrorCode, RpcProtocolError, request_frame
 from ._server import RpcError
@@ -36,6 +39,8 @@ __all__ = ["RpcClient", "RpcConnectionError", "connect"]
 MAX_REPLY_BYTES: Final[int] = 64 * 1024 * 1024
 #: Messages trio-websocket buffers before its reader waits for ours (which never waits).
 EVENT_BUFFER: Final[int] = 1024
+#: How long closing the websocket may take (the closing handshake) before the stream is closed anyway.
+_DISCONNECT_TIMEOUT_SECONDS: Final[float] = 5.0
 
 
 class RpcConnectionError(RpcError):
@@ -300,16 +305,7 @@ async def connect(
     """
     async with contextlib.AsyncExitStack() as stack:
         try:
-            ws = await stack.enter_async_context(
-                trio_websocket.open_websocket_url(
-                    url,
-                    max_message_size=MAX_REPLY_BYTES,
-                    message_queue_size=EVENT_BUFFER,
-                    receive_buffer_size=65536,
-                    connect_timeout=connect_timeout_seconds,
-                    disconnect_timeout=5,
-                )
-            )
+            ws = await stack.enter_async_context(_open_websocket(url, connect_timeout_seconds))
         except trio_websocket.ConnectionRejected as exc:
             said = (exc.body or b"").decode("utf-8", "replace").strip()[:200]
             raise RpcConnectionError(
@@ -328,14 +324,104 @@ async def connect(
 
 
 @contextlib.asynccontextmanager
+async def _open_websocket(
+    url: str, connect_timeout: float
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """trio-websocket's ``open_websocket_url(url)``, but with the ``Host`` header written as an address is
+    (:func:`~corda_trio.hostport.host_port_text`): trio-websocket writes the host it dials, then the port, so
+    ``Host: ::1:40002``, which a strict reverse proxy in front of the RPC port refuses with 400 (RFC 7230 and
+    3986: ``[::1]:40002``). Its errors are trio-websocket's: ``ValueError`` for a URL that is not ``ws://`` or
+    ``wss://`` (``wss://`` with the default TLS context), :class:`trio_websocket.ConnectionTimeout` when
+    ``connect_timeout`` runs out before the server has answered the upgrade, :class:`HandshakeError` from the
+    ``OSError`` of a failed dial, :class:`ConnectionRejected` for an HTTP answer other than the upgrade."""
+    host, port, resource, tls = _websocket_target(url)
+    deadline = trio.current_time() + connect_timeout
+    try:
+        with trio.fail_at(deadline):
+            if tls:
+                context = ssl.create_default_context()
+                stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+                stream = await trio.open_ssl_over_tcp_stream(
+                    host, port, ssl_context=context, https_compatible=True
+                )
+            else:
+                stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise trio_websocket.ConnectionTimeout from None
+    except OSError as exc:
+        raise trio_websocket.HandshakeError from exc
+    # (the port is left out when it is the scheme's own, as browsers do)
+    if port == (443 if tls else 80):
+        header = f"[{host}]" if ":" in host else host
+    else:
+        header = host_port_text(host, port)
+    try:
+        async with trio.open_nursery() as nursery:  # (the connection's reader task)
+            try:
+                with trio.fail_at(deadline):
+                    ws = await trio_websocket.wrap_client_stream(
+                        nursery,
+                        stream,
+                        header,
+                        resource,
+                        max_message_size=MAX_REPLY_BYTES,
+                        message_queue_size=EVENT_BUFFER,
+                        receive_buffer_size=65536,
+                    )
+            except trio.TooSlowError:
+                await trio.aclose_forcefully(stream)
+                raise trio_websocket.ConnectionTimeout from None
+            except BaseException:  # (as when the server refused the upgrade: the reader task raised)
+                await trio.aclose_forcefully(stream)
+                raise
+            try:
+                yield ws
+            finally:
+                try:
+                    with trio.fail_after(_DISCONNECT_TIMEOUT_SECONDS):
+                        await ws.aclose()
+                except trio.TooSlowError:
+                    raise trio_websocket.DisconnectionTimeout from None
+    except BaseExceptionGroup as group:
+        leaf = _only_leaf(group)
+        if leaf is None:
+            raise
+        context = leaf.__context__  # (as it was: not the group, which holds the leaf itself)
+        try:
+            raise leaf
+        finally:
+            leaf.__context__ = context
+            del leaf, context
+
+
+def _websocket_target(url: str) -> tuple[str, int, str, bool]:
+    """``(host, port, resource, tls)`` of a ``ws://`` or ``wss://`` URL (``ValueError``: not one)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("ws", "wss"):
+        raise ValueError('WebSocket URL scheme must be "ws:" or "wss:"')
+    if not parts.hostname:
+        raise ValueError("URL host must not be None")
+    tls = parts.scheme == "wss"
+    port = parts.port if parts.port is not None else 443 if tls else 80  # (ValueError: out of range)
+    resource = (parts.path or "/") + (f"?{parts.query}" if "?" in url else "")
+    return parts.hostname, port, resource, tls
+
+
+def _only_leaf(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception inside ``group`` (through groups of one), or ``None``: it holds several."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
+    return None if isinstance(leaf, BaseExceptionGroup) else leaf
+
+
+@contextlib.asynccontextmanager
 async def _unwrapped() -> AsyncIterator[None]:
     """The client's nursery is its own business: an error from inside comes out as itself, not a group."""
     try:
         yield
     except BaseExceptionGroup as group:
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]
-        if leaf is group:
+        leaf = _only_leaf(group)
+        if leaf is None:
             raise
         raise leaf from None

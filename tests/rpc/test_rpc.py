@@ -7,6 +7,7 @@ under test is the server: each bad request gets its error reply and the server k
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -20,6 +21,8 @@ import trio
 import trio_websocket
 
 from corda_trio import rpc
+from corda_trio.hostport import host_port_text
+from tests.ipv6 import needs_ipv6
 from tests.ports import refused_port
 
 PASSWORD = "s3cret-pass"
@@ -101,7 +104,7 @@ async def serving(**limits: Any) -> AsyncIterator[tuple[str, Work]]:
             users=rpc.UserDatabase.of(USERS),
         )
         port = await nursery.start(server.run)
-        yield f"ws://127.0.0.1:{port}", work
+        yield f"ws://{host_port_text(server.host, port)}", work
         nursery.cancel_scope.cancel()
 
 
@@ -633,6 +636,72 @@ async def test_connecting_to_nothing_is_a_clear_error() -> None:
     url = f"ws://127.0.0.1:{port}"
     expected = f"unavailable: cannot connect to {url}: all attempts to connect to 127.0.0.1:{port} failed"
     assert str(info.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("host", "written"),
+    [("127.0.0.1", "127.0.0.1:{port}"), pytest.param("::1", "[::1]:{port}", marks=needs_ipv6)],
+)
+async def test_the_host_header_is_the_address_as_written_in_a_url(host: str, written: str) -> None:
+    """``Host: ::1:40002`` (trio-websocket writes the host it dials, then the port) is refused with 400 by a
+    strict reverse proxy in front of the RPC port (RFC 7230 and 3986: ``[::1]:40002``). A real listener
+    records the request ``rpc.connect`` sends, and refuses it as such a proxy would."""
+    heads: list[bytes] = []
+
+    async def proxy(stream: trio.SocketStream) -> None:
+        head = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in head:
+                chunk = await stream.receive_some(4096)
+                assert chunk, head
+                head += chunk
+        heads.append(head)
+        await stream.send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 8\r\n\r\nbad Host")
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, proxy, 0, host=host))
+        port = listeners[0].socket.getsockname()[1]
+        url = f"ws://{host_port_text(host, port)}/"
+        with pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(url, "admin", PASSWORD, connect_timeout_seconds=10):
+                pass
+        nursery.cancel_scope.cancel()
+    assert str(info.value) == f"unavailable: {url} refused the connection: HTTP 400 (bad Host)"
+    (head,) = heads
+    lines = head.decode("ascii").split("\r\n")
+    assert lines[0] == "GET / HTTP/1.1", lines
+    hosts = [x for x in lines if x.lower().startswith("host:")]
+    assert hosts == [f"Host: {written.format(port=port)}"], lines
+
+
+async def test_a_server_that_never_answers_the_upgrade_is_given_up_after_the_connect_timeout() -> None:
+    """A listener that accepts the connection and never answers (a hung node, a proxy holding the request):
+    ``connect_timeout_seconds`` ran out, but ``rpc.connect`` still waited for trio-websocket's reader task,
+    which kept reading the silent connection until the other side closed it (found timing the error of a
+    1 s timeout: 30 s, as long as the listener held the connection). It gives up at the timeout now."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        url = f"ws://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        start = trio.current_time()
+        with trio.fail_after(20), pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(url, "admin", PASSWORD, connect_timeout_seconds=1):
+                pass
+        assert 1 <= trio.current_time() - start < 10
+        nursery.cancel_scope.cancel()
+    assert str(info.value) == f"unavailable: cannot connect to {url}: ConnectionTimeout"
+
+
+@needs_ipv6
+async def test_a_client_logs_in_to_a_server_on_the_ipv6_loopback() -> None:
+    async with serving(host="::1") as (url, _):
+        assert url.startswith("ws://[::1]:")
+        async with rpc.connect(url, "reader", PASSWORD) as client:
+            assert client.user == "reader" and await client.ping() == "pong"
 
 
 @pytest.mark.parametrize(
