@@ -306,10 +306,17 @@ def _write_node_config(result: network.BootstrappedNetwork, node: network.Bootst
         identity_key=certs / "identity.key.pem",
         key_passphrase=_passphrase_source(result, node.passphrase_file),
         store_directory=d / "store",
-        # /metrics stays on the loopback, of the family the network was bootstrapped on (IPv6-only hosts)
-        metrics_address=("::1" if ":" in node.p2p_address.host else "127.0.0.1", 0),
+        metrics_address=(_loopback(node), 0),
+        bridge_endpoint=(_loopback(node), 0),
     )
     (d / "node.toml").write_text(dump_node_config(config, d), encoding="utf-8")
+
+
+def _loopback(node: network.BootstrappedNode) -> str:
+    """Where a node's listeners for local processes only go (/metrics; the local endpoint of an external
+    bridge): the loopback of the family the network was bootstrapped on, so that a network bootstrapped on
+    ``::1`` runs on a host without IPv4 (``127.0.0.1`` cannot be bound there)."""
+    return "::1" if ":" in node.p2p_address.host else "127.0.0.1"
 
 
 def _show(args: argparse.Namespace) -> int:

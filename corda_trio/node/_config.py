@@ -278,6 +278,8 @@ LOG_LEVELS: Final[tuple[str, ...]] = ("debug", "info", "warning", "error")
 DEFAULT_SHUTDOWN_TIMEOUT_SECONDS: Final[float] = 10.0
 #: Allowed ``[flows] max_responders_per_peer`` (the default is ``flows.DEFAULT_MAX_RESPONDERS_PER_PEER``).
 MAX_RESPONDERS_PER_PEER_RANGE: Final[tuple[int, int]] = (1, 1_000_000)
+#: Default of ``[bridge] endpoint`` (``network bootstrap --host`` an IPv6 address writes ``[::1]:0``).
+DEFAULT_BRIDGE_ENDPOINT: Final[tuple[str, int]] = ("127.0.0.1", 0)
 
 
 @final
@@ -310,7 +312,7 @@ class NodeConfig:
     metrics_address: tuple[str, int] | None = ("127.0.0.1", 0)
     bridge_mode: BridgeMode = BridgeMode.IN_PROCESS
     #: External mode: where the local endpoint listens (loopback; port 0: any), its user and password source.
-    bridge_endpoint: tuple[str, int] = ("127.0.0.1", 0)
+    bridge_endpoint: tuple[str, int] = DEFAULT_BRIDGE_ENDPOINT
     bridge_username: str = "bridge"
     bridge_password: KeyPassphrase | None = None
     #: In-process bridges dial peers through this SOCKS proxy (its password, if any, from
@@ -585,7 +587,8 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         raise r.fail("metrics.enabled", f"must be true or false, got {metrics_enabled!r}")
     metrics_address = _listen_address(r, metrics, "address", "metrics.address", "127.0.0.1:0")
     bridge_mode = r.choice(bridge_table, "mode", "bridge.mode", BridgeMode, BridgeMode.IN_PROCESS)
-    bridge_endpoint = _listen_address(r, bridge_table, "endpoint", "bridge.endpoint", "127.0.0.1:0")
+    default_endpoint = network.host_port_text(*DEFAULT_BRIDGE_ENDPOINT)
+    bridge_endpoint = _listen_address(r, bridge_table, "endpoint", "bridge.endpoint", default_endpoint)
     if bridge_endpoint[0] != "localhost" and not _is_loopback(bridge_endpoint[0]):
         raise r.fail("bridge.endpoint", f"must be a loopback address, got {bridge_endpoint[0]!r}")
     bridge_username = r.string(bridge_table, "username", "bridge.username", "bridge")
@@ -995,13 +998,12 @@ def dump_node_config(config: NodeConfig, config_dir: Path) -> str:
 
 
 def _bridge_lines(config: NodeConfig, base: Path) -> list[str]:
-    if config.bridge_mode is BridgeMode.IN_PROCESS and config.bridge_password is None:
-        return []
     host, port = config.bridge_endpoint
-    lines = [
-        f"endpoint = {_toml_str(network.host_port_text(host, port))}",
-        f"username = {_toml_str(config.bridge_username)}",
-    ]
+    endpoint = f"endpoint = {_toml_str(network.host_port_text(host, port))}"
+    if config.bridge_mode is BridgeMode.IN_PROCESS and config.bridge_password is None:
+        # (unused in this mode, but kept when it is not the default: an IPv6 network's, for mode = "external")
+        return [] if config.bridge_endpoint == DEFAULT_BRIDGE_ENDPOINT else [endpoint]
+    lines = [endpoint, f"username = {_toml_str(config.bridge_username)}"]
     source = config.bridge_password
     if source is not None and source.env is not None:
         lines.append(f"password_env = {_toml_str(source.env)}")

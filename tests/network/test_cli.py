@@ -18,6 +18,7 @@ import trio
 
 from corda_trio import network, pki
 from corda_trio.node import _config
+from tests.ipv6 import needs_ipv6
 
 # The console script's entry point (``python -m corda_trio.node._cli`` would load _cli twice, as __main__
 # and as itself, and CliError raised by the groups would not be caught as an operator error).
@@ -174,6 +175,35 @@ def test_bootstrap_speed_and_env_passphrase(tmp_path: Path) -> None:
     assert len(list(cfg.additional_node_infos.iterdir())) == 3
     with pytest.raises(_config.ConfigError, match="MY_PASS"):
         cfg.key_passphrase.read({})
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback", "other"),
+    [("127.0.0.1", "127.0.0.1", "::1"), pytest.param("[::1]", "::1", "127.0.0.1", marks=needs_ipv6)],
+)
+def test_every_loopback_listener_of_a_bootstrapped_node_is_of_the_networks_family(
+    tmp_path: Path, host: str, loopback: str, other: str
+) -> None:
+    """``--host ::1`` left the external bridge's local endpoint (``[bridge] endpoint``, not written: the
+    default) on ``127.0.0.1:0``, which a host without IPv4 cannot bind, as /metrics was: a node switched to
+    ``mode = "external"`` could not start there. Every address of every listener, written or the default,
+    is now of the network's family; a network on IPv4 gets the same node.toml as before (no endpoint line)."""
+    done = _cli("network", "bootstrap", "--dir", str(tmp_path / "n"), "--node", ALICE, "--host", host,
+                "--no-map")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "n" / "nodes" / "alice" / "node.toml"
+    text = path.read_text()
+    assert other not in text, text
+    assert ("endpoint = " in text) is (loopback == "::1"), text
+    cfg = _config.load_node_config(path)
+    listeners = [cfg.p2p_listen.host, cfg.rpc_address.host, cfg.bridge_endpoint[0]]
+    assert cfg.metrics_address is not None
+    assert [*listeners, cfg.metrics_address[0]] == [loopback] * 4
+    assert (cfg.metrics_address[1], cfg.bridge_endpoint[1]) == (0, 0)
+    external = text.replace('mode = "in-process"', 'mode = "external"\npassword_env = "BRIDGE_PASSWORD"')
+    assert external != text
+    path.write_text(external)
+    assert _config.load_node_config(path).bridge_endpoint == (loopback, 0)
 
 
 def _contexts(cfg: _config.NodeConfig) -> tuple[object, object]:

@@ -60,6 +60,7 @@ async def test_two_nodes_and_a_float_on_ipv6_only_run_flows(tmp_path: Path) -> N
         assert cfg.p2p_address.host == "::1" and cfg.network_map_url is not None
         assert cfg.network_map_url.startswith("http://[::1]:")
         assert cfg.metrics_address == ("::1", 0)  # (the loopback of the network's family, as RPC and P2P)
+        assert cfg.bridge_endpoint == ("::1", 0)  # (external bridge mode only: its local endpoint)
         cfg = attrs.evolve(cfg, rpc_users=USERS, shutdown_timeout_seconds=5.0)
         if name == "alice":  # binds every IPv6 interface, advertises [::1]
             cfg = attrs.evolve(
