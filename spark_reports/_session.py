@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from corda_trio.hostport import host_port_text
+
 from ._errors import ReportEnvironmentError
 
 if TYPE_CHECKING:
@@ -494,7 +496,7 @@ class _ExecutorWatch:
 
     def _explain(self, wait: float, had_some: bool) -> str:
         conf = self._context.getConf()
-        driver = f"{conf.get('spark.driver.host', '?')}:{conf.get('spark.driver.port', '?')}"
+        driver = driver_address(conf.get("spark.driver.host"), conf.get("spark.driver.port"))
         memory = self._settings.executor_memory or conf.get("spark.executor.memory", "1g")
         what = (
             f"lost its executors and got no other within {wait:g} s"
@@ -506,6 +508,16 @@ class _ExecutorWatch:
             f"free core and {memory} of free memory (--executor-memory) that can connect to this driver at "
             f"{driver} (set SPARK_LOCAL_IP to an address of this machine the workers reach)"
         )
+
+
+def driver_address(host: str | None, port: str | None) -> str:
+    """``HOST:PORT`` the workers dial the driver at (``spark.driver.host``, ``spark.driver.port``: Spark sets
+    both when the context starts; ``?`` for one that is not set), an IPv6 host in brackets, with or without
+    them in the conf (``[fd00::2]:40123``: ``fd00::2:40123`` does not say where the address ends)."""
+    bare = (host or "?").removeprefix("[").removesuffix("]")
+    if port is None or not port.isdigit():
+        return host_port_text(bare, 0).removesuffix("0") + "?"
+    return host_port_text(bare, int(port))
 
 
 #: Lines the JVM prints on every start that say nothing to an operator: the launcher's note on the incubator

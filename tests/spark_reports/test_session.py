@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_reports._session import class_data_sharing, find_java
+from spark_reports._session import class_data_sharing, driver_address, find_java
 
 
 def test_archive_path_and_options_follow_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,6 +34,26 @@ def test_no_archive_where_it_cannot_be_given(tmp_path: Path, monkeypatch: pytest
     blocker.write_text("not a directory")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     assert class_data_sharing(find_java()) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "written"),
+    [
+        ("10.0.0.7", "40123", "10.0.0.7:40123"),
+        ("driver.corp", "40123", "driver.corp:40123"),
+        ("fd00::2", "40123", "[fd00::2]:40123"),
+        ("[fd00::2]", "40123", "[fd00::2]:40123"),
+        ("fd00::2", None, "[fd00::2]:?"),
+        (None, None, "?:?"),
+    ],
+)
+def test_the_driver_address_the_workers_need_is_written_as_an_address(
+    host: str | None, port: str | None, written: str
+) -> None:
+    """The error of a report that got no executor names the driver's address for the operator to check:
+    ``fd00::2:40123`` for an IPv6 one (``spark.driver.host`` and ``spark.driver.port`` joined with a colon),
+    which does not say where the address ends; it is ``[fd00::2]:40123`` now, as every address printed."""
+    assert driver_address(host, port) == written
 
 
 @pytest.mark.spark
