@@ -31,6 +31,7 @@ import os
 import secrets
 import signal
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -439,10 +440,10 @@ async def _scrape(url: str | None) -> dict[str, float]:
         return {}
     from prometheus_client.parser import text_string_to_metric_families
 
-    host, _, rest = url.removeprefix("http://").partition(":")
-    port = int(rest.split("/")[0])
+    parts = urllib.parse.urlsplit(url)  # (http://[::1]:PORT/metrics: the host without its brackets)
+    assert parts.hostname is not None and parts.port is not None, url  # (the node wrote it: ready_line)
     with trio.move_on_after(5):
-        stream = await trio.open_tcp_stream(host, port)
+        stream = await trio.open_tcp_stream(parts.hostname, parts.port)
         async with stream:
             await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: demo\r\nconnection: close\r\n\r\n")
             data = b""

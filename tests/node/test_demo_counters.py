@@ -13,6 +13,8 @@ import trio
 from rich.console import Console
 
 from corda_trio.node import _cli_demo
+from corda_trio.node._metrics import serve_metrics
+from tests.ipv6 import needs_ipv6
 
 ALICE, BOB = "O=Alice,L=London,C=GB", "O=Bob,L=Paris,C=FR"
 
@@ -93,3 +95,19 @@ async def test_the_summary_says_when_the_counters_did_not_settle(monkeypatch: py
     text = _summary(counters, settled=False)
     assert "P2P counters still moving 0.5 s after the last flow" in text, text
     assert "read once settled" not in text and "sent and received may differ" in text, text
+
+
+@needs_ipv6
+async def test_a_node_whose_metrics_are_on_the_ipv6_loopback_is_read() -> None:
+    """A demo network's node with ``metrics.address = "[::1]:0"`` (as ``network bootstrap --host ::1``
+    writes it): its /metrics URL ``http://[::1]:PORT/metrics`` was split at the first colon (host ``[``,
+    then ``int(":1]")``), a ValueError out of the demo's summary. Read from the node's own metrics server."""
+    exposition = (
+        b'# TYPE corda_trio_p2p_messages_sent counter\ncorda_trio_p2p_messages_sent_total{peer="x"} 7.0\n'
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_metrics, lambda: exposition, "::1", 0)
+        with trio.fail_after(10):
+            counters = await _cli_demo._scrape(f"http://[::1]:{port}/metrics")
+        nursery.cancel_scope.cancel()
+    assert counters == {"corda_trio_p2p_messages_sent_total": 7.0}
