@@ -19,12 +19,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import re
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 import attrs
+import h11
 import trio
 import trio_websocket
 
@@ -355,6 +357,7 @@ async def _open_websocket(
         header = f"[{host}]" if ":" in host else host
     else:
         header = host_port_text(host, port)
+    ws: trio_websocket.WebSocketConnection | None = None
     try:
         async with trio.open_nursery() as nursery:  # (the connection's reader task)
             try:
@@ -386,6 +389,10 @@ async def _open_websocket(
         leaf = _only_leaf(group)
         if leaf is None:
             raise
+        if ws is None and isinstance(leaf, h11.ProtocolError):
+            # (an answer that is not HTTP: wsproto takes the client for a server and has it answer 400, which
+            # h11 refuses; trio-websocket's reader task raised that)
+            raise trio_websocket.HandshakeError(f"the answer is not HTTP ({_http_error(leaf)})") from None
         context = leaf.__context__  # (as it was: not the group, which holds the leaf itself)
         try:
             raise leaf
@@ -405,6 +412,20 @@ def _websocket_target(url: str) -> tuple[str, int, str, bool]:
     port = parts.port if parts.port is not None else 443 if tls else 80  # (ValueError: out of range)
     resource = (parts.path or "/") + (f"?{parts.query}" if "?" in url else "")
     return parts.hostname, port, resource, tls
+
+
+def _http_error(exc: BaseException) -> str:
+    """What h11 found wrong in the server's answer: the h11 ``RemoteProtocolError`` ``exc`` was raised while
+    handling (``illegal status line: 'garbage'``: without the ``bytearray(b...)`` h11 wraps it in)."""
+    said: BaseException | None = exc
+    for _ in range(10):
+        if said is None or isinstance(said, h11.RemoteProtocolError):
+            break
+        said = said.__context__
+    return _BYTES_REPR.sub(r"\1", str(said or exc))[:200]
+
+
+_BYTES_REPR: Final = re.compile(r"bytearray\(b('.*?'|\".*?\")\)")
 
 
 def _only_leaf(group: BaseExceptionGroup) -> BaseException | None:

@@ -696,6 +696,29 @@ async def test_a_server_that_never_answers_the_upgrade_is_given_up_after_the_con
     assert str(info.value) == f"unavailable: cannot connect to {url}: ConnectionTimeout"
 
 
+async def test_an_answer_that_is_not_http_is_a_clear_error() -> None:
+    """A ``--node`` address whose server answers something that is not HTTP: wsproto takes the bad status
+    line for a request to refuse and has the client answer 400, which h11 refuses (a client sends no
+    response), so ``rpc.connect`` raised h11's ``LocalProtocolError`` ("can't handle event type Response
+    when role=CLIENT"), a traceback from ``corda-trio node info`` (found feeding rpc.connect wrong answers).
+    It is an RpcConnectionError saying what h11 found wrong."""
+
+    async def not_http(stream: trio.SocketStream) -> None:
+        await stream.receive_some(4096)
+        await stream.send_all(b"-ERR unknown command\r\n\r\n")
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, not_http, 0, host="127.0.0.1"))
+        url = f"ws://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        with trio.fail_after(20), pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(url, "admin", PASSWORD):
+                pass
+        nursery.cancel_scope.cancel()
+    said = "illegal status line: '-ERR unknown command'"
+    assert str(info.value) == f"unavailable: cannot connect to {url}: the answer is not HTTP ({said})"
+
+
 @needs_ipv6
 async def test_a_client_logs_in_to_a_server_on_the_ipv6_loopback() -> None:
     async with serving(host="::1") as (url, _):
