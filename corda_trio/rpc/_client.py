@@ -22,7 +22,7 @@ import itertools
 import re
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -360,10 +360,11 @@ async def _open_websocket(
     ws: trio_websocket.WebSocketConnection | None = None
     try:
         async with trio.open_nursery() as nursery:  # (the connection's reader task)
+            waiting = trio.CancelScope()
             try:
-                with trio.fail_at(deadline):
+                with trio.fail_at(deadline), waiting:
                     ws = await trio_websocket.wrap_client_stream(
-                        nursery,
+                        _ReaderNursery(nursery, waiting),  # type: ignore[arg-type]
                         stream,
                         header,
                         resource,
@@ -377,6 +378,10 @@ async def _open_websocket(
             except BaseException:  # (as when the server refused the upgrade: the reader task raised)
                 await trio.aclose_forcefully(stream)
                 raise
+            if ws is None:  # (the reader task returned first: see _ReaderNursery)
+                await trio.aclose_forcefully(stream)
+                said = "the server closed the connection without answering the websocket upgrade"
+                raise trio_websocket.HandshakeError(said)
             try:
                 yield ws
             finally:
@@ -399,6 +404,24 @@ async def _open_websocket(
         finally:
             leaf.__context__ = context
             del leaf, context
+
+
+@attrs.frozen
+class _ReaderNursery:
+    """The nursery trio-websocket's ``wrap_client_stream`` starts the connection's reader task in (its only
+    use of it: ``start_soon``). A reader that returns (the server closed the connection, as a node's P2P
+    port does after a TLS alert: an operator's likely wrong ``--node``) cancels ``waiting``, the wait for
+    the answer to the upgrade, which trio-websocket would otherwise wait for until the connect timeout."""
+
+    nursery: trio.Nursery
+    waiting: trio.CancelScope
+
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object, name: object = None) -> None:
+        async def reader() -> None:
+            await fn(*args)
+            self.waiting.cancel()  # (once the connection is open, its scope is gone: no effect)
+
+        self.nursery.start_soon(reader, name=name or fn)
 
 
 def _websocket_target(url: str) -> tuple[str, int, str, bool]:

@@ -719,6 +719,30 @@ async def test_an_answer_that_is_not_http_is_a_clear_error() -> None:
     assert str(info.value) == f"unavailable: cannot connect to {url}: the answer is not HTTP ({said})"
 
 
+async def test_a_server_that_closes_without_answering_the_upgrade_is_said_at_once() -> None:
+    """``--node`` pointed at a port of another protocol that closes the connection on the request, as a
+    node's P2P port does (checked by hand: ``node info --node ws://[::1]:P2P_PORT``): trio-websocket's
+    reader returned, and ``rpc.connect`` still waited for the answer until the connect timeout, 10 s, then
+    said only "ConnectionTimeout". It says at once that the server closed the connection."""
+
+    async def amqp(stream: trio.SocketStream) -> None:
+        await stream.receive_some(4096)
+        await stream.send_all(b"AMQP\x03\x01\x00\x00")  # (the protocol header it expects instead)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, amqp, 0, host="127.0.0.1"))
+        url = f"ws://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        start = trio.current_time()
+        with trio.fail_after(20), pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(url, "admin", PASSWORD, connect_timeout_seconds=10):
+                pass
+        assert trio.current_time() - start < 5
+        nursery.cancel_scope.cancel()
+    said = "the server closed the connection without answering the websocket upgrade"
+    assert str(info.value) == f"unavailable: cannot connect to {url}: {said}"
+
+
 @needs_ipv6
 async def test_a_client_logs_in_to_a_server_on_the_ipv6_loopback() -> None:
     async with serving(host="::1") as (url, _):
