@@ -335,7 +335,8 @@ async def _open_websocket(
     3986: ``[::1]:40002``). Its errors are trio-websocket's: ``ValueError`` for a URL that is not ``ws://`` or
     ``wss://`` (``wss://`` with the default TLS context), :class:`trio_websocket.ConnectionTimeout` when
     ``connect_timeout`` runs out before the server has answered the upgrade, :class:`HandshakeError` from the
-    ``OSError`` of a failed dial, :class:`ConnectionRejected` for an HTTP answer other than the upgrade."""
+    ``OSError`` of a failed dial, for an answer that is not HTTP and for a connection the server closed
+    without answering, :class:`ConnectionRejected` for an HTTP answer other than the upgrade."""
     host, port, resource, tls = _websocket_target(url)
     deadline = trio.current_time() + connect_timeout
     try:
@@ -410,8 +411,8 @@ async def _open_websocket(
 class _ReaderNursery:
     """The nursery trio-websocket's ``wrap_client_stream`` starts the connection's reader task in (its only
     use of it: ``start_soon``). A reader that returns (the server closed the connection, as a node's P2P
-    port does after a TLS alert: an operator's likely wrong ``--node``) cancels ``waiting``, the wait for
-    the answer to the upgrade, which trio-websocket would otherwise wait for until the connect timeout."""
+    port does: an operator's likely wrong ``--node``) cancels ``waiting``, the wait for the answer to the
+    upgrade, which trio-websocket would otherwise wait for until the connect timeout."""
 
     nursery: trio.Nursery
     waiting: trio.CancelScope
