@@ -431,6 +431,10 @@ def _websocket_target(url: str) -> tuple[str, int, str, bool]:
     if parts.scheme not in ("ws", "wss"):
         raise ValueError('WebSocket URL scheme must be "ws:" or "wss:"')
     if not parts.hostname:
+        if parts.netloc.count(":") > 1:  # (ws://::1:40002: the host cannot be told from the port)
+            host, _, port_text = parts.netloc.rpartition(":")
+            written = f"{parts.scheme}://[{host}]:{port_text}"
+            raise ValueError(f"an IPv6 address is written in brackets in a URL, as in {written}")
         raise ValueError("URL host must not be None")
     tls = parts.scheme == "wss"
     port = parts.port if parts.port is not None else 443 if tls else 80  # (ValueError: out of range)

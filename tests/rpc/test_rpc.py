@@ -743,6 +743,15 @@ async def test_a_server_that_closes_without_answering_the_upgrade_is_said_at_onc
     assert str(info.value) == f"unavailable: cannot connect to {url}: {said}"
 
 
+async def test_an_ipv6_address_without_brackets_is_refused_saying_how_to_write_it() -> None:
+    """``node info --node ::1:40002`` said only "URL host must not be None"; it says how to write it."""
+    with pytest.raises(rpc.RpcConnectionError) as info:
+        async with rpc.connect("ws://::1:40002", "admin", PASSWORD):
+            pass
+    said = "an IPv6 address is written in brackets in a URL, as in ws://[::1]:40002"
+    assert str(info.value) == f"unavailable: cannot connect to ws://::1:40002: {said}"
+
+
 @needs_ipv6
 async def test_a_client_logs_in_to_a_server_on_the_ipv6_loopback() -> None:
     async with serving(host="::1") as (url, _):
