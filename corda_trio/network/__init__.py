@@ -11,6 +11,7 @@ from ._bootstrap import BootstrapError as BootstrapError
 from ._bootstrap import BootstrappedNetwork as BootstrappedNetwork
 from ._bootstrap import BootstrappedNode as BootstrappedNode
 from ._bootstrap import bootstrap_network as bootstrap_network
+from ._cache import EARLY_POLL_SPACING_SECONDS as EARLY_POLL_SPACING_SECONDS
 from ._cache import MapEvent as MapEvent
 from ._cache import NetworkMapUpdater as NetworkMapUpdater
 from ._cache import NetworkParametersChanged as NetworkParametersChanged
@@ -62,6 +63,7 @@ from ._store import NetworkMapStoreError as NetworkMapStoreError
 __all__ = [
     "DEFAULT_MAX_MAP_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE_BYTES",
+    "EARLY_POLL_SPACING_SECONDS",
     "MAX_ADDRESSES",
     "MAX_PAYLOAD_BYTES",
     "MAX_SERIAL",

@@ -18,6 +18,14 @@ the cache never claims less than the consumer was told.  :meth:`NetworkMapUpdate
 the node's own NodeInfo (retrying with backoff), then polls every ``max-age`` seconds as the server asks.
 Events go into a bounded memory channel: a slow consumer slows polling rather than growing memory.
 
+A node that meets a name it does not know (a flow sends to a node it has not seen, a float forwards a message
+from one) calls :meth:`NetworkMapUpdater.poll_soon`: the node may have joined since the last poll, and
+waiting for the next one would hold the first flow between two nodes started together for up to ``max-age``.
+The early poll comes :data:`EARLY_POLL_SPACING_SECONDS` after the previous poll at the soonest, and the
+requests meanwhile are one poll, so a flow retrying its send or a peer sending from unknown names costs the
+map one request per spacing at most; the next regular poll is ``max-age`` after the early one. While the
+map is failing, requests wait for the backoff's retry. In directory mode the same holds for the directory.
+
 A node stays in the map only while the map holds its NodeInfo, so each poll also checks that the map lists
 the node's own current NodeInfo (its hash: the map's list, not the merged view, since a copy in the
 node-info directory says nothing about the map).  When it does not (the operator removed the node and then
@@ -77,6 +85,7 @@ from ._signing import (
 )
 
 __all__ = [
+    "EARLY_POLL_SPACING_SECONDS",
     "MapEvent",
     "NetworkMapUpdater",
     "NetworkParametersChanged",
@@ -98,6 +107,10 @@ MAX_POLL_SECONDS: Final[float] = 600.0
 #: Retry after a failed poll or publish: doubling from 1 s up to 60 s.
 RETRY_INITIAL_SECONDS: Final[float] = 1.0
 RETRY_MAX_SECONDS: Final[float] = 60.0
+#: An early poll (:meth:`NetworkMapUpdater.poll_soon`: the node met a name it does not know) comes this long
+#: after the previous poll at the soonest: requests meanwhile are one poll, so neither a flow's retries nor a
+#: peer sending from names the map does not hold make a node ask the map more than once in this time.
+EARLY_POLL_SPACING_SECONDS: Final[float] = 1.0
 #: Files in the node-infos directory are called ``nodeInfo-<HASH>`` (as Corda's are).
 NODE_INFO_FILE_PREFIX: Final[str] = "nodeInfo-"
 #: The warning about other nodes' NodeInfos in the node-info directory names at most this many of them.
@@ -340,6 +353,8 @@ class NetworkMapUpdater:
     #: The map service away: the failed polls and publications together (its first failure, then a line a
     #: minute at most, and one when the map answers again).
     _outage: logs.Outage = attrs.field(init=False)
+    #: Set by :meth:`poll_soon`; a new one as each poll starts (that poll answers what was asked before it).
+    _poll_asked: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         url = self.client.base_url if self.client is not None else "(none)"
@@ -348,6 +363,17 @@ class NetworkMapUpdater:
     def nodes(self) -> dict[str, VerifiedNodeInfo]:
         """Snapshot: canonical legal name -> verified NodeInfo."""
         return dict(self._nodes)
+
+    def poll_soon(self) -> None:
+        """Ask :meth:`run` for a poll before the next one is due: the node met a name that is not in its view
+        (a recipient, a sender), which may have joined the map since the last poll.
+
+        Cheap, from any task of the updater's trio run: requests are coalesced, and the early poll comes
+        :data:`EARLY_POLL_SPACING_SECONDS` after the previous poll at the soonest (the next regular one is
+        then the map's ``max-age`` after it). While the map is failing, the backoff stands: the retry is the
+        next poll.
+        """
+        self._poll_asked.set()
 
     async def load_cache(self) -> list[MapEvent]:
         """Load and re-verify the persisted cache; emits and returns ``NodeAdded`` for each entry."""
@@ -469,6 +495,8 @@ class NetworkMapUpdater:
             retry = RETRY_INITIAL_SECONDS
             just_published = True
             while True:
+                self._poll_asked = trio.Event()  # (this poll answers the requests so far)
+                early_ok = True
                 try:
                     _, interval = await self.poll_once()
                     retry = RETRY_INITIAL_SECONDS
@@ -484,8 +512,20 @@ class NetworkMapUpdater:
                         logs.failure_text(exc), "network map poll failed (retry in %.0f s): %s", retry, why
                     )
                     interval, retry = retry, min(retry * 2, RETRY_MAX_SECONDS)
+                    early_ok = False  # (backing off: an early request waits for the retry)
                 just_published = False
-                await trio.sleep(interval)
+                await self._wait_for_next_poll(interval, early_ok=early_ok)
+
+    async def _wait_for_next_poll(self, interval: float, *, early_ok: bool) -> None:
+        """Sleep ``interval`` seconds, or, when ``early_ok`` and :meth:`poll_soon` asks, until
+        :data:`EARLY_POLL_SPACING_SECONDS` after the poll that just ended (whichever comes first)."""
+        polled_at = trio.current_time()
+        with trio.move_on_after(interval):
+            if not early_ok:
+                await trio.sleep_forever()
+            await self._poll_asked.wait()
+            await trio.sleep_until(polled_at + EARLY_POLL_SPACING_SECONDS)
+            log.debug("polling the network map early: a name not in this node's view was met")
 
     def _own_missing(self, own_hash: str | None) -> bool:
         """The map, at its last poll, did not list our current NodeInfo (which we publish), and that poll
