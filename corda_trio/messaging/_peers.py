@@ -2,12 +2,15 @@
 
 ``messaging`` and ``bridge`` do not import ``network``: the node feeds network map events (node added,
 removed, addresses changed) into a :class:`PeerDirectory`, and the messaging service and the bridges read it
-through the :class:`PeerResolver` protocol.
+through the :class:`PeerResolver` protocol. The other way, when they meet a name the directory does not hold
+(a recipient, a message's sender), they say so (:meth:`PeerResolver.report_unknown`): the node has its
+network map updater poll the map early (``PeerDirectory.on_unknown``), since the node may have joined the
+map since the last poll.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -47,11 +50,21 @@ class PeerResolver(Protocol):
     async def wait_changed(self, since: int) -> int:
         """Wait until :attr:`version` exceeds ``since``; returns the new version."""
 
+    def report_unknown(self) -> None:
+        """A name (or key-hash) that is not known here was met: whoever follows the network map may look
+        again soon. Cheap and synchronous; call it as often as it happens (the follower coalesces)."""
+
 
 @attrs.define(eq=False)
 class PeerDirectory:
-    """An in-memory :class:`PeerResolver`, updated by whoever follows the network map."""
+    """An in-memory :class:`PeerResolver`, updated by whoever follows the network map.
 
+    Attributes:
+        on_unknown: called by :meth:`report_unknown` (the node: its network map updater's ``poll_soon``);
+            ``None``: nothing to tell.
+    """
+
+    on_unknown: Callable[[], None] | None = None
     _by_hash: dict[str, Peer] = attrs.field(factory=dict, init=False)
     _version: int = attrs.field(default=0, init=False)
     _changed: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -99,3 +112,7 @@ class PeerDirectory:
         while self._version <= since:
             await self._changed.wait()
         return self._version
+
+    def report_unknown(self) -> None:
+        if self.on_unknown is not None:
+            self.on_unknown()

@@ -264,11 +264,13 @@ class MessagingService:
         if isinstance(recipient, str):  # a key-hash (e.g. of a service identity)
             if recipient == self.config.key_hash or self.resolver.peer(recipient) is not None:
                 return recipient
+            self.resolver.report_unknown()  # (it may have joined the map since the node last polled it)
             raise UnknownRecipientError(f"no node with identity key-hash {recipient} in the network map")
         if recipient == self.config.legal_name:
             return self.config.key_hash
         peer = self.resolver.peer_named(recipient)
         if peer is None:
+            self.resolver.report_unknown()  # (it may have joined the map since the node last polled it)
             # A look-alike of a name in the map is a typo, never a node to come: the map refuses it.
             held = pki.find_confusable(recipient, (p.legal_name for p in self.resolver.peers()))
             hint = f"; did you mean {str(held)!r} (it differs only in case or accents)?" if held else ""

@@ -642,6 +642,8 @@ class Node:
             own_node_info=own_info,
             poll_interval_seconds=DIRECTORY_POLL_SECONDS,
         )
+        # a recipient or a sender not in the map: it may have joined since the last poll; ask the map now
+        self.peers.on_unknown = self.updater.poll_soon
         nursery.start_soon(self._follow_map, receive)
         await nursery.start(self._run_updater, cache)
 

@@ -102,6 +102,30 @@ async def test_send_refuses_oversize_and_unknown_recipient(
         assert a.service.inbox.statistics().depth == 1
 
 
+async def test_a_send_to_a_node_not_in_the_map_tells_the_peer_directory(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, network: pki.NetworkCredentials, tmp_path: Path
+) -> None:
+    """The node learnt of a peer only at its next poll of the map (up to its max-age, 30 s): a first flow to
+    a node that joined since waited that long. Now each send to a name or key-hash the directory does not
+    hold tells it (``report_unknown``), and the node has its map updater poll early on that hook."""
+    asked: list[None] = []
+    peers = messaging.PeerDirectory(on_unknown=lambda: asked.append(None))
+    async with running_node(alice, network.root.cert, tmp_path / "a", peers=peers) as a:
+        await a.service.send(a.service.create_message(TOPIC, b"me"), alice.legal_name)
+        assert asked == []
+        for recipient in (bob.legal_name, pki.key_hash(bob.identity.cert.public_key())):
+            with pytest.raises(messaging.UnknownRecipientError):
+                await a.service.send(a.service.create_message(TOPIC, b"x"), recipient)
+        assert len(asked) == 2
+        peers.put(
+            messaging.Peer(
+                legal_name=bob.legal_name, key_hash=pki.key_hash(bob.identity.cert.public_key()), addresses=[]
+            )
+        )
+        await a.service.send(a.service.create_message(TOPIC, b"x"), bob.legal_name)
+        assert len(asked) == 2
+
+
 def wire(sender: pki.NodeCredentials, i: int, **extra: object) -> amqp.Message:
     message = messaging.to_amqp(
         messaging.OutgoingMessage(topic=TOPIC, data=b"m%d" % i, dedup_id=f"id-{i}"),

@@ -176,6 +176,50 @@ async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing
     await trio.lowlevel.checkpoint()
 
 
+async def test_a_sender_not_in_the_map_tells_the_peer_directory(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, bridge_creds: fl.TunnelCredentials
+) -> None:
+    """A delivery from a node not in the map yet is released, and the node learnt of the sender only at its
+    next poll of the map (up to its max-age): the sender's bridge kept sending it again meanwhile. Now the
+    release tells the peer directory (``report_unknown``: the node polls the map early); a known sender and
+    the held link's later deliveries do not."""
+    bob_hash = pki.key_hash(bob.identity.cert.public_key())
+    inbox = messaging.inbox_address(bob_hash)
+
+    class Inbox:
+        name = inbox
+
+        async def enqueue_many(self, payloads: object) -> None:
+            raise AssertionError("not used")
+
+    asked: list[None] = []
+    peers = messaging.PeerDirectory(on_unknown=lambda: asked.append(None))
+    tunnel = fl.FloatTunnel(
+        inbox=Inbox(),
+        tunnel_context=bridge_creds.client_context(),
+        config=fl.TunnelConfig(floats=[("127.0.0.1", 1)]),
+        resolver=peers,
+    )
+    a = str(alice.legal_name)
+
+    def forwarded(i: int, peer: str) -> bytes:
+        return fl.ForwardedDelivery(source=a, target=inbox, peer=peer, payload=p2p(None, i)).encode()
+
+    with pytest.raises(RetryLaterError, match="not in the network map"):
+        tunnel.validate(forwarded(1, "192.0.2.1:4000"))
+    assert len(asked) == 1
+    with pytest.raises(RetryLaterError, match="not in the network map"):
+        tunnel.validate(forwarded(1, "192.0.2.1:4001"))
+    assert len(asked) == 2
+    alice_hash = pki.key_hash(alice.identity.cert.public_key())
+    peers.put(messaging.Peer(legal_name=alice.legal_name, key_hash=alice_hash, addresses=[]))
+    with pytest.raises(RetryLaterError, match="an earlier delivery"):
+        tunnel.validate(forwarded(2, "192.0.2.1:4000"))
+    tunnel.validate(forwarded(1, "192.0.2.1:4002"))
+    assert len(asked) == 2
+    await trio.lowlevel.checkpoint()
+
+
 async def test_a_report_in_another_message_format_is_rejected_and_not_acted_on(
     bob: pki.NodeCredentials,
     float_creds: fl.TunnelCredentials,

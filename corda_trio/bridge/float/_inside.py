@@ -390,6 +390,7 @@ class FloatTunnel:
                 "amqp:unauthorized-access", f"the claimed sender {source!r} is not a legal name: {exc}"
             ) from exc
         if self.resolver is not None and self.resolver.peer_named(name) is None:
+            self.resolver.report_unknown()  # (it may have joined the map since the node last polled it)
             self._unknown_log.warning(
                 source, "not in the network map",
                 "float tunnel: %s is not in the network map (yet): its messages are released, its "
