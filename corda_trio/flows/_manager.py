@@ -25,7 +25,9 @@ acks and the outbound appends follow on their own); (4) timers are armed and the
 
 *Outbound pumps.* One task per counterparty appends whatever the flows handed over to that peer's outbound
 queue in one ``send_many`` (one group commit), in hand-over order, and only then hands over the next lot. A
-peer the network map does not know yet is retried with jittered backoff (its flows show as ``retrying``).
+peer the network map does not know yet is retried with jittered backoff (its flows show as ``retrying``),
+and at once when the node's view of the network changes (the send that failed asked the node to poll the
+map early: the peer may have joined since its last poll).
 Once every part of an outbox is durable in the outbound queues its record is deleted, in the next checkpoint
 write of any flow or, when none comes within ``outbox_flush_seconds``, in a write of its own. At start every
 outbox record still there is handed over again, in order, before its flow takes any event: exactly the
@@ -112,7 +114,7 @@ import traceback
 import types
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -464,6 +466,12 @@ class FlowHandle:
 
 #: Longest ``client_id`` :meth:`FlowManager.start_flow` takes (it becomes part of the flow id and its keys).
 MAX_CLIENT_ID: Final = 200
+
+
+async def _first_of(waiters: trio.Nursery, wait: Callable[[], Awaitable[object]]) -> None:
+    """``await wait()``, then end the other waits of ``waiters``."""
+    await wait()
+    waiters.cancel_scope.cancel()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1224,6 +1232,7 @@ class FlowManager:
         delay = self.config.retry_initial_seconds
         party = _party(pump.party)
         while True:
+            peers_seen = self.messaging.resolver.version  # (a change after the attempt may bring the peer)
             messages = []
             for _h, _r, outbox in entries:
                 if len(outbox) > 1 and self.config.bundle:
@@ -1242,9 +1251,15 @@ class FlowManager:
                     if runner is not None and runner.send_error != text:
                         runner.send_error = text
                         self._bump()
-                log.info("messages to %s wait: %s; retrying in about %.1f s", pump.party, exc, delay)
+                log.info(
+                    "messages to %s wait: %s; retrying in about %.1f s, or when the network map changes",
+                    pump.party, exc, delay,
+                )  # fmt: skip
                 with trio.move_on_after(delay * random.uniform(0.5, 1.5)):
-                    await pump.retry.wait()
+                    async with trio.open_nursery() as waiters:
+                        changed = functools.partial(self.messaging.resolver.wait_changed, peers_seen)
+                        waiters.start_soon(_first_of, waiters, pump.retry.wait)
+                        waiters.start_soon(_first_of, waiters, changed)
                 pump.retry = trio.Event()
                 delay = min(delay * 2, self.config.retry_max_seconds)
                 if gather:

@@ -183,6 +183,23 @@ async def test_unknown_peer_is_transient_and_retried(net: testing.FlowNetwork) -
         assert await handle.result() == 2
 
 
+async def test_a_retrying_send_goes_as_soon_as_the_peer_is_known(tmp_path: Path) -> None:
+    """A flow's messages to a node not in the map waited out their backoff (doubling up to 30 s) even when the
+    node learnt of the peer meanwhile (the send asks the node to poll the map early). Now they go when the
+    node's view of the network changes."""
+    async with testing.open_flow_network(
+        tmp_path, [ALICE, CAROL], flow_config=flows.FlowManagerConfig(retry_initial_seconds=20)
+    ) as net:
+        alice = net["Alice"].flows
+        net.forget(CAROL)
+        with trio.fail_after(30):
+            handle = await alice.start_flow("PingPong", recipient=CAROL, rounds="2")
+            await wait_status(alice, handle.flow_id, "retrying")
+        net._publish()
+        with trio.fail_after(5):  # (the backoff: 10 to 30 s)
+            assert await handle.result() == 2
+
+
 async def test_kill_tells_the_counterparty(net: testing.FlowNetwork) -> None:
     alice, bob = net["Alice"].flows, net["Bob"].flows
     with trio.fail_after(30):
