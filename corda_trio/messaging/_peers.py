@@ -4,8 +4,8 @@
 removed, addresses changed) into a :class:`PeerDirectory`, and the messaging service and the bridges read it
 through the :class:`PeerResolver` protocol. The other way, when they meet a name the directory does not hold
 (a recipient, a message's sender), they say so (:meth:`PeerResolver.report_unknown`): the node has its
-network map updater poll the map early (``PeerDirectory.on_unknown``), since the node may have joined the
-map since the last poll.
+network map updater poll the map early (``PeerDirectory.on_unknown``), since the node of that name may have
+joined the map after the last poll.
 """
 
 from __future__ import annotations
