@@ -273,11 +273,7 @@ def _cdf_chart(
             Series(
                 name=_label(g, (prefixes or {}).get(g.run_id)),
                 points=pts,
-                color=(
-                    _color(result, g.run_id, g.link)
-                    if result is not None
-                    else PALETTE[i % len(PALETTE)]
-                ),
+                color=(_color(result, g.run_id, g.link) if result is not None else PALETTE[i % len(PALETTE)]),
                 dashed=g.run_id == dashed_run,
             )
         )
@@ -333,7 +329,7 @@ def _throughput_charts(title: str, result: JobResult, run_id: str, scenario: str
             y_axis=Axis(label="failed operations per second", include_zero=True),
         )
     if len(links) > len(shown):
-        left = ", ".join(escape(_cut(link, 80)) for link in links[len(shown):])
+        left = ", ".join(escape(_cut(link, 80)) for link in links[len(shown) :])
         out += (
             f'<p class="sub">{len(links) - len(shown)} more link(s) not drawn here to keep the chart legible '
             f"(the {len(shown)} busiest are shown; every link is in the tables): {left}</p>"
@@ -494,7 +490,7 @@ def render_html(
             f"described or charted here to keep the page readable: {names}</p>"
         )
     host = context.report_host
-    out.append("<h3>This report</h3><dl class=\"kv\">")
+    out.append('<h3>This report</h3><dl class="kv">')
     for k, v in [
         ("input", ", ".join(context.input_dirs)),
         ("summary tables", f"{context.tables_dir} (groups, stages, throughput, errors"
@@ -526,9 +522,7 @@ def render_html(
             everything = [g for g in result.groups if g.run_id == r and g.scenario == scenario and g.cdf_ns]
             groups = _top(everything)
             chart_no += 1
-            out.append(
-                f'<h2 id="charts-{chart_no}">{escape(scenario)} — run <code>{escape(r)}</code></h2>'
-            )
+            out.append(f'<h2 id="charts-{chart_no}">{escape(scenario)} — run <code>{escape(r)}</code></h2>')
             out.append('<div class="charts">')
             # the run's link colours, unless a link has several size classes here (then one colour each)
             by_link = len({g.link for g in groups}) == len(groups)

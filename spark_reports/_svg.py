@@ -165,9 +165,7 @@ def line_chart(
     def py(y: float) -> float:
         return top + plot_h - (y - y_lo) / (y_hi - y_lo) * plot_h
 
-    parts.append(
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot-area"/>'
-    )
+    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot-area"/>')
     for t, label in _ticks(y_lo, y_hi, y_axis):
         y = py(t)
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')

@@ -130,6 +130,7 @@ def test_the_ping_pong_responder_refuses_a_ping_out_of_bounds(ping: str) -> None
         responder.check_ping(ping)
     responder.check_ping("ping 0/10000")
 
+
 def test_a_checkpoint_keeps_its_starter_and_one_without_encodes_as_before() -> None:
     """The starter (who owns a client id) is the checkpoint's 12th element; a flow without one encodes as
     the 11 elements checkpoints had before (those still decode, with no starter). The starter of a checkpoint
@@ -166,32 +167,38 @@ def test_a_checkpoint_keeps_its_starter_and_one_without_encodes_as_before() -> N
         ("PingPong", {}, ValueError, "PingPong needs the argument 'recipient'"),
         # values that are not strings (RPC) must be of the declared type: the flow would fail or be parked
         (
-            "PingPong", {"recipient": "x", "rounds": 2.5},
+            "PingPong",
+            {"recipient": "x", "rounds": 2.5},
             ValueError,
             "PingPong argument rounds: expected int, got float",
         ),
         (
-            "PingPong", {"recipient": "x", "rounds": [1]},
+            "PingPong",
+            {"recipient": "x", "rounds": [1]},
             ValueError,
             "PingPong argument rounds: expected int, got list",
         ),
         (
-            "PingPong", {"recipient": "x", "rounds": True},
+            "PingPong",
+            {"recipient": "x", "rounds": True},
             ValueError,
             "PingPong argument rounds: expected int, got bool",
         ),
         (
-            "PingPong", {"recipient": None},
+            "PingPong",
+            {"recipient": None},
             ValueError,
             "PingPong argument recipient: expected str, got NoneType",
         ),
         (
-            "Broadcast", {"recipients": ["a", 1]},
+            "Broadcast",
+            {"recipients": ["a", 1]},
             ValueError,
             "Broadcast argument recipients: expected list[str]",
         ),
         (
-            "Broadcast", {"recipients": "a", "message": b"x"},
+            "Broadcast",
+            {"recipients": "a", "message": b"x"},
             ValueError,
             "Broadcast argument message: expected str",
         ),

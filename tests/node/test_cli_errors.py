@@ -635,9 +635,9 @@ def test_a_refused_node_start_creates_nothing(
             breaks(node, toml)  # type: ignore[operator]
         before = _tree(tmp_path)
         done = run_cli("node", "start", "--config", str(toml), timeout=60)
-    assert done.stderr.splitlines() == [
-        done.stderr.strip()
-    ] and done.stderr.startswith("corda-trio: error: "), done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith(
+        "corda-trio: error: "
+    ), done.stderr
     assert message.format(n=node, port=port) in done.stderr, done.stderr
     assert done.returncode == code
     assert _tree(tmp_path) == before

@@ -162,7 +162,6 @@ def _comm(pid: int) -> str:
         return ""
 
 
-
 # --- a signal while the process starts --------------------------------------------------------------------
 
 

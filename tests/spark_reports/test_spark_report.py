@@ -496,7 +496,10 @@ def test_cli_says_in_one_line_why_a_started_jvm_could_not_start_spark(tmp_path: 
     _generate(tmp_path / "in", "proc", slowdown=1.0, seed=3, t0_ns=1_800_000_000_000_000_000)
     common = [sys.executable, "-c", CLI, "report", "--in", str(tmp_path / "in")]
     common += ["--out", str(tmp_path / "r.html")]
-    refused = (("local[0]", "Asked to run locally with 0 threads"), ("spark://", "Invalid master URL: spark://"))
+    refused = (
+        ("local[0]", "Asked to run locally with 0 threads"),
+        ("spark://", "Invalid master URL: spark://"),
+    )
     for master, reason in refused:
         proc = subprocess.run([*common, "--master", master], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 1 and proc.stdout == ""

@@ -39,6 +39,7 @@ def main() -> int:
     body = bytes(args.size)
     started = time.monotonic()
     try:
+
         def auth() -> authentication.SASLPlain:  # one per connection (uamqp consumes it)
             return authentication.SASLPlain(
                 host, args.user, args.password, port=args.port, verify=str(Path(args.tls) / "ca.pem")
