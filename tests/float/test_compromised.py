@@ -3,6 +3,7 @@ get a message into anything but this node's inbox, nor one that claims a sender 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +139,15 @@ async def test_a_compromised_float_reaches_nothing_but_the_local_inbox(
         nursery.cancel_scope.cancel()
 
 
-async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing_overtakes_it(
-    alice: pki.NodeCredentials, bob: pki.NodeCredentials, bridge_creds: fl.TunnelCredentials
-) -> None:
-    """Alice is not in Bob's map yet: her delivery is released. The map then learns her: later deliveries on
-    that same peer link are still released (they would overtake the released one, which her bridge sends
-    again on a new connection); a new link from her is taken."""
-    bob_hash = pki.key_hash(bob.identity.cert.public_key())
-    inbox = messaging.inbox_address(bob_hash)
+def _validating_tunnel(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    peers: messaging.PeerDirectory,
+) -> tuple[fl.FloatTunnel, Callable[[int, str], bytes]]:
+    """Bob's float tunnel, for its ``validate`` only (it dials nothing and stores nothing), and a maker of
+    Alice's forwarded deliveries (message ``i`` from peer connection ``peer``)."""
+    inbox = messaging.inbox_address(pki.key_hash(bob.identity.cert.public_key()))
 
     class Inbox:
         name = inbox
@@ -153,7 +155,6 @@ async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing
         async def enqueue_many(self, payloads: object) -> None:
             raise AssertionError("not used")
 
-    peers = messaging.PeerDirectory()
     tunnel = fl.FloatTunnel(
         inbox=Inbox(),
         tunnel_context=bridge_creds.client_context(),
@@ -165,6 +166,18 @@ async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing
     def forwarded(i: int, peer: str) -> bytes:
         return fl.ForwardedDelivery(source=a, target=inbox, peer=peer, payload=p2p(None, i)).encode()
 
+    return tunnel, forwarded
+
+
+async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing_overtakes_it(
+    alice: pki.NodeCredentials, bob: pki.NodeCredentials, bridge_creds: fl.TunnelCredentials
+) -> None:
+    """Alice is not in Bob's map yet: her delivery is released. The map then learns her: later deliveries on
+    that same peer link are still released (they would overtake the released one, which her bridge sends
+    again on a new connection); a new link from her is taken."""
+    peers = messaging.PeerDirectory()
+    tunnel, forwarded = _validating_tunnel(alice, bob, bridge_creds, peers)
+
     with pytest.raises(RetryLaterError, match="not in the network map"):
         tunnel.validate(forwarded(1, "192.0.2.1:4000"))
     alice_hash = pki.key_hash(alice.identity.cert.public_key())
@@ -172,7 +185,7 @@ async def test_a_link_whose_delivery_was_released_stays_released_so_that_nothing
     with pytest.raises(RetryLaterError, match="an earlier delivery"):
         tunnel.validate(forwarded(2, "192.0.2.1:4000"))  # the same link: held
     stored = amqp.Message.decode(tunnel.validate(forwarded(1, "192.0.2.1:4001")))  # her new connection
-    assert stored.application_properties[messaging.HEADER_VALIDATED_USER] == a
+    assert stored.application_properties[messaging.HEADER_VALIDATED_USER] == str(alice.legal_name)
     await trio.lowlevel.checkpoint()
 
 
@@ -183,27 +196,9 @@ async def test_a_sender_not_in_the_map_tells_the_peer_directory(
     next poll of the map (up to its max-age): the sender's bridge kept sending it again meanwhile. Now the
     release tells the peer directory (``report_unknown``: the node polls the map early); a known sender and
     the held link's later deliveries do not."""
-    bob_hash = pki.key_hash(bob.identity.cert.public_key())
-    inbox = messaging.inbox_address(bob_hash)
-
-    class Inbox:
-        name = inbox
-
-        async def enqueue_many(self, payloads: object) -> None:
-            raise AssertionError("not used")
-
     asked: list[None] = []
     peers = messaging.PeerDirectory(on_unknown=lambda: asked.append(None))
-    tunnel = fl.FloatTunnel(
-        inbox=Inbox(),
-        tunnel_context=bridge_creds.client_context(),
-        config=fl.TunnelConfig(floats=[("127.0.0.1", 1)]),
-        resolver=peers,
-    )
-    a = str(alice.legal_name)
-
-    def forwarded(i: int, peer: str) -> bytes:
-        return fl.ForwardedDelivery(source=a, target=inbox, peer=peer, payload=p2p(None, i)).encode()
+    tunnel, forwarded = _validating_tunnel(alice, bob, bridge_creds, peers)
 
     with pytest.raises(RetryLaterError, match="not in the network map"):
         tunnel.validate(forwarded(1, "192.0.2.1:4000"))
