@@ -51,10 +51,29 @@ def make_network(
 async def open_map_process(net: Path, *, max_age_seconds: int) -> AsyncIterator[trio.Process]:
     """``corda-trio networkmap serve --dir net`` (a network made ``with_map``) with the map's ``max-age`` (the
     nodes' poll interval) set, serving until the block ends (SIGTERM, then SIGKILL after 10 s)."""
+    set_map_max_age(net, max_age_seconds)
+    proc = await start_map_process(net)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+
+
+def set_map_max_age(net: Path, max_age_seconds: int) -> None:
+    """Set the ``max-age`` of a bootstrapped network's map (the nodes' poll interval; 30 s as made)."""
     toml = net / "network-map" / "networkmap.toml"
     text = toml.read_text(encoding="utf-8")
     assert "max_age_seconds = 30" in text, text
     toml.write_text(text.replace("max_age_seconds = 30", f"max_age_seconds = {max_age_seconds}"), "utf-8")
+
+
+async def start_map_process(net: Path) -> trio.Process:
+    """Start ``corda-trio networkmap serve --dir net`` and wait until it serves (killed if it does not); the
+    caller stops it."""
     proc = await trio.lowlevel.open_process(
         [*CLI, "networkmap", "serve", "--dir", str(net)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -67,13 +86,12 @@ async def open_map_process(net: Path, *, max_age_seconds: int) -> AsyncIterator[
                 assert chunk, "networkmap serve exited before serving"
                 line += chunk
         assert b"serving http://" in line, line
-        yield proc
-    finally:
-        proc.terminate()
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
+    except BaseException:
+        proc.kill()
+        with trio.CancelScope(shield=True):
             await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
+        raise
+    return proc
 
 
 async def scrape_metrics(url: str) -> dict[str, float]:
