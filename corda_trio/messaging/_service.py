@@ -113,6 +113,9 @@ DISPATCH_BURST: Final = 64
 #: for, queued behind those syncs in the commit helper (bench/p2p at 3,000 msg/s: the dedup log's syncs went
 #: from ~290/s to ~95/s, and all the receiver's syncs from ~590/s to ~340/s).
 COMMIT_HOLD_SECONDS: Final = 0.005
+#: How long a stopping service may take to commit the ids of the messages it handled last (see
+#: ``MessagingService._commit_loop``).
+STOP_COMMIT_SECONDS: Final = 5.0
 
 #: ``async def handler(message) -> bytes | None``: the optional bytes are a receipt committed with the id.
 #: A handler may instead return a *deferred receipt*, ``async () -> bytes | None``: the dispatcher goes on
@@ -698,17 +701,43 @@ class MessagingService:
     ) -> None:
         """Commit the handled messages' ids (whatever has accumulated, in one group commit), then ack their
         inbox messages (lazily: the acks ride with the inbox's next group commit). An inbox message is acked
-        only after its id (and receipt) is durable; a duplicate needs no commit. Cancelled during the hold,
-        the messages taken stay claimed and unacked (redelivered after a restart, as when cancelled during
-        the commit)."""
-        async for first in done:
-            await trio.sleep(COMMIT_HOLD_SECONDS)  # let the messages handled meanwhile share the commit
-            batch = [first, *_drain(done)]
-            items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
-            if items:
-                await self.deduplicator.commit_many(items)
-            # lazy (the acks ride with the inbox's next group commit), after the hold's checkpoint
-            consumer.ack_many_nowait([message_id for message_id, _, _ in batch])
+        only after its id (and receipt) is durable; a duplicate needs no commit. Cancelled (the service
+        stops: the node stops once its flows are drained), it commits and acks what was handled and is not
+        committed yet, within :data:`STOP_COMMIT_SECONDS`, before it ends: what a clean stop leaves behind is
+        not handed over again after the restart (a message whose flow finished meanwhile would then be
+        refused as one for an unknown session). Past that bound (a stuck store), or killed, those messages
+        stay claimed and unacked: redelivered after a restart, and dropped there by their ids or by their
+        flows."""
+        batch: list[tuple[int, str | None, bytes]] = []
+        try:
+            async for first in done:
+                batch = [first]
+                await trio.sleep(COMMIT_HOLD_SECONDS)  # let the messages handled meanwhile share the commit
+                batch += _drain(done)
+                await self._commit_handled(consumer, batch)
+                batch = []
+        except trio.Cancelled:
+            batch += _drain(done)
+            dedup = self.deduplicator
+            # (cancelled during the commit: what it committed already is not committed twice)
+            batch = [b for b in batch if b[1] is None or dedup.receipt(b[1]) is None]
+            if batch:
+                with trio.CancelScope(deadline=trio.current_time() + STOP_COMMIT_SECONDS, shield=True):
+                    try:
+                        await self._commit_handled(consumer, batch)
+                    except Exception as exc:
+                        log.warning("stopping: the ids of %d handled messages were not committed (%s); "
+                                    "they will be handed over again", len(batch), exc)  # fmt: skip
+            raise
+
+    async def _commit_handled(
+        self, consumer: store.Consumer, batch: list[tuple[int, str | None, bytes]]
+    ) -> None:
+        items = [(dedup_id, receipt) for _, dedup_id, receipt in batch if dedup_id is not None]
+        if items:
+            await self.deduplicator.commit_many(items)
+        # lazy (the acks ride with the inbox's next group commit), after the hold's checkpoint
+        consumer.ack_many_nowait([message_id for message_id, _, _ in batch])
 
 
 def _drain(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:

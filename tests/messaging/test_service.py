@@ -383,3 +383,46 @@ async def test_a_deferred_receipt_failing_with_a_group_is_logged_by_its_cause(
         r"session) \(and 1 more error\); redelivering",
         line,
     ), line
+
+
+async def test_a_stop_commits_the_ids_of_the_messages_handled_during_the_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the chaos run (``tests.node.chaos``): after a node stopped cleanly (SIGTERM, "node
+    stopped cleanly") and started again, messages its flows had consumed last were handed over again: their
+    ids were waiting out the commit hold (or being committed) when the stop cancelled the service, and were
+    never committed. A flow that had finished meanwhile no longer knew the session, so each copy was logged
+    as a refused session message (``unknown session``) and counted in
+    ``flows_session_messages_refused_total``. Cancelled, the commit task commits what it holds (and acks it)
+    before it ends: nothing is handed over again."""
+    from corda_trio.messaging import _service
+
+    monkeypatch.setattr(_service, "COMMIT_HOLD_SECONDS", 30.0)  # the stop comes within the hold
+    config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme")
+    seen: list[bytes] = []
+
+    async def handler(message: messaging.ReceivedMessage) -> bytes:
+        seen.append(message.data)
+        return b"r" + message.data
+
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+        for i in range(5):
+            await service.send(service.create_message("t", b"%d" % i, dedup_id=f"id-{i}"), ME)
+        service.add_message_handler("t", handler)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: len(seen) == 5)
+        nursery.cancel_scope.cancel()  # as a node's stop does, once its flows are drained
+    assert seen == [b"0", b"1", b"2", b"3", b"4"]
+    seen.clear()
+    monkeypatch.setattr(_service, "COMMIT_HOLD_SECONDS", 0.0)
+    async with store.open_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+        assert all(service.deduplicator.receipt(f"id-{i}") == b"r%d" % i for i in range(5))
+        service.add_message_handler("t", handler)
+        await nursery.start(service.run)
+        with trio.fail_after(60):
+            await wait_until(lambda: not service.inbox.statistics().depth)
+        nursery.cancel_scope.cancel()
+    assert seen == []
