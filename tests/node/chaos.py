@@ -15,7 +15,10 @@ The load and its ledger:
   drops), the driver connects again and starts it again by its client id, which finds the same flow, and
   waits for its end. Every acknowledged flow must end exactly once, finished, with its result (PingPong: its
   rounds, Broadcast: one answer per recipient, Stream: its count, which its responder reaches only by taking
-  every message once and in order; PingPong's responder likewise fails on a ping repeated or skipped);
+  every message once and in order; PingPong's responder likewise fails on a ping repeated or skipped).
+  None may be started anew once its start was acknowledged (the node's log says which it started and which
+  it found by client id), and once they all ended no node may hold a flow still running or parked (a
+  responder waiting for a message that was lost), nor remember one that failed;
 * plain P2P messages (as ``soak.py`` sends them) with known dedup ids on a topic no handler takes, dialled
   into each node's inbox with another member's TLS identity; a batch whose outcome is unknown (the
   connection broke) is sent again with the same ids. Such messages wait in the inbox, unacked, for a handler
@@ -109,6 +112,7 @@ class Chaos:
         self.plain_resent = 0
         self.t0 = 0.0
         self.inboxes: list[dict[str, Any]] = []
+        self.leftovers: list[str] = []
         self.background: trio.Nursery | None = None
 
     def note(self, text: str) -> None:
@@ -394,6 +398,7 @@ class Chaos:
                     load.cancel_scope.cancel()
                 await self.wake_everyone()
                 self.inboxes = await self.inbox_depths()
+                self.leftovers = await self.leftover_flows()
         finally:
             with trio.CancelScope(shield=True):
                 for node in self.nodes:
@@ -408,6 +413,28 @@ class Chaos:
         for node in self.nodes:
             if node.process.returncode is None:
                 node.process.send_signal(signal.SIGCONT)
+
+    async def leftover_flows(self) -> list[str]:
+        """Flows still running or parked on a node once the ledger's flows all ended (a responder waiting
+        for a message that was lost, say; waited for up to 60 s), and the failed flows nodes remember
+        (responders included)."""
+        live: list[str] = []
+        failed: list[str] = []
+        with trio.move_on_after(60):
+            while True:
+                live, failed = [], []
+                for i, node in enumerate(self.nodes):
+                    async with rpc.connect(node.rpc_url, "ops", PASSWORD) as client:
+                        for f in await client.list_flows():
+                            text = f"{NAMES[i]}: {f['flow']} {f['flow_id']} {f['status']} {f['error']}"[:500]
+                            if f["state"] in ("running", "parked"):
+                                live.append(text)
+                            elif f["state"] == "failed":
+                                failed.append(text)
+                if not live:
+                    break
+                await trio.sleep(2)
+        return live + failed
 
     async def inbox_depths(self) -> list[dict[str, Any]]:
         """Each node's inbox and dead letters once their depth holds still (plain messages all delivered)."""
@@ -463,6 +490,7 @@ class Chaos:
             if lost or duplicated or got.get("dead_letters"):
                 problems.append(f"plain messages to {name}: {messages[name]}")
         problems.extend(f"restart: {r}" for r in self.restart_failures)
+        problems.extend(f"flow left: {x}" for x in self.leftovers)
         doubled = self.doubled_starts()
         problems.extend(
             f"flow {cid} started again after its start was acknowledged: {when}" for cid, when in doubled
