@@ -511,8 +511,8 @@ class Chaos:
             },
             "messages": messages,
             "plain_resent": self.plain_resent,
-            # (not a loss: a message consumed before a kill -9, handed over again after the restart, for a
-            # flow that had finished meanwhile; figures for whoever reads the run)
+            # (not a loss: a message a flow consumed before a kill -9 or a stop, handed over again after the
+            # restart, its flow finished meanwhile; figures for whoever reads the run)
             "refused_session_messages": {
                 NAMES[i]: sum(
                     "refused: unknown session" in line
