@@ -316,7 +316,13 @@ class _Receipt:
             self._done.set()
 
     async def wait(self) -> bytes | None:
-        await self._done.wait()
+        # Resolved already: no checkpoint (trio's Event.wait makes one even then), so that a cancellation
+        # arriving now (the node stopping once its flows are drained) cannot lose a consumption that is
+        # durable. A bundle's receipt awaits its parts one after the other: cancelled on the second part,
+        # the inbox message was handed over again after the restart, and its flow had finished (refused as
+        # for an unknown session).
+        if not self._done.is_set():
+            await self._done.wait()
         if self._error is not None:
             raise self._error
         return None
