@@ -242,3 +242,22 @@ async def test_a_node_killed_while_its_commit_helper_is_frozen_names_the_helper_
             assert before in {f["flow_id"] for f in await a.list_flows()}
     finally:
         assert await restarted.stop() == 0
+
+
+async def test_an_rpc_client_leaving_a_frozen_node_goes_on_without_an_error(tmp_path: Path) -> None:
+    """The node freezes (SIGSTOP) after a call, and the client leaves ``rpc.connect``: its websocket close is
+    never answered. That raised trio-websocket's ``DisconnectionTimeout`` (no ``RpcError``) out of the
+    caller's ``async with`` after 5 s: a chaos run's driver, whose flow had just ended on a node frozen the
+    moment after, died of it. The connection is now dropped after those 5 s, and the caller goes on."""
+    [(path, cfg)] = make_network(tmp_path / "net", [ALICE])
+    node = await start_node_process(path, cfg)
+    try:
+        with trio.fail_after(30):
+            async with rpc.connect(node.rpc_url, "ops", PASSWORD) as client:
+                assert await client.ping() == "pong"
+                node.process.send_signal(signal.SIGSTOP)
+                left = trio.current_time()
+        assert 4 < trio.current_time() - left < 15  # (the 5 s the close is given, then dropped)
+    finally:
+        node.process.send_signal(signal.SIGCONT)
+        await node.stop()
