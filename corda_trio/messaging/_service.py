@@ -726,8 +726,10 @@ class MessagingService:
                     try:
                         await self._commit_handled(consumer, batch)
                     except Exception as exc:
-                        log.warning("stopping: the ids of %d handled messages were not committed (%s); "
-                                    "they will be handed over again", len(batch), exc)  # fmt: skip
+                        # (info: the store's failure, when it is one, is what the node stops with and says in
+                        # its one line; nothing is lost, and this is no second error for the operator)
+                        log.info("stopping: the ids of %d handled messages were not committed (%s); "
+                                 "they will be handed over again", len(batch), exc)  # fmt: skip
             raise
 
     async def _commit_handled(
