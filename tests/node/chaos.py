@@ -49,12 +49,12 @@ from typing import Any
 import attrs
 import trio
 
-from corda_trio import amqp, messaging, network, pki, rpc, transport
+from corda_trio import amqp, messaging, network, pki, rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 from tests.ports import free_port
 
-from .netutil import PASSWORD, make_network, set_map_max_age, start_map_process, stop
+from .netutil import PASSWORD, make_network, open_inbox_sender, set_map_max_age, start_map_process, stop
 from .parking_flows import node_env
 from .stream_flows import MODULE as STREAM_MODULE
 from .test_float_e2e import listening_ports, write_float_toml
@@ -546,14 +546,7 @@ STARTED = re.compile(
 async def send_plain(sender_cfg: Any, victim: NodeProcess, ids: list[str], acked: set[str]) -> None:
     """Dial ``victim``'s advertised P2P address as ``sender_cfg``'s node and send one plain message per dedup
     id in ``ids`` to its inbox (:data:`PLAIN_TOPIC`), adding to ``acked`` each one it accepted."""
-    tls = pki.client_ssl_context(
-        cert_chain=pki.read_certificates(sender_cfg.tls_cert_chain),
-        key=pki.read_private_key(sender_cfg.tls_key, sender_cfg.key_passphrase.read()),
-        trust_root=pki.read_certificate(sender_cfg.trust_root),
-    )
-    host, port = victim.addresses["p2p"].rsplit(":", 1)
-    async with transport.open_amqp_connection(host, int(port), ssl_context=tls) as conn:
-        sender = await conn.open_sender(messaging.inbox_address(victim.addresses["key_hash"]))
+    async with open_inbox_sender(sender_cfg, victim) as sender:
         for n, dedup_id in enumerate(ids):
             out = messaging.OutgoingMessage(topic=PLAIN_TOPIC, data=b"x" * 200, dedup_id=dedup_id)
             message = messaging.to_amqp(

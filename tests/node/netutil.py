@@ -15,9 +15,10 @@ import trio
 from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
-from corda_trio import pki, rpc
+from corda_trio import messaging, pki, rpc, transport
 from corda_trio.node import _config
 from corda_trio.node._cli_network import create_network
+from corda_trio.node._processes import NodeProcess
 from corda_trio.pki import _certs as pki_certs
 
 from .cli_helpers import CLI
@@ -169,3 +170,19 @@ async def stop(process: trio.Process, timeout_seconds: float = 10) -> None:
         if process.returncode is None:
             process.kill()
     await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def open_inbox_sender(
+    config: _config.NodeConfig, victim: NodeProcess
+) -> AsyncIterator[transport.Sender]:
+    """A sender to ``victim``'s inbox over a connection dialled to its advertised P2P address as the node of
+    ``config`` (that node's TLS identity): what a peer's bridge opens."""
+    tls = pki.client_ssl_context(
+        cert_chain=pki.read_certificates(config.tls_cert_chain),
+        key=pki.read_private_key(config.tls_key, config.key_passphrase.read()),
+        trust_root=pki.read_certificate(config.trust_root),
+    )
+    host, port = victim.addresses["p2p"].rsplit(":", 1)
+    async with transport.open_amqp_connection(host, int(port), ssl_context=tls) as conn:
+        yield await conn.open_sender(messaging.inbox_address(victim.addresses["key_hash"]))

@@ -27,11 +27,11 @@ from typing import Any
 
 import trio
 
-from corda_trio import amqp, messaging, pki, rpc, transport
+from corda_trio import amqp, messaging, rpc
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
 from .cli_helpers import descendants
-from .netutil import PASSWORD, make_network, open_map_process
+from .netutil import PASSWORD, make_network, open_inbox_sender, open_map_process
 from .parking_flows import MODULE, node_env
 
 #: unlabelled /metrics gauges recorded with each sample (what the node holds in memory)
@@ -131,14 +131,7 @@ async def sample_node(node: NodeProcess) -> dict[str, Any]:
 async def send_plain(sender_cfg: Any, victim: NodeProcess, count: int, tag: str) -> None:
     """Dial ``victim``'s P2P port as ``sender_cfg``'s node and send ``count`` plain messages to its inbox
     (a topic no flow handles, each with its own dedup id)."""
-    tls = pki.client_ssl_context(
-        cert_chain=pki.read_certificates(sender_cfg.tls_cert_chain),
-        key=pki.read_private_key(sender_cfg.tls_key, sender_cfg.key_passphrase.read()),
-        trust_root=pki.read_certificate(sender_cfg.trust_root),
-    )
-    host, port = victim.addresses["p2p"].rsplit(":", 1)
-    async with transport.open_amqp_connection(host, int(port), ssl_context=tls) as conn:
-        sender = await conn.open_sender(messaging.inbox_address(victim.addresses["key_hash"]))
+    async with open_inbox_sender(sender_cfg, victim) as sender:
         for i in range(count):
             out = messaging.OutgoingMessage(topic="soak.plain", data=b"x" * 200, dedup_id=f"{tag}-{i}")
             message = messaging.to_amqp(

@@ -13,11 +13,11 @@ import msgpack
 import pytest
 import trio
 
-from corda_trio import amqp, flows, messaging, pki, rpc, transport
+from corda_trio import amqp, flows, messaging, rpc
 from corda_trio.node import _config
 from corda_trio.node._processes import NodeProcess, open_node_processes, start_node_process
 
-from .netutil import PASSWORD, make_network
+from .netutil import PASSWORD, make_network, open_inbox_sender
 from .test_flows_e2e import scrape
 
 pytestmark = pytest.mark.slow
@@ -35,14 +35,7 @@ def session_message(body: bytes, dedup_id: str, *, init: bool = False) -> amqp.M
 
 async def send_as(config: _config.NodeConfig, victim: NodeProcess, messages: list[amqp.Message]) -> list[Any]:
     """Dial ``victim``'s P2P port as the node of ``config``, send ``messages`` to its inbox; the outcomes."""
-    tls = pki.client_ssl_context(
-        cert_chain=pki.read_certificates(config.tls_cert_chain),
-        key=pki.read_private_key(config.tls_key, config.key_passphrase.read()),
-        trust_root=pki.read_certificate(config.trust_root),
-    )
-    host, port = victim.addresses["p2p"].rsplit(":", 1)
-    async with transport.open_amqp_connection(host, int(port), ssl_context=tls) as conn:
-        sender = await conn.open_sender(messaging.inbox_address(victim.addresses["key_hash"]))
+    async with open_inbox_sender(config, victim) as sender:
         return [await sender.send(m) for m in messages]
 
 
