@@ -347,6 +347,7 @@ async def _open_websocket(
                 stream = await trio.open_ssl_over_tcp_stream(
                     host, port, ssl_context=context, https_compatible=True
                 )
+                await _tls_handshake(stream, url)
             else:
                 stream = await trio.open_tcp_stream(host, port)
     except trio.TooSlowError:
@@ -406,6 +407,29 @@ async def _open_websocket(
         finally:
             leaf.__context__ = context
             del leaf, context
+
+
+async def _tls_handshake(stream: trio.SSLStream[trio.SocketStream], url: str) -> None:
+    """Run the TLS handshake of a ``wss://`` connection now, so that its failure is said as what it is
+    (trio would run it inside trio-websocket's upgrade, whose failure then read as a server that closed the
+    connection without answering). Raises :class:`trio_websocket.HandshakeError` with one line."""
+    try:
+        await stream.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(stream)
+        error = exc.__cause__
+        if isinstance(error, ssl.SSLCertVerificationError):
+            why = f"the server's certificate was refused: {error.verify_message or error.reason}"
+            hint = " (this client trusts the system's CAs; SSL_CERT_FILE names another CA bundle)"
+        elif isinstance(error, ssl.SSLError) and error.reason == "WRONG_VERSION_NUMBER":
+            why, hint = "the server does not speak TLS", ""
+        elif isinstance(error, ssl.SSLError | OSError | None):
+            why, hint = "the server closed the connection during it", ""
+        else:
+            why, hint = " ".join(str(error).split()), ""
+        if not hint and not isinstance(error, ssl.SSLCertVerificationError):
+            hint = f" (a node's own RPC port speaks ws://, not wss://: {url.replace('wss://', 'ws://', 1)}?)"
+        raise trio_websocket.HandshakeError(f"TLS handshake failed: {why}{hint}") from None
 
 
 @attrs.frozen

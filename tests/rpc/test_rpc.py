@@ -875,3 +875,78 @@ async def test_a_cancelled_login_does_not_wait_for_its_password_check(
         assert not db._checking  # nothing left behind for a later login with the same password to wait on
     finally:
         release.set()
+
+
+@contextlib.asynccontextmanager
+async def _tls_front(ws_url: str, ca: Any) -> AsyncIterator[int]:
+    """A TLS-terminating relay (as a reverse proxy in front of a node's ``ws://`` RPC port) on the loopback,
+    its certificate for ``localhost`` from the trustme CA ``ca``: yields its port."""
+    import ssl
+
+    port = int(ws_url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)
+
+    async def relay(tls: trio.SSLStream[trio.SocketStream]) -> None:
+        async def pipe(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while data := await source.receive_some(65536):
+                    await sink.send_all(data)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await sink.aclose()
+
+        with contextlib.suppress(trio.BrokenResourceError):
+            await tls.do_handshake()
+            async with await trio.open_tcp_stream("127.0.0.1", port) as plain, trio.open_nursery() as pair:
+                pair.start_soon(pipe, tls, plain)
+                pair.start_soon(pipe, plain, tls)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_ssl_over_tcp, relay, 0, context, host="127.0.0.1")
+        )
+        yield listeners[0].transport_listener.socket.getsockname()[1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_wss_through_a_tls_front_logs_in_and_an_untrusted_certificate_is_said(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wss://`` through a TLS front whose certificate the client does not trust said "the server closed
+    the connection without answering the websocket upgrade" (trio ran the TLS handshake inside
+    trio-websocket's upgrade): it says that the certificate was refused, and how to trust another CA. With
+    that CA named in ``SSL_CERT_FILE``, the same client logs in and calls over ``wss://``."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    async with serving() as (url, _), _tls_front(url, ca) as port:
+        wss = f"wss://localhost:{port}"
+        with trio.fail_after(20), pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(wss, "admin", PASSWORD):
+                pass
+        said = (
+            "TLS handshake failed: the server's certificate was refused: unable to get local issuer "
+            "certificate (this client trusts the system's CAs; SSL_CERT_FILE names another CA bundle)"
+        )
+        assert str(info.value) == f"unavailable: cannot connect to {wss}: {said}"
+
+        bundle = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+        with trio.fail_after(20):
+            async with rpc.connect(wss, "reader", PASSWORD) as client:
+                assert client.user == "reader" and await client.ping() == "pong"
+
+
+async def test_wss_to_a_plain_ws_rpc_port_says_the_port_speaks_ws() -> None:
+    """``wss://`` to a node's own RPC port (plain ``ws://``): it said the server closed the connection
+    without answering the websocket upgrade; it says the server does not speak TLS there, and the URL to
+    use."""
+    async with serving() as (url, _):
+        wss = url.replace("ws://", "wss://")
+        with trio.fail_after(20), pytest.raises(rpc.RpcConnectionError) as info:
+            async with rpc.connect(wss, "admin", PASSWORD):
+                pass
+    why = str(info.value).removeprefix(f"unavailable: cannot connect to {wss}: TLS handshake failed: ")
+    hint = f"(a node's own RPC port speaks ws://, not wss://: {url}?)"
+    said = ("the server does not speak TLS", "the server closed the connection during it")
+    assert why in (f"{said[0]} {hint}", f"{said[1]} {hint}")
