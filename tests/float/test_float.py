@@ -462,3 +462,38 @@ async def test_a_member_dropping_its_connections_gets_one_info_line_for_its_link
     lines = [r.getMessage() for r in ended() if r.levelno >= logging.INFO]
     assert len(lines) == 1, lines[:3]
     assert lines[0].startswith(f"{alice.legal_name}: link "), lines[0]
+
+
+async def test_the_audit_close_line_of_a_peer_s_clean_close_has_no_condition(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """A peer that ends its connection with a close without an error is audited ``close`` with condition
+    null (docs/float.md, section 5); it read 'the peer closed the connection', as for any other end, so a
+    clean close could not be told from a failed one. One dropped without a close still says why."""
+    root, inbox = network.root.cert, inbox_of(bob)
+
+    def closes() -> list[dict[str, Any]]:
+        lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        return [e for e in lines if e["event"] == "close"]
+
+    async with running_float(float_creds, bob, root, tmp_path) as (_, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, _inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                for drop in (False, True):
+                    async with transport.open_amqp_connection(
+                        "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
+                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+                    ) as conn:  # fmt: skip
+                        await conn.open_sender(inbox)
+                        if drop:
+                            await trio.aclose_forcefully(conn._stream)
+                    await wait_until(lambda drop=drop: len(closes()) == 1 + drop)
+    clean, dropped = closes()
+    assert clean == {**clean, "legal_name": str(alice.legal_name), "condition": None}
+    assert dropped["condition"] and "without a close frame" in dropped["condition"], dropped

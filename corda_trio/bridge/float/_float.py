@@ -481,7 +481,8 @@ class Float:
                 async with trio.open_nursery() as nursery:
                     async for request in conn.link_requests():
                         await self._link(request, activation, user, peer, nursery)
-                condition = str(conn.close_error) if conn.close_error else None
+                # (a peer's close without an error is a clean end: no condition, as the audit log documents)
+                condition = None if conn.ended_cleanly or conn.close_error is None else str(conn.close_error)
         except transport.AmqpConnectionError as exc:
             condition = str(exc)
         finally:
