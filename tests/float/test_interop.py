@@ -377,3 +377,35 @@ async def test_a_member_not_in_the_receiver_s_network_map_yet_is_released_at_the
         assert await b.stored() == [] and b.tunnel.released == 3
         [tls_line] = b.audit("tls")
         assert tls_line == {**tls_line, "outcome": "ok", "legal_name": str(dave.legal_name)}
+
+
+async def test_azure_s_pure_python_client_delivers_through_the_float(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """A third engine, azure-servicebus's pure-Python AMQP client (its own codec, SASL PLAIN over mutual
+    TLS, one send at a time, each waiting for its outcome): every message stored once, in order."""
+    n = 100
+    tls = client_tls(tmp_path, alice, network)
+    async with bob_behind_float(bob, network, float_creds, bridge_creds, tmp_path, [alice]) as b:
+        with trio.fail_after(120):
+            result = await trio.run_process(
+                [sys.executable, str(PEERS / "pyamqp_client.py"), "--port", str(b.port),
+                 "--address", b.inbox.name, "--count", str(n), "--tls", str(tls), "--client-cert", "--p2p"],
+                capture_stdout=True, capture_stderr=True, check=False,
+            )  # fmt: skip
+        lines = [ln for ln in result.stdout.decode().splitlines() if ln.startswith("{")]
+        assert result.returncode == 0 and lines, result.stderr.decode()[-2000:]
+        out = json.loads(lines[-1])
+        assert out == {**out, "sent": n, "accepted": n} and "error" not in out, result.stderr.decode()[-2000:]
+        stored = await b.stored()
+        assert [m.data for m in stored] == [b"pyamqp-%d" % i for i in range(n)]
+        assert {m.validated_user for m in stored} == {str(alice.legal_name)}
+        with trio.fail_after(10):
+            await wait_until(lambda: len(b.audit("close")) == 1)
+        [close] = b.audit("close")
+        assert close["condition"] is None
