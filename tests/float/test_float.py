@@ -497,3 +497,60 @@ async def test_the_audit_close_line_of_a_peer_s_clean_close_has_no_condition(
     clean, dropped = closes()
     assert clean == {**clean, "legal_name": str(alice.legal_name), "condition": None}
     assert dropped["condition"] and "without a close frame" in dropped["condition"], dropped
+
+
+async def test_each_peer_link_s_end_is_audited_with_why(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """The audit log said when a peer's link was attached, never when it ended, so a link the float cut
+    off (a peer sending past its credit) left no line. Each end is a ``link-detached`` line: null when the
+    peer detached it, why otherwise (the connection dropped without a close; the float deactivated while
+    the link was attached: the control link went)."""
+    root, inbox = network.root.cert, inbox_of(bob)
+
+    def detached() -> list[dict[str, Any]]:
+        lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        return [e for e in lines if e["event"] == "link-detached"]
+
+    async def connect(public: int) -> Any:
+        return transport.open_amqp_connection(
+            "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
+            peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+        )  # fmt: skip
+
+    attached, done = trio.Event(), trio.Event()
+
+    async def stay_attached(public: int) -> None:
+        with contextlib.suppress(transport.AmqpConnectionError):
+            async with await connect(public) as conn:
+                await conn.open_sender(inbox)
+                attached.set()
+                await done.wait()
+
+    async with running_float(float_creds, bob, root, tmp_path) as (_, port), trio.open_nursery() as peers:
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, _inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with await connect(public) as conn:
+                    sender = await conn.open_sender(inbox)
+                    await sender.aclose()
+                    await wait_until(lambda: len(detached()) == 1)
+                async with await connect(public) as conn:
+                    await conn.open_sender(inbox)
+                    await trio.aclose_forcefully(conn._stream)
+                await wait_until(lambda: len(detached()) == 2)
+                peers.start_soon(stay_attached, public)
+                await attached.wait()
+            # (the control link is gone: the float deactivates, with the peer's link attached)
+            await wait_until(lambda: len(detached()) == 3)
+            done.set()
+    peer_detached, dropped, deactivated = detached()
+    assert peer_detached == {**peer_detached, "legal_name": str(alice.legal_name), "condition": None}
+    assert peer_detached["address"] == inbox
+    assert dropped["condition"] and "without a close frame" in dropped["condition"], dropped
+    assert deactivated["condition"] == "the float stopped serving the peer", deactivated

@@ -261,6 +261,13 @@ async def test_rhea_flooding_beyond_its_credit_loses_that_link_only(
         with trio.fail_after(10):
             await wait_until(lambda: len(b.audit("close")) == 2)
         assert [e["condition"] for e in b.audit("close")] == [None, None]
+        # each link's end: the flood link's cut-off says why; the others were detached by their peers
+        ended = {e["address"]: [] for e in b.audit("link-detached")}
+        for e in b.audit("link-detached"):
+            ended[e["address"]].append(e["condition"])
+        [conditions] = ended.values()
+        assert sorted(conditions, key=str) == [None, None, conditions[0]] and conditions[0] is not None
+        assert "transfer-limit-exceeded" in conditions[0]
 
 
 async def test_rhea_s_delivery_in_another_message_format_is_rejected_and_not_stored(

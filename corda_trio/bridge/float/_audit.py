@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 The audit log is the only thing a float writes to disk. Each connection event is one line: ``ts`` (UTC,
 ISO 8601 with milliseconds), ``event`` and the event's fields (peer address, legal name, TLS outcome, link
-attached or refused, close with its condition, control link up/down, activation). Lines are written and
-flushed one at a time, so a crash loses at most the line being written; a line is a few hundred bytes, so
+attached, refused or detached, close with its condition, control link up/down, activation). Lines are written
+and flushed one at a time, so a crash loses at most the line being written; a line is a few hundred bytes, so
 writing it on the event loop costs less than handing it to a thread. A line the disk took only part of
 (it filled up during the write) is cut off again, so the file always ends with a whole line.
 

@@ -533,6 +533,8 @@ class Float:
         self, receiver: transport.Receiver, activation: _Activation, user: str, peer: str, reserve: int
     ) -> None:
         credit = reserve // 2
+        ended: str | None = None  # why the link ended, for its audit line (None: the peer detached it)
+        cut_short = True
         slots = trio.Semaphore(credit)  # taken from the link, not yet settled
         # (delivery, its pending forward, or the outcome it was refused with here, time taken from the link)
         send, receive = trio.open_memory_channel[tuple[transport.Delivery, Any, float]](credit)
@@ -545,7 +547,10 @@ class Float:
                         await slots.acquire()
                         try:
                             batch = [await receiver.receive()]
-                        except (trio.EndOfChannel, transport.AmqpTransportError):
+                        except trio.EndOfChannel:
+                            break
+                        except transport.AmqpTransportError as exc:
+                            ended = str(exc)
                             break
                         while True:  # and whatever else arrived meanwhile, as far as slots allow
                             try:
@@ -565,11 +570,19 @@ class Float:
                                 continue
                             pending = await self._forward(delivery, activation, prefix)
                             send.send_nowait((delivery, pending, started))  # room: one slot per item
+            cut_short = False
         except* (transport.AmqpTransportError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
             failure = logs.failure_text(group)  # (a member whose process dies in a loop: see _ended_log)
             self._ended_log.warning(user, failure, "%s: link %s ended: %s", user, receiver.name, failure)
+            ended = ended or failure
+            cut_short = False
         finally:
             activation.window_left += reserve
+            if cut_short:  # (cancelled: the float deactivated, or it stops)
+                ended = ended or "the float stopped serving the peer"
+            self.audit.write(
+                "link-detached", peer=peer, legal_name=user, address=str(receiver.address), condition=ended
+            )
 
     def _refusal(self, delivery: transport.Delivery, user: str, peer: str) -> amqp.Rejected | None:
         """The outcome a delivery gets at the edge without being forwarded, or ``None`` to forward it.
