@@ -448,10 +448,7 @@ async def test_a_member_dropping_its_connections_gets_one_info_line_for_its_link
             async with control(port, bridge_creds) as (commands, reports, inbound):
                 public = (await command(commands, reports, activate(inbox, credit=4))).public_port
                 for i in range(30):
-                    async with transport.open_amqp_connection(
-                        "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
-                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
-                    ) as conn:  # fmt: skip
+                    async with _peer_connection(alice, bob, root, public) as conn:
                         sender = await conn.open_sender(inbox)
                         await sender.start_send(wire(alice, i))
                         forwarded = await inbound.receive()
@@ -478,18 +475,14 @@ async def test_the_audit_close_line_of_a_peer_s_clean_close_has_no_condition(
     root, inbox = network.root.cert, inbox_of(bob)
 
     def closes() -> list[dict[str, Any]]:
-        lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-        return [e for e in lines if e["event"] == "close"]
+        return _audited(tmp_path, "close")
 
     async with running_float(float_creds, bob, root, tmp_path) as (_, port):
         with trio.fail_after(60):
             async with control(port, bridge_creds) as (commands, reports, _inbound):
                 public = (await command(commands, reports, activate(inbox, credit=4))).public_port
                 for drop in (False, True):
-                    async with transport.open_amqp_connection(
-                        "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
-                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
-                    ) as conn:  # fmt: skip
+                    async with _peer_connection(alice, bob, root, public) as conn:
                         await conn.open_sender(inbox)
                         if drop:
                             await trio.aclose_forcefully(conn._stream)
@@ -514,20 +507,16 @@ async def test_each_peer_link_s_end_is_audited_with_why(
     root, inbox = network.root.cert, inbox_of(bob)
 
     def detached() -> list[dict[str, Any]]:
-        lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
-        return [e for e in lines if e["event"] == "link-detached"]
+        return _audited(tmp_path, "link-detached")
 
-    async def connect(public: int) -> Any:
-        return transport.open_amqp_connection(
-            "127.0.0.1", public, ssl_context=contexts(alice, root)[1],
-            peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
-        )  # fmt: skip
+    def connect(public: int) -> Any:
+        return _peer_connection(alice, bob, root, public)
 
     attached, done = trio.Event(), trio.Event()
 
     async def stay_attached(public: int) -> None:
         with contextlib.suppress(transport.AmqpConnectionError):
-            async with await connect(public) as conn:
+            async with connect(public) as conn:
                 await conn.open_sender(inbox)
                 attached.set()
                 await done.wait()
@@ -536,11 +525,11 @@ async def test_each_peer_link_s_end_is_audited_with_why(
         with trio.fail_after(60):
             async with control(port, bridge_creds) as (commands, reports, _inbound):
                 public = (await command(commands, reports, activate(inbox, credit=4))).public_port
-                async with await connect(public) as conn:
+                async with connect(public) as conn:
                     sender = await conn.open_sender(inbox)
                     await sender.aclose()
                     await wait_until(lambda: len(detached()) == 1)
-                async with await connect(public) as conn:
+                async with connect(public) as conn:
                     await conn.open_sender(inbox)
                     await trio.aclose_forcefully(conn._stream)
                 await wait_until(lambda: len(detached()) == 2)
@@ -554,3 +543,19 @@ async def test_each_peer_link_s_end_is_audited_with_why(
     assert peer_detached["address"] == inbox
     assert dropped["condition"] and "without a close frame" in dropped["condition"], dropped
     assert deactivated["condition"] == "the float stopped serving the peer", deactivated
+
+
+def _audited(directory: Path, event: str) -> list[dict[str, Any]]:
+    """The lines of ``event`` in the float's audit log in ``directory`` (``running_float``'s)."""
+    lines = [json.loads(x) for x in (directory / "audit.jsonl").read_text().splitlines()]
+    return [e for e in lines if e["event"] == event]
+
+
+def _peer_connection(
+    peer: pki.NodeCredentials, node: pki.NodeCredentials, root: Any, public: int
+) -> contextlib.AbstractAsyncContextManager[transport.AmqpConnection]:
+    """``peer``'s connection to the float's public port ``public``, which answers as ``node``."""
+    return transport.open_amqp_connection(
+        "127.0.0.1", public, ssl_context=contexts(peer, root)[1],
+        peer_check=lambda t: pki.check_peer_legal_name(t, node.legal_name),
+    )  # fmt: skip
