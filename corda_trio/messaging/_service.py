@@ -703,7 +703,8 @@ class MessagingService:
         inbox messages (lazily: the acks ride with the inbox's next group commit). An inbox message is acked
         only after its id (and receipt) is durable; a duplicate needs no commit. Cancelled (the service
         stops: the node stops once its flows are drained), it commits and acks what was handled and is not
-        committed yet, within :data:`STOP_COMMIT_SECONDS`, before it ends: what a clean stop leaves behind is
+        committed yet (and what deferred receipts resolved as the stop came hand over), within
+        :data:`STOP_COMMIT_SECONDS`, before it ends: what a clean stop leaves behind is
         not handed over again after the restart (a message whose flow finished meanwhile would then be
         refused as one for an unknown session). Past that bound (a stuck store), or killed, those messages
         stay claimed and unacked: redelivered after a restart, and dropped there by their ids or by their
@@ -717,12 +718,17 @@ class MessagingService:
                 await self._commit_handled(consumer, batch)
                 batch = []
         except trio.Cancelled:
-            batch += _drain(done)
             dedup = self.deduplicator
-            # (cancelled during the commit: what it committed already is not committed twice)
-            batch = [b for b in batch if b[1] is None or dedup.receipt(b[1]) is None]
-            if batch:
-                with trio.CancelScope(deadline=trio.current_time() + STOP_COMMIT_SECONDS, shield=True):
+            with trio.CancelScope(deadline=trio.current_time() + STOP_COMMIT_SECONDS, shield=True):
+                while True:
+                    # (a deferred receipt resolved as the stop came has its task woken, not run yet: it
+                    # hands its id over at this checkpoint, or during the commit, for the next round)
+                    await trio.lowlevel.checkpoint()
+                    batch += _drain(done)
+                    # (cancelled during the commit: what it committed already is not committed twice)
+                    batch = [b for b in batch if b[1] is None or dedup.receipt(b[1]) is None]
+                    if not batch:
+                        break
                     try:
                         await self._commit_handled(consumer, batch)
                     except Exception as exc:
@@ -730,6 +736,8 @@ class MessagingService:
                         # its one line; nothing is lost, and this is no second error for the operator)
                         log.info("stopping: the ids of %d handled messages were not committed (%s); "
                                  "they will be handed over again", len(batch), exc)  # fmt: skip
+                        break
+                    batch = []
             raise
 
     async def _commit_handled(

@@ -426,3 +426,44 @@ async def test_a_stop_commits_the_ids_of_the_messages_handled_during_the_hold(
             await wait_until(lambda: not service.inbox.statistics().depth)
         nursery.cancel_scope.cancel()
     assert seen == []
+
+
+async def test_a_stop_commits_the_id_of_a_deferred_receipt_resolved_as_it_came(tmp_path: Path) -> None:
+    """A deferred receipt resolved in the same moment as the stop (a flow's last step committed just as the
+    node stopped): its task, woken, hands the id to the commit task only after that one, cancelled, took
+    what it held, committed it, and ended, when the scheduler ran the commit task first (half the time):
+    the id was never committed, and the message was handed over again after the restart. The stopping
+    commit task lets such receipts in first. Ten stops, each with a fresh store: every id is committed."""
+    config = messaging.MessagingConfig(legal_name=ME, key_hash="DLme")
+    lost = []
+
+    def deferring(resolved: trio.Event, waiting: trio.Event) -> messaging.Handler:
+        async def handler(message: messaging.ReceivedMessage) -> messaging.DeferredReceipt:
+            async def receipt() -> bytes:
+                waiting.set()
+                await resolved.wait()
+                return b"done"
+
+            return receipt
+
+        return handler
+
+    for trial in range(10):
+        resolved, waiting = trio.Event(), trio.Event()
+        handler = deferring(resolved, waiting)
+        directory = tmp_path / str(trial)
+        async with store.open_broker(directory) as broker, trio.open_nursery() as nursery:
+            service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+            await service.send(service.create_message("t", b"x", dedup_id="d1"), ME)
+            service.add_message_handler("t", handler)
+            await nursery.start(service.run)
+            with trio.fail_after(60):
+                await waiting.wait()
+                await trio.testing.wait_all_tasks_blocked()
+            resolved.set()  # (no checkpoint between the two)
+            nursery.cancel_scope.cancel()
+        async with store.open_broker(directory) as broker:
+            service = await messaging.MessagingService.open(broker, config, messaging.PeerDirectory())
+            if service.deduplicator.receipt("d1") != b"done":
+                lost.append(trial)
+    assert lost == []
