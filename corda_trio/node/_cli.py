@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
 import os
@@ -317,6 +318,14 @@ def _run_command(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:  # `corda-trio ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        # A path given (an option, a key of a configuration file) with a name longer than the file system
+        # takes: Python's own checks (Path.exists, Path.is_dir) raise this one where they return False for
+        # a missing file, so every command that looks before it leaps met it as a traceback.
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"corda-trio: error: {shown(error_text(exc))}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -147,6 +147,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -671,7 +672,9 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         ),
         identity_key=p(keys, "identity_key", "keys.identity_key", "certificates/identity.key.pem"),
         key_passphrase=_passphrase(r, keys, base),
-        store_directory=p(store_table, "directory", "store.directory", "store"),
+        store_directory=_reachable(
+            r, p(store_table, "directory", "store.directory", "store"), "store.directory"
+        ),
         store_fsync=fsync,
         store_commit_process=commit_process,
     )
@@ -682,11 +685,33 @@ def _kind_checked(r: _Reader, path: Path, where: str, *, directory: bool) -> Pat
     something else is refused here, in one line naming the file and key, before the node creates anything
     (a file named as the node-info directory was read as an empty directory; a directory named as the map
     cache failed the start only after the store and the log were created)."""
-    if directory and path.exists() and not path.is_dir():
+    mode = _mode(r, path, where)
+    if mode is None:
+        return path
+    if directory and not stat.S_ISDIR(mode):
         raise r.fail(where, f"{path} is not a directory")
-    if not directory and path.is_dir():
+    if not directory and stat.S_ISDIR(mode):
         raise r.fail(where, f"{path} is a directory, not a file")
     return path
+
+
+def _reachable(r: _Reader, path: Path, where: str) -> Path:
+    """``path``, once :func:`_mode` found nothing wrong with its name (what is there is checked later)."""
+    _mode(r, path, where)
+    return path
+
+
+def _mode(r: _Reader, path: Path, where: str) -> int | None:
+    """The mode of what ``path`` names, None when nothing is there yet (the node makes it when it starts; a
+    file in the way of a parent is found then). A name too long or a symlink loop is refused here, naming
+    the key: ``Path.exists()`` raised the first (a traceback) and took the second for a missing file, and
+    ``Path.resolve()`` raises RuntimeError on it."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise r.fail(where, f"{path}: {exc.strerror}") from None
 
 
 def _is_loopback(host: str) -> bool:

@@ -23,6 +23,8 @@ from tests.node.cli_helpers import CLI, run_cli, wait_for
 
 ALICE = "O=Alice,L=London,C=GB"
 BOB = "O=Bob,L=Paris,C=FR"
+#: a file name longer than any file system takes (255 bytes): Path.exists() raises for it (ENAMETOOLONG)
+LONG = "x" * 300
 
 # (id, command, expected text in the one stderr line, exit code)
 CASES: list[tuple[str, str, str, int]] = [
@@ -130,6 +132,19 @@ CASES: list[tuple[str, str, str, int]] = [
     ("report-no-records", "report --in {d}/net --out {d}/r.html", "no benchmark records in {d}/net", 2),
     # store
     ("store-not-a-store", "store check {d}/afile", "not a directory (a file)", 2),
+    # a path whose name is too long for the file system: Path.exists() / is_dir() raised, a traceback
+    *((f"name-too-long-{cid}", command, "File name too long: {d}/" + LONG, 2) for cid, command in (
+        ("bootstrap", f"network bootstrap --dir {{d}}/{LONG} --node {ALICE}"),
+        ("bootstrap-parent", f"network bootstrap --dir {{d}}/{LONG}/net --node {ALICE}"),
+        ("network-show", f"network show --dir {{d}}/{LONG}"),
+        ("networkmap-list", f"networkmap list --dir {{d}}/{LONG}"),
+        ("networkmap-serve", f"networkmap serve --dir {{d}}/{LONG}"),
+        ("bench-out", f"bench run codec --out {{d}}/{LONG} --duration 1"),
+        ("bench-scratch", f"bench run codec --out {{d}}/out --scratch {{d}}/{LONG} --duration 1"),
+        ("report-in", f"report --in {{d}}/{LONG} --out {{d}}/r.html"),
+        ("demo-dir", f"demo --dir {{d}}/{LONG} --no-progress"),
+        ("demo-records", f"demo --dir {{d}}/demo1 --records {{d}}/{LONG} --no-progress"),
+    )),
     ("store-compact-not-a-broker", "store compact {d}/net", "not a broker directory", 1),
 ]  # fmt: skip
 
@@ -594,6 +609,20 @@ REFUSED_STARTS: list[tuple[str, object, str, int]] = [
      "must not be readable by group or others", 1),
     ("no-network-parameters", lambda n, t: (n / "network-parameters").unlink(),
      "cannot read network parameters {n}/network-parameters: No such file or directory", 1),
+    # a name too long, a symlink loop: Path.exists() raised the first (a traceback), Path.resolve() raised
+    # RuntimeError on the second once the node had run (a traceback)
+    ("node-infos-name-too-long", lambda n, t: _set(t, "additional_node_infos", f'"{LONG}"'),
+     "node.toml: network.additional_node_infos: {n}/" + LONG + ": File name too long", 2),
+    ("base-directory-name-too-long", lambda n, t: _set(t, "base_directory", f'"{LONG}"'),
+     "node.toml: network.additional_node_infos: {n}/" + LONG + "/additional-node-infos: File name too long",
+     2),
+    ("map-cache-symlink-loop",
+     lambda n, t: ((n / "loop").symlink_to(n / "loop"), _set(t, "node_info_cache", '"loop"')),
+     "node.toml: network.node_info_cache: {n}/loop: Too many levels of symbolic links", 2),
+    ("store-symlink-loop",
+     lambda n, t: ((n / "loop").symlink_to(n / "loop"), _set(t, "directory", '"loop"'),
+                   (n / "store.json").write_text('{"store_directory": "store"}\n')),
+     "node.toml: store.directory: {n}/loop: Too many levels of symbolic links", 2),
     ("store-recorded-but-missing",
      lambda n, t: (n / "store.json").write_text('{"store_directory": "store"}\n'),
      "the store {n}/store is missing or empty, but this node has run with it", 1),
