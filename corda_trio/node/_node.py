@@ -241,6 +241,9 @@ def _load_material(config: NodeConfig) -> _Material:
         root = pki.read_certificate(config.trust_root)
         tls_key = pki.read_private_key(config.tls_key, passphrase)
         tls_chain = pki.read_certificates(config.tls_cert_chain)
+        if tls_chain[0].public_key() != tls_key.public_key():
+            # (said here, naming both files: OpenSSL's refusal below names the temporary copies it loads)
+            raise NodeStartError(f"{config.tls_key} is not the key of {config.tls_cert_chain}")
         tls = {"cert_chain": tls_chain, "key": tls_key, "trust_root": root}
         server_context = pki.server_ssl_context(**tls)  # type: ignore[arg-type]
         client_context = pki.client_ssl_context(**tls)  # type: ignore[arg-type]

@@ -605,6 +605,10 @@ REFUSED_STARTS: list[tuple[str, object, str, int]] = [
      "cannot read password file '{n}/nowhere': No such file or directory", 1),
     ("wrong-passphrase", lambda n, t: (n / "certificates" / "passphrase").write_text("wrong\n"),
      "cannot be decrypted or parsed (wrong passphrase?)", 1),
+    # a TLS key that is not the certificate's: the line named the temporary copies OpenSSL was given
+    # ('cannot load TLS certificate '/tmp/corda-trio-tls-.../chain.pem' with key '/tmp/...')
+    ("tls-key-not-the-certificates", lambda n, t: _set(t, "tls_key", '"certificates/identity.key.pem"'),
+     "{n}/certificates/identity.key.pem is not the key of {n}/certificates/tls.chain.pem", 1),
     ("passphrase-readable-by-others", lambda n, t: (n / "certificates" / "passphrase").chmod(0o644),
      "must not be readable by group or others", 1),
     ("no-network-parameters", lambda n, t: (n / "network-parameters").unlink(),
