@@ -54,6 +54,7 @@ import argparse
 import datetime as dt
 import functools
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,11 +119,29 @@ def register(parser: argparse.ArgumentParser) -> None:
     mk.set_defaults(func=_tunnel_pki)
 
 
+#: What ``float tunnel-pki`` takes as a float's or the bridge's name: it names their files and is their
+#: certificate's common name (at most 64 characters).
+_TUNNEL_NAME: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+#: The stem of the tunnel CA's files, which no float or bridge may take.
+_TUNNEL_CA: Final = "tunnel-ca"
+
+
 def _tunnel_pki(args: argparse.Namespace) -> int:
     out: Path = args.out
     floats = args.floats or ["float"]
     names = [*floats, args.bridge]
-    if len(set(names)) != len(names) or any(not n or "/" in n for n in names):
+    for option, name in [*(("--float", n) for n in floats), ("--bridge", args.bridge)]:
+        if not _TUNNEL_NAME.fullmatch(name):
+            raise CliError(
+                f"{option} {name!r}: a name is 1..64 letters, digits, '.', '_' or '-', not starting with '.' "
+                "(it names the files NAME.pem and NAME.key and the certificate)",
+                2,
+            )
+        if name == _TUNNEL_CA:
+            raise CliError(
+                f"{option} {name!r}: the tunnel CA's files are {_TUNNEL_CA}.pem/.key: choose another", 2
+            )
+    if len(set(names)) != len(names):
         raise CliError(f"float and bridge names must be distinct file names, got {names}", 2)
     try:
         existed = out.exists()
@@ -136,8 +155,8 @@ def _tunnel_pki(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.UTC)
     tunnel = fl.TunnelPki.create(now=now)
     try:
-        pki.write_certificates(out / "tunnel-ca.pem", [tunnel.ca.cert])
-        pki.write_private_key(out / "tunnel-ca.key", tunnel.ca.key, None)
+        pki.write_certificates(out / f"{_TUNNEL_CA}.pem", [tunnel.ca.cert])
+        pki.write_private_key(out / f"{_TUNNEL_CA}.key", tunnel.ca.key, None)
         for name in floats:
             tunnel.issue("float", name, now=now).write(out, name)
         tunnel.issue("bridge", args.bridge, now=now).write(out, args.bridge)

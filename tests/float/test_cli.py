@@ -55,6 +55,45 @@ def test_tunnel_pki_into_a_path_that_cannot_be_a_directory_is_one_line_and_exit_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+NAME_RULE = "a name is 1..64 letters, digits, '.', '_' or '-', not starting with '.'"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # the float's certificate and key were written over the tunnel CA's: exit 0, and no CA left
+        (["--float", "tunnel-ca"], "--float 'tunnel-ca': the tunnel CA's files are tunnel-ca.pem/.key"),
+        (["--bridge", "tunnel-ca"], "--bridge 'tunnel-ca': the tunnel CA's files are tunnel-ca.pem/.key"),
+        # longer than a certificate's common name takes: a traceback (cryptography's ValueError), --out left
+        (["--float", "f" * 65], f"--float '{'f' * 65}': {NAME_RULE}"),
+        # a line break, a right-to-left mark, a hidden file: written as they came, exit 0
+        (["--float", "a\nb"], f"--float 'a\\nb': {NAME_RULE}"),
+        (["--float", "a\u202eb"], f"--float 'a\\u202eb': {NAME_RULE}"),
+        (["--bridge", ".hidden"], f"--bridge '.hidden': {NAME_RULE}"),
+        (["--float", ""], f"--float '': {NAME_RULE}"),
+        (["--float", "../up"], f"--float '../up': {NAME_RULE}"),
+    ],
+    ids=["float-tunnel-ca", "bridge-tunnel-ca", "too-long", "newline", "rtl-mark", "hidden", "empty", "path"],
+)
+def test_tunnel_pki_refuses_a_name_that_cannot_be_a_file_or_certificate_name(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = cli("float", "tunnel-pki", "--out", str(tmp_path / "t"), *args)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"corda-trio: error: {message}"), line
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_tunnel_pki_takes_a_name_of_64_characters(tmp_path: Path) -> None:
+    name = "f" * 64
+    assert cli("float", "tunnel-pki", "--out", str(tmp_path / "t"), "--float", name).returncode == 0
+    creds = fl.TunnelCredentials.read(
+        tmp_path / "t" / f"{name}.pem", tmp_path / "t" / f"{name}.key", tmp_path / "t" / "tunnel-ca.pem"
+    )
+    assert creds.role == "float"
+
+
 CONFIG = """
 [control]
 port = {port}
