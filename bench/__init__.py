@@ -4,6 +4,7 @@ The harness (``bench._harness``) defines the record format (``protocol_spec/benc
 closed-loop load, run metadata and the writer. Scenarios are listed in ``bench._scenarios.SCENARIOS``.
 """
 
+from ._harness import MAX_PHASE_SECONDS as MAX_PHASE_SECONDS
 from ._harness import RECORD_FIELDS as RECORD_FIELDS
 from ._harness import SCHEMA_VERSION as SCHEMA_VERSION
 from ._harness import STAGES as STAGES
@@ -31,6 +32,7 @@ from ._scenarios import SCENARIOS as SCENARIOS
 from ._scenarios import load_scenario as load_scenario
 
 __all__ = [
+    "MAX_PHASE_SECONDS",
     "RECORD_FIELDS",
     "SCENARIOS",
     "SCHEMA_VERSION",

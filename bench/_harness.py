@@ -200,6 +200,9 @@ def _parse_size(text: str) -> int:
 MAX_SIZE_BYTES: Final = 64 * 1024 * 1024
 #: Most closed-loop workers a run may start.
 MAX_CONCURRENCY: Final = 10_000
+#: Longest duration, warm-up or drain of a run, in seconds (a week): a longer one is a slip of the finger
+#: (1e308 overflowed the nanosecond schedule, a traceback; 1e20 ran for ever).
+MAX_PHASE_SECONDS: Final = 7 * 24 * 3600
 
 
 @attrs.frozen(kw_only=True)
@@ -249,6 +252,12 @@ class LoadProfile:
             and 0 <= self.drain_seconds < inf
         ):
             raise BenchError("duration must be positive; warm-up and drain must not be negative; all finite")
+        longest = max(self.duration_seconds, self.warmup_seconds, self.drain_seconds)
+        if longest > MAX_PHASE_SECONDS:
+            raise BenchError(
+                f"duration, warm-up and drain must each be at most {MAX_PHASE_SECONDS:,} s (a week), "
+                f"got {longest:g} s"
+            )
         if self.max_ops is not None and self.max_ops < 1:
             raise BenchError("max_ops must be at least 1")
 

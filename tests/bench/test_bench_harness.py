@@ -52,6 +52,15 @@ def test_record_validation_names_the_bad_field(changes: dict[str, Any], message:
         bench.Record.from_mapping(_record(**changes))
 
 
+@pytest.mark.parametrize("phase", ["duration_seconds", "warmup_seconds", "drain_seconds"])
+def test_a_load_phase_longer_than_a_week_is_refused(phase: str) -> None:
+    """1e20 s passed (the run never ended), 1e308 s too (its nanosecond schedule overflowed, a traceback)."""
+    bench.LoadProfile(**{phase: float(bench.MAX_PHASE_SECONDS)})  # type: ignore[arg-type]
+    for seconds in (bench.MAX_PHASE_SECONDS + 1.0, 1e20, 1e308):
+        with pytest.raises(bench.BenchError, match="at most 604,800 s"):
+            bench.LoadProfile(**{phase: seconds})  # type: ignore[arg-type]
+
+
 def test_record_missing_field() -> None:
     data = _record()
     del data["accepted_ns"]

@@ -126,6 +126,10 @@ CASES: list[tuple[str, str, str, int]] = [
      "--peers 0: must be in 1..", 2),
     ("bench-bad-param", "bench run wal --out {d}/out --param fsync=true --duration 1",
      "scenario wal: parameter fsync='true': must be one of always, none", 2),
+    # a phase too long to schedule in nanoseconds: an OverflowError traceback (1e20: it ran for ever)
+    *((f"bench-{flag}-huge", f"bench run codec --out {{d}}/out --duration 1 --{flag} 1e308",
+       "duration, warm-up and drain must each be at most 604,800 s (a week), got 1e+308 s", 2)
+      for flag in ("duration", "warmup", "drain")),
     # report
     ("report-no-input", "report --in {d}/nothing --out {d}/r.html",
      "input directory {d}/nothing does not exist or is not a directory", 2),
