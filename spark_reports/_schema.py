@@ -145,7 +145,8 @@ def discover_inputs(dirs: list[Path]) -> InputSet:
         found_here = 0
         for entry in sorted(d.iterdir()):
             name = entry.name
-            if name.endswith((".jsonl", ".parquet")):
+            # (a meta file too: it sorts before its records, and was taken for a second meta file of its run)
+            if name.endswith((".jsonl", ".parquet", records.META_SUFFIX)):
                 try:
                     real = entry.resolve()
                 except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)

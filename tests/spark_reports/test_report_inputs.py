@@ -68,6 +68,19 @@ def test_bad_meta_file_is_named(tmp_path: Path) -> None:
         discover_inputs([tmp_path])
 
 
+def test_a_directory_of_runs_given_twice_is_said_so(tmp_path: Path) -> None:
+    """`report --in out --in out` on bench's output (a meta file beside each run's records) said that the
+    meta file 'is also the run of meta file' itself, not that the directory was given twice."""
+    (tmp_path / "run-x.records.jsonl").write_text("{}\n")
+    (tmp_path / "run-x.meta.json").write_text(json.dumps({"run_id": "x", "scenario": "s"}))
+    with pytest.raises(spark_reports.ReportInputError) as info:
+        discover_inputs([tmp_path, tmp_path])
+    assert str(info.value) == (
+        f"{tmp_path / 'run-x.meta.json'}: the same records are given twice (also as "
+        f"{tmp_path / 'run-x.meta.json'}); counts would double. Give each input directory once"
+    )
+
+
 def test_cli_fails_clearly_on_empty_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["report", "--in", str(tmp_path), "--out", str(tmp_path / "r.html")])
     err = capsys.readouterr().err
