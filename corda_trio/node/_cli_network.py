@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -98,6 +99,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     show.set_defaults(func=_show)
 
 
+#: The longest passphrase a PEM key is encrypted with (OpenSSL's; cryptography refuses a longer one with
+#: 'Passwords longer than 1023 bytes are not supported by this backend', which names no option).
+MAX_KEY_PASSPHRASE_BYTES: Final = 1023
+
+
 def _bootstrap(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     names = []
@@ -116,6 +122,12 @@ def _bootstrap(args: argparse.Namespace) -> int:
         raise CliError(f"--node-cert-days {args.node_cert_days}: must be in {low_days}..{high_days}", 2)
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
+    if passphrase is not None and len(passphrase) > MAX_KEY_PASSPHRASE_BYTES:
+        raise CliError(
+            f"--passphrase-env {args.passphrase_env}: the passphrase is {len(passphrase):,} bytes; a key's "
+            f"passphrase is at most {MAX_KEY_PASSPHRASE_BYTES:,}",
+            2,
+        )
     try:
         host = network.parse_host(args.host)
     except ValueError as exc:

@@ -483,6 +483,22 @@ def test_a_bootstrap_killed_hard_is_cleaned_up_and_two_at_once_are_refused(tmp_p
     assert listed.returncode == 0 and "O=Alice, L=London, C=GB" in listed.stdout, listed.stderr
 
 
+def test_a_bootstrap_passphrase_too_long_for_a_key_names_the_option(tmp_path: Path) -> None:
+    """It said only cryptography's 'Passwords longer than 1023 bytes are not supported by this backend'."""
+    env = {**os.environ, "H2_LONG_PASSPHRASE": "p" * 1024}
+    done = subprocess.run(
+        [*CLI, "network", "bootstrap", "--dir", str(tmp_path / "net"), "--node", ALICE,
+         "--passphrase-env", "H2_LONG_PASSPHRASE"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "corda-trio: error: --passphrase-env H2_LONG_PASSPHRASE: the passphrase is 1,024 bytes; a key's "
+        "passphrase is at most 1,023\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> None:
     db = playground / "corrupt-net" / "network-map" / "networkmap.db"
     before = db.read_bytes()
