@@ -158,6 +158,10 @@ ENCRYPTED = 'key = "enc.key"\n'
             ('cert = "t/fa.pem"\nkey = "t/fa.key"', 'cert = "t/bridge.pem"\nkey = "t/bridge.key"'),
             "not a float's",
         ),
+        # another tunnel key: the line named the TLS context's temporary copies (/tmp/corda-trio-tls-...)
+        (('key = "t/fa.key"', 'key = "t/bridge.key"'), "t/bridge.key is not the key of "),
+        # a CA that is not the tunnel's (the network root): the float started, and refused every bridge
+        (('ca = "t/tunnel-ca.pem"', 'ca = "root.pem"'), "t/fa.pem was not issued by the tunnel CA "),
         (('[audit]\npath = "audit.jsonl"', ""), "key 'audit.path': missing"),
         (("[public]", "[publik]"), "unknown section [publik]"),
         # A misspelt optional key is refused, not silently left at its default (as in node.toml).

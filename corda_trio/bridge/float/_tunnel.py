@@ -26,6 +26,7 @@ from typing import Any, Final, final
 
 import attrs
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -87,11 +88,21 @@ class TunnelCredentials:
         """Read an end's files back.
 
         Raises:
-            pki.KeyStoreError: a file is missing or unreadable.
+            pki.KeyStoreError: a file is missing or unreadable, the key is not the certificate's, or the CA
+                did not issue the certificate (said now, naming the files: the TLS context would name only
+                the temporary copies it loads, and a CA that is not the tunnel's let the float start and
+                refuse every bridge).
         """
-        return cls(
+        creds = cls(
             cert=pki.read_certificate(cert), key=pki.read_private_key(key, None), ca=pki.read_certificate(ca)
         )
+        if creds.cert.public_key() != creds.key.public_key():
+            raise pki.KeyStoreError(f"{key} is not the key of {cert}")
+        try:
+            creds.cert.verify_directly_issued_by(creds.ca)
+        except (ValueError, TypeError, InvalidSignature):
+            raise pki.KeyStoreError(f"{cert} was not issued by the tunnel CA {ca}") from None
+        return creds
 
 
 @final
