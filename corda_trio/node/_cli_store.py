@@ -416,8 +416,10 @@ def _compact(args: argparse.Namespace) -> int:
                 keyed = {f"{prefix}{k}": log for k, log in (await broker.open_keyed_logs()).items()}
                 names = [args.queue] if args.queue else [*broker.list_queues(), *keyed]
                 for name in names:
-                    try:
-                        log: store.Queue | store.KeyedLog = keyed.get(name) or broker.get_queue(name)
+                    try:  # (not `keyed.get(name) or ...`: a keyed log of no live records is falsy)
+                        log: store.Queue | store.KeyedLog = (
+                            keyed[name] if name in keyed else broker.get_queue(name)
+                        )
                     except store.QueueNotFoundError as exc:
                         raise CliError(str(exc), 1) from None
                     before = log.statistics().disk_bytes

@@ -348,6 +348,26 @@ async def test_a_corrupt_keyed_log_is_found_and_repaired_like_a_queue(
         assert sorted(log.items()) == [(b"flow-%d" % i, b"state-%d" % i) for i in range(5)]
 
 
+async def test_compact_takes_a_keyed_log_with_no_live_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stopped node whose flows had all ended (its checkpoint log empty) made `store compact` fail after
+    compacting the queues: 'no queue named 'keyed/flows.checkpoints'', exit 1, though `store list` listed
+    it; the empty log was taken for none (its length is 0) and looked up among the queues."""
+    await _fill(tmp_path)
+    async with store.open_broker(tmp_path) as broker:
+        log = await broker.open_keyed_log("flows.checkpoints")
+        await log.put(b"flow-1", b"state")
+        await log.delete(b"flow-1")
+        assert len(log) == 0
+    for args in ([], ["--queue", "keyed/flows.checkpoints"]):
+        code = await trio.to_thread.run_sync(main, ["store", "compact", str(tmp_path), *args])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        assert captured.err == ""
+        assert "keyed/flows.checkpoints: " in captured.out, captured.out
+
+
 async def test_a_warning_of_the_store_is_one_line_of_the_command(tmp_path: Path) -> None:
     """The store warns about a directory entry it did not write; a command run as its own process shows
     that as one ``corda-trio: warning:`` line (the file name as ``ls -b`` shows it) and succeeds."""
