@@ -55,6 +55,7 @@ import datetime as dt
 import functools
 import logging
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -235,7 +236,13 @@ class _Toml:
 
     def file(self, key: str) -> Path:
         path = self.path.parent / self.get(key, str)
-        if not path.is_file():
+        try:
+            is_file = stat.S_ISREG(path.stat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            is_file = False
+        except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
+            raise self._fail(key, f"file {path}: {exc.strerror}") from None
+        if not is_file:
             raise self._fail(key, f"file {path} does not exist")
         return path
 

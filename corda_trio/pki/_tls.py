@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import stat
 import tempfile
 from collections.abc import Sequence
 from typing import Final, Protocol
@@ -187,9 +188,17 @@ def _write_private(path: str, data: bytes) -> None:
 
 def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase: bytes | None) -> None:
     for path in (chain_path, key_path):
-        if not os.path.isfile(path):
-            what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
-            raise KeyStoreError(f"TLS file {path!r} {what}")
+        try:
+            mode: int | None = os.stat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            mode = None
+        except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
+            raise KeyStoreError(f"TLS file {path!r}: {exc.strerror}") from None
+        if mode is None:
+            raise KeyStoreError(f"TLS file {path!r} does not exist")
+        if not stat.S_ISREG(mode):  # (OpenSSL would read a named pipe nobody writes for ever)
+            what = "a directory" if stat.S_ISDIR(mode) else "a named pipe, a device or a socket"
+            raise KeyStoreError(f"TLS file {path!r} is {what}, not a file")
     try:
         # A callable password keeps OpenSSL from prompting on a terminal when none was given.
         ctx.load_cert_chain(chain_path, key_path, password=lambda: passphrase or b"")

@@ -162,6 +162,8 @@ ENCRYPTED = 'key = "enc.key"\n'
         (('key = "t/fa.key"', 'key = "t/bridge.key"'), "t/bridge.key is not the key of "),
         # a CA that is not the tunnel's (the network root): the float started, and refused every bridge
         (('ca = "t/tunnel-ca.pem"', 'ca = "root.pem"'), "t/fa.pem was not issued by the tunnel CA "),
+        # a name too long: 'File name too long: PATH', naming no key (it was a traceback before that)
+        (('cert = "t/fa.pem"', f'cert = "{"c" * 300}"'), f"/{'c' * 300}: File name too long"),
         (('[audit]\npath = "audit.jsonl"', ""), "key 'audit.path': missing"),
         (("[public]", "[publik]"), "unknown section [publik]"),
         # A misspelt optional key is refused, not silently left at its default (as in node.toml).
@@ -348,6 +350,18 @@ def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
             "a 'float' tunnel certificate, not a bridge's",
         ),
         (lambda t: t.replace("tunnel/br.pem", "tunnel/none.pem"), "none.pem"),
+        # the tunnel files are checked as the float checks its own (they were handed to the TLS context)
+        (lambda t: t.replace("tunnel/br.key", "tunnel/fa.key"), "tunnel/fa.key is not the key of "),
+        (
+            lambda t: t.replace("tunnel/tunnel-ca.pem", "root.pem"),
+            "tunnel/br.pem was not issued by the tunnel",
+        ),
+        # [tls] files: a name too long and a device were 'does not exist'
+        (lambda t: t.replace('key = "tls.key"', f'key = "{"k" * 300}"'), "': File name too long"),
+        (
+            lambda t: t.replace('key = "tls.key"', 'key = "/dev/null"'),
+            "'/dev/null' is a named pipe, a device",
+        ),
     ],
 )
 def test_bridge_float_section_errors_are_one_line_and_exit_2(
