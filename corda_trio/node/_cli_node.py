@@ -248,7 +248,7 @@ def _declared_base_dir(config: Path) -> Path | None:
     import tomllib
 
     try:
-        base = tomllib.loads(read_small_file(config).decode()).get("base_directory", ".")
+        base = tomllib.loads(read_small_file(config).decode("utf-8-sig")).get("base_directory", ".")
     except (OSError, ValueError, RecursionError):
         return None
     return config.parent / base if isinstance(base, str) and base else None

@@ -479,7 +479,9 @@ def _join(base: Path, relative: str) -> Path:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(read_small_file(path).decode("utf-8"))
+        # (utf-8-sig: a byte order mark before the first line, as Windows editors save UTF-8, is passed over;
+        # tomllib took it for a key and said 'Invalid statement (at line 1, column 1)')
+        return tomllib.loads(read_small_file(path).decode("utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except OSError as exc:

@@ -324,6 +324,15 @@ def test_cli_reports_a_bad_config_in_one_line_with_exit_2(tmp_path: Path) -> Non
     )
 
 
+def test_a_node_toml_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """A node.toml saved as 'UTF-8 with BOM' (Windows Notepad did so by default) was refused: 'not valid
+    TOML: Invalid statement (at line 1, column 1)', a line and column where nothing is to be seen."""
+    path = tmp_path / "node.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    cfg = _config.load_node_config(path)
+    assert str(cfg.legal_name) == "O=Alice, L=London, C=GB"
+
+
 def test_a_passphrase_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "passphrase"
     path.write_bytes(b"\xeb\x01secret\n")
