@@ -71,10 +71,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "node.toml afterwards",
     )
     boot.add_argument(
-        "--passphrase-env", default=DEFAULT_PASSPHRASE_ENV, metavar="VAR",
-        help="encrypt keys with the passphrase in this environment variable "
-        f"(default {DEFAULT_PASSPHRASE_ENV}); if it is unset, random passphrases are generated "
-        "and stored in 0600 files beside the keys",
+        "--passphrase-env", metavar="VAR",
+        help="encrypt keys with the passphrase in this environment variable, which must then be set "
+        f"(default {DEFAULT_PASSPHRASE_ENV}, if set; if it is not, random passphrases are generated "
+        "and stored in 0600 files beside the keys)",
     )  # fmt: skip
     boot.add_argument(
         "--max-message-size",
@@ -120,6 +120,16 @@ def _bootstrap(args: argparse.Namespace) -> int:
     low_days, high_days = (d.days for d in network.NODE_VALIDITY_RANGE)
     if not low_days <= args.node_cert_days <= high_days:
         raise CliError(f"--node-cert-days {args.node_cert_days}: must be in {low_days}..{high_days}", 2)
+    # A variable named on the command line must be set: one that is not (a typo, a missing `export`) left
+    # the keys under generated passphrases, stored on disk beside them, where the operator asked for theirs.
+    if args.passphrase_env is not None and not os.environ.get(args.passphrase_env):
+        raise CliError(
+            f"--passphrase-env {args.passphrase_env}: ${args.passphrase_env} is not set (or empty): "
+            "export it, or leave the option out to have passphrases generated",
+            2,
+        )
+    if args.passphrase_env is None:
+        args.passphrase_env = DEFAULT_PASSPHRASE_ENV
     env_value = os.environ.get(args.passphrase_env, "")
     passphrase = env_value.encode() if env_value else None
     if passphrase is not None and len(passphrase) > MAX_KEY_PASSPHRASE_BYTES:

@@ -499,6 +499,28 @@ def test_a_bootstrap_passphrase_too_long_for_a_key_names_the_option(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_bootstrap_passphrase_variable_named_but_not_set_is_refused(
+    tmp_path: Path, value: str | None
+) -> None:
+    """`--passphrase-env MY_PASS` with MY_PASS not exported (or empty) made a network whose keys were under
+    generated passphrases, stored in files beside them, exit 0: not what the operator asked for."""
+    env = {k: v for k, v in os.environ.items() if k != "H2_UNSET_PASSPHRASE"}
+    if value is not None:
+        env["H2_UNSET_PASSPHRASE"] = value
+    done = subprocess.run(
+        [*CLI, "network", "bootstrap", "--dir", str(tmp_path / "net"), "--node", ALICE,
+         "--passphrase-env", "H2_UNSET_PASSPHRASE"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "corda-trio: error: --passphrase-env H2_UNSET_PASSPHRASE: $H2_UNSET_PASSPHRASE is not set "
+        "(or empty): export it, or leave the option out to have passphrases generated\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_map_database_is_untouched_by_a_refused_open(playground: Path) -> None:
     db = playground / "corrupt-net" / "network-map" / "networkmap.db"
     before = db.read_bytes()
