@@ -16,6 +16,7 @@ import errno
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -245,12 +246,22 @@ def grouped_error(exc: BaseException, kind: type[_E] | tuple[type[_E], ...]) -> 
 
 
 def shown(text: str) -> str:
-    """``text`` with the bytes of a file name that is not UTF-8 (Python carries them as lone surrogates)
-    shown as ``\\xNN``, the way ``ls -b`` shows them, instead of ``\\udcNN``."""
+    """``text`` as one line that is safe on a terminal: the bytes of a file name that is not UTF-8 (Python
+    carries them as lone surrogates) shown as ``\\xNN``, the way ``ls -b`` shows them, instead of
+    ``\\udcNN``; control and format characters (a line break, an escape sequence, a right-to-left override)
+    as their escapes, as ``repr`` writes them. Text from a node (a flow id made of a client id, a flow's
+    error from a peer) reached the operator's terminal as it came: colours, moved cursors, forged lines."""
     try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a lone surrogate that no file name made
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+#: C0 and C1 controls, DEL, and the format characters (bidirectional overrides, zero-width characters).
+_UNPRINTABLE: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]"
+)
 
 
 class _CommandLog(logging.Handler):

@@ -34,7 +34,7 @@ import trio
 
 from corda_trio import rpc
 
-from ._cli import CliError, _is_interrupt
+from ._cli import CliError, _is_interrupt, shown
 from ._cli_node import _run, add_rpc_options, open_rpc_client
 
 __all__ = ["parse_flow_args", "register"]
@@ -108,7 +108,7 @@ def _print_result(value: Any, as_json: bool) -> None:
     if as_json or not isinstance(value, str):
         print(json.dumps(value, default=repr, sort_keys=True))
     else:
-        print(value)
+        print(shown(value))
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -148,7 +148,7 @@ def _start(args: argparse.Namespace) -> int:
 def _say(line: str) -> None:
     """One whole line on stderr, in one write (a Ctrl-C between ``print``'s text and newline would leave
     the line open)."""
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(shown(line) + "\n")
     sys.stderr.flush()
 
 
@@ -187,7 +187,8 @@ def _list(args: argparse.Namespace) -> int:
 def _flow_line(f: dict[str, Any]) -> str:
     """One flow (an RPC flow map) on one line: id, state, name, start time, then its error or result."""
     extra = f.get("error") or ("" if f.get("result") is None else json.dumps(f["result"], default=repr))
-    return f"{f['flow_id']}  {f['state']:<9} {f['flow']:<16} {f.get('started_at', '')}  {extra}"[:200]
+    # (shown: a flow id carries its starter's client id, an error a peer's text; either may hold escapes)
+    return shown(f"{f['flow_id']}  {f['state']:<9} {f['flow']:<16} {f.get('started_at', '')}  {extra}")[:200]
 
 
 def _print_flow(f: Any, as_json: bool) -> None:

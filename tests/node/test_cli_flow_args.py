@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corda_trio.node._cli import CliError
-from corda_trio.node._cli_flow import parse_flow_args
+from corda_trio.node._cli_flow import _flow_line, _print_result, parse_flow_args
 
 
 def test_values_are_json_where_they_parse_else_text() -> None:
@@ -36,3 +36,24 @@ def test_mistakes_are_one_line_errors_with_exit_code_2(items: list[str], message
     with pytest.raises(CliError) as info:
         parse_flow_args(items)
     assert str(info.value) == message and info.value.exit_code == 2
+
+
+def test_text_from_the_node_reaches_the_terminal_as_one_line_without_escape_sequences(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A client id is any text but NUL, and a flow's id is made of it (C-<client id>); a flow's error may be a
+    peer's text. `flow list` printed them as they came: a user allowed to start a flow could colour or
+    move the cursor of an operator's terminal, or forge a line of the listing with a line break."""
+    flow = {
+        "flow_id": "C-x\x1b[31mRED\x1b[0m\ny  finished  PingPong",
+        "state": "failed",
+        "flow": "PingPong",
+        "started_at": "2026-12-01T00:00:00+00:00",
+        "error": "peer says \u202egnp.exe\x07",
+    }
+    line = _flow_line(flow)
+    assert "\x1b" not in line and "\n" not in line and "\u202e" not in line and "\x07" not in line, line
+    assert line.startswith("C-x\\x1b[31mRED\\x1b[0m\\ny  finished  PingPong  failed"), line
+    assert "peer says \\u202egnp.exe\\x07" in line
+    _print_result("C-a\x1b]0;owned\x07", as_json=False)
+    assert capsys.readouterr().out == "C-a\\x1b]0;owned\\x07\n"
