@@ -85,7 +85,11 @@ def _queue_dirs(directory: str, only: str | None) -> tuple[str, list[tuple[str, 
         raise CliError(f"{directory}: {_not_a_directory(directory)}", 2)
     kind = store.store_kind(directory)
     if kind is None:
-        raise CliError(f"{directory}: not a store directory (no broker.lock and no queue segments in it)", 1)
+        raise CliError(
+            f"{directory}: not a store directory (no broker.lock and no queue segments in it)"
+            f"{_node_store_hint(directory)}",
+            1,
+        )
     if kind == "queue":
         name = os.path.basename(os.path.normpath(directory))
         if only is not None and only != name:
@@ -181,6 +185,20 @@ def _print_parts(report: dict[str, Any], root: str) -> None:
 def _unit(name: str) -> str:
     """What a log holds: a queue messages, a keyed log the records that hold its latest entries."""
     return "live records" if name.startswith(f"{store.KEYED_DIR}/") else "messages"
+
+
+def _node_store_hint(directory: str) -> str:
+    """When ``directory`` is a node's base directory (it holds node.toml), where that node's store is: the
+    commands take the store directory, and a node's directory is the one an operator has at hand."""
+    if not os.path.isfile(os.path.join(directory, "node.toml")):
+        return ""
+    from ._config import ConfigError, load_node_config
+
+    try:
+        store_dir = load_node_config(os.path.join(directory, "node.toml")).store_directory
+    except (ConfigError, OSError):
+        return "; it is a node's directory: give its store directory ([store] directory in node.toml)"
+    return f"; it is a node's directory: its store is {store_dir}"
 
 
 def _not_a_directory(path: str) -> str:
@@ -444,5 +462,9 @@ def _compact(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.directory):
         raise CliError(f"{args.directory}: {_not_a_directory(args.directory)}", 2)
     if store.store_kind(args.directory) != "broker":  # never create a store in the wrong place
-        raise CliError(f"{args.directory}: not a broker directory (no broker.lock in it)", 1)
+        raise CliError(
+            f"{args.directory}: not a broker directory (no broker.lock in it)"
+            f"{_node_store_hint(args.directory)}",
+            1,
+        )
     return run_trio(run)

@@ -150,6 +150,12 @@ CASES: list[tuple[str, str, str, int]] = [
         ("demo-records", f"demo --dir {{d}}/demo1 --records {{d}}/{LONG} --no-progress"),
     )),
     ("store-compact-not-a-broker", "store compact {d}/net", "not a broker directory", 1),
+    # a node's directory, the one at hand, where its store directory belongs: said where the store is
+    *((f"store-{cmd}-of-a-node-directory", f"store {cmd} {{d}}/net/nodes/alice",
+       "{d}/net/nodes/alice: not a " + ("broker" if cmd == "compact" else "store") + " directory (no "
+       "broker.lock" + ("" if cmd == "compact" else " and no queue segments") + " in it); it is a node's "
+       "directory: its store is {d}/net/nodes/alice/store", 1)
+      for cmd in ("check", "list", "compact")),
 ]  # fmt: skip
 
 
