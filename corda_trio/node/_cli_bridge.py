@@ -162,7 +162,7 @@ def load_bridge_config(path: str | os.PathLike[str]) -> BridgeProcessConfig:
         ConfigError: the first problem found, naming file and key.
     """
     path = Path(path).absolute()
-    r = _Reader(path, _read_toml(path))
+    r = _Reader(path, _read_toml(path, "bridge.toml"))
     base = path.parent
     bridge_id = r.data.pop("bridge_id", None)
     if bridge_id is not None and (not isinstance(bridge_id, str) or not bridge_id):

@@ -308,7 +308,7 @@ def load_float_config(
         CliError: (exit 2) the file is missing or not TOML, or a key is missing or wrong; one line naming it.
     """
     try:
-        raw = _read_toml(path)
+        raw = _read_toml(path, "float.toml")
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
     t = _Toml(path, raw)

@@ -477,7 +477,31 @@ def _join(base: Path, relative: str) -> Path:
     return Path(os.path.normpath(base / relative))
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+#: What tells the configuration files apart (their required tables or keys), to say which one was given
+#: where another was expected: node.toml's ``legal_name`` was 'keys.identity_cert_chain: unknown setting'
+#: to ``networkmap serve --config``, 'unknown section [legal_name]' to ``float start``.
+_KIND_MARKS: Final[dict[str, tuple[str, ...]]] = {
+    "node.toml": ("legal_name",),
+    "networkmap.toml": ("service", "files"),
+    "float.toml": ("control", "public"),
+    "bridge.toml": ("node", "tls"),
+}
+
+
+def _read_toml(path: Path, kind: str | None = None) -> dict[str, Any]:
+    """The TOML document of ``path``; with ``kind`` (``"node.toml"`` ...), one that is plainly another kind
+    of configuration file is refused, saying which."""
+    data = _parse_toml(path)
+    if kind is not None:
+        other = next(
+            (k for k, marks in _KIND_MARKS.items() if k != kind and all(m in data for m in marks)), None
+        )
+        if other is not None and not all(m in data for m in _KIND_MARKS[kind]):
+            raise ConfigError(f"{path}: this is a {other}, not a {kind}")
+    return data
+
+
+def _parse_toml(path: Path) -> dict[str, Any]:
     try:
         # (utf-8-sig: a byte order mark before the first line, as Windows editors save UTF-8, is passed over;
         # tomllib took it for a key and said 'Invalid statement (at line 1, column 1)')
@@ -514,7 +538,7 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         ConfigError: the first problem found, naming file and key.
     """
     path = Path(path).absolute()
-    r = _Reader(path, _read_toml(path))
+    r = _Reader(path, _read_toml(path, "node.toml"))
     legal_name_text = r.string(r.data, "legal_name", "legal_name")
     r.data.pop("legal_name")
     try:
@@ -901,7 +925,7 @@ def load_network_map_config(path: str | os.PathLike[str]) -> NetworkMapServiceCo
         ConfigError: the first problem found, naming file and key.
     """
     path = Path(path).absolute()
-    r = _Reader(path, _read_toml(path))
+    r = _Reader(path, _read_toml(path, "networkmap.toml"))
     base = path.parent
     service = r.section("service", {"address", "max_age_seconds", "database"})
     files = r.section("files", {"trust_root", "map_cert_chain", "map_key", "network_parameters"})

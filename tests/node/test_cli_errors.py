@@ -59,6 +59,16 @@ CASES: list[tuple[str, str, str, int]] = [
     # first publish
     ("node-map-url-empty-label", "node start --config {d}/badmap-net/nodes/alice/node.toml",
      "network.map_url: host 'a..b' is not a host name", 2),
+    # one configuration file given for another: node.toml's legal_name was 'keys.identity_cert_chain: unknown
+    # setting' to the map service, networkmap.toml 'legal_name: is required' to a node
+    ("node-start-given-networkmap-toml", "node start --config {d}/net/network-map/networkmap.toml",
+     "{d}/net/network-map/networkmap.toml: this is a networkmap.toml, not a node.toml", 2),
+    ("networkmap-serve-given-node-toml", "networkmap serve --config {d}/net/nodes/alice/node.toml",
+     "{d}/net/nodes/alice/node.toml: this is a node.toml, not a networkmap.toml", 2),
+    ("float-start-given-node-toml", "float start --config {d}/net/nodes/alice/node.toml",
+     "{d}/net/nodes/alice/node.toml: this is a node.toml, not a float.toml", 2),
+    ("bridge-start-given-node-toml", "bridge start --config {d}/net/nodes/alice/node.toml",
+     "{d}/net/nodes/alice/node.toml: this is a node.toml, not a bridge.toml", 2),
     # network map service
     ("networkmap-corrupt-db-list", "networkmap list --dir {d}/corrupt-net",
      "networkmap.db is not a usable network map database", 1),
