@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import functools
 import logging
+import stat
 from pathlib import Path
 
 import trio
@@ -114,8 +115,14 @@ def _no_map_service(directory: Path, command: str) -> None:
             "each other through their additional-node-infos/ directories)",
             2,
         )
-    if not directory.is_dir():
-        raise CliError(f"--dir {directory}: no such directory", 2)
+    try:
+        is_dir = stat.S_ISDIR(directory.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CliError(f"--dir {directory}: no such directory", 2) from None
+    except OSError as exc:  # (a symlink loop: it said 'no such directory')
+        raise CliError(f"--dir {directory}: {exc.strerror}", 2) from None
+    if not is_dir:  # (a file: it said 'no such directory')
+        raise CliError(f"--dir {directory}: exists and is not a directory", 2)
     if not map_dir.is_dir():
         raise CliError(
             f"{directory}: not a network directory (no network-map/ in it): give the --dir of "

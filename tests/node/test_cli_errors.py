@@ -80,6 +80,9 @@ CASES: list[tuple[str, str, str, int]] = [
        "build of corda-trio (this build reads format 1 and older); nothing was read or changed: run the "
        "newer build on it", 1)
       for cmd in ("list", "serve")),
+    # --dir naming a file: it said 'no such directory'
+    ("networkmap-dir-is-a-file", "networkmap list --dir {d}/afile",
+     "--dir {d}/afile: exists and is not a directory", 2),
     ("networkmap-remove-unknown", f"networkmap remove --dir {{d}}/net --node {BOB.replace('Bob', 'Carol')}",
      "O=Carol, L=Paris, C=FR is not in the map", 1),
     ("networkmap-readmit-not-removed", f"networkmap readmit --dir {{d}}/net --node {BOB}",
