@@ -30,6 +30,7 @@ import h11
 import trio
 import trio_websocket
 
+from .. import logs
 from ..hostport import host_port_text
 from ._codec import pack, unpack
 from ._protocol import ErrorCode, RpcProtocolError, request_frame
@@ -314,8 +315,10 @@ async def connect(
                 f"{url} refused the connection: HTTP {exc.status_code}" + (f" ({said})" if said else "")
             ) from None
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, ValueError) as exc:
-            # (trio-websocket's HandshakeError says nothing itself; what went wrong is its context)
-            why = str(exc) or str(exc.__cause__ or exc.__context__ or "") or type(exc).__name__
+            # (trio-websocket's HandshakeError says nothing itself; what went wrong is its context; trio's
+            # 'all attempts to connect to HOST:PORT failed' keeps each attempt's reason in its cause)
+            inner = exc if str(exc) else (exc.__cause__ or exc.__context__ or exc)
+            why = logs.error_message(inner) or type(exc).__name__
             raise RpcConnectionError(f"cannot connect to {url}: {why}") from None
         async with _unwrapped():
             client = RpcClient(ws)

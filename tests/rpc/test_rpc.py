@@ -632,9 +632,13 @@ async def test_connecting_to_nothing_is_a_clear_error() -> None:
     with pytest.raises(rpc.RpcConnectionError) as info:
         async with rpc.connect(f"ws://127.0.0.1:{port}", "admin", PASSWORD):
             pass
-    # what went wrong is said (trio-websocket's own error is empty: its cause is used)
+    # what went wrong is said (trio-websocket's own error is empty: its cause is used), and why each attempt
+    # failed (it said only 'all attempts ... failed', not that nothing listens there)
     url = f"ws://127.0.0.1:{port}"
-    expected = f"unavailable: cannot connect to {url}: all attempts to connect to 127.0.0.1:{port} failed"
+    expected = (
+        f"unavailable: cannot connect to {url}: all attempts to connect to 127.0.0.1:{port} failed "
+        "(Connection refused)"
+    )
     assert str(info.value) == expected
 
 
