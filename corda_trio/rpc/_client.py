@@ -463,7 +463,7 @@ def _websocket_target(url: str) -> tuple[str, int, str, bool]:
             host, _, port_text = parts.netloc.rpartition(":")
             written = f"{parts.scheme}://[{host}]:{port_text}"
             raise ValueError(f"an IPv6 address is written in brackets in a URL, as in {written}")
-        raise ValueError("URL host must not be None")
+        raise ValueError(f"the URL names no host: write it as {parts.scheme}://HOST:PORT")
     tls = parts.scheme == "wss"
     port = parts.port if parts.port is not None else 443 if tls else 80  # (ValueError: out of range)
     resource = (parts.path or "/") + (f"?{parts.query}" if "?" in url else "")

@@ -756,6 +756,18 @@ async def test_an_ipv6_address_without_brackets_is_refused_saying_how_to_write_i
     assert str(info.value) == f"unavailable: cannot connect to ws://::1:40002: {said}"
 
 
+@pytest.mark.parametrize("url", ["ws://", "ws://:40002", "wss://:40002"])
+async def test_a_url_without_a_host_is_refused_saying_how_to_write_it(url: str) -> None:
+    """``node info --node ""`` (the CLI writes ``ws://``) or ``ws://:40002`` said "URL host must not be
+    None", Python's words for what is missing; it says what is missing and how to write the URL."""
+    with pytest.raises(rpc.RpcConnectionError) as info:
+        async with rpc.connect(url, "admin", PASSWORD):
+            pass
+    scheme = url.split(":")[0]
+    said = f"the URL names no host: write it as {scheme}://HOST:PORT"
+    assert str(info.value) == f"unavailable: cannot connect to {url}: {said}"
+
+
 @needs_ipv6
 async def test_a_client_logs_in_to_a_server_on_the_ipv6_loopback() -> None:
     async with serving(host="::1") as (url, _):
