@@ -14,7 +14,8 @@ the file emptied) and runs the real CLI on the copy: ``node start`` (until ready
 ``store check``, ``store check --repair`` or ``store compact``. A trial passes when the command either
 recovered with everything acknowledged intact (a torn tail of an active segment is truncated and reported,
 as ``protocol_spec/store-format.md`` §6 documents: what it cut is the documented loss), or refused with one
-line naming the file and exit 1, leaving the directory as it was. Never a traceback, a hang, a lost
+line naming the file and exit 1 (2 for ``node.toml``: a configuration error), leaving the directory as it
+was. Never a traceback, a hang, a lost
 acknowledged message or finished flow result, or a flow resumed twice (one id listed twice).
 
 Run many trials: ``python -m tests.node.corruption --trials 300 --seed 1`` (prints each failing seed; one
@@ -361,7 +362,8 @@ def run_trial(snaps: list[Snapshot], seed: int, work: Path, command: str | None 
                 return result(False, "hang: not ready and not exited in 20 s", err[-2000:])
             if proc is None:
                 why = _one_line_naming(err, names)
-                if code != 1 or why:
+                # (exit 2: the CLI's code for a configuration that is wrong, as a damaged node.toml is)
+                if code != (2 if rel == "node.toml" else 1) or why:
                     return result(False, f"refused badly (exit {code}): {why}", err[-3000:])
                 # a refused start writes nothing (the log and console files included)
                 after = tree(copy)
