@@ -96,10 +96,25 @@ def _strictly(load: Callable[[bytes], _T], data: bytes) -> _T:
     with warnings.catch_warnings():
         warnings.simplefilter("error", CryptographyDeprecationWarning)
         try:
-            return load(data)
+            loaded = load(data)
+            for cert in loaded if isinstance(loaded, list) else [loaded]:
+                _parse_fully(cert)
+            return loaded
         except CryptographyDeprecationWarning as exc:
             # (cryptography's text goes on about its future releases: keep what is wrong)
             raise ValueError(str(exc).split(". ")[0].strip()) from None
+
+
+def _parse_fully(cert: x509.Certificate) -> None:
+    """Parse what ``cryptography`` parses only when it is first used (the names, the extensions): a damaged
+    certificate is refused as it is read, with the file it came from, not later by whatever touches it first
+    (OpenSSL, loading it as a trust root, said only "no start line")."""
+    try:
+        cert.subject  # noqa: B018
+        cert.issuer  # noqa: B018
+        cert.extensions  # noqa: B018
+    except x509.DuplicateExtension as exc:
+        raise ValueError(f"duplicate extension {exc.oid.dotted_string}") from None
 
 
 def generate_ec_key() -> ec.EllipticCurvePrivateKey:

@@ -129,7 +129,14 @@ def _build(
     ctx.check_hostname = False  # identity is the legal name, checked after the handshake
     ctx.verify_mode = ssl.CERT_REQUIRED  # both roles: the server must ask for the client's certificate
     ctx.verify_flags |= ssl.VERIFY_X509_STRICT
-    ctx.load_verify_locations(cadata=_root_pem(trust_root))
+    cadata = _root_pem(trust_root)
+    try:
+        ctx.load_verify_locations(cadata=cadata)
+    except ssl.SSLError as exc:  # (cryptography parses a certificate lazily: OpenSSL may refuse what it read)
+        where = "" if isinstance(trust_root, x509.Certificate) else f" {os.fspath(trust_root)!r}"
+        raise KeyStoreError(
+            f"trust root{where} is not a certificate OpenSSL can load (damaged?): {exc.reason or exc}"
+        ) from exc
     _load_chain(ctx, cert_chain, key, passphrase)
     return ctx
 

@@ -276,3 +276,29 @@ async def test_sybil_name_from_a_node_ca_is_refused(
         seen, _, _, _ = await _handshake(bob_client, sybil_server)
     assert isinstance(seen, pki.PeerIdentityError)
     assert "(name-mismatch)" in str(seen) and "exactly the name of its NODE_CA issuer" in str(seen)
+
+
+def test_a_damaged_trust_root_is_a_keystore_error_naming_the_file(
+    tmp_path: Path, live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials
+) -> None:
+    """A trust root whose subject is damaged (one bit of the PEM flipped: the CN's string tag became a
+    context-specific one) loads lazily with ``cryptography`` but not with OpenSSL: the node's start ended in
+    ``ssl.SSLError: no start line`` and a traceback (found by the corruption harness, seed 100100317)."""
+    from cryptography.hazmat.primitives import serialization
+
+    der = live_network.root.cert.public_bytes(serialization.Encoding.DER)
+    cn = b"\x06\x03\x55\x04\x03\x0c"
+    assert cn in der
+    damaged = der.replace(cn, b"\x06\x03\x55\x04\x03\xbc", 1)
+    (tmp_path / "root.pem").write_bytes(ssl.DER_cert_to_PEM_cert(damaged).encode())
+    pki.write_certificates(tmp_path / "alice-chain.pem", live_alice.tls_chain)
+    pki.write_private_key(tmp_path / "alice-tls.key", live_alice.tls.key, None)
+    unreadable = r"root\.pem' does not hold PEM certificates: .*(issuer|subject)"
+    with pytest.raises(pki.KeyStoreError, match=unreadable):
+        pki.read_certificate(tmp_path / "root.pem")
+    for make in (pki.client_ssl_context, pki.server_ssl_context):
+        with pytest.raises(pki.KeyStoreError, match=r"root\.pem'"):
+            make(
+                cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
+                trust_root=tmp_path / "root.pem",
+            )  # fmt: skip
