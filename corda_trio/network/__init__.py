@@ -54,6 +54,7 @@ from ._signing import identity_key_hash as identity_key_hash
 from ._signing import sign_network_map as sign_network_map
 from ._signing import sign_network_parameters as sign_network_parameters
 from ._signing import sign_node_info as sign_node_info
+from ._signing import stored_damage as stored_damage
 from ._signing import verify_network_map as verify_network_map
 from ._signing import verify_network_parameters as verify_network_parameters
 from ._signing import verify_node_info as verify_node_info
@@ -113,6 +114,7 @@ __all__ = [
     "sign_network_parameters",
     "sign_node_info",
     "split_host_port",
+    "stored_damage",
     "verify_network_map",
     "verify_network_parameters",
     "verify_node_info",

@@ -42,7 +42,7 @@ from corda_trio import logs, pki, transport
 from . import _codec
 from ._errors import MalformedPayloadError, PayloadRejectedError
 from ._model import NetworkMap
-from ._signing import sign_network_map, verify_network_parameters, verify_node_info
+from ._signing import sign_network_map, stored_damage, verify_network_parameters, verify_node_info
 from ._store import NetworkMapStore
 
 __all__ = [
@@ -143,6 +143,8 @@ class NetworkMapService:
     #: ``removed-by-operator``, ``confusable-name``; ``refused_publications`` in all), ``malformed`` (400)
     #: and ``stale-serial`` (409)
     publication_refusals: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: stored entries (their hashes) found damaged as they were to be served: each refused, logged once
+    damaged_entries: set[str] = attrs.field(factory=set)
     #: responses sent, by endpoint (:func:`endpoint_of`) and status (see :meth:`count_response`)
     responses: collections.Counter[tuple[str, int]] = attrs.field(factory=collections.Counter)
 
@@ -170,9 +172,9 @@ class NetworkMapService:
             if method not in ("GET", "HEAD"):
                 return self._not_allowed("GET, HEAD")
             return self._get_map()
-        for prefix, getter in (
-            ("/network-map/node-info/", self.store.get_node_info),
-            ("/network-map/network-parameters/", self.store.get_parameters),
+        for prefix, getter, kind in (
+            ("/network-map/node-info/", self.store.get_node_info, "node-info"),
+            ("/network-map/network-parameters/", self.store.get_parameters, "network-parameters"),
         ):
             if path.startswith(prefix):
                 if method not in ("GET", "HEAD"):
@@ -183,11 +185,29 @@ class NetworkMapService:
                 data = getter(wanted.upper())
                 if data is None:
                     return HttpResponse.text(404, f"no entry with hash {wanted.upper()}")
+                # (checked as it is served: the database's bytes may have been damaged since they were
+                # accepted, and a node must never get bytes the map did not accept)
+                damage = stored_damage(kind, data, wanted, trust_root=self.trust_root, now=self.clock())
+                if damage is not None:
+                    return self._damaged(kind, wanted.upper(), damage)
                 return HttpResponse(
                     status=200, body=data, content_type=b"application/octet-stream",
                     headers=((b"cache-control", b"max-age=31536000, immutable"),),
                 )  # fmt: skip
         return HttpResponse.text(404, f"no such resource: {path[:200]}")
+
+    def _damaged(self, kind: str, hash_hex: str, damage: str) -> HttpResponse:
+        what = "NodeInfo" if kind == "node-info" else "network parameters"
+        if hash_hex not in self.damaged_entries:  # (one error line per entry: nodes ask again at each poll)
+            self.damaged_entries.add(hash_hex)
+            log.error(
+                "the map database's copy of %s %s is damaged (%s): not served; restore the database from a "
+                "backup",
+                what, hash_hex, damage,
+            )  # fmt: skip
+        return HttpResponse.text(
+            500, f"the map's stored copy of {what} {hash_hex} is damaged; the map's operator must restore it"
+        )
 
     @staticmethod
     def _not_allowed(allowed: str) -> HttpResponse:

@@ -38,6 +38,7 @@ __all__ = [
     "sign_network_map",
     "sign_network_parameters",
     "sign_node_info",
+    "stored_damage",
     "verify_network_map",
     "verify_network_parameters",
     "verify_node_info",
@@ -257,3 +258,39 @@ def verify_network_map(
     """
     raw = _verify_with_cert(signed, trust_root=trust_root, now=now, what="network map")
     return NetworkMap.from_wire(_codec.decode(raw, what="network map"))
+
+
+#: Refusals of a stored NodeInfo or parameters that say nothing of its bytes: a date (a certificate expired
+#: since it was published) or a platform version; the node that fetches it judges those.
+_NOT_DAMAGE = frozenset({"expired", "not-yet-valid", "platform-version"})
+
+
+def stored_damage(
+    kind: str, data: bytes, hash_hex: str, *, trust_root: x509.Certificate, now: dt.datetime
+) -> str | None:
+    """What is wrong with the bytes the map stored under ``hash_hex`` (``kind``: ``"node-info"`` or
+    ``"network-parameters"``), or ``None`` when they are what was accepted: they decode, hash to ``hash_hex``
+    and verify under ``trust_root`` (their certificates' dates aside: a certificate that has expired since is
+    no damage of the bytes, and the node that fetches them judges it).
+
+    The hash covers the signed bytes only, not the signatures nor (parameters) the signer's certificates:
+    those are checked by verifying them.
+    """
+    try:
+        if kind == "node-info":
+            signed_node_info = decode_signed_node_info(data)
+            found = signed_node_info.hash
+            if found == hash_hex.upper():
+                verify_node_info(signed_node_info, trust_root=trust_root, now=now)
+        else:
+            signed = SignedWithCert.from_wire(_codec.decode(data, what="signed network parameters"))
+            found = sha256_hex(signed.raw)
+            if found == hash_hex.upper():
+                verify_network_parameters(signed, trust_root=trust_root, now=now)
+    except MalformedPayloadError as exc:
+        return str(exc)
+    except PayloadRejectedError as exc:
+        return None if exc.reason in _NOT_DAMAGE else str(exc)
+    if found != hash_hex.upper():
+        return f"its bytes hash to {found}"
+    return None

@@ -104,8 +104,9 @@ class NetworkMapStore:
             if version < MAP_DB_FORMAT:  # (new, or written before the format was recorded: the same tables)
                 self._db.execute(f"PRAGMA user_version = {MAP_DB_FORMAT}")
             problem = self._db.execute("PRAGMA quick_check").fetchone()[0]
-            if problem != "ok":
-                raise sqlite3.DatabaseError(problem)
+            if problem != "ok":  # (one line: SQLite's text may be "*** in database main ***\nPage 3: ...")
+                lines = [x for x in str(problem).splitlines() if x.strip() and not x.startswith("***")]
+                raise sqlite3.DatabaseError("; ".join(lines) or "database disk image is malformed")
             for table, columns in _COLUMNS.items():
                 found = [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
                 if found != columns:
@@ -257,6 +258,16 @@ class NetworkMapStore:
                 "SELECT signed FROM node_infos WHERE hash = ?", (hash_hex.upper(),)
             ).fetchone()
         return None if row is None else bytes(row[0])
+
+    def stored(self) -> list[tuple[str, str, str, bytes]]:
+        """Everything the map serves, as stored: ``("node-info", legal name, hash, bytes)`` and
+        ``("network-parameters", "", hash, bytes)`` rows (to check them: ``stored_damage``)."""
+        with self._lock:
+            nodes = self._db.execute("SELECT legal_name, hash, signed FROM node_infos ORDER BY legal_name")
+            out = [("node-info", str(n), str(h), bytes(b)) for n, h, b in nodes]
+            params = self._db.execute("SELECT hash, signed FROM network_parameters ORDER BY hash")
+            out += [("network-parameters", "", str(h), bytes(b)) for h, b in params]
+        return out
 
     def set_current_parameters(self, hash_hex: str, signed: SignedWithCert | bytes) -> None:
         """Store signed parameters and make them current (the previous ones stay fetchable by hash)."""

@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 import trio
+from cryptography import x509
 
 from corda_trio import bridge, network, pki
 from corda_trio.files import read_small_file
@@ -152,10 +153,18 @@ def _service(cfg: NetworkMapServiceConfig) -> tuple[network.NetworkMapService, t
         raise CliError(str(exc), 2) from None
     try:
         pki.validate_cert_path(map_chain, trust_root=root, now=now, leaf_role=pki.CertRole.NETWORK_MAP)
+    except pki.CertificateValidationError as exc:
+        raise CliError(
+            f"network map material does not verify: {cfg.map_cert_chain} does not chain to the network root "
+            f"{cfg.trust_root}: {exc}",
+            2,
+        ) from None
+    try:
         _, params_hash = network.verify_network_parameters(params_bytes, trust_root=root, now=now)
-    except (pki.CertificateValidationError, network.NetworkMapError) as exc:
-        raise CliError(f"network map material does not verify: {exc}", 2) from None
+    except network.NetworkMapError as exc:
+        raise CliError(f"network map material does not verify: {cfg.network_parameters}: {exc}", 2) from None
     store = _open_store(cfg)
+    _check_stored(store, cfg, root, now)
     if store.current_parameters_hash() != params_hash:
         store.set_current_parameters(params_hash, params_bytes)
     service = network.NetworkMapService(
@@ -166,6 +175,24 @@ def _service(cfg: NetworkMapServiceConfig) -> tuple[network.NetworkMapService, t
         max_age_seconds=cfg.max_age_seconds,
     )
     return service, certificates
+
+
+def _check_stored(
+    store: network.NetworkMapStore, cfg: NetworkMapServiceConfig, root: x509.Certificate, now: dt.datetime
+) -> None:
+    """Refuse a database whose stored NodeInfos or parameters are not the bytes the map accepted (a disk's
+    damage SQLite's own check does not see: it checks pages, not the records' contents), before anything is
+    written to it and before nodes are served damaged bytes."""
+    for kind, name, hash_hex, data in store.stored():
+        damage = network.stored_damage(kind, data, hash_hex, trust_root=root, now=now)
+        if damage is not None:
+            store.close()
+            what = f"NodeInfo of {name}" if kind == "node-info" else "network parameters"
+            what += f" ({hash_hex}) {'is' if kind == 'node-info' else 'are'}"
+            raise CliError(
+                f"{cfg.database}: the stored {what} damaged: {damage}; restore the database from a backup",
+                1,
+            )
 
 
 def _serve(args: argparse.Namespace) -> int:
