@@ -89,7 +89,11 @@ def load_pem_certificates(data: bytes) -> list[x509.Certificate]:
     Raises:
         ValueError: no certificate, a malformed one, or one that breaks such a rule.
     """
-    return _strictly(x509.load_pem_x509_certificates, data)
+    certs = _strictly(x509.load_pem_x509_certificates, data)
+    begun = data.count(b"-----BEGIN CERTIFICATE-----")
+    if begun != len(certs):  # (cryptography skips a block without its END line: a file cut short)
+        raise ValueError(f"{begun} certificates begin in it but {len(certs)} are whole (cut short?)")
+    return certs
 
 
 def _strictly(load: Callable[[bytes], _T], data: bytes) -> _T:

@@ -146,12 +146,13 @@ def _root_pem(trust_root: PathLike | x509.Certificate) -> str:
         return trust_root.public_bytes(serialization.Encoding.PEM).decode("ascii")
     try:
         data = read_small_file(trust_root)
-        load_pem_certificates(data)  # a clear error now rather than an opaque ssl one later
+        certs = load_pem_certificates(data)  # a clear error now rather than an opaque ssl one later
     except OSError as exc:
         raise KeyStoreError(f"cannot read trust root {os.fspath(trust_root)!r}: {exc.strerror}") from exc
     except ValueError as exc:
         raise KeyStoreError(f"trust root {os.fspath(trust_root)!r} is not a PEM certificate: {exc}") from exc
-    return data.decode("ascii")
+    # (what was parsed, written again: text around the PEM blocks, garbage appended say, is not ASCII)
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode("ascii") for c in certs)
 
 
 def _load_chain(

@@ -302,3 +302,25 @@ def test_a_damaged_trust_root_is_a_keystore_error_naming_the_file(
                 cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
                 trust_root=tmp_path / "root.pem",
             )  # fmt: skip
+
+
+def test_a_chain_cut_short_is_refused_and_a_root_with_garbage_after_it_is_used(
+    tmp_path: Path, live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials
+) -> None:
+    """Found by tests/float/test_corruption.py: a TLS chain file cut inside its last certificate was read as
+    the certificates before it (cryptography skips a block without its END line), so the float started and
+    then failed every activation (OpenSSL: BAD_END_LINE); a trust root with bytes that are not ASCII after
+    its END line was read, then every activation died of a UnicodeDecodeError, logged as a traceback."""
+    pki.write_certificates(tmp_path / "chain.pem", live_alice.tls_chain)
+    data = (tmp_path / "chain.pem").read_bytes()
+    (tmp_path / "chain.pem").write_bytes(data[: len(data) - 60])
+    with pytest.raises(pki.KeyStoreError, match=r"chain\.pem' does not hold PEM certificates: .*cut short"):
+        pki.read_certificates(tmp_path / "chain.pem")
+    pki.write_certificates(tmp_path / "chain.pem", live_alice.tls_chain)
+    pki.write_private_key(tmp_path / "tls.key", live_alice.tls.key, None)
+    pki.write_certificates(tmp_path / "root.pem", [live_network.root.cert])
+    with open(tmp_path / "root.pem", "ab") as f:
+        f.write(b"\xea\x01garbage\n")
+    pki.server_ssl_context(
+        cert_chain=tmp_path / "chain.pem", key=tmp_path / "tls.key", trust_root=tmp_path / "root.pem"
+    )
