@@ -237,13 +237,15 @@ class _Toml:
     def file(self, key: str) -> Path:
         path = self.path.parent / self.get(key, str)
         try:
-            is_file = stat.S_ISREG(path.stat().st_mode)
+            mode = path.stat().st_mode
         except (FileNotFoundError, NotADirectoryError):
-            is_file = False
+            raise self._fail(key, f"file {path} does not exist") from None
         except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
             raise self._fail(key, f"file {path}: {exc.strerror}") from None
-        if not is_file:
-            raise self._fail(key, f"file {path} does not exist")
+        if stat.S_ISDIR(mode):
+            raise self._fail(key, f"{path} is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise self._fail(key, f"file {path} is not a regular file")
         return path
 
     def passphrase(self, section: str) -> bytes | None:
@@ -354,6 +356,12 @@ def load_float_config(
             trust_root=t.file(f"tls.{ref}.trust_root"),
             passphrase=passphrase,
         )
+        try:  # (as each activation will: what OpenSSL refuses shows now, not as every activation failing)
+            pki.server_ssl_context(
+                cert_chain=tls[ref].cert_chain, key=key, trust_root=tls[ref].trust_root, passphrase=passphrase
+            )
+        except pki.KeyStoreError as exc:
+            raise CliError(f"{path}: [tls.{ref}]: {exc}", 2) from None
     if not tls:
         raise CliError(f"{path}: no [tls.<ref>] section: an activation has no TLS material to name", 2)
     max_size = t.get("public.max_message_size", int, fl.FloatConfig.__attrs_attrs__.max_message_size.default)

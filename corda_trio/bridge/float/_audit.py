@@ -53,6 +53,12 @@ DEFAULT_AUDIT_MAX_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_AUDIT_BACKUPS: Final = 5
 
 
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def _utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -95,6 +101,11 @@ class AuditLog:
         # A pipe a log collector reads, or a device, is not rotated (renaming it would not rotate it).
         self._rotates = stat.S_ISREG(st.st_mode)
         self._size = st.st_size if self._rotates else 0
+        if self._rotates and self._size and not _ends_with_newline(self.path):
+            # (a line a crash or a damaged disk left torn is ended as it is: the new lines start whole)
+            self._file.write(b"\n")
+            self._file.flush()
+            self._size += 1
 
     def _rotate(self) -> None:
         assert self.path is not None and self._file is not None
