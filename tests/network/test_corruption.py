@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import os
 import random
 import shutil
@@ -35,12 +36,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import trio
 
 from corda_trio import network, pki
 from corda_trio.node import _config
 
 CLI = [sys.executable, "-c", "import sys; from corda_trio.node._cli import main; sys.exit(main())"]
-NAMES = {"alice": "O=Alice,L=London,C=GB", "bob": "O=Bob,L=Paris,C=FR"}
+NAMES = {"alice": "O=Alice,L=London,C=GB", "bob": "O=Bob,L=Paris,C=FR", "carol": "O=Carol,L=Rome,C=IT"}
+#: the nodes the map holds (Carol publishes while it runs, in the last test)
+PUBLISHED = ("alice", "bob")
 SERVE_SECONDS = 15.0
 
 #: the files ``networkmap serve`` reads, relative to the network directory
@@ -103,8 +107,8 @@ def _serving_line(process: subprocess.Popen[str]) -> str:
 
 @pytest.fixture(scope="module")
 def network_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bootstrapped network whose map holds Alice and Bob (stopped), with ``older.db``: the map's database
-    when it held Alice only (a copy taken after a clean stop, as a backup is)."""
+    """A bootstrapped network (Alice, Bob, Carol) whose map holds Alice and Bob (stopped), with ``older.db``:
+    the map's database when it held Alice only (a copy taken after a clean stop, as a backup is)."""
     base = tmp_path_factory.mktemp("map")
     net = base / "net"
     args = ["network", "bootstrap", "--dir", str(net)]
@@ -112,7 +116,7 @@ def network_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         args += ["--node", name]
     done = _cli(*args)
     assert done.returncode == 0, done.stderr
-    for node in NAMES:
+    for node in PUBLISHED:
         process = _serve(net)
         try:
             url = _serving_line(process).split()[3]
@@ -222,7 +226,7 @@ def _check_served(url: str, net: Path, expected: dict[str, str]) -> list[str]:
 
 def _published(net: Path) -> dict[str, str]:
     out = {}
-    for node in NAMES:
+    for node in PUBLISHED:
         data = next((net / "nodes" / node).glob("nodeInfo-*")).read_bytes()
         decoded = network.decode_signed_node_info(data)
         info = network.verify_node_info(
@@ -271,3 +275,60 @@ def test_a_damaged_file_is_refused_in_one_line_or_only_what_verifies_is_served(
     assert len(lines) == 1 and lines[0].startswith("corda-trio: error: "), context
     assert Path(rel).name in lines[0], f"the line does not name {Path(rel).name}: {context}"
     assert _tree(net) == before, f"a refused start changed the files: {context}"
+
+
+async def test_a_record_damaged_while_the_map_runs_reaches_no_node(
+    network_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between two polls of a node, Carol publishes and her stored NodeInfo is then damaged (one bit of it
+    changed in the database, by another connection: what the service reads next): the map refuses to serve
+    it (500, one error line naming it), and the node's poll fails with a line naming it and keeps the map it
+    had. The map listed Carol's hash: before, the service served the damaged bytes."""
+    net = tmp_path / "net"
+    shutil.copytree(network_dir, net)
+    root = pki.read_certificate(net / "network-root" / "root.cert.pem")
+    send, receive = trio.open_memory_channel[network.MapEvent](100)
+    process = _serve(net)
+    try:
+        url = _serving_line(process).split()[3]
+        updater = network.NetworkMapUpdater(
+            trust_root=root,
+            cache=network.NodeInfoCache(tmp_path / "cache.db"),
+            events=send,
+            client=network.NetworkMapClient(url),
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(updater.run)
+            with trio.fail_after(20):
+                async for _ in receive:
+                    if len(updater.nodes()) == 2:
+                        break
+            good = updater.nodes()
+            await trio.to_thread.run_sync(_publish, url, net, "carol")
+            with sqlite3.connect(net / "network-map" / "networkmap.db") as db:
+                (blob,) = db.execute(
+                    "SELECT signed FROM node_infos WHERE legal_name LIKE 'O=Carol%'"
+                ).fetchone()
+                at = len(blob) // 2
+                damaged = blob[:at] + bytes([blob[at] ^ 0x10]) + blob[at + 1 :]
+                db.execute("UPDATE node_infos SET signed = ? WHERE legal_name LIKE 'O=Carol%'", (damaged,))
+            db.close()
+            carol = network.decode_signed_node_info(blob).hash
+            status, body = await trio.to_thread.run_sync(_fetch, f"{url}/network-map/node-info/{carol}")
+            assert (status, body) != (200, damaged), "the map served the damaged NodeInfo"
+            assert status == 500 and b"damaged" in body, (status, body)
+            caplog.clear()
+            updater.poll_soon()
+            with trio.fail_after(20):
+                while not [r for r in caplog.records if carol in r.getMessage()]:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            assert updater.nodes() == good, "the node did not keep the map it had"
+            nursery.cancel_scope.cancel()
+    finally:
+        code, err = _stop(process)
+    line = next(r for r in caplog.records if carol in r.getMessage())
+    assert "network map poll failed" in line.getMessage() and line.levelno >= logging.WARNING, line
+    assert f"NodeInfo {carol} is damaged" in line.getMessage(), line.getMessage()
+    assert code == 0 and "Traceback" not in err, err
+    errors = [x for x in err.splitlines() if " ERROR " in x]
+    assert len(errors) == 1 and carol in errors[0] and "damaged" in errors[0], err
