@@ -232,6 +232,7 @@ def create_network(
             (built.map_directory / "networkmap.toml").write_text(
                 dump_network_map_config(map_config, built.map_directory), encoding="utf-8"
             )
+            _create_map_database(map_config.database, map_config.network_parameters, built.root_cert)
         if final.exists():
             final.rmdir()  # the empty directory we were given
         os.rename(work, final)
@@ -242,6 +243,20 @@ def create_network(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return _moved(built, work, final)
+
+
+def _create_map_database(database: Path, parameters: Path, root: Path) -> None:
+    """The map's (empty) database, holding the network parameters: ``networkmap serve`` then says so when it
+    finds none (a lost database is a new, empty map, without the operator's removals)."""
+    data = parameters.read_bytes()
+    _, params_hash = network.verify_network_parameters(
+        data, trust_root=pki.read_certificate(root), now=dt.datetime.now(dt.UTC)
+    )
+    store = network.NetworkMapStore(database)
+    try:
+        store.set_current_parameters(params_hash, data)
+    finally:
+        store.close()
 
 
 def _partial_prefix(final: Path) -> str:

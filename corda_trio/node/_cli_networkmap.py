@@ -199,6 +199,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.max_connections <= 1_000_000:
         raise CliError(f"--max-connections {args.max_connections}: must be in 1..1000000", 2)
     cfg = _config(args)
+    # (SQLite makes a database where there is none, or of an empty file: said, since it is a new map)
+    fresh = not cfg.database.exists() or (cfg.database.is_file() and cfg.database.stat().st_size == 0)
     service, certificates = _service(cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (warning := expiry_warning(certificates, now=dt.datetime.now(dt.UTC))) is not None:
@@ -234,6 +236,13 @@ def _serve(args: argparse.Namespace) -> int:
                 f"({count} node{'' if count == 1 else 's'}){metrics}",
                 flush=True,
             )
+            if fresh:  # (once serving: a refused start stays one line)
+                log.info(
+                    "%s did not exist or was empty: a new, empty map database was made; it holds what nodes "
+                    "publish from now on (a running node publishes again at its next poll). If it replaces a "
+                    "lost one, the operator's removals it held are gone: remove those nodes again",
+                    cfg.database,
+                )
             # Ctrl-C and SIGTERM unwind through main() (one line; 130 or 0); the store closes below.
             await trio.sleep_forever()
 

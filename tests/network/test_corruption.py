@@ -269,6 +269,11 @@ def test_a_damaged_file_is_refused_in_one_line_or_only_what_verifies_is_served(
         assert code == 0, context
         lines = [x for x in err.splitlines() if x and x != "terminated"]
         assert all(" INFO " in x or " WARNING " in x for x in lines), context
+        if rel.endswith(".db") and kind in ("delete", "empty"):  # (what it recovered: a new, empty map)
+            assert served == [], context
+            assert "networkmap.db did not exist or was empty: a new, empty map database was made" in err, (
+                context
+            )
         return
     assert code in (1, 2), context
     lines = err.strip().splitlines()
