@@ -280,6 +280,18 @@ def _load_material(config: NodeConfig) -> _Material:
         )
     except network.NetworkMapError as exc:
         raise NodeStartError(f"network parameters {config.network_parameters} do not verify: {exc}") from None
+    try:  # (what our NodeInfo will carry, checked with the file it came from)
+        pki.validate_cert_path(
+            identity_chain,
+            trust_root=root,
+            now=dt.datetime.now(dt.UTC),
+            leaf_role=pki.CertRole.LEGAL_IDENTITY,
+        )
+    except pki.CertificateValidationError as exc:
+        raise NodeStartError(
+            f"the identity certificate chain {config.identity_cert_chain} does not chain to the network root "
+            f"{config.trust_root}: {exc}"
+        ) from None
     return _Material(
         server_context=server_context,
         client_context=client_context,

@@ -92,6 +92,11 @@ CASES: list[tuple[str, str, str, int]] = [
     # a node and its certificates
     ("node-legal-name-mismatch", "node start --config {d}/renamed-net/nodes/alice/node.toml",
      "is not for O=Alicia, L=London, C=GB", 1),
+    # its identity chain without its last certificate (the file cut before the doorman's BEGIN line): the
+    # corruption harness (seed 100200680) got "our own NodeInfo does not verify: ...", naming no file
+    ("node-identity-chain-cut", "node start --config {d}/cut-chain-net/nodes/alice/node.toml",
+     "the identity certificate chain {d}/cut-chain-net/nodes/alice/certificates/identity.chain.pem does not "
+     "chain to the network root {d}/cut-chain-net/nodes/alice/certificates/network-root.cert.pem: ", 1),
     ("node-foreign-root", "node start --config {d}/foreign-net/nodes/alice/node.toml",
      "do not verify", 1),
     ("node-cache-is-a-directory", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
@@ -225,6 +230,11 @@ def _prepare(d: Path) -> None:
         else:
             _sparse(d / copy / "nodes" / "alice" / file, 200 << 20)
     _sparse(d / "huge.toml", 200 << 20)
+    # A node whose identity chain lost its last certificate.
+    shutil.copytree(d / "net", d / "cut-chain-net")
+    chain = d / "cut-chain-net" / "nodes" / "alice" / "certificates" / "identity.chain.pem"
+    text = chain.read_bytes()
+    chain.write_bytes(text[: text.rindex(b"-----BEGIN CERTIFICATE-----") + 5])
     # A node whose trust root is another network's.
     shutil.copytree(d / "net", d / "foreign-net")
     foreign_root = d / "other-net" / "nodes" / "alice" / "certificates" / "network-root.cert.pem"
