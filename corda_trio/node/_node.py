@@ -280,18 +280,19 @@ def _load_material(config: NodeConfig) -> _Material:
         )
     except network.NetworkMapError as exc:
         raise NodeStartError(f"network parameters {config.network_parameters} do not verify: {exc}") from None
-    try:  # (what our NodeInfo will carry, checked with the file it came from)
-        pki.validate_cert_path(
-            identity_chain,
-            trust_root=root,
-            now=dt.datetime.now(dt.UTC),
-            leaf_role=pki.CertRole.LEGAL_IDENTITY,
-        )
-    except pki.CertificateValidationError as exc:
-        raise NodeStartError(
-            f"the identity certificate chain {config.identity_cert_chain} does not chain to the network root "
-            f"{config.trust_root}: {exc}"
-        ) from None
+    # (what our NodeInfo will carry and what peers will check of our TLS certificate, with the file each
+    # came from: a chain file that lost its last certificate is read as the ones before it)
+    for what, path, chain, role in (
+        ("identity", config.identity_cert_chain, identity_chain, pki.CertRole.LEGAL_IDENTITY),
+        ("TLS", config.tls_cert_chain, tls_chain, pki.CertRole.TLS),
+    ):
+        try:
+            pki.validate_cert_path(chain, trust_root=root, now=dt.datetime.now(dt.UTC), leaf_role=role)
+        except pki.CertificateValidationError as exc:
+            raise NodeStartError(
+                f"the {what} certificate chain {path} does not chain to the network root "
+                f"{config.trust_root}: {exc}"
+            ) from None
     return _Material(
         server_context=server_context,
         client_context=client_context,

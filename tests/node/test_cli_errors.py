@@ -97,6 +97,10 @@ CASES: list[tuple[str, str, str, int]] = [
     ("node-identity-chain-cut", "node start --config {d}/cut-chain-net/nodes/alice/node.toml",
      "the identity certificate chain {d}/cut-chain-net/nodes/alice/certificates/identity.chain.pem does not "
      "chain to the network root {d}/cut-chain-net/nodes/alice/certificates/network-root.cert.pem: ", 1),
+    # ... and its TLS chain (the node started, then every peer refused its handshakes)
+    ("node-tls-chain-cut", "node start --config {d}/cut-tls-net/nodes/alice/node.toml",
+     "the TLS certificate chain {d}/cut-tls-net/nodes/alice/certificates/tls.chain.pem does not "
+     "chain to the network root {d}/cut-tls-net/nodes/alice/certificates/network-root.cert.pem: ", 1),
     ("node-foreign-root", "node start --config {d}/foreign-net/nodes/alice/node.toml",
      "do not verify", 1),
     ("node-cache-is-a-directory", "node start --config {d}/cache-dir-net/nodes/alice/node.toml",
@@ -233,6 +237,10 @@ def _prepare(d: Path) -> None:
     # A node whose identity chain lost its last certificate.
     shutil.copytree(d / "net", d / "cut-chain-net")
     chain = d / "cut-chain-net" / "nodes" / "alice" / "certificates" / "identity.chain.pem"
+    text = chain.read_bytes()
+    chain.write_bytes(text[: text.rindex(b"-----BEGIN CERTIFICATE-----") + 5])
+    shutil.copytree(d / "net", d / "cut-tls-net")
+    chain = d / "cut-tls-net" / "nodes" / "alice" / "certificates" / "tls.chain.pem"
     text = chain.read_bytes()
     chain.write_bytes(text[: text.rindex(b"-----BEGIN CERTIFICATE-----") + 5])
     # A node whose trust root is another network's.
