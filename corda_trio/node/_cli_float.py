@@ -349,6 +349,15 @@ def load_float_config(
             except pki.KeyStoreError as exc:
                 raise CliError(f"{path}: key 'tls.{ref}.{name}': {exc}", 2) from None
         _check_dates(path, f"tls.{ref}", files, now)
+        try:  # (what peers check: a chain file that lost its last certificate is read as the ones before it)
+            pki.validate_cert_path(
+                files[0][1], trust_root=files[1][1][0], now=now, leaf_role=pki.CertRole.TLS
+            )
+        except pki.CertificateValidationError as exc:
+            raise CliError(
+                f"{path}: [tls.{ref}]: {files[0][0]} does not chain to the network root {files[1][0]}: {exc}",
+                2,
+            ) from None
         tls_files += files
         tls[ref] = fl.NodeTls(
             cert_chain=t.file(f"tls.{ref}.cert_chain"),

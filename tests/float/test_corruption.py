@@ -6,9 +6,11 @@ The files: ``float.toml``; the tunnel certificate, key and CA of ``[control]``; 
 (encrypted) key, its passphrase file and the network root of ``[tls.node]``; the audit log the float appends
 to (one a float wrote before). The damages: a bit flipped, a truncation, a zeroed 4 KiB aligned range,
 garbage appended, the file deleted, emptied, replaced by a directory, an older copy put back (the audit log
-before the last run; the tunnel files of the tunnel PKI made before the current one).
+before the last run; the tunnel files of the tunnel PKI made before the current one); and the node's TLS
+chain cut inside its last certificate's BEGIN line (read as the certificates before it).
 
-A trial passes when the float either starts and works (it is activated: its public port opens; the audit
+A trial passes when the float either starts and works (it is activated: its public port opens and a peer's
+TLS handshake there succeeds, the chain it presents reaching the network root; the audit
 log it appended to gets whole JSON lines, whatever the damage left at its end) or refuses in one line naming
 the file (exit 2: a configuration or its material that is wrong; 1: the audit log cannot be written) and
 leaves every file as it was. Never a traceback or a hang.
@@ -21,6 +23,7 @@ import json
 import random
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +139,10 @@ def _damage(path: Path, kind: str, rng: random.Random, older: Path) -> str:
         at = rng.randrange(len(data))
         path.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :])
         return f"bit flipped in byte {at}"
+    if kind == "cut-last":  # (before the last certificate's BEGIN line is whole: read as the ones before it)
+        at = data.rindex(b"-----BEGIN CERTIFICATE-----") + 5
+        path.write_bytes(data[:at])
+        return f"truncated at {at} of {len(data)}, inside the last BEGIN line"
     if kind == "truncate":
         at = rng.randrange(1, len(data))
         path.write_bytes(data[:at])
@@ -163,9 +170,12 @@ def _damage(path: Path, kind: str, rng: random.Random, older: Path) -> str:
     return "older copy put back"
 
 
-async def _activate(directory: Path, control: str, bob: pki.NodeCredentials) -> tuple[str, int] | None:
-    """Activate the float at ``control`` (``HOST:PORT``) as Bob's inside end does; its public address, or
-    None when it was not activated within ACTIVATION_SECONDS."""
+async def _activate(
+    directory: Path, control: str, bob: pki.NodeCredentials, peer: ssl.SSLContext
+) -> tuple[str, int] | None:
+    """Activate the float at ``control`` (``HOST:PORT``) as Bob's inside end does, then complete a peer's TLS
+    handshake on its public port with ``peer``; its public address, or None when it was not activated within
+    ACTIVATION_SECONDS."""
     host, _, port = control.rpartition(":")
     bridge_creds = fl.TunnelCredentials.read(
         directory / "t" / "br.pem", directory / "t" / "br.key", directory / "t" / "tunnel-ca.pem"
@@ -174,16 +184,28 @@ async def _activate(directory: Path, control: str, bob: pki.NodeCredentials) -> 
         bob, directory.parent / "inside", [(host, int(port))], bridge_creds, messaging.PeerDirectory()
     ) as inside:
         with trio.move_on_after(ACTIVATION_SECONDS):
-            return await inside.tunnel.wait_active()
+            public = await inside.tunnel.wait_active()
+            stream = await trio.open_ssl_over_tcp_stream(*public, ssl_context=peer)
+            try:
+                await stream.do_handshake()  # (the peer checks the chain the float presents up to the root)
+            finally:
+                await trio.aclose_forcefully(stream)
+            return public
     return None
 
 
-CASES = [(f, d) for f in FILES for d in DAMAGES if d != "older" or f in HAS_OLDER]
+CASES = [(f, d) for f in FILES for d in DAMAGES if d != "older" or f in HAS_OLDER] + [("tls.pem", "cut-last")]
 
 
 @pytest.mark.parametrize(("rel", "kind"), CASES, ids=[f"{Path(f).name}-{d}" for f, d in CASES])
 async def test_a_damaged_file_is_refused_in_one_line_or_the_float_works(
-    float_dir: Path, tmp_path: Path, bob: pki.NodeCredentials, rel: str, kind: str
+    float_dir: Path,
+    tmp_path: Path,
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    rel: str,
+    kind: str,
 ) -> None:
     d = tmp_path / "float"
     shutil.copytree(float_dir, d)
@@ -198,7 +220,10 @@ async def test_a_damaged_file_is_refused_in_one_line_or_the_float_works(
         with trio.fail_after(START_SECONDS):
             line = await trio.to_thread.run_sync(process.stdout.readline)
         if line.startswith("float: control port listening on "):
-            activated = await _activate(d, line.split()[-1], bob)
+            peer = pki.client_ssl_context(
+                cert_chain=alice.tls_chain, key=alice.tls.key, trust_root=network.root.cert
+            )
+            activated = await _activate(d, line.split()[-1], bob, peer)
     finally:
         code, out, err = _stop(process)
     context = f"{rel} ({what}): exit {code}, stdout {line + out!r}, stderr:\n{err}"
