@@ -260,9 +260,11 @@ def verify_network_map(
     return NetworkMap.from_wire(_codec.decode(raw, what="network map"))
 
 
-#: Refusals of a stored NodeInfo or parameters that say nothing of its bytes: a date (a certificate expired
-#: since it was published) or a platform version; the node that fetches it judges those.
-_NOT_DAMAGE = frozenset({"expired", "not-yet-valid", "platform-version"})
+#: The refusals of a stored NodeInfo or parameters that say their bytes changed: a signature or a certificate
+#: that no longer verifies (the hash covers a NodeInfo's certificates, not its signatures nor the parameters'
+#: signer's path). The others are the rules of the day (a date, an address, a name, a platform version that a
+#: newer rule or the clock refuses): no damage; the node that fetches the entry judges them.
+_DAMAGE = frozenset({"bad-signature", "wrong-parent", "untrusted-root", "malformed", "empty"})
 
 
 def stored_damage(
@@ -270,8 +272,9 @@ def stored_damage(
 ) -> str | None:
     """What is wrong with the bytes the map stored under ``hash_hex`` (``kind``: ``"node-info"`` or
     ``"network-parameters"``), or ``None`` when they are what was accepted: they decode, hash to ``hash_hex``
-    and verify under ``trust_root`` (their certificates' dates aside: a certificate that has expired since is
-    no damage of the bytes, and the node that fetches them judges it).
+    and their signatures and certificates verify under ``trust_root`` (a refusal by a rule that says nothing
+    of the bytes, a certificate that has expired since, an address a newer rule refuses, is no damage: the
+    node that fetches them judges it).
 
     The hash covers the signed bytes only, not the signatures nor (parameters) the signer's certificates:
     those are checked by verifying them.
@@ -290,7 +293,7 @@ def stored_damage(
     except MalformedPayloadError as exc:
         return str(exc)
     except PayloadRejectedError as exc:
-        return None if exc.reason in _NOT_DAMAGE else str(exc)
+        return str(exc) if exc.reason in _DAMAGE else None
     if found != hash_hex.upper():
         return f"its bytes hash to {found}"
     return None
