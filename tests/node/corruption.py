@@ -373,8 +373,18 @@ def run_trial(snaps: list[Snapshot], seed: int, work: Path, command: str | None 
                 return result(True, "refused" + (" (wrote its log and lock)" if changed else ""), err.strip())
             try:
                 listed = trio.run(_listed_flows, copy)
-            finally:
+            except rpc.RpcError as exc:
                 stopped = _stop(proc)
+                # A bit flipped inside [[rpc.users]] password_hash is another valid hash (argon2 has no
+                # checksum): the node runs with the configuration as it now reads, and the user cannot log in.
+                if rel == "node.toml" and exc.code == "unauthenticated" and not _traceback(err):
+                    return result(
+                        True, "started with node.toml as it now reads (the RPC user's login changed)"
+                    )
+                return result(False, f"RPC refused on a started node: {exc}", err[-2000:])
+            finally:
+                if proc.poll() is None:
+                    stopped = _stop(proc)
             if _traceback(err):
                 return result(False, "traceback on a started node's stderr", err[-3000:])
             twice = {k: v for k, v in listed.items() if len(v) > 1}
