@@ -322,6 +322,20 @@ async def test_loopback_scenario_passes_on_the_error_its_run_ended_with(tmp_path
     assert info.value.subgroup(OSError) is not None
 
 
+async def test_loopback_scenario_ends_cleanly_with_a_frame_still_being_sent(tmp_path: Path) -> None:
+    """A run at a rate the socket cannot take (``bench run loopback --rate 1e7``) ends with frames queued and
+    the writer inside ``send_all``: closing the stream there raised ClosedResourceError in the writer, and
+    the command printed a traceback after its run."""
+    config = bench.RunConfig(scenario="loopback", sizes=bench.SizeDistribution.parse("64m"))
+    ctx = bench.ScenarioContext(config=config, scratch_dir=tmp_path, clock=bench.Clock())
+    async with bench.load_scenario("loopback").open(ctx) as session:
+        link = session.link_by_name["loopback-0"]
+        await link.send.send((0, session.payload))  # far more than a loopback socket's buffers
+        for _ in range(3):  # the writer is now inside send_all, waiting for room
+            await trio.lowlevel.checkpoint()
+    assert link.stream is not None and link.stream.socket.fileno() == -1  # closed, and no error raised
+
+
 def test_cli_bench_a_store_failure_of_the_scenario_is_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
