@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-from corda_trio import files, store
+from corda_trio import files, records, store
 
 from ._cli import CliError, error_text, run_trio
 
@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             sizes=bench.SizeDistribution.parse(args.sizes),
             params=_params(args),
             seed=args.seed,
-            run_id=args.run_id,
+            run_id=args.run_id if args.run_id is None else records.check_run_id(args.run_id),
         )
         scenario = bench.load_scenario(args.scenario)
         bench.check_parameters(scenario, config)

@@ -332,9 +332,9 @@ def _drain(args: argparse.Namespace) -> int:
 
 def _hash_password(args: argparse.Namespace) -> int:
     if args.password_env:
-        password = os.environ.get(args.password_env, "")
+        password = os.environ.get(args.password_env)
         if not password:
-            raise CliError(f"${args.password_env} is not set", 2)
+            raise CliError(f"${args.password_env} is {'empty' if password == '' else 'not set'}", 2)
     else:
         if not sys.stdin.isatty():
             raise CliError("give --password-env VAR or run from a terminal to be prompted", 2)

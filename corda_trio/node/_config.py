@@ -207,9 +207,10 @@ class KeyPassphrase:
         """
         noun = self.what.rsplit(" ", 1)[-1]
         if self.env is not None:
-            value = (os.environ if environ is None else environ).get(self.env, "")
+            value = (os.environ if environ is None else environ).get(self.env)
             if not value:
-                raise ConfigError(f"environment variable {self.env} (the {self.what}) is not set")
+                state = "empty" if value == "" else "not set"
+                raise ConfigError(f"environment variable {self.env} (the {self.what}) is {state}")
             # (bytes that are not UTF-8 reach os.environ as surrogate escapes: the passphrase's own bytes)
             return value.encode("utf-8", "surrogateescape")
         assert self.file is not None

@@ -245,6 +245,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(
     ("env", "text"),
     [
         ({}, "environment variable CT_BRIDGE_PW (the node endpoint password) is not set"),
+        ({"CT_BRIDGE_PW": ""}, "environment variable CT_BRIDGE_PW (the node endpoint password) is empty"),
         ({"CT_BRIDGE_PW": "\udcff"}, "CT_BRIDGE_PW (the node endpoint password) is not UTF-8 text (byte 0)"),
     ],
 )

@@ -144,6 +144,9 @@ CASES: list[tuple[str, str, str, int]] = [
      "--out {d}/afile: exists and is not a directory", 2),
     ("bench-peers-too-many", "bench run loopback --out {d}/out --peers 100000 --duration 1",
      "--peers 100000: must be in 1..", 2),
+    # (it was checked as the run began: the same line with exit 1, as for a run that failed)
+    ("bench-run-id-bad", "bench run loopback --out {d}/out --run-id a/b --duration 1",
+     "run id 'a/b' must match ", 2),
     ("bench-peers-zero", "bench run loopback --out {d}/out --peers 0 --duration 1",
      "--peers 0: must be in 1..", 2),
     ("bench-bad-param", "bench run wal --out {d}/out --param fsync=true --duration 1",
