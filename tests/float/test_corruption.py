@@ -33,6 +33,7 @@ import trio
 
 from corda_trio import messaging, pki
 from corda_trio.bridge import float as fl
+from tests.damage import DAMAGES, damage_file
 
 from .test_inprocess import receiver_behind_float
 from .test_processes import ENV
@@ -65,7 +66,6 @@ FILES = (
     "root.pem",
     "audit.jsonl",
 )
-DAMAGES = ("flip", "truncate", "zero4k", "append", "delete", "empty", "directory", "older")
 #: files an older copy of which exists: the audit log, and the tunnel PKI made before the current one
 HAS_OLDER = ("audit.jsonl", "t/fa.pem", "t/fa.key", "t/tunnel-ca.pem")
 START_SECONDS = 20.0
@@ -134,40 +134,12 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def _damage(path: Path, kind: str, rng: random.Random, older: Path) -> str:
-    data = path.read_bytes()
-    if kind == "flip":
-        at = rng.randrange(len(data))
-        path.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :])
-        return f"bit flipped in byte {at}"
     if kind == "cut-last":  # (before the last certificate's BEGIN line is whole: read as the ones before it)
+        data = path.read_bytes()
         at = data.rindex(b"-----BEGIN CERTIFICATE-----") + 5
         path.write_bytes(data[:at])
         return f"truncated at {at} of {len(data)}, inside the last BEGIN line"
-    if kind == "truncate":
-        at = rng.randrange(1, len(data))
-        path.write_bytes(data[:at])
-        return f"truncated at {at} of {len(data)}"
-    if kind == "zero4k":
-        start = rng.randrange(max(1, len(data) // 4096)) * 4096
-        end = min(len(data), start + 4096)
-        path.write_bytes(data[:start] + bytes(end - start) + data[end:])
-        return f"bytes {start}..{end} zeroed"
-    if kind == "append":
-        path.write_bytes(data + rng.randbytes(rng.choice((1, 40, 4096))))
-        return "garbage appended"
-    if kind == "delete":
-        path.unlink()
-        return "deleted"
-    if kind == "empty":
-        path.write_bytes(b"")
-        return "emptied"
-    if kind == "directory":
-        path.unlink()
-        path.mkdir()
-        return "replaced by a directory"
-    assert kind == "older"
-    shutil.copy(older, path)
-    return "older copy put back"
+    return damage_file(path, kind, rng, older)
 
 
 async def _activate(

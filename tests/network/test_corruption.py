@@ -40,6 +40,7 @@ import trio
 
 from corda_trio import network, pki
 from corda_trio.node import _config
+from tests.damage import DAMAGES, damage_file
 
 CLI = [sys.executable, "-c", "import sys; from corda_trio.node._cli import main; sys.exit(main())"]
 NAMES = {"alice": "O=Alice,L=London,C=GB", "bob": "O=Bob,L=Paris,C=FR", "carol": "O=Carol,L=Rome,C=IT"}
@@ -57,7 +58,6 @@ FILES = (
     "network-map/networkmap.db",
     "network-root/root.cert.pem",
 )
-DAMAGES = ("flip", "truncate", "zero4k", "append", "delete", "empty", "directory", "older")
 
 
 def _env() -> dict[str, str]:
@@ -147,10 +147,6 @@ def _blob_offset(data: bytes, blob: bytes) -> int:
 
 def _damage(path: Path, kind: str, rng: random.Random, older: Path) -> str:
     data = path.read_bytes()
-    if kind == "flip":
-        at = rng.randrange(len(data))
-        path.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :])
-        return f"bit flipped in byte {at}"
     if kind in ("flip-node-info", "flip-parameters"):
         with sqlite3.connect(path) as db:
             query = (
@@ -166,31 +162,7 @@ def _damage(path: Path, kind: str, rng: random.Random, older: Path) -> str:
     if kind == "zero-page-3":  # (a b-tree page: SQLite's check reports it on two lines)
         path.write_bytes(data[:8192] + bytes(4096) + data[12288:])
         return "bytes 8192..12288 zeroed"
-    if kind == "truncate":
-        at = rng.randrange(len(data))
-        path.write_bytes(data[:at])
-        return f"truncated at {at} of {len(data)}"
-    if kind == "zero4k":
-        start = rng.randrange(max(1, len(data) // 4096)) * 4096
-        end = min(len(data), start + 4096)
-        path.write_bytes(data[:start] + bytes(end - start) + data[end:])
-        return f"bytes {start}..{end} zeroed"
-    if kind == "append":
-        path.write_bytes(data + rng.randbytes(rng.choice((1, 40, 4096))))
-        return "garbage appended"
-    if kind == "delete":
-        path.unlink()
-        return "deleted"
-    if kind == "empty":
-        path.write_bytes(b"")
-        return "emptied"
-    if kind == "directory":
-        path.unlink()
-        path.mkdir()
-        return "replaced by a directory"
-    assert kind == "older"
-    shutil.copy(older, path)
-    return "older copy put back"
+    return damage_file(path, kind, rng, older)
 
 
 def _fetch(url: str) -> tuple[int, bytes]:

@@ -44,6 +44,7 @@ import trio
 
 from corda_trio import amqp, messaging, rpc
 from corda_trio.node._processes import open_node_processes, start_node_process
+from tests.damage import damage_file
 
 from .cli_helpers import CLI
 from .netutil import PASSWORD, make_network
@@ -194,52 +195,6 @@ class Outcome:
     ok: bool
     why: str
     detail: str = ""
-
-
-def damage_file(path: Path, kind: str, rng: random.Random, older: Path | None) -> str:
-    """Damage ``path`` in place the ``kind`` way; a short description of what was done."""
-    size = path.stat().st_size
-    if kind == "flip":
-        if size == 0:
-            return "empty file: nothing to flip"
-        offset, bit = rng.randrange(size), rng.randrange(8)
-        with open(path, "r+b") as f:
-            f.seek(offset)
-            byte = f.read(1)[0]
-            f.seek(offset)
-            f.write(bytes([byte ^ (1 << bit)]))
-        return f"bit {bit} of byte {offset} flipped"
-    if kind == "truncate":
-        offset = rng.randrange(size) if size else 0
-        os.truncate(path, offset)
-        return f"truncated at {offset} of {size}"
-    if kind == "zero4k":
-        if size == 0:
-            return "empty file: nothing to zero"
-        start = rng.randrange(0, size, 4096)
-        with open(path, "r+b") as f:
-            f.seek(start)
-            f.write(bytes(min(4096, size - start)))
-        return f"bytes {start}..{min(start + 4096, size)} zeroed"
-    if kind == "append":
-        garbage = rng.randbytes(rng.choice((1, 7, 40, 100, 4096)))
-        with open(path, "ab") as f:
-            f.write(garbage)
-        return f"{len(garbage)} random bytes appended"
-    if kind == "older":
-        if older is None or not older.exists():
-            return "no older copy: left as it is"
-        if older.read_bytes() == path.read_bytes():
-            return "older copy identical"
-        shutil.copyfile(older, path)
-        return "the older copy put back"
-    if kind == "delete":
-        path.unlink()
-        return "deleted"
-    if kind == "empty":
-        os.truncate(path, 0)
-        return "emptied"
-    raise ValueError(kind)
 
 
 def _run(args: list[str], timeout: float) -> tuple[int | None, str, str]:
