@@ -43,6 +43,7 @@ from corda_trio.files import read_small_file
 
 from ._certs import check_chain_roles, load_der_certificate, load_pem_certificates
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
+from ._keystore import read_certificates, read_private_key
 from ._names import CordaX500Name
 from ._roles import CertRole, get_cert_role
 
@@ -211,12 +212,27 @@ def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase:
         # A callable password keeps OpenSSL from prompting on a terminal when none was given.
         ctx.load_cert_chain(chain_path, key_path, password=lambda: passphrase or b"")
     except ssl.SSLError as exc:
-        raise KeyStoreError(
-            f"cannot load TLS certificate {chain_path!r} with key {key_path!r}: {exc.reason or exc} "
-            "(wrong passphrase, or a key that does not match the certificate?)"
-        ) from exc
+        raise _why_not_loaded(chain_path, key_path, passphrase, exc) from exc
     except OSError as exc:
         raise KeyStoreError(f"cannot read TLS files {chain_path!r}, {key_path!r}: {exc}") from exc
+
+
+def _why_not_loaded(
+    chain_path: str, key_path: str, passphrase: bytes | None, exc: ssl.SSLError
+) -> KeyStoreError:
+    """What OpenSSL's refusal of a chain and key means, read again here: a wrong passphrase, a file that is
+    not what it should be, or a key that is not the certificate's (OpenSSL says NO_CERTIFICATE_ASSIGNED or
+    KEY_VALUES_MISMATCH, naming neither file)."""
+    try:
+        key = read_private_key(key_path, passphrase)
+        chain = read_certificates(chain_path)
+    except KeyStoreError as error:
+        return error
+    if chain[0].public_key() != key.public_key():
+        return KeyStoreError(f"{key_path} is not the key of {chain_path}")
+    return KeyStoreError(
+        f"cannot load TLS certificate {chain_path!r} with key {key_path!r}: {exc.reason or exc}"
+    )
 
 
 def peer_certificate(ssl_object: PeerCertificateSource) -> x509.Certificate:

@@ -325,3 +325,20 @@ async def test_a_node_killed_under_the_bridge_is_named_by_what_happened(
             if process is not None and process.returncode is None:
                 process.send_signal(signal.SIGKILL)
                 await process.wait()
+
+
+def test_a_tls_key_that_is_not_the_certificate_s_is_one_line_naming_both_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], network: object, alice: object, bob: object
+) -> None:
+    """[tls] key naming another node's key: 'cannot load TLS certificate ... NO_CERTIFICATE_ASSIGNED (wrong
+    passphrase, or a key that does not match the certificate?)' left the operator to guess which."""
+    from corda_trio import pki
+
+    creds: pki.NodeCredentials = alice  # type: ignore[assignment]
+    other: pki.NodeCredentials = bob  # type: ignore[assignment]
+    pki.write_certificates(tmp_path / "tls.pem", creds.tls_chain)
+    pki.write_private_key(tmp_path / "tls.key", other.tls.key, None)
+    pki.write_certificates(tmp_path / "root.pem", [network.root.cert])  # type: ignore[attr-defined]
+    assert main(["bridge", "start", "--config", str(write(tmp_path, GOOD.format(port=5)))]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"corda-trio: error: {tmp_path}/tls.key is not the key of {tmp_path}/tls.pem"]

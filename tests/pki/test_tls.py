@@ -192,6 +192,15 @@ async def test_contexts_from_encrypted_files(
             cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "alice-tls.key",
             trust_root=tmp_path / "root.pem", passphrase=b"not the passphrase",
         )  # fmt: skip
+    # A key that is not the certificate's is said so, naming both files: OpenSSL's NO_CERTIFICATE_ASSIGNED
+    # read 'cannot load TLS certificate ... (wrong passphrase, or a key that does not match ...?)'
+    pki.write_private_key(tmp_path / "bob-tls.key", live_bob.tls.key, b"secret")
+    with pytest.raises(pki.KeyStoreError) as info:
+        pki.server_ssl_context(
+            cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "bob-tls.key",
+            trust_root=tmp_path / "root.pem", passphrase=b"secret",
+        )  # fmt: skip
+    assert str(info.value) == f"{tmp_path / 'bob-tls.key'} is not the key of {tmp_path / 'alice-chain.pem'}"
     # A path that names a directory says so (it said "does not exist").
     (tmp_path / "certs").mkdir()
     with pytest.raises(pki.KeyStoreError, match=r"certs' is a directory, not a file"):
