@@ -46,8 +46,9 @@ state only after a ``disposition`` settled it; if the link or the connection goe
 Incoming deliveries go into a memory channel whose buffer equals the receiver's credit plus the engine's
 ``max_credit_overrun`` (a peer that sends beyond its credit is absorbed up to that bound and up to
 ``max_credit_overrun_bytes``, beyond either the engine detaches the link); the credit is topped up only for
-deliveries the application took out, and never beyond what the buffer has free, so a slow consumer or an
-overrunning peer slows the peer instead of growing memory.
+deliveries the application took out (and for deliveries the peer aborted, which take a credit and never reach
+the application), and never beyond what the buffer has free, so a slow consumer or an overrunning peer slows
+the peer instead of growing memory.
 """
 
 from __future__ import annotations
@@ -378,6 +379,13 @@ class Receiver:
                     pass
                 self._on_detached(LinkDetachedError.from_error(error, "link detached"))
                 conn._request_flush()
+
+    def _on_aborted(self) -> None:
+        # An aborted delivery (spec 2.6.14) took a credit and never reaches the application: it counts as
+        # taken, or a peer that aborted as many deliveries as it had credit for would never get credit again.
+        self._taken += 1
+        if self._taken >= self._refill_after:
+            self._replenish()
 
     @property
     def overrun_total(self) -> int:
@@ -1314,5 +1322,10 @@ class AmqpConnection:
             clean = event.by_peer and event.error is None
             closed = error_cls.from_error(event.error, default, by_peer=event.error_from_peer)
             self._set_broken(closed, clean=clean)  # type: ignore[arg-type]
-        elif isinstance(event, amqp.DeliveryStateChanged | amqp.TransferAborted | amqp.SaslCompleted):
+        elif isinstance(event, amqp.TransferAborted):
+            link = self._links.get((event.channel, event.handle))
+            if isinstance(link, Receiver):
+                link._on_aborted()
+            log.debug("%s: %s", self.id, event)
+        elif isinstance(event, amqp.DeliveryStateChanged | amqp.SaslCompleted):
             log.debug("%s: %s", self.id, event)

@@ -1,0 +1,153 @@
+"""A legitimate network member that misbehaves at the AMQP level after TLS, against the float's public port:
+raw frames over a real TLS socket, with a hand-driven inside (``test_float``'s harness). Each case checks
+what comes back on the wire, that another member is still served end to end, and that the float's
+end-to-end window comes back whole."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from corda_trio import amqp, pki
+from corda_trio.bridge import float as fl
+from tests.p2p_harness import contexts
+from tests.transport.test_hostile import parse
+
+from .test_float import activate, command, control, inbox_of, running_float, wire
+
+SENDER = False  # Attach.role: sender
+
+
+class TlsPeer:
+    """A member's hand-driven client on a TLS stream to the public port: raw frames out, parsed frames in."""
+
+    def __init__(self, stream: trio.SSLStream[Any]) -> None:
+        self.stream = stream
+        self.data = bytearray()
+        self.eof = False
+
+    async def send(self, *frames: bytes) -> None:
+        await self.stream.send_all(b"".join(frames))
+
+    def received(self) -> list[object]:
+        return parse(bytes(self.data))
+
+    async def read_until(self, done: Any, seconds: float = 10) -> list[object]:
+        with trio.fail_after(seconds):
+            while not self.eof and not done(self.received()):
+                try:
+                    chunk = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    chunk = b""
+                if chunk:
+                    self.data += chunk
+                else:
+                    self.eof = True
+        return self.received()
+
+    async def read_for(self, seconds: float) -> list[object]:
+        with trio.move_on_after(seconds):
+            await self.read_until(lambda _fs: False, seconds + 1)
+        return self.received()
+
+
+@contextlib.asynccontextmanager
+async def tls_peer(creds: pki.NodeCredentials, root: Any, public: int) -> AsyncIterator[TlsPeer]:
+    tcp = await trio.open_tcp_stream("127.0.0.1", public)
+    stream = trio.SSLStream(tcp, contexts(creds, root)[1], server_hostname="float")  # type: ignore[arg-type]
+    await stream.do_handshake()
+    peer = TlsPeer(stream)
+    init = amqp.SaslInit(mechanism=amqp.Symbol("EXTERNAL"))
+    await peer.send(amqp.SASL_HEADER, amqp.encode_frame(init), amqp.AMQP_HEADER,
+                    amqp.encode_frame(amqp.Open(container_id="hostile", max_frame_size=65536)),
+                    amqp.encode_frame(amqp.Begin(next_outgoing_id=0, incoming_window=100_000,
+                                                 outgoing_window=100_000)))  # fmt: skip
+    await peer.read_until(lambda fs: any(isinstance(f, amqp.Begin) for f in fs))
+    try:
+        yield peer
+    finally:
+        with contextlib.suppress(Exception):
+            await trio.aclose_forcefully(stream)
+
+
+def attach(name: str, handle: int, inbox: str, **kw: Any) -> bytes:
+    source, target = amqp.Source(address="src"), amqp.Target(address=inbox)
+    performative = amqp.Attach(
+        name=name, handle=handle, role=SENDER, source=source, target=target, initial_delivery_count=0, **kw
+    )
+    return amqp.encode_frame(performative)
+
+
+def transfer(handle: int, delivery_id: int | None, payload: bytes, **kw: Any) -> bytes:
+    tag = None if delivery_id is None else b"t%d" % delivery_id
+    performative = amqp.Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag, **kw)
+    return amqp.encode_frame(performative, 0, payload)
+
+
+def of(kind: type, frames: list[object]) -> list[Any]:
+    return [f for f in frames if isinstance(f, kind)]
+
+
+def audited(directory: Path, event: str) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in (directory / "audit.jsonl").read_text().splitlines()]
+    return [e for e in lines if e["event"] == event]
+
+
+def credit_of(frames: list[object], handle: int = 0) -> int | None:
+    """The link credit the last flow for ``handle`` in ``frames`` granted (``None``: no such flow)."""
+    flows = [f for f in of(amqp.Flow, frames) if f.handle == handle]
+    return flows[-1].link_credit if flows else None
+
+
+def settled_ids(frames: list[object]) -> dict[int, Any]:
+    """Delivery id -> the outcome of each disposition in ``frames`` that settled it."""
+    out: dict[int, Any] = {}
+    for d in of(amqp.Disposition, frames):
+        if d.settled:
+            for i in range(d.first, (d.last if d.last is not None else d.first) + 1):
+                out[i] = d.state
+    return out
+
+
+async def test_aborted_deliveries_give_their_credit_back_and_are_never_forwarded(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """A member aborts its two deliveries (spec 2.6.14: one after a first frame with more=true, one at once),
+    each within the credit of 2 the float granted. An aborted delivery takes a credit and never reaches the
+    application, so the float never granted again: the member, which may send nothing more without credit,
+    waited forever with its link holding its share of the window. Now each abort counts as a delivery taken:
+    the credit comes back, nothing aborted is forwarded, and the next delivery is forwarded and settled."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(float_creds, bob, root, tmp_path) as (flt, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with tls_peer(alice, root, public) as peer:
+                    await peer.send(attach("l", 0, inbox))
+                    assert credit_of(await peer.read_until(lambda fs: credit_of(fs) is not None)) == 2
+                    seen = len(peer.received())
+                    m = wire(alice, 1)
+                    await peer.send(
+                        transfer(0, 0, m[:10], more=True),
+                        transfer(0, None, m[10:20], more=True, aborted=True),
+                        transfer(0, 1, m, aborted=True),
+                    )
+                    frames = await peer.read_until(lambda fs: credit_of(fs[seen:]) is not None)
+                    assert credit_of(frames[seen:]) == 2, frames[seen:]
+                    await peer.send(transfer(0, 2, wire(alice, 2)))
+                    forwarded = await inbound.receive()
+                    assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, 2)
+                    await forwarded.accept()
+                    frames = await peer.read_until(lambda fs: 2 in settled_ids(fs))
+                    assert settled_ids(frames) == {2: amqp.Accepted()}, frames
+                    assert not of(amqp.Detach, frames) and flt.forwarded == 1 and flt.accepted == 1
