@@ -11,14 +11,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from corda_trio import amqp, pki
 from corda_trio.bridge import float as fl
-from tests.p2p_harness import contexts
+from tests.p2p_harness import contexts, wait_until
 from tests.transport.test_hostile import parse
 
-from .test_float import activate, command, control, inbox_of, running_float, wire
+from .test_float import _peer_connection, activate, command, control, inbox_of, running_float, wire
 
 SENDER = False  # Attach.role: sender
 
@@ -151,3 +152,46 @@ async def test_aborted_deliveries_give_their_credit_back_and_are_never_forwarded
                     frames = await peer.read_until(lambda fs: 2 in settled_ids(fs))
                     assert settled_ids(frames) == {2: amqp.Accepted()}, frames
                     assert not of(amqp.Detach, frames) and flt.forwarded == 1 and flt.accepted == 1
+
+
+async def test_an_attach_that_arrives_with_the_connection_s_end_gives_its_window_back(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A member sends an attach and, in the same write, a transfer on a handle it never attached: the float
+    closes the connection (amqp:session:unattached-handle) before it answers the attach. The link's share of
+    the window was taken before the answer, and the answer raised on the broken connection: the share was
+    never given back, so with a window of 4 (one link's) no member could attach again; and the error left
+    the float's connection task as a traceback ('connection failed') and a second 'close' audit line
+    (amqp:internal-error). Now the share is given back, Carol's link then gets the full credit and delivers
+    end to end, and Alice's connection has one 'close' line with the condition, no traceback."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(float_creds, bob, root, tmp_path) as (flt, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with tls_peer(alice, root, public) as peer:
+                    await peer.send(attach("l", 0, inbox), transfer(7, 0, wire(alice, 1)))
+                    frames = await peer.read_until(lambda fs: of(amqp.Close, fs))
+                    [close] = of(amqp.Close, frames)
+                    assert close.error.condition == "amqp:session:unattached-handle", close
+                await wait_until(lambda: audited(tmp_path, "close"))
+                async with _peer_connection(carol, bob, root, public) as conn:
+                    sender = await conn.open_sender(inbox)
+                    pending = await sender.start_send(wire(carol, 2))
+                    forwarded = await inbound.receive()
+                    assert fl.ForwardedDelivery.decode(forwarded.payload).source == str(carol.legal_name)
+                    await forwarded.accept()
+                    assert isinstance(await pending.outcome(), amqp.Accepted)
+                assert flt.forwarded == flt.accepted == 1
+                await wait_until(lambda: flt._activation is not None and flt._activation.window_left == 4)
+    [close_line, _carol] = audited(tmp_path, "close")
+    assert close_line["legal_name"] == str(alice.legal_name), close_line
+    assert "unattached-handle" in close_line["condition"], close_line
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]

@@ -37,6 +37,7 @@ and the peer sends it again when its link or connection ends.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -502,7 +503,8 @@ class Float:
             self.audit.write(
                 "link-refused", peer=peer, legal_name=user, address=request.address, condition=condition
             )
-            await request.refuse(condition, description)
+            with contextlib.suppress(transport.AmqpTransportError):  # (the connection ended: audited so)
+                await request.refuse(condition, description)
 
         inboxes = activation.command.inboxes
         if not request.peer_is_sender or request.address not in inboxes:
@@ -524,7 +526,17 @@ class Float:
             return
         activation.window_left -= reserve
         credit = reserve // 2
-        receiver = await request.accept_receiver(credit=credit, max_message_size=self.config.max_message_size)
+        try:
+            receiver = await request.accept_receiver(
+                credit=credit, max_message_size=self.config.max_message_size
+            )
+        except BaseException as exc:
+            # not attached: the share goes back (the peer's connection ended before the answer, an attach
+            # and a violation in one write; its end is audited as the connection's 'close')
+            activation.window_left += reserve
+            if isinstance(exc, transport.AmqpTransportError):
+                return
+            raise
         self.attached_links += 1
         self.audit.write("link-attached", peer=peer, legal_name=user, address=request.address, credit=credit)
         nursery.start_soon(self._pump, receiver, activation, user, peer, reserve)
