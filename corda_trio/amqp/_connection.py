@@ -505,6 +505,11 @@ class Connection(TransferMixin, SettlementMixin):
         max-frame-size: then both are null (a refusal needs no echo).
         """
         session, link = self._session_link(channel, handle, state=LinkState.ATTACH_RCVD)
+        self._send_null_attach(session, link)
+        self.detach(channel, handle, error=error, closed=True)
+
+    def _send_null_attach(self, session: Session, link: Link) -> None:
+        """Answer the peer's attach with a null terminus (a refusal, or a link it detached unanswered)."""
         if link.is_sender:  # the peer wants to receive from a source we refuse
             link.source, link.target = None, link.remote_attach.target
         else:
@@ -512,7 +517,6 @@ class Connection(TransferMixin, SettlementMixin):
         if len(self._attach_frame(session, link, None)) > self.remote_max_frame_size:
             link.source = link.target = None
         self._send_attach(session, link, None)
-        self.detach(channel, handle, error=error, closed=True)
 
     def detach(
         self, channel: int, handle: int, *, error: P.ErrorCondition | None = None, closed: bool = True
@@ -1046,6 +1050,11 @@ class Connection(TransferMixin, SettlementMixin):
                 f"detach of handle {frame.handle}, which is not attached",
                 condition=Condition.UNATTACHED_HANDLE,
             )
+        if link.state is LinkState.ATTACH_RCVD:
+            # The peer detaches a link we have not answered yet: an attach and a detach pipelined, as Qpid
+            # Proton sends them for a link opened and closed at once (it was an illegal-state close of the
+            # whole connection). Our answer comes first, with a null terminus, then the detach's.
+            self._send_null_attach(session, link)
         link.machine.process(LinkInput.RECV_DETACH)
         if link.state is LinkState.DETACH_RCVD:
             self._flush_dispositions()

@@ -632,7 +632,8 @@ class LinkRequest:
             link = self._conn._engine.link(self.channel, self.handle)
         except amqp.LocalProtocolError:
             return False
-        return link.name == self.name and link.state is amqp.LinkState.ATTACH_RCVD
+        # (the very attach: a peer may detach it unanswered and attach again under the same name and handle)
+        return link.remote_attach is self.attach and link.state is amqp.LinkState.ATTACH_RCVD
 
 
 class AmqpConnection:
@@ -1284,6 +1285,8 @@ class AmqpConnection:
             try:
                 self._requests_send.send_nowait(request)
             except (trio.WouldBlock, trio.ClosedResourceError):
+                if not request._still_waiting():  # the peer detached it already (later in the same input)
+                    return
                 self._engine.refuse_link(
                     event.channel,
                     event.handle,

@@ -195,3 +195,47 @@ async def test_an_attach_that_arrives_with_the_connection_s_end_gives_its_window
     assert close_line["legal_name"] == str(alice.legal_name), close_line
     assert "unattached-handle" in close_line["condition"], close_line
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+async def test_a_thousand_attach_detach_cycles_in_one_write_leave_the_window_whole(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A member pipelines 1,000 attach+detach cycles (handle 0, a new name each) in one write, as Qpid Proton
+    sends a link opened and closed at once. A detach of a link not answered yet closed the whole connection
+    (amqp:illegal-state, 'D:recv is not allowed in state ATTACH_RCVD'); and once the float's queue of
+    unanswered attaches was full, refusing one the peer had detached already raised in the connection's
+    reader: a 'connection failed' traceback. Now each gets its attach and detach answered (the float's
+    refused with amqp:resource-limit-exceeded while the window is taken), the connection stays, the
+    window comes back whole, and a final link on it gets the full credit and delivers end to end."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(float_creds, bob, root, tmp_path) as (flt, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with tls_peer(alice, root, public) as peer:
+                    detach = amqp.encode_frame(amqp.Detach(handle=0, closed=True))
+                    await peer.send(*[f for i in range(1000) for f in (attach(f"c{i}", 0, inbox), detach)])
+                    frames = await peer.read_until(lambda fs: len(of(amqp.Detach, fs)) >= 1000, 30)
+                    assert not of(amqp.Close, frames) and len(of(amqp.Attach, frames)) == 1000
+                    conditions = {str(d.error.condition) for d in of(amqp.Detach, frames) if d.error}
+                    assert conditions <= {"amqp:resource-limit-exceeded"}, conditions
+                    await wait_until(lambda: flt._activation is not None and flt._activation.window_left == 4)
+                    seen = len(frames)
+                    await peer.send(attach("final", 0, inbox))
+                    assert credit_of(await peer.read_until(lambda fs: credit_of(fs[seen:]) is not None)) == 2
+                    await peer.send(transfer(0, 0, wire(alice, 1)))
+                    forwarded = await inbound.receive()
+                    assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, 1)
+                    await forwarded.accept()
+                    frames = await peer.read_until(lambda fs: 0 in settled_ids(fs[seen:]))
+                    assert settled_ids(frames[seen:]) == {0: amqp.Accepted()}
+                    assert flt.forwarded == flt.accepted == 1
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    assert len(audited(tmp_path, "link-attached")) == flt.attached_links
+    assert len(audited(tmp_path, "link-detached")) == flt.attached_links
