@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from corda_trio import amqp, pki
+from corda_trio import amqp, pki, transport
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import contexts, wait_until
 from tests.transport.test_hostile import parse
@@ -239,3 +239,45 @@ async def test_a_thousand_attach_detach_cycles_in_one_write_leave_the_window_who
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
     assert len(audited(tmp_path, "link-attached")) == flt.attached_links
     assert len(audited(tmp_path, "link-detached")) == flt.attached_links
+
+
+async def test_a_peer_link_takes_no_message_whose_envelope_the_inside_would_not_take(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """The inside's inbound link takes envelopes of at most 1,500 bytes; the float offered peers its own
+    max_message_size (10 MiB). A 3,000-byte message was taken, its envelope could not be sent inward, and
+    the peer link's pump ended while the link stayed attached on the wire: the outcomes of the two messages
+    before it, which the inside had accepted, never reached the peer, and nothing it sent after was ever
+    settled. Now the link's max-message-size leaves room for the envelope: the peer's sender refuses the big
+    message itself, and the others are forwarded and settled."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(float_creds, bob, root, tmp_path) as (flt, port):
+        with trio.fail_after(60):
+            async with transport.open_amqp_connection(
+                "127.0.0.1", port, ssl_context=bridge_creds.client_context(),
+                peer_check=lambda t: fl.check_tunnel_peer(t, "float"),
+            ) as conn:  # fmt: skip
+                commands = await conn.open_sender(fl.CONTROL_ADDRESS)
+                reports = await conn.open_receiver(fl.EVENTS_ADDRESS, credit=8)
+                inbound = await conn.open_receiver(fl.INBOUND_ADDRESS, credit=8, max_message_size=1500)
+                public = (await command(commands, reports, activate(inbox, credit=8))).public_port
+                async with _peer_connection(alice, bob, root, public) as peer:
+                    sender = await peer.open_sender(inbox)
+                    limit = sender.remote_attach.max_message_size
+                    prefix = fl.ForwardedDelivery.prefix(str(alice.legal_name), inbox, "127.0.0.1:1")
+                    assert 0 < limit <= 1500 - len(prefix), limit
+                    sent = [await sender.start_send(wire(alice, i)) for i in (1, 2)]
+                    with pytest.raises(transport.AmqpTransportError, match="message-size-exceeded"):
+                        await sender.start_send(amqp.Message(body=amqp.AmqpValue("x" * 3000)).encode())
+                    sent.append(await sender.start_send(wire(alice, 3)))
+                    for i in (1, 2, 3):
+                        forwarded = await inbound.receive()
+                        assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, i)
+                        await forwarded.accept()
+                    assert [await p.outcome() for p in sent] == [amqp.Accepted()] * 3
+    assert flt.forwarded == flt.accepted == 3

@@ -17,7 +17,8 @@ Peers connect to the public port as to a node: TLS with a client certificate anc
 are accepted (anything else: ``amqp:unauthorized-access``; a sender in snd-settle-mode ``settled``, whose
 pre-settled messages no outcome would reach: ``amqp:not-implemented``, ``messaging.check_inbox_sender``),
 and no message larger than ``max_message_size``
-(the link's limit). A delivery whose transfer message-format is not 0 (the standard AMQP message) is rejected
+(the link's limit; less if the inside's inbound link would not take the message in its envelope).
+A delivery whose transfer message-format is not 0 (the standard AMQP message) is rejected
 at once with ``amqp:not-implemented`` (in its turn: the peer's order of outcomes holds) and never forwarded.
 Each other delivery is wrapped, unparsed, in a :class:`~._control.ForwardedDelivery` that adds
 the peer's validated legal name (``float-source``) and sent over the control connection's inbound link; the
@@ -528,7 +529,7 @@ class Float:
         credit = reserve // 2
         try:
             receiver = await request.accept_receiver(
-                credit=credit, max_message_size=self.config.max_message_size
+                credit=credit, max_message_size=self._peer_message_limit(activation, user, peer, request)
             )
         except BaseException as exc:
             # not attached: the share goes back (the peer's connection ended before the answer, an attach
@@ -540,6 +541,20 @@ class Float:
         self.attached_links += 1
         self.audit.write("link-attached", peer=peer, legal_name=user, address=request.address, credit=credit)
         nursery.start_soon(self._pump, receiver, activation, user, peer, reserve)
+
+    def _peer_message_limit(
+        self, activation: _Activation, user: str, peer: str, request: transport.LinkRequest
+    ) -> int:
+        """A peer link's max-message-size: ours, and no more than leaves the envelope room on the inside's
+        inbound link (a message whose envelope the inside would not take could not be forwarded: the link's
+        pump ended, and what it had taken was never settled)."""
+        limit = self.config.max_message_size
+        inside = activation.forward.remote_attach.max_message_size
+        if inside:
+            prefix = ForwardedDelivery.prefix(user, str(request.address), peer)
+            envelope = len(ForwardedDelivery.wrap(prefix, b"\x00" * 256))  # the long Data header
+            limit = min(limit, max(1, inside - (envelope - 256)))
+        return limit
 
     async def _pump(
         self, receiver: transport.Receiver, activation: _Activation, user: str, peer: str, reserve: int
