@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import socket
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 
 from corda_trio import amqp, pki, transport
 from corda_trio.bridge import float as fl
@@ -20,6 +24,7 @@ from tests.p2p_harness import contexts, wait_until
 from tests.transport.test_hostile import parse
 
 from .test_float import _peer_connection, activate, command, control, inbox_of, running_float, wire
+from .test_interop import bob_behind_float
 
 SENDER = False  # Attach.role: sender
 
@@ -281,3 +286,49 @@ async def test_a_peer_link_takes_no_message_whose_envelope_the_inside_would_not_
                         await forwarded.accept()
                     assert [await p.outcome() for p in sent] == [amqp.Accepted()] * 3
     assert flt.forwarded == flt.accepted == 3
+
+
+def _socket_of(stream: Any) -> Any:
+    while not isinstance(stream, trio.SocketStream):
+        stream = stream.transport_stream
+    return stream.socket
+
+
+async def test_a_member_reset_with_deliveries_in_flight_sends_them_again_and_none_is_lost(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Alice's connection to the float is reset (TCP RST) with 20 deliveries taken by the float and on their
+    way to Bob's inbox through a real inside. None of them is settled to Alice; she connects again and sends
+    them again: Bob's inbox holds every message (copies of the ones stored before the reset at most), the
+    window comes back whole, and the reset is one 'close' audit line with its condition, no traceback."""
+    root = network.root.cert
+    async with bob_behind_float(bob, network, float_creds, bridge_creds, tmp_path, [alice]) as b:
+        with trio.fail_after(60):
+            async with _peer_connection(alice, bob, root, b.port) as conn:
+                sender = await conn.open_sender(b.inbox.name)
+                for i in range(10):
+                    assert await sender.send(wire(alice, i)) == amqp.Accepted()
+                pending = [await sender.start_send(wire(alice, i)) for i in range(10, 30)]
+                await trio.lowlevel.checkpoint()  # (the writer sends them)
+                _socket_of(conn._stream).setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                await trio.aclose_forcefully(conn._stream)
+            assert not any(p.settled for p in pending)
+            async with _peer_connection(alice, bob, root, b.port) as conn:
+                sender = await conn.open_sender(b.inbox.name)
+                again = [await sender.start_send(wire(alice, i)) for i in range(10, 30)]
+                assert [await p.outcome() for p in again] == [amqp.Accepted()] * 20
+            stored = [m.data for m in await b.stored()]
+            assert set(stored) == {b"%d" % i for i in range(30)} and len(stored) <= 50, stored
+            await wait_until(lambda: b.flt._activation is not None and b.flt._activation.window_left == 1024)
+    closes = [e for e in b.audit("close") if e.get("legal_name") == str(alice.legal_name)]
+    assert len(closes) == 2 and closes[1]["condition"] is None, closes
+    assert "reset" in closes[0]["condition"].lower() or "without a close" in closes[0]["condition"], closes
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], caplog.text[-3000:]
