@@ -546,7 +546,8 @@ class LinkRequest:
         self.attach = attach
         self.peer_is_sender = not attach.role
         terminus = attach.target if self.peer_is_sender else attach.source
-        self.address: str | None = terminus.address if terminus is not None else None
+        # (a terminus of another type, a transaction coordinator (spec 4.5.1) say, has no address)
+        self.address: str | None = getattr(terminus, "address", None) if terminus is not None else None
         self.name: str = attach.name
         self.answered = False
 

@@ -332,3 +332,45 @@ async def test_a_member_reset_with_deliveries_in_flight_sends_them_again_and_non
     assert len(closes) == 2 and closes[1]["condition"] is None, closes
     assert "reset" in closes[0]["condition"].lower() or "without a close" in closes[0]["condition"], closes
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], caplog.text[-3000:]
+
+
+async def test_a_transaction_coordinator_attach_is_refused_and_the_connection_goes_on(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A member attaches a sender whose target is a transaction coordinator (spec 4.5.1: a described
+    ``amqp:coordinator:list``, not a ``target``), as a transacted JMS session does. Reading the attach's
+    address raised AttributeError in the connection's reader: a 'connection failed' traceback and the
+    member's connection closed (with no error). Now it is refused with amqp:unauthorized-access like any
+    other address, and a sender to the inbox on the same connection then delivers end to end."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    coordinator = amqp.Described(amqp.Symbol("amqp:coordinator:list"), [])
+    async with running_float(float_creds, bob, root, tmp_path) as (flt, port):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with tls_peer(alice, root, public) as peer:
+                    source = amqp.Source(address="s")
+                    txn = amqp.Attach(
+                        name="txn", handle=0, role=SENDER, source=source, target=coordinator,
+                        initial_delivery_count=0,
+                    )  # fmt: skip
+                    await peer.send(amqp.encode_frame(txn))
+                    frames = await peer.read_until(lambda fs: of(amqp.Detach, fs))
+                    [refused] = of(amqp.Detach, frames)
+                    assert refused.error.condition == "amqp:unauthorized-access", refused
+                    seen = len(frames)
+                    await peer.send(attach("l", 1, inbox))
+                    await peer.read_until(lambda fs: credit_of(fs[seen:], handle=1) is not None)
+                    await peer.send(transfer(1, 0, wire(alice, 1)))
+                    forwarded = await inbound.receive()
+                    await forwarded.accept()
+                    frames = await peer.read_until(lambda fs: 0 in settled_ids(fs))
+                    assert settled_ids(frames) == {0: amqp.Accepted()} and not of(amqp.Close, frames)
+    assert flt.refused_links_by_condition == {"amqp:unauthorized-access": 1} and flt.accepted == 1
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
