@@ -621,6 +621,12 @@ class LinkRequest:
             )
             await conn._flush()
 
+    @property
+    def gone(self) -> bool:
+        """The link went before our answer: the peer detached it (an attach and a detach pipelined), or the
+        engine did (the peer overran its credit). The engine answered it already; an answer sends nothing."""
+        return not self.answered and (self._conn._broken is not None or not self._still_waiting())
+
     def _answer(self) -> None:
         if self.answered:
             raise RuntimeError("this link request was already answered")

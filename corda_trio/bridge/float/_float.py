@@ -507,6 +507,8 @@ class Float:
             with contextlib.suppress(transport.AmqpTransportError):  # (the connection ended: audited so)
                 await request.refuse(condition, description)
 
+        if request.gone:  # detached before our answer (attach and detach pipelined): no window, no audit
+            return
         inboxes = activation.command.inboxes
         if not request.peer_is_sender or request.address not in inboxes:
             what = "sender to" if request.peer_is_sender else "receiver from"
