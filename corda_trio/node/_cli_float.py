@@ -21,6 +21,7 @@ Examples::
     port = 10002
     max_message_size = 10485760    # optional (the network parameter)
     peer_link_window = 64          # optional: share of the end-to-end window one peer link reserves
+    max_links_per_member = 4       # optional: peer links one member (legal name) may have attached at once
     max_handshakes_per_address = 16  # optional: peer connections one address may have in their handshake
     idle_timeout_seconds = 10      # optional: a peer's connection that brings nothing this long (no frame,
                                    # nor 8 bytes of a frame still arriving) is closed; 1..3600
@@ -183,6 +184,7 @@ _SECTIONS: Final[Mapping[str, frozenset[str]]] = {
             "port",
             "max_message_size",
             "peer_link_window",
+            "max_links_per_member",
             "max_handshakes_per_address",
             "idle_timeout_seconds",
         }
@@ -379,6 +381,11 @@ def load_float_config(
     window = t.get("public.peer_link_window", int, fl.FloatConfig.__attrs_attrs__.peer_link_window.default)
     if window < 2:
         raise CliError(f"{path}: key 'public.peer_link_window': must be at least 2", 2)
+    per_member = t.get(
+        "public.max_links_per_member", int, fl.FloatConfig.__attrs_attrs__.max_links_per_member.default
+    )
+    if per_member < 1:
+        raise CliError(f"{path}: key 'public.max_links_per_member': must be at least 1", 2)
     handshakes = t.get("public.max_handshakes_per_address", int, transport.DEFAULT_MAX_HANDSHAKES_PER_ADDRESS)
     if handshakes < 1:
         raise CliError(f"{path}: key 'public.max_handshakes_per_address': must be at least 1", 2)
@@ -391,6 +398,7 @@ def load_float_config(
         tls=tls,
         max_message_size=max_size,
         peer_link_window=window,
+        max_links_per_member=per_member,
         max_handshakes_per_address=handshakes,
         control_idle_timeout_seconds=t.seconds(
             "control.idle_timeout_seconds", transport.IDLE_TIMEOUT_RANGE_SECONDS

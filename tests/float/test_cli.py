@@ -170,12 +170,16 @@ ENCRYPTED = 'key = "enc.key"\n'
         (
             ("[public]", "[public]\npeer_link_windw = 8"),
             "key 'public.peer_link_windw': unknown setting (allowed: host, idle_timeout_seconds, "
-            "max_handshakes_per_address, max_message_size, peer_link_window, port)",
+            "max_handshakes_per_address, max_links_per_member, max_message_size, peer_link_window, port)",
         ),
         (("[audit]", "[audit]\nbackup = 2"), "key 'audit.backup': unknown setting (allowed: backups, "),
         (('trust_root = "root.pem"', 'trust_root = "root.pem"\npassphrase = "x"'), "'tls.node.passphrase'"),
         (("[control]", "[control]\nhots = '10.0.0.5'"), "key 'control.hots': unknown setting"),
         (("[tls.node]", "[tls]\nnode2 = 5\n[tls.node]"), "key 'tls.node2': must be a table ([tls.node2])"),
+        (
+            ("[public]", "[public]\nmax_links_per_member = 0"),
+            "key 'public.max_links_per_member': must be at least 1",
+        ),
         (("[public]", "[public]\nmax_handshakes_per_address = 0"), "max_handshakes_per_address': must be at"),
         (("[public]", '[public]\nmax_handshakes_per_address = "x"'), "'public.max_handshakes_per_address'"),
         (("[control]", "[control"), "not valid TOML"),

@@ -296,6 +296,60 @@ async def test_public_side_refusals_and_the_end_to_end_window(
     assert odd["legal_name"] == str(alice.legal_name)
 
 
+async def test_one_member_cannot_take_the_whole_window(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    carol: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """A member attaching link after link (over one connection or several) gets max_links_per_member of them;
+    the window left is there for the others. Without the bound, Alice's 16 idle links took a window of 16
+    links' shares and every other member was refused with resource-limit-exceeded."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(
+        float_creds, bob, root, tmp_path, peer_link_window=4, max_links_per_member=3
+    ) as (
+        _,
+        port,
+    ):
+        with trio.fail_after(60):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=16))).public_port
+
+                def dial(creds: pki.NodeCredentials) -> Any:
+                    return transport.open_amqp_connection(
+                        "127.0.0.1", public, ssl_context=contexts(creds, root)[1],
+                        peer_check=lambda t: pki.check_peer_legal_name(t, bob.legal_name),
+                    )  # fmt: skip
+
+                async with dial(alice) as one, dial(alice) as two, dial(carol) as other:
+                    links = [await one.open_sender(inbox), await one.open_sender(inbox)]
+                    links.append(await two.open_sender(inbox))
+                    for conn in (one, two):  # a fourth, on either connection
+                        with pytest.raises(transport.LinkDetachedError, match="max_links_per_member"):
+                            await conn.open_sender(inbox)
+                    carols = await other.open_sender(inbox)  # the window's last share is Carol's
+                    pending = await carols.start_send(wire(carol, 1))
+                    forwarded = await inbound.receive()
+                    assert fl.ForwardedDelivery.decode(forwarded.payload).source == str(carol.legal_name)
+                    await forwarded.accept()
+                    assert isinstance(await pending.outcome(), amqp.Accepted)
+                    await links.pop().aclose()  # one of Alice's goes: she may attach one again
+                    with trio.fail_after(5):
+                        while True:
+                            try:
+                                await two.open_sender(inbox)
+                                break
+                            except transport.LinkDetachedError:  # (until the float has seen the detach)
+                                await trio.sleep(0.05)
+    refused = _audited(tmp_path, "link-refused")
+    assert all(e["legal_name"] == str(alice.legal_name) for e in refused) and len(refused) >= 2
+    assert {e["condition"] for e in refused} == {"amqp:resource-limit-exceeded"}
+
+
 async def test_one_address_with_idle_connections_cannot_take_the_public_slots(
     alice: pki.NodeCredentials,
     bob: pki.NodeCredentials,

@@ -30,7 +30,8 @@ peer's order; the one inbound link keeps it across the tunnel.
 End-to-end credit: the inside grants ``credit`` on the inbound link, and the float never holds more peer
 deliveries than that: each peer link reserves ``2k`` of the window (``k`` credit granted to the peer plus at
 most ``k`` deliveries taken and waiting for the inside's outcome), a link for which no window is left is
-refused with ``amqp:resource-limit-exceeded``, and a peer sending beyond its credit has its link detached
+refused with ``amqp:resource-limit-exceeded``, and so is a member's link past ``max_links_per_member`` (one
+member cannot take the whole window), and a peer sending beyond its credit has its link detached
 (``max_credit_overrun=0``). Nothing is queued on disk: a delivery the float cannot forward stays unsettled
 and the peer sends it again when its link or connection ends.
 """
@@ -86,6 +87,9 @@ log = logging.getLogger("corda_trio.bridge.float")
 #: A peer link reserves at most this much of the end-to-end window (half as credit, half in flight): with the
 #: inside's default window of 1024, sixteen peer links at once get a full window each.
 DEFAULT_PEER_LINK_WINDOW: Final = 64
+#: A member's peer links at once (a node's bridge attaches one per connection; more overlap only while it
+#: reconnects): a quarter of the links the defaults allow, so one member cannot take the whole window.
+DEFAULT_MAX_LINKS_PER_MEMBER: Final = 4
 #: How often the per-peer latency summary is written.
 LATENCY_SUMMARY_SECONDS: Final = 60.0
 _SERVER_SASL: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
@@ -127,6 +131,11 @@ class FloatConfig:
     tls: Mapping[str, NodeTls] = attrs.field(factory=dict)
     max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=attrs.validators.ge(1))
     peer_link_window: int = attrs.field(default=DEFAULT_PEER_LINK_WINDOW, validator=attrs.validators.ge(2))
+    #: peer links one member (legal name) may have attached at once, over all its connections: without a
+    #: bound, one member could attach links until the end-to-end window is taken and lock every other out
+    max_links_per_member: int = attrs.field(
+        default=DEFAULT_MAX_LINKS_PER_MEMBER, validator=attrs.validators.ge(1)
+    )
     max_connections: int = attrs.field(
         default=transport.DEFAULT_MAX_CONNECTIONS, validator=attrs.validators.ge(1)
     )
@@ -152,6 +161,18 @@ class _Activation:
     forward: transport.Sender
     window_left: int
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    #: peer links attached now, by member (legal name): ``max_links_per_member`` bounds each
+    member_links: collections.Counter[str] = attrs.field(factory=collections.Counter)
+
+    def take(self, member: str, reserve: int) -> None:
+        self.window_left -= reserve
+        self.member_links[member] += 1
+
+    def give_back(self, member: str, reserve: int) -> None:
+        self.window_left += reserve
+        self.member_links[member] -= 1
+        if not self.member_links[member]:
+            del self.member_links[member]
 
 
 @attrs.define(eq=False)
@@ -523,11 +544,18 @@ class Float:
         except InvalidMessageError as exc:
             await refuse(exc.condition, exc.description)
             return
+        most = self.config.max_links_per_member
+        if activation.member_links[user] >= most:
+            await refuse(
+                "amqp:resource-limit-exceeded",
+                f"{user} has {most} links attached already (the float's max_links_per_member)",
+            )
+            return
         reserve = min(self.config.peer_link_window, activation.window_left)
         if reserve < 2:
             await refuse("amqp:resource-limit-exceeded", "the float's end-to-end window is taken")
             return
-        activation.window_left -= reserve
+        activation.take(user, reserve)
         credit = reserve // 2
         try:
             receiver = await request.accept_receiver(
@@ -536,7 +564,7 @@ class Float:
         except BaseException as exc:
             # not attached: the share goes back (the peer's connection ended before the answer, an attach
             # and a violation in one write; its end is audited as the connection's 'close')
-            activation.window_left += reserve
+            activation.give_back(user, reserve)
             if isinstance(exc, transport.AmqpTransportError):
                 return
             raise
@@ -606,7 +634,7 @@ class Float:
             ended = ended or failure
             cut_short = False
         finally:
-            activation.window_left += reserve
+            activation.give_back(user, reserve)
             if cut_short:  # (cancelled: the float deactivated, or it stops)
                 ended = ended or "the float stopped serving the peer"
             self.audit.write(
