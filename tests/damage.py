@@ -10,10 +10,19 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DAMAGES", "damage_file"]
+__all__ = ["DAMAGES", "campaign_damages", "damage_file"]
 
 #: Every kind :func:`damage_file` knows.
 DAMAGES: Final = ("flip", "truncate", "zero4k", "append", "older", "delete", "empty", "directory")
+#: The kinds a suite run tries on every file (CI's time is bounded): the others say what these say for most
+#: files (a small file zeroed or emptied reads as garbage or as a truncation; deleted, as a missing file,
+#: which every command's own tests cover). ``CORDA_TRIO_CORRUPTION=all`` tries all of them.
+SUITE_DAMAGES: Final = ("flip", "truncate", "append", "older", "directory")
+
+
+def campaign_damages() -> tuple[str, ...]:
+    """The kinds of damage a corruption campaign of the suite tries on every file (see ``SUITE_DAMAGES``)."""
+    return DAMAGES if os.environ.get("CORDA_TRIO_CORRUPTION") == "all" else SUITE_DAMAGES
 
 
 def damage_file(path: Path, kind: str, rng: random.Random, older: Path | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,8 +112,12 @@ path = "audit.jsonl"
 """
 
 
-@pytest.fixture
-def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCredentials) -> Path:
+@pytest.fixture(scope="module")
+def _float_files(
+    tmp_path_factory: pytest.TempPathFactory, bob: pki.NodeCredentials, network: pki.NetworkCredentials
+) -> Path:
+    """The files a float.toml names, made once (``float tunnel-pki`` is a process: a second each)."""
+    tmp_path = tmp_path_factory.mktemp("float-files")
     assert cli("float", "tunnel-pki", "--out", str(tmp_path / "t"), "--float", "fa").returncode == 0
     pki.write_certificates(tmp_path / "tls.pem", bob.tls_chain)
     pki.write_private_key(tmp_path / "tls.key", bob.tls.key, None)
@@ -123,6 +128,13 @@ def float_dir(tmp_path: Path, bob: pki.NodeCredentials, network: pki.NetworkCred
         (tmp_path / name).chmod(mode)
     (tmp_path / "binary").write_bytes(b"\xeb\x01\n")  # not UTF-8 text
     (tmp_path / "binary").chmod(0o600)
+    return tmp_path
+
+
+@pytest.fixture
+def float_dir(tmp_path: Path, _float_files: Path) -> Path:
+    """A copy of the files for one test (a test may change or damage them)."""
+    shutil.copytree(_float_files, tmp_path, dirs_exist_ok=True)  # (copies the modes too)
     return tmp_path
 
 

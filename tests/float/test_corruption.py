@@ -14,6 +14,9 @@ TLS handshake there succeeds, the chain it presents reaching the network root; t
 log it appended to gets whole JSON lines, whatever the damage left at its end) or refuses in one line naming
 the file (exit 2: a configuration or its material that is wrong; 1: the audit log cannot be written) and
 leaves every file as it was. Never a traceback or a hang.
+
+A suite run tries the kinds of ``tests.damage.SUITE_DAMAGES`` on every file (CI's time is bounded);
+``CORDA_TRIO_CORRUPTION=all pytest tests/...`` tries every kind.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import trio
 
 from corda_trio import messaging, pki
 from corda_trio.bridge import float as fl
-from tests.damage import DAMAGES, damage_file
+from tests.damage import campaign_damages, damage_file
 
 from .test_inprocess import receiver_behind_float
 from .test_processes import ENV
@@ -166,7 +169,8 @@ async def _activate(
     return None
 
 
-CASES = [(f, d) for f in FILES for d in DAMAGES if d != "older" or f in HAS_OLDER] + [("tls.pem", "cut-last")]
+CASES = [(f, d) for f in FILES for d in campaign_damages() if d != "older" or f in HAS_OLDER]
+CASES += [("tls.pem", "cut-last")]
 
 
 @pytest.mark.parametrize(("rel", "kind"), CASES, ids=[f"{Path(f).name}-{d}" for f, d in CASES])

@@ -17,6 +17,9 @@ hang, or a map that serves damaged bytes to nodes.
 While it runs, a database damaged under it (a stored NodeInfo's bytes changed on disk between two polls of a
 node) must not reach a polling node either: the node refuses what does not verify with a line naming it and
 keeps the map it had.
+
+A suite run tries the kinds of ``tests.damage.SUITE_DAMAGES`` on every file (CI's time is bounded);
+``CORDA_TRIO_CORRUPTION=all pytest tests/...`` tries every kind.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import trio
 
 from corda_trio import network, pki
 from corda_trio.node import _config
-from tests.damage import DAMAGES, damage_file
+from tests.damage import campaign_damages, damage_file
 
 CLI = [sys.executable, "-c", "import sys; from corda_trio.node._cli import main; sys.exit(main())"]
 NAMES = {"alice": "O=Alice,L=London,C=GB", "bob": "O=Bob,L=Paris,C=FR", "carol": "O=Carol,L=Rome,C=IT"}
@@ -210,7 +213,9 @@ def _published(net: Path) -> dict[str, str]:
     return out
 
 
-CASES = [(f, d) for f in FILES for d in DAMAGES if d != "older" or f.endswith(".db")] + [
+# (the database deleted or emptied: the service makes a new, empty map, and must say so)
+CASES = [(f, d) for f in FILES for d in campaign_damages() if d != "older" or f.endswith(".db")]
+CASES += [("network-map/networkmap.db", d) for d in ("delete", "empty") if d not in campaign_damages()] + [
     ("network-map/networkmap.db", "flip-node-info"),
     ("network-map/networkmap.db", "flip-parameters"),
     ("network-map/networkmap.db", "zero-page-3"),
