@@ -21,7 +21,7 @@ import trio.lowlevel
 from corda_trio import amqp, pki, transport
 from corda_trio.bridge import float as fl
 from tests.p2p_harness import contexts, wait_until
-from tests.transport.test_hostile import parse
+from tests.transport.test_hostile import RawPeer
 
 from .test_float import _peer_connection, activate, command, control, inbox_of, running_float, wire
 from .test_interop import bob_behind_float
@@ -29,51 +29,18 @@ from .test_interop import bob_behind_float
 SENDER = False  # Attach.role: sender
 
 
-class TlsPeer:
-    """A member's hand-driven client on a TLS stream to the public port: raw frames out, parsed frames in."""
-
-    def __init__(self, stream: trio.SSLStream[Any]) -> None:
-        self.stream = stream
-        self.data = bytearray()
-        self.eof = False
-
-    async def send(self, *frames: bytes) -> None:
-        await self.stream.send_all(b"".join(frames))
-
-    def received(self) -> list[object]:
-        return parse(bytes(self.data))
-
-    async def read_until(self, done: Any, seconds: float = 10) -> list[object]:
-        with trio.fail_after(seconds):
-            while not self.eof and not done(self.received()):
-                try:
-                    chunk = await self.stream.receive_some(65536)
-                except trio.BrokenResourceError:
-                    chunk = b""
-                if chunk:
-                    self.data += chunk
-                else:
-                    self.eof = True
-        return self.received()
-
-    async def read_for(self, seconds: float) -> list[object]:
-        with trio.move_on_after(seconds):
-            await self.read_until(lambda _fs: False, seconds + 1)
-        return self.received()
-
-
 @contextlib.asynccontextmanager
-async def tls_peer(creds: pki.NodeCredentials, root: Any, public: int) -> AsyncIterator[TlsPeer]:
+async def tls_peer(creds: pki.NodeCredentials, root: Any, public: int) -> AsyncIterator[RawPeer]:
     tcp = await trio.open_tcp_stream("127.0.0.1", public)
     stream = trio.SSLStream(tcp, contexts(creds, root)[1], server_hostname="float")  # type: ignore[arg-type]
     await stream.do_handshake()
-    peer = TlsPeer(stream)
+    peer = RawPeer(stream)
     init = amqp.SaslInit(mechanism=amqp.Symbol("EXTERNAL"))
     await peer.send(amqp.SASL_HEADER, amqp.encode_frame(init), amqp.AMQP_HEADER,
                     amqp.encode_frame(amqp.Open(container_id="hostile", max_frame_size=65536)),
                     amqp.encode_frame(amqp.Begin(next_outgoing_id=0, incoming_window=100_000,
                                                  outgoing_window=100_000)))  # fmt: skip
-    await peer.read_until(lambda fs: any(isinstance(f, amqp.Begin) for f in fs))
+    await peer.read_until_frames(lambda fs: any(isinstance(f, amqp.Begin) for f in fs))
     try:
         yield peer
     finally:
@@ -140,7 +107,7 @@ async def test_aborted_deliveries_give_their_credit_back_and_are_never_forwarded
                 public = (await command(commands, reports, activate(inbox, credit=4))).public_port
                 async with tls_peer(alice, root, public) as peer:
                     await peer.send(attach("l", 0, inbox))
-                    assert credit_of(await peer.read_until(lambda fs: credit_of(fs) is not None)) == 2
+                    assert credit_of(await peer.read_until_frames(lambda fs: credit_of(fs) is not None)) == 2
                     seen = len(peer.received())
                     m = wire(alice, 1)
                     await peer.send(
@@ -148,13 +115,13 @@ async def test_aborted_deliveries_give_their_credit_back_and_are_never_forwarded
                         transfer(0, None, m[10:20], more=True, aborted=True),
                         transfer(0, 1, m, aborted=True),
                     )
-                    frames = await peer.read_until(lambda fs: credit_of(fs[seen:]) is not None)
+                    frames = await peer.read_until_frames(lambda fs: credit_of(fs[seen:]) is not None)
                     assert credit_of(frames[seen:]) == 2, frames[seen:]
                     await peer.send(transfer(0, 2, wire(alice, 2)))
                     forwarded = await inbound.receive()
                     assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, 2)
                     await forwarded.accept()
-                    frames = await peer.read_until(lambda fs: 2 in settled_ids(fs))
+                    frames = await peer.read_until_frames(lambda fs: 2 in settled_ids(fs))
                     assert settled_ids(frames) == {2: amqp.Accepted()}, frames
                     assert not of(amqp.Detach, frames) and flt.forwarded == 1 and flt.accepted == 1
 
@@ -183,7 +150,7 @@ async def test_an_attach_that_arrives_with_the_connection_s_end_gives_its_window
                 public = (await command(commands, reports, activate(inbox, credit=4))).public_port
                 async with tls_peer(alice, root, public) as peer:
                     await peer.send(attach("l", 0, inbox), transfer(7, 0, wire(alice, 1)))
-                    frames = await peer.read_until(lambda fs: of(amqp.Close, fs))
+                    frames = await peer.read_until_frames(lambda fs: of(amqp.Close, fs))
                     [close] = of(amqp.Close, frames)
                     assert close.error.condition == "amqp:session:unattached-handle", close
                 await wait_until(lambda: audited(tmp_path, "close"))
@@ -226,19 +193,22 @@ async def test_a_thousand_attach_detach_cycles_in_one_write_leave_the_window_who
                 async with tls_peer(alice, root, public) as peer:
                     detach = amqp.encode_frame(amqp.Detach(handle=0, closed=True))
                     await peer.send(*[f for i in range(1000) for f in (attach(f"c{i}", 0, inbox), detach)])
-                    frames = await peer.read_until(lambda fs: len(of(amqp.Detach, fs)) >= 1000, 30)
+                    frames = await peer.read_until_frames(lambda fs: len(of(amqp.Detach, fs)) >= 1000, 30)
                     assert not of(amqp.Close, frames) and len(of(amqp.Attach, frames)) == 1000
                     conditions = {str(d.error.condition) for d in of(amqp.Detach, frames) if d.error}
                     assert conditions <= {"amqp:resource-limit-exceeded"}, conditions
                     await wait_until(lambda: flt._activation is not None and flt._activation.window_left == 4)
                     seen = len(frames)
                     await peer.send(attach("final", 0, inbox))
-                    assert credit_of(await peer.read_until(lambda fs: credit_of(fs[seen:]) is not None)) == 2
+                    assert (
+                        credit_of(await peer.read_until_frames(lambda fs: credit_of(fs[seen:]) is not None))
+                        == 2
+                    )
                     await peer.send(transfer(0, 0, wire(alice, 1)))
                     forwarded = await inbound.receive()
                     assert fl.ForwardedDelivery.decode(forwarded.payload).payload == wire(alice, 1)
                     await forwarded.accept()
-                    frames = await peer.read_until(lambda fs: 0 in settled_ids(fs[seen:]))
+                    frames = await peer.read_until_frames(lambda fs: 0 in settled_ids(fs[seen:]))
                     assert settled_ids(frames[seen:]) == {0: amqp.Accepted()}
                     assert flt.forwarded == flt.accepted == 1
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
@@ -366,16 +336,16 @@ async def test_a_transaction_coordinator_attach_is_refused_and_the_connection_go
                         initial_delivery_count=0,
                     )  # fmt: skip
                     await peer.send(amqp.encode_frame(txn))
-                    frames = await peer.read_until(lambda fs: of(amqp.Detach, fs))
+                    frames = await peer.read_until_frames(lambda fs: of(amqp.Detach, fs))
                     [refused] = of(amqp.Detach, frames)
                     assert refused.error.condition == "amqp:unauthorized-access", refused
                     seen = len(frames)
                     await peer.send(attach("l", 1, inbox))
-                    await peer.read_until(lambda fs: credit_of(fs[seen:], handle=1) is not None)
+                    await peer.read_until_frames(lambda fs: credit_of(fs[seen:], handle=1) is not None)
                     await peer.send(transfer(1, 0, wire(alice, 1)))
                     forwarded = await inbound.receive()
                     await forwarded.accept()
-                    frames = await peer.read_until(lambda fs: 0 in settled_ids(fs))
+                    frames = await peer.read_until_frames(lambda fs: 0 in settled_ids(fs))
                     assert settled_ids(frames) == {0: amqp.Accepted()} and not of(amqp.Close, frames)
     assert flt.refused_links_by_condition == {"amqp:unauthorized-access": 1} and flt.accepted == 1
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -64,17 +65,29 @@ class RawPeer:
     async def connect(cls, port: int) -> RawPeer:
         return cls(await trio.open_tcp_stream("127.0.0.1", port))
 
-    async def send(self, data: bytes) -> None:
-        await self.stream.send_all(data)
+    async def send(self, *data: bytes) -> None:
+        await self.stream.send_all(b"".join(data))
 
     def received(self) -> list[object]:
         return parse(bytes(self.data))
 
     async def read_until(self, kind: type, count: int = 1) -> list[object]:
         """Read until ``count`` frames of ``kind`` arrived (or EOF); returns everything parsed."""
-        with trio.fail_after(20):
-            while not self.eof and sum(isinstance(p, kind) for p in self.received()) < count:
+        return await self.read_until_frames(lambda frames: sum(isinstance(p, kind) for p in frames) >= count)
+
+    async def read_until_frames(
+        self, done: Callable[[list[object]], bool], seconds: float = 20
+    ) -> list[object]:
+        """Read until ``done`` holds of the frames parsed so far (or EOF); returns them."""
+        with trio.fail_after(seconds):
+            while not self.eof and not done(self.received()):
                 await self._read()
+        return self.received()
+
+    async def read_for(self, seconds: float) -> list[object]:
+        """Read what arrives in ``seconds`` (or until EOF); returns everything parsed."""
+        with trio.move_on_after(seconds):
+            await self.read_until_frames(lambda _frames: False, seconds + 1)
         return self.received()
 
     async def read_to_eof(self) -> list[object]:
