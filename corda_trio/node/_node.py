@@ -241,9 +241,8 @@ def _load_material(config: NodeConfig) -> _Material:
         root = pki.read_certificate(config.trust_root)
         tls_key = pki.read_private_key(config.tls_key, passphrase)
         tls_chain = pki.read_certificates(config.tls_cert_chain)
-        if tls_chain[0].public_key() != tls_key.public_key():
-            # (said here, naming both files: OpenSSL's refusal below names the temporary copies it loads)
-            raise NodeStartError(f"{config.tls_key} is not the key of {config.tls_cert_chain}")
+        # (said here, naming both files: OpenSSL's refusal below names the temporary copies it loads)
+        pki.check_key_pair(tls_chain[0], tls_key, cert_path=config.tls_cert_chain, key_path=config.tls_key)
         tls = {"cert_chain": tls_chain, "key": tls_key, "trust_root": root}
         server_context = pki.server_ssl_context(**tls)  # type: ignore[arg-type]
         client_context = pki.client_ssl_context(**tls)  # type: ignore[arg-type]
@@ -262,8 +261,15 @@ def _load_material(config: NodeConfig) -> _Material:
         check_own_certificates(certificates, now=dt.datetime.now(dt.UTC))
     except pki.CertificateValidationError as exc:
         raise NodeStartError(str(exc)) from None
-    if identity_chain[0].public_key() != identity_key.public_key():
-        raise NodeStartError(f"{config.identity_key} is not the key of {config.identity_cert_chain}")
+    try:
+        pki.check_key_pair(
+            identity_chain[0],
+            identity_key,
+            cert_path=config.identity_cert_chain,
+            key_path=config.identity_key,
+        )
+    except pki.KeyStoreError as exc:
+        raise NodeStartError(str(exc)) from None
     if pki.CordaX500Name.from_x509_name(identity_chain[0].subject) != config.legal_name:
         raise NodeStartError(
             f"the identity certificate {config.identity_cert_chain} is not for {config.legal_name}"

@@ -27,6 +27,7 @@ from ._identity import NodeCredentials as NodeCredentials
 from ._keyhash import base58_decode as base58_decode
 from ._keyhash import base58_encode as base58_encode
 from ._keyhash import key_hash as key_hash
+from ._keystore import check_key_pair as check_key_pair
 from ._keystore import read_certificate as read_certificate
 from ._keystore import read_certificates as read_certificates
 from ._keystore import read_private_key as read_private_key
@@ -71,6 +72,7 @@ __all__ = [
     "base58_decode",
     "base58_encode",
     "check_chain_roles",
+    "check_key_pair",
     "check_own_certificates",
     "check_peer_is_network_node",
     "check_peer_legal_name",

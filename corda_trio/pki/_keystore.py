@@ -89,6 +89,19 @@ def read_private_key(path: str | os.PathLike[str], passphrase: bytes | None) -> 
     return key
 
 
+def check_key_pair(
+    cert: x509.Certificate, key: CaKey, *, cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str]
+) -> None:
+    """Check that ``key`` (read from ``key_path``) is the key of ``cert`` (the first of ``cert_path``).
+
+    Raises:
+        KeyStoreError: it is not, naming both files (OpenSSL's refusal of the pair names neither, or only the
+            temporary copies it was given).
+    """
+    if cert.public_key() != key.public_key():
+        raise KeyStoreError(f"{os.fspath(key_path)} is not the key of {os.fspath(cert_path)}")
+
+
 def write_certificates(path: str | os.PathLike[str], certs: Sequence[x509.Certificate]) -> None:
     """Write one or more certificates (leaf first) as concatenated PEM, mode 0644."""
     data = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)

@@ -43,7 +43,7 @@ from corda_trio.files import read_small_file
 
 from ._certs import check_chain_roles, load_der_certificate, load_pem_certificates
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
-from ._keystore import read_certificates, read_private_key
+from ._keystore import check_key_pair, read_certificates, read_private_key
 from ._names import CordaX500Name
 from ._roles import CertRole, get_cert_role
 
@@ -224,12 +224,14 @@ def _why_not_loaded(
     not what it should be, or a key that is not the certificate's (OpenSSL says NO_CERTIFICATE_ASSIGNED or
     KEY_VALUES_MISMATCH, naming neither file)."""
     try:
-        key = read_private_key(key_path, passphrase)
-        chain = read_certificates(chain_path)
+        check_key_pair(
+            read_certificates(chain_path)[0],
+            read_private_key(key_path, passphrase),
+            cert_path=chain_path,
+            key_path=key_path,
+        )
     except KeyStoreError as error:
         return error
-    if chain[0].public_key() != key.public_key():
-        return KeyStoreError(f"{key_path} is not the key of {chain_path}")
     return KeyStoreError(
         f"cannot load TLS certificate {chain_path!r} with key {key_path!r}: {exc.reason or exc}"
     )

@@ -96,8 +96,7 @@ class TunnelCredentials:
         creds = cls(
             cert=pki.read_certificate(cert), key=pki.read_private_key(key, None), ca=pki.read_certificate(ca)
         )
-        if creds.cert.public_key() != creds.key.public_key():
-            raise pki.KeyStoreError(f"{key} is not the key of {cert}")
+        pki.check_key_pair(creds.cert, creds.key, cert_path=cert, key_path=key)
         try:
             creds.cert.verify_directly_issued_by(creds.ca)
         except (ValueError, TypeError, InvalidSignature):
