@@ -557,9 +557,11 @@ class Float:
             return
         activation.take(user, reserve)
         credit = reserve // 2
+        # (the envelope's sections before the body: the same for every delivery of the link)
+        prefix = ForwardedDelivery.prefix(user, str(request.address), peer)
         try:
             receiver = await request.accept_receiver(
-                credit=credit, max_message_size=self._peer_message_limit(activation, user, peer, request)
+                credit=credit, max_message_size=self._peer_message_limit(activation, prefix)
             )
         except BaseException as exc:
             # not attached: the share goes back (the peer's connection ended before the answer, an attach
@@ -570,24 +572,27 @@ class Float:
             raise
         self.attached_links += 1
         self.audit.write("link-attached", peer=peer, legal_name=user, address=request.address, credit=credit)
-        nursery.start_soon(self._pump, receiver, activation, user, peer, reserve)
+        nursery.start_soon(self._pump, receiver, activation, user, peer, reserve, prefix)
 
-    def _peer_message_limit(
-        self, activation: _Activation, user: str, peer: str, request: transport.LinkRequest
-    ) -> int:
+    def _peer_message_limit(self, activation: _Activation, prefix: bytes) -> int:
         """A peer link's max-message-size: ours, and no more than leaves the envelope room on the inside's
         inbound link (a message whose envelope the inside would not take could not be forwarded: the link's
         pump ended, and what it had taken was never settled)."""
         limit = self.config.max_message_size
         inside = activation.forward.remote_attach.max_message_size
         if inside:
-            prefix = ForwardedDelivery.prefix(user, str(request.address), peer)
             envelope = len(ForwardedDelivery.wrap(prefix, b"\x00" * 256))  # the long Data header
             limit = min(limit, max(1, inside - (envelope - 256)))
         return limit
 
     async def _pump(
-        self, receiver: transport.Receiver, activation: _Activation, user: str, peer: str, reserve: int
+        self,
+        receiver: transport.Receiver,
+        activation: _Activation,
+        user: str,
+        peer: str,
+        reserve: int,
+        prefix: bytes,
     ) -> None:
         credit = reserve // 2
         ended: str | None = None  # why the link ended, for its audit line (None: the peer detached it)
@@ -599,7 +604,6 @@ class Float:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._settle_in_order, receive, slots, user)
                 async with send:
-                    prefix = ForwardedDelivery.prefix(user, str(receiver.address), peer)
                     while True:
                         await slots.acquire()
                         try:
