@@ -56,7 +56,6 @@ import datetime as dt
 import functools
 import logging
 import re
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,7 +64,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from corda_trio import bridge, network, pki, transport
+from corda_trio import bridge, files, network, pki, transport
 from corda_trio.bridge import float as fl
 
 from ._certificates import (
@@ -239,15 +238,13 @@ class _Toml:
     def file(self, key: str) -> Path:
         path = self.path.parent / self.get(key, str)
         try:
-            mode = path.stat().st_mode
+            files.check_regular_file(path)
         except (FileNotFoundError, NotADirectoryError):
             raise self._fail(key, f"file {path} does not exist") from None
-        except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
+        except IsADirectoryError:
+            raise self._fail(key, f"{path} is a directory, not a file") from None
+        except OSError as exc:  # (a symlink loop, a name too long, a pipe: said as they are)
             raise self._fail(key, f"file {path}: {exc.strerror}") from None
-        if stat.S_ISDIR(mode):
-            raise self._fail(key, f"{path} is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise self._fail(key, f"file {path} is not a regular file")
         return path
 
     def passphrase(self, section: str) -> bytes | None:

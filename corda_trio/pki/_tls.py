@@ -28,9 +28,9 @@ passphrase is fine); in-memory certificates and keys are written to a private te
 
 from __future__ import annotations
 
+import errno
 import os
 import ssl
-import stat
 import tempfile
 from collections.abc import Sequence
 from typing import Final, Protocol
@@ -39,7 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from corda_trio.files import read_small_file
+from corda_trio.files import check_regular_file, read_small_file
 
 from ._certs import check_chain_roles, load_der_certificate, load_pem_certificates
 from ._errors import CertificateValidationError, InvalidNameError, KeyStoreError, PeerIdentityError
@@ -198,16 +198,17 @@ def _write_private(path: str, data: bytes) -> None:
 def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase: bytes | None) -> None:
     for path in (chain_path, key_path):
         try:
-            mode: int | None = os.stat(path).st_mode
+            check_regular_file(path)  # (OpenSSL would read a named pipe nobody writes for ever)
         except (FileNotFoundError, NotADirectoryError):
-            mode = None
+            raise KeyStoreError(f"TLS file {path!r} does not exist") from None
+        except IsADirectoryError:
+            raise KeyStoreError(f"TLS file {path!r} is a directory, not a file") from None
         except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
+            if exc.errno == errno.EINVAL:  # (check_regular_file: not a regular file)
+                raise KeyStoreError(
+                    f"TLS file {path!r} is a named pipe, a device or a socket, not a file"
+                ) from None
             raise KeyStoreError(f"TLS file {path!r}: {exc.strerror}") from None
-        if mode is None:
-            raise KeyStoreError(f"TLS file {path!r} does not exist")
-        if not stat.S_ISREG(mode):  # (OpenSSL would read a named pipe nobody writes for ever)
-            what = "a directory" if stat.S_ISDIR(mode) else "a named pipe, a device or a socket"
-            raise KeyStoreError(f"TLS file {path!r} is {what}, not a file")
     try:
         # A callable password keeps OpenSSL from prompting on a terminal when none was given.
         ctx.load_cert_chain(chain_path, key_path, password=lambda: passphrase or b"")
