@@ -430,7 +430,7 @@ async def _tls_handshake(stream: trio.SSLStream[trio.SocketStream], url: str) ->
             why, hint = "the server closed the connection during it", ""
         else:
             why, hint = " ".join(str(error).split()), ""
-        if not hint and not isinstance(error, ssl.SSLCertVerificationError):
+        if not hint:  # (every failure but a refused certificate)
             hint = f" (a node's own RPC port speaks ws://, not wss://: {url.replace('wss://', 'ws://', 1)}?)"
         raise trio_websocket.HandshakeError(f"TLS handshake failed: {why}{hint}") from None
 
