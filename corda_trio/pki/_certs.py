@@ -30,6 +30,7 @@ responses.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
@@ -107,6 +108,32 @@ def _strictly(load: Callable[[bytes], _T], data: bytes) -> _T:
         except CryptographyDeprecationWarning as exc:
             # (cryptography's text goes on about its future releases: keep what is wrong)
             raise ValueError(str(exc).split(". ")[0].strip()) from None
+        except ValueError as exc:
+            raise ValueError(_readable_parse_error(str(exc))) from None
+
+
+_PARSE_ERROR: Final = re.compile(r"^error parsing asn1 value: ParseError \{ kind: (\w+)(.*)\}$", re.DOTALL)
+_PARSE_KINDS: Final = {
+    "InvalidValue": "a value not in DER form",
+    "ShortData": "cut short",
+    "ExtraData": "bytes after its end",
+    "UnexpectedTag": "an unexpected field",
+    "InvalidLength": "a bad length",
+    "IntegerOverflow": "a number too large",
+}
+
+
+def _readable_parse_error(message: str) -> str:
+    """cryptography's ASN.1 parser says what broke as the Rust debug form of its error
+    (``ParseError { kind: InvalidValue, location: ["Certificate::tbs_cert", "TbsCertificate::serial"] }``):
+    say it in words, naming the innermost field."""
+    match = _PARSE_ERROR.match(message.strip())
+    if match is None:
+        return message
+    kind, rest = match.groups()
+    where = re.findall(r'"([^"]+)"', rest)
+    said = _PARSE_KINDS.get(kind, kind)
+    return f"not a well-formed DER certificate: {said}" + (f" in {where[-1]}" if where else "")
 
 
 def _parse_fully(cert: x509.Certificate) -> None:

@@ -301,11 +301,12 @@ def test_confidential_identity_chain(network: pki.NetworkCredentials, alice: pki
 
 
 def _with_negative_serial(cert: x509.Certificate) -> bytes:
-    """``cert``'s DER with the top bit of its serial number set: a negative serial, which RFC 5280 forbids
-    and ``cryptography`` only warns about."""
+    """``cert``'s DER with its serial number's first byte 0x80: a negative serial, which RFC 5280 forbids
+    and ``cryptography`` only warns about. (Setting only the top bit would turn a first byte 0x7f followed by
+    one with its top bit set into a non-minimal 0xff..., which cryptography refuses as bad DER instead.)"""
     der = bytearray(cert.public_bytes(serialization.Encoding.DER))
     at = der.index(b"\xa0\x03\x02\x01\x02\x02") + 6  # [0] version v3, then the serial's INTEGER: length
-    der[at + 1] |= 0x80
+    der[at + 1] = 0x80
     return bytes(der)
 
 
@@ -330,3 +331,16 @@ def test_a_certificate_with_a_negative_serial_is_refused_not_warned_about(
         assert pki.load_pem_certificates(alice.tls.cert.public_bytes(serialization.Encoding.PEM)) == [
             alice.tls.cert
         ]
+
+
+def test_a_certificate_that_is_not_der_is_said_in_words_naming_the_field(alice: pki.NodeCredentials) -> None:
+    """cryptography's parser reports bad DER in the Rust debug form of its error; the user reads words."""
+    der = bytearray(alice.tls.cert.public_bytes(serialization.Encoding.DER))
+    at = der.index(b"\xa0\x03\x02\x01\x02\x02") + 6
+    der[at + 1 : at + 3] = b"\xff\x80"  # a negative serial with a redundant leading 0xff: not minimal
+    with pytest.raises(ValueError) as raised:
+        pki.load_der_certificate(bytes(der))
+    said = "not a well-formed DER certificate: a value not in DER form in TbsCertificate::serial"
+    assert str(raised.value) == said
+    with pytest.raises(ValueError, match=r"^not a well-formed DER certificate: cut short$"):
+        pki.load_der_certificate(alice.tls.cert.public_bytes(serialization.Encoding.DER)[:-5])
