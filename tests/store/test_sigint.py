@@ -1,7 +1,7 @@
 """Ctrl-C with 10,000 commits in flight: the process exits promptly (status 130), every waiter is woken,
 the commit helper is reaped, and every enqueue that reported success is on disk.
 
-``CORDA_TRIO_SIGINT_RUNS`` sets the number of runs (default 40).
+``CORDA_TRIO_SIGINT_RUNS`` sets the number of runs (default 25, each interrupted at a random moment).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from corda_trio import store
 
 from .sigint_child import QUEUE
 
-RUNS = int(os.environ.get("CORDA_TRIO_SIGINT_RUNS", "40"))
+RUNS = int(os.environ.get("CORDA_TRIO_SIGINT_RUNS", "25"))
 CHILD = Path(__file__).with_name("sigint_child.py")
 REPO = Path(__file__).resolve().parents[2]
 EXIT_SECONDS = 5.0
