@@ -30,6 +30,9 @@ under test stalls, operations start late but their latency is still measured fro
 shows up in every operation that should have been sent during it (wrk2, HdrHistogram's "coordinated
 omission"). ``created_ns - intended_ns`` is the harness's own schedule lag. At most ``max_in_flight``
 operations run at once; when that bound is hit the schedule slips, and the slip is charged to latency.
+An offered rate far beyond what the scenario sustains slips the schedule past the drain deadline: the
+operations due in the run that never started by then are counted (``unstarted_ops``), and a run that
+recorded nothing says so (``corda-trio bench run`` exits 1).
 
 **Closed loop** (``mode="closed"``): ``concurrency`` workers each run one operation after another as fast as
 the system allows; ``intended_ns == created_ns``. This measures maximum throughput, not latency under load.
@@ -200,6 +203,9 @@ def _parse_size(text: str) -> int:
 MAX_SIZE_BYTES: Final = 64 * 1024 * 1024
 #: Most closed-loop workers a run may start.
 MAX_CONCURRENCY: Final = 10_000
+#: Highest open-loop rate: one operation due per nanosecond, the schedule's resolution.
+MAX_RATE_PER_SECOND: Final = 1e9
+
 #: Longest duration, warm-up or drain of a run, in seconds (a week): a longer one is a slip of the finger
 #: (1e308 overflowed the nanosecond schedule, a traceback; 1e20 ran for ever).
 MAX_PHASE_SECONDS: Final = 7 * 24 * 3600
@@ -239,6 +245,11 @@ class LoadProfile:
             or math.isinf(1e9 / self.rate_per_second)  # (1e-300: the schedule's 0 * inf interval was NaN)
         ):
             raise BenchError("open-loop load needs a positive rate (operations per second), and a finite one")
+        if self.rate_per_second is not None and self.rate_per_second > MAX_RATE_PER_SECOND:
+            raise BenchError(
+                f"open-loop rate {self.rate_per_second:g} is beyond {MAX_RATE_PER_SECOND:,.0f} operations "
+                "per second (the schedule's resolution is a nanosecond)"
+            )
         if self.mode == "closed" and self.rate_per_second is not None:
             raise BenchError("a rate applies to open-loop load only; closed loop runs as fast as it can")
         if self.concurrency < 1 or self.max_in_flight < 1:
@@ -391,6 +402,9 @@ class RunSummary:
     throughput_per_second: float
     latency_ns: Mapping[str, int]
     max_schedule_lag_ns: int
+    #: Open loop: operations due within warm-up and duration that had not started when the drain deadline
+    #: ended the run (the offered rate was beyond what the scenario sustains).
+    unstarted_ops: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form (paths as strings)."""
@@ -413,6 +427,11 @@ class RunSummary:
                 "  latency (intended -> last stage) ms: " + " ".join(f"{k}={v:.3f}" for k, v in ms.items())
             )
         lines.append(f"  max schedule lag {self.max_schedule_lag_ns / 1e6:.3f} ms")
+        if self.unstarted_ops:
+            lines.append(
+                f"  {self.unstarted_ops:,} operations due in the run never started: the schedule fell behind "
+                "by more than the drain time (the offered rate is beyond what the scenario sustains)"
+            )
         lines.append(f"  records: {self.records_path}")
         return "\n".join(lines)
 
@@ -505,6 +524,7 @@ class _RunState:
     end_ns: int
     deadline_ns: int
     issued: int = 0
+    unstarted: int = 0
     recorded: int = 0
     errors: int = 0
     warmup: int = 0
@@ -598,18 +618,24 @@ async def _open_loop(state: _RunState, session: ScenarioSession, start_ns: int) 
         finally:
             in_flight.release()
 
+    due = math.ceil((state.end_ns - start_ns) / interval_ns)  # slots with start + i * interval < end
     async with trio.open_nursery() as nursery:
         i = 0
-        while state.budget_left():
-            intended = start_ns + round(i * interval_ns)
-            if intended >= state.end_ns:
-                break
-            delay_ns = intended - state.clock.now_ns()
-            if delay_ns > 0:
-                await trio.sleep(delay_ns / 1e9)
-            await in_flight.acquire()  # beyond max_in_flight the schedule slips; latency still counts
-            nursery.start_soon(one, state.next_operation(intended))
-            i += 1
+        try:
+            while state.budget_left():
+                intended = start_ns + round(i * interval_ns)
+                if intended >= state.end_ns:
+                    break
+                delay_ns = intended - state.clock.now_ns()
+                if delay_ns > 0:
+                    await trio.sleep(delay_ns / 1e9)
+                await in_flight.acquire()  # beyond max_in_flight the schedule slips; latency still counts
+                nursery.start_soon(one, state.next_operation(intended))
+                i += 1
+        except trio.Cancelled:
+            if state.deadline_scope is not None and state.deadline_scope.cancel_called:
+                state.unstarted = max(0, due - i)
+            raise
 
 
 async def _closed_loop(state: _RunState, session: ScenarioSession) -> None:
@@ -773,6 +799,7 @@ def _summary(
         throughput_per_second=state.recorded / elapsed if elapsed > 0 else 0.0,
         latency_ns=_exact_percentiles(state.latencies),
         max_schedule_lag_ns=state.max_lag_ns,
+        unstarted_ops=state.unstarted,
     )
 
 

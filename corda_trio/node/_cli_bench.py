@@ -213,6 +213,13 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_json(), indent=2))
     else:
         print(summary.format())
+    if summary.recorded_ops == 0:
+        why = (
+            f"{summary.unstarted_ops:,} due never started: lower --rate"
+            if summary.unstarted_ops
+            else "nothing was due after the warm-up"
+        )
+        raise CliError(f"run {summary.run_id} recorded no operation ({why})", 1)
     return 0
 
 

@@ -157,6 +157,8 @@ def test_size_distribution_rejects(text: str) -> None:
         {"concurrency": 0},
         {"concurrency": 10**8},  # one task each, at once: the process ran out of memory
         {"mode": "open", "rate_per_second": 1e-300},  # 1e9 / rate is inf: the schedule's first slot was NaN
+        {"mode": "open", "rate_per_second": 1.5e9},  # more than one due per nanosecond
+        {"mode": "open", "rate_per_second": 1e308},  # issued for the whole drain time, and never measured
         {"duration_seconds": 0},
         {"max_ops": 0},
     ],
@@ -291,6 +293,41 @@ async def test_unfinished_operations_time_out_as_errors(
     timed_out = [r for r in records if r.outcome == "error"]
     assert sorted(r.seq for r in timed_out) == list(range(3, 10))
     assert all(r.error is not None and r.error.startswith("Timeout") for r in timed_out)
+
+
+async def test_a_schedule_behind_by_more_than_the_drain_counts_what_never_started(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """1,000 ops/s offered to a service of 10 ops/s at most 5 in flight: the schedule falls behind, and the
+    drain deadline (1 s after the 1 s run) ends it with most of the run's 1,000 operations never started."""
+    service = _StallingService(service_s=0.1, stall_at_seq=-1, stall_s=0)
+    config = bench.RunConfig(
+        scenario="stall",
+        load=bench.LoadProfile(
+            mode="open", rate_per_second=1000, duration_seconds=1, warmup_seconds=0, drain_seconds=1,
+            max_in_flight=5,
+        ),
+    )  # fmt: skip
+    summary = await bench.run_benchmark(_Scenario(service), config, tmp_path, clock=bench.TrioClock())
+    # one at a time, 0.1 s each: 19 done in the run and its drain, 5 waiting at the deadline (timed out)
+    assert (summary.recorded_ops, summary.error_ops, summary.unstarted_ops) == (24, 5, 976)
+    assert "operations due in the run never started" in summary.format()
+    assert json.loads(summary.meta_path.read_text())["summary"]["unstarted_ops"] == summary.unstarted_ops
+
+
+def test_cli_bench_a_run_that_recorded_nothing_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Everything due in the warm-up: the run measured nothing, and says so in one line, exit 1."""
+    from corda_trio.node._cli import main
+
+    argv = ["bench", "run", "codec", "--out", str(tmp_path), "--rate", "20", "--duration", "0.01"]
+    assert main([*argv, "--warmup", "0.51", "--drain", "1"]) == 1  # due at 0.5 and 0.55, measured 0.51-0.52
+    out, err = capsys.readouterr()
+    assert "0 ops recorded" in out
+    assert err.startswith("corda-trio: error: run ") and err.endswith(
+        " recorded no operation (nothing was due after the warm-up)\n"
+    )
 
 
 async def test_setup_failure_leaves_no_partial_run(tmp_path: Path) -> None:
