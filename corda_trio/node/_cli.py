@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, Final, TypeVar
 
@@ -38,6 +39,20 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def path_text(text: str) -> str:
+    """The argparse ``type`` of a file or directory argument kept as a string: an empty one is refused (it
+    named the current directory: ``store check ""`` said ``: no such directory``, ``node start --config ""``
+    read the working directory as the config file)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file or directory")
+    return text
+
+
+def path_arg(text: str) -> Path:
+    """The argparse ``type`` of a file or directory argument: :func:`path_text`, as a :class:`Path`."""
+    return Path(path_text(text))
 
 
 #: name -> (module that defines the group, one-line help).  The module exposes

@@ -20,12 +20,11 @@ import functools
 import json
 import sys
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Final
 
 from corda_trio import files, records, store
 
-from ._cli import CliError, error_text, run_trio
+from ._cli import CliError, error_text, path_arg, run_trio
 
 __all__ = ["BENCH_ENTRY_POINT_GROUP", "EXAMPLES", "register"]
 
@@ -71,7 +70,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Run one benchmark scenario; records and a meta file go into --out.",
     )
     run.add_argument("scenario", help="scenario name (see `corda-trio bench list`)")
-    run.add_argument("--out", type=Path, required=True, help="output directory for records (created)")
+    run.add_argument("--out", type=path_arg, required=True, help="output directory for records (created)")
     mode = run.add_mutually_exclusive_group()
     mode.add_argument(
         "--rate",
@@ -97,7 +96,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--seed", type=int, default=1, help="seed for the size distribution (1)")
     run.add_argument("--run-id", help="fixed run id (default: timestamp-scenario-random)")
-    run.add_argument("--scratch", type=Path, help="directory for the scenario's files (default: a temp dir)")
+    run.add_argument(
+        "--scratch", type=path_arg, help="directory for the scenario's files (default: a temp dir)"
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.set_defaults(func=_run)

@@ -60,7 +60,7 @@ import trio
 from corda_trio import __version__, bridge, network, pki, transport
 from corda_trio.bridge import float as fl
 
-from ._cli import CliError, grouped_error, run_trio
+from ._cli import CliError, grouped_error, path_arg, run_trio
 from ._config import (
     FLOAT_KEYS,
     BridgeMode,
@@ -218,7 +218,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bridge_command", metavar="SUBCOMMAND", required=True)
     text = "run the node's bridges in this process, talking to the node's local endpoint"
     p = sub.add_parser("start", help=text, description=text)
-    p.add_argument("--config", type=Path, required=True, help="the bridge's TOML configuration")
+    p.add_argument("--config", type=path_arg, required=True, help="the bridge's TOML configuration")
     p.add_argument(
         "--log-level",
         default="INFO",

@@ -44,7 +44,7 @@ from rich.table import Table
 
 from corda_trio import network, pki, records, rpc
 
-from ._cli import CliError, run_trio
+from ._cli import CliError, path_arg, run_trio
 from ._cli_network import create_network
 from ._cli_networkmap import _service as network_map_service
 from ._config import ConfigError, NodeConfig, dump_node_config, load_network_map_config, load_node_config
@@ -79,7 +79,7 @@ DEMO_LIMITS: Final = {"flows": 100_000, "rounds": 10_000, "concurrency": 1_000}
 def register(parser: argparse.ArgumentParser) -> None:
     """``corda-trio demo [--dir D] [--flows N] [--rounds R] [--records DIR]``."""
     parser.add_argument(
-        "--dir", type=Path, default=Path("devnet"), help="network directory (default ./devnet)"
+        "--dir", type=path_arg, default=Path("devnet"), help="network directory (default ./devnet)"
     )
     for name, default, what in (
         ("flows", 60, "PingPong flows per node"),
@@ -88,7 +88,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     ):
         limit = f"default {default}, at most {DEMO_LIMITS[name]:,}"
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{what} ({limit})")
-    parser.add_argument("--records", type=Path, help="also write benchmark records into this directory")
+    parser.add_argument("--records", type=path_arg, help="also write benchmark records into this directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=_main)
 

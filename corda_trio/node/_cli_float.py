@@ -74,7 +74,7 @@ from ._certificates import (
     own_certificates,
     watch_expiry,
 )
-from ._cli import CliError, grouped_error, run_trio
+from ._cli import CliError, grouped_error, path_arg, run_trio
 from ._config import ConfigError, KeyPassphrase, _read_toml, _Reader, metrics_address, seconds_problem
 from ._heap import freeze_startup_heap
 from ._metrics import FloatCollector, start_process_metrics
@@ -100,14 +100,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     """Add ``float start`` and ``float tunnel-pki``."""
     sub = parser.add_subparsers(dest="float_command", metavar="SUBCOMMAND", required=True)
     start = sub.add_parser("start", help="run a float until interrupted", description="run a float")
-    start.add_argument("--config", type=Path, required=True, help="path of float.toml")
+    start.add_argument("--config", type=path_arg, required=True, help="path of float.toml")
     start.set_defaults(func=_start)
     mk = sub.add_parser(
         "tunnel-pki",
         help="make the tunnel CA and the float and bridge tunnel certificates",
         description="make the local-only tunnel CA and the float / bridge certificates of the control link",
     )
-    mk.add_argument("--out", type=Path, required=True, help="directory to write into (created)")
+    mk.add_argument("--out", type=path_arg, required=True, help="directory to write into (created)")
     mk.add_argument(
         "--float",
         dest="floats",

@@ -23,7 +23,7 @@ import attrs
 
 from corda_trio import network, pki
 
-from ._cli import CliError
+from ._cli import CliError, path_arg
 from ._config import (
     DEFAULT_PASSPHRASE_ENV,
     ConfigError,
@@ -49,7 +49,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "bootstrap killed before it could clean up is removed by the next bootstrap into DIR (a warning line "
         "names it), and one whose process still runs makes this bootstrap stop.",
     )
-    boot.add_argument("--dir", type=Path, required=True, help="network directory to create")
+    boot.add_argument("--dir", type=path_arg, required=True, help="network directory to create")
     boot.add_argument(
         "--node", action="append", required=True, metavar="LEGAL_NAME",
         help='legal name of a node, e.g. "O=Alice,L=London,C=GB" (repeat for each node; Latin script; no two '
@@ -95,7 +95,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     boot.set_defaults(func=_bootstrap)
 
     show = sub.add_parser("show", help="list the nodes of a bootstrapped network")
-    show.add_argument("--dir", type=Path, required=True, help="network directory")
+    show.add_argument("--dir", type=path_arg, required=True, help="network directory")
     show.set_defaults(func=_show)
 
 

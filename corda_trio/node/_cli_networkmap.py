@@ -33,7 +33,7 @@ from ._certificates import (
     own_certificates,
     watch_expiry,
 )
-from ._cli import CliError, run_trio
+from ._cli import CliError, path_arg, run_trio
 from ._config import ConfigError, NetworkMapServiceConfig, load_network_map_config
 from ._metrics import NetworkMapCollector, start_process_metrics
 
@@ -68,8 +68,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         ),
     ):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--dir", type=Path, help="network directory (reads DIR/network-map/networkmap.toml)")
-        p.add_argument("--config", type=Path, help="path of networkmap.toml (instead of --dir)")
+        p.add_argument(
+            "--dir", type=path_arg, help="network directory (reads DIR/network-map/networkmap.toml)"
+        )
+        p.add_argument("--config", type=path_arg, help="path of networkmap.toml (instead of --dir)")
         if name == "serve":
             p.add_argument(
                 "--max-connections", type=int, default=network.DEFAULT_MAX_MAP_CONNECTIONS, metavar="N",

@@ -29,7 +29,7 @@ import trio
 from corda_trio import rpc
 from corda_trio.files import read_small_file
 
-from ._cli import CliError, error_text, run_trio
+from ._cli import CliError, error_text, path_arg, run_trio
 from ._heap import freeze_startup_heap
 
 if TYPE_CHECKING:
@@ -77,8 +77,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", type=Path, help="path of node.toml")
-    where.add_argument("--base-dir", type=Path, help="node directory holding node.toml")
+    where.add_argument("--config", type=path_arg, help="path of node.toml")
+    where.add_argument("--base-dir", type=path_arg, help="node directory holding node.toml")
 
 
 def _load_config(args: argparse.Namespace) -> NodeConfig:
@@ -213,11 +213,11 @@ def add_rpc_options(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--node", metavar="URL", help="the node's RPC address, e.g. ws://127.0.0.1:40002")
     where.add_argument(
         "--config",
-        type=Path,
+        type=path_arg,
         help="node.toml (the running node's node.json in its base directory, else rpc.address)",
     )
     where.add_argument(
-        "--base-dir", type=Path, help="node directory (node.toml, or the running node's node.json)"
+        "--base-dir", type=path_arg, help="node directory (node.toml, or the running node's node.json)"
     )
     parser.add_argument("--user", required=True, help="RPC user name")
     parser.add_argument(

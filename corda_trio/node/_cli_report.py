@@ -15,9 +15,8 @@ import logging
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-from ._cli import CliError, _is_interrupt
+from ._cli import CliError, _is_interrupt, path_arg
 
 __all__ = ["register"]
 
@@ -25,11 +24,11 @@ __all__ = ["register"]
 def register(parser: argparse.ArgumentParser) -> None:
     """Add the ``report`` arguments (the group has no sub-commands)."""
     parser.add_argument(
-        "--in", dest="in_dirs", type=Path, action="append", required=True, metavar="DIR",
+        "--in", dest="in_dirs", type=path_arg, action="append", required=True, metavar="DIR",
         help="directory of benchmark records (repeatable; runs from all are combined)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, required=True, help="the HTML report to write (tables go next to it)"
+        "--out", type=path_arg, required=True, help="the HTML report to write (tables go next to it)"
     )
     parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver heap, e.g. 2g (default 4g)")

@@ -41,7 +41,7 @@ from typing import Any
 
 from corda_trio import store
 
-from ._cli import CliError, run_trio
+from ._cli import CliError, path_text, run_trio
 
 __all__ = ["register"]
 
@@ -53,7 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser(
         "check", help="verify the part list and every segment; --repair salvages damaged queues"
     )
-    check.add_argument("directory", metavar="DIR", help="broker directory or one queue's directory")
+    check.add_argument(
+        "directory", metavar="DIR", type=path_text, help="broker directory or one queue's directory"
+    )
     check.add_argument(
         "--repair",
         action="store_true",
@@ -65,7 +67,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     check.set_defaults(func=_check)
 
     listing = sub.add_parser("list", help="list queues with depth, bytes and oldest message")
-    listing.add_argument("directory", metavar="DIR", help="broker directory (of a stopped node)")
+    listing.add_argument(
+        "directory", metavar="DIR", type=path_text, help="broker directory (of a stopped node)"
+    )
     listing.add_argument("--prefix", default="", help="only queues whose name starts with this")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(func=_list)
@@ -74,7 +78,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "compact",
         help="reclaim the space of acked messages (a queue with nothing to reclaim is left as it is)",
     )
-    compact.add_argument("directory", metavar="DIR", help="broker directory")
+    compact.add_argument("directory", metavar="DIR", type=path_text, help="broker directory")
     compact.add_argument("--queue", help="only this queue (a keyed log: keyed/<name>)")
     compact.set_defaults(func=_compact)
 
