@@ -113,6 +113,7 @@ import time
 import traceback
 import types
 import typing
+import unicodedata
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -474,6 +475,20 @@ class FlowHandle:
 MAX_CLIENT_ID: Final = 200
 
 
+def _check_client_id(client_id: str) -> None:
+    """1 to :data:`MAX_CLIENT_ID` characters, none of them a control character (a NUL, a newline, an escape:
+    the id becomes part of the flow id, which logs, the CLI and the metrics show)."""
+    control = next((i for i, c in enumerate(client_id) if unicodedata.category(c) == "Cc"), None)
+    if 0 < len(client_id) <= MAX_CLIENT_ID and control is None:
+        return
+    got = (
+        f"got {len(client_id)} characters"
+        if control is None
+        else f"got U+{ord(client_id[control]):04X} at character {control + 1}"
+    )
+    raise ValueError(f"a client id is 1 to {MAX_CLIENT_ID} characters without control characters, {got}")
+
+
 async def _first_of(waiters: trio.Nursery, wait: Callable[[], Awaitable[object]]) -> None:
     """``await wait()``, then end the other waits of ``waiters``."""
     await wait()
@@ -810,13 +825,8 @@ class FlowManager:
             args = dict(flow_args)
         if isinstance(flow, FlowLogic) and args:
             raise TypeError("arguments are given with a flow name or class, not with an instance")
-        if client_id is not None and not (0 < len(client_id) <= MAX_CLIENT_ID and "\x00" not in client_id):
-            got = (
-                f"got a NUL at character {client_id.index(chr(0)) + 1}"
-                if "\x00" in client_id
-                else f"got {len(client_id)} characters"
-            )
-            raise ValueError(f"a client id is 1 to {MAX_CLIENT_ID} characters without NUL, {got}")
+        if client_id is not None:
+            _check_client_id(client_id)
         flow_id = str(uuid.uuid4()) if client_id is None else f"C-{client_id}"
         if flow_id in self._runners or flow_id in self._finished or flow_id in self._unresumable:
             self._check_same_flow(flow_id, flow, started_by)

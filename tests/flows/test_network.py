@@ -359,11 +359,14 @@ async def test_a_client_id_starts_a_flow_once_also_across_a_restart(net: testing
     for bad, got in (
         ("", "got 0 characters"),
         ("x" * 201, "got 201 characters"),
-        ("a\x00b", "got a NUL at character 2"),
+        ("a\x00b", "got U+0000 at character 2"),
+        ("order-1\n", "got U+000A at character 8"),
+        ("\x1b[31mred", "got U+001B at character 1"),
+        ("\x85", "got U+0085 at character 1"),
     ):
         with pytest.raises(ValueError) as info:
             await net["Alice"].flows.start_flow("PingPong", client_id=bad, recipient=BOB)
-        assert str(info.value) == f"a client id is 1 to 200 characters without NUL, {got}"
+        assert str(info.value) == f"a client id is 1 to 200 characters without control characters, {got}"
 
 
 async def test_a_client_id_belongs_to_the_flows_starter_also_across_a_restart(

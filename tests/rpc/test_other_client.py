@@ -269,7 +269,9 @@ async def test_a_real_nodes_start_flow_errors_name_the_flows_arguments(tmp_path:
         },
         {
             "code": "bad-arguments",
-            "message": "a client id is 1 to 200 characters without NUL, got a NUL at character 2",
+            "message": (
+                "a client id is 1 to 200 characters without control characters, got U+0000 at character 2"
+            ),
         },
     ]
 
