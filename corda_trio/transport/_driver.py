@@ -522,6 +522,12 @@ class Receiver:
         """Detach the link (closing it)."""
         await self._conn._detach(self)
 
+    async def detach(self, condition: str, description: str) -> None:
+        """Detach the link (closing it) with an error: what the peer has unsettled on it, it sends again.
+        Nothing happens when the link or connection is gone already."""
+        error = amqp.ErrorCondition(condition=amqp.Symbol(condition), description=description)
+        await self._conn._detach(self, error=error)
+
     async def __aenter__(self) -> Receiver:
         return self
 
@@ -907,12 +913,12 @@ class AmqpConnection:
             self._link_change.set()
             self._link_change = None
 
-    async def _detach(self, link: Sender | Receiver) -> None:
+    async def _detach(self, link: Sender | Receiver, *, error: amqp.ErrorCondition | None = None) -> None:
         if link._error is not None or self._broken is not None:
             await trio.lowlevel.checkpoint()
             return
         try:
-            self._engine.detach(link.channel, link.handle, closed=True)
+            self._engine.detach(link.channel, link.handle, closed=True, error=error)
         except amqp.LocalProtocolError:
             await trio.lowlevel.checkpoint()
             return

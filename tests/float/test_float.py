@@ -613,3 +613,38 @@ def _peer_connection(
         "127.0.0.1", public, ssl_context=contexts(peer, root)[1],
         peer_check=lambda t: pki.check_peer_legal_name(t, node.legal_name),
     )  # fmt: skip
+
+
+async def test_an_inside_that_settles_without_an_outcome_gets_the_peer_link_detached_not_stalled(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """An inside that settles a forwarded delivery with no state (the spec allows it; ours never does it)
+    does not say whether the message is in the inbox. The peer's delivery stays unsettled, so its sender
+    sends it again; the peer's link is detached with ``amqp:internal-error``, where it stayed attached with
+    no credit ever again (the pump had ended), and the link's end is audited."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    async with running_float(float_creds, bob, root, tmp_path) as (_, port):
+        with trio.fail_after(30):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with _peer_connection(alice, bob, root, public) as conn:
+                    sender = await conn.open_sender(inbox)
+                    pending = await sender.start_send(amqp.Message(body=b"x").encode())
+                    forwarded = await inbound.receive()
+                    await forwarded.settle(None)
+                    with pytest.raises(transport.LinkDetachedError) as ended:
+                        await pending.outcome()
+                    assert "amqp:internal-error" in str(ended.value), ended.value
+                    assert "without an outcome" in str(ended.value), ended.value
+                    # the connection goes on: a new link delivers
+                    again = await conn.open_sender(inbox)
+                    retry = await again.start_send(amqp.Message(body=b"x").encode())
+                    await (await inbound.receive()).accept()
+                    assert isinstance(await retry.outcome(), amqp.Accepted)
+    [line] = [e for e in _audited(tmp_path, "link-detached") if e["condition"]]
+    assert "without an outcome" in line["condition"], line

@@ -93,6 +93,8 @@ DEFAULT_MAX_LINKS_PER_MEMBER: Final = 4
 #: How often the per-peer latency summary is written.
 LATENCY_SUMMARY_SECONDS: Final = 60.0
 _SERVER_SASL: Final = ("PLAIN", "ANONYMOUS", "EXTERNAL")
+#: How long detaching a peer's link whose forwarding failed may take (its socket may be full).
+_DETACH_SECONDS: Final = 1.0
 
 
 @attrs.frozen(kw_only=True)
@@ -637,6 +639,11 @@ class Float:
             self._ended_log.warning(user, failure, "%s: link %s ended: %s", user, receiver.name, failure)
             ended = ended or failure
             cut_short = False
+            # Still attached when the forwarding failed (the inside settled without an outcome, say): a link
+            # left attached without its pump would never get credit again. What it has unsettled, its
+            # sender sends again.
+            with trio.move_on_after(_DETACH_SECONDS, shield=True):
+                await receiver.detach("amqp:internal-error", f"the float could not forward: {failure}")
         finally:
             activation.give_back(user, reserve)
             if cut_short:  # (cancelled: the float deactivated, or it stops)
