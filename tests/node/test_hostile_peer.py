@@ -218,7 +218,8 @@ async def test_anyone_who_can_connect_is_counted_but_not_a_flood_of_log_lines(tm
     """Not even a member: 2,000 connections to the P2P port sending plain-TCP garbage were 2,000 warning
     lines in the victim's log and on its stderr, and 2,000 wrong RPC passwords 2,000 lines in its log. Now
     each source address gets its first refusal in full (with the reason) and the rest of the minute counted:
-    /metrics counts all of them."""
+    /metrics counts all of them. (100 wrong passwords here: each costs the node an argon2 check, ~0.1 s of
+    CPU, and the lines are counted as they are for 2,000.)"""
     nodes = make_network(tmp_path / "net", [BOB])
     (bob_path, bob_cfg) = nodes[0]
     async with open_node_processes([(bob_path, bob_cfg)]) as (bob,):
@@ -245,13 +246,13 @@ async def test_anyone_who_can_connect_is_counted_but_not_a_flood_of_log_lines(tm
             async with trio.open_nursery() as nursery:
                 for _ in range(2000):
                     nursery.start_soon(garbage)
-                for i in range(300):
+                for i in range(100):
                     nursery.start_soon(wrong_password, i)
             while (await scrape(bob)).get("corda_trio_p2p_connections_refused_total{reason=tls}", 0) < 2000:  # noqa: ASYNC110 (another process)
                 await trio.sleep(0.1)
         metrics = await scrape(bob)
         assert metrics["corda_trio_p2p_connections_refused_total{reason=tls}"] == 2000
-        assert metrics["corda_trio_rpc_failed_logins_total{}"] == 300
+        assert metrics["corda_trio_rpc_failed_logins_total{}"] == 100
         # one line in full per kind, then (on a slow machine the flood outlasts a minute) a summary a minute
         minutes = int((trio.current_time() - started) // 60) + 1
         lines = bob_cfg.log_path.read_text().splitlines()[before:]
