@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 from corda_trio import files
 from corda_trio.interrupts import INTERRUPTED_EXIT as INTERRUPTED_EXIT
@@ -74,10 +74,19 @@ COMMAND_GROUPS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (argparse prints the whole usage first, which
+    for some commands wraps over five lines): what is wrong, and where the options are listed. Its
+    sub-command parsers are of this class too (``add_subparsers`` makes them with the parser's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")
+
+
 def _build_parser(chosen: str | None) -> argparse.ArgumentParser:
     from corda_trio import __version__
 
-    parser = argparse.ArgumentParser(prog="corda-trio", description="corda-trio node and tools")
+    parser = _Parser(prog="corda-trio", description="corda-trio node and tools")
     parser.add_argument("--version", action="version", version=f"corda-trio {__version__}")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND")
     for name, (module_name, help_text) in COMMAND_GROUPS.items():

@@ -50,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     start = sub.add_parser("start", help="start a flow and wait for its result (or --no-wait)")
     add_rpc_options(start)
     start.add_argument("flow", help="flow name, e.g. PingPong")
-    start.add_argument("args", nargs="*", metavar="NAME=VALUE", help="flow arguments")
+    start.add_argument("args", nargs="*", default=[], metavar="NAME=VALUE", help="flow arguments")
     start.add_argument("--no-wait", action="store_true", help=NO_WAIT_HELP)
     start.add_argument(
         "--client-id",
