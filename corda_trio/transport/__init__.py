@@ -43,6 +43,7 @@ from ._connect import secure_stream as secure_stream
 from ._driver import CANCELLED_CLOSE_TIMEOUT_SECONDS as CANCELLED_CLOSE_TIMEOUT_SECONDS
 from ._driver import CLOSE_NOTIFY_TIMEOUT_SECONDS as CLOSE_NOTIFY_TIMEOUT_SECONDS
 from ._driver import CLOSE_TIMEOUT_SECONDS as CLOSE_TIMEOUT_SECONDS
+from ._driver import PRE_OPEN_CLOSE_TIMEOUT_SECONDS as PRE_OPEN_CLOSE_TIMEOUT_SECONDS
 from ._driver import SILENT_PEER_CLOSE_TIMEOUT_SECONDS as SILENT_PEER_CLOSE_TIMEOUT_SECONDS
 from ._driver import AmqpConnection as AmqpConnection
 from ._driver import Delivery as Delivery
@@ -90,6 +91,7 @@ __all__ = [
     "HANDSHAKE_TIMEOUT_RANGE_SECONDS",
     "IDLE_TIMEOUT_RANGE_SECONDS",
     "MAX_REFUSING",
+    "PRE_OPEN_CLOSE_TIMEOUT_SECONDS",
     "REFUSE_TIMEOUT_SECONDS",
     "SERVER_SASL_MECHANISMS",
     "SILENT_PEER_CLOSE_TIMEOUT_SECONDS",

@@ -24,14 +24,15 @@ exchange, EOF), whichever task notices it runs :meth:`AmqpConnection._goodbye`: 
 write in flight completes first) it sends everything the engine still queued, our ``close`` or
 ``sasl-outcome`` included, then half-closes plain TCP (``send_eof``). The reader keeps reading (the engine
 discards what arrives) until the peer's ``close`` or EOF, or until the goodbye's deadline
-(:data:`CLOSE_TIMEOUT_SECONDS` after it started, for all of it); only then is the stream closed, over TLS
-with a ``close_notify`` first (bounded by :data:`CLOSE_NOTIFY_TIMEOUT_SECONDS`). Reading to the end matters:
-a socket closed with unread input answers with a RST, and a RST can destroy our last frames before the peer
-reads them. A peer that our idle timeout found silent is not waited for: it is frozen or gone, and its
-close would not come. Our ``close`` (and over TLS the ``close_notify``) go out if the stream takes them at
-once, within :data:`SILENT_PEER_CLOSE_TIMEOUT_SECONDS` (the socket's buffer may be full: the peer stopped
-reading too), and the connection ends then, so a silent peer is noticed after the idle timeout, not after
-the idle timeout plus the graceful goodbye.
+(:data:`CLOSE_TIMEOUT_SECONDS` after it started, for all of it; :data:`PRE_OPEN_CLOSE_TIMEOUT_SECONDS` for a
+peer that never sent its ``open``: a bad protocol header, a failed SASL exchange); only then is the stream
+closed, over TLS with a ``close_notify`` first (bounded by :data:`CLOSE_NOTIFY_TIMEOUT_SECONDS`). Reading to
+the end matters: a socket closed with unread input answers with a RST, and a RST can destroy our last frames
+before the peer reads them. A peer that our idle timeout found silent is not waited for: it is frozen or gone,
+and its close would not come. Our ``close`` (and over TLS the ``close_notify``) go out if the stream takes
+them at once, within :data:`SILENT_PEER_CLOSE_TIMEOUT_SECONDS` (the socket's buffer may be full: the peer
+stopped reading too), and the connection ends then, so a silent peer is noticed after the idle timeout, not
+after the idle timeout plus the graceful goodbye.
 
 Closing under cancellation. When the task that owns the connection is cancelled, the reader is cancelled
 with it, so nobody would read the peer's reply: :meth:`AmqpConnection.aclose` then gives the goodbye
@@ -87,6 +88,11 @@ CLOSE_NOTIFY_TIMEOUT_SECONDS: Final = 0.5
 #: if the socket takes them now; a full send buffer (the peer stopped reading) is not waited on, nor is the
 #: peer's close (best effort: the connection ends within this bound).
 SILENT_PEER_CLOSE_TIMEOUT_SECONDS: Final = 0.1
+#: Bound on the goodbye to a peer that never sent its ``open`` (a bad protocol header, a failed SASL exchange,
+#: a close before the open exchange): it has no ``close`` of its own to send, only our reply (our header, the
+#: SASL outcome) to read before it ends the connection. With the graceful bound a hostile client held a
+#: connection slot for 2 s per bad header.
+PRE_OPEN_CLOSE_TIMEOUT_SECONDS: Final = 0.5
 #: Bound on the goodbye (our close out, the peer's in) when the connection's owner was cancelled: a peer on
 #: a working network answers our close within a round trip; a silent one is not waited for longer.
 CANCELLED_CLOSE_TIMEOUT_SECONDS: Final = 0.5
@@ -763,7 +769,7 @@ class AmqpConnection:
         cancelled = trio.current_effective_deadline() == -math.inf
         with trio.CancelScope(shield=True):
             budget = CANCELLED_CLOSE_TIMEOUT_SECONDS if cancelled else CLOSE_TIMEOUT_SECONDS
-            deadline = trio.current_time() + budget
+            deadline = trio.current_time() + self._close_budget(budget)
             with trio.move_on_at(deadline):
                 if self._broken is None and not self._engine.closed:
                     self._engine.close()
@@ -1158,7 +1164,7 @@ class AmqpConnection:
             return
         self._closing = True
         if deadline is None:
-            deadline = trio.current_time() + CLOSE_TIMEOUT_SECONDS
+            deadline = trio.current_time() + self._close_budget(CLOSE_TIMEOUT_SECONDS)
         if self._peer_silent:
             deadline = min(deadline, trio.current_time() + SILENT_PEER_CLOSE_TIMEOUT_SECONDS)
         error = self._engine.close_error
@@ -1182,6 +1188,10 @@ class AmqpConnection:
                     pass
         self._writes_done = True
         self._linger_until(trio.current_time() if self._peer_silent else deadline)
+
+    def _close_budget(self, budget: float) -> float:
+        """How long a goodbye may take: ``budget``, or less for a peer that never opened."""
+        return budget if self._engine.remote_open is not None else min(budget, PRE_OPEN_CLOSE_TIMEOUT_SECONDS)
 
     def _linger_until(self, deadline: float) -> None:
         """The reader waits for the peer's close (or EOF) until ``deadline`` at the latest."""

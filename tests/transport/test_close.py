@@ -10,6 +10,7 @@ exactly; real sockets check them on a real network stack, with the peer reading 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 
 import pytest
@@ -228,3 +229,76 @@ async def test_cancelled_tls_client_sends_close_and_close_notify(nursery: trio.N
     with trio.fail_after(10):
         seen, clean_eof = await results.receive()
     assert clean_eof and len(closes(seen)) == 1
+
+
+# --- a peer that never opened ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "first_bytes",
+    [
+        b"AMQP\x09\x09\x09\x09",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"AMQP\x00\x01\x00\x00\x00\x00\x00\x04\x02\x00\x00\x00",
+    ],
+    ids=["bad-version", "not-amqp", "junk-frame-after-header"],
+)
+async def test_a_peer_that_never_opened_gets_our_header_and_is_not_waited_for_longer_than_the_short_bound(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, first_bytes: bytes
+) -> None:
+    """It has no close to send: the goodbye waited the graceful 2 s for one, so each bad header held a
+    connection slot that long. Now ``PRE_OPEN_CLOSE_TIMEOUT_SECONDS``; it still reads our header first."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    got = bytearray()
+    ended = trio.Event()
+
+    async def hostile() -> None:  # sends its bytes, then reads (never closes) until we end the stream
+        await theirs.send_all(first_bytes)
+        while data := await theirs.receive_some(65536):
+            got.extend(data)
+        ended.set()
+
+    nursery.start_soon(hostile)
+    start = trio.current_time()
+    with trio.fail_after(30), pytest.raises(transport.AmqpConnectionError):
+        async with transport.open_amqp_over_stream(ours, client=False, config=PLAIN):
+            pass
+    await ended.wait()
+    assert trio.current_time() - start <= transport.PRE_OPEN_CLOSE_TIMEOUT_SECONDS + 0.01
+    assert transport.PRE_OPEN_CLOSE_TIMEOUT_SECONDS < transport.CLOSE_TIMEOUT_SECONDS
+    assert bytes(got).startswith(b"AMQP\x00\x01\x00\x00")  # our header: what we speak
+
+
+async def test_a_bad_header_over_mutual_tls_ends_within_the_short_bound_with_our_header(
+    nursery: trio.Nursery,
+) -> None:
+    now = dt.datetime.now(dt.UTC)
+    network = pki.NetworkCredentials.create(now=now - dt.timedelta(hours=1))
+    bob = network.issue_node(pki.CordaX500Name.parse("O=Bob, L=New York, C=US"), now=now)
+    alice = network.issue_node(pki.CordaX500Name.parse("O=Alice, L=London, C=GB"), now=now)
+
+    async def handler(conn: transport.AmqpConnection) -> None:
+        await trio.sleep_forever()
+
+    server_ctx = pki.server_ssl_context(
+        cert_chain=bob.tls_chain, key=bob.tls.key, trust_root=network.root.cert
+    )
+    listeners = await nursery.start(
+        functools.partial(transport.serve_amqp, handler, 0, ssl_context=server_ctx)
+    )
+    port = transport.listener_port(listeners)
+    ctx = pki.client_ssl_context(cert_chain=alice.tls_chain, key=alice.tls.key, trust_root=network.root.cert)
+    for _ in range(3):
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        async with trio.SSLStream(tcp, ctx, server_hostname=None) as tls:
+            await tls.do_handshake()
+            await tls.send_all(b"AMQP\x09\x09\x09\x09")
+            start, got = time.monotonic(), bytearray()
+            with trio.fail_after(10):
+                while data := await tls.receive_some(4096):  # b"": the server's close_notify
+                    got.extend(data)
+            elapsed = time.monotonic() - start
+        assert bytes(got) == b"AMQP\x03\x01\x00\x00"  # we speak SASL first over a network connection
+        assert (
+            elapsed < transport.PRE_OPEN_CLOSE_TIMEOUT_SECONDS + transport.CLOSE_NOTIFY_TIMEOUT_SECONDS
+        )  # was 2 s
