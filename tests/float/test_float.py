@@ -648,3 +648,33 @@ async def test_an_inside_that_settles_without_an_outcome_gets_the_peer_link_deta
                     assert isinstance(await retry.outcome(), amqp.Accepted)
     [line] = [e for e in _audited(tmp_path, "link-detached") if e["condition"]]
     assert "without an outcome" in line["condition"], line
+
+
+async def test_a_stopping_float_writes_the_latency_summary_of_the_interval_so_far(
+    alice: pki.NodeCredentials,
+    bob: pki.NodeCredentials,
+    network: pki.NetworkCredentials,
+    float_creds: fl.TunnelCredentials,
+    bridge_creds: fl.TunnelCredentials,
+    tmp_path: Path,
+) -> None:
+    """The summary was written only every ``latency_summary_seconds``: a float stopped within a minute of
+    its start (or of its last summary) lost those latencies from its audit log."""
+    root, inbox = network.root.cert, inbox_of(bob)
+    with trio.fail_after(30):
+        async with running_float(float_creds, bob, root, tmp_path, latency_summary_seconds=3600.0) as (
+            _,
+            port,
+        ):
+            async with control(port, bridge_creds) as (commands, reports, inbound):
+                public = (await command(commands, reports, activate(inbox, credit=4))).public_port
+                async with _peer_connection(alice, bob, root, public) as conn:
+                    sender = await conn.open_sender(inbox)
+                    for i in range(3):
+                        pending = await sender.start_send(wire(alice, i))
+                        await (await inbound.receive()).accept()
+                        assert isinstance(await pending.outcome(), amqp.Accepted)
+            assert _audited(tmp_path, "latency") == []  # (an hour to go)
+    [line] = _audited(tmp_path, "latency")
+    assert line["legal_name"] == str(alice.legal_name) and line["count"] == 3, line
+    assert 0 < line["p50_ms"] <= line["p99_ms"] <= line["max_ms"] < 30_000, line

@@ -21,7 +21,8 @@ that nobody reads is refused when the log is opened (``files.open_for_appending`
 
 :class:`LatencySummary` collects, per peer legal name, the time from a peer's delivery arriving at the float
 to the inside's outcome for it; :meth:`AuditLog.write_latency` writes one ``latency`` line per peer (count,
-p50, p99, max in milliseconds) and starts over. The float calls it once a minute.
+p50, p99, max in milliseconds) and starts over. The float calls it once a minute, and once more when it stops
+(for the minute so far).
 """
 
 from __future__ import annotations

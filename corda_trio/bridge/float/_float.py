@@ -262,9 +262,12 @@ class Float:
         raise self.audit.failure
 
     async def _summaries(self) -> None:
-        while True:
-            await trio.sleep(self.config.latency_summary_seconds)
-            self.audit.write_latency(self.latency)
+        try:
+            while True:
+                await trio.sleep(self.config.latency_summary_seconds)
+                self.audit.write_latency(self.latency)
+        finally:  # a stop writes what the interval so far measured: a float stopped within a minute of its
+            self.audit.write_latency(self.latency)  # start (or of its last summary) wrote none (never raises)
 
     # --- the control link ------------------------------------------------------------------------------
 
