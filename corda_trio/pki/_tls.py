@@ -28,7 +28,6 @@ passphrase is fine); in-memory certificates and keys are written to a private te
 
 from __future__ import annotations
 
-import errno
 import os
 import ssl
 import tempfile
@@ -203,11 +202,8 @@ def _load_files(ctx: ssl.SSLContext, chain_path: str, key_path: str, passphrase:
             raise KeyStoreError(f"TLS file {path!r} does not exist") from None
         except IsADirectoryError:
             raise KeyStoreError(f"TLS file {path!r} is a directory, not a file") from None
-        except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist")
-            if exc.errno == errno.EINVAL:  # (check_regular_file: not a regular file)
-                raise KeyStoreError(
-                    f"TLS file {path!r} is a named pipe, a device or a socket, not a file"
-                ) from None
+        except OSError as exc:  # (a symlink loop, a name too long: said as they are, not "does not exist";
+            # check_regular_file says what a file that is not a regular file is: "a named pipe", ...)
             raise KeyStoreError(f"TLS file {path!r}: {exc.strerror}") from None
     try:
         # A callable password keeps OpenSSL from prompting on a terminal when none was given.

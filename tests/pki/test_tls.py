@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import ssl
 from pathlib import Path
 
@@ -213,6 +214,16 @@ async def test_contexts_from_encrypted_files(
             cert_chain=tmp_path / "alice-chain.pem", key=tmp_path / "nothing.key",
             trust_root=tmp_path / "root.pem", passphrase=b"secret",
         )  # fmt: skip
+    # A named pipe (which OpenSSL would wait on for ever) or a device is named for what it is; it said "a
+    # named pipe, a device or a socket" whichever it was.
+    os.mkfifo(tmp_path / "chain.fifo")
+    for chain, kind in ((tmp_path / "chain.fifo", "a named pipe"), (Path("/dev/null"), "a character device")):
+        with pytest.raises(pki.KeyStoreError) as refused:
+            pki.client_ssl_context(
+                cert_chain=chain, key=tmp_path / "alice-tls.key", trust_root=tmp_path / "root.pem",
+                passphrase=b"secret",
+            )  # fmt: skip
+        assert str(refused.value) == f"TLS file {str(chain)!r}: not a regular file: {kind}"
 
 
 def test_context_settings(live_network: pki.NetworkCredentials, live_alice: pki.NodeCredentials) -> None:
