@@ -141,12 +141,11 @@ def _service(cfg: NetworkMapServiceConfig) -> tuple[network.NetworkMapService, t
         map_chain = pki.read_certificates(cfg.map_cert_chain)
         map_key = pki.read_private_key(cfg.map_key, passphrase)
         params_bytes = read_small_file(cfg.network_parameters, network.MAX_PAYLOAD_BYTES)
+        pki.check_key_pair(map_chain[0], map_key, cert_path=cfg.map_cert_chain, key_path=cfg.map_key)
     except (ConfigError, pki.KeyStoreError) as exc:
         raise CliError(str(exc), 2) from None
     except OSError as exc:
         raise CliError(f"cannot read {cfg.network_parameters}: {exc.strerror}", 2) from None
-    if map_chain[0].public_key() != map_key.public_key():
-        raise CliError(f"{cfg.map_key} is not the key of the certificate in {cfg.map_cert_chain}", 2)
     now = dt.datetime.now(dt.UTC)
     certificates = own_certificates([(cfg.map_cert_chain, map_chain), (cfg.trust_root, [root])])
     try:  # (first: an expired certificate named with its file, not as a path that does not verify)

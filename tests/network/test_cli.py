@@ -324,3 +324,20 @@ def test_serve_started_in_the_background_stops_cleanly_on_sigterm(tmp_path: Path
             server.wait()
     assert err == "terminated\n", err
     assert server.returncode == 0
+
+
+def test_serve_with_a_map_key_that_is_not_the_map_certificate_s_is_one_line_naming_both_files(
+    tmp_path: Path,
+) -> None:
+    net = tmp_path / "net"
+    done = _cli("network", "bootstrap", "--dir", str(net), "--node", ALICE, env=_env_without_passphrase())
+    assert done.returncode == 0, done.stderr
+    map_dir = net / "network-map"
+    passphrase = (map_dir / "passphrase").read_bytes().strip()
+    other = pki.generate_ec_key()
+    pki.write_private_key(map_dir / "map.key.pem", other, passphrase)
+    served = _cli("networkmap", "serve", "--dir", str(net), env=_env_without_passphrase())
+    assert served.returncode == 2, served.stderr
+    assert served.stderr == (
+        f"corda-trio: error: {map_dir / 'map.key.pem'} is not the key of {map_dir / 'map.chain.pem'}\n"
+    ), served.stderr
