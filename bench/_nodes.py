@@ -67,8 +67,9 @@ class NodeProcess:
         """Start the node and wait for its ready line.
 
         ``bytecode_cache``: compiled modules are kept there (``PYTHONPYCACHEPREFIX``) even if the
-        environment says not to write them (``PYTHONDONTWRITEBYTECODE``, as in CI): an installed node starts
-        from compiled modules, and a start-up benchmark should not measure compiling the sources.
+        environment says not to write them (``PYTHONDONTWRITEBYTECODE``, as some CI machines set it): an
+        installed node starts from compiled modules, and a start-up benchmark should not measure compiling
+        the sources.
         """
         env = dict(os.environ)
         if bytecode_cache is not None:
