@@ -376,7 +376,7 @@ def test_a_bridge_process_behind_floats_is_configured_by_a_float_section(
         (lambda t: t.replace('key = "tls.key"', f'key = "{"k" * 300}"'), "': File name too long"),
         (
             lambda t: t.replace('key = "tls.key"', 'key = "/dev/null"'),
-            "'/dev/null' is a named pipe, a device",
+            "'/dev/null': not a regular file: a character device",
         ),
     ],
 )
